@@ -1,0 +1,27 @@
+# Quick start: `make demo` and `make test`. Both create .venv when it is missing.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+# CPU build from the local wheel; an unpinned torch pulls a multi-GB CUDA build.
+TORCH_PIN := torch==2.13.0
+
+.PHONY: demo test bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check $(TORCH_PIN)
+	$(PY) -m pip install --quiet --disable-pip-version-check $(TORCH_PIN) -e '.[models,test]'
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q -ra $(PYTEST_ARGS)
+
+demo: $(STAMP)
+	$(VENV)/bin/transferset demo
+
+bench: $(STAMP)
+	$(PY) benchmarks/augment.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info runs

@@ -1,0 +1,116 @@
+"""Shared pipeline plumbing: runner options, output directories, stats and completion marker."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from typing import Mapping, Optional, Sequence
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from transferset import schema
+from transferset.errors import UserError
+
+DEFAULT_RUNNER = "FnApiRunner"
+
+
+def add_runner_arguments(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("Beam")
+    g.add_argument("--runner", default=DEFAULT_RUNNER,
+                   help="Beam runner: FnApiRunner runs locally and offline (DirectRunner tries to download "
+                        "Prism); DataflowRunner for Google Cloud Dataflow")
+    g.add_argument("--overwrite", action="store_true", help="replace an existing complete output directory")
+
+
+def pipeline_options(runner: str, extra: Sequence[str]) -> PipelineOptions:
+    """PipelineOptions from the runner choice plus any Beam flags the user passed through.
+
+    Asking for several local workers implies the multi-processing mode: in-memory mode
+    would run them as threads under one GIL and gain nothing.
+    """
+    flags = list(extra) + [f"--runner={runner}"]
+    joined = " ".join(flags)
+    if runner in ("FnApiRunner", "DirectRunner") and "direct_num_workers" in joined \
+            and "direct_running_mode" not in joined:
+        flags.append("--direct_running_mode=multi_processing")
+    options = PipelineOptions(flags)
+    return options
+
+
+def join(*parts: str) -> str:
+    return FileSystems.join(*parts)
+
+
+def is_complete(out: str) -> bool:
+    return FileSystems.exists(join(out, schema.COMPLETE_MARKER))
+
+
+def prepare_output(out: str, *, overwrite: bool, resume: bool = False) -> None:
+    """Refuse a complete output unless overwriting; clear stale shards of an interrupted run."""
+    if is_complete(out) and not overwrite and not resume:
+        raise UserError(f"{out} already holds a complete run ({schema.COMPLETE_MARKER} present); "
+                        "pass --overwrite to replace it or choose another --output")
+    if resume:
+        if FileSystems.exists(join(out, schema.COMPLETE_MARKER)):
+            FileSystems.delete([join(out, schema.COMPLETE_MARKER)])
+        return
+    for name in (schema.DATA_DIR, schema.REJECTS_DIR, schema.STATS_FILE, schema.COMPLETE_MARKER):
+        path = join(out, name)
+        if FileSystems.exists(path):
+            FileSystems.delete([path])
+    if "://" not in out:
+        import os
+
+        os.makedirs(out, exist_ok=True)
+
+
+def write_text_file(path: str, text: str) -> None:
+    with FileSystems.create(path) as fh:
+        fh.write(text.encode("utf-8"))
+
+
+def read_json_file(path: str) -> dict:
+    with FileSystems.open(path) as fh:
+        return json.loads(fh.read().decode("utf-8"))
+
+
+class Finalize(beam.PTransform):
+    """Write stats.json, then the completion marker, once every branch has ended.
+
+    `counts` maps a stat name to a PCollection with one number (or a dict of numbers);
+    `wait_on` are PCollections (e.g. written file names) that must be complete first.
+    `check` may raise on inconsistent stats, so no marker is ever written for a bad run.
+    """
+
+    def __init__(self, out: str, counts: Mapping[str, beam.PCollection], wait_on: Sequence[beam.PCollection] = (),
+                 static: Optional[dict] = None, check=None):
+        super().__init__()
+        self.out, self.counts, self.wait_on = out, dict(counts), list(wait_on)
+        self.static, self.check = dict(static or {}), check
+
+    def expand(self, pbegin):
+        side = {name: beam.pvalue.AsSingleton(pc) for name, pc in self.counts.items()}
+        waits = {f"_wait{i}": beam.pvalue.AsList(pc) for i, pc in enumerate(self.wait_on)}
+        out, static, check = self.out, self.static, self.check
+
+        def _write(_, **kwargs):
+            stats = dict(static)
+            stats.update({k: v for k, v in kwargs.items() if not k.startswith("_wait")})
+            stats["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            if check is not None:
+                check(stats)
+            write_text_file(join(out, schema.STATS_FILE), json.dumps(stats, indent=2, sort_keys=True) + "\n")
+            write_text_file(join(out, schema.COMPLETE_MARKER), "")
+            logging.getLogger("transferset").info("wrote %s", join(out, schema.STATS_FILE))
+            return stats
+
+        return (pbegin
+                | "Start" >> beam.Create([None])
+                | "WriteStatsAndMarker" >> beam.Map(_write, **side, **waits))
+
+
+def count(pcoll: beam.PCollection, label: str) -> beam.PCollection:
+    return pcoll | label >> beam.combiners.Count.Globally()

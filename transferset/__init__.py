@@ -1,0 +1,3 @@
+"""transferset: build a transfer set, score it once with a teacher, train small students."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,83 @@
+"""`transferset` command line: one subcommand per stage.
+
+Subcommand modules are imported only when selected, so `transferset --help` stays
+fast and the library never imports Apache Beam unless a pipeline is run. Each module
+provides `add_arguments(parser)` and `run(args, extra) -> int`; `extra` holds the
+arguments the subcommand did not declare (Beam pipeline options for pipelines).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import Optional, Sequence
+
+from transferset import __version__
+from transferset.errors import UserError
+
+# name -> (module, one-line help, passes unknown args through as Beam options)
+COMMANDS = {
+    "augment": ("pipelines.augment", "build a transfer set from labeled and unlabeled text (Apache Beam)", True),
+    "inspect": ("transferset.inspect", "print a JSON summary of a transfer set directory", False),
+    "teacher": ("transferset.teacher.cli", "fine-tune a Hugging Face encoder as the teacher", False),
+    "score": ("pipelines.score", "score a transfer set once with the teacher; cache logits and hidden states (Apache Beam)", True),
+    "train": ("students.cli", "train a student from the cached teacher outputs", False),
+    "evaluate": ("students.evaluate", "accuracy of a trained student (and agreement with the teacher)", False),
+    "run": ("transferset.runner", "run the whole chain from a YAML config", False),
+}
+
+
+class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    pass
+
+
+def _top_parser() -> argparse.ArgumentParser:
+    lines = [f"  {name:<10} {help_}" for name, (_, help_, _) in COMMANDS.items()]
+    parser = argparse.ArgumentParser(
+        prog="transferset",
+        description="Knowledge distillation for text classifiers: augment → score → train.",
+        epilog="commands:\n" + "\n".join(lines) + "\n\nRun `transferset COMMAND --help` for a command's options.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"transferset {__version__}")
+    parser.add_argument("command", nargs="?", choices=list(COMMANDS), metavar="COMMAND")
+    return parser
+
+
+def build_subparser(name: str):
+    module_name, help_, passthrough = COMMANDS[name]
+    module = importlib.import_module(module_name)
+    epilog = getattr(module, "EPILOG", None)
+    if passthrough:
+        extra = "Any Apache Beam pipeline option is passed through, e.g. --runner FnApiRunner --direct_num_workers 2."
+        epilog = f"{epilog}\n\n{extra}" if epilog else extra
+    parser = argparse.ArgumentParser(prog=f"transferset {name}", description=help_, epilog=epilog,
+                                     formatter_class=_Formatter)
+    module.add_arguments(parser)
+    return module, parser, passthrough
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    top = _top_parser()
+    if not argv or argv[0] not in COMMANDS:
+        top.parse_args(argv[:1] if argv else ["--help"])
+        return 2
+    name, rest = argv[0], argv[1:]
+    module, parser, passthrough = build_subparser(name)
+    if passthrough:
+        args, extra = parser.parse_known_args(rest)
+    else:
+        args, extra = parser.parse_args(rest), []
+    try:
+        return int(module.run(args, extra) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except UserError as exc:
+        print(f"transferset {name}: error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,66 @@
+"""Reading a (scored) transfer set back: files, metadata checks, streaming batches.
+
+A transfer set directory holds zstd Parquet shards under `data/`. Shards may be empty
+(Beam's fixed sharding can write empty files); readers accept them.
+"""
+from __future__ import annotations
+
+import glob
+import os
+from typing import Any, Iterator, Optional, Sequence
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from transferset import schema
+from transferset.errors import UserError
+
+
+def data_files(directory: str) -> list[str]:
+    """The Parquet shards of a transfer set (a directory holding data/, or data/ itself)."""
+    base = os.path.join(directory, schema.DATA_DIR)
+    if not os.path.isdir(base):
+        base = directory
+    files = sorted(glob.glob(os.path.join(base, "*.parquet")))
+    if not files:
+        raise UserError(f"{directory}: no Parquet files under {base}; is this the output of "
+                        "`transferset augment` or `transferset score`?")
+    return files
+
+
+def read_metadata(directory: str, *, scored: bool = False) -> dict[str, Any]:
+    """Check every shard against the contract; return the (shared) decoded metadata."""
+    meta: Optional[dict[str, Any]] = None
+    first = None
+    for path in data_files(directory):
+        m = schema.check_schema(pq.read_schema(path), where=path, scored=scored)
+        if meta is None:
+            meta, first = m, path
+        elif m.get(schema.META_LABEL_NAMES) != meta.get(schema.META_LABEL_NAMES):
+            raise UserError(f"{path}: label names {m.get(schema.META_LABEL_NAMES)} differ from "
+                            f"{first}'s {meta.get(schema.META_LABEL_NAMES)}; the shards come from different runs")
+    assert meta is not None
+    return meta
+
+
+def label_names(directory: str, *, scored: bool = False) -> list[str]:
+    return list(read_metadata(directory, scored=scored).get(schema.META_LABEL_NAMES) or [])
+
+
+def iter_batches(directory: str, columns: Optional[Sequence[str]] = None,
+                 batch_size: int = 1024) -> Iterator[pa.RecordBatch]:
+    """Stream record batches over all shards: memory stays flat however large the set is."""
+    for path in data_files(directory):
+        pf = pq.ParquetFile(path)
+        if pf.metadata.num_rows == 0:
+            continue
+        yield from pf.iter_batches(batch_size=batch_size, columns=list(columns) if columns else None)
+
+
+def num_rows(directory: str) -> int:
+    return sum(pq.ParquetFile(p).metadata.num_rows for p in data_files(directory))
+
+
+def read_table(directory: str, columns: Optional[Sequence[str]] = None) -> pa.Table:
+    tables = [pq.read_table(p, columns=list(columns) if columns else None) for p in data_files(directory)]
+    return pa.concat_tables([t for t in tables if t.num_rows] or tables[:1])
