@@ -82,7 +82,8 @@ class Finalize(beam.PTransform):
 
     `counts` maps a stat name to a PCollection with one number (or a dict of numbers);
     `wait_on` are PCollections (e.g. written file names) that must be complete first.
-    `check` may raise on inconsistent stats, so no marker is ever written for a bad run.
+    `check(stats)` may add fields to stats; when it returns False (or raises) the marker is
+    withheld, so a bad run is never taken for a complete one.
     """
 
     def __init__(self, out: str, counts: Mapping[str, beam.PCollection], wait_on: Sequence[beam.PCollection] = (),
@@ -100,10 +101,10 @@ class Finalize(beam.PTransform):
             stats = dict(static)
             stats.update({k: v for k, v in kwargs.items() if not k.startswith("_wait")})
             stats["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-            if check is not None:
-                check(stats)
+            ok = True if check is None else check(stats) is not False
             write_text_file(join(out, schema.STATS_FILE), json.dumps(stats, indent=2, sort_keys=True) + "\n")
-            write_text_file(join(out, schema.COMPLETE_MARKER), "")
+            if ok:
+                write_text_file(join(out, schema.COMPLETE_MARKER), "")
             logging.getLogger("transferset").info("wrote %s", join(out, schema.STATS_FILE))
             return stats
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import sys
 from typing import Optional, Sequence
 
@@ -57,6 +58,18 @@ def build_subparser(name: str):
     return module, parser, passthrough
 
 
+class _DropNoise(logging.Filter):
+    # Printed on every Beam import when the GCP extras are absent; irrelevant to local runs.
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "apitools not found" not in record.getMessage()
+
+
+def _quiet_logging() -> None:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_DropNoise())
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     top = _top_parser()
@@ -64,6 +77,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         top.parse_args(argv[:1] if argv else ["--help"])
         return 2
     name, rest = argv[0], argv[1:]
+    _quiet_logging()
     module, parser, passthrough = build_subparser(name)
     if passthrough:
         args, extra = parser.parse_known_args(rest)

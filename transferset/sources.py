@@ -304,10 +304,3 @@ def read_texts(path: str, text_column: Optional[str] = None, opener: Opener = _l
     for rec in read_source(spec, opener):
         if isinstance(rec, Example):
             yield rec.text
-
-
-def summarize_rejects(path: str, rejects: Sequence[Reject], n: int = 3) -> str:
-    lines = [f"{path}: every row was rejected ({len(rejects)} rows). First problems:"]
-    for r in rejects[:n]:
-        lines.append(f"  line {r.line}: {r.reason}")
-    return "\n".join(lines)

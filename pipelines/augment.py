@@ -1,0 +1,329 @@
+"""`transferset augment`: read → accept/reject → augment → dedup → leak guard → Parquet.
+
+Thin named PTransforms; the logic lives in transferset.sources and transferset.augment.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from dataclasses import dataclass, field, replace
+from typing import Optional, Sequence
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+
+from transferset import schema
+from transferset.augment import AugmentConfig, RECIPES, original_row, split_words, variant_rows
+from transferset.augment.dedup import STAT_KEYS, bad_inputs, dedup_key, reconcile, resolve, to_record
+from transferset.errors import UserError
+from transferset.progress import Progress
+from transferset.sources import (DEFAULT_LABEL_COLUMN, DEFAULT_MAX_CHARS, Example, Reject, SourceSpec,
+                                 detect_format, infer_label_names, read_source)
+from pipelines import options as opts
+
+log = logging.getLogger("transferset")
+
+EPILOG = """examples:
+  transferset augment --input ../shared/data/sst2/train.tsv --exclude ../shared/data/sst2/dev.tsv \\
+      --output runs/sst2_transfer --limit 2000
+  transferset augment --input train.csv --text-column review --recipe tinybert --mlm-model bert-base-uncased \\
+      --output out/ --runner FnApiRunner --direct_num_workers 2"""
+
+
+@dataclass(frozen=True)
+class AugmentJob:
+    """Everything `build` needs: inputs, augmentation settings and the output directory."""
+
+    inputs: tuple[SourceSpec, ...]
+    output: str
+    augment: AugmentConfig = field(default_factory=AugmentConfig)
+    unlabeled: tuple[SourceSpec, ...] = ()
+    exclude: tuple[SourceSpec, ...] = ()
+    label_names: tuple[str, ...] = ()
+    tag_batch_size: int = 256
+    mlm_batch_size: int = 64
+
+
+# --- DoFns (setup loads models once per worker) ---------------------------------
+
+def _read(spec: SourceSpec):
+    progress = Progress(f"read {spec.path}")
+    for rec in read_source(spec, opener=FileSystems.open):
+        progress.update()
+        if isinstance(rec, Reject):
+            yield beam.pvalue.TaggedOutput("rejects", rec)
+        else:
+            yield rec
+
+
+class _Tag(beam.DoFn):
+    def __init__(self, model: str, batch_size: int):
+        self.model, self.batch_size = model, batch_size
+
+    def setup(self):
+        from transferset.augment.pos import Tagger
+
+        self.tagger = Tagger(self.model)
+
+    def process(self, batch):
+        tags = self.tagger.tag([split_words(ex.text) for ex, _ in batch], batch_size=self.batch_size)
+        for (ex, ctx), t in zip(batch, tags):
+            yield ex, {**ctx, "tags": t}
+
+
+class _MlmCandidates(beam.DoFn):
+    def __init__(self, model: str, top_k: int, batch_size: int):
+        self.model, self.top_k, self.batch_size = model, top_k, batch_size
+
+    def setup(self):
+        from transferset.augment.mlm import MlmCandidates
+
+        self.mlm = MlmCandidates(self.model, top_k=self.top_k, batch_size=self.batch_size)
+
+    def process(self, batch):
+        cands = self.mlm.candidates([split_words(ex.text) for ex, _ in batch])
+        for (ex, ctx), c in zip(batch, cands):
+            yield ex, {**ctx, "candidates": c}
+
+
+class _PosVocab(beam.CombineFn):
+    """Corpus unigram counts per (tag, word) → PosVocab, built once from the originals."""
+
+    def create_accumulator(self):
+        from collections import Counter
+
+        return Counter()
+
+    def add_input(self, acc, item):
+        ex, ctx = item
+        acc.update(zip(ctx["tags"], split_words(ex.text)))
+        return acc
+
+    def merge_accumulators(self, accs):
+        accs = iter(accs)
+        out = next(accs)
+        for a in accs:
+            out.update(a)
+        return out
+
+    def extract_output(self, acc):
+        from transferset.augment.pos import PosVocab
+
+        return PosVocab.from_counts(acc)
+
+
+def _expand(item, cfg: AugmentConfig, pos_vocab=None):
+    ex, ctx = item
+    if pos_vocab is not None:
+        ctx = {**ctx, "pos_vocab": pos_vocab}
+    yield original_row(ex.source_id, ex.text, ex.text_b, ex.label)
+    for row in variant_rows(ex.source_id, ex.text, ex.text_b, cfg=cfg, context=ctx):
+        yield beam.pvalue.TaggedOutput("variants", row)
+
+
+def _resolve(item):
+    _, groups = item
+    winner, dups, excluded = resolve(groups["rows"], bool(groups["exclude"]))
+    if dups:
+        yield beam.pvalue.TaggedOutput("duplicates", dups)
+    if excluded:
+        yield beam.pvalue.TaggedOutput("excluded", excluded)
+    if winner is not None:
+        yield winner
+
+
+def _sum(pcoll, label):
+    return pcoll | label >> beam.CombineGlobally(sum)
+
+
+# --- the pipeline ---------------------------------------------------------------
+
+def build(p: beam.Pipeline, job: AugmentJob) -> dict:
+    cfg = job.augment
+    specs = [replace(s, label_names=job.label_names) for s in job.inputs] + list(job.unlabeled)
+    read = (p
+            | "ListInputs" >> beam.Create(specs)
+            | "ReadInputs" >> beam.FlatMap(_read).with_outputs("rejects", main="examples"))
+    examples = read.examples | "SpreadExamples" >> beam.Reshuffle()
+    rejects = read.rejects
+
+    items = examples | "NoContext" >> beam.Map(lambda ex: (ex, {}))
+    pos_vocab = None
+    if cfg.needs("tags"):
+        items = (items
+                 | "BatchForTagger" >> beam.BatchElements(min_batch_size=64, max_batch_size=job.tag_batch_size)
+                 | "TagPOS" >> beam.ParDo(_Tag(cfg.spacy_model, job.tag_batch_size)))
+        pos_vocab = beam.pvalue.AsSingleton(items | "PosVocabulary" >> beam.CombineGlobally(_PosVocab()))
+    if cfg.needs("candidates"):
+        items = (items
+                 | "BatchForMLM" >> beam.BatchElements(min_batch_size=8, max_batch_size=job.mlm_batch_size)
+                 | "MLMCandidates" >> beam.ParDo(_MlmCandidates(cfg.mlm_model, cfg.mlm_top_k, job.mlm_batch_size)))
+
+    kwargs = {"pos_vocab": pos_vocab} if pos_vocab is not None else {}
+    expanded = items | "Augment" >> beam.FlatMap(_expand, cfg, **kwargs).with_outputs("variants", main="originals")
+    rows = (expanded.originals, expanded.variants) | "AllRows" >> beam.Flatten()
+
+    keyed_rows = rows | "KeyByText" >> beam.Map(lambda r: (dedup_key(r.text, r.text_b), r))
+    if job.exclude:
+        excluded_keys = (p
+                         | "ListExcludes" >> beam.Create(list(job.exclude))
+                         | "ReadExcludes" >> beam.FlatMap(
+                             lambda s: (dedup_key(e.text, e.text_b) for e in read_source(s, opener=FileSystems.open)
+                                        if isinstance(e, Example)))
+                         | "DistinctExcludes" >> beam.Distinct()
+                         | "KeyExcludes" >> beam.Map(lambda k: (k, True)))
+    else:
+        excluded_keys = p | "NoExcludes" >> beam.Create([])
+    resolved = ({"rows": keyed_rows, "exclude": excluded_keys}
+                | "GroupByText" >> beam.CoGroupByKey()
+                | "DedupAndGuard" >> beam.FlatMap(_resolve).with_outputs("duplicates", "excluded", main="kept"))
+
+    metadata = schema.base_metadata(job.label_names, **{
+        schema.META_AUGMENT_CONFIG: json.loads(cfg.to_json()),
+        schema.META_SEED: cfg.seed,
+    })
+    written = (resolved.kept
+               | "ToRecords" >> beam.Map(to_record)
+               | "WriteParquet" >> beam.io.WriteToParquet(
+                   opts.join(job.output, schema.DATA_DIR, "part"), schema.transfer_schema(metadata),
+                   codec="zstd", file_name_suffix=".parquet"))
+    rejects_written = (rejects
+                       | "RejectsToJson" >> beam.Map(lambda r: json.dumps(r.to_dict(), ensure_ascii=False))
+                       | "WriteRejects" >> beam.io.WriteToText(opts.join(job.output, schema.REJECTS_DIR, "rejects"),
+                                                               file_name_suffix=".jsonl"))
+
+    per_file = ({"accepted": read.examples | "AcceptedByFile" >> beam.Map(lambda e: (e.file, 1)),
+                 "rejected": rejects | "RejectedByFile" >> beam.Map(lambda r: (r.file, 1))}
+                | "GroupByFile" >> beam.CoGroupByKey()
+                | "CountByFile" >> beam.Map(lambda kv: (kv[0], {"accepted": sum(kv[1]["accepted"]),
+                                                               "rejected": sum(kv[1]["rejected"])}))
+                | "ByFileDict" >> beam.combiners.ToDict())
+    samples = (rejects
+               | "RejectByFile" >> beam.Map(lambda r: (r.file, r.to_dict()))
+               | "FirstRejects" >> beam.combiners.Top.PerKey(3, key=lambda d: -d[schema.REJECT_LINE])
+               | "FirstRejectsDict" >> beam.combiners.ToDict())
+    n_accepted = opts.count(read.examples, "CountAccepted")
+    n_rejected = opts.count(rejects, "CountRejected")
+    n_input = ((n_accepted, n_rejected) | "InputRows" >> beam.Flatten() | "SumInput" >> beam.CombineGlobally(sum))
+    counts = {
+        "input_rows": n_input,
+        "accepted_rows": n_accepted,
+        "rejected_rows": n_rejected,
+        "originals": opts.count(expanded.originals, "CountOriginals"),
+        "variants_generated": opts.count(expanded.variants, "CountVariants"),
+        "duplicates_dropped": _sum(resolved.duplicates, "SumDuplicates"),
+        "excluded_dropped": _sum(resolved.excluded, "SumExcluded"),
+        "output_rows": opts.count(resolved.kept, "CountOutput"),
+        "inputs": per_file,
+        "first_rejects": samples,
+    }
+
+    def check(stats):
+        problems = reconcile(stats) + bad_inputs(stats["inputs"], stats["first_rejects"])
+        stats["problems"] = problems
+        return not problems
+
+    static = {"recipe": cfg.recipe, "ops": list(cfg.ops), "n_iter": cfg.n_iter, "seed": cfg.seed,
+              "label_names": list(job.label_names)}
+    finished = p | "Finalize" >> opts.Finalize(job.output, counts, wait_on=[written, rejects_written],
+                                               static=static, check=check)
+    return {"kept": resolved.kept, "rejects": rejects, "stats": finished}
+
+
+# --- command line ---------------------------------------------------------------
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("inputs")
+    g.add_argument("--input", action="append", required=True, metavar="PATH",
+                   help="labeled input: .tsv/.csv/.jsonl/.parquet or hf:NAME[:CONFIG]:SPLIT (repeatable)")
+    g.add_argument("--unlabeled", action="append", default=[], metavar="PATH",
+                   help="in-domain text without labels, augmented too (repeatable)")
+    g.add_argument("--exclude", action="append", default=[], metavar="PATH",
+                   help="evaluation data (dev/test): rows whose text equals one of its sentences are dropped")
+    g.add_argument("--text-column", default=None, help="text column (default: `sentence`, else `text`)")
+    g.add_argument("--label-column", default=DEFAULT_LABEL_COLUMN, help="label column of --input files")
+    g.add_argument("--text-b-column", default=None, help="second text column for sentence pairs")
+    g.add_argument("--labels", default=None, metavar="NAME,NAME",
+                   help="the label set; default: the distinct labels of the first --input")
+    g.add_argument("--max-chars", type=int, default=DEFAULT_MAX_CHARS, help="reject rows whose text is longer")
+    g.add_argument("--limit", type=int, default=None, metavar="N", help="read only the first N rows of each input")
+    a = parser.add_argument_group("augmentation")
+    a.add_argument("--output", required=True, metavar="OUT", help="output directory (local or gs://...)")
+    a.add_argument("--recipe", default="tang", choices=sorted(RECIPES),
+                   help="tang: mask-or-POS per word then n-gram (Tang et al. 2019); tinybert: MLM replacement")
+    a.add_argument("--ops", default=None, help="compose ops by name instead of a recipe, e.g. mask,ngram")
+    d = AugmentConfig()
+    a.add_argument("--n-iter", type=int, default=d.n_iter, help="variants sampled per example")
+    a.add_argument("--seed", type=int, default=d.seed)
+    a.add_argument("--p-mask", type=float, default=d.p_mask)
+    a.add_argument("--p-pos", type=float, default=d.p_pos)
+    a.add_argument("--p-ng", type=float, default=d.p_ng)
+    a.add_argument("--max-n", type=int, default=d.max_n, help="n-gram length is uniform in 1..max-n")
+    a.add_argument("--p-mlm", type=float, default=d.p_mlm)
+    a.add_argument("--mlm-model", default=d.mlm_model, metavar="PATH_OR_NAME",
+                   help="any AutoModelForMaskedLM (local directory or hub name)")
+    a.add_argument("--mlm-top-k", type=int, default=d.mlm_top_k, help="M candidates per word")
+    a.add_argument("--spacy-model", default=d.spacy_model, help="spaCy pipeline used for POS tags")
+    opts.add_runner_arguments(parser)
+
+
+def job_from_args(args) -> AugmentJob:
+    def spec(path: str, labeled: bool) -> SourceSpec:
+        return SourceSpec(path=path, text_column=args.text_column,
+                          label_column=args.label_column if labeled else None,
+                          text_b_column=args.text_b_column, max_chars=args.max_chars,
+                          limit=args.limit if labeled or path in args.unlabeled else None)
+
+    for path in args.input + args.unlabeled + args.exclude:
+        detect_format(path)
+        if not path.startswith("hf:") and not FileSystems.exists(path):
+            raise UserError(f"{path}: no such file")
+    try:
+        cfg = AugmentConfig(recipe=args.recipe, ops=tuple(args.ops.split(",")) if args.ops else None,
+                            n_iter=args.n_iter, seed=args.seed, p_mask=args.p_mask, p_pos=args.p_pos,
+                            p_ng=args.p_ng, max_n=args.max_n, p_mlm=args.p_mlm, mlm_model=args.mlm_model,
+                            mlm_top_k=args.mlm_top_k, spacy_model=args.spacy_model)
+    except (KeyError, ValueError) as exc:
+        raise UserError(str(exc).strip('"')) from None
+    if args.labels:
+        labels = tuple(x.strip() for x in args.labels.split(",") if x.strip())
+    else:
+        labels = infer_label_names(args.input[0], args.label_column, opener=FileSystems.open, limit=args.limit)
+    return AugmentJob(
+        inputs=tuple(spec(p, True) for p in args.input),
+        unlabeled=tuple(spec(p, False) for p in args.unlabeled),
+        exclude=tuple(SourceSpec(path=p, text_column=args.text_column, label_column=None,
+                                 text_b_column=args.text_b_column, max_chars=10**9) for p in args.exclude),
+        output=args.output, augment=cfg, label_names=labels)
+
+
+def run(args, extra: Sequence[str]) -> int:
+    job = job_from_args(args)
+    if not job.exclude:
+        print("transferset augment: warning: no --exclude given; nothing guards against evaluation "
+              "sentences leaking into the transfer set", file=sys.stderr)
+    opts.prepare_output(job.output, overwrite=args.overwrite)
+    print(f"transferset augment: recipe {job.augment.recipe} ops {','.join(job.augment.ops)}, "
+          f"{job.augment.n_iter} variants per example, labels {list(job.label_names)} → {job.output}",
+          file=sys.stderr)
+    with beam.Pipeline(options=opts.pipeline_options(args.runner, extra)) as p:
+        build(p, job)
+    stats = opts.read_json_file(opts.join(job.output, schema.STATS_FILE))
+    summary = {k: stats[k] for k in STAT_KEYS}
+    print(json.dumps(summary, indent=2))
+    if stats.get("problems"):
+        raise UserError("\n".join(stats["problems"]) + f"\n(rejected rows with reasons: "
+                        f"{opts.join(job.output, schema.REJECTS_DIR)}/)")
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    from transferset.cli import main as cli_main
+
+    return cli_main(["augment", *(sys.argv[1:] if argv is None else argv)])
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

