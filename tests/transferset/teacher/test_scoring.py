@@ -1,0 +1,117 @@
+import numpy as np
+import pytest
+import torch
+
+from transferset.errors import UserError
+from transferset.teacher import scoring
+
+TEXTS = [
+    "the movie was great",
+    "bad",
+    "a very very long boring film that never ends and is so dull , the plot is awful and the acting is worse",
+    "i love it !",
+    "zzz qqq unknownword",
+    "not good , not bad , just fine",
+    "one",
+    "the best film ever made , with brilliant acting",
+]
+
+
+def test_predict_matches_plain_model_row_by_row(tiny_teacher, reference):
+    # forward_rows=3 forces several sorted, padded forward batches over rows of very different lengths.
+    teacher = scoring.Teacher.load(tiny_teacher, forward_rows=3)
+    scores = teacher.predict(TEXTS)
+    assert scores.logits.shape == (len(TEXTS), 2) and scores.logits.dtype == np.float32
+    assert scores.hidden.shape == (len(TEXTS), 32)
+    for i, text in enumerate(TEXTS):
+        logits, hidden = reference(text)
+        np.testing.assert_allclose(scores.logits[i], logits, atol=1e-4, rtol=0)
+        np.testing.assert_allclose(scores.hidden[i], hidden[-1][0], atol=1e-4, rtol=0)  # [CLS] of the last layer
+    np.testing.assert_array_equal(scores.labels, scores.logits.argmax(axis=1))
+    # Real tokens: the unpadded lengths, [CLS] and [SEP] included.
+    assert scores.num_tokens == sum(len(teacher.tokenizer(t)["input_ids"]) for t in TEXTS)
+    # Rows really differ, so a row swap would have failed the loop above.
+    assert np.ptp(scores.logits[:, 1] - scores.logits[:, 0]) > 0.5
+
+
+def test_batching_changes_no_row(tiny_teacher):
+    one_batch = scoring.Teacher.load(tiny_teacher, forward_rows=64).predict(TEXTS)
+    tiny_batches = scoring.Teacher.load(tiny_teacher, forward_rows=1).predict(TEXTS)
+    token_capped = scoring.Teacher.load(tiny_teacher, forward_rows=64, forward_tokens=40).predict(TEXTS)
+    for other in (tiny_batches, token_capped):
+        np.testing.assert_allclose(other.logits, one_batch.logits, atol=1e-4)
+        np.testing.assert_allclose(other.hidden, one_batch.hidden, atol=1e-4)
+
+
+def test_mean_pooling_and_extra_layers(tiny_teacher, reference):
+    teacher = scoring.Teacher.load(tiny_teacher, pooling="mean", layers=[-1, 0, 1], forward_rows=4)
+    assert teacher.layers == [2, 0, 1] and teacher.extra_layers == [0, 1]
+    scores = teacher.predict(TEXTS)
+    assert sorted(scores.layers) == [0, 1]
+    for i, text in enumerate(TEXTS):
+        _, hidden = reference(text)
+        np.testing.assert_allclose(scores.hidden[i], hidden[2].mean(axis=0), atol=1e-4)
+        np.testing.assert_allclose(scores.layers[0][i], hidden[0].mean(axis=0), atol=1e-4)
+        np.testing.assert_allclose(scores.layers[1][i], hidden[1].mean(axis=0), atol=1e-4)
+
+
+def test_sentence_pairs_and_mixed_rows(tiny_teacher, reference):
+    teacher = scoring.Teacher.load(tiny_teacher, forward_rows=2)
+    texts_b = ["it was fine", None, "the plot", None, "great acting", "no", None, "so dull"]
+    scores = teacher.predict(TEXTS, texts_b)
+    for i, (a, b) in enumerate(zip(TEXTS, texts_b)):
+        logits, hidden = reference(a, b)
+        np.testing.assert_allclose(scores.logits[i], logits, atol=1e-4)
+        np.testing.assert_allclose(scores.hidden[i], hidden[-1][0], atol=1e-4)
+
+
+def test_truncation_to_max_length(tiny_teacher, reference):
+    long_text = " ".join(["boring"] * 50 + ["great"] * 50)
+    scores = scoring.Teacher.load(tiny_teacher, max_length=16).predict([long_text, "great"])
+    logits, _ = reference(long_text, max_length=16)
+    np.testing.assert_allclose(scores.logits[0], logits, atol=1e-4)
+    assert scores.num_tokens == 16 + 3  # 16 after truncation; "great" is [CLS] great [SEP]
+
+
+def test_empty_batch(tiny_teacher):
+    scores = scoring.Teacher.load(tiny_teacher).predict([])
+    assert scores.logits.shape == (0, 2) and scores.hidden.shape == (0, 32) and scores.num_tokens == 0
+
+
+def test_cls_pooling_finds_first_real_token_with_left_padding():
+    feats = [{"input_ids": [5, 6, 7]}, {"input_ids": [8]}]
+    batch = scoring.pad_batch(feats, {"input_ids": 0}, padding_side="left")
+    assert batch["input_ids"].tolist() == [[5, 6, 7], [0, 0, 8]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1], [0, 0, 1]]
+    hidden = torch.arange(2 * 3 * 1, dtype=torch.float32).reshape(2, 3, 1)  # (B, T, H)
+    assert scoring.pool(hidden, batch["attention_mask"], "cls").flatten().tolist() == [0.0, 5.0]
+    assert scoring.pool(hidden, batch["attention_mask"], "mean").flatten().tolist() == [1.0, 5.0]
+
+
+def test_layer_specs():
+    assert scoring.parse_layers("-1, 3") == [-1, 3]
+    assert scoring.parse_layers("") == [-1]
+    with pytest.raises(UserError, match="comma-separated integers"):
+        scoring.parse_layers("last")
+    assert scoring.normalize_layers([-1, 0, 6, -7], 6) == [6, 0]
+    with pytest.raises(UserError, match="layer 7 does not exist; the teacher has 6 layers"):
+        scoring.normalize_layers([7], 6)
+
+
+def test_unknown_pooling_refused(tiny_teacher):
+    with pytest.raises(UserError, match="--hidden 'max'"):
+        scoring.Teacher.load(tiny_teacher, pooling="max")
+
+
+def test_metadata_facts(tiny_teacher):
+    import hashlib
+    import os
+
+    teacher = scoring.Teacher.load(tiny_teacher, layers=[-1, 1])
+    assert teacher.label_names == ["0", "1"] and teacher.num_classes == 2 and teacher.hidden_size == 32
+    with open(os.path.join(tiny_teacher, "model.safetensors"), "rb") as fh:
+        assert teacher.weights_sha256() == hashlib.sha256(fh.read()).hexdigest()
+    spec = teacher.hidden_spec()
+    assert (spec["pooling"], spec["layer"], spec["extra_layers"], spec["hidden_size"]) == ("cls", 2, [1], 32)
+    info = teacher.tokenizer_info()
+    assert info["vocab_size"] == teacher.tokenizer.vocab_size and info["do_lower_case"] is True

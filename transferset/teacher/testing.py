@@ -1,0 +1,100 @@
+"""Small real teachers and transfer sets for tests (also handy for trying the pipelines quickly).
+
+`tiny_classifier` writes a randomly initialised BERT sequence classifier with a WordPiece
+tokenizer to a directory through the real `save_pretrained` path, so loading it exercises
+exactly what a user's teacher directory goes through.
+"""
+from __future__ import annotations
+
+import os
+import string
+from typing import Any, Mapping, Optional, Sequence
+
+WORDS = (
+    "the a an and or but of to in on for with is was are be it this that movie film story acting actor plot "
+    "good great bad awful terrible fine funny boring dull brilliant not no very too so just more most "
+    "i you he she we they one two love hate like best worst ever never all some time life world"
+).split()
+
+
+def write_vocab(path: str, words: Sequence[str] = WORDS) -> str:
+    """A WordPiece vocab: special tokens, the given words, single characters and their ## forms."""
+    chars = list(string.ascii_lowercase + string.digits + string.punctuation)
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list(dict.fromkeys(list(words) + chars))
+    tokens += ["##" + c for c in string.ascii_lowercase + string.digits]
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write("\n".join(tokens) + "\n")
+    return path
+
+
+def tiny_classifier(directory: str, label_names: Sequence[str] = ("0", "1"), *, hidden_size: int = 32,
+                    num_layers: int = 2, num_heads: int = 2, seed: int = 0, max_positions: int = 512,
+                    save_pickle: bool = False) -> str:
+    """Write a tiny BertForSequenceClassification + tokenizer to `directory`; returns it.
+
+    With `save_pickle` the weights go to pytorch_model.bin (a pickle) instead of safetensors.
+    """
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification, BertTokenizer
+
+    os.makedirs(directory, exist_ok=True)
+    vocab = write_vocab(os.path.join(directory, "vocab.txt"))
+    tokenizer = BertTokenizer(vocab=vocab, do_lower_case=True)  # transformers 5: `vocab`, not `vocab_file`
+    config = BertConfig(
+        vocab_size=len(open(vocab, encoding="utf-8").read().split("\n")) - 1,
+        hidden_size=hidden_size, num_hidden_layers=num_layers, num_attention_heads=num_heads,
+        intermediate_size=hidden_size * 2, max_position_embeddings=max_positions,
+        num_labels=len(label_names),
+        # Larger than BERT's 0.02 so logits differ visibly between rows (a swap cannot pass the tests).
+        initializer_range=0.5,
+        id2label={i: str(n) for i, n in enumerate(label_names)},
+        label2id={str(n): i for i, n in enumerate(label_names)},
+    )
+    torch.manual_seed(seed)
+    model = BertForSequenceClassification(config).eval()
+    if save_pickle:
+        model.config.save_pretrained(directory)
+        torch.save(model.state_dict(), os.path.join(directory, "pytorch_model.bin"))
+    else:
+        model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+def transfer_rows(texts: Sequence[str], labels: Optional[Sequence[Optional[int]]] = None,
+                  texts_b: Optional[Sequence[Optional[str]]] = None, ops: Optional[Sequence[Sequence[str]]] = None,
+                  ids: Optional[Sequence[str]] = None) -> list[dict]:
+    """Rows of the transfer-set contract (ids derived from the texts unless given)."""
+    from transferset import schema
+    from transferset.sources import source_id_for
+
+    rows = []
+    for i, text in enumerate(texts):
+        b = texts_b[i] if texts_b is not None else None
+        sid = source_id_for(text, b)
+        rows.append({
+            schema.ID: ids[i] if ids is not None else f"{sid}-{i}",
+            schema.SOURCE_ID: sid,
+            schema.TEXT: text,
+            schema.TEXT_B: b,
+            schema.OPS: list(ops[i]) if ops is not None else [],
+            schema.LABEL: labels[i] if labels is not None else None,
+        })
+    return rows
+
+
+def write_transfer_set(directory: str, shards: Sequence[Sequence[dict]], label_names: Sequence[str],
+                       extra_metadata: Optional[Mapping[str, Any]] = None) -> str:
+    """Write row lists as zstd shards under directory/data with the transfer-set schema and metadata."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from transferset import schema
+
+    data = os.path.join(directory, schema.DATA_DIR)
+    os.makedirs(data, exist_ok=True)
+    sch = schema.transfer_schema(schema.base_metadata(label_names, **dict(extra_metadata or {})))
+    for i, rows in enumerate(shards):
+        table = pa.Table.from_pylist(list(rows), schema=sch)
+        pq.write_table(table, os.path.join(data, f"shard-{i:05d}.parquet"), compression="zstd")
+    return directory
