@@ -134,6 +134,28 @@ def _resolve(item):
         yield winner
 
 
+def _guard_sources(item):
+    _, groups = item
+    for ex in groups["examples"]:
+        if groups["exclude"]:
+            yield beam.pvalue.TaggedOutput("excluded", 1)
+        else:
+            yield ex
+
+
+def _excluded_keys(p, specs: Sequence[SourceSpec]):
+    """(normalized text, True) for every sentence of the evaluation files, once each."""
+    if not specs:
+        return p | "NoExcludes" >> beam.Create([])
+    return (p
+            | "ListExcludes" >> beam.Create(list(specs))
+            | "ReadExcludes" >> beam.FlatMap(
+                lambda s: (dedup_key(e.text, e.text_b) for e in read_source(s, opener=FileSystems.open)
+                           if isinstance(e, Example)))
+            | "DistinctExcludes" >> beam.Distinct()
+            | "KeyExcludes" >> beam.Map(lambda k: (k, True)))
+
+
 def _sum(pcoll, label):
     return pcoll | label >> beam.CombineGlobally(sum)
 
@@ -149,7 +171,14 @@ def build(p: beam.Pipeline, job: AugmentJob) -> dict:
     examples = read.examples | "SpreadExamples" >> beam.Reshuffle()
     rejects = read.rejects
 
-    items = examples | "NoContext" >> beam.Map(lambda ex: (ex, {}))
+    excluded_keys = _excluded_keys(p, job.exclude)
+    # Sources equal to an evaluation sentence go before augmentation: their variants would
+    # be near-copies of evaluation data.
+    guarded = ({"examples": examples | "KeyExamplesByText" >> beam.Map(lambda e: (dedup_key(e.text, e.text_b), e)),
+                "exclude": excluded_keys}
+               | "GroupSourcesByText" >> beam.CoGroupByKey()
+               | "GuardSources" >> beam.FlatMap(_guard_sources).with_outputs("excluded", main="kept"))
+    items = guarded.kept | "NoContext" >> beam.Map(lambda ex: (ex, {}))
     pos_vocab = None
     if cfg.needs("tags"):
         items = (items
@@ -166,16 +195,6 @@ def build(p: beam.Pipeline, job: AugmentJob) -> dict:
     rows = (expanded.originals, expanded.variants) | "AllRows" >> beam.Flatten()
 
     keyed_rows = rows | "KeyByText" >> beam.Map(lambda r: (dedup_key(r.text, r.text_b), r))
-    if job.exclude:
-        excluded_keys = (p
-                         | "ListExcludes" >> beam.Create(list(job.exclude))
-                         | "ReadExcludes" >> beam.FlatMap(
-                             lambda s: (dedup_key(e.text, e.text_b) for e in read_source(s, opener=FileSystems.open)
-                                        if isinstance(e, Example)))
-                         | "DistinctExcludes" >> beam.Distinct()
-                         | "KeyExcludes" >> beam.Map(lambda k: (k, True)))
-    else:
-        excluded_keys = p | "NoExcludes" >> beam.Create([])
     resolved = ({"rows": keyed_rows, "exclude": excluded_keys}
                 | "GroupByText" >> beam.CoGroupByKey()
                 | "DedupAndGuard" >> beam.FlatMap(_resolve).with_outputs("duplicates", "excluded", main="kept"))
@@ -211,10 +230,11 @@ def build(p: beam.Pipeline, job: AugmentJob) -> dict:
         "input_rows": n_input,
         "accepted_rows": n_accepted,
         "rejected_rows": n_rejected,
-        "originals": opts.count(expanded.originals, "CountOriginals"),
+        "originals": n_accepted,
         "variants_generated": opts.count(expanded.variants, "CountVariants"),
         "duplicates_dropped": _sum(resolved.duplicates, "SumDuplicates"),
-        "excluded_dropped": _sum(resolved.excluded, "SumExcluded"),
+        "excluded_dropped": _sum((guarded.excluded, resolved.excluded) | "AllExcluded" >> beam.Flatten(),
+                                 "SumExcluded"),
         "output_rows": opts.count(resolved.kept, "CountOutput"),
         "inputs": per_file,
         "first_rejects": samples,

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import posixpath
 import logging
 import time
 from typing import Mapping, Optional, Sequence
@@ -41,7 +43,10 @@ def pipeline_options(runner: str, extra: Sequence[str]) -> PipelineOptions:
 
 
 def join(*parts: str) -> str:
-    return FileSystems.join(*parts)
+    # Plain string joining: building a graph for gs:// outputs must not need the GCS client.
+    if "://" in parts[0]:
+        return posixpath.join(*parts)
+    return os.path.join(*parts)
 
 
 def is_complete(out: str) -> bool:
@@ -62,8 +67,6 @@ def prepare_output(out: str, *, overwrite: bool, resume: bool = False) -> None:
         if FileSystems.exists(path):
             FileSystems.delete([path])
     if "://" not in out:
-        import os
-
         os.makedirs(out, exist_ok=True)
 
 

@@ -293,8 +293,9 @@ def infer_label_names(path: str, label_column: str = DEFAULT_LABEL_COLUMN, opene
     if not seen:
         raise SourceError(f"{path}: no label values found in column {label_column!r}; "
                           "pass --label-column, or --labels NAME,NAME,...")
-    if all(_is_int(v) for v in seen):
-        return tuple(str(v) for v in sorted(int(v) for v in seen))
+    if all(_is_int(v) and int(v) >= 0 for v in seen):
+        # Integer labels are class indices: a sample that lacks class 0 still has it.
+        return tuple(str(i) for i in range(max(int(v) for v in seen) + 1))
     return tuple(sorted(seen))
 
 

@@ -1,0 +1,48 @@
+"""Shared fixtures: the real SST-2 files from ../shared/data (never copied into the repo)."""
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+SST2 = SHARED_DATA / "sst2"
+
+
+@pytest.fixture(scope="session")
+def sst2_dir() -> Path:
+    if not (SST2 / "train.tsv").exists():
+        pytest.fail(f"SST-2 not found at {SST2}: the tests read the real data from ../shared/data")
+    return SST2
+
+
+def head_tsv(src: Path, dst: Path, n: int) -> Path:
+    """Copy the header and the first n rows of a TSV into a temp file (test-local data only)."""
+    with open(src, encoding="utf-8") as fh, open(dst, "w", encoding="utf-8") as out:
+        out.writelines(itertools.islice(fh, n + 1))
+    return dst
+
+
+WORDS = ("film movie story plot actor acting great good bad awful boring funny dull charming "
+         "the a is was and of to it this that not very really").split()
+
+
+@pytest.fixture(scope="session")
+def tiny_mlm_dir(tmp_path_factory):
+    """A tiny BertForMaskedLM saved to disk, so tests load it through the real from_pretrained path."""
+    import torch
+    from transformers import BertConfig, BertForMaskedLM, BertTokenizer
+
+    d = tmp_path_factory.mktemp("tiny_mlm")
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", "##s", "##ing", "##film", "un"] + WORDS
+    (d / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    tok = BertTokenizer(vocab=str(d / "vocab.txt"), do_lower_case=True)  # transformers 5: `vocab`, not vocab_file
+    assert tok.tokenize("unfilms") == ["un", "##film", "##s"]
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=64, max_position_embeddings=128)
+    BertForMaskedLM(cfg).save_pretrained(d)
+    tok.save_pretrained(d)
+    return str(d)

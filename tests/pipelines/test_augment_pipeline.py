@@ -1,0 +1,196 @@
+"""The augment pipeline on real SST-2 rows, with the real spaCy tagger and real Beam runners."""
+import json
+from pathlib import Path
+
+import apache_beam as beam
+import pyarrow.parquet as pq
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
+from apache_beam.testing.util import assert_that
+
+from conftest import head_tsv
+from pipelines.augment import AugmentJob, build
+from transferset import schema, transfer
+from transferset.augment import AugmentConfig
+from transferset.cli import main
+from transferset.sources import SourceSpec, normalize_text
+
+
+def _rows(out):
+    return transfer.read_table(str(out)).to_pylist()
+
+
+def _stats(out):
+    return json.loads((Path(out) / schema.STATS_FILE).read_text())
+
+
+@pytest.fixture(scope="module")
+def train_with_dev_leak(sst2_dir, tmp_path_factory):
+    """500 train rows plus 20 dev rows, so the leak guard has something to catch."""
+    d = tmp_path_factory.mktemp("leak")
+    path = head_tsv(sst2_dir / "train.tsv", d / "train500.tsv", 500)
+    dev = (sst2_dir / "dev.tsv").read_text(encoding="utf-8").splitlines()[1:21]
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write("\n".join(dev) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def tang_run(train_with_dev_leak, sst2_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("tang") / "out"
+    rc = main(["augment", "--input", str(train_with_dev_leak), "--exclude", str(sst2_dir / "dev.tsv"),
+               "--output", str(out), "--seed", "7"])
+    assert rc == 0
+    return out
+
+
+def test_stats_reconcile_and_match_the_files(tang_run):
+    s = _stats(tang_run)
+    rows = _rows(tang_run)
+    assert s["input_rows"] == 520 == s["accepted_rows"] + s["rejected_rows"]
+    # The 20 dev sentences are dropped as sources: no variants are made of them.
+    assert s["originals"] == 520 and s["variants_generated"] == 500 * 20
+    assert s["originals"] + s["variants_generated"] - s["duplicates_dropped"] - s["excluded_dropped"] \
+        == s["output_rows"] == len(rows)
+    assert s["problems"] == []
+    assert (Path(tang_run) / schema.COMPLETE_MARKER).exists()
+
+
+def test_no_dev_sentence_in_the_output(tang_run, sst2_dir):
+    dev = {normalize_text(l.split("\t")[0]) for l in (sst2_dir / "dev.tsv").read_text().splitlines()[1:]}
+    rows = _rows(tang_run)
+    assert not [r for r in rows if normalize_text(r[schema.TEXT]) in dev]
+    # The 20 injected dev originals (and any variant that recreated a dev sentence) were caught.
+    assert _stats(tang_run)["excluded_dropped"] >= 20
+    # ...and no variant made from a dev sentence either.
+    from transferset.sources import source_id_for
+    dev_ids = {source_id_for(l.split("\t")[0], None) for l in (sst2_dir / "dev.tsv").read_text().splitlines()[1:]}
+    assert not [r for r in rows if r[schema.SOURCE_ID] in dev_ids]
+
+
+def test_rows_follow_the_contract(tang_run):
+    rows = _rows(tang_run)
+    ids = [r[schema.ID] for r in rows]
+    assert len(ids) == len(set(ids))
+    texts = [normalize_text(r[schema.TEXT]) for r in rows]
+    assert len(texts) == len(set(texts))  # each distinct text once
+    originals = [r for r in rows if r[schema.OPS] == []]
+    assert len(originals) == 500  # the 20 dev rows were excluded
+    assert all(r[schema.LABEL] in (0, 1) for r in originals)
+    variants = [r for r in rows if r[schema.OPS]]
+    assert all(r[schema.LABEL] is None for r in variants)
+    assert {op for r in variants for op in r[schema.OPS]} == {"mask", "pos", "ngram"}
+    by_source = {r[schema.SOURCE_ID]: r[schema.TEXT] for r in originals}
+    assert all(r[schema.SOURCE_ID] in by_source for r in variants)  # provenance joins back
+    meta = transfer.read_metadata(str(tang_run))
+    assert meta[schema.META_LABEL_NAMES] == ["0", "1"]
+    assert meta[schema.META_AUGMENT_CONFIG]["seed"] == 7
+    f = transfer.data_files(str(tang_run))[0]
+    assert pq.ParquetFile(f).metadata.row_group(0).column(0).compression == "ZSTD"
+
+
+def test_one_and_two_workers_give_the_same_rows(sst2_dir, tmp_path):
+    path = head_tsv(sst2_dir / "train.tsv", tmp_path / "train.tsv", 200)
+    outs = []
+    for workers in ("1", "2"):
+        out = tmp_path / f"w{workers}"
+        rc = main(["augment", "--input", str(path), "--output", str(out), "--n-iter", "8",
+                   "--direct_num_workers", workers, "--direct_running_mode", "multi_processing"])
+        assert rc == 0
+        outs.append({(r[schema.ID], r[schema.TEXT]) for r in _rows(out)})
+    assert outs[0] == outs[1] and len(outs[0]) > 200
+
+
+def test_malformed_rows_become_rejects_and_the_run_succeeds(sst2_dir, tmp_path, capsys):
+    path = head_tsv(sst2_dir / "train.tsv", tmp_path / "mixed.tsv", 30)
+    with open(path, "ab") as fh:
+        fh.write(b"\t1\nbad \xff bytes\t0\nthree\tfields\there\nunknown label\t9\n")
+    out = tmp_path / "out"
+    rc = main(["augment", "--input", str(path), "--output", str(out), "--n-iter", "2", "--labels", "0,1"])
+    assert rc == 0
+    s = _stats(out)
+    assert (s["input_rows"], s["accepted_rows"], s["rejected_rows"]) == (34, 30, 4)
+    rejects = [json.loads(l) for f in sorted((out / schema.REJECTS_DIR).glob("*.jsonl"))
+               for l in f.read_text().splitlines()]
+    by_line = {r[schema.REJECT_LINE]: r for r in rejects}
+    assert sorted(by_line) == [32, 33, 34, 35]
+    assert by_line[32][schema.REJECT_REASON] == "empty text"
+    assert by_line[33][schema.REJECT_REASON] == "bytes that are not valid UTF-8"
+    assert "expected 2 fields" in by_line[34][schema.REJECT_REASON]
+    assert "outside the label set" in by_line[35][schema.REJECT_REASON]
+    assert all(r[schema.REJECT_FILE] == str(path) and r[schema.REJECT_RAW] for r in rejects)
+
+
+def test_a_file_with_only_bad_rows_fails_with_a_clear_message(tmp_path, capsys):
+    good = tmp_path / "good.tsv"
+    good.write_text("sentence\tlabel\na fine film\t1\na dull film\t0\n")
+    bad = tmp_path / "bad.tsv"
+    bad.write_bytes(b"sentence\tlabel\n\t1\nx\t5\n")
+    out = tmp_path / "out"
+    rc = main(["augment", "--input", str(good), "--input", str(bad), "--output", str(out), "--n-iter", "1"])
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert f"{bad}: every row was rejected (2 rows)" in err
+    assert "line 2: empty text" in err and "line 3: label '5' outside the label set" in err
+    assert not (out / schema.COMPLETE_MARKER).exists()
+    assert _stats(out)["rejected_rows"] == 2  # still accounted for
+
+
+def test_existing_complete_output_is_refused_without_overwrite(tmp_path, capsys):
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"text": "a fine film", "label": 1}\n{"text": "a dull film", "label": 0}\n')
+    out = tmp_path / "out"
+    args = ["augment", "--input", str(src), "--output", str(out), "--n-iter", "2", "--ops", "mask"]
+    assert main(args) == 0
+    assert main(args) == 1
+    assert "already holds a complete run" in capsys.readouterr().err
+    assert main(args + ["--overwrite"]) == 0
+
+
+def test_unlabeled_text_is_augmented_without_labels(tmp_path):
+    lab = tmp_path / "lab.tsv"
+    lab.write_text("sentence\tlabel\na fine film\t1\n")
+    unl = tmp_path / "unl.jsonl"
+    unl.write_text('{"text": "an unlabeled review of a movie"}\n')
+    out = tmp_path / "out"
+    assert main(["augment", "--input", str(lab), "--unlabeled", str(unl), "--output", str(out),
+                 "--n-iter", "3", "--ops", "mask", "--p-mask", "0.5"]) == 0
+    rows = _rows(out)
+    orig = {r[schema.TEXT]: r[schema.LABEL] for r in rows if not r[schema.OPS]}
+    assert orig == {"a fine film": 1, "an unlabeled review of a movie": None}
+
+
+def test_tinybert_recipe_in_a_test_pipeline(tiny_mlm_dir, tmp_path):
+    src = tmp_path / "in.tsv"
+    src.write_text("sentence\tlabel\nthe film was great and funny\t1\na boring plot , awful acting\t0\n")
+    job = AugmentJob(inputs=(SourceSpec(path=str(src)),), output=str(tmp_path / "out"), label_names=("0", "1"),
+                     augment=AugmentConfig(recipe="tinybert", n_iter=10, mlm_model=tiny_mlm_dir, mlm_top_k=4))
+    with BeamTestPipeline(runner="FnApiRunner") as p:
+        outs = build(p, job)
+
+        def check(rows):
+            variants = [r for r in rows if not r.is_original]
+            assert len(variants) >= 5 and all(r.ops == ("mlm",) for r in variants)
+            originals = {r.source_id: r.text.split() for r in rows if r.is_original}
+            for r in variants:  # MLM replaces words one for one
+                assert len(r.text.split()) == len(originals[r.source_id])
+
+        assert_that(outs["kept"], check)
+    s = _stats(tmp_path / "out")
+    assert s["variants_generated"] == 20 and s["problems"] == []
+
+
+def test_the_graph_builds_with_dataflow_options(tmp_path):
+    options = PipelineOptions(["--runner=DataflowRunner", "--project=my-project", "--region=europe-west4",
+                               "--temp_location=gs://my-bucket/tmp", "--setup_file=./setup.py"])
+    p = beam.Pipeline(options=options)
+    job = AugmentJob(inputs=(SourceSpec(path="gs://my-bucket/train.tsv"),), output="gs://my-bucket/out",
+                     exclude=(SourceSpec(path="gs://my-bucket/dev.tsv", label_column=None),),
+                     label_names=("0", "1"))
+    build(p, job)  # constructing the graph must not touch the bucket or need credentials
+    proto = p.to_runner_api()
+    labels = {t.unique_name for t in proto.components.transforms.values()}
+    for step in ("ReadInputs", "TagPOS", "Augment", "GroupByText", "DedupAndGuard", "WriteParquet",
+                 "WriteRejects", "Finalize"):
+        assert any(step in l for l in labels), step

@@ -1,0 +1,150 @@
+"""Each augmenter's statistics match its probabilities; same seed → same output."""
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from transferset.augment import AugmentConfig, generate, get, names, register, variant_rows
+from transferset.augment.mask import mask
+from transferset.augment.ngram import ngram
+from transferset.augment.pos import PosVocab, Tagger, build_vocab, pos
+from transferset.augment.seeding import rng_for
+from transferset.sources import SourceSpec, read_source
+
+
+@pytest.fixture(scope="module")
+def sentences(sst2_dir):
+    recs = read_source(SourceSpec(path=str(sst2_dir / "train.tsv"), label_names=("0", "1"), limit=400))
+    return [r.text.split() for r in recs]
+
+
+@pytest.fixture(scope="module")
+def tagged(sentences):
+    tagger = Tagger()
+    return sentences, tagger.tag(sentences)
+
+
+def _words(sentences):
+    return sum(len(s) for s in sentences)
+
+
+def test_registry_names_duplicates_and_unknown():
+    assert {"mask", "pos", "ngram", "mlm"} <= set(names())
+    with pytest.raises(ValueError, match="already registered"):
+        register("mask", kind="word", prob="p_mask")(lambda **_: None)
+    with pytest.raises(KeyError, match="known: .*mask"):
+        get("nope")
+    with pytest.raises(KeyError, match="unknown augmenter 'shuffle'"):
+        AugmentConfig(ops=("mask", "shuffle"))
+
+
+def test_mask_fraction_matches_p_mask(sentences):
+    cfg = AugmentConfig(ops=("mask",), n_iter=10, p_mask=0.1, seed=3)
+    masked = total = 0
+    for i, words in enumerate(sentences):
+        for v in generate(words, source_id=str(i), cfg=cfg):
+            masked += sum(w == "[MASK]" for w in v.words)
+            total += len(words)
+    frac = masked / total
+    # ~80k words: the standard error is ~0.001, so 0.01 is a tight yet safe band.
+    assert abs(frac - 0.1) < 0.01, frac
+
+
+def test_mask_only_touches_given_positions():
+    out = mask(words=["a", "b", "c"], positions=np.array([1]), rng=rng_for(0, "x", 0))
+    assert out == ["a", "[MASK]", "c"]
+
+
+def test_ngram_lengths_uniform_and_contiguous():
+    words = [f"w{i}" for i in range(12)]
+    lengths = Counter()
+    applied = 0
+    n = 6000
+    for v in range(n):
+        out = ngram(words=words, rng=rng_for(1, "s", v), p_ng=0.25, max_n=5)
+        if out != words:
+            applied += 1
+            lengths[len(out)] += 1
+            start = words.index(out[0])
+            assert out == words[start:start + len(out)]  # a contiguous n-gram
+    assert abs(applied / n - 0.25) < 0.025
+    assert set(lengths) == {1, 2, 3, 4, 5}
+    for k in range(1, 6):
+        assert abs(lengths[k] / applied - 0.2) < 0.04, lengths
+
+
+def test_ngram_short_sentence_keeps_at_most_its_words():
+    out = ngram(words=["only", "two"], rng=rng_for(0, "s", 0), p_ng=1.0, max_n=5)
+    assert 1 <= len(out) <= 2
+
+
+def test_pos_replacements_keep_the_tag_and_follow_p_pos(tagged):
+    sentences, tags = tagged
+    vocab = build_vocab(zip(sentences, tags))
+    word_tags = {}
+    for ws, ts in zip(sentences, tags):
+        for w, t in zip(ws, ts):
+            word_tags.setdefault(w, set()).add(t)
+    cfg = AugmentConfig(ops=("pos",), n_iter=5, p_pos=0.1, seed=1)
+    changed = total = 0
+    for i, (ws, ts) in enumerate(zip(sentences, tags)):
+        for v in generate(ws, source_id=str(i), cfg=cfg, context={"tags": ts, "pos_vocab": vocab}):
+            for old, new, t in zip(ws, v.words, ts):
+                total += 1
+                if new != old:
+                    changed += 1
+                    assert t in word_tags[new], (old, new, t)  # drawn from the same tag's words
+    # Replacement can draw the same word back, so the change rate sits a little under p_pos.
+    assert 0.05 < changed / total < 0.1
+
+
+def test_pos_draws_follow_the_unigram_distribution():
+    vocab = PosVocab.from_counts({("NN", "film"): 3, ("NN", "movie"): 1, ("JJ", "good"): 5})
+    rng = np.random.default_rng(0)
+    draws = Counter(vocab.draw("NN", u) for u in rng.random(8000))
+    assert set(draws) == {"film", "movie"}
+    assert abs(draws["film"] / 8000 - 0.75) < 0.02
+    assert vocab.draw("VB", 0.5) is None
+    out = pos(words=["a", "film"], positions=np.array([0]), rng=rng, tags=["VB", "NN"], pos_vocab=vocab)
+    assert out == ["a", "film"]  # a tag unseen in the corpus leaves the word alone
+
+
+def test_tang_recipe_mask_and_pos_are_exclusive_per_word(tagged):
+    sentences, tags = tagged
+    vocab = build_vocab(zip(sentences, tags))
+    cfg = AugmentConfig(recipe="tang", n_iter=20, p_ng=0.0, p_mask=0.3, p_pos=0.3, seed=5)
+    masked = replaced = total = 0
+    for i, (ws, ts) in enumerate(zip(sentences[:200], tags[:200])):
+        for v in generate(ws, source_id=str(i), cfg=cfg, context={"tags": ts, "pos_vocab": vocab}):
+            assert len(v.words) == len(ws)
+            for old, new in zip(ws, v.words):
+                total += 1
+                masked += new == "[MASK]"
+                replaced += new not in ("[MASK]", old)
+    assert abs(masked / total - 0.3) < 0.02
+    # POS draws only where no mask was drawn: about p_pos of all words, minus same-word draws.
+    assert 0.2 < replaced / total < 0.3
+
+
+def test_same_seed_same_output_other_seed_differs(tagged):
+    sentences, tags = tagged
+    vocab = build_vocab(zip(sentences, tags))
+    ctx = {"tags": tags[7], "pos_vocab": vocab}
+    text = " ".join(sentences[7])
+
+    def rows(seed):
+        cfg = AugmentConfig(n_iter=20, seed=seed)
+        return [(r.id, r.text, r.ops) for r in variant_rows("src7", text, None, cfg=cfg, context=ctx)]
+
+    assert rows(11) == rows(11)
+    assert rows(11) != rows(12)
+    # A row depends on its own variant index only: asking for fewer variants gives a prefix.
+    short = AugmentConfig(n_iter=5, seed=11)
+    assert [(r.id, r.text, r.ops) for r in variant_rows("src7", text, None, cfg=short, context=ctx)] == rows(11)[:5]
+
+
+def test_config_rejects_bad_settings():
+    with pytest.raises(ValueError, match="unknown recipe"):
+        AugmentConfig(recipe="eda")
+    with pytest.raises(ValueError, match="sum to"):
+        AugmentConfig(p_mask=0.7, p_pos=0.5)

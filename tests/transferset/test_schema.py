@@ -1,0 +1,44 @@
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from transferset import schema, transfer
+from transferset.errors import UserError
+
+
+def test_scored_schema_types_follow_the_contract():
+    s = schema.scored_schema(2, 384, layers=[3], metadata=schema.base_metadata(["neg", "pos"]))
+    assert s.field(schema.LABEL).type == pa.int32() and s.field(schema.LABEL).nullable
+    assert s.field(schema.OPS).type == pa.list_(pa.string())
+    assert s.field(schema.TEACHER_LABEL).type == pa.int32()
+    assert s.field(schema.TEACHER_LOGITS).type == pa.list_(pa.float32(), 2)
+    assert s.field(schema.TEACHER_HIDDEN).type == pa.list_(pa.float16(), 384)
+    assert s.field("teacher_hidden_l3").type == pa.list_(pa.float16(), 384)
+
+
+def test_metadata_round_trip_and_checks(tmp_path):
+    meta = schema.base_metadata(["neg", "pos"], **{schema.META_SEED: 3})
+    sch = schema.transfer_schema(meta)
+    rows = [{schema.ID: "a", schema.SOURCE_ID: "s", schema.TEXT: "t", schema.TEXT_B: None, schema.OPS: [],
+             schema.LABEL: 1}]
+    (tmp_path / "data").mkdir()
+    pq.write_table(pa.Table.from_pylist(rows, schema=sch), tmp_path / "data" / "p.parquet", compression="zstd")
+    pq.write_table(sch.empty_table(), tmp_path / "data" / "q.parquet")  # empty shards are accepted
+    got = transfer.read_metadata(str(tmp_path))
+    assert got[schema.META_LABEL_NAMES] == ["neg", "pos"] and got[schema.META_SEED] == 3
+    assert got[schema.META_SCHEMA_VERSION] == schema.SCHEMA_VERSION
+    assert transfer.num_rows(str(tmp_path)) == 1
+    with pytest.raises(UserError, match="missing column.*teacher_label.*transferset score"):
+        transfer.read_metadata(str(tmp_path), scored=True)
+
+
+def test_foreign_or_newer_files_are_refused(tmp_path):
+    pq.write_table(pa.table({"text": ["x"]}), tmp_path / "plain.parquet")
+    with pytest.raises(UserError, match="not written by transferset"):
+        transfer.read_metadata(str(tmp_path))
+    newer = schema.transfer_schema({schema.META_SCHEMA_VERSION: "99"})
+    pq.write_table(newer.empty_table(), tmp_path / "plain.parquet")
+    with pytest.raises(UserError, match="schema version '99'"):
+        transfer.read_metadata(str(tmp_path))
+    with pytest.raises(UserError, match="no Parquet files"):
+        transfer.data_files(str(tmp_path / "nothing"))

@@ -1,0 +1,131 @@
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from transferset.sources import (Example, Reject, SourceError, SourceSpec, infer_label_names, normalize_text,
+                                 parse_hf_spec, parse_label, read_source)
+
+LABELS = ("0", "1")
+
+
+def _read(path, **kw):
+    kw.setdefault("label_names", LABELS)
+    return list(read_source(SourceSpec(path=str(path), **kw)))
+
+
+def test_sst2_tsv_rows_are_examples(sst2_dir):
+    recs = _read(sst2_dir / "dev.tsv")
+    assert len(recs) == 872
+    assert all(isinstance(r, Example) for r in recs)
+    assert recs[0].text == "one long string of cliches ."
+    assert recs[0].label == 0 and recs[0].line == 2
+    assert sorted({r.label for r in recs}) == [0, 1]
+
+
+def test_limit_reads_first_rows(sst2_dir):
+    recs = _read(sst2_dir / "train.tsv", limit=7)
+    assert len(recs) == 7
+    assert recs[0].text == "hide new secretions from the parental units"
+
+
+def test_each_bad_row_becomes_a_reject_with_reason(tmp_path):
+    path = tmp_path / "bad.tsv"
+    path.write_bytes(
+        b"sentence\tlabel\n"
+        b"a fine film\t1\n"
+        b"\t0\n"  # empty text
+        b"bad bytes \xff\xfe here\t1\n"  # not UTF-8
+        b"a label outside\t7\n"
+        b"too many\tfields\there\n"
+        + b"x" * 60 + b"\t0\n"  # longer than max_chars
+        b"good again\t0\n"
+    )
+    recs = _read(path, max_chars=50)
+    kept = [r for r in recs if isinstance(r, Example)]
+    rejects = [r for r in recs if isinstance(r, Reject)]
+    assert [r.text for r in kept] == ["a fine film", "good again"]
+    reasons = {r.line: r.reason for r in rejects}
+    assert reasons[3] == "empty text"
+    assert reasons[4] == "bytes that are not valid UTF-8"
+    assert "outside the label set" in reasons[5] and "'7'" in reasons[5]
+    assert "expected 2 fields" in reasons[6]
+    assert "longer than --max-chars" in reasons[7]
+    assert len(kept) + len(rejects) == 7  # every row accounted for
+    assert all(r.file == str(path) and r.raw for r in rejects)
+    assert "\\xff" in rejects[1].raw  # the raw row is kept, bad bytes visible
+
+
+def test_missing_columns_are_rejected(tmp_path):
+    path = tmp_path / "x.csv"
+    path.write_text("review,stars\ngood,1\n")
+    (rej,) = _read(path)
+    assert isinstance(rej, Reject) and "missing text column" in rej.reason
+    (rej,) = _read(path, text_column="review")
+    assert "missing label column 'label'" in rej.reason
+    (ok,) = _read(path, text_column="review", label_column="stars")
+    assert ok.text == "good" and ok.label == 1
+
+
+def test_csv_quoting_and_jsonl_and_parquet(tmp_path):
+    csv_path = tmp_path / "a.csv"
+    csv_path.write_text('text,label\n"hello, ""world""",0\n')
+    (ex,) = _read(csv_path)
+    assert ex.text == 'hello, "world"'
+
+    jl = tmp_path / "a.jsonl"
+    jl.write_text(json.dumps({"text": "one", "label": 1}) + "\n{not json\n" + json.dumps([1, 2]) + "\n")
+    recs = _read(jl)
+    assert isinstance(recs[0], Example) and recs[0].label == 1
+    assert "invalid JSON" in recs[1].reason and recs[1].line == 2
+    assert "must be an object" in recs[2].reason
+
+    pq_path = tmp_path / "a.parquet"
+    pq.write_table(pa.table({"sentence": ["p one", ""], "label": [1, 0]}), pq_path)
+    recs = _read(pq_path)
+    assert recs[0].text == "p one" and recs[0].label == 1
+    assert recs[1].reason == "empty text" and recs[1].line == 2
+
+
+def test_sentence_pairs_and_unlabeled(tmp_path):
+    path = tmp_path / "pairs.tsv"
+    path.write_text("q\tp\tlabel\nis it good\tit is good\tentailment\nwhy\t\tneutral\n")
+    recs = _read(path, text_column="q", text_b_column="p", label_names=("entailment", "neutral"))
+    assert recs[0].text_b == "it is good" and recs[0].label == 0
+    assert recs[1].reason == "empty text"
+    unl = list(read_source(SourceSpec(path=str(path), text_column="q", label_column=None)))
+    assert [r.label for r in unl] == [None, None]
+
+
+def test_hf_dataset_spec_reads_through_datasets(tmp_path):
+    d = tmp_path / "local_ds"
+    d.mkdir()
+    (d / "train.csv").write_text("sentence,label\nfrom the hub,1\n,0\n")
+    recs = list(read_source(SourceSpec(path=f"hf:{d}:train", label_names=LABELS)))
+    assert recs[0].text == "from the hub" and recs[0].label == 1
+    assert recs[1].reason == "empty text"
+    assert parse_hf_spec("hf:glue:sst2:validation") == ("glue", "sst2", "validation")
+    assert parse_hf_spec("hf:imdb:test") == ("imdb", None, "test")
+
+
+def test_unknown_format_and_label_inference(tmp_path, sst2_dir):
+    with pytest.raises(SourceError, match="unknown input format"):
+        _read(tmp_path / "x.xlsx")
+    assert infer_label_names(str(sst2_dir / "dev.tsv")) == ("0", "1")
+    only_ones = tmp_path / "ones.tsv"
+    only_ones.write_text("sentence\tlabel\na\t1\nb\t2\n")
+    assert infer_label_names(str(only_ones)) == ("0", "1", "2")
+    assert parse_label("1", LABELS) == 1 and parse_label("2", LABELS) is None
+    assert parse_label(1, ("neg", "pos")) == 1 and parse_label("pos", ("neg", "pos")) == 1
+    assert normalize_text("  A  Fine\tFilm ") == "a fine film"
+
+
+def test_source_id_depends_on_content_only(tmp_path):
+    a = tmp_path / "a.tsv"
+    b = tmp_path / "b.tsv"
+    a.write_text("sentence\tlabel\nsame text\t0\nother\t1\n")
+    b.write_text("sentence\tlabel\nother\t1\nsame text\t0\n")
+    ids_a = {r.text: r.source_id for r in _read(a)}
+    ids_b = {r.text: r.source_id for r in _read(b)}
+    assert ids_a == ids_b and len(set(ids_a.values())) == 2
