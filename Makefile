@@ -17,8 +17,12 @@ $(STAMP): pyproject.toml
 test: $(STAMP)
 	$(PY) -m pytest -q -ra $(PYTEST_ARGS)
 
+DATA ?= ../shared/data/sst2
+
 demo: $(STAMP)
-	$(VENV)/bin/transferset demo
+	$(VENV)/bin/transferset augment --input $(DATA)/train.tsv --exclude $(DATA)/dev.tsv \
+	    --output runs/demo/transfer --limit 2000 --overwrite
+	$(VENV)/bin/transferset inspect runs/demo/transfer
 
 bench: $(STAMP)
 	$(PY) benchmarks/augment.py

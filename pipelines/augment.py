@@ -134,6 +134,15 @@ def _resolve(item):
         yield winner
 
 
+class _ToRecords(beam.DoFn):
+    def start_bundle(self):
+        self.progress = Progress("rows written (originals and variants)")
+
+    def process(self, row):
+        self.progress.update()
+        yield to_record(row)
+
+
 def _guard_sources(item):
     _, groups = item
     for ex in groups["examples"]:
@@ -204,7 +213,7 @@ def build(p: beam.Pipeline, job: AugmentJob) -> dict:
         schema.META_SEED: cfg.seed,
     })
     written = (resolved.kept
-               | "ToRecords" >> beam.Map(to_record)
+               | "ToRecords" >> beam.ParDo(_ToRecords())
                | "WriteParquet" >> beam.io.WriteToParquet(
                    opts.join(job.output, schema.DATA_DIR, "part"), schema.transfer_schema(metadata),
                    codec="zstd", file_name_suffix=".parquet"))
