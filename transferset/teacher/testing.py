@@ -29,7 +29,7 @@ def write_vocab(path: str, words: Sequence[str] = WORDS) -> str:
 
 def tiny_classifier(directory: str, label_names: Sequence[str] = ("0", "1"), *, hidden_size: int = 32,
                     num_layers: int = 2, num_heads: int = 2, seed: int = 0, max_positions: int = 512,
-                    save_pickle: bool = False) -> str:
+                    save_pickle: bool = False, initializer_range: float = 0.5) -> str:
     """Write a tiny BertForSequenceClassification + tokenizer to `directory`; returns it.
 
     With `save_pickle` the weights go to pytorch_model.bin (a pickle) instead of safetensors.
@@ -45,8 +45,9 @@ def tiny_classifier(directory: str, label_names: Sequence[str] = ("0", "1"), *, 
         hidden_size=hidden_size, num_hidden_layers=num_layers, num_attention_heads=num_heads,
         intermediate_size=hidden_size * 2, max_position_embeddings=max_positions,
         num_labels=len(label_names),
-        # Larger than BERT's 0.02 so logits differ visibly between rows (a swap cannot pass the tests).
-        initializer_range=0.5,
+        # Default larger than BERT's 0.02 so logits differ visibly between rows (a row swap cannot
+        # pass an equivalence test); use 0.02 for a model that is to be trained.
+        initializer_range=initializer_range,
         id2label={i: str(n) for i, n in enumerate(label_names)},
         label2id={str(n): i for i, n in enumerate(label_names)},
     )

@@ -1,0 +1,129 @@
+import json
+import os
+import random
+
+import numpy as np
+import pytest
+
+from transferset import cli
+from transferset.errors import UserError
+from transferset.teacher import loading, scoring, testing
+from transferset.teacher.train import METRICS_FILE, TrainConfig, train
+
+POSITIVE = ["great", "brilliant", "best", "love", "funny"]
+NEGATIVE = ["awful", "terrible", "worst", "hate", "boring"]
+FILLER = ["the", "movie", "film", "story", "was", "is", "very", "so", "acting", "plot"]
+
+
+def _rows(n, seed):
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        label = rng.randrange(2)
+        words = rng.sample(FILLER, 3) + [rng.choice(POSITIVE if label else NEGATIVE)]
+        rng.shuffle(words)
+        rows.append((" ".join(words), str(label)))
+    return rows
+
+
+def _write_tsv(path, rows, extra_lines=()):
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write("sentence\tlabel\n")
+        for text, label in rows:
+            fh.write(f"{text}\t{label}\n")
+        for line in extra_lines:
+            fh.write(line + "\n")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("train")
+    base = testing.tiny_classifier(str(tmp / "base"), label_names=("LABEL_0", "LABEL_1"),
+                                  initializer_range=0.02)
+    train_tsv = _write_tsv(tmp / "train.tsv", _rows(96, 0))
+    # Two bad dev rows: an empty sentence and a label outside the train file's label set.
+    dev_tsv = _write_tsv(tmp / "dev.tsv", _rows(40, 1), extra_lines=["\t1", "great film\t7"])
+    cfg = TrainConfig(train=train_tsv, dev=dev_tsv, output=str(tmp / "teacher"), model=base, epochs=5, lr=1e-2,
+                      batch_size=16, max_length=32, seed=0, progress=False)
+    return cfg, train(cfg, log=lambda msg: None)
+
+
+def test_fine_tuning_learns_and_keeps_best_checkpoint(trained):
+    cfg, metrics = trained
+    history = metrics["history"]
+    assert [h["epoch"] for h in history] == [1, 2, 3, 4, 5]
+    assert [h["step"] for h in history] == [6, 12, 18, 24, 30]  # 96 rows / batch 16
+    best = max(history, key=lambda h: h["dev_accuracy"])  # the first of equal bests is kept
+    assert metrics["best_dev_accuracy"] == best["dev_accuracy"] and metrics["best_epoch"] == best["epoch"]
+    # The keyword task is easy: a tiny model that learns anything gets well above chance.
+    assert metrics["best_dev_accuracy"] >= 0.9
+    with open(os.path.join(cfg.output, METRICS_FILE)) as fh:
+        assert json.load(fh)["best_dev_accuracy"] == metrics["best_dev_accuracy"]
+
+    # The saved weights are that checkpoint: rescoring dev gives the recorded accuracy.
+    teacher = scoring.Teacher.load(cfg.output)
+    dev = _rows(40, 1)
+    pred = teacher.predict([t for t, _ in dev]).labels
+    assert np.mean(pred == np.array([int(l) for _, l in dev])) == pytest.approx(metrics["best_dev_accuracy"])
+
+
+def test_saved_directory_is_a_safe_teacher(trained):
+    cfg, metrics = trained
+    names = set(os.listdir(cfg.output))
+    assert {"config.json", "model.safetensors", "tokenizer_config.json", METRICS_FILE} <= names
+    assert not any(n.endswith(".bin") for n in names)
+    config = loading.load_config(cfg.output)
+    assert loading.label_names_of(config) == ["0", "1"]  # the data's labels, not the base model's
+    assert metrics["label_names"] == ["0", "1"]
+    assert metrics["weights_sha256"] == loading.weights_sha256(cfg.output)
+    assert metrics["max_length"] == 32
+
+
+def test_rejected_rows_are_reported(trained):
+    cfg, metrics = trained
+    assert metrics["rejected"] == {"train": 0, "dev": 2}
+    assert metrics["dev_rows"] == 40 and metrics["train_rows"] == 96
+    with open(os.path.join(cfg.output, "rejects", "dev.jsonl")) as fh:
+        reasons = [json.loads(line)["reason"] for line in fh]
+    assert reasons[0] == "empty text"
+    assert reasons[1].startswith("label '7' outside the label set")
+
+
+def test_existing_output_refused(trained):
+    cfg, _ = trained
+    with pytest.raises(UserError, match="already holds a model.*--overwrite"):
+        train(cfg, log=lambda msg: None)
+
+
+def test_cli_runs_and_limits_rows(tmp_path, tiny_teacher, capsys):
+    train_tsv = _write_tsv(tmp_path / "train.tsv", _rows(30, 2))
+    dev_tsv = _write_tsv(tmp_path / "dev.tsv", _rows(30, 3))
+    out = tmp_path / "teacher"
+    rc = cli.main(["teacher", "--train", train_tsv, "--dev", dev_tsv, "--output", str(out), "--model", tiny_teacher,
+                   "--epochs", "1", "--batch-size", "4", "--limit", "12", "--max-steps", "2", "--seed", "3"])
+    assert rc == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["train_rows"] == 12 and summary["dev_rows"] == 12
+    metrics = json.loads((out / METRICS_FILE).read_text())
+    assert metrics["history"][0]["step"] == 2
+
+
+def test_cli_error_is_clean(tmp_path, capsys):
+    rc = cli.main(["teacher", "--train", str(tmp_path / "missing.tsv"), "--dev", str(tmp_path / "d.tsv"),
+                   "--output", str(tmp_path / "o")])
+    assert rc == 1
+    err = capsys.readouterr().err
+    assert "transferset teacher: error: --train" in err and "missing.tsv: no such file" in err
+    assert "Traceback" not in err and not (tmp_path / "o").exists()
+
+
+def test_teacher_help(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["teacher", "--help"])
+    assert exc.value.code == 0
+    text = capsys.readouterr().out
+    for flag in ("--train", "--dev", "--output", "--model", "--epochs", "--lr", "--batch-size", "--max-length",
+                 "--limit", "--seed", "--allow-pickle", "--trust-remote-code"):
+        assert flag in text
+    assert loading.DEFAULT_MODEL in text
