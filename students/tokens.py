@@ -1,0 +1,187 @@
+"""Student tokenization and embedding initialisation from the teacher.
+
+Two kinds of tokens: the teacher's WordPiece tokenizer (default: the transformer student needs
+it, and the BiLSTM then shares the teacher's vocabulary and embeddings), or lowercased words with
+a vocabulary counted over the transfer set. Both are saved inside the model directory, so a
+trained student never needs the teacher's files again.
+
+Embeddings can start from the teacher's input embeddings projected to the student's width by
+PCA: no GloVe download, and the student starts from vectors the teacher already organised.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections import Counter
+from typing import Iterable, Optional, Sequence
+
+import torch
+
+from transferset.errors import UserError
+
+WORDS_FILE = "vocab.json"
+TOKENIZER_DIR = "tokenizer"
+PAD, UNK, SEP = "[PAD]", "[UNK]", "[SEP]"
+_WORD = re.compile(r"\w+|[^\w\s]")
+
+
+class WordPieceTokens:
+    kind = "wordpiece"
+
+    def __init__(self, tokenizer, max_length: int, keep: Optional[Sequence[int]] = None):
+        self.tokenizer = tokenizer
+        self.max_length = max_length
+        self.keep = None if keep is None else sorted(set(int(i) for i in keep))
+        self.remap = None
+        if self.keep is not None:
+            # A trimmed vocabulary: only the WordPiece ids seen in the transfer set get a row of the
+            # student's embedding table (most of a 30k table never occurs in one task's text, and
+            # its rows would dominate the student's size and every optimiser step). The rest map to [UNK].
+            specials = [tokenizer.pad_token_id, tokenizer.unk_token_id, tokenizer.cls_token_id, tokenizer.sep_token_id]
+            self.keep = sorted(set(self.keep) | {int(i) for i in specials if i is not None})
+            self.remap = torch.full((len(tokenizer),), self.keep.index(tokenizer.unk_token_id), dtype=torch.long)
+            self.remap[torch.tensor(self.keep)] = torch.arange(len(self.keep))
+        pad = int(tokenizer.pad_token_id or 0)
+        self.pad_id = pad if self.remap is None else int(self.remap[pad])
+        self.vocab_size = len(tokenizer) if self.keep is None else len(self.keep)
+
+    def seen_ids(self, texts: Iterable[Sequence[str]]) -> set[int]:
+        """WordPiece ids occurring in batches of texts (for a trimmed vocabulary)."""
+        seen: set[int] = set()
+        for batch in texts:
+            for ids in self.tokenizer(list(batch), truncation=True, max_length=self.max_length)["input_ids"]:
+                seen.update(ids)
+        return seen
+
+    @classmethod
+    def from_dir(cls, path: str, max_length: int, keep: Optional[Sequence[int]] = None) -> "WordPieceTokens":
+        from transformers import AutoTokenizer
+
+        try:
+            tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        except (OSError, ValueError) as exc:
+            raise UserError(f"cannot load the teacher's tokenizer from {path!r}: {exc}; set `tokenizer: PATH` "
+                            "in the --config YAML to a directory holding tokenizer.json or vocab.txt") from exc
+        return cls(tok, max_length, keep)
+
+    def encode(self, texts: Sequence[str], texts_b: Optional[Sequence[Optional[str]]] = None):
+        """→ ids (B, T) long, mask (B, T) bool, type ids (B, T) long; padded to the longest row."""
+        pairs = None
+        if texts_b is not None and any(t is not None for t in texts_b):
+            pairs = [t or "" for t in texts_b]
+        enc = self.tokenizer(list(texts), pairs, truncation=True, max_length=self.max_length,
+                             padding=True, return_tensors="pt", return_token_type_ids=True)
+        ids = enc["input_ids"] if self.remap is None else self.remap[enc["input_ids"]]
+        return ids, enc["attention_mask"].bool(), enc["token_type_ids"]
+
+    def save(self, model_dir: str) -> dict:
+        self.tokenizer.save_pretrained(os.path.join(model_dir, TOKENIZER_DIR))
+        return {"kind": self.kind, "max_length": self.max_length, "keep": self.keep}
+
+
+class WordTokens:
+    kind = "words"
+
+    def __init__(self, vocab: Sequence[str], max_length: int):
+        if list(vocab[:3]) != [PAD, UNK, SEP]:
+            raise ValueError(f"a word vocabulary starts with {PAD}, {UNK}, {SEP}")
+        self.vocab = list(vocab)
+        self.index = {w: i for i, w in enumerate(self.vocab)}
+        self.max_length = max_length
+        self.pad_id = 0
+        self.vocab_size = len(self.vocab)
+
+    @staticmethod
+    def split(text: str) -> list[str]:
+        return _WORD.findall(text.lower())
+
+    @classmethod
+    def build(cls, texts: Iterable[str], max_length: int, min_count: int = 1,
+              max_size: int = 50000) -> "WordTokens":
+        counts: Counter = Counter()
+        for t in texts:
+            counts.update(cls.split(t))
+        # Ties broken by the word so the vocabulary does not depend on shard order.
+        words = sorted((w for w, c in counts.items() if c >= min_count), key=lambda w: (-counts[w], w))
+        return cls([PAD, UNK, SEP] + words[: max(0, max_size - 3)], max_length)
+
+    def ids(self, text: str, text_b: Optional[str] = None) -> list[int]:
+        words = self.split(text) + ([SEP] + self.split(text_b) if text_b else [])
+        out = [self.index.get(w, 1) for w in words][: self.max_length]
+        return out or [1]  # an empty text still needs one step for the LSTM
+
+    def encode(self, texts: Sequence[str], texts_b: Optional[Sequence[Optional[str]]] = None):
+        rows = [self.ids(t, texts_b[i] if texts_b is not None else None) for i, t in enumerate(texts)]
+        T = max(len(r) for r in rows)
+        ids = torch.zeros(len(rows), T, dtype=torch.long)
+        for i, r in enumerate(rows):
+            ids[i, : len(r)] = torch.tensor(r)
+        mask = ids != self.pad_id
+        return ids, mask, torch.zeros_like(ids)
+
+    def save(self, model_dir: str) -> dict:
+        with open(os.path.join(model_dir, WORDS_FILE), "w", encoding="utf-8") as fh:
+            json.dump(self.vocab, fh, ensure_ascii=False)
+        return {"kind": self.kind, "max_length": self.max_length}
+
+
+def load_tokens(model_dir: str, spec: dict):
+    if spec["kind"] == WordPieceTokens.kind:
+        return WordPieceTokens.from_dir(os.path.join(model_dir, TOKENIZER_DIR), spec["max_length"], spec.get("keep"))
+    if spec["kind"] == WordTokens.kind:
+        with open(os.path.join(model_dir, WORDS_FILE), encoding="utf-8") as fh:
+            return WordTokens(json.load(fh), spec["max_length"])
+    raise UserError(f"{model_dir}: unknown token kind {spec['kind']!r} in config.json")
+
+
+def teacher_state(teacher_dir: str) -> dict[str, torch.Tensor]:
+    """The teacher's weights (safetensors only: a pickle could run code)."""
+    from safetensors.torch import load_file
+
+    path = os.path.join(teacher_dir, "model.safetensors")
+    if not os.path.isfile(path):
+        raise UserError(f"{teacher_dir}: no model.safetensors; initialising from the teacher needs its "
+                        "safetensors weights (or set embed_init: random / init: random in --config)")
+    return load_file(path)
+
+
+def teacher_input_embeddings(teacher_dir: str) -> torch.Tensor:
+    """The teacher's WordPiece input embedding table, (V, H)."""
+    from safetensors import safe_open
+
+    path = os.path.join(teacher_dir, "model.safetensors")
+    if not os.path.isfile(path):
+        teacher_state(teacher_dir)  # raises the explanatory error
+    with safe_open(path, framework="pt") as fh:
+        keys = [k for k in fh.keys() if k.endswith("word_embeddings.weight")]
+        if not keys:
+            raise UserError(f"{path}: no *word_embeddings.weight tensor; set embed_init: random in --config")
+        return fh.get_tensor(keys[0]).float()
+
+
+def pca_project(table: torch.Tensor, dim: int, seed: int = 0) -> torch.Tensor:
+    """Rows of `table` (V, H) on its top-`dim` principal axes, scaled to unit overall std, (V, dim).
+
+    When dim > H the extra columns are random: the teacher has no more directions to give.
+    """
+    x = table - table.mean(0, keepdim=True)                       # (V, H)
+    cov = x.T @ x / max(1, x.shape[0] - 1)                       # (H, H)
+    _, vecs = torch.linalg.eigh(cov)                             # ascending eigenvalues
+    k = min(dim, x.shape[1])
+    out = x @ vecs[:, -k:].flip(-1)                              # (V, k), largest variance first
+    out = out / out.std().clamp(min=1e-8)
+    if dim > k:
+        g = torch.Generator().manual_seed(seed)
+        out = torch.cat([out, torch.randn(x.shape[0], dim - k, generator=g)], dim=1)
+    return out
+
+
+def word_vectors_from_wordpiece(words: Sequence[str], wordpiece, table: torch.Tensor) -> torch.Tensor:
+    """One vector per word: the mean of its WordPiece rows in `table` (V_wp, H) → (len(words), H)."""
+    out = torch.zeros(len(words), table.shape[1])
+    enc = wordpiece(list(words), add_special_tokens=False)["input_ids"]
+    for i, ids in enumerate(enc):
+        if ids:
+            out[i] = table[ids].mean(0)
+    return out

@@ -1,0 +1,97 @@
+"""Schedules as pure functions, and the freezing they imply applied to a real student."""
+import pytest
+import torch
+
+from students import bilstm, schedules, transformer
+from students.losses import NO_LABEL, LossWeights
+from students.schedules import GROUPS, phases, requires_grad, top_down
+from students.trainer import TrainConfig, make_optimizer, set_trainable, train_step
+from transferset import schema
+
+W = LossWeights(ce=1.0, mse=1.0, repr=0.5)
+
+
+def test_top_down_unfreezes_head_first_then_encoder_then_embeddings():
+    assert top_down(GROUPS) == [("head", "classifier"), ("encoder", "head", "classifier"),
+                                ("embeddings", "encoder", "head", "classifier")]
+
+
+def test_progressive_phases_follow_mukherjee_and_awadallah():
+    plan = phases("progressive", W, epochs=4)
+    assert [(p.stage, p.trainable, p.weights.active(), p.early_stop, p.labeled_only) for p in plan] == [
+        (1, ("embeddings", "encoder", "head"), {"repr": 0.5}, False, False),
+        (2, ("head", "classifier"), {"mse": 1.0}, True, False),
+        (2, ("encoder", "head", "classifier"), {"mse": 1.0}, True, False),
+        (2, GROUPS, {"mse": 1.0}, True, False),
+        (3, ("head", "classifier"), {"ce": 1.0}, True, True),
+        (3, ("encoder", "head", "classifier"), {"ce": 1.0}, True, True),
+        (3, GROUPS, {"ce": 1.0}, True, True),
+    ]
+    assert all(p.epochs == 4 for p in plan)
+
+
+def test_progressive_stage2_uses_kd_when_configured_instead_of_mse():
+    plan = phases("progressive", LossWeights(kd=2.0, temperature=3.0), epochs=1)
+    assert plan[1].weights == LossWeights(kd=2.0, temperature=3.0)
+    assert plan[0].weights.active() == {"repr": 1.0} and plan[-1].weights.active() == {"ce": 1.0}
+
+
+def test_joint_and_distill_then_finetune():
+    (joint,) = phases("joint", W, epochs=3)
+    assert joint.trainable == GROUPS and joint.weights == W and joint.early_stop
+    first, second = phases("distill-then-finetune", W, epochs=2)
+    assert first.weights.active() == {"mse": 1.0, "repr": 0.5} and not first.labeled_only
+    assert second.weights.active() == {"ce": 1.0} and second.labeled_only and second.trainable == GROUPS
+
+
+def test_unknown_schedule_lists_the_known_ones():
+    with pytest.raises(ValueError, match="joint, progressive, distill-then-finetune"):
+        phases("cosine", W, epochs=1)
+
+
+def test_phases_is_pure():
+    assert phases("progressive", W, 2) == phases("progressive", W, 2)
+
+
+def _batch(vocab: int, classes: int = 2, hidden: int = 16):
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(1, vocab, (6, 9), generator=g)
+    mask = torch.ones_like(ids, dtype=torch.bool)
+    mask[3:, 5:] = False
+    ids[~mask] = 0
+    return {"ids": ids, "mask": mask, "type_ids": torch.zeros_like(ids),
+            schema.LABEL: torch.tensor([0, 1, NO_LABEL, 1, 0, NO_LABEL]),
+            schema.TEACHER_LOGITS: torch.randn(6, classes, generator=g),
+            schema.TEACHER_HIDDEN: torch.randn(6, hidden, generator=g)}
+
+
+@pytest.mark.parametrize("family", ["bilstm", "transformer"])
+def test_progressive_freezing_is_exact_and_frozen_params_stay_bit_identical(family):
+    torch.manual_seed(0)
+    if family == "bilstm":
+        model = bilstm.BiLSTM(bilstm.BiLSTMConfig(vocab_size=50, embed_dim=8, hidden=8, head_dim=16))
+    else:
+        model = transformer.Transformer(transformer.TransformerConfig(
+            vocab_size=50, n_layer=2, n_head=2, d_model=8, d_ff=16, head_dim=16, max_position=16, init="random"))
+    groups = model.param_groups()
+    assert tuple(groups) == GROUPS
+    # Every parameter belongs to exactly one group.
+    assert sum(len(v) for v in groups.values()) == len(list(model.parameters()))
+    cfg = TrainConfig(student=family, lr=1e-2, weight_decay=0.1)
+    batch = _batch(50)
+    for phase in phases("progressive", LossWeights(ce=1.0, mse=1.0, repr=1.0), epochs=1):
+        set_trainable(model, phase)
+        for name, flag in requires_grad(phase).items():
+            assert all(p.requires_grad is flag for p in groups[name]), (phase.name, name)
+        before = {n: p.detach().clone() for n, p in model.named_parameters()}
+        optimizer = make_optimizer(cfg, [p for p in model.parameters() if p.requires_grad])
+        train_step(model, optimizer, batch, phase.weights, grad_clip=1.0)
+        after = dict(model.named_parameters())
+        frozen = {n for g in GROUPS if g not in phase.trainable for n, p in model.named_parameters()
+                  if any(p is q for q in groups[g])}
+        for n in frozen:
+            assert torch.equal(before[n], after[n].detach()), f"{phase.name}: frozen {n} moved"
+        moved = [g for g in phase.trainable if any(not torch.equal(before[n], p.detach())
+                                                     for n, p in model.named_parameters()
+                                                     if any(p is q for q in groups[g]))]
+        assert moved == list(phase.trainable), f"{phase.name}: only {moved} learned"
