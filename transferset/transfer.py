@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import glob
 import os
+import random
 from typing import Any, Iterator, Optional, Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -48,9 +50,16 @@ def label_names(directory: str, *, scored: bool = False) -> list[str]:
 
 
 def iter_batches(directory: str, columns: Optional[Sequence[str]] = None,
-                 batch_size: int = 1024) -> Iterator[pa.RecordBatch]:
-    """Stream record batches over all shards: memory stays flat however large the set is."""
-    for path in data_files(directory):
+                 batch_size: int = 1024, rng: Optional[random.Random] = None) -> Iterator[pa.RecordBatch]:
+    """Stream record batches over all shards: memory stays flat however large the set is.
+
+    With `rng`, shards are visited in an order drawn from it (a shuffle at shard granularity
+    that costs no memory; the trainer shuffles rows within a bounded buffer on top).
+    """
+    files = data_files(directory)
+    if rng is not None:
+        rng.shuffle(files)
+    for path in files:
         pf = pq.ParquetFile(path)
         if pf.metadata.num_rows == 0:
             continue
@@ -64,3 +73,19 @@ def num_rows(directory: str) -> int:
 def read_table(directory: str, columns: Optional[Sequence[str]] = None) -> pa.Table:
     tables = [pq.read_table(p, columns=list(columns) if columns else None) for p in data_files(directory)]
     return pa.concat_tables([t for t in tables if t.num_rows] or tables[:1])
+
+
+def fixed_list_to_numpy(column, dtype=np.float32) -> np.ndarray:
+    """A fixed_size_list column (teacher_logits, teacher_hidden...) as an (N, width) array."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    width = column.type.list_size
+    # flatten() honours the array's offset, so slices of a batch convert correctly.
+    return column.flatten().to_numpy(zero_copy_only=False).astype(dtype, copy=False).reshape(len(column), width)
+
+
+def to_dataset(directory: str, columns: Optional[Sequence[str]] = None):
+    """The transfer set as a Hugging Face `datasets.Dataset` (memory-mapped Arrow, not loaded in RAM)."""
+    import datasets
+
+    return datasets.Dataset.from_parquet(data_files(directory), columns=list(columns) if columns else None)

@@ -1,0 +1,47 @@
+"""`transferset evaluate`: accuracy of a trained student, and agreement with the teacher."""
+from __future__ import annotations
+
+import argparse
+import json
+
+EPILOG = """\
+DATA is a labeled file (TSV/CSV/JSONL/Parquet) or a transferset Parquet set; when it holds teacher
+columns (a scored set), the student's agreement with the teacher's labels is printed too.
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="output directory of `transferset train` (or its model/)")
+    parser.add_argument("--data", required=True, help="labeled data or a scored transfer set")
+    parser.add_argument("--text-column", default=None, help="text column of a labeled file (default sentence, else text)")
+    parser.add_argument("--label-column", default="label", help="label column of a labeled file")
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+
+
+def evaluate(model_path: str, data_path: str, *, text_column=None, label_column: str = "label",
+             batch_size: int = 256) -> dict:
+    from students.losses import NO_LABEL
+    from students.trainer import accuracy, load_student, read_eval_data
+
+    student = load_student(model_path)
+    data = read_eval_data(data_path, student.label_names, text_column=text_column, label_column=label_column)
+    pred = student.predict(data.texts, data.texts_b, batch_size=batch_size)
+    out = {"data": data_path, "rows": len(data.texts),
+           "labeled_rows": int((data.labels != NO_LABEL).sum()),
+           "accuracy": accuracy(pred, data.labels)}
+    if data.teacher_labels is not None:
+        out["teacher_agreement"] = float((pred == data.teacher_labels).mean())
+    return out
+
+
+def run(args: argparse.Namespace, extra) -> int:
+    result = evaluate(args.model, args.data, text_column=args.text_column, label_column=args.label_column,
+                      batch_size=args.batch_size)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    print(f"accuracy {result['accuracy']:.4f} ({result['labeled_rows']} labeled rows of {result['rows']})")
+    if "teacher_agreement" in result:
+        print(f"teacher agreement {result['teacher_agreement']:.4f} ({result['rows']} rows)")
+    return 0
