@@ -44,6 +44,7 @@ class AugmentJob:
     label_names: tuple[str, ...] = ()
     tag_batch_size: int = 256
     mlm_batch_size: int = 64
+    torch_threads: Optional[int] = None  # per worker, for the MLM model; None: torch's default
 
 
 # --- DoFns (setup loads models once per worker) ---------------------------------
@@ -74,13 +75,13 @@ class _Tag(beam.DoFn):
 
 
 class _MlmCandidates(beam.DoFn):
-    def __init__(self, model: str, top_k: int, batch_size: int):
-        self.model, self.top_k, self.batch_size = model, top_k, batch_size
+    def __init__(self, model: str, top_k: int, batch_size: int, threads: Optional[int]):
+        self.model, self.top_k, self.batch_size, self.threads = model, top_k, batch_size, threads
 
     def setup(self):
         from transferset.augment.mlm import MlmCandidates
 
-        self.mlm = MlmCandidates(self.model, top_k=self.top_k, batch_size=self.batch_size)
+        self.mlm = MlmCandidates(self.model, top_k=self.top_k, batch_size=self.batch_size, threads=self.threads)
 
     def process(self, batch):
         cands = self.mlm.candidates([split_words(ex.text) for ex, _ in batch])
@@ -197,7 +198,8 @@ def build(p: beam.Pipeline, job: AugmentJob) -> dict:
     if cfg.needs("candidates"):
         items = (items
                  | "BatchForMLM" >> beam.BatchElements(min_batch_size=8, max_batch_size=job.mlm_batch_size)
-                 | "MLMCandidates" >> beam.ParDo(_MlmCandidates(cfg.mlm_model, cfg.mlm_top_k, job.mlm_batch_size)))
+                 | "MLMCandidates" >> beam.ParDo(_MlmCandidates(cfg.mlm_model, cfg.mlm_top_k, job.mlm_batch_size,
+                                                            job.torch_threads)))
 
     kwargs = {"pos_vocab": pos_vocab} if pos_vocab is not None else {}
     expanded = items | "Augment" >> beam.FlatMap(_expand, cfg, **kwargs).with_outputs("variants", main="originals")
@@ -294,6 +296,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a.add_argument("--mlm-model", default=d.mlm_model, metavar="PATH_OR_NAME",
                    help="any AutoModelForMaskedLM (local directory or hub name)")
     a.add_argument("--mlm-top-k", type=int, default=d.mlm_top_k, help="M candidates per word")
+    a.add_argument("--torch-threads", type=int, default=None,
+                   help="torch threads per worker for the MLM model (default: torch's; use cores / workers)")
     a.add_argument("--spacy-model", default=d.spacy_model, help="spaCy pipeline used for POS tags")
     opts.add_runner_arguments(parser)
 
@@ -325,7 +329,7 @@ def job_from_args(args) -> AugmentJob:
         unlabeled=tuple(spec(p, False) for p in args.unlabeled),
         exclude=tuple(SourceSpec(path=p, text_column=args.text_column, label_column=None,
                                  text_b_column=args.text_b_column, max_chars=10**9) for p in args.exclude),
-        output=args.output, augment=cfg, label_names=labels)
+        output=args.output, augment=cfg, label_names=labels, torch_threads=args.torch_threads)
 
 
 def run(args, extra: Sequence[str]) -> int:

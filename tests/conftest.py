@@ -18,11 +18,16 @@ def sst2_dir() -> Path:
     return SST2
 
 
-def head_tsv(src: Path, dst: Path, n: int) -> Path:
-    """Copy the header and the first n rows of a TSV into a temp file (test-local data only)."""
+def _head_tsv(src: Path, dst: Path, n: int) -> Path:
     with open(src, encoding="utf-8") as fh, open(dst, "w", encoding="utf-8") as out:
         out.writelines(itertools.islice(fh, n + 1))
     return dst
+
+
+@pytest.fixture(scope="session")
+def head_tsv():
+    """Copy the header and the first n rows of a TSV into a temp file (test-local data only)."""
+    return _head_tsv
 
 
 WORDS = ("film movie story plot actor acting great good bad awful boring funny dull charming "

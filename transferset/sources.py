@@ -62,7 +62,7 @@ class SourceSpec:
     text_b_column: Optional[str] = None
     max_chars: int = DEFAULT_MAX_CHARS
     limit: Optional[int] = None
-    label_names: Optional[tuple[str, ...]] = None  # None: labels not checked (unlabeled)
+    label_names: Optional[tuple[str, ...]] = None  # the label set; required when label_column is set
 
 
 class SourceError(UserError, ValueError):
@@ -254,7 +254,10 @@ def row_to_record(spec: SourceSpec, line: int, row: dict) -> Union[Example, Reje
     if spec.label_column is not None:
         if spec.label_column not in row:
             return Reject(spec.path, line, raw, f"missing label column {spec.label_column!r} (use --label-column)")
-        names = spec.label_names or ()
+        if spec.label_names is None:
+            raise SourceError(f"{spec.path}: SourceSpec.label_names is needed to read labels "
+                              "(pass --labels, or label_column=None for unlabeled text)")
+        names = spec.label_names
         label = parse_label(row[spec.label_column], names)
         if label is None:
             return Reject(spec.path, line, raw,

@@ -9,7 +9,6 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that
 
-from conftest import head_tsv
 from pipelines.augment import AugmentJob, build
 from transferset import schema, transfer
 from transferset.augment import AugmentConfig
@@ -26,7 +25,7 @@ def _stats(out):
 
 
 @pytest.fixture(scope="module")
-def train_with_dev_leak(sst2_dir, tmp_path_factory):
+def train_with_dev_leak(sst2_dir, tmp_path_factory, head_tsv):
     """500 train rows plus 20 dev rows, so the leak guard has something to catch."""
     d = tmp_path_factory.mktemp("leak")
     path = head_tsv(sst2_dir / "train.tsv", d / "train500.tsv", 500)
@@ -90,7 +89,7 @@ def test_rows_follow_the_contract(tang_run):
     assert pq.ParquetFile(f).metadata.row_group(0).column(0).compression == "ZSTD"
 
 
-def test_one_and_two_workers_give_the_same_rows(sst2_dir, tmp_path):
+def test_one_and_two_workers_give_the_same_rows(sst2_dir, tmp_path, head_tsv):
     path = head_tsv(sst2_dir / "train.tsv", tmp_path / "train.tsv", 200)
     outs = []
     for workers in ("1", "2"):
@@ -102,7 +101,7 @@ def test_one_and_two_workers_give_the_same_rows(sst2_dir, tmp_path):
     assert outs[0] == outs[1] and len(outs[0]) > 200
 
 
-def test_malformed_rows_become_rejects_and_the_run_succeeds(sst2_dir, tmp_path, capsys):
+def test_malformed_rows_become_rejects_and_the_run_succeeds(sst2_dir, tmp_path, capsys, head_tsv):
     path = head_tsv(sst2_dir / "train.tsv", tmp_path / "mixed.tsv", 30)
     with open(path, "ab") as fh:
         fh.write(b"\t1\nbad \xff bytes\t0\nthree\tfields\there\nunknown label\t9\n")

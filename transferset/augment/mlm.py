@@ -41,8 +41,12 @@ class MlmCandidates:
     """Top-M MLM replacement candidates for every eligible word of many sentences at once."""
 
     def __init__(self, model: str, *, top_k: int = DEFAULT_TOP_K, batch_size: int = 64, max_length: int = 128,
-                 device: str | None = None, trust_remote_code: bool = False):
+                 device: str | None = None, trust_remote_code: bool = False, threads: int | None = None):
         import torch
+
+        if threads:
+            # Oversubscribed CPU threads slow a forward pass by an order of magnitude on busy machines.
+            torch.set_num_threads(threads)
         from transformers import AutoModelForMaskedLM, AutoTokenizer
 
         self.torch = torch
@@ -101,7 +105,8 @@ class MlmCandidates:
         torch = self.torch
         bs = batch_size or self.batch_size
         out: list[dict[int, list[str]]] = [dict() for _ in sentences]
-        queries = list(self._queries(sentences))
+        # Sorted by length so each forward pass pads little; results are keyed, order is free.
+        queries = sorted(self._queries(sentences), key=lambda q: len(q[3]))
         with torch.inference_mode():
             for start in range(0, len(queries), bs):
                 chunk = queries[start:start + bs]
