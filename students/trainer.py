@@ -68,7 +68,7 @@ class TrainConfig:
     tokens: str = "wordpiece"        # wordpiece (the teacher's) | words (vocabulary from the transfer set)
     min_count: int = 1               # words: keep words seen at least this often
     max_vocab: int = 50000           # words: vocabulary size cap
-    trim_vocab: bool = True          # bilstm + wordpiece: embed only the WordPiece ids the transfer set uses
+    trim_vocab: bool = True          # wordpiece: embed only the WordPiece ids the transfer set uses
     embed_init: str = "teacher"      # teacher (PCA of the teacher's input embeddings) | random
     teacher: Optional[str] = None    # teacher directory; None: the set's teacher_id metadata when a directory
     tokenizer: Optional[str] = None  # tokenizer directory; None: the set's tokenizer metadata, else the teacher's
@@ -276,7 +276,7 @@ def setup(cfg: TrainConfig, transfer_dir: str) -> Setup:
         wordpiece = WordPieceTokens.from_dir(resolve_tokenizer_dir(cfg, meta), max_length)
     if cfg.tokens == "wordpiece":
         tokens = wordpiece
-        if cfg.student == "bilstm" and cfg.trim_vocab:
+        if cfg.trim_vocab:
             texts = ([t for col in (rb.column(0), rb.column(1)) for t in col.to_pylist() if t]
                      for rb in transfer.iter_batches(transfer_dir, [schema.TEXT, schema.TEXT_B], batch_size=8192))
             tokens = WordPieceTokens(wordpiece.tokenizer, max_length, keep=wordpiece.seen_ids(texts))
@@ -319,6 +319,8 @@ def setup(cfg: TrainConfig, transfer_dir: str) -> Setup:
         if cfg.pkd:
             raise UserError("pkd loss needs a transformer student (`--student transformer`)")
     else:
+        if cfg.preset:
+            raise UserError(f"preset {cfg.preset!r} is a BiLSTM preset; the transformer takes `model:` settings")
         values: dict = {}
         tstate = None
         spec = meta.get(schema.META_HIDDEN_SPEC)
@@ -334,6 +336,10 @@ def setup(cfg: TrainConfig, transfer_dir: str) -> Setup:
                 values.update(d_model=tconf["hidden_size"], n_head=tconf["num_attention_heads"],
                               d_ff=tconf["intermediate_size"])
                 tstate = teacher_state(teacher_dir)
+                if tokens.keep is not None:
+                    # The trimmed vocabulary keeps the teacher's rows for the ids it kept.
+                    key = next(k for k in tstate if k.endswith("word_embeddings.weight"))
+                    tstate[key] = tstate[key][torch.tensor(tokens.keep)]
         elif init != "random":
             raise UserError(f"init: {init} copies teacher layers, but the transfer set's teacher_id "
                             f"{meta.get(schema.META_TEACHER_ID)!r} is not a directory: set `teacher: PATH` in "
@@ -390,10 +396,10 @@ def _table_arrays(table: pa.Table, s: Setup) -> dict[str, Any]:
 
 def make_batch(s: Setup, arrays: dict[str, Any], idx: Sequence[int]) -> dict[str, torch.Tensor]:
     texts_b = arrays[schema.TEXT_B]
-    ids, mask, types = s.tokens.encode([arrays[schema.TEXT][i] for i in idx],
-                                       [texts_b[i] for i in idx] if texts_b is not None else None)
+    texts = [arrays[schema.TEXT][i] for i in idx]
+    ids, mask, types = s.tokens.encode(texts, [texts_b[i] for i in idx] if texts_b is not None else None)
     idx = np.asarray(idx)
-    batch = {"ids": ids, "mask": mask, "type_ids": types,
+    batch = {"ids": ids, "mask": mask, "type_ids": types, schema.TEXT: texts,
              schema.LABEL: torch.from_numpy(arrays[schema.LABEL][idx]),
              schema.TEACHER_LOGITS: torch.from_numpy(arrays[schema.TEACHER_LOGITS][idx]),
              schema.TEACHER_HIDDEN: torch.from_numpy(arrays[schema.TEACHER_HIDDEN][idx])}
@@ -650,6 +656,7 @@ def train(cfg: TrainConfig, transfer_dir: str, dev_path: str, output: str, *, ov
     # ---- train
     history: list[dict] = []
     phase_log: list[dict] = []
+    last_acc = "-"  # shown in the progress bar: the dev accuracy after the previous epoch
     started = time.perf_counter()
     for p_index, phase in enumerate(plan):
         if phase.labeled_only and s.num_labeled == 0:
@@ -673,10 +680,11 @@ def train(cfg: TrainConfig, transfer_dir: str, dev_path: str, output: str, *, ov
                 for k, v in parts.items():
                     parts_sum[k] = parts_sum.get(k, 0.0) + v
                 if n % 10 == 0:
-                    bar.set_postfix(loss=f"{total / n:.4f}")
+                    bar.set_postfix(loss=f"{total / n:.4f}", dev_acc=last_acc)
             bar.close()
             dev_acc = accuracy(student.predict(dev.texts, dev.texts_b), dev.labels)
             run += 1
+            last_acc = f"{dev_acc:.4f}"
             record = {"phase": phase.name, "stage": phase.stage, "epoch": epoch + 1,
                       "train_loss": total / max(1, n), "losses": {k: v / max(1, n) for k, v in parts_sum.items()},
                       "dev_accuracy": dev_acc, "seconds": time.perf_counter() - t0,

@@ -88,4 +88,8 @@ def to_dataset(directory: str, columns: Optional[Sequence[str]] = None):
     """The transfer set as a Hugging Face `datasets.Dataset` (memory-mapped Arrow, not loaded in RAM)."""
     import datasets
 
-    return datasets.Dataset.from_parquet(data_files(directory), columns=list(columns) if columns else None)
+    # `datasets` fails on the empty shards Beam can write, so they are left out.
+    files = [p for p in data_files(directory) if pq.ParquetFile(p).metadata.num_rows]
+    if not files:
+        raise UserError(f"{directory}: every Parquet shard is empty")
+    return datasets.Dataset.from_parquet(files, columns=list(columns) if columns else None)

@@ -29,6 +29,19 @@ def minilm_dir() -> str:
     return str(gt.MODEL_DIR)
 
 
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """The student tests run on one torch thread, then restore the setting for the other areas.
+
+    On a busy 2-core machine, two OpenMP threads spin against other processes and a small
+    model's step gets up to ~20× slower; one thread is also what the trainer tests configure.
+    """
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def minilm() -> str:
     return minilm_dir()

