@@ -16,7 +16,8 @@ example:
       --output runs/sst2/bilstm --student bilstm --schedule progressive --epochs 3
 """
 
-# CLI flag → TrainConfig field; None means "not given": the YAML / default stands.
+# CLI flags that override TrainConfig fields. Their argparse default is SUPPRESS: a flag not given
+# leaves no attribute, so the YAML value (or the TrainConfig default) stands.
 OVERRIDES = ("student", "schedule", "epochs", "lr", "batch_size", "patience", "seed", "threads", "max_length")
 
 
@@ -27,16 +28,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--transfer", required=True, help="scored transfer set directory (output of `transferset score`)")
     parser.add_argument("--dev", required=True, help="labeled dev data (TSV/CSV/JSONL/Parquet or a scored set) for early stopping and metrics")
     parser.add_argument("--output", required=True, help="run directory: model/, metrics.json, curves.png")
-    parser.add_argument("--student", choices=FAMILIES, default=None, help="student family (default bilstm)")
-    parser.add_argument("--schedule", choices=SCHEDULES, default=None, help="training schedule (default joint)")
+    parser.add_argument("--student", choices=FAMILIES, default=argparse.SUPPRESS, help="student family (default bilstm)")
+    parser.add_argument("--schedule", choices=SCHEDULES, default=argparse.SUPPRESS, help="training schedule (default joint)")
     parser.add_argument("--config", default=None, help="YAML file of training settings (see below)")
-    parser.add_argument("--epochs", type=int, default=None, help="epochs per phase (default 5)")
-    parser.add_argument("--lr", type=float, default=None, help="learning rate (default 2e-3 bilstm, 1e-4 transformer)")
-    parser.add_argument("--batch-size", type=int, default=None, help="rows per step (default 64)")
-    parser.add_argument("--patience", type=int, default=None, help="epochs without dev improvement before a phase stops (default 2)")
-    parser.add_argument("--seed", type=int, default=None, help="random seed (default 0)")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    parser.add_argument("--max-length", type=int, default=None, help="tokens per row (default: the scored set's)")
+    parser.add_argument("--epochs", type=int, default=argparse.SUPPRESS, help="epochs per phase (default 5)")
+    parser.add_argument("--lr", type=float, default=argparse.SUPPRESS, help="learning rate (default 2e-3 bilstm, 1e-4 transformer)")
+    parser.add_argument("--batch-size", type=int, default=argparse.SUPPRESS, help="rows per step (default 64)")
+    parser.add_argument("--patience", type=int, default=argparse.SUPPRESS, help="epochs without dev improvement before a phase stops (default 2)")
+    parser.add_argument("--seed", type=int, default=argparse.SUPPRESS, help="random seed (default 0)")
+    parser.add_argument("--threads", type=int, default=argparse.SUPPRESS, help="torch CPU threads")
+    parser.add_argument("--max-length", type=int, default=argparse.SUPPRESS, help="tokens per row (default: the scored set's)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing OUTPUT/model")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
 
@@ -59,9 +60,8 @@ def load_config(args: argparse.Namespace):
             raise UserError(f"--config {args.config}: expected a mapping of settings, got {type(loaded).__name__}")
         values.update(loaded)
     for name in OVERRIDES:
-        value = getattr(args, name)
-        if value is not None:
-            values[name] = value
+        if hasattr(args, name):
+            values[name] = getattr(args, name)
     try:
         return TrainConfig.from_dict(values, where=args.config or "settings")
     except TypeError as exc:

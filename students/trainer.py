@@ -245,6 +245,112 @@ def _count_rows(directory: str) -> tuple[int, int]:
     return total, labeled
 
 
+def _texts(transfer_dir: str) -> Iterator[list[str]]:
+    """The set's texts (and second texts of pairs), a record batch at a time."""
+    for rb in transfer.iter_batches(transfer_dir, [schema.TEXT, schema.TEXT_B], batch_size=8192):
+        yield [t for col in (rb.column(0), rb.column(1)) for t in col.to_pylist() if t]
+
+
+def build_tokens(cfg: TrainConfig, transfer_dir: str, meta: dict, max_length: int):
+    """→ (the student's tokens, the teacher's WordPiece tokens or None when not needed)."""
+    if cfg.tokens not in ("wordpiece", "words"):
+        raise UserError(f"unknown tokens {cfg.tokens!r}; use wordpiece or words")
+    if cfg.tokens == "words" and cfg.student == "transformer":
+        raise UserError("the transformer student uses the teacher's WordPiece tokens; drop `tokens: words`")
+    wordpiece = None
+    if cfg.tokens == "wordpiece" or cfg.embed_init == "teacher":
+        wordpiece = WordPieceTokens.from_dir(resolve_tokenizer_dir(cfg, meta), max_length)
+    if cfg.tokens == "words":
+        texts = (t for batch in _texts(transfer_dir) for t in batch)
+        return WordTokens.build(texts, max_length, cfg.min_count, cfg.max_vocab), wordpiece
+    if cfg.trim_vocab:
+        return WordPieceTokens(wordpiece.tokenizer, max_length, keep=wordpiece.seen_ids(_texts(transfer_dir))), wordpiece
+    return wordpiece, wordpiece
+
+
+def _model_values(defaults: dict, cfg: TrainConfig, tokens, num_classes: int, known: set[str], what: str) -> dict:
+    """Model settings: defaults < the config's `model:` < what the data fixes (vocabulary, classes)."""
+    values = {**defaults, **cfg.model, "vocab_size": tokens.vocab_size, "num_classes": num_classes,
+              "pad_id": tokens.pad_id}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise UserError(f"model: unknown {what} setting(s) {unknown}; known: {sorted(known)}")
+    return values
+
+
+def _no_teacher_dir(meta: dict, what: str, instead: str) -> UserError:
+    return UserError(f"{what} needs the teacher's weights, but the transfer set's teacher_id "
+                     f"{meta.get(schema.META_TEACHER_ID)!r} is not a directory: set `teacher: PATH` in --config, "
+                     f"or {instead}")
+
+
+def build_bilstm(cfg: TrainConfig, tokens, wordpiece, teacher_dir: Optional[str], meta: dict,
+                 num_classes: int, hidden_width: int):
+    if cfg.preset and cfg.preset not in bilstm.PRESETS:
+        raise UserError(f"unknown bilstm preset {cfg.preset!r}; known: {', '.join(bilstm.PRESETS)}")
+    if cfg.pkd:
+        raise UserError("pkd loss needs a transformer student (`--student transformer`)")
+    defaults = {"head_dim": hidden_width, **(bilstm.PRESETS[cfg.preset] if cfg.preset else {})}
+    mcfg = bilstm.BiLSTMConfig(**_model_values(defaults, cfg, tokens, num_classes, bilstm.config_fields(), "BiLSTM"))
+    model = bilstm.BiLSTM(mcfg)
+    if cfg.embed_init == "teacher":
+        if teacher_dir is None:
+            raise _no_teacher_dir(meta, "embed_init: teacher", "`embed_init: random`")
+        table = teacher_input_embeddings(teacher_dir)                      # (V_wp, H_t)
+        if isinstance(tokens, WordTokens):
+            table = word_vectors_from_wordpiece(tokens.vocab, wordpiece.tokenizer, table)
+        elif tokens.keep is not None:
+            table = table[torch.tensor(tokens.keep)]                       # (V_kept, H_t)
+        model.init_embeddings(pca_project(table, mcfg.embed_dim, cfg.seed))
+    elif cfg.embed_init != "random":
+        raise UserError(f"unknown embed_init {cfg.embed_init!r}; use teacher or random")
+    return model, mcfg, []
+
+
+def build_transformer(cfg: TrainConfig, tokens, teacher_dir: Optional[str], meta: dict, num_classes: int,
+                      hidden_width: int, transfer_dir: str, column_names: Sequence[str]):
+    """→ (model, config, PKD columns): layers copied from the teacher unless init is random."""
+    if cfg.preset:
+        raise UserError(f"preset {cfg.preset!r} is a BiLSTM preset; the transformer takes `model:` settings")
+    defaults: dict = {"head_dim": hidden_width}
+    spec = meta.get(schema.META_HIDDEN_SPEC)
+    if isinstance(spec, dict) and spec.get("num_hidden_layers"):
+        defaults["teacher_layers"] = int(spec["num_hidden_layers"])
+    init = cfg.model.get("init", transformer.TransformerConfig.init)
+    tstate = None
+    if teacher_dir is not None:
+        with open(os.path.join(teacher_dir, "config.json"), encoding="utf-8") as fh:
+            tconf = json.load(fh)
+        defaults.update(teacher_layers=tconf["num_hidden_layers"], max_position=tconf["max_position_embeddings"],
+                        type_vocab_size=tconf.get("type_vocab_size", 2), ln_eps=tconf.get("layer_norm_eps", 1e-12))
+        if init != "random":
+            defaults.update(d_model=tconf["hidden_size"], n_head=tconf["num_attention_heads"],
+                            d_ff=tconf["intermediate_size"])
+            tstate = teacher_state(teacher_dir)
+            if tokens.keep is not None:
+                # The trimmed vocabulary keeps the teacher's rows for the ids it kept.
+                key = next(k for k in tstate if k.endswith("word_embeddings.weight"))
+                tstate[key] = tstate[key][torch.tensor(tokens.keep)]
+    elif init != "random":
+        raise _no_teacher_dir(meta, f"init: {init}", "`model: {init: random}`")
+    mcfg = transformer.TransformerConfig(**_model_values(defaults, cfg, tokens, num_classes,
+                                                         transformer.config_fields(), "transformer"))
+    try:
+        layer_map = transformer.teacher_layer_map(mcfg.n_layer, mcfg.teacher_layers, mcfg.init)
+        model = transformer.Transformer(mcfg)
+        if tstate is not None:
+            model.load_teacher(tstate, layer_map)
+    except ValueError as exc:
+        raise UserError(f"transformer student: {exc}") from exc
+    pkd_columns: list[str] = []
+    if cfg.pkd:
+        if mcfg.d_model != hidden_width:
+            raise UserError(f"pkd compares [CLS] states: the student's width {mcfg.d_model} must equal "
+                            f"the teacher's {hidden_width}")
+        pkd_columns = _pkd_columns(transfer_dir, column_names, meta, layer_map)
+    return model, mcfg, pkd_columns
+
+
 def setup(cfg: TrainConfig, transfer_dir: str) -> Setup:
     """Check the scored set, build tokens and the student (initialised from the teacher if asked)."""
     if cfg.student not in FAMILIES:
@@ -265,112 +371,25 @@ def setup(cfg: TrainConfig, transfer_dir: str) -> Setup:
     num_rows, num_labeled = _count_rows(transfer_dir)
     if num_rows == 0:
         raise UserError(f"{transfer_dir}: the transfer set has no rows")
-    max_length = cfg.max_length or int(meta.get(schema.META_MAX_LENGTH) or 128)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
 
+    max_length = cfg.max_length or int(meta.get(schema.META_MAX_LENGTH) or 128)
+    tokens, wordpiece = build_tokens(cfg, transfer_dir, meta, max_length)
     teacher_dir = resolve_teacher_dir(cfg, meta)
-    wordpiece = None
-    if cfg.tokens == "wordpiece" or cfg.embed_init == "teacher":
-        wordpiece = WordPieceTokens.from_dir(resolve_tokenizer_dir(cfg, meta), max_length)
-    if cfg.tokens == "wordpiece":
-        tokens = wordpiece
-        if cfg.trim_vocab:
-            texts = ([t for col in (rb.column(0), rb.column(1)) for t in col.to_pylist() if t]
-                     for rb in transfer.iter_batches(transfer_dir, [schema.TEXT, schema.TEXT_B], batch_size=8192))
-            tokens = WordPieceTokens(wordpiece.tokenizer, max_length, keep=wordpiece.seen_ids(texts))
-    elif cfg.tokens == "words":
-        if cfg.student == "transformer":
-            raise UserError("the transformer student uses the teacher's WordPiece tokens; drop `tokens: words`")
-        texts = (t for rb in transfer.iter_batches(transfer_dir, [schema.TEXT, schema.TEXT_B], batch_size=8192)
-                 for col in (rb.column(0), rb.column(1)) for t in col.to_pylist() if t)
-        tokens = WordTokens.build(texts, max_length, cfg.min_count, cfg.max_vocab)
-    else:
-        raise UserError(f"unknown tokens {cfg.tokens!r}; use wordpiece or words")
-
-    pkd_columns: list[str] = []
-    columns = [schema.TEXT, schema.TEXT_B, schema.LABEL, schema.TEACHER_LOGITS, schema.TEACHER_HIDDEN]
     if cfg.student == "bilstm":
-        if cfg.preset and cfg.preset not in bilstm.PRESETS:
-            raise UserError(f"unknown bilstm preset {cfg.preset!r}; known: {', '.join(bilstm.PRESETS)}")
-        values = dict(bilstm.PRESETS[cfg.preset]) if cfg.preset else {}
-        values.setdefault("head_dim", hidden_width)
-        values.update(cfg.model)
-        values.update(vocab_size=tokens.vocab_size, num_classes=len(label_names), pad_id=tokens.pad_id)
-        unknown = sorted(set(values) - bilstm.config_fields())
-        if unknown:
-            raise UserError(f"model: unknown BiLSTM setting(s) {unknown}; known: {sorted(bilstm.config_fields())}")
-        mcfg = bilstm.BiLSTMConfig(**values)
-        model = bilstm.BiLSTM(mcfg)
-        if cfg.embed_init == "teacher":
-            if teacher_dir is None:
-                raise UserError("embed_init: teacher needs the teacher's weights; the transfer set's teacher_id "
-                                f"{meta.get(schema.META_TEACHER_ID)!r} is not a directory: set `teacher: PATH` "
-                                "in --config, or `embed_init: random`")
-            table = teacher_input_embeddings(teacher_dir)                      # (V_wp, H_t)
-            if isinstance(tokens, WordPieceTokens) and tokens.keep is not None:
-                table = table[torch.tensor(tokens.keep)]                       # (V_kept, H_t)
-            elif isinstance(tokens, WordTokens):
-                table = word_vectors_from_wordpiece(tokens.vocab, wordpiece.tokenizer, table)
-            model.init_embeddings(pca_project(table, mcfg.embed_dim, cfg.seed))
-        elif cfg.embed_init != "random":
-            raise UserError(f"unknown embed_init {cfg.embed_init!r}; use teacher or random")
-        if cfg.pkd:
-            raise UserError("pkd loss needs a transformer student (`--student transformer`)")
+        model, mcfg, pkd_columns = build_bilstm(cfg, tokens, wordpiece, teacher_dir, meta, len(label_names),
+                                                hidden_width)
     else:
-        if cfg.preset:
-            raise UserError(f"preset {cfg.preset!r} is a BiLSTM preset; the transformer takes `model:` settings")
-        values: dict = {}
-        tstate = None
-        spec = meta.get(schema.META_HIDDEN_SPEC)
-        if isinstance(spec, dict) and spec.get("num_hidden_layers"):
-            values["teacher_layers"] = int(spec["num_hidden_layers"])
-        init = cfg.model.get("init", transformer.TransformerConfig.init)
-        if teacher_dir is not None:
-            with open(os.path.join(teacher_dir, "config.json"), encoding="utf-8") as fh:
-                tconf = json.load(fh)
-            values.update(teacher_layers=tconf["num_hidden_layers"], max_position=tconf["max_position_embeddings"],
-                          type_vocab_size=tconf.get("type_vocab_size", 2), ln_eps=tconf.get("layer_norm_eps", 1e-12))
-            if init != "random":
-                values.update(d_model=tconf["hidden_size"], n_head=tconf["num_attention_heads"],
-                              d_ff=tconf["intermediate_size"])
-                tstate = teacher_state(teacher_dir)
-                if tokens.keep is not None:
-                    # The trimmed vocabulary keeps the teacher's rows for the ids it kept.
-                    key = next(k for k in tstate if k.endswith("word_embeddings.weight"))
-                    tstate[key] = tstate[key][torch.tensor(tokens.keep)]
-        elif init != "random":
-            raise UserError(f"init: {init} copies teacher layers, but the transfer set's teacher_id "
-                            f"{meta.get(schema.META_TEACHER_ID)!r} is not a directory: set `teacher: PATH` in "
-                            "--config, or `model: {init: random}`")
-        values.update(head_dim=hidden_width)
-        values.update(cfg.model)
-        values.update(vocab_size=tokens.vocab_size, num_classes=len(label_names), pad_id=tokens.pad_id)
-        unknown = sorted(set(values) - transformer.config_fields())
-        if unknown:
-            raise UserError(f"model: unknown transformer setting(s) {unknown}; "
-                            f"known: {sorted(transformer.config_fields())}")
-        mcfg = transformer.TransformerConfig(**values)
-        try:
-            layer_map = transformer.teacher_layer_map(mcfg.n_layer, mcfg.teacher_layers, mcfg.init)
-            model = transformer.Transformer(mcfg)
-            if tstate is not None:
-                model.load_teacher(tstate, layer_map)
-        except ValueError as exc:
-            raise UserError(f"transformer student: {exc}") from exc
-        if cfg.pkd:
-            if mcfg.d_model != hidden_width:
-                raise UserError(f"pkd compares [CLS] states: the student's width {mcfg.d_model} must equal "
-                                f"the teacher's {hidden_width}")
-            pkd_columns = _pkd_columns(transfer_dir, file_schema.names, meta, layer_map)
-            columns += [c for c in pkd_columns if c not in columns]
-    if cfg.repr and mcfg.head_dim != hidden_width:
-        raise UserError(f"repr loss: the student's head width {mcfg.head_dim} differs from the teacher's hidden "
-                        f"width {hidden_width}; drop the head_dim / preset override or set repr: 0")
-    if cfg.schedule == "progressive" and mcfg.head_dim != hidden_width:
-        raise UserError(f"the progressive schedule starts with the representation loss, which needs the head "
-                        f"width ({mcfg.head_dim}) to equal the teacher's hidden width ({hidden_width})")
+        model, mcfg, pkd_columns = build_transformer(cfg, tokens, teacher_dir, meta, len(label_names), hidden_width,
+                                                     transfer_dir, file_schema.names)
+    if (cfg.repr or cfg.schedule == "progressive") and mcfg.head_dim != hidden_width:
+        raise UserError(f"the representation loss (repr, and stage 1 of the progressive schedule) needs the "
+                        f"student's head width ({mcfg.head_dim}) to equal the teacher's hidden width "
+                        f"({hidden_width}); drop the head_dim / preset override, or set repr: 0")
+    columns = [schema.TEXT, schema.TEXT_B, schema.LABEL, schema.TEACHER_LOGITS, schema.TEACHER_HIDDEN]
+    columns += [c for c in pkd_columns if c not in columns]
     return Setup(cfg, cfg.student, model, mcfg, tokens, label_names, meta, columns, pkd_columns,
                  num_rows, num_labeled)
 

@@ -184,6 +184,10 @@ def test_refuses_unknown_settings_and_an_existing_output(tmp_path, scored_dir, s
     rc, err = _train(["--transfer", scored_dir, "--dev", sst2_dev, "--output", str(tmp_path / "o"),
                       "--config", str(cfg)], capsys)
     assert rc == 1 and "unknown BiLSTM setting(s) ['hiden']" in err
+    cfg.write_text("preset: tang\n")  # FC 200: no representation head of the teacher's width (384)
+    rc, err = _train(["--transfer", scored_dir, "--dev", sst2_dev, "--output", str(tmp_path / "o"),
+                      "--config", str(cfg), "--schedule", "progressive"], capsys)
+    assert rc == 1 and "head width (200) to equal the teacher's hidden width (384)" in err
     rc, err = _train(["--transfer", scored_dir, "--dev", sst2_dev, "--output", str(bilstm_run)], capsys)
     assert rc == 1 and re.search(r"model already exists; pass --overwrite", err)
     rc, err = _train(["--transfer", str(tmp_path), "--dev", sst2_dev, "--output", str(tmp_path / "o")], capsys)
