@@ -127,7 +127,8 @@ def read_eval_data(path: str, label_names: Sequence[str], *, text_column: Option
     """
     files = _scored_parquet(path)
     if files is not None:
-        meta = schema.check_schema(pq.read_schema(files[0]), where=files[0])
+        meta = (transfer.read_metadata(path) if os.path.isdir(path)
+                else schema.check_schema(pq.read_schema(path), where=path))
         theirs = list(meta.get(schema.META_LABEL_NAMES) or [])
         if theirs != list(label_names):
             raise UserError(f"{path}: label names {theirs} differ from the transfer set's / model's "
@@ -659,9 +660,8 @@ def train(cfg: TrainConfig, transfer_dir: str, dev_path: str, output: str, *, ov
     if os.path.exists(model_dir) and not overwrite:
         raise UserError(f"{model_dir} already exists; pass --overwrite or choose another --output")
     # ---- setup
-    meta = transfer.read_metadata(transfer_dir, scored=True)
-    label_names = list(meta.get(schema.META_LABEL_NAMES) or [])
-    dev = read_eval_data(dev_path, label_names)
+    # The dev data is checked against the set's label names before the (longer) setup.
+    dev = read_eval_data(dev_path, transfer.label_names(transfer_dir, scored=True))
     s = setup(cfg, transfer_dir)
     student = Student(s.model, s.tokens, s.label_names)
     weights = cfg.loss_weights()
@@ -669,7 +669,7 @@ def train(cfg: TrainConfig, transfer_dir: str, dev_path: str, output: str, *, ov
         plan = phases(cfg.schedule, weights, cfg.epochs, s.model.param_groups().keys())
     except ValueError as exc:
         raise UserError(str(exc)) from exc
-    dev_counts = np.bincount(dev.labels[dev.labels != NO_LABEL], minlength=len(label_names))
+    dev_counts = np.bincount(dev.labels[dev.labels != NO_LABEL], minlength=len(s.label_names))
     majority = float(dev_counts.max() / max(1, dev_counts.sum()))
 
     # ---- train

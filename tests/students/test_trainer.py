@@ -154,7 +154,7 @@ def test_refuses_a_transfer_set_without_teacher_columns(tmp_path, make_scored, s
     unscored = make_scored(tmp_path / "unscored", rows=50, drop_teacher=True)
     rc, err = _train(["--transfer", unscored, "--dev", sst2_dev, "--output", str(tmp_path / "o")], capsys)
     assert rc == 1
-    assert "missing column(s) ['teacher_label', 'teacher_logits', 'teacher_hidden']" in err
+    assert f"missing column(s) {list(schema.TEACHER_COLUMNS)}" in err
     assert "run `transferset score` on it first" in err and "part-00000.parquet" in err
 
 
