@@ -685,6 +685,12 @@ def train(cfg: TrainConfig, transfer_dir: str, dev_path: str, output: str, *, ov
         params = set_trainable(s.model, phase)
         optimizer = make_optimizer(cfg, params)
         best_acc, best_state, bad, run = -1.0, None, 0, 0
+        start_acc = None
+        if phase.early_stop:
+            # The model as it enters the step competes too: a step that never beats it on dev
+            # leaves it unchanged rather than keep its least bad epoch.
+            start_acc = accuracy(student.predict(dev.texts, dev.texts_b), dev.labels)
+            best_acc, best_state = start_acc, copy.deepcopy(s.model.state_dict())
         for epoch in range(phase.epochs):
             t0 = time.perf_counter()
             total, parts_sum, n = 0.0, {}, 0
@@ -724,6 +730,7 @@ def train(cfg: TrainConfig, transfer_dir: str, dev_path: str, output: str, *, ov
         if best_state is not None:
             s.model.load_state_dict(best_state)  # each step keeps its best dev checkpoint
         phase_log.append({"phase": phase.name, "stage": phase.stage, "epochs_run": run,
+                          "start_dev_accuracy": start_acc,
                           "best_dev_accuracy": best_acc if phase.early_stop else None,
                           "trainable": list(phase.trainable), "losses": phase.weights.active()})
     train_seconds = time.perf_counter() - started

@@ -98,6 +98,12 @@ def test_progressive_schedule_runs_its_seven_phases_in_order(tmp_path, scored_di
         (3, ["embeddings", "encoder", "head", "classifier"]),
     ]
     assert [list(h["losses"]) for h in m["history"]] == [["repr"]] + [["mse"]] * 3 + [["ce"]] * 3
+    # Each unfreezing step keeps its best dev checkpoint (the one it started from included),
+    # and the next step starts from exactly that model.
+    steps = m["phases"][1:]
+    assert all(p["best_dev_accuracy"] >= p["start_dev_accuracy"] for p in steps)
+    assert [p["start_dev_accuracy"] for p in steps[1:]] == [p["best_dev_accuracy"] for p in steps[:-1]]
+    assert m["dev_accuracy"] == steps[-1]["best_dev_accuracy"]
     assert m["dev_accuracy"] > m["dev_majority_baseline"]
 
 
