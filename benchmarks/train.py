@@ -6,6 +6,7 @@ student's step (what distillation costs without the cache). Then student vs teac
 per example (batch 1 and 64, tokenization included) and size.
 
     .venv/bin/python benchmarks/train.py                       # MiniLM teacher, 2,000 SST-2 rows
+    .venv/bin/python benchmarks/train.py --preset tang              # Tang et al.'s smaller BiLSTM
     .venv/bin/python benchmarks/train.py --teacher runs/teacher --rows 5000 --threads 2
 
 Without --teacher, the packaged MiniLM encoder with an untrained classification head stands in:
@@ -110,6 +111,7 @@ def main(argv=None) -> int:
     ap.add_argument("--epochs", type=int, default=2, help="epochs timed per mode")
     ap.add_argument("--threads", type=int, default=1, help="torch threads for both modes")
     ap.add_argument("--max-length", type=int, default=64)
+    ap.add_argument("--preset", default=None, help="BiLSTM preset (tang, xtremedistil); default: BiLSTMConfig's")
     ap.add_argument("--output", default=None, help="also write the figures to this JSON file")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -124,7 +126,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         scored = os.path.join(tmp, "scored")
         score_seconds = write_scored(Path(scored), examples, teacher, teacher_dir)
-        cfg = TrainConfig(student="bilstm", threads=args.threads, max_length=args.max_length)
+        cfg = TrainConfig(student="bilstm", threads=args.threads, max_length=args.max_length, preset=args.preset)
         s = setup(cfg, scored)
         cached, online, online_teacher = [], [], []
         for e in range(args.epochs):

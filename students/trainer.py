@@ -645,8 +645,9 @@ def plot_curves(history: list[dict], path: str) -> None:
         if h["phase"] != prev:
             for ax in (ax_loss, ax_acc):
                 ax.axvline(i - 0.5, color="grey", linestyle="--", linewidth=0.8)
-            ax_acc.text(i - 0.45, 0.02, h["phase"], rotation=90, fontsize=7, transform=ax_acc.get_xaxis_transform(),
-                        va="bottom")
+            # The short name ("2b logits"): the trainable groups are in metrics.json.
+            ax_acc.text(i - 0.45, 0.02, h["phase"].split(":")[0], rotation=90, fontsize=7,
+                        transform=ax_acc.get_xaxis_transform(), va="bottom")
             prev = h["phase"]
     fig.tight_layout()
     fig.savefig(path, dpi=100)

@@ -198,3 +198,12 @@ def test_refuses_unknown_settings_and_an_existing_output(tmp_path, scored_dir, s
     assert rc == 1 and re.search(r"model already exists; pass --overwrite", err)
     rc, err = _train(["--transfer", str(tmp_path), "--dev", sst2_dev, "--output", str(tmp_path / "o")], capsys)
     assert rc == 1 and "no Parquet files" in err
+
+
+def test_evaluate_refuses_data_with_other_label_names(tmp_path, make_scored, bilstm_run, capsys):
+    other = make_scored(tmp_path / "other", rows=50, label_names=("negative", "positive"))
+    assert main(["evaluate", "--model", str(bilstm_run), "--data", other]) == 1
+    err = capsys.readouterr().err
+    assert "label names ['negative', 'positive'] differ" in err and "['0', '1']" in err
+    assert main(["evaluate", "--model", str(tmp_path), "--data", other]) == 1
+    assert "no model/config.json" in capsys.readouterr().err
