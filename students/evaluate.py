@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from transferset.sources import DEFAULT_LABEL_COLUMN
+
 EPILOG = """\
 DATA is a labeled file (TSV/CSV/JSONL/Parquet) or a transferset Parquet set; when it holds teacher
 columns (a scored set), the student's agreement with the teacher's labels is printed too.
@@ -14,18 +16,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="output directory of `transferset train` (or its model/)")
     parser.add_argument("--data", required=True, help="labeled data or a scored transfer set")
     parser.add_argument("--text-column", default=None, help="text column of a labeled file (default sentence, else text)")
-    parser.add_argument("--label-column", default="label", help="label column of a labeled file")
+    parser.add_argument("--label-column", default=DEFAULT_LABEL_COLUMN, help="label column of a labeled file")
+    parser.add_argument("--text-b-column", default=None, help="second text column of a labeled file (sentence pairs)")
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
 
 
-def evaluate(model_path: str, data_path: str, *, text_column=None, label_column: str = "label",
-             batch_size: int = 256) -> dict:
+def evaluate(model_path: str, data_path: str, *, text_column=None, label_column: str = DEFAULT_LABEL_COLUMN,
+             text_b_column=None, batch_size: int = 256) -> dict:
     from students.losses import NO_LABEL
     from students.trainer import accuracy, load_student, read_eval_data
 
     student = load_student(model_path)
-    data = read_eval_data(data_path, student.label_names, text_column=text_column, label_column=label_column)
+    data = read_eval_data(data_path, student.label_names, text_column=text_column, label_column=label_column,
+                          text_b_column=text_b_column)
     pred = student.predict(data.texts, data.texts_b, batch_size=batch_size)
     out = {"data": data_path, "rows": len(data.texts),
            "labeled_rows": int((data.labels != NO_LABEL).sum()),
@@ -37,7 +41,7 @@ def evaluate(model_path: str, data_path: str, *, text_column=None, label_column:
 
 def run(args: argparse.Namespace, extra) -> int:
     result = evaluate(args.model, args.data, text_column=args.text_column, label_column=args.label_column,
-                      batch_size=args.batch_size)
+                      text_b_column=args.text_b_column, batch_size=args.batch_size)
     if args.json:
         print(json.dumps(result, indent=2))
         return 0

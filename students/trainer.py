@@ -57,6 +57,7 @@ class TrainConfig:
     max_length: Optional[int] = None  # None: the scored set's max_length metadata, else 128
     shuffle_rows: int = 16384        # rows held in memory for shuffling
     threads: Optional[int] = None    # torch CPU threads; None: torch's default
+    dev_text_b_column: Optional[str] = None  # sentence pairs: the dev file's second text column
     # losses (weights of the joint schedule; the others use them where their stage needs one)
     ce: float = 1.0
     mse: float = 1.0
@@ -114,13 +115,13 @@ def _scored_parquet(path: str) -> Optional[list[str]]:
             meta = pq.read_schema(path).metadata or {}
         except (OSError, pa.ArrowInvalid) as exc:
             raise UserError(f"{path}: cannot read as Parquet: {exc}") from exc
-        if (schema.META_SCHEMA_VERSION.encode() in meta):
+        if schema.META_SCHEMA_VERSION.encode() in meta:
             return [path]
     return None
 
 
 def read_eval_data(path: str, label_names: Sequence[str], *, text_column: Optional[str] = None,
-                   label_column: str = sources.DEFAULT_LABEL_COLUMN) -> EvalData:
+                   label_column: str = sources.DEFAULT_LABEL_COLUMN, text_b_column: Optional[str] = None) -> EvalData:
     """Read a labeled file (TSV/CSV/JSONL/Parquet) or a transferset Parquet set for evaluation.
 
     Refuses data whose labels are not among `label_names` (the transfer set's / the model's).
@@ -145,28 +146,26 @@ def read_eval_data(path: str, label_names: Sequence[str], *, text_column: Option
                         teacher_labels=(table.column(schema.TEACHER_LABEL).to_numpy().astype(np.int64)
                                         if has_teacher else None),
                         path=path)
-    try:
-        found = sources.infer_label_names(path, label_column)
-    except sources.SourceError as exc:
-        raise UserError(str(exc)) from exc
+    found = sources.infer_label_names(path, label_column)
     extra = sorted(set(found) - set(label_names))
     if extra:
         raise UserError(f"{path}: label names {list(found)} differ from the transfer set's / model's "
                         f"{list(label_names)} ({extra} unknown); use data with the same label set")
     spec = sources.SourceSpec(path=path, text_column=text_column, label_column=label_column,
-                              label_names=tuple(label_names))
-    texts, labels, rejects = [], [], []
+                              text_b_column=text_b_column, label_names=tuple(label_names))
+    texts, texts_b, labels, rejects = [], [], [], []
     for rec in sources.read_source(spec):
         if isinstance(rec, sources.Reject):
             rejects.append(rec)
         else:
             texts.append(rec.text)
+            texts_b.append(rec.text_b)
             labels.append(rec.label)
     if not texts:
         raise UserError(sources.summarize_rejects(path, rejects))
     if rejects:
         tqdm.write(f"{path}: skipped {len(rejects)} bad row(s), e.g. line {rejects[0].line}: {rejects[0].reason}")
-    return EvalData(texts, None, np.asarray(labels, dtype=np.int64), None, path)
+    return EvalData(texts, texts_b if text_b_column else None, np.asarray(labels, dtype=np.int64), None, path)
 
 
 def _existing_dir(value: Any) -> Optional[str]:
@@ -662,7 +661,8 @@ def train(cfg: TrainConfig, transfer_dir: str, dev_path: str, output: str, *, ov
         raise UserError(f"{model_dir} already exists; pass --overwrite or choose another --output")
     # ---- setup
     # The dev data is checked against the set's label names before the (longer) setup.
-    dev = read_eval_data(dev_path, transfer.label_names(transfer_dir, scored=True))
+    dev = read_eval_data(dev_path, transfer.label_names(transfer_dir, scored=True),
+                         text_b_column=cfg.dev_text_b_column)
     s = setup(cfg, transfer_dir)
     student = Student(s.model, s.tokens, s.label_names)
     weights = cfg.loss_weights()

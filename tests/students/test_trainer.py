@@ -207,3 +207,11 @@ def test_evaluate_refuses_data_with_other_label_names(tmp_path, make_scored, bil
     assert "label names ['negative', 'positive'] differ" in err and "['0', '1']" in err
     assert main(["evaluate", "--model", str(tmp_path), "--data", other]) == 1
     assert "no model/config.json" in capsys.readouterr().err
+
+
+def test_read_eval_data_reads_sentence_pairs_and_skips_bad_rows(tmp_path):
+    path = tmp_path / "pairs.tsv"
+    path.write_text("sentence1\tsentence2\tlabel\na b\tc d\t1\nonly one field\ne\tf\t0\n")
+    data = trainer.read_eval_data(str(path), ["0", "1"], text_column="sentence1", text_b_column="sentence2")
+    assert data.texts == ["a b", "e"] and data.texts_b == ["c d", "f"] and data.labels.tolist() == [1, 0]
+    assert data.teacher_labels is None
