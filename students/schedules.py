@@ -57,7 +57,9 @@ def phases(schedule: str, weights: LossWeights, epochs: int, groups: Sequence[st
     if schedule == "joint":
         if not weights.active():
             raise ValueError("joint schedule: every loss weight is zero")
-        return [Phase(1, "joint", weights, everything, epochs, early_stop=True)]
+        # With gold CE as the only loss, rows without a label add nothing: iterate the labeled ones.
+        ce_only = set(weights.active()) == {"ce"}
+        return [Phase(1, "joint", weights, everything, epochs, early_stop=True, labeled_only=ce_only)]
     if schedule == "progressive":
         names = ["a", "b", "c", "d", "e"]
         # Stage 1 trains everything the representation depends on; the classifier gets no gradient

@@ -38,7 +38,9 @@ def test_progressive_stage2_uses_kd_when_configured_instead_of_mse():
 
 def test_joint_and_distill_then_finetune():
     (joint,) = phases("joint", W, epochs=3)
-    assert joint.trainable == GROUPS and joint.weights == W and joint.early_stop
+    assert joint.trainable == GROUPS and joint.weights == W and joint.early_stop and not joint.labeled_only
+    (labels_only,) = phases("joint", LossWeights(ce=1.0), epochs=3)
+    assert labels_only.labeled_only  # gold CE alone: unlabeled rows would add nothing
     first, second = phases("distill-then-finetune", W, epochs=2)
     assert first.weights.active() == {"mse": 1.0, "repr": 0.5} and not first.labeled_only
     assert second.weights.active() == {"ce": 1.0} and second.labeled_only and second.trainable == GROUPS
