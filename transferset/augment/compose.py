@@ -16,7 +16,7 @@ from transferset.augment import registry
 from transferset.augment.mask import MASK_TOKEN
 from transferset.augment.mlm import DEFAULT_TOP_K
 from transferset.augment.pos import DEFAULT_SPACY_MODEL
-from transferset.augment.seeding import rng_for, row_id
+from transferset.augment.seeding import rng_for, row_id, source_int
 
 RECIPES: dict[str, tuple[str, ...]] = {
     "tang": ("mask", "pos", "ngram"),  # Tang et al. 2019
@@ -91,8 +91,9 @@ def generate(words: Sequence[str], *, source_id: str, cfg: AugmentConfig,
     word_ops = [registry.get(n) for n in cfg.word_ops]
     probs = np.cumsum([getattr(cfg, op.prob) for op in word_ops]) if word_ops else np.zeros(0)
     params = {"p_ng": cfg.p_ng, "max_n": cfg.max_n, "mask_token": cfg.mask_token}
+    source_key = source_int(source_id)  # hashed once per example, not once per variant
     for v in range(cfg.n_iter):
-        rng = rng_for(cfg.seed, source_id, v)
+        rng = rng_for(cfg.seed, source_key, v)
         current = list(words)
         applied: list[str] = []
         if word_ops:

@@ -9,14 +9,14 @@ import hashlib
 import numpy as np
 
 
-def _as_int(value: str | int) -> int:
+def source_int(value: str | int) -> int:
     if isinstance(value, int):
         return value
     return int.from_bytes(hashlib.sha256(value.encode("utf-8")).digest()[:16], "big")
 
 
-def rng_for(seed: int, source_id: str, variant: int, salt: str = "") -> np.random.Generator:
-    entropy = [int(seed), _as_int(source_id), int(variant) + 1, _as_int(salt) if salt else 0]
+def rng_for(seed: int, source_id: str | int, variant: int, salt: str = "") -> np.random.Generator:
+    entropy = [int(seed), source_int(source_id), int(variant) + 1, source_int(salt) if salt else 0]
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence(entropy)))
 
 
