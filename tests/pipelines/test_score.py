@@ -254,7 +254,8 @@ def test_handler_options():
     assert handler.batch_elements_kwargs() == {"min_batch_size": 32, "max_batch_size": 32}
     assert handler.share_model_across_processes() is True
     assert score.TeacherModelHandler("unused").share_model_across_processes() is False
-    assert handler.get_num_bytes([{schema.TEXT: "abc", schema.TEXT_B: None}, {schema.TEXT: "de", schema.TEXT_B: "f"}]) == 6
+    rows = [{schema.TEXT: "abc", schema.TEXT_B: None}, {schema.TEXT: "de", schema.TEXT_B: "f"}]
+    assert handler.get_num_bytes(rows) == 6  # characters, not a pickle of the batch
 
 
 def test_score_help(capsys):

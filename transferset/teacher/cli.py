@@ -17,8 +17,10 @@ EPILOG = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--train", required=True, help="labeled training file (.tsv/.csv/.jsonl/.parquet or hf:NAME:SPLIT)")
-    parser.add_argument("--dev", required=True, help="labeled dev file; the checkpoint with the best accuracy on it is kept")
+    parser.add_argument("--train", required=True,
+                        help="labeled training file (.tsv/.csv/.jsonl/.parquet or hf:NAME:SPLIT)")
+    parser.add_argument("--dev", required=True,
+                        help="labeled dev file; the checkpoint with the best accuracy on it is kept")
     parser.add_argument("--output", required=True, help="directory for the fine-tuned teacher")
     parser.add_argument("--model", default=loading.DEFAULT_MODEL, help="base model: hub name or local directory")
     parser.add_argument("--epochs", type=int, default=3)

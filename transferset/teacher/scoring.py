@@ -18,9 +18,11 @@ from transferset.teacher import loading
 
 POOLINGS = ("cls", "mean")
 DEFAULT_MAX_LENGTH = 128
-# Rows per forward pass after sorting by length. On CPU, larger batches of similar length
-# amortise per-op overhead; the token cap keeps memory flat for long rows.
-DEFAULT_FORWARD_ROWS = 64
+# Forward passes after sorting by length: at most this many rows and padded tokens. Measured with
+# MiniLM on 2 CPU threads (benchmarks/score.py, 2,000 SST-2 rows in calls of 1,024): a 4,096-token
+# cap took 14 CPU-s, 2,048 took 15 and 1,024 took 21; larger passes keep both threads busy in
+# bigger matmuls, which outweighs the extra padding. Raise both on a GPU.
+DEFAULT_FORWARD_ROWS = 256
 DEFAULT_FORWARD_TOKENS = 4096
 
 
@@ -135,18 +137,26 @@ class Teacher:
     # --- construction ---------------------------------------------------------------
     @classmethod
     def load(cls, path: str, *, allow_pickle: bool = False, trust_remote_code: bool = False,
-             num_threads: Optional[int] = None, **kwargs: Any) -> "Teacher":
-        """Load a teacher directory (safetensors unless `allow_pickle`); `kwargs` go to __init__."""
+             num_threads: Optional[int] = None, device: Optional[str] = None, **kwargs: Any) -> "Teacher":
+        """Load a teacher directory (safetensors unless `allow_pickle`); `kwargs` go to __init__.
+
+        `device` None picks the GPU when there is one.
+        """
         import torch
 
         if num_threads:
             torch.set_num_threads(int(num_threads))
         loading.require_local_dir(path)
         model = loading.load_classifier(path, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code)
+        model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         tokenizer = loading.load_tokenizer(path, trust_remote_code=trust_remote_code)
         return cls(model, tokenizer, source=path, **kwargs)
 
     # --- facts recorded in the output metadata -------------------------------------------
+    @property
+    def device(self):
+        return next(self.model.parameters()).device
+
     @property
     def label_names(self) -> list[str]:
         return loading.label_names_of(self.model.config)
@@ -223,10 +233,12 @@ class Teacher:
         with torch.inference_mode():
             for idx in self._forward_batches(order, lengths):
                 batch = pad_batch([feats[i] for i in idx], self._pad_values, side)
+                if self.device.type != "cpu":
+                    batch = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
                 out = self.model(**batch, output_hidden_states=True, return_dict=True)
                 rows = np.asarray(idx)
                 logits[rows] = out.logits.float().cpu().numpy()
-                mask = batch["attention_mask"]
+                mask = batch["attention_mask"]  # (B, T)
                 for k in self.layers:
                     pooled[k][rows] = pool(out.hidden_states[k], mask, self.pooling).float().cpu().numpy()
         return Scores(logits, pooled[self.layers[0]], {k: pooled[k] for k in self.extra_layers},

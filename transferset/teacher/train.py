@@ -209,7 +209,8 @@ def train(cfg: TrainConfig, log=None) -> dict:
         # --- evaluate ---
         dev = evaluate(model, tokenizer, dev_feats, dev_labels, cfg.eval_batch_size)
         record = {"epoch": epoch, "step": step, "train_loss": float(np.mean(losses)) if losses else None,
-                  "dev_accuracy": dev["accuracy"], "dev_loss": dev["loss"], "elapsed_s": round(time.time() - started, 2)}
+                  "dev_accuracy": dev["accuracy"], "dev_loss": dev["loss"],
+                  "elapsed_s": round(time.time() - started, 2)}
         history.append(record)
         improved = dev["accuracy"] > best["dev_accuracy"]
         log(f"epoch {epoch}: train loss {record['train_loss']:.4f}, dev accuracy {dev['accuracy']:.4f}"

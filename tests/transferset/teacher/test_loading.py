@@ -55,7 +55,8 @@ def test_remote_code_not_run_unless_trusted(tmp_path):
     marker = tmp_path / "ran"
     model_dir = tmp_path / "remote"
     testing.tiny_classifier(str(model_dir))
-    code = f"open({str(marker)!r}, 'w').write('x')\nfrom transformers import BertConfig\nclass MyConfig(BertConfig):\n    model_type = 'my_bert'\n"
+    code = (f"open({str(marker)!r}, 'w').write('x')\n"
+            "from transformers import BertConfig\nclass MyConfig(BertConfig):\n    model_type = 'my_bert'\n")
     (model_dir / "my_config.py").write_text(code)
     cfg = json.loads((model_dir / "config.json").read_text())
     cfg["model_type"] = "my_bert"
