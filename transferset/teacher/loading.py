@@ -148,6 +148,8 @@ def load_classifier(path: str, *, allow_pickle: bool = False, trust_remote_code:
         kwargs["num_labels"] = len(label_names)
         kwargs["id2label"] = {i: str(n) for i, n in enumerate(label_names)}
         kwargs["label2id"] = {str(n): i for i, n in enumerate(label_names)}
+        # A base model that already has a head for another label set gets a fresh head.
+        kwargs["ignore_mismatched_sizes"] = True
     elif num_labels is not None:
         kwargs["num_labels"] = num_labels
     try:

@@ -19,11 +19,11 @@ from transferset.teacher import loading
 POOLINGS = ("cls", "mean")
 DEFAULT_MAX_LENGTH = 128
 # Forward passes after sorting by length: at most this many rows and padded tokens. Measured with
-# MiniLM on 2 CPU threads (benchmarks/score.py, 2,000 SST-2 rows in calls of 1,024): a 4,096-token
-# cap took 14 CPU-s, 2,048 took 15 and 1,024 took 21; larger passes keep both threads busy in
-# bigger matmuls, which outweighs the extra padding. Raise both on a GPU.
-DEFAULT_FORWARD_ROWS = 256
-DEFAULT_FORWARD_TOKENS = 4096
+# MiniLM on 2 idle CPU cores (benchmarks/score.py, 2,000 SST-2 rows in calls of 1,024 rows):
+# caps of 1,536-2,048 tokens took 4.0 s, 4,096 took 4.4-4.7 s (more padding) and 1,024 was
+# slower again (smaller matmuls). Raise both on a GPU.
+DEFAULT_FORWARD_ROWS = 128
+DEFAULT_FORWARD_TOKENS = 2048
 
 
 @dataclass

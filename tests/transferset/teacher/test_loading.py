@@ -76,3 +76,10 @@ def test_label_names_of_config():
     cfg = BertConfig(num_labels=3, id2label={0: "neg", 1: "neu", 2: "pos"})
     assert loading.label_names_of(cfg) == ["neg", "neu", "pos"]
     assert loading.label_names_of(BertConfig(num_labels=2)) == ["LABEL_0", "LABEL_1"]
+
+
+def test_new_label_set_gets_a_fresh_head(tmp_path):
+    three = testing.tiny_classifier(str(tmp_path / "three"), label_names=("a", "b", "c"))
+    model = loading.load_classifier(three, label_names=("neg", "pos"))
+    assert model.classifier.weight.shape == (2, 32)
+    assert loading.label_names_of(model.config) == ["neg", "pos"]
