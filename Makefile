@@ -17,15 +17,14 @@ $(STAMP): pyproject.toml
 test: $(STAMP)
 	$(PY) -m pytest -q -ra $(PYTEST_ARGS)
 
-DATA ?= ../shared/data/sst2
-
+# `make demo DATA=folder` (train.tsv + dev.tsv); default: ../shared/data/sst2, else the hub's GLUE SST-2.
 demo: $(STAMP)
-	$(VENV)/bin/transferset augment --input $(DATA)/train.tsv --exclude $(DATA)/dev.tsv \
-	    --output runs/demo/transfer --limit 2000 --overwrite
-	$(VENV)/bin/transferset inspect runs/demo/transfer
+	$(VENV)/bin/transferset run --config configs/demo.yaml $(if $(DATA),data=$(DATA))
 
 bench: $(STAMP)
 	$(PY) benchmarks/augment.py
+	$(PY) benchmarks/score.py
+	$(PY) benchmarks/train.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info runs

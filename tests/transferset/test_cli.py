@@ -12,7 +12,7 @@ def test_top_level_help_lists_every_command(capsys):
         assert name in out
 
 
-@pytest.mark.parametrize("name", ["augment", "inspect"])
+@pytest.mark.parametrize("name", list(COMMANDS))
 def test_subcommand_help(name, capsys):
     with pytest.raises(SystemExit) as exc:
         main([name, "--help"])

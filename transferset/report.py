@@ -1,0 +1,208 @@
+"""RUN/report.html: what distillation buys, with PNG plots and the results table.
+
+Plots: augmentation mix and variants per example (transfer set), teacher confidence
+(scored set), each student's training curves with stage boundaries (its curves.png).
+"""
+from __future__ import annotations
+
+import html
+import json
+import os
+import shutil
+import time
+from collections import Counter
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from transferset import schema, transfer
+
+REPORT = "report.html"
+RESULTS = "results.json"
+TABLE = "results.md"
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def augmentation_plots(transfer_dir: str, out_dir: str) -> dict[str, Any]:
+    combos: Counter = Counter()
+    per_source: Counter = Counter()
+    for batch in transfer.iter_batches(transfer_dir, columns=[schema.SOURCE_ID, schema.OPS]):
+        d = batch.to_pydict()
+        for sid, ops in zip(d[schema.SOURCE_ID], d[schema.OPS]):
+            combos["+".join(ops) or "original"] += 1
+            if ops:
+                per_source[sid] += 1
+    plt = _plt()
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+    names = sorted(combos, key=lambda k: -combos[k])
+    a.barh(names[::-1], [combos[n] for n in names[::-1]], color="tab:blue")
+    a.set_xlabel("rows in the transfer set")
+    a.set_title("augmentation mix (ops that changed the row)")
+    counts = np.array(list(per_source.values()) or [0])
+    b.hist(counts, bins=range(0, int(counts.max()) + 2), color="tab:orange", align="left")
+    b.set_xlabel("distinct variants kept per example")
+    b.set_ylabel("examples")
+    b.set_title("variants per example (after dedup and leak guard)")
+    fig.tight_layout()
+    path = os.path.join(out_dir, "augmentation.png")
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return {"plot": path, "rows_per_combination": dict(combos),
+            "mean_variants_per_example": float(counts.mean()) if per_source else 0.0}
+
+
+def confidence_plot(scored_dir: str, out_dir: str) -> dict[str, Any]:
+    conf, is_orig = [], []
+    for batch in transfer.iter_batches(scored_dir, columns=[schema.TEACHER_LOGITS, schema.OPS]):
+        logits = transfer.fixed_list_to_numpy(batch.column(0)).astype(np.float64)
+        p = np.exp(logits - logits.max(axis=1, keepdims=True))
+        conf.append((p / p.sum(axis=1, keepdims=True)).max(axis=1))
+        is_orig.append(np.array([len(o) == 0 for o in batch.column(1).to_pylist()]))
+    c, o = np.concatenate(conf), np.concatenate(is_orig)
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    bins = np.linspace(c.min() if c.size else 0, 1, 30)
+    ax.hist(c[~o], bins=bins, alpha=0.7, label="augmented variants")
+    ax.hist(c[o], bins=bins, alpha=0.7, label="originals")
+    ax.set_xlabel("teacher confidence (max softmax probability)")
+    ax.set_ylabel("rows")
+    ax.legend()
+    ax.set_title("teacher confidence on the transfer set")
+    fig.tight_layout()
+    path = os.path.join(out_dir, "teacher_confidence.png")
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return {"plot": path, "mean_confidence_originals": float(c[o].mean()) if o.any() else None,
+            "mean_confidence_variants": float(c[~o].mean()) if (~o).any() else None}
+
+
+def teacher_latency(teacher_dir: str, texts: Sequence[str], limit: int = 256) -> dict[str, float]:
+    """CPU ms per example at batch 1 and 64, tokenization included (as the students measure it)."""
+    import torch
+
+    from transferset.teacher.loading import load_classifier, load_tokenizer
+
+    model = load_classifier(teacher_dir).eval()
+    tok = load_tokenizer(teacher_dir)
+    out = {"parameters": int(sum(p.numel() for p in model.parameters()))}
+    for bs, n in ((1, min(limit, 64)), (64, limit)):
+        sample = list(texts[:n])
+        with torch.inference_mode():
+            model(**tok(sample[:bs], padding=True, truncation=True, max_length=128, return_tensors="pt"))
+            start = time.perf_counter()
+            for i in range(0, len(sample), bs):
+                model(**tok(sample[i:i + bs], padding=True, truncation=True, max_length=128, return_tensors="pt"))
+        out[f"batch_{bs}"] = (time.perf_counter() - start) * 1000 / len(sample)
+    return out
+
+
+def results_table(rows: list[dict]) -> str:
+    head = ("| model | dev accuracy | agreement with teacher | parameters | CPU ms/example (batch 1) | "
+            "CPU ms/example (batch 64) | speed-up vs teacher (batch 1 / 64) |")
+    lines = [head, "| --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        agree = "-" if r.get("agreement") is None else f"{100 * r['agreement']:.1f}"
+        speed = "1.0× / 1.0×" if r["name"] == "teacher" else f"{r['speedup_1']:.1f}× / {r['speedup_64']:.1f}×"
+        lines.append(f"| {r['name']} | {100 * r['dev_accuracy']:.1f} | {agree} | {r['parameters']:,} | "
+                     f"{r['latency_1']:.2f} | {r['latency_64']:.3f} | {speed} |")
+    return "\n".join(lines)
+
+
+def _dev_texts(dev: str, label_names: Sequence[str]) -> list[str]:
+    from transferset.sources import SourceSpec, read_texts
+
+    return list(read_texts(dev))
+
+
+def write_report(paths: dict, cfg: dict, log=print) -> dict[str, Any]:
+    run_dir = paths["run_dir"]
+    fig_dir = os.path.join(run_dir, "report_files")
+    os.makedirs(fig_dir, exist_ok=True)
+    with open(os.path.join(paths["teacher"], "metrics.json")) as fh:
+        tmetrics = json.load(fh)
+    label_names = transfer.label_names(paths["scored"], scored=True)
+    tlat = teacher_latency(paths["teacher"], _dev_texts(paths["dev"], label_names))
+    rows = [{"name": "teacher", "dev_accuracy": tmetrics["best_dev_accuracy"], "agreement": None,
+             "parameters": tlat["parameters"], "latency_1": tlat["batch_1"], "latency_64": tlat["batch_64"]}]
+    curves = []
+    for name, out in paths["students"].items():
+        with open(os.path.join(out, "metrics.json")) as fh:
+            m = json.load(fh)
+        lat = m["latency_ms_per_example"]
+        rows.append({"name": f"student: {name} ({m['student']}, {m['schedule']})", "dev_accuracy": m["dev_accuracy"],
+                     "agreement": m.get("teacher_agreement"), "parameters": m["parameters"],
+                     "latency_1": lat["batch_1"], "latency_64": lat["batch_64"],
+                     "speedup_1": tlat["batch_1"] / lat["batch_1"], "speedup_64": tlat["batch_64"] / lat["batch_64"],
+                     "transfer_rows": m["transfer"]["rows"], "labeled_rows": m["transfer"]["labeled_rows"]})
+        src = os.path.join(out, "curves.png")
+        if os.path.exists(src):
+            dst = os.path.join(fig_dir, f"curves_{name}.png")
+            shutil.copyfile(src, dst)
+            curves.append((name, dst))
+    aug = augmentation_plots(paths["transfer"], fig_dir)
+    conf = confidence_plot(paths["scored"], fig_dir)
+    table = results_table(rows)
+    stats = {}
+    for stage in ("transfer", "scored"):
+        p = os.path.join(paths[stage], schema.STATS_FILE)
+        if os.path.exists(p):
+            with open(p) as fh:
+                stats[stage] = json.load(fh)
+    results = {"rows": rows, "augmentation": aug, "teacher_confidence": conf, "stats": stats,
+               "dev": paths["dev"], "config": cfg}
+    with open(os.path.join(run_dir, RESULTS), "w") as fh:
+        json.dump(results, fh, indent=2, default=str)
+    with open(os.path.join(run_dir, TABLE), "w") as fh:
+        fh.write(table + "\n")
+    report = os.path.join(run_dir, REPORT)
+    with open(report, "w", encoding="utf-8") as fh:
+        fh.write(_html(table_rows=rows, aug=aug, conf=conf, curves=curves, stats=stats, run_dir=run_dir,
+                       dev=paths["dev"]))
+    log(f"[report] {report}")
+    return {"table": table, "report": report, "rows": rows}
+
+
+def _img(path: str, run_dir: str, alt: str) -> str:
+    return f'<img src="{html.escape(os.path.relpath(path, run_dir))}" alt="{html.escape(alt)}">'
+
+
+def _html(*, table_rows, aug, conf, curves, stats, run_dir, dev) -> str:
+    head = ["model", "dev accuracy", "agreement with teacher", "parameters", "CPU ms/example (batch 1)",
+            "CPU ms/example (batch 64)", "speed-up (batch 1 / 64)"]
+    trs = []
+    for r in table_rows:
+        speed = "1.0× / 1.0×" if r["name"] == "teacher" else f"{r['speedup_1']:.1f}× / {r['speedup_64']:.1f}×"
+        agree = "-" if r.get("agreement") is None else f"{100 * r['agreement']:.1f}"
+        cells = [r["name"], f"{100 * r['dev_accuracy']:.1f}", agree, f"{r['parameters']:,}", f"{r['latency_1']:.2f}",
+                 f"{r['latency_64']:.3f}", speed]
+        trs.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
+    t = stats.get("transfer", {})
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'><title>transferset report</title>",
+        "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto}table{border-collapse:collapse}"
+        "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}td:first-child{text-align:left}"
+        "img{max-width:100%}</style></head><body>",
+        f"<h1>transferset report: {html.escape(run_dir)}</h1>",
+        f"<p>Dev data: {html.escape(dev)}. Generated {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.</p>",
+        "<h2>Results</h2><table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>" + "".join(trs) + "</table>",
+        "<h2>Transfer set</h2>",
+        f"<p>{t.get('accepted_rows', '?')} input rows accepted, {t.get('rejected_rows', '?')} rejected; "
+        f"{t.get('variants_generated', '?')} variants generated, {t.get('duplicates_dropped', '?')} duplicates and "
+        f"{t.get('excluded_dropped', '?')} evaluation sentences dropped; {t.get('output_rows', '?')} rows. "
+        f"Mean distinct variants kept per example: {aug['mean_variants_per_example']:.1f}.</p>",
+        _img(aug["plot"], run_dir, "augmentation mix"),
+        "<h2>Teacher confidence</h2>", _img(conf["plot"], run_dir, "teacher confidence"),
+        "<h2>Training curves</h2>",
+    ]
+    for name, path in curves:
+        parts.append(f"<h3>{html.escape(name)}</h3>" + _img(path, run_dir, f"training curves {name}"))
+    parts.append("</body></html>")
+    return "\n".join(parts)
