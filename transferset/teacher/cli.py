@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", required=True, help="directory for the fine-tuned teacher")
     parser.add_argument("--model", default=loading.DEFAULT_MODEL, help="base model: hub name or local directory")
     parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--lr", type=float, default=2e-5, help="peak learning rate (AdamW, linear warm-up and decay)")
+    parser.add_argument("--lr", type=float, default=5e-5, help="peak learning rate (AdamW, linear warm-up and decay)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--max-length", type=int, default=128, help="tokens per row; longer rows are truncated")
     parser.add_argument("--limit", type=int, default=None, help="read at most N rows of each input (quick trials)")

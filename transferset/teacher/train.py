@@ -28,7 +28,7 @@ class TrainConfig:
     output: str
     model: str = loading.DEFAULT_MODEL
     epochs: int = 3
-    lr: float = 2e-5
+    lr: float = 5e-5
     batch_size: int = 32
     max_length: int = 128
     limit: Optional[int] = None  # rows read from each input (quick trials)
