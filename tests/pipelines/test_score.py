@@ -31,25 +31,8 @@ def run_pipeline(cfg):
 
 
 @pytest.fixture(scope="module")
-def teacher_dir(tmp_path_factory):
-    return testing.tiny_classifier(str(tmp_path_factory.mktemp("teacher")))
-
-
-@pytest.fixture(scope="module")
-def reference(teacher_dir):
-    """model(**tokenizer(text)) on one row alone: what every stored row must equal."""
-    import torch
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(teacher_dir)
-    model = AutoModelForSequenceClassification.from_pretrained(teacher_dir).eval()
-
-    def run(text, text_b=None):
-        with torch.no_grad():
-            out = model(**tok(text, text_b, return_tensors="pt"), output_hidden_states=True)
-        return out.logits[0].numpy(), [h[0].numpy() for h in out.hidden_states]
-
-    return run
+def teacher_dir(tiny_teacher):
+    return tiny_teacher
 
 
 @pytest.fixture(scope="module")
