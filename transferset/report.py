@@ -104,20 +104,25 @@ def teacher_latency(teacher_dir: str, texts: Sequence[str], limit: int = 256) ->
     return out
 
 
+HEADER = ("model", "dev accuracy", "agreement with teacher", "parameters", "CPU ms/example (batch 1)",
+          "CPU ms/example (batch 64)", "speed-up vs teacher (batch 1 / 64)")
+
+
+def _cells(r: dict) -> list[str]:
+    agree = "-" if r.get("agreement") is None else f"{100 * r['agreement']:.1f}"
+    speed = "1.0× / 1.0×" if r["name"] == "teacher" else f"{r['speedup_1']:.1f}× / {r['speedup_64']:.1f}×"
+    return [r["name"], f"{100 * r['dev_accuracy']:.1f}", agree, f"{r['parameters']:,}", f"{r['latency_1']:.2f}",
+            f"{r['latency_64']:.3f}", speed]
+
+
 def results_table(rows: list[dict]) -> str:
-    head = ("| model | dev accuracy | agreement with teacher | parameters | CPU ms/example (batch 1) | "
-            "CPU ms/example (batch 64) | speed-up vs teacher (batch 1 / 64) |")
-    lines = [head, "| --- | --- | --- | --- | --- | --- | --- |"]
-    for r in rows:
-        agree = "-" if r.get("agreement") is None else f"{100 * r['agreement']:.1f}"
-        speed = "1.0× / 1.0×" if r["name"] == "teacher" else f"{r['speedup_1']:.1f}× / {r['speedup_64']:.1f}×"
-        lines.append(f"| {r['name']} | {100 * r['dev_accuracy']:.1f} | {agree} | {r['parameters']:,} | "
-                     f"{r['latency_1']:.2f} | {r['latency_64']:.3f} | {speed} |")
+    lines = ["| " + " | ".join(HEADER) + " |", "|" + " --- |" * len(HEADER)]
+    lines += ["| " + " | ".join(_cells(r)) + " |" for r in rows]
     return "\n".join(lines)
 
 
-def _dev_texts(dev: str, label_names: Sequence[str]) -> list[str]:
-    from transferset.sources import SourceSpec, read_texts
+def _dev_texts(dev: str) -> list[str]:
+    from transferset.sources import read_texts
 
     return list(read_texts(dev))
 
@@ -128,8 +133,7 @@ def write_report(paths: dict, cfg: dict, log=print) -> dict[str, Any]:
     os.makedirs(fig_dir, exist_ok=True)
     with open(os.path.join(paths["teacher"], "metrics.json")) as fh:
         tmetrics = json.load(fh)
-    label_names = transfer.label_names(paths["scored"], scored=True)
-    tlat = teacher_latency(paths["teacher"], _dev_texts(paths["dev"], label_names))
+    tlat = teacher_latency(paths["teacher"], _dev_texts(paths["dev"]))
     rows = [{"name": "teacher", "dev_accuracy": tmetrics["best_dev_accuracy"], "agreement": None,
              "parameters": tlat["parameters"], "latency_1": tlat["batch_1"], "latency_64": tlat["batch_64"]}]
     curves = []
@@ -175,15 +179,7 @@ def _img(path: str, run_dir: str, alt: str) -> str:
 
 
 def _html(*, table_rows, aug, conf, curves, stats, run_dir, dev) -> str:
-    head = ["model", "dev accuracy", "agreement with teacher", "parameters", "CPU ms/example (batch 1)",
-            "CPU ms/example (batch 64)", "speed-up (batch 1 / 64)"]
-    trs = []
-    for r in table_rows:
-        speed = "1.0× / 1.0×" if r["name"] == "teacher" else f"{r['speedup_1']:.1f}× / {r['speedup_64']:.1f}×"
-        agree = "-" if r.get("agreement") is None else f"{100 * r['agreement']:.1f}"
-        cells = [r["name"], f"{100 * r['dev_accuracy']:.1f}", agree, f"{r['parameters']:,}", f"{r['latency_1']:.2f}",
-                 f"{r['latency_64']:.3f}", speed]
-        trs.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
+    trs = ["<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in _cells(r)) + "</tr>" for r in table_rows]
     t = stats.get("transfer", {})
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'><title>transferset report</title>",
@@ -192,7 +188,7 @@ def _html(*, table_rows, aug, conf, curves, stats, run_dir, dev) -> str:
         "img{max-width:100%}</style></head><body>",
         f"<h1>transferset report: {html.escape(run_dir)}</h1>",
         f"<p>Dev data: {html.escape(dev)}. Generated {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.</p>",
-        "<h2>Results</h2><table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>" + "".join(trs) + "</table>",
+        "<h2>Results</h2><table><tr>" + "".join(f"<th>{h}</th>" for h in HEADER) + "</tr>" + "".join(trs) + "</table>",
         "<h2>Transfer set</h2>",
         f"<p>{t.get('accepted_rows', '?')} input rows accepted, {t.get('rejected_rows', '?')} rejected; "
         f"{t.get('variants_generated', '?')} variants generated, {t.get('duplicates_dropped', '?')} duplicates and "
