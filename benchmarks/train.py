@@ -34,6 +34,7 @@ from students import trainer  # noqa: E402
 from students.trainer import Student, TrainConfig, latency_ms, setup  # noqa: E402
 from transferset import schema, sources  # noqa: E402
 from transferset.teacher.scoring import Teacher  # noqa: E402
+from transferset.timing import ms_per_example  # noqa: E402
 
 SST2 = ROOT.parent / "shared" / "data" / "sst2"
 
@@ -95,12 +96,7 @@ def epoch(s, scored: str, seed: int, teacher: Teacher | None) -> tuple[float, fl
 
 
 def teacher_latency_ms(teacher: Teacher, texts, batch_size: int, limit: int) -> float:
-    texts = list(texts[:limit])
-    teacher.predict(texts[:batch_size])
-    t0 = time.perf_counter()
-    for i in range(0, len(texts), batch_size):
-        teacher.predict(texts[i:i + batch_size])
-    return (time.perf_counter() - t0) * 1000.0 / len(texts)
+    return ms_per_example(teacher.predict, texts, batch_size, limit)
 
 
 def main(argv=None) -> int:

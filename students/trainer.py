@@ -31,6 +31,7 @@ from students.tokens import (WordPieceTokens, WordTokens, load_tokens, pca_proje
                              teacher_state, word_vectors_from_wordpiece)
 from transferset import __version__, schema, sources, transfer
 from transferset.errors import UserError
+from transferset.timing import ms_per_example
 
 MODEL_DIR = "model"
 WEIGHTS_FILE = "model.safetensors"
@@ -550,14 +551,7 @@ def accuracy(pred: np.ndarray, labels: np.ndarray) -> float:
 
 def latency_ms(student: Student, texts: Sequence[str], batch_size: int, limit: int) -> float:
     """CPU milliseconds per example, tokenization included, at a fixed batch size."""
-    texts = list(texts[:limit])
-    if not texts:
-        return float("nan")
-    student.logits(texts[:batch_size], batch_size=batch_size)  # warm-up: first calls allocate
-    start = time.perf_counter()
-    for i in range(0, len(texts), batch_size):
-        student.logits(texts[i:i + batch_size], batch_size=batch_size)
-    return (time.perf_counter() - start) * 1000.0 / len(texts)
+    return ms_per_example(lambda chunk: student.logits(chunk, batch_size=batch_size), texts, batch_size, limit)
 
 
 def teacher_agreement_on_transfer(student: Student, transfer_dir: str, limit: int) -> tuple[float, int]:

@@ -11,11 +11,12 @@ import os
 import shutil
 import time
 from collections import Counter
-from typing import Any, Optional, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from transferset import schema, transfer
+from transferset.timing import ms_per_example
 
 REPORT = "report.html"
 RESULTS = "results.json"
@@ -93,14 +94,13 @@ def teacher_latency(teacher_dir: str, texts: Sequence[str], limit: int = 256) ->
     model = load_classifier(teacher_dir).eval()
     tok = load_tokenizer(teacher_dir)
     out = {"parameters": int(sum(p.numel() for p in model.parameters()))}
-    for bs, n in ((1, min(limit, 64)), (64, limit)):
-        sample = list(texts[:n])
+
+    def predict(chunk: list[str]):
         with torch.inference_mode():
-            model(**tok(sample[:bs], padding=True, truncation=True, max_length=128, return_tensors="pt"))
-            start = time.perf_counter()
-            for i in range(0, len(sample), bs):
-                model(**tok(sample[i:i + bs], padding=True, truncation=True, max_length=128, return_tensors="pt"))
-        out[f"batch_{bs}"] = (time.perf_counter() - start) * 1000 / len(sample)
+            return model(**tok(chunk, padding=True, truncation=True, max_length=128, return_tensors="pt"))
+
+    for bs, n in ((1, min(limit, 64)), (64, limit)):
+        out[f"batch_{bs}"] = ms_per_example(predict, texts, bs, n)
     return out
 
 

@@ -53,7 +53,7 @@ STAGES = ("data", "teacher", "augment", "score", "students", "report")
 def _merge(base: dict, over: dict) -> dict:
     out = copy.deepcopy(base)
     for k, v in (over or {}).items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict) and k != "students":
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
             out[k] = _merge(out[k], v)
         else:
             out[k] = copy.deepcopy(v)
@@ -110,8 +110,6 @@ def validate(cfg: dict, where: str) -> None:
     for name, settings in cfg["students"].items():
         try:
             TrainConfig.from_dict(dict(settings or {}), where=f"{where}: students.{name}")
-        except UserError:
-            raise
         except (TypeError, ValueError) as exc:
             raise UserError(f"{where}: students.{name}: {exc}") from None
     lowres = cfg["lowres"]

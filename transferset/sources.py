@@ -10,8 +10,7 @@ import csv
 import hashlib
 import io
 import json
-import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional, Sequence, Union
 
 from transferset.errors import UserError

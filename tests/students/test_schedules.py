@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from students import bilstm, schedules, transformer
+from students import bilstm, transformer
 from students.losses import NO_LABEL, LossWeights
 from students.schedules import GROUPS, phases, requires_grad, top_down
 from students.trainer import TrainConfig, make_optimizer, set_trainable, train_step

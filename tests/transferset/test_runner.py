@@ -1,6 +1,5 @@
 """`transferset run`: configs validate, overrides apply, and the demo runs end to end (reduced)."""
 import json
-import os
 from pathlib import Path
 
 import pytest

@@ -7,7 +7,7 @@ p_pos, else kept (Tang et al. 2019). Sequence ops (ngram) then run in order.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
