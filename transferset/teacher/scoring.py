@@ -1,12 +1,15 @@
 """Batched scoring with a fine-tuned teacher: logits and pooled hidden states, Beam-free.
 
 `Teacher.predict` is the whole scoring path; the Beam pipeline (pipelines/score.py) only
-feeds it batches of rows. It tokenizes without padding, sorts the rows by length, pads
-each forward batch only to its own longest row, and returns the results in input order,
-so batching, sorting and padding change no row's result.
+feeds it batches of rows. It tokenizes without padding, sorts the rows by length, splits them
+into forward batches and returns the results in input order, so batching, sorting and padding
+change no row's result. BERT classifiers run padding-free (packed.py: rows laid end to end,
+checked against the model's own forward when loaded); any other model runs its own forward on
+batches padded only to their own longest row.
 """
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
@@ -14,16 +17,20 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from transferset.errors import UserError
-from transferset.teacher import loading
+from transferset.teacher import loading, packed as packed_path
 
 POOLINGS = ("cls", "mean")
 DEFAULT_MAX_LENGTH = 128
-# Forward passes after sorting by length: at most this many rows and padded tokens. Measured with
-# MiniLM on 2 idle CPU cores (benchmarks/score.py, 2,000 SST-2 rows in calls of 1,024 rows):
-# caps of 1,536-2,048 tokens took 4.0 s, 4,096 took 4.4-4.7 s (more padding) and 1,024 was
-# slower again (smaller matmuls). Raise both on a GPU.
+# Forward passes after sorting by length: at most this many rows and tokens (padded tokens on the
+# padded path). Measured with MiniLM on 2 idle CPU cores (benchmarks/score.py, 2,000 SST-2 rows in
+# calls of 1,024 rows). Padded path: caps of 1,536-2,048 tokens took 4.0 s, 4,096 took 4.4-4.7 s
+# (more padding) and 1,024 was slower again (smaller matmuls). Packed path (packed.py, BERT):
+# 3,072-4,096 real tokens were best, 2,048 and 8,192 slower. Raise both on a GPU.
 DEFAULT_FORWARD_ROWS = 128
 DEFAULT_FORWARD_TOKENS = 2048
+PACKED_FORWARD_ROWS = 1024
+PACKED_FORWARD_TOKENS = 4096
+LOG = logging.getLogger("transferset.teacher")
 
 
 @dataclass
@@ -112,8 +119,11 @@ class Teacher:
     """
 
     def __init__(self, model, tokenizer, *, source: str = "", pooling: str = "cls", layers: Sequence[int] = (-1,),
-                 max_length: int = DEFAULT_MAX_LENGTH, forward_rows: int = DEFAULT_FORWARD_ROWS,
-                 forward_tokens: int = DEFAULT_FORWARD_TOKENS, sha256: Optional[str] = None):
+                 max_length: int = DEFAULT_MAX_LENGTH, forward_rows: Optional[int] = None,
+                 forward_tokens: Optional[int] = None, packed: Optional[bool] = None, sha256: Optional[str] = None):
+        """`packed`: None uses the padding-free BERT path (packed.py) when the model has one, True
+        requires it, False always runs the model's own forward on padded batches. `forward_rows`
+        and `forward_tokens` None pick the measured defaults of the path in use."""
         if pooling not in POOLINGS:
             raise UserError(f"--hidden {pooling!r}: choose one of {list(POOLINGS)}")
         self.model = model.eval()
@@ -125,8 +135,21 @@ class Teacher:
         last = self.num_hidden_layers
         self.layers = [last] + [k for k in normalize_layers(layers, last) if k != last]
         self.max_length = int(max_length)
-        self.forward_rows = int(forward_rows)
-        self.forward_tokens = int(forward_tokens)
+        if any(v is not None and v < 1 for v in (forward_rows, forward_tokens)):
+            raise UserError("--forward-rows and --forward-tokens must be at least 1")
+        self.packed, self.packed_reason = None, "turned off (packed=False)"
+        if packed is not False:
+            self.packed, self.packed_reason = packed_path.PackedBert.build(
+                self.model, tokenizer, rows_hint=forward_tokens or PACKED_FORWARD_TOKENS)
+            if packed and self.packed is None:
+                raise UserError(f"the padding-free forward pass is not available for this teacher: "
+                                f"{self.packed_reason}")
+        LOG.info("teacher forward pass: %s", self.forward_path if self.packed is not None else
+                 f"{self.forward_path} ({self.packed_reason})")
+        rows, tokens = ((PACKED_FORWARD_ROWS, PACKED_FORWARD_TOKENS) if self.packed is not None
+                        else (DEFAULT_FORWARD_ROWS, DEFAULT_FORWARD_TOKENS))
+        self.forward_rows = int(rows if forward_rows is None else forward_rows)
+        self.forward_tokens = int(tokens if forward_tokens is None else forward_tokens)
         self._sha256 = sha256
         self._pad_values = {
             "input_ids": tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0,
@@ -156,6 +179,11 @@ class Teacher:
     @property
     def device(self):
         return next(self.model.parameters()).device
+
+    @property
+    def forward_path(self) -> str:
+        """'packed' (padding-free BERT path) or 'padded' (the model's own forward)."""
+        return "packed" if self.packed is not None else "padded"
 
     @property
     def label_names(self) -> list[str]:
@@ -206,14 +234,23 @@ class Teacher:
         return [{k: enc[k][i] for k in keys} for i in range(len(texts))]
 
     def _forward_batches(self, order: Sequence[int], lengths: Sequence[int]):
-        """Split rows (sorted by length, longest first) into forward batches under the row/token caps."""
+        """Split rows (sorted by length, longest first) into forward batches under the row/token caps.
+
+        Tokens are what the forward pass computes: padded (longest × rows) on the padded path,
+        the real tokens on the packed one.
+        """
         batch: list[int] = []
+        tokens = 0
         for i in order:
-            longest = lengths[batch[0]] if batch else lengths[i]
-            if batch and (len(batch) >= self.forward_rows or longest * (len(batch) + 1) > self.forward_tokens):
+            if self.packed is not None:
+                after = tokens + lengths[i]
+            else:
+                after = (lengths[batch[0]] if batch else lengths[i]) * (len(batch) + 1)
+            if batch and (len(batch) >= self.forward_rows or after > self.forward_tokens):
                 yield batch
-                batch = []
+                batch, after = [], lengths[i]
             batch.append(i)
+            tokens = after
         if batch:
             yield batch
 
@@ -232,11 +269,20 @@ class Teacher:
         side = getattr(self.tokenizer, "padding_side", "right")
         with torch.inference_mode():
             for idx in self._forward_batches(order, lengths):
+                rows = np.asarray(idx)
+                if self.packed is not None:
+                    ids, types = packed_path.pack([feats[i]["input_ids"] for i in idx],
+                                                  [feats[i].get("token_type_ids") for i in idx], self.device)
+                    out_logits, out_pooled = self.packed.forward(ids, types, [lengths[i] for i in idx],
+                                                                 self.layers, self.pooling)
+                    logits[rows] = out_logits.float().cpu().numpy()
+                    for k in self.layers:
+                        pooled[k][rows] = out_pooled[k].float().cpu().numpy()
+                    continue
                 batch = pad_batch([feats[i] for i in idx], self._pad_values, side)
                 if self.device.type != "cpu":
                     batch = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
                 out = self.model(**batch, output_hidden_states=True, return_dict=True)
-                rows = np.asarray(idx)
                 logits[rows] = out.logits.float().cpu().numpy()
                 mask = batch["attention_mask"]  # (B, T)
                 for k in self.layers:

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from transferset.errors import UserError
-from transferset.teacher import scoring
+from transferset.teacher import packed, scoring
 
 TEXTS = [
     "the movie was great",
@@ -17,9 +17,16 @@ TEXTS = [
 ]
 
 
-def test_predict_matches_plain_model_row_by_row(tiny_teacher, reference):
-    # forward_rows=3 forces several sorted, padded forward batches over rows of very different lengths.
-    teacher = scoring.Teacher.load(tiny_teacher, forward_rows=3)
+# Both forward paths must give every row the plain model's result: the padding-free BERT path
+# (the default for BERT teachers) and the model's own forward on padded batches (every other model).
+PATHS = pytest.mark.parametrize("use_packed", [True, False], ids=["packed", "padded"])
+
+
+@PATHS
+def test_predict_matches_plain_model_row_by_row(tiny_teacher, reference, use_packed):
+    # forward_rows=3 forces several sorted forward batches over rows of very different lengths.
+    teacher = scoring.Teacher.load(tiny_teacher, forward_rows=3, packed=use_packed)
+    assert teacher.forward_path == ("packed" if use_packed else "padded")
     scores = teacher.predict(TEXTS)
     assert scores.logits.shape == (len(TEXTS), 2) and scores.logits.dtype == np.float32
     assert scores.hidden.shape == (len(TEXTS), 32)
@@ -34,17 +41,22 @@ def test_predict_matches_plain_model_row_by_row(tiny_teacher, reference):
     assert np.ptp(scores.logits[:, 1] - scores.logits[:, 0]) > 0.5
 
 
-def test_batching_changes_no_row(tiny_teacher):
-    one_batch = scoring.Teacher.load(tiny_teacher, forward_rows=64).predict(TEXTS)
-    tiny_batches = scoring.Teacher.load(tiny_teacher, forward_rows=1).predict(TEXTS)
-    token_capped = scoring.Teacher.load(tiny_teacher, forward_rows=64, forward_tokens=40).predict(TEXTS)
-    for other in (tiny_batches, token_capped):
+@PATHS
+def test_batching_changes_no_row(tiny_teacher, use_packed):
+    one_batch = scoring.Teacher.load(tiny_teacher, forward_rows=64, packed=use_packed).predict(TEXTS)
+    tiny_batches = scoring.Teacher.load(tiny_teacher, forward_rows=1, packed=use_packed).predict(TEXTS)
+    token_capped = scoring.Teacher.load(tiny_teacher, forward_rows=64, forward_tokens=40,
+                                        packed=use_packed).predict(TEXTS)
+    other_path = scoring.Teacher.load(tiny_teacher, packed=not use_packed).predict(TEXTS)
+    for other in (tiny_batches, token_capped, other_path):
         np.testing.assert_allclose(other.logits, one_batch.logits, atol=1e-4)
         np.testing.assert_allclose(other.hidden, one_batch.hidden, atol=1e-4)
 
 
-def test_mean_pooling_and_extra_layers(tiny_teacher, reference):
-    teacher = scoring.Teacher.load(tiny_teacher, pooling="mean", layers=[-1, 0, 1], forward_rows=4)
+@PATHS
+def test_mean_pooling_and_extra_layers(tiny_teacher, reference, use_packed):
+    teacher = scoring.Teacher.load(tiny_teacher, pooling="mean", layers=[-1, 0, 1], forward_rows=4,
+                                   packed=use_packed)
     assert teacher.layers == [2, 0, 1] and teacher.extra_layers == [0, 1]
     scores = teacher.predict(TEXTS)
     assert sorted(scores.layers) == [0, 1]
@@ -55,8 +67,9 @@ def test_mean_pooling_and_extra_layers(tiny_teacher, reference):
         np.testing.assert_allclose(scores.layers[1][i], hidden[1].mean(axis=0), atol=1e-4)
 
 
-def test_sentence_pairs_and_mixed_rows(tiny_teacher, reference):
-    teacher = scoring.Teacher.load(tiny_teacher, forward_rows=2)
+@PATHS
+def test_sentence_pairs_and_mixed_rows(tiny_teacher, reference, use_packed):
+    teacher = scoring.Teacher.load(tiny_teacher, forward_rows=2, packed=use_packed)
     texts_b = ["it was fine", None, "the plot", None, "great acting", "no", None, "so dull"]
     scores = teacher.predict(TEXTS, texts_b)
     for i, (a, b) in enumerate(zip(TEXTS, texts_b)):
@@ -65,16 +78,18 @@ def test_sentence_pairs_and_mixed_rows(tiny_teacher, reference):
         np.testing.assert_allclose(scores.hidden[i], hidden[-1][0], atol=1e-4)
 
 
-def test_truncation_to_max_length(tiny_teacher, reference):
+@PATHS
+def test_truncation_to_max_length(tiny_teacher, reference, use_packed):
     long_text = " ".join(["boring"] * 50 + ["great"] * 50)
-    scores = scoring.Teacher.load(tiny_teacher, max_length=16).predict([long_text, "great"])
+    scores = scoring.Teacher.load(tiny_teacher, max_length=16, packed=use_packed).predict([long_text, "great"])
     logits, _ = reference(long_text, max_length=16)
     np.testing.assert_allclose(scores.logits[0], logits, atol=1e-4)
     assert scores.num_tokens == 16 + 3  # 16 after truncation; "great" is [CLS] great [SEP]
 
 
-def test_empty_batch(tiny_teacher):
-    scores = scoring.Teacher.load(tiny_teacher).predict([])
+@PATHS
+def test_empty_batch(tiny_teacher, use_packed):
+    scores = scoring.Teacher.load(tiny_teacher, packed=use_packed).predict([])
     assert scores.logits.shape == (0, 2) and scores.hidden.shape == (0, 32) and scores.num_tokens == 0
 
 
@@ -115,3 +130,71 @@ def test_metadata_facts(tiny_teacher):
     assert (spec["pooling"], spec["layer"], spec["extra_layers"], spec["hidden_size"]) == ("cls", 2, [1], 32)
     info = teacher.tokenizer_info()
     assert info["vocab_size"] == teacher.tokenizer.vocab_size and info["do_lower_case"] is True
+
+
+def test_packed_path_is_the_default_for_bert_and_caps_real_tokens(tiny_teacher):
+    teacher = scoring.Teacher.load(tiny_teacher)
+    assert teacher.forward_path == "packed" and teacher.packed_reason == ""
+    assert (teacher.forward_rows, teacher.forward_tokens) == (scoring.PACKED_FORWARD_ROWS,
+                                                              scoring.PACKED_FORWARD_TOKENS)
+    lengths = [len(f["input_ids"]) for f in teacher.tokenize(TEXTS)]
+    order = sorted(range(len(TEXTS)), key=lambda i: -lengths[i])
+    capped = scoring.Teacher.load(tiny_teacher, forward_tokens=20)
+    batches = list(capped._forward_batches(order, lengths))
+    assert sorted(i for b in batches for i in b) == list(range(len(TEXTS)))
+    # Packed: the cap counts real tokens (a row longer than the cap goes alone).
+    assert all(sum(lengths[i] for i in b) <= 20 or len(b) == 1 for b in batches)
+    assert any(len(b) > 1 for b in batches)
+    padded = scoring.Teacher.load(tiny_teacher, forward_tokens=20, packed=False)
+    assert (padded.forward_rows, padded.forward_tokens) == (scoring.DEFAULT_FORWARD_ROWS, 20)
+    for b in padded._forward_batches(order, lengths):  # padded: longest × rows
+        assert max(lengths[i] for i in b) * len(b) <= 20 or len(b) == 1
+    with pytest.raises(UserError, match="--forward-rows and --forward-tokens must be at least 1"):
+        scoring.Teacher.load(tiny_teacher, forward_tokens=0)
+
+
+def test_other_architectures_use_the_padded_path(tiny_teacher):
+    from transformers import AutoTokenizer, DistilBertConfig, DistilBertForSequenceClassification
+
+    tok = AutoTokenizer.from_pretrained(tiny_teacher)
+    torch.manual_seed(0)
+    model = DistilBertForSequenceClassification(DistilBertConfig(
+        vocab_size=tok.vocab_size, dim=32, hidden_dim=64, n_layers=2, n_heads=2, num_labels=2)).eval()
+    teacher = scoring.Teacher(model, tok)
+    assert teacher.forward_path == "padded" and "DistilBertForSequenceClassification" in teacher.packed_reason
+    scores = teacher.predict(TEXTS)
+    with torch.no_grad():
+        for i, text in enumerate(TEXTS):
+            enc = tok(text, return_tensors="pt")
+            enc.pop("token_type_ids", None)
+            np.testing.assert_allclose(scores.logits[i], model(**enc).logits[0].numpy(), atol=1e-4)
+    with pytest.raises(UserError, match="not available for this teacher: DistilBertForSequenceClassification"):
+        scoring.Teacher(model, tok, packed=True)
+
+
+def test_probe_check_falls_back_when_the_packed_path_disagrees(tiny_teacher, reference, monkeypatch):
+    def uniform_attention(q, k, v, scale):  # a wrong attention: ignores the queries
+        return v.mean(dim=2, keepdim=True).expand_as(v)
+
+    monkeypatch.setattr(packed, "attention", uniform_attention)
+    teacher = scoring.Teacher.load(tiny_teacher)
+    assert teacher.forward_path == "padded" and "differ from the model's own forward" in teacher.packed_reason
+    scores = teacher.predict(TEXTS[:3])
+    for i, text in enumerate(TEXTS[:3]):
+        np.testing.assert_allclose(scores.logits[i], reference(text)[0], atol=1e-4)
+
+    def broken(q, k, v, scale):
+        raise RuntimeError("no kernel")
+
+    monkeypatch.setattr(packed, "attention", broken)
+    teacher = scoring.Teacher.load(tiny_teacher)
+    assert teacher.forward_path == "padded" and "(aten) failed: RuntimeError: no kernel" in teacher.packed_reason
+    with pytest.raises(UserError, match="probe forward .* failed"):
+        scoring.Teacher.load(tiny_teacher, packed=True)
+
+
+def test_groups_of_equal_length():
+    lengths = np.array([5, 5, 3, 3, 3, 1])
+    offsets = np.array([0, 5, 10, 13, 16, 19])
+    assert packed.groups_of_equal_length(lengths, offsets) == [(0, 2, 5), (10, 3, 3), (19, 1, 1)]
+    assert packed.groups_of_equal_length(np.array([], dtype=np.int64), np.array([], dtype=np.int64)) == []
