@@ -63,8 +63,9 @@ class ScoreConfig:
     batch_size: int = 1024
     min_batch_size: Optional[int] = None  # None: batch_size (fixed batches; lower it for streaming)
     max_length: Optional[int] = None  # None: the teacher's training max_length, else 128
-    forward_rows: int = scoring.DEFAULT_FORWARD_ROWS
-    forward_tokens: int = scoring.DEFAULT_FORWARD_TOKENS
+    forward_rows: Optional[int] = None  # None: the forward path's measured default (scoring.py)
+    forward_tokens: Optional[int] = None
+    packed: bool = True  # the padding-free BERT forward when the teacher has one (teacher/packed.py)
     shard_rows: int = 10_000  # rows per committed output shard (the unit a resume can skip)
     resume: bool = False
     overwrite: bool = False
@@ -125,8 +126,10 @@ def plan(cfg: ScoreConfig) -> Plan:
     """Check the input, the teacher and (with --resume) the shards already written; prepare OUT."""
     if cfg.hidden not in scoring.POOLINGS:
         raise UserError(f"--hidden {cfg.hidden!r}: choose one of {list(scoring.POOLINGS)}")
-    if cfg.batch_size < 1 or (cfg.min_batch_size or 1) < 1 or cfg.shard_rows < 1:
-        raise UserError("--batch-size, --min-batch-size and --shard-rows must be at least 1")
+    optional = (cfg.min_batch_size, cfg.forward_rows, cfg.forward_tokens)
+    if min(cfg.batch_size, cfg.shard_rows, *(1 if v is None else v for v in optional)) < 1:
+        raise UserError("--batch-size, --min-batch-size, --shard-rows, --forward-rows and --forward-tokens "
+                        "must be at least 1")
     input_files = transfer.data_files(cfg.input)
     input_meta = transfer.read_metadata(cfg.input)
     input_labels = list(input_meta.get(schema.META_LABEL_NAMES) or [])
@@ -263,7 +266,7 @@ class TeacherModelHandler(ModelHandler):
     def __init__(self, teacher_dir: str, *, pooling: str = "cls", layers: Sequence[int] = (-1,),
                  max_length: int = scoring.DEFAULT_MAX_LENGTH, min_batch_size: Optional[int] = None,
                  max_batch_size: int = 1024,
-                 forward_rows: int = scoring.DEFAULT_FORWARD_ROWS, forward_tokens: int = scoring.DEFAULT_FORWARD_TOKENS,
+                 forward_rows: Optional[int] = None, forward_tokens: Optional[int] = None, packed: bool = True,
                  large_model: bool = False, torch_threads: Optional[int] = None, allow_pickle: bool = False,
                  trust_remote_code: bool = False, sha256: Optional[str] = None,
                  loader: Optional[Callable[..., Any]] = None):
@@ -272,7 +275,8 @@ class TeacherModelHandler(ModelHandler):
         self.teacher_dir = teacher_dir
         self.load_kwargs = dict(pooling=pooling, layers=list(layers), max_length=max_length,
                                 forward_rows=forward_rows, forward_tokens=forward_tokens,
-                                allow_pickle=allow_pickle, trust_remote_code=trust_remote_code, sha256=sha256)
+                                packed=None if packed else False, allow_pickle=allow_pickle,
+                                trust_remote_code=trust_remote_code, sha256=sha256)
         self.torch_threads = torch_threads
         self.loader = loader
 
@@ -427,7 +431,8 @@ def build(pipeline: beam.Pipeline, cfg: ScoreConfig) -> Plan:
     handler = KeyedModelHandler(TeacherModelHandler(
         cfg.teacher, pooling=cfg.hidden, layers=p.layers, max_length=p.max_length,
         min_batch_size=cfg.min_batch_size or cfg.batch_size, max_batch_size=cfg.batch_size,
-        forward_rows=cfg.forward_rows, forward_tokens=cfg.forward_tokens, large_model=cfg.large_model,
+        forward_rows=cfg.forward_rows, forward_tokens=cfg.forward_tokens, packed=cfg.packed,
+        large_model=cfg.large_model,
         torch_threads=cfg.torch_threads,
         allow_pickle=cfg.allow_pickle, trust_remote_code=cfg.trust_remote_code,
         sha256=p.metadata[schema.META_TEACHER_SHA256], loader=cfg.loader))
@@ -480,10 +485,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="BatchElements minimum (default: --batch-size; lower it for streaming inputs)")
     parser.add_argument("--max-length", type=int, default=None,
                         help="tokens per row (default: the teacher's training max_length, else 128)")
-    parser.add_argument("--forward-rows", type=int, default=scoring.DEFAULT_FORWARD_ROWS,
-                        help="rows per forward pass after sorting by length (raise it on a GPU)")
-    parser.add_argument("--forward-tokens", type=int, default=scoring.DEFAULT_FORWARD_TOKENS,
-                        help="padded tokens per forward pass at most")
+    parser.add_argument("--forward-rows", type=int, default=None,
+                        help=f"rows per forward pass after sorting by length (default: "
+                             f"{scoring.PACKED_FORWARD_ROWS} on the padding-free BERT path, "
+                             f"{scoring.DEFAULT_FORWARD_ROWS} otherwise; raise it on a GPU)")
+    parser.add_argument("--forward-tokens", type=int, default=None,
+                        help=f"tokens per forward pass at most, padding included (default: "
+                             f"{scoring.PACKED_FORWARD_TOKENS} on the padding-free BERT path, "
+                             f"{scoring.DEFAULT_FORWARD_TOKENS} otherwise)")
+    parser.add_argument("--no-packed", dest="packed", action="store_false",
+                        help="run the teacher's own forward on padded batches even for BERT teachers (by "
+                             "default BERT classifiers run padding-free, checked against their own forward "
+                             "when loaded)")
     parser.add_argument("--shard-rows", type=int, default=10_000,
                         help="rows per committed output shard; a resumed run skips whole shards")
     parser.add_argument("--resume", action="store_true", help="keep OUT/data and score only the ids not in it")
@@ -513,7 +526,7 @@ def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
         input=args.input, teacher=args.teacher, output=args.output, hidden=args.hidden,
         layers=tuple(scoring.parse_layers(args.layers)), batch_size=args.batch_size,
         min_batch_size=args.min_batch_size, max_length=args.max_length, forward_rows=args.forward_rows,
-        forward_tokens=args.forward_tokens, shard_rows=args.shard_rows, resume=args.resume,
+        forward_tokens=args.forward_tokens, packed=args.packed, shard_rows=args.shard_rows, resume=args.resume,
         overwrite=args.overwrite, allow_pickle=args.allow_pickle, trust_remote_code=args.trust_remote_code,
         large_model=args.large_model,
         torch_threads=args.torch_threads if args.torch_threads is not None else default_threads(options),
