@@ -254,6 +254,21 @@ class Teacher:
         if batch:
             yield batch
 
+    def _forward_packed(self, feats: Sequence[dict]):
+        """One padding-free forward batch -> (logits (B, C), {layer: pooled (B, H)}) tensors."""
+        ids, types = packed_path.pack([f["input_ids"] for f in feats], [f.get("token_type_ids") for f in feats],
+                                      self.device)
+        return self.packed.forward(ids, types, [len(f["input_ids"]) for f in feats], self.layers, self.pooling)
+
+    def _forward_padded(self, feats: Sequence[dict]):
+        """The model's own forward on one batch padded to its longest row; same return as _forward_packed."""
+        batch = pad_batch(feats, self._pad_values, getattr(self.tokenizer, "padding_side", "right"))
+        if self.device.type != "cpu":
+            batch = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
+        out = self.model(**batch, output_hidden_states=True, return_dict=True)
+        mask = batch["attention_mask"]  # (B, T)
+        return out.logits, {k: pool(out.hidden_states[k], mask, self.pooling) for k in self.layers}
+
     def predict(self, texts: Sequence[str], texts_b: Optional[Sequence[Optional[str]]] = None) -> Scores:
         import torch
 
@@ -266,27 +281,14 @@ class Teacher:
         feats = self.tokenize(texts, texts_b)
         lengths = [len(f["input_ids"]) for f in feats]
         order = sorted(range(n), key=lambda i: -lengths[i])
-        side = getattr(self.tokenizer, "padding_side", "right")
+        forward = self._forward_packed if self.packed is not None else self._forward_padded
         with torch.inference_mode():
             for idx in self._forward_batches(order, lengths):
                 rows = np.asarray(idx)
-                if self.packed is not None:
-                    ids, types = packed_path.pack([feats[i]["input_ids"] for i in idx],
-                                                  [feats[i].get("token_type_ids") for i in idx], self.device)
-                    out_logits, out_pooled = self.packed.forward(ids, types, [lengths[i] for i in idx],
-                                                                 self.layers, self.pooling)
-                    logits[rows] = out_logits.float().cpu().numpy()
-                    for k in self.layers:
-                        pooled[k][rows] = out_pooled[k].float().cpu().numpy()
-                    continue
-                batch = pad_batch([feats[i] for i in idx], self._pad_values, side)
-                if self.device.type != "cpu":
-                    batch = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
-                out = self.model(**batch, output_hidden_states=True, return_dict=True)
-                logits[rows] = out.logits.float().cpu().numpy()
-                mask = batch["attention_mask"]  # (B, T)
+                batch_logits, batch_pooled = forward([feats[i] for i in idx])
+                logits[rows] = batch_logits.float().cpu().numpy()
                 for k in self.layers:
-                    pooled[k][rows] = pool(out.hidden_states[k], mask, self.pooling).float().cpu().numpy()
+                    pooled[k][rows] = batch_pooled[k].float().cpu().numpy()
         return Scores(logits, pooled[self.layers[0]], {k: pooled[k] for k in self.extra_layers},
                       num_tokens=int(sum(lengths)))
 
