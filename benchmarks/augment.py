@@ -297,9 +297,9 @@ def main(argv=None) -> int:
             pl = bench_pipeline(args, tmp)
             r1, r2 = pl["runs"][1], pl["runs"][2]
             rows += [
-                (f"tang pipeline, 1 worker", f"{r1['variants_per_s']:.0f} variants/s",
+                ("tang pipeline, 1 worker", f"{r1['variants_per_s']:.0f} variants/s",
                  f"{r1['wall_s']:.1f} s wall for {args.rows} rows x {args.n_iter} (best of {args.repeat})"),
-                (f"tang pipeline, 2 workers", f"{r2['variants_per_s']:.0f} variants/s",
+                ("tang pipeline, 2 workers", f"{r2['variants_per_s']:.0f} variants/s",
                  f"{r2['wall_s']:.1f} s wall"),
                 ("speed-up 2 vs 1 workers", f"{r1['wall_s'] / r2['wall_s']:.2f}x", "whole command, start-up included"),
                 ("same (id, text) set 1 vs 2", str(pl["same_set"]), f"{pl['n_rows'][0]} rows out"),
