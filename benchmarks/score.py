@@ -8,8 +8,9 @@ All figures come from one run: the fp32 matmul peak (best of several large squar
 MKL and oneDNN),
 the naive loop (batches of 32 in file order, padded to the longest, `no_grad`, hidden states on)
 and `Teacher.predict` (what the Beam handler calls) on both of its forward paths: `score_path`,
-the default (for this BERT teacher the padding-free packed path, teacher/packed.py) and
-`padded_path` (`--no-packed`: length-sorted, dynamically padded batches through the model's own
+`--forward` (default auto: for this BERT teacher on CPU the padding-free packed path,
+teacher/packed.py; on a GPU auto means padded, so pass --forward packed there to compare) and
+`padded_path` (`--forward padded`: length-sorted, dynamically padded batches through the model's own
 forward, what every non-BERT teacher gets). All paths alternate for --repeats rounds and the
 best round of each is reported, so a busy machine penalises them alike. Teacher cost: 2 × non-embedding
 parameters FLOPs per real (unpadded) token, counted over the encoder layers; attention's T² term is left out, which flatters
@@ -156,6 +157,8 @@ def main(argv=None) -> int:
     parser.add_argument("--beam-batch", type=int, default=1024, help="rows per predict call (the Beam batch)")
     parser.add_argument("--forward-rows", type=int, default=None)
     parser.add_argument("--forward-tokens", type=int, default=None)
+    parser.add_argument("--forward", default="auto", choices=("auto", "packed", "padded"),
+                        help="forward path of the timed scoring path (the padded path is always timed too)")
     parser.add_argument("--pipeline", action="store_true", help="also time `transferset score` end to end")
     parser.add_argument("--json", default=None, help="also write the figures to this file")
     args = parser.parse_args(argv)
@@ -174,8 +177,10 @@ def main(argv=None) -> int:
     tokenizer = AutoTokenizer.from_pretrained(teacher_dir)
     model = AutoModelForSequenceClassification.from_pretrained(teacher_dir).eval().to(args.device)
     kwargs = {k: v for k, v in (("forward_rows", args.forward_rows), ("forward_tokens", args.forward_tokens)) if v}
-    teacher = scoring.Teacher(model, tokenizer, source=teacher_dir, max_length=args.max_length, **kwargs)
-    padded = scoring.Teacher(model, tokenizer, source=teacher_dir, max_length=args.max_length, packed=False, **kwargs)
+    teacher = scoring.Teacher(model, tokenizer, source=teacher_dir, max_length=args.max_length, forward=args.forward,
+                              **kwargs)
+    padded = scoring.Teacher(model, tokenizer, source=teacher_dir, max_length=args.max_length, forward="padded",
+                             **kwargs)
     real_tokens = sum(len(ids) for ids in tokenizer(texts, truncation=True, max_length=args.max_length)["input_ids"])
     padded_naive = 0
     for start in range(0, len(texts), 32):
@@ -230,7 +235,7 @@ def main(argv=None) -> int:
     result["targets_met"] = {"speedup_at_least_2.5": result["speedup"] >= 2.5,
                              "fraction_of_peak_at_least_0.80": result["score_path"]["fraction_of_matmul_peak"] >= 0.8}
     if args.pipeline:
-        seconds = pipeline_run(teacher_dir, texts, workdir, ["--runner", "FnApiRunner"])
+        seconds = pipeline_run(teacher_dir, texts, workdir, ["--runner", "FnApiRunner", "--forward", args.forward])
         result["pipeline_end_to_end"] = {"seconds": round(seconds, 2), "rows_per_s": round(len(texts) / seconds, 1),
                                          "note": "includes Beam start-up, model load, Parquet writes"}
     print(json.dumps(result, indent=2))

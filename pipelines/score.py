@@ -65,7 +65,7 @@ class ScoreConfig:
     max_length: Optional[int] = None  # None: the teacher's training max_length, else 128
     forward_rows: Optional[int] = None  # None: the forward path's measured default (scoring.py)
     forward_tokens: Optional[int] = None
-    packed: bool = True  # the padding-free BERT forward when the teacher has one (teacher/packed.py)
+    forward: str = "auto"  # auto | packed | padded (scoring.FORWARDS; packed: teacher/packed.py)
     shard_rows: int = 10_000  # rows per committed output shard (the unit a resume can skip)
     resume: bool = False
     overwrite: bool = False
@@ -126,6 +126,8 @@ def plan(cfg: ScoreConfig) -> Plan:
     """Check the input, the teacher and (with --resume) the shards already written; prepare OUT."""
     if cfg.hidden not in scoring.POOLINGS:
         raise UserError(f"--hidden {cfg.hidden!r}: choose one of {list(scoring.POOLINGS)}")
+    if cfg.forward not in scoring.FORWARDS:
+        raise UserError(f"--forward {cfg.forward!r}: choose one of {list(scoring.FORWARDS)}")
     optional = (cfg.min_batch_size, cfg.forward_rows, cfg.forward_tokens)
     if min(cfg.batch_size, cfg.shard_rows, *(1 if v is None else v for v in optional)) < 1:
         raise UserError("--batch-size, --min-batch-size, --shard-rows, --forward-rows and --forward-tokens "
@@ -266,7 +268,7 @@ class TeacherModelHandler(ModelHandler):
     def __init__(self, teacher_dir: str, *, pooling: str = "cls", layers: Sequence[int] = (-1,),
                  max_length: int = scoring.DEFAULT_MAX_LENGTH, min_batch_size: Optional[int] = None,
                  max_batch_size: int = 1024,
-                 forward_rows: Optional[int] = None, forward_tokens: Optional[int] = None, packed: bool = True,
+                 forward_rows: Optional[int] = None, forward_tokens: Optional[int] = None, forward: str = "auto",
                  large_model: bool = False, torch_threads: Optional[int] = None, allow_pickle: bool = False,
                  trust_remote_code: bool = False, sha256: Optional[str] = None,
                  loader: Optional[Callable[..., Any]] = None):
@@ -275,7 +277,7 @@ class TeacherModelHandler(ModelHandler):
         self.teacher_dir = teacher_dir
         self.load_kwargs = dict(pooling=pooling, layers=list(layers), max_length=max_length,
                                 forward_rows=forward_rows, forward_tokens=forward_tokens,
-                                packed=None if packed else False, allow_pickle=allow_pickle,
+                                forward=forward, allow_pickle=allow_pickle,
                                 trust_remote_code=trust_remote_code, sha256=sha256)
         self.torch_threads = torch_threads
         self.loader = loader
@@ -431,7 +433,7 @@ def build(pipeline: beam.Pipeline, cfg: ScoreConfig) -> Plan:
     handler = KeyedModelHandler(TeacherModelHandler(
         cfg.teacher, pooling=cfg.hidden, layers=p.layers, max_length=p.max_length,
         min_batch_size=cfg.min_batch_size or cfg.batch_size, max_batch_size=cfg.batch_size,
-        forward_rows=cfg.forward_rows, forward_tokens=cfg.forward_tokens, packed=cfg.packed,
+        forward_rows=cfg.forward_rows, forward_tokens=cfg.forward_tokens, forward=cfg.forward,
         large_model=cfg.large_model,
         torch_threads=cfg.torch_threads,
         allow_pickle=cfg.allow_pickle, trust_remote_code=cfg.trust_remote_code,
@@ -493,10 +495,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"tokens per forward pass at most, padding included (default: "
                              f"{scoring.PACKED_FORWARD_TOKENS} on the padding-free BERT path, "
                              f"{scoring.DEFAULT_FORWARD_TOKENS} otherwise)")
-    parser.add_argument("--no-packed", dest="packed", action="store_false",
-                        help="run the teacher's own forward on padded batches even for BERT teachers (by "
-                             "default BERT classifiers run padding-free, checked against their own forward "
-                             "when loaded)")
+    parser.add_argument("--forward", choices=scoring.FORWARDS, default="auto",
+                        help="teacher forward pass: packed (padding-free, BERT classifiers only; checked "
+                             "against the model's own forward when loaded), padded (the model's own forward "
+                             "on length-sorted padded batches), auto (packed for BERT on CPU, else padded)")
     parser.add_argument("--shard-rows", type=int, default=10_000,
                         help="rows per committed output shard; a resumed run skips whole shards")
     parser.add_argument("--resume", action="store_true", help="keep OUT/data and score only the ids not in it")
@@ -526,7 +528,7 @@ def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
         input=args.input, teacher=args.teacher, output=args.output, hidden=args.hidden,
         layers=tuple(scoring.parse_layers(args.layers)), batch_size=args.batch_size,
         min_batch_size=args.min_batch_size, max_length=args.max_length, forward_rows=args.forward_rows,
-        forward_tokens=args.forward_tokens, packed=args.packed, shard_rows=args.shard_rows, resume=args.resume,
+        forward_tokens=args.forward_tokens, forward=args.forward, shard_rows=args.shard_rows, resume=args.resume,
         overwrite=args.overwrite, allow_pickle=args.allow_pickle, trust_remote_code=args.trust_remote_code,
         large_model=args.large_model,
         torch_threads=args.torch_threads if args.torch_threads is not None else default_threads(options),

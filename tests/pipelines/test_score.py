@@ -239,18 +239,24 @@ def test_handler_options():
     assert score.TeacherModelHandler("unused").share_model_across_processes() is False
     rows = [{schema.TEXT: "abc", schema.TEXT_B: None}, {schema.TEXT: "de", schema.TEXT_B: "f"}]
     assert handler.get_num_bytes(rows) == 6  # characters, not a pickle of the batch
-    # --no-packed reaches Teacher.load as packed=False; the default lets the teacher choose (None).
-    assert handler.load_kwargs["packed"] is None
-    assert score.TeacherModelHandler("unused", packed=False).load_kwargs["packed"] is False
+    # --forward reaches Teacher.load; the default lets the teacher choose.
+    assert handler.load_kwargs["forward"] == "auto"
+    assert score.TeacherModelHandler("unused", forward="padded").load_kwargs["forward"] == "padded"
 
 
-def test_no_packed_flag_and_forward_caps_checked(tmp_path, transfer_dir, teacher_dir):
+def test_forward_flag_and_forward_caps_checked(tmp_path, transfer_dir, teacher_dir):
     _, parser, _ = cli.build_subparser("score")
-    args, _ = parser.parse_known_args(["--input", "i", "--teacher", "t", "--output", "o", "--no-packed"])
-    assert args.packed is False and args.forward_rows is None and args.forward_tokens is None
+    args, _ = parser.parse_known_args(["--input", "i", "--teacher", "t", "--output", "o", "--forward", "padded"])
+    assert args.forward == "padded" and args.forward_rows is None and args.forward_tokens is None
+    with pytest.raises(SystemExit):
+        parser.parse_known_args(["--input", "i", "--teacher", "t", "--output", "o", "--forward", "fast"])
     cfg = score.ScoreConfig(input=transfer_dir[0], teacher=teacher_dir, output=str(tmp_path / "out"),
                             forward_tokens=0)
     with pytest.raises(UserError, match="--forward-tokens must be at least 1"):
+        score.plan(cfg)
+    cfg = score.ScoreConfig(input=transfer_dir[0], teacher=teacher_dir, output=str(tmp_path / "out"),
+                            forward="fast")
+    with pytest.raises(UserError, match="--forward 'fast': choose one of"):
         score.plan(cfg)
 
 
@@ -261,7 +267,7 @@ def test_score_help(capsys):
     text = capsys.readouterr().out
     for flag in ("--input", "--teacher", "--output", "--hidden", "--layers", "--batch-size", "--max-length",
                  "--resume", "--runner", "--allow-pickle", "--trust-remote-code", "--large-model", "--overwrite",
-                 "--no-packed", "--forward-tokens"):
+                 "--forward", "--forward-tokens"):
         assert flag in text
     assert "Apache Beam pipeline option is passed through" in text
 

@@ -30,6 +30,9 @@ DEFAULT_FORWARD_ROWS = 128
 DEFAULT_FORWARD_TOKENS = 2048
 PACKED_FORWARD_ROWS = 1024
 PACKED_FORWARD_TOKENS = 4096
+# auto: packed for BERT classifiers on CPU (measured, benchmarks/README.md), padded elsewhere; the
+# packed path is not measured on a GPU yet, where many small attention calls may cost more than padding.
+FORWARDS = ("auto", "packed", "padded")
 LOG = logging.getLogger("transferset.teacher")
 
 
@@ -120,10 +123,10 @@ class Teacher:
 
     def __init__(self, model, tokenizer, *, source: str = "", pooling: str = "cls", layers: Sequence[int] = (-1,),
                  max_length: int = DEFAULT_MAX_LENGTH, forward_rows: Optional[int] = None,
-                 forward_tokens: Optional[int] = None, packed: Optional[bool] = None, sha256: Optional[str] = None):
-        """`packed`: None uses the padding-free BERT path (packed.py) when the model has one, True
-        requires it, False always runs the model's own forward on padded batches. `forward_rows`
-        and `forward_tokens` None pick the measured defaults of the path in use."""
+                 forward_tokens: Optional[int] = None, forward: str = "auto", sha256: Optional[str] = None):
+        """`forward`: "packed" requires the padding-free BERT path (packed.py), "padded" always runs
+        the model's own forward on padded batches, "auto" takes the packed path for BERT classifiers
+        on CPU. `forward_rows` and `forward_tokens` None pick the measured defaults of the path in use."""
         if pooling not in POOLINGS:
             raise UserError(f"--hidden {pooling!r}: choose one of {list(POOLINGS)}")
         self.model = model.eval()
@@ -137,13 +140,17 @@ class Teacher:
         self.max_length = int(max_length)
         if any(v is not None and v < 1 for v in (forward_rows, forward_tokens)):
             raise UserError("--forward-rows and --forward-tokens must be at least 1")
-        self.packed, self.packed_reason = None, "turned off (packed=False)"
-        if packed is not False:
+        if forward not in FORWARDS:
+            raise UserError(f"--forward {forward!r}: choose one of {list(FORWARDS)}")
+        self.packed, self.packed_reason = None, f"--forward {forward}"
+        if forward == "auto" and self.device.type != "cpu":
+            self.packed_reason = f"auto picks the packed path on CPU only (this teacher is on {self.device.type})"
+        elif forward != "padded":
             self.packed, self.packed_reason = packed_path.PackedBert.build(
                 self.model, tokenizer, rows_hint=forward_tokens or PACKED_FORWARD_TOKENS)
-            if packed and self.packed is None:
-                raise UserError(f"the padding-free forward pass is not available for this teacher: "
-                                f"{self.packed_reason}")
+            if forward == "packed" and self.packed is None:
+                raise UserError(f"--forward packed: the padding-free forward pass is not available for this "
+                                f"teacher: {self.packed_reason}")
         LOG.info("teacher forward pass: %s", self.forward_path if self.packed is not None else
                  f"{self.forward_path} ({self.packed_reason})")
         rows, tokens = ((PACKED_FORWARD_ROWS, PACKED_FORWARD_TOKENS) if self.packed is not None

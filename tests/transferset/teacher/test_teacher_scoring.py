@@ -19,14 +19,14 @@ TEXTS = [
 
 # Both forward paths must give every row the plain model's result: the padding-free BERT path
 # (the default for BERT teachers) and the model's own forward on padded batches (every other model).
-PATHS = pytest.mark.parametrize("use_packed", [True, False], ids=["packed", "padded"])
+PATHS = pytest.mark.parametrize("path", ["packed", "padded"])
 
 
 @PATHS
-def test_predict_matches_plain_model_row_by_row(tiny_teacher, reference, use_packed):
+def test_predict_matches_plain_model_row_by_row(tiny_teacher, reference, path):
     # forward_rows=3 forces several sorted forward batches over rows of very different lengths.
-    teacher = scoring.Teacher.load(tiny_teacher, forward_rows=3, packed=use_packed)
-    assert teacher.forward_path == ("packed" if use_packed else "padded")
+    teacher = scoring.Teacher.load(tiny_teacher, forward_rows=3, forward=path)
+    assert teacher.forward_path == path
     scores = teacher.predict(TEXTS)
     assert scores.logits.shape == (len(TEXTS), 2) and scores.logits.dtype == np.float32
     assert scores.hidden.shape == (len(TEXTS), 32)
@@ -42,21 +42,22 @@ def test_predict_matches_plain_model_row_by_row(tiny_teacher, reference, use_pac
 
 
 @PATHS
-def test_batching_changes_no_row(tiny_teacher, use_packed):
-    one_batch = scoring.Teacher.load(tiny_teacher, forward_rows=64, packed=use_packed).predict(TEXTS)
-    tiny_batches = scoring.Teacher.load(tiny_teacher, forward_rows=1, packed=use_packed).predict(TEXTS)
+def test_batching_changes_no_row(tiny_teacher, path):
+    one_batch = scoring.Teacher.load(tiny_teacher, forward_rows=64, forward=path).predict(TEXTS)
+    tiny_batches = scoring.Teacher.load(tiny_teacher, forward_rows=1, forward=path).predict(TEXTS)
     token_capped = scoring.Teacher.load(tiny_teacher, forward_rows=64, forward_tokens=40,
-                                        packed=use_packed).predict(TEXTS)
-    other_path = scoring.Teacher.load(tiny_teacher, packed=not use_packed).predict(TEXTS)
+                                        forward=path).predict(TEXTS)
+    other = {"packed": "padded", "padded": "packed"}[path]
+    other_path = scoring.Teacher.load(tiny_teacher, forward=other).predict(TEXTS)
     for other in (tiny_batches, token_capped, other_path):
         np.testing.assert_allclose(other.logits, one_batch.logits, atol=1e-4)
         np.testing.assert_allclose(other.hidden, one_batch.hidden, atol=1e-4)
 
 
 @PATHS
-def test_mean_pooling_and_extra_layers(tiny_teacher, reference, use_packed):
+def test_mean_pooling_and_extra_layers(tiny_teacher, reference, path):
     teacher = scoring.Teacher.load(tiny_teacher, pooling="mean", layers=[-1, 0, 1], forward_rows=4,
-                                   packed=use_packed)
+                                   forward=path)
     assert teacher.layers == [2, 0, 1] and teacher.extra_layers == [0, 1]
     scores = teacher.predict(TEXTS)
     assert sorted(scores.layers) == [0, 1]
@@ -68,8 +69,8 @@ def test_mean_pooling_and_extra_layers(tiny_teacher, reference, use_packed):
 
 
 @PATHS
-def test_sentence_pairs_and_mixed_rows(tiny_teacher, reference, use_packed):
-    teacher = scoring.Teacher.load(tiny_teacher, forward_rows=2, packed=use_packed)
+def test_sentence_pairs_and_mixed_rows(tiny_teacher, reference, path):
+    teacher = scoring.Teacher.load(tiny_teacher, forward_rows=2, forward=path)
     texts_b = ["it was fine", None, "the plot", None, "great acting", "no", None, "so dull"]
     scores = teacher.predict(TEXTS, texts_b)
     for i, (a, b) in enumerate(zip(TEXTS, texts_b)):
@@ -79,17 +80,17 @@ def test_sentence_pairs_and_mixed_rows(tiny_teacher, reference, use_packed):
 
 
 @PATHS
-def test_truncation_to_max_length(tiny_teacher, reference, use_packed):
+def test_truncation_to_max_length(tiny_teacher, reference, path):
     long_text = " ".join(["boring"] * 50 + ["great"] * 50)
-    scores = scoring.Teacher.load(tiny_teacher, max_length=16, packed=use_packed).predict([long_text, "great"])
+    scores = scoring.Teacher.load(tiny_teacher, max_length=16, forward=path).predict([long_text, "great"])
     logits, _ = reference(long_text, max_length=16)
     np.testing.assert_allclose(scores.logits[0], logits, atol=1e-4)
     assert scores.num_tokens == 16 + 3  # 16 after truncation; "great" is [CLS] great [SEP]
 
 
 @PATHS
-def test_empty_batch(tiny_teacher, use_packed):
-    scores = scoring.Teacher.load(tiny_teacher, packed=use_packed).predict([])
+def test_empty_batch(tiny_teacher, path):
+    scores = scoring.Teacher.load(tiny_teacher, forward=path).predict([])
     assert scores.logits.shape == (0, 2) and scores.hidden.shape == (0, 32) and scores.num_tokens == 0
 
 
@@ -145,12 +146,20 @@ def test_packed_path_is_the_default_for_bert_and_caps_real_tokens(tiny_teacher):
     # Packed: the cap counts real tokens (a row longer than the cap goes alone).
     assert all(sum(lengths[i] for i in b) <= 20 or len(b) == 1 for b in batches)
     assert any(len(b) > 1 for b in batches)
-    padded = scoring.Teacher.load(tiny_teacher, forward_tokens=20, packed=False)
+    padded = scoring.Teacher.load(tiny_teacher, forward_tokens=20, forward="padded")
     assert (padded.forward_rows, padded.forward_tokens) == (scoring.DEFAULT_FORWARD_ROWS, 20)
     for b in padded._forward_batches(order, lengths):  # padded: longest × rows
         assert max(lengths[i] for i in b) * len(b) <= 20 or len(b) == 1
     with pytest.raises(UserError, match="--forward-rows and --forward-tokens must be at least 1"):
         scoring.Teacher.load(tiny_teacher, forward_tokens=0)
+
+
+def test_auto_takes_the_packed_path_on_cpu_only(tiny_teacher, monkeypatch):
+    assert scoring.Teacher.load(tiny_teacher, forward="auto").forward_path == "packed"
+    # Not measured on a GPU: there auto keeps the model's own forward (only the device is faked here).
+    monkeypatch.setattr(scoring.Teacher, "device", property(lambda self: torch.device("cuda")))
+    teacher = scoring.Teacher.load(tiny_teacher, device="cpu")
+    assert teacher.forward_path == "padded" and "CPU only" in teacher.packed_reason
 
 
 def test_other_architectures_use_the_padded_path(tiny_teacher):
@@ -169,7 +178,9 @@ def test_other_architectures_use_the_padded_path(tiny_teacher):
             enc.pop("token_type_ids", None)
             np.testing.assert_allclose(scores.logits[i], model(**enc).logits[0].numpy(), atol=1e-4)
     with pytest.raises(UserError, match="not available for this teacher: DistilBertForSequenceClassification"):
-        scoring.Teacher(model, tok, packed=True)
+        scoring.Teacher(model, tok, forward="packed")
+    with pytest.raises(UserError, match="--forward 'fast': choose one of"):
+        scoring.Teacher(model, tok, forward="fast")
 
 
 def test_probe_check_falls_back_when_the_packed_path_disagrees(tiny_teacher, reference, monkeypatch):
@@ -190,7 +201,7 @@ def test_probe_check_falls_back_when_the_packed_path_disagrees(tiny_teacher, ref
     teacher = scoring.Teacher.load(tiny_teacher)
     assert teacher.forward_path == "padded" and "(aten) failed: RuntimeError: no kernel" in teacher.packed_reason
     with pytest.raises(UserError, match="probe forward .* failed"):
-        scoring.Teacher.load(tiny_teacher, packed=True)
+        scoring.Teacher.load(tiny_teacher, forward="packed")
 
 
 def test_groups_of_equal_length():
