@@ -186,9 +186,7 @@ class PackedBert:
         rows = [tokenizer(t) for t in PROBE_TEXTS] + [tokenizer(*PROBE_PAIR)]
         worst = 0.0
         with torch.inference_mode():
-            ids, types = pack([r["input_ids"] for r in rows], [r.get("token_type_ids") for r in rows],
-                              self.device)
-            logits, _ = self.forward(ids, types, [len(r["input_ids"]) for r in rows], layers=(), pooling="cls")
+            logits, _ = self.score(rows, layers=(), pooling="cls")
             for i, row in enumerate(rows):
                 alone = {k: torch.tensor([v], device=self.device) for k, v in row.items()}
                 own = model(**alone).logits[0]
@@ -198,6 +196,12 @@ class PackedBert:
     @property
     def device(self):
         return self.embeddings.word_embeddings.weight.device
+
+    def score(self, features: Sequence[dict], layers: Sequence[int], pooling: str):
+        """Tokenized rows (dicts with input_ids, maybe token_type_ids) -> `forward` on them packed."""
+        ids, types = pack([f["input_ids"] for f in features], [f.get("token_type_ids") for f in features],
+                          self.device)
+        return self.forward(ids, types, [len(f["input_ids"]) for f in features], layers, pooling)
 
     def forward(self, input_ids, token_type_ids, lengths: Sequence[int], layers: Sequence[int], pooling: str):
         """input_ids, token_type_ids: (T,) for rows laid end to end, `lengths` tokens each.

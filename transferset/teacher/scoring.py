@@ -263,9 +263,7 @@ class Teacher:
 
     def _forward_packed(self, feats: Sequence[dict]):
         """One padding-free forward batch -> (logits (B, C), {layer: pooled (B, H)}) tensors."""
-        ids, types = packed_path.pack([f["input_ids"] for f in feats], [f.get("token_type_ids") for f in feats],
-                                      self.device)
-        return self.packed.forward(ids, types, [len(f["input_ids"]) for f in feats], self.layers, self.pooling)
+        return self.packed.score(feats, self.layers, self.pooling)
 
     def _forward_padded(self, feats: Sequence[dict]):
         """The model's own forward on one batch padded to its longest row; same return as _forward_packed."""
