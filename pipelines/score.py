@@ -126,12 +126,10 @@ def plan(cfg: ScoreConfig) -> Plan:
     """Check the input, the teacher and (with --resume) the shards already written; prepare OUT."""
     if cfg.hidden not in scoring.POOLINGS:
         raise UserError(f"--hidden {cfg.hidden!r}: choose one of {list(scoring.POOLINGS)}")
-    if cfg.forward not in scoring.FORWARDS:
-        raise UserError(f"--forward {cfg.forward!r}: choose one of {list(scoring.FORWARDS)}")
-    optional = (cfg.min_batch_size, cfg.forward_rows, cfg.forward_tokens)
-    if min(cfg.batch_size, cfg.shard_rows, *(1 if v is None else v for v in optional)) < 1:
-        raise UserError("--batch-size, --min-batch-size, --shard-rows, --forward-rows and --forward-tokens "
-                        "must be at least 1")
+    if min(cfg.batch_size, cfg.shard_rows, 1 if cfg.min_batch_size is None else cfg.min_batch_size) < 1:
+        raise UserError("--batch-size, --min-batch-size and --shard-rows must be at least 1")
+    # Checked here too so that a bad value fails before the pipeline, not inside a worker.
+    scoring.check_forward_options(cfg.forward, cfg.forward_rows, cfg.forward_tokens)
     input_files = transfer.data_files(cfg.input)
     input_meta = transfer.read_metadata(cfg.input)
     input_labels = list(input_meta.get(schema.META_LABEL_NAMES) or [])

@@ -138,10 +138,7 @@ class Teacher:
         last = self.num_hidden_layers
         self.layers = [last] + [k for k in normalize_layers(layers, last) if k != last]
         self.max_length = int(max_length)
-        if any(v is not None and v < 1 for v in (forward_rows, forward_tokens)):
-            raise UserError("--forward-rows and --forward-tokens must be at least 1")
-        if forward not in FORWARDS:
-            raise UserError(f"--forward {forward!r}: choose one of {list(FORWARDS)}")
+        check_forward_options(forward, forward_rows, forward_tokens)
         self.packed, self.packed_reason = None, f"--forward {forward}"
         if forward == "auto" and self.device.type != "cpu":
             self.packed_reason = f"auto picks the packed path on CPU only (this teacher is on {self.device.type})"
@@ -296,6 +293,14 @@ class Teacher:
                     pooled[k][rows] = batch_pooled[k].float().cpu().numpy()
         return Scores(logits, pooled[self.layers[0]], {k: pooled[k] for k in self.extra_layers},
                       num_tokens=int(sum(lengths)))
+
+
+def check_forward_options(forward: str, forward_rows: Optional[int], forward_tokens: Optional[int]) -> None:
+    """Refuse a --forward choice or forward cap that cannot work (None caps: the path's default)."""
+    if any(v is not None and v < 1 for v in (forward_rows, forward_tokens)):
+        raise UserError("--forward-rows and --forward-tokens must be at least 1")
+    if forward not in FORWARDS:
+        raise UserError(f"--forward {forward!r}: choose one of {list(FORWARDS)}")
 
 
 def hidden_spec(pooling: str, layers: Sequence[int], hidden_size: int, num_hidden_layers: int) -> dict:
