@@ -44,7 +44,8 @@ DEFAULTS: dict[str, Any] = {
     "teacher": {"path": None, "model": "sentence-transformers/all-MiniLM-L6-v2", "epochs": 2, "lr": 5e-5,
                 "batch_size": 32, "max_length": 64, "seed": 0, "max_steps": None},
     "augment": {"recipe": "tang", "n_iter": 20, "seed": 0, "ops": None, "mlm_model": None, "workers": 1},
-    "score": {"batch_size": 256, "hidden": "cls", "layers": "-1", "max_length": None},
+    "score": {"batch_size": 256, "hidden": "cls", "layers": "-1", "max_length": None,
+              "forward": None},  # forward: auto | packed | padded (`score --forward`); None: auto
     "students": {},
 }
 STAGES = ("data", "teacher", "augment", "score", "students", "report")
@@ -105,6 +106,12 @@ def validate(cfg: dict, where: str) -> None:
         AugmentConfig(recipe=a["recipe"], ops=tuple(a["ops"].split(",")) if a["ops"] else None, n_iter=a["n_iter"])
     except (KeyError, ValueError) as exc:
         raise UserError(f"{where}: augment: {exc}") from None
+    try:
+        from transferset.teacher.scoring import check_forward_options
+
+        check_forward_options(cfg["score"]["forward"] or "auto", None, None)
+    except UserError as exc:
+        raise UserError(f"{where}: score: {exc}") from None
     if not cfg["students"]:
         raise UserError(f"{where}: no students: add e.g. students: {{distilled: {{student: bilstm}}}}")
     for name, settings in cfg["students"].items():

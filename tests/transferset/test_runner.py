@@ -35,6 +35,9 @@ def test_overrides_and_bad_configs(tmp_path):
     bad.write_text("run_dir: x\nteachr: {}\nstudents: {s: {}}\n")
     with pytest.raises(UserError, match="unknown setting"):
         load_config(str(bad))
+    assert load_config("configs/demo.yaml", ["score.forward=padded"])["score"]["forward"] == "padded"
+    with pytest.raises(UserError, match=r"score: --forward 'fast': choose one of \['auto', 'packed', 'padded'\]"):
+        load_config("configs/demo.yaml", ["score.forward=fast"])
     with pytest.raises(UserError, match="expected key=value"):
         load_config("configs/demo.yaml", ["teacher.epochs"])
     with pytest.raises(UserError, match="train.tsv not found"):
