@@ -31,7 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from students import trainer  # noqa: E402
-from students.trainer import Student, TrainConfig, latency_ms, setup  # noqa: E402
+from students.trainer import Student, latency_ms, setup  # noqa: E402
+from transferset.config import StudentConfig  # noqa: E402
 from transferset import schema, sources  # noqa: E402
 from transferset.teacher.scoring import Teacher  # noqa: E402
 from transferset.timing import ms_per_example  # noqa: E402
@@ -122,7 +123,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         scored = os.path.join(tmp, "scored")
         score_seconds = write_scored(Path(scored), examples, teacher, teacher_dir)
-        cfg = TrainConfig(student="bilstm", threads=args.threads, max_length=args.max_length, preset=args.preset)
+        cfg = StudentConfig(student="bilstm", threads=args.threads, max_length=args.max_length, preset=args.preset)
         s = setup(cfg, scored)
         cached, online, online_teacher = [], [], []
         for e in range(args.epochs):

@@ -14,13 +14,13 @@ from typing import Optional, Sequence
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
-from transferset import schema
-from transferset.augment import AugmentConfig, RECIPES, original_row, split_words, variant_rows
+from transferset import config, schema
+from transferset.augment import original_row, split_words, variant_rows
+from transferset.config import AugmentConfig, BeamConfig
 from transferset.augment.dedup import STAT_KEYS, bad_inputs, dedup_key, reconcile, resolve, to_record
 from transferset.errors import UserError
 from transferset.progress import Progress
-from transferset.sources import (DEFAULT_LABEL_COLUMN, DEFAULT_MAX_CHARS, Example, Reject, SourceSpec,
-                                 detect_format, infer_label_names, read_source)
+from transferset.sources import Example, Reject, SourceSpec, detect_format, infer_label_names, read_source
 from pipelines import options as opts
 
 log = logging.getLogger("transferset")
@@ -42,9 +42,6 @@ class AugmentJob:
     unlabeled: tuple[SourceSpec, ...] = ()
     exclude: tuple[SourceSpec, ...] = ()
     label_names: tuple[str, ...] = ()
-    tag_batch_size: int = 256
-    mlm_batch_size: int = 64
-    torch_threads: Optional[int] = None  # per worker, for the MLM model; None: torch's default
 
 
 # --- DoFns (setup loads models once per worker) ---------------------------------
@@ -192,14 +189,16 @@ def build(p: beam.Pipeline, job: AugmentJob) -> dict:
     pos_vocab = None
     if cfg.needs("tags"):
         items = (items
-                 | "BatchForTagger" >> beam.BatchElements(min_batch_size=64, max_batch_size=job.tag_batch_size)
-                 | "TagPOS" >> beam.ParDo(_Tag(cfg.spacy_model, job.tag_batch_size)))
+                 | "BatchForTagger" >> beam.BatchElements(min_batch_size=min(64, cfg.tag_batch_size),
+                                                         max_batch_size=cfg.tag_batch_size)
+                 | "TagPOS" >> beam.ParDo(_Tag(cfg.spacy_model, cfg.tag_batch_size)))
         pos_vocab = beam.pvalue.AsSingleton(items | "PosVocabulary" >> beam.CombineGlobally(_PosVocab()))
     if cfg.needs("candidates"):
         items = (items
-                 | "BatchForMLM" >> beam.BatchElements(min_batch_size=8, max_batch_size=job.mlm_batch_size)
-                 | "MLMCandidates" >> beam.ParDo(_MlmCandidates(cfg.mlm_model, cfg.mlm_top_k, job.mlm_batch_size,
-                                                            job.torch_threads)))
+                 | "BatchForMLM" >> beam.BatchElements(min_batch_size=min(8, cfg.mlm_batch_size),
+                                                       max_batch_size=cfg.mlm_batch_size)
+                 | "MLMCandidates" >> beam.ParDo(_MlmCandidates(cfg.mlm_model, cfg.mlm_top_k, cfg.mlm_batch_size,
+                                                            cfg.torch_threads)))
 
     kwargs = {"pos_vocab": pos_vocab} if pos_vocab is not None else {}
     expanded = items | "Augment" >> beam.FlatMap(_expand, cfg, **kwargs).with_outputs("variants", main="originals")
@@ -263,92 +262,72 @@ def build(p: beam.Pipeline, job: AugmentJob) -> dict:
     return {"kept": resolved.kept, "rejects": rejects, "stats": finished}
 
 
-# --- command line ---------------------------------------------------------------
+# --- the stage function and the command line -----------------------------------
+
+def make_job(cfg: AugmentConfig, *, inputs: Sequence[str], output: str, unlabeled: Sequence[str] = (),
+             exclude: Sequence[str] = ()) -> AugmentJob:
+    """Check the input paths and settle the label set: everything `build` needs."""
+    if not inputs:
+        raise UserError("augment: at least one labeled input is needed (--input)")
+
+    def spec(path: str, labeled: bool) -> SourceSpec:
+        return SourceSpec(path=path, text_column=cfg.text_column,
+                          label_column=cfg.label_column if labeled else None,
+                          text_b_column=cfg.text_b_column, max_chars=cfg.max_chars, limit=cfg.limit)
+
+    for path in [*inputs, *unlabeled, *exclude]:
+        detect_format(path)
+        if not path.startswith("hf:") and not FileSystems.exists(path):
+            raise UserError(f"{path}: no such file")
+    labels = cfg.labels or infer_label_names(inputs[0], cfg.label_column, opener=FileSystems.open, limit=cfg.limit)
+    return AugmentJob(
+        inputs=tuple(spec(p, True) for p in inputs),
+        unlabeled=tuple(spec(p, False) for p in unlabeled),
+        exclude=tuple(SourceSpec(path=p, text_column=cfg.text_column, label_column=None,
+                                 text_b_column=cfg.text_b_column, max_chars=10**9) for p in exclude),
+        output=output, augment=cfg, label_names=tuple(labels))
+
+
+def run_augment(cfg: AugmentConfig, *, inputs: Sequence[str], output: str, unlabeled: Sequence[str] = (),
+                exclude: Sequence[str] = (), beam_cfg: BeamConfig = BeamConfig(), extra: Sequence[str] = (),
+                overwrite: bool = False) -> dict:
+    """Build the transfer set in `output`; return its stats. Raises UserError when the stats show a problem."""
+    job = make_job(cfg, inputs=inputs, output=output, unlabeled=unlabeled, exclude=exclude)
+    if not job.exclude:
+        print("transferset augment: warning: no --exclude given; nothing guards against evaluation "
+              "sentences leaking into the transfer set", file=sys.stderr)
+    opts.prepare_output(job.output, overwrite=overwrite)
+    print(f"transferset augment: recipe {cfg.recipe} ops {','.join(cfg.ops)}, "
+          f"{cfg.n_iter} variants per example, labels {list(job.label_names)} → {job.output}",
+          file=sys.stderr)
+    with beam.Pipeline(options=opts.pipeline_options(beam_cfg, extra)) as p:
+        build(p, job)
+    stats = opts.read_json_file(opts.join(job.output, schema.STATS_FILE))
+    if stats.get("problems"):
+        raise UserError("\n".join(stats["problems"]) + f"\n(rejected rows with reasons: "
+                        f"{opts.join(job.output, schema.REJECTS_DIR)}/)")
+    return stats
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    g = parser.add_argument_group("inputs")
+    g = parser.add_argument_group("inputs and output")
     g.add_argument("--input", action="append", required=True, metavar="PATH",
                    help="labeled input: .tsv/.csv/.jsonl/.parquet or hf:NAME[:CONFIG]:SPLIT (repeatable)")
     g.add_argument("--unlabeled", action="append", default=[], metavar="PATH",
                    help="in-domain text without labels, augmented too (repeatable)")
     g.add_argument("--exclude", action="append", default=[], metavar="PATH",
                    help="evaluation data (dev/test): rows whose text equals one of its sentences are dropped")
-    g.add_argument("--text-column", default=None, help="text column (default: `sentence`, else `text`)")
-    g.add_argument("--label-column", default=DEFAULT_LABEL_COLUMN, help="label column of --input files")
-    g.add_argument("--text-b-column", default=None, help="second text column for sentence pairs")
-    g.add_argument("--labels", default=None, metavar="NAME,NAME",
-                   help="the label set; default: the distinct labels of the first --input")
-    g.add_argument("--max-chars", type=int, default=DEFAULT_MAX_CHARS, help="reject rows whose text is longer")
-    g.add_argument("--limit", type=int, default=None, metavar="N", help="read only the first N rows of each input")
-    a = parser.add_argument_group("augmentation")
-    a.add_argument("--output", required=True, metavar="OUT", help="output directory (local or gs://...)")
-    a.add_argument("--recipe", default="tang", choices=sorted(RECIPES),
-                   help="tang: mask-or-POS per word then n-gram (Tang et al. 2019); tinybert: MLM replacement")
-    a.add_argument("--ops", default=None, help="compose ops by name instead of a recipe, e.g. mask,ngram")
-    d = AugmentConfig()
-    a.add_argument("--n-iter", type=int, default=d.n_iter, help="variants sampled per example")
-    a.add_argument("--seed", type=int, default=d.seed)
-    a.add_argument("--p-mask", type=float, default=d.p_mask)
-    a.add_argument("--p-pos", type=float, default=d.p_pos)
-    a.add_argument("--p-ng", type=float, default=d.p_ng)
-    a.add_argument("--max-n", type=int, default=d.max_n, help="n-gram length is uniform in 1..max-n")
-    a.add_argument("--p-mlm", type=float, default=d.p_mlm)
-    a.add_argument("--mlm-model", default=d.mlm_model, metavar="PATH_OR_NAME",
-                   help="any AutoModelForMaskedLM (local directory or hub name)")
-    a.add_argument("--mlm-top-k", type=int, default=d.mlm_top_k, help="M candidates per word")
-    a.add_argument("--torch-threads", type=int, default=None,
-                   help="torch threads per worker for the MLM model (default: torch's; use cores / workers)")
-    a.add_argument("--spacy-model", default=d.spacy_model, help="spaCy pipeline used for POS tags")
+    g.add_argument("--output", required=True, metavar="OUT", help="output directory (local or gs://...)")
+    config.add_arguments(parser, AugmentConfig, title="settings (the run config's augment: section)")
     opts.add_runner_arguments(parser)
 
 
-def job_from_args(args) -> AugmentJob:
-    def spec(path: str, labeled: bool) -> SourceSpec:
-        return SourceSpec(path=path, text_column=args.text_column,
-                          label_column=args.label_column if labeled else None,
-                          text_b_column=args.text_b_column, max_chars=args.max_chars,
-                          limit=args.limit if labeled or path in args.unlabeled else None)
-
-    for path in args.input + args.unlabeled + args.exclude:
-        detect_format(path)
-        if not path.startswith("hf:") and not FileSystems.exists(path):
-            raise UserError(f"{path}: no such file")
-    try:
-        cfg = AugmentConfig(recipe=args.recipe, ops=tuple(args.ops.split(",")) if args.ops else None,
-                            n_iter=args.n_iter, seed=args.seed, p_mask=args.p_mask, p_pos=args.p_pos,
-                            p_ng=args.p_ng, max_n=args.max_n, p_mlm=args.p_mlm, mlm_model=args.mlm_model,
-                            mlm_top_k=args.mlm_top_k, spacy_model=args.spacy_model)
-    except (KeyError, ValueError) as exc:
-        raise UserError(str(exc).strip('"')) from None
-    if args.labels:
-        labels = tuple(x.strip() for x in args.labels.split(",") if x.strip())
-    else:
-        labels = infer_label_names(args.input[0], args.label_column, opener=FileSystems.open, limit=args.limit)
-    return AugmentJob(
-        inputs=tuple(spec(p, True) for p in args.input),
-        unlabeled=tuple(spec(p, False) for p in args.unlabeled),
-        exclude=tuple(SourceSpec(path=p, text_column=args.text_column, label_column=None,
-                                 text_b_column=args.text_b_column, max_chars=10**9) for p in args.exclude),
-        output=args.output, augment=cfg, label_names=labels, torch_threads=args.torch_threads)
-
-
 def run(args, extra: Sequence[str]) -> int:
-    job = job_from_args(args)
-    if not job.exclude:
-        print("transferset augment: warning: no --exclude given; nothing guards against evaluation "
-              "sentences leaking into the transfer set", file=sys.stderr)
-    opts.prepare_output(job.output, overwrite=args.overwrite)
-    print(f"transferset augment: recipe {job.augment.recipe} ops {','.join(job.augment.ops)}, "
-          f"{job.augment.n_iter} variants per example, labels {list(job.label_names)} → {job.output}",
-          file=sys.stderr)
-    with beam.Pipeline(options=opts.pipeline_options(args.runner, extra)) as p:
-        build(p, job)
-    stats = opts.read_json_file(opts.join(job.output, schema.STATS_FILE))
-    summary = {k: stats[k] for k in STAT_KEYS}
-    print(json.dumps(summary, indent=2))
-    if stats.get("problems"):
-        raise UserError("\n".join(stats["problems"]) + f"\n(rejected rows with reasons: "
-                        f"{opts.join(job.output, schema.REJECTS_DIR)}/)")
+    cfg = config.from_args(AugmentConfig, args)
+    stats = run_augment(cfg, inputs=args.input, output=args.output, unlabeled=args.unlabeled,
+                        exclude=args.exclude, beam_cfg=opts.beam_config(args), extra=extra,
+                        overwrite=args.overwrite)
+    print(json.dumps({k: stats[k] for k in STAT_KEYS}, indent=2))
     return 0
 
 

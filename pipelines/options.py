@@ -13,27 +13,29 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from transferset import schema
+from transferset import config, schema
+from transferset.config import BeamConfig
 from transferset.errors import UserError
-
-DEFAULT_RUNNER = "FnApiRunner"
 
 
 def add_runner_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("Beam")
-    g.add_argument("--runner", default=DEFAULT_RUNNER,
-                   help="Beam runner: FnApiRunner runs locally and offline (DirectRunner tries to download "
-                        "Prism); DataflowRunner for Google Cloud Dataflow")
+    config.add_arguments(g, BeamConfig)
     g.add_argument("--overwrite", action="store_true", help="replace an existing complete output directory")
 
 
-def pipeline_options(runner: str, extra: Sequence[str]) -> PipelineOptions:
-    """PipelineOptions from the runner choice plus any Beam flags the user passed through.
+def beam_config(args: argparse.Namespace) -> BeamConfig:
+    return config.from_args(BeamConfig, args)
+
+
+def pipeline_options(beam_cfg: BeamConfig, extra: Sequence[str] = ()) -> PipelineOptions:
+    """PipelineOptions from the `beam:` settings plus any Beam flags the user passed through.
 
     Asking for several local workers implies the multi-processing mode: in-memory mode
     would run them as threads under one GIL and gain nothing.
     """
-    flags = list(extra) + [f"--runner={runner}"]
+    flags = list(extra) + beam_cfg.flags()
+    runner = beam_cfg.runner
     joined = " ".join(flags)
     if runner in ("FnApiRunner", "DirectRunner") and "direct_num_workers" in joined \
             and "direct_running_mode" not in joined:

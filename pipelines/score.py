@@ -18,7 +18,7 @@ import logging
 import os
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 import apache_beam as beam
@@ -30,7 +30,8 @@ from apache_beam.ml.inference.base import KeyedModelHandler, ModelHandler, RunIn
 from apache_beam.transforms.window import GlobalWindows
 
 from pipelines import options as opts
-from transferset import schema, transfer
+from transferset import config, schema, transfer
+from transferset.config import BeamConfig, ScoreConfig
 from transferset.errors import UserError
 from transferset.sources import Reject
 from transferset.teacher import loading, scoring
@@ -52,27 +53,15 @@ METRICS_NAMESPACE = "transferset_score"
 
 # --- configuration ------------------------------------------------------------------------------
 @dataclass
-class ScoreConfig:
+class ScoreJob:
+    """One scoring run: the settings (ScoreConfig) plus where to read and write."""
+
     input: str
     teacher: str
     output: str
-    hidden: str = "cls"  # pooling of teacher_hidden: cls | mean
-    layers: tuple[int, ...] = (-1,)  # -1 feeds teacher_hidden; others add teacher_hidden_l{k}
-    # Rows per model call. Teacher.predict sorts each call's rows by length, so bigger calls pad
-    # less: 1,024 rows scored ~10% faster than 256 on SST-2 (benchmarks/score.py).
-    batch_size: int = 1024
-    min_batch_size: Optional[int] = None  # None: batch_size (fixed batches; lower it for streaming)
-    max_length: Optional[int] = None  # None: the teacher's training max_length, else 128
-    forward_rows: Optional[int] = None  # None: the forward path's measured default (scoring.py)
-    forward_tokens: Optional[int] = None
-    forward: str = "auto"  # auto | packed | padded (scoring.FORWARDS; packed: teacher/packed.py)
-    shard_rows: int = 10_000  # rows per committed output shard (the unit a resume can skip)
+    cfg: ScoreConfig = field(default_factory=ScoreConfig)
     resume: bool = False
     overwrite: bool = False
-    allow_pickle: bool = False
-    trust_remote_code: bool = False
-    large_model: bool = False
-    torch_threads: Optional[int] = None
     # Test hook: a picklable callable (teacher_dir, **Teacher.load kwargs) -> Teacher.
     loader: Optional[Callable[..., Any]] = None
 
@@ -81,7 +70,7 @@ class ScoreConfig:
 class Plan:
     """What the driver checked and decided before the pipeline runs."""
 
-    cfg: ScoreConfig
+    job: ScoreJob
     input_files: list[str]
     existing_files: list[str]
     label_names: list[str]
@@ -122,28 +111,23 @@ def _list_dir(directory: str) -> list[str]:
     return sorted(m.path for m in FileSystems.match([opts.join(directory, "*")])[0].metadata_list)
 
 
-def plan(cfg: ScoreConfig) -> Plan:
+def plan(job: ScoreJob) -> Plan:
     """Check the input, the teacher and (with --resume) the shards already written; prepare OUT."""
-    if cfg.hidden not in scoring.POOLINGS:
-        raise UserError(f"--hidden {cfg.hidden!r}: choose one of {list(scoring.POOLINGS)}")
-    if min(cfg.batch_size, cfg.shard_rows, 1 if cfg.min_batch_size is None else cfg.min_batch_size) < 1:
-        raise UserError("--batch-size, --min-batch-size and --shard-rows must be at least 1")
-    # Checked here too so that a bad value fails before the pipeline, not inside a worker.
-    scoring.check_forward_options(cfg.forward, cfg.forward_rows, cfg.forward_tokens)
-    input_files = transfer.data_files(cfg.input)
-    input_meta = transfer.read_metadata(cfg.input)
+    cfg = job.cfg  # its values were checked when it was built (transferset.config)
+    input_files = transfer.data_files(job.input)
+    input_meta = transfer.read_metadata(job.input)
     input_labels = list(input_meta.get(schema.META_LABEL_NAMES) or [])
 
-    loading.require_local_dir(cfg.teacher)
-    weights = loading.check_weights(cfg.teacher, allow_pickle=cfg.allow_pickle)
-    config = loading.load_config(cfg.teacher, trust_remote_code=cfg.trust_remote_code)
+    loading.require_local_dir(job.teacher)
+    weights = loading.check_weights(job.teacher, allow_pickle=cfg.allow_pickle)
+    config = loading.load_config(job.teacher, trust_remote_code=cfg.trust_remote_code)
     teacher_labels = loading.label_names_of(config)
-    _check_labels(cfg.teacher, teacher_labels, cfg.input, input_labels)
-    tokenizer = loading.load_tokenizer(cfg.teacher, trust_remote_code=cfg.trust_remote_code)
+    _check_labels(job.teacher, teacher_labels, job.input, input_labels)
+    tokenizer = loading.load_tokenizer(job.teacher, trust_remote_code=cfg.trust_remote_code)
 
     from transferset.teacher.train import trained_max_length
 
-    max_length = int(cfg.max_length or trained_max_length(cfg.teacher) or scoring.DEFAULT_MAX_LENGTH)
+    max_length = int(cfg.max_length or trained_max_length(job.teacher) or scoring.DEFAULT_MAX_LENGTH)
     num_layers = int(config.num_hidden_layers)
     normalized = scoring.normalize_layers(cfg.layers, num_layers)
     layers = [num_layers] + [k for k in normalized if k != num_layers]
@@ -153,7 +137,7 @@ def plan(cfg: ScoreConfig) -> Plan:
     metadata.update(schema.base_metadata(
         teacher_labels,
         **{
-            schema.META_TEACHER_ID: os.path.abspath(cfg.teacher),
+            schema.META_TEACHER_ID: os.path.abspath(job.teacher),
             schema.META_TEACHER_SHA256: loading.sha256_of_files(weights),
             schema.META_TOKENIZER: scoring.tokenizer_info(tokenizer),
             schema.META_HIDDEN_SPEC: scoring.hidden_spec(cfg.hidden, layers, hidden_size, num_layers),
@@ -162,13 +146,13 @@ def plan(cfg: ScoreConfig) -> Plan:
     ))
     output_schema = schema.scored_schema(len(teacher_labels), hidden_size, layers[1:], metadata)
 
-    opts.prepare_output(cfg.output, overwrite=cfg.overwrite, resume=cfg.resume)
-    data_dir = opts.join(cfg.output, schema.DATA_DIR)
+    opts.prepare_output(job.output, overwrite=job.overwrite, resume=job.resume)
+    data_dir = opts.join(job.output, schema.DATA_DIR)
     existing: list[str] = []
-    if cfg.resume:
+    if job.resume:
         # Rejects and stats are recomputed in full; only scored shards are kept.
         for name in (schema.REJECTS_DIR, schema.STATS_FILE):
-            path = opts.join(cfg.output, name)
+            path = opts.join(job.output, name)
             if FileSystems.exists(path):
                 FileSystems.delete([path])
         leftovers = [p for p in _list_dir(data_dir) if os.path.basename(p).startswith(TMP_PREFIX)]
@@ -182,11 +166,11 @@ def plan(cfg: ScoreConfig) -> Plan:
     # A distinct prefix per run: shards of an earlier (interrupted) run are never overwritten.
     prefix = f"{SHARD_PREFIX}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:6]}"
     stats = {
-        "input": cfg.input, "teacher": cfg.teacher, "teacher_sha256": metadata[schema.META_TEACHER_SHA256],
-        "hidden": cfg.hidden, "layers": layers, "max_length": max_length, "resumed": cfg.resume,
+        "input": job.input, "teacher": job.teacher, "teacher_sha256": metadata[schema.META_TEACHER_SHA256],
+        "hidden": cfg.hidden, "layers": layers, "max_length": max_length, "resumed": job.resume,
         "existing_shards": len(existing), "shard_prefix": prefix,
     }
-    return Plan(cfg, input_files, existing, teacher_labels, len(teacher_labels), hidden_size, layers, max_length,
+    return Plan(job, input_files, existing, teacher_labels, len(teacher_labels), hidden_size, layers, max_length,
                 metadata, output_schema, prefix, stats)
 
 
@@ -412,10 +396,11 @@ def check_stats(stats: dict) -> None:
                          f"+ rejected {stats['rejected']}")
 
 
-def build(pipeline: beam.Pipeline, cfg: ScoreConfig) -> Plan:
+def build(pipeline: beam.Pipeline, job: ScoreJob) -> Plan:
     """Add the scoring steps to `pipeline`; returns the checked plan (schema, metadata, prefix)."""
-    p = plan(cfg)
-    data_dir = opts.join(cfg.output, schema.DATA_DIR)
+    p = plan(job)
+    cfg = job.cfg
+    data_dir = opts.join(job.output, schema.DATA_DIR)
 
     rows = (pipeline
             | "ListInputShards" >> beam.Create(p.input_files)
@@ -429,13 +414,13 @@ def build(pipeline: beam.Pipeline, cfg: ScoreConfig) -> Plan:
                                                                Route.DUPLICATED, main="score"))
 
     handler = KeyedModelHandler(TeacherModelHandler(
-        cfg.teacher, pooling=cfg.hidden, layers=p.layers, max_length=p.max_length,
+        job.teacher, pooling=cfg.hidden, layers=p.layers, max_length=p.max_length,
         min_batch_size=cfg.min_batch_size or cfg.batch_size, max_batch_size=cfg.batch_size,
         forward_rows=cfg.forward_rows, forward_tokens=cfg.forward_tokens, forward=cfg.forward,
         large_model=cfg.large_model,
         torch_threads=cfg.torch_threads,
         allow_pickle=cfg.allow_pickle, trust_remote_code=cfg.trust_remote_code,
-        sha256=p.metadata[schema.META_TEACHER_SHA256], loader=cfg.loader))
+        sha256=p.metadata[schema.META_TEACHER_SHA256], loader=job.loader))
     written = (routed.score
                | "ScoreWithTeacher" >> RunInference(handler)
                | "WriteScoredShards" >> beam.ParDo(WriteShards(data_dir, p.prefix, p.output_schema, cfg.shard_rows)))
@@ -446,7 +431,7 @@ def build(pipeline: beam.Pipeline, cfg: ScoreConfig) -> Plan:
     rejects_written = (routed[Route.REJECT]
                        | "RejectsToJson" >> beam.Map(lambda r: json.dumps(r, ensure_ascii=False, sort_keys=True))
                        | "WriteRejects" >> beam.io.WriteToText(
-                           opts.join(cfg.output, schema.REJECTS_DIR, "rejects"), file_name_suffix=".jsonl"))
+                           opts.join(job.output, schema.REJECTS_DIR, "rejects"), file_name_suffix=".jsonl"))
 
     scored_now = _sum(written | "ShardRowCounts" >> beam.Map(lambda w: w[1]), "CountScoredNow")
     already = opts.count(routed[Route.DONE], "CountAlreadyScored")
@@ -461,53 +446,19 @@ def build(pipeline: beam.Pipeline, cfg: ScoreConfig) -> Plan:
         "existing_ids_written_twice": opts.count(routed[Route.DUPLICATED], "CountDuplicatedInOutput"),
         "shards": shards,
     }
-    _ = pipeline | "Finalize" >> opts.Finalize(cfg.output, counts, wait_on=[shards, rejects_written],
+    _ = pipeline | "Finalize" >> opts.Finalize(job.output, counts, wait_on=[shards, rejects_written],
                                                static=p.stats, check=check_stats)
     return p
 
 
-# --- command line -------------------------------------------------------------------------------
+# --- the stage function and the command line ----------------------------------------------------
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input", required=True, help="transfer set directory (the output of `transferset augment`)")
     parser.add_argument("--teacher", required=True,
                         help="fine-tuned teacher directory (`transferset teacher` output or any save_pretrained dir)")
     parser.add_argument("--output", required=True, help="output directory for the scored transfer set")
-    parser.add_argument("--hidden", choices=scoring.POOLINGS, default="cls",
-                        help="teacher_hidden pooling: the [CLS] token or the masked mean of the last layer")
-    parser.add_argument("--layers", default="-1",
-                        help="hidden_states layers to store, comma-separated: the last layer (-1) is always "
-                             "teacher_hidden; each other k adds a teacher_hidden_l{k} column (0 = embeddings, "
-                             "negative counts from the last). Write --layers=-1,3 when the list starts with '-'")
-    parser.add_argument("--batch-size", type=int, default=1024,
-                        help="rows per model call (BatchElements maximum); each call is sorted by length, "
-                             "so larger calls pad less")
-    parser.add_argument("--min-batch-size", type=int, default=None,
-                        help="BatchElements minimum (default: --batch-size; lower it for streaming inputs)")
-    parser.add_argument("--max-length", type=int, default=None,
-                        help="tokens per row (default: the teacher's training max_length, else 128)")
-    parser.add_argument("--forward-rows", type=int, default=None,
-                        help=f"rows per forward pass after sorting by length (default: "
-                             f"{scoring.PACKED_FORWARD_ROWS} on the padding-free BERT path, "
-                             f"{scoring.DEFAULT_FORWARD_ROWS} otherwise; raise it on a GPU)")
-    parser.add_argument("--forward-tokens", type=int, default=None,
-                        help=f"tokens per forward pass at most, padding included (default: "
-                             f"{scoring.PACKED_FORWARD_TOKENS} on the padding-free BERT path, "
-                             f"{scoring.DEFAULT_FORWARD_TOKENS} otherwise)")
-    parser.add_argument("--forward", choices=scoring.FORWARDS, default="auto",
-                        help="teacher forward pass: packed (padding-free, BERT classifiers only; checked "
-                             "against the model's own forward when loaded), padded (the model's own forward "
-                             "on length-sorted padded batches), auto (packed for BERT on CPU, else padded)")
-    parser.add_argument("--shard-rows", type=int, default=10_000,
-                        help="rows per committed output shard; a resumed run skips whole shards")
     parser.add_argument("--resume", action="store_true", help="keep OUT/data and score only the ids not in it")
-    parser.add_argument("--large-model", action="store_true",
-                        help="load one teacher per machine shared by all worker processes (big teachers)")
-    parser.add_argument("--torch-threads", type=int, default=None,
-                        help="torch threads per worker (default: cores / --direct_num_workers)")
-    parser.add_argument("--allow-pickle", action="store_true",
-                        help="accept pickle weights (pytorch_model.bin); only for files you trust")
-    parser.add_argument("--trust-remote-code", action="store_true",
-                        help="run Python code shipped with the teacher; only for models you trust")
+    config.add_arguments(parser, ScoreConfig, title="settings (the run config's score: section)")
     opts.add_runner_arguments(parser)
 
 
@@ -520,23 +471,27 @@ def default_threads(options) -> Optional[int]:
     return max(1, (os.cpu_count() or 1) // workers)
 
 
-def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
-    options = opts.pipeline_options(args.runner, extra)
-    cfg = ScoreConfig(
-        input=args.input, teacher=args.teacher, output=args.output, hidden=args.hidden,
-        layers=tuple(scoring.parse_layers(args.layers)), batch_size=args.batch_size,
-        min_batch_size=args.min_batch_size, max_length=args.max_length, forward_rows=args.forward_rows,
-        forward_tokens=args.forward_tokens, forward=args.forward, shard_rows=args.shard_rows, resume=args.resume,
-        overwrite=args.overwrite, allow_pickle=args.allow_pickle, trust_remote_code=args.trust_remote_code,
-        large_model=args.large_model,
-        torch_threads=args.torch_threads if args.torch_threads is not None else default_threads(options),
-    )
-    started = time.time()
+def run_score(cfg: ScoreConfig, *, input: str, teacher: str, output: str, beam_cfg: BeamConfig = BeamConfig(),
+              extra: Sequence[str] = (), resume: bool = False, overwrite: bool = False) -> dict:
+    """Score `input` with `teacher` into `output`; return the stats."""
+    options = opts.pipeline_options(beam_cfg, extra)
+    if cfg.torch_threads is None:
+        threads = default_threads(options)
+        if threads is not None:
+            cfg = replace(cfg, torch_threads=threads)
+    job = ScoreJob(input=input, teacher=teacher, output=output, cfg=cfg, resume=resume, overwrite=overwrite)
     with beam.Pipeline(options=options) as pipeline:
-        build(pipeline, cfg)
-    stats = opts.read_json_file(opts.join(cfg.output, schema.STATS_FILE))
+        build(pipeline, job)
+    return opts.read_json_file(opts.join(output, schema.STATS_FILE))
+
+
+def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
+    cfg = config.from_args(ScoreConfig, args)
+    started = time.time()
+    stats = run_score(cfg, input=args.input, teacher=args.teacher, output=args.output,
+                      beam_cfg=opts.beam_config(args), extra=extra, resume=args.resume, overwrite=args.overwrite)
     summary = {k: stats.get(k) for k in ("input_rows", "scored", "scored_this_run", "already_scored", "rejected")}
-    summary["output"] = cfg.output
+    summary["output"] = args.output
     summary["elapsed_s"] = round(time.time() - started, 1)
     print(json.dumps(summary, indent=2))
     return 0

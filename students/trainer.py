@@ -14,7 +14,7 @@ import math
 import os
 import random
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass
 from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
@@ -30,6 +30,8 @@ from students.schedules import SCHEDULES, Phase, phases
 from students.tokens import (WordPieceTokens, WordTokens, load_tokens, pca_project, teacher_input_embeddings,
                              teacher_state, word_vectors_from_wordpiece)
 from transferset import __version__, schema, sources, transfer
+from transferset import config as config_lib
+from transferset.config import StudentConfig
 from transferset.errors import UserError
 from transferset.timing import ms_per_example
 
@@ -40,57 +42,6 @@ METRICS_FILE = "metrics.json"
 CURVES_FILE = "curves.png"
 FAMILIES = ("bilstm", "transformer")
 DEFAULT_LR = {"bilstm": 2e-3, "transformer": 1e-4}
-
-
-@dataclass
-class TrainConfig:
-    """Everything `transferset train` accepts: flat keys in the --config YAML, CLI flags override."""
-
-    student: str = "bilstm"          # bilstm | transformer
-    schedule: str = "joint"          # joint | progressive | distill-then-finetune
-    epochs: int = 5                  # per phase (progressive: per unfreezing step)
-    lr: Optional[float] = None       # None: 2e-3 for the BiLSTM, 1e-4 for the transformer
-    batch_size: int = 64
-    patience: int = 2                # epochs without a better dev accuracy before a phase stops
-    seed: int = 0
-    weight_decay: float = 0.01
-    grad_clip: float = 1.0
-    max_length: Optional[int] = None  # None: the scored set's max_length metadata, else 128
-    shuffle_rows: int = 16384        # rows held in memory for shuffling
-    threads: Optional[int] = None    # torch CPU threads; None: torch's default
-    dev_text_b_column: Optional[str] = None  # sentence pairs: the dev file's second text column
-    # losses (weights of the joint schedule; the others use them where their stage needs one)
-    ce: float = 1.0
-    mse: float = 1.0
-    kd: float = 0.0
-    repr: float = 0.0
-    pkd: float = 0.0
-    temperature: float = 1.0
-    # tokens and initialisation
-    tokens: str = "wordpiece"        # wordpiece (the teacher's) | words (vocabulary from the transfer set)
-    min_count: int = 1               # words: keep words seen at least this often
-    max_vocab: int = 50000           # words: vocabulary size cap
-    trim_vocab: bool = True          # wordpiece: embed only the WordPiece ids the transfer set uses
-    embed_init: str = "teacher"      # teacher (PCA of the teacher's input embeddings) | random
-    teacher: Optional[str] = None    # teacher directory; None: the set's teacher_id metadata when a directory
-    tokenizer: Optional[str] = None  # tokenizer directory; None: the set's tokenizer metadata, else the teacher's
-    preset: Optional[str] = None     # bilstm presets: tang | xtremedistil
-    model: dict = field(default_factory=dict)  # overrides of BiLSTMConfig / TransformerConfig fields
-    # reporting
-    latency_examples: int = 256      # dev rows timed for the latency figures
-    agreement_rows: int = 5000       # transfer rows used for teacher agreement when dev has no teacher columns
-
-    def loss_weights(self) -> LossWeights:
-        return LossWeights(ce=self.ce, mse=self.mse, kd=self.kd, repr=self.repr, pkd=self.pkd,
-                           temperature=self.temperature)
-
-    @classmethod
-    def from_dict(cls, values: dict, where: str) -> "TrainConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise UserError(f"{where}: unknown key(s) {unknown}; known keys: {', '.join(sorted(known))}")
-        return cls(**values)
 
 
 # --------------------------------------------------------------------------- setup
@@ -173,11 +124,11 @@ def _existing_dir(value: Any) -> Optional[str]:
     return value if isinstance(value, str) and os.path.isdir(value) else None
 
 
-def resolve_teacher_dir(cfg: TrainConfig, meta: dict) -> Optional[str]:
+def resolve_teacher_dir(cfg: StudentConfig, meta: dict) -> Optional[str]:
     return cfg.teacher or _existing_dir(meta.get(schema.META_TEACHER_ID))
 
 
-def resolve_tokenizer_dir(cfg: TrainConfig, meta: dict) -> str:
+def resolve_tokenizer_dir(cfg: StudentConfig, meta: dict) -> str:
     for candidate in (cfg.tokenizer, meta.get(schema.META_TOKENIZER), resolve_teacher_dir(cfg, meta)):
         if _existing_dir(candidate):
             return candidate
@@ -225,7 +176,7 @@ def hidden_layer_columns(names: Sequence[str]) -> list[int]:
 
 @dataclass
 class Setup:
-    cfg: TrainConfig
+    cfg: StudentConfig
     family: str
     model: torch.nn.Module
     model_config: Any
@@ -252,7 +203,7 @@ def _texts(transfer_dir: str) -> Iterator[list[str]]:
         yield [t for col in (rb.column(0), rb.column(1)) for t in col.to_pylist() if t]
 
 
-def build_tokens(cfg: TrainConfig, transfer_dir: str, meta: dict, max_length: int):
+def build_tokens(cfg: StudentConfig, transfer_dir: str, meta: dict, max_length: int):
     """→ (the student's tokens, the teacher's WordPiece tokens or None when not needed)."""
     if cfg.tokens not in ("wordpiece", "words"):
         raise UserError(f"unknown tokens {cfg.tokens!r}; use wordpiece or words")
@@ -269,7 +220,7 @@ def build_tokens(cfg: TrainConfig, transfer_dir: str, meta: dict, max_length: in
     return wordpiece, wordpiece
 
 
-def _model_values(defaults: dict, cfg: TrainConfig, tokens, num_classes: int, known: set[str], what: str) -> dict:
+def _model_values(defaults: dict, cfg: StudentConfig, tokens, num_classes: int, known: set[str], what: str) -> dict:
     """Model settings: defaults < the config's `model:` < what the data fixes (vocabulary, classes)."""
     values = {**defaults, **cfg.model, "vocab_size": tokens.vocab_size, "num_classes": num_classes,
               "pad_id": tokens.pad_id}
@@ -285,7 +236,7 @@ def _no_teacher_dir(meta: dict, what: str, instead: str) -> UserError:
                      f"or {instead}")
 
 
-def build_bilstm(cfg: TrainConfig, tokens, wordpiece, teacher_dir: Optional[str], meta: dict,
+def build_bilstm(cfg: StudentConfig, tokens, wordpiece, teacher_dir: Optional[str], meta: dict,
                  num_classes: int, hidden_width: int):
     if cfg.preset and cfg.preset not in bilstm.PRESETS:
         raise UserError(f"unknown bilstm preset {cfg.preset!r}; known: {', '.join(bilstm.PRESETS)}")
@@ -308,7 +259,7 @@ def build_bilstm(cfg: TrainConfig, tokens, wordpiece, teacher_dir: Optional[str]
     return model, mcfg, []
 
 
-def build_transformer(cfg: TrainConfig, tokens, teacher_dir: Optional[str], meta: dict, num_classes: int,
+def build_transformer(cfg: StudentConfig, tokens, teacher_dir: Optional[str], meta: dict, num_classes: int,
                       hidden_width: int, transfer_dir: str, column_names: Sequence[str]):
     """→ (model, config, PKD columns): layers copied from the teacher unless init is random."""
     if cfg.preset:
@@ -352,7 +303,7 @@ def build_transformer(cfg: TrainConfig, tokens, teacher_dir: Optional[str], meta
     return model, mcfg, pkd_columns
 
 
-def setup(cfg: TrainConfig, transfer_dir: str) -> Setup:
+def setup(cfg: StudentConfig, transfer_dir: str) -> Setup:
     """Check the scored set, build tokens and the student (initialised from the teacher if asked)."""
     if cfg.student not in FAMILIES:
         raise UserError(f"unknown student {cfg.student!r}; known: {', '.join(FAMILIES)}")
@@ -494,7 +445,7 @@ def set_trainable(model: torch.nn.Module, phase: Phase) -> list[torch.nn.Paramet
     return learn
 
 
-def make_optimizer(cfg: TrainConfig, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
+def make_optimizer(cfg: StudentConfig, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
     # A fresh optimiser per phase holding only the trainable parameters: frozen ones then stay
     # bit-identical (AdamW's decoupled weight decay would otherwise still move them).
     lr = cfg.lr if cfg.lr is not None else DEFAULT_LR[cfg.student]
@@ -647,7 +598,7 @@ def plot_curves(history: list[dict], path: str) -> None:
     plt.close(fig)
 
 
-def train(cfg: TrainConfig, transfer_dir: str, dev_path: str, output: str, *, overwrite: bool = False,
+def train(cfg: StudentConfig, transfer_dir: str, dev_path: str, output: str, *, overwrite: bool = False,
           progress: bool = True) -> dict:
     """Train a student; write OUTPUT/model/, OUTPUT/metrics.json, OUTPUT/curves.png; return the metrics."""
     model_dir = os.path.join(output, MODEL_DIR)
@@ -759,7 +710,7 @@ def train(cfg: TrainConfig, transfer_dir: str, dev_path: str, output: str, *, ov
                      "teacher_id": s.meta.get(schema.META_TEACHER_ID)},
         "phases": phase_log,
         "history": history,
-        "config": asdict(cfg),
+        "config": config_lib.to_dict(cfg),
         "model_config": asdict(s.model_config),
     }
 

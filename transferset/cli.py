@@ -14,6 +14,7 @@ import sys
 from typing import Optional, Sequence
 
 from transferset import __version__
+from transferset.config import ConfigError
 from transferset.errors import UserError
 
 # name -> (module, one-line help, passes unknown args through as Beam options)
@@ -88,6 +89,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except ConfigError as exc:  # a usage error: exit 2, as argparse does
+        print(f"transferset {name}: error: {exc}", file=sys.stderr)
+        return 2
     except UserError as exc:
         print(f"transferset {name}: error: {exc}", file=sys.stderr)
         return 1

@@ -8,26 +8,29 @@ changed is redone. Stages run the same code as the subcommands, in this process.
 from __future__ import annotations
 
 import argparse
-import copy
 import hashlib
 import json
 import os
 import shutil
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional, Sequence
 
 import yaml
 
-from transferset import schema
+from transferset import config, schema
+from transferset.config import RunConfig
 from transferset.errors import UserError
 
 STAGE_FILE = ".stage.json"
 SHARED_SST2 = os.path.join("..", "shared", "data", "sst2")
 HF_SST2 = ("hf:glue:sst2:train", "hf:glue:sst2:validation")
 
-EPILOG = """examples:
+EPILOG = """Settings: transferset/config.py (RunConfig and one dataclass per section: teacher, augment, score,
+students.NAME, beam); every value is type-checked before any stage runs.
+
+examples:
   transferset run --config configs/demo.yaml
   transferset run --config configs/demo.yaml data=path/to/sst2 students.distilled.epochs=3
   transferset run --config configs/sst2_tang.yaml run_dir=runs/tang_seed1 augment.seed=1"""
@@ -35,93 +38,49 @@ EPILOG = """examples:
 
 # --- configuration ---------------------------------------------------------------
 
-DEFAULTS: dict[str, Any] = {
-    "run_dir": "runs/run",
-    "data": None,  # folder with train.tsv and dev.tsv; None: ../shared/data/sst2, else the hub's GLUE SST-2
-    "labeled_limit": None,  # first N rows of train as labeled data
-    "lowres": None,  # {per_class: k, seed: s}: k labeled rows per class, the rest of train unlabeled
-    "unlabeled_limit": None,  # at most N unlabeled rows (lowres)
-    "teacher": {"path": None, "model": "sentence-transformers/all-MiniLM-L6-v2", "epochs": 2, "lr": 5e-5,
-                "batch_size": 32, "max_length": 64, "seed": 0, "max_steps": None},
-    "augment": {"recipe": "tang", "n_iter": 20, "seed": 0, "ops": None, "mlm_model": None, "workers": 1},
-    "score": {"batch_size": 256, "hidden": "cls", "layers": "-1", "max_length": None,
-              "forward": None},  # forward: auto | packed | padded (`score --forward`); None: auto
-    "students": {},
-}
-STAGES = ("data", "teacher", "augment", "score", "students", "report")
+def read_yaml(path: str) -> dict:
+    if not os.path.exists(path):
+        raise UserError(f"{path}: no such config file (see configs/ for examples)")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            raw = yaml.safe_load(fh)
+    except yaml.YAMLError as exc:
+        raise UserError(f"{path}: not valid YAML: {exc}") from None
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise UserError(f"{path}: a config is a YAML mapping of settings, got {type(raw).__name__}")
+    return raw
 
 
-def _merge(base: dict, over: dict) -> dict:
-    out = copy.deepcopy(base)
-    for k, v in (over or {}).items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = _merge(out[k], v)
-        else:
-            out[k] = copy.deepcopy(v)
-    return out
-
-
-def apply_override(cfg: dict, item: str) -> None:
+def apply_override(raw: dict, item: str) -> None:
+    """`a.b.c=value` (a YAML value) into the raw config mapping."""
     if "=" not in item:
         raise UserError(f"override {item!r}: expected key=value, e.g. teacher.epochs=1")
-    key, raw = item.split("=", 1)
-    value = yaml.safe_load(raw) if raw else None
-    node = cfg
+    key, text = item.split("=", 1)
+    try:
+        value = yaml.safe_load(text) if text else None
+    except yaml.YAMLError as exc:
+        raise UserError(f"override {item!r}: the value is not valid YAML: {exc}") from None
+    node = raw
     parts = key.split(".")
-    for p in parts[:-1]:
-        if not isinstance(node.get(p), dict):
+    for i, p in enumerate(parts[:-1]):
+        if node.get(p) is None:
             node[p] = {}
+        elif not isinstance(node[p], dict):
+            where = ".".join(parts[:i + 1])
+            raise UserError(f"override {item!r}: {where} is {node[p]!r}, not a section, so it has no "
+                            f"setting {parts[i + 1]!r}; set {where}=VALUE instead")
         node = node[p]
     node[parts[-1]] = value
 
 
-def load_config(path: str, overrides: Sequence[str] = ()) -> dict:
-    if not os.path.exists(path):
-        raise UserError(f"{path}: no such config file (see configs/ for examples)")
-    with open(path, encoding="utf-8") as fh:
-        raw = yaml.safe_load(fh) or {}
-    if not isinstance(raw, dict):
-        raise UserError(f"{path}: a config is a YAML mapping of settings")
-    cfg = _merge(DEFAULTS, raw)
+def load_config(path: str, overrides: Sequence[str] = ()) -> RunConfig:
+    """The run config of a YAML file plus key=value overrides, type-checked before anything runs."""
+    raw = read_yaml(path)
     for item in overrides:
-        apply_override(cfg, item)
-    validate(cfg, where=path)
-    return cfg
-
-
-def validate(cfg: dict, where: str) -> None:
-    """Check a config without running it: unknown keys, student settings, recipes."""
-    from students.trainer import TrainConfig
-    from transferset.augment import AugmentConfig
-
-    unknown = set(cfg) - set(DEFAULTS)
-    if unknown:
-        raise UserError(f"{where}: unknown setting(s) {sorted(unknown)}; known: {sorted(DEFAULTS)}")
-    for section in ("teacher", "augment", "score"):
-        extra = set(cfg[section] or {}) - set(DEFAULTS[section])
-        if extra:
-            raise UserError(f"{where}: unknown {section} setting(s) {sorted(extra)}; known: {sorted(DEFAULTS[section])}")
-    a = cfg["augment"]
-    try:
-        AugmentConfig(recipe=a["recipe"], ops=tuple(a["ops"].split(",")) if a["ops"] else None, n_iter=a["n_iter"])
-    except (KeyError, ValueError) as exc:
-        raise UserError(f"{where}: augment: {exc}") from None
-    try:
-        from transferset.teacher.scoring import check_forward_options
-
-        check_forward_options(cfg["score"]["forward"] or "auto", None, None)
-    except UserError as exc:
-        raise UserError(f"{where}: score: {exc}") from None
-    if not cfg["students"]:
-        raise UserError(f"{where}: no students: add e.g. students: {{distilled: {{student: bilstm}}}}")
-    for name, settings in cfg["students"].items():
-        try:
-            TrainConfig.from_dict(dict(settings or {}), where=f"{where}: students.{name}")
-        except (TypeError, ValueError) as exc:
-            raise UserError(f"{where}: students.{name}: {exc}") from None
-    lowres = cfg["lowres"]
-    if lowres is not None and (not isinstance(lowres, dict) or "per_class" not in lowres):
-        raise UserError(f"{where}: lowres must look like {{per_class: 500, seed: 0}}")
+        apply_override(raw, item)
+    return config.load(RunConfig, raw, where=path)
 
 
 def resolve_data(data: Optional[str]) -> tuple[str, str]:
@@ -189,77 +148,87 @@ class Stage:
         return True
 
 
-def _cli(argv: list[str], stage: str) -> None:
-    from transferset.cli import main
-
-    rc = main(argv)
-    if rc != 0:
-        raise UserError(f"stage {stage} failed (transferset {' '.join(argv)}): see the messages above")
-
-
-def _flags(settings: dict, skip: Sequence[str] = ()) -> list[str]:
-    out = []
-    for k, v in settings.items():
-        if k in skip or v is None:
-            continue
-        out.append(f"--{k.replace('_', '-')}={v}")
-    return out
+def _write_jsonl(path: str, rows) -> int:
+    n = 0
+    with open(path, "w", encoding="utf-8") as fh:
+        for row in rows:
+            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+            n += 1
+    return n
 
 
-def split_lowres(train: str, out_dir: str, per_class: int, seed: int, unlabeled_limit: Optional[int]) -> tuple[str, str]:
-    """k labeled rows per class (seeded) and the rest of train, labels dropped, as unlabeled text."""
+def split_data(train: str, out_dir: str, cfg: RunConfig) -> tuple[str, str]:
+    """labeled.jsonl and unlabeled.jsonl from `train`, as `lowres` or `labeled_limit` + `unlabeled_rows` say.
+
+    lowres: k rows per class (seeded), the rest of train with labels dropped. Otherwise: the
+    first `labeled_limit` rows, then the next `unlabeled_rows` rows (-1: all) with labels dropped.
+    """
     import numpy as np
 
     from transferset.sources import Example, SourceSpec, infer_label_names, read_source
 
     labels = infer_label_names(train)
     rows = [r for r in read_source(SourceSpec(path=train, label_names=labels)) if isinstance(r, Example)]
-    rng = np.random.default_rng(seed)
-    chosen: set[int] = set()
-    for c in range(len(labels)):
-        idx = [i for i, r in enumerate(rows) if r.label == c]
-        if len(idx) < per_class:
-            raise UserError(f"{train}: only {len(idx)} rows of class {labels[c]!r}, lowres asks for {per_class}")
-        chosen.update(int(i) for i in rng.choice(idx, size=per_class, replace=False))
+    if cfg.lowres is not None:
+        rng = np.random.default_rng(cfg.lowres.seed)
+        chosen: set[int] = set()
+        for c in range(len(labels)):
+            idx = [i for i, r in enumerate(rows) if r.label == c]
+            if len(idx) < cfg.lowres.per_class:
+                raise UserError(f"{train}: only {len(idx)} rows of class {labels[c]!r}, "
+                                f"lowres asks for {cfg.lowres.per_class}")
+            chosen.update(int(i) for i in rng.choice(idx, size=cfg.lowres.per_class, replace=False))
+        labeled_idx = sorted(chosen)
+        rest = [i for i in range(len(rows)) if i not in chosen]
+    else:
+        n = cfg.labeled_limit or len(rows)
+        labeled_idx = list(range(min(n, len(rows))))
+        m = len(rows) - n if cfg.unlabeled_rows in (None, -1) else cfg.unlabeled_rows
+        rest = list(range(n, min(len(rows), n + max(0, m))))
+    if cfg.unlabeled_limit is not None:
+        rest = rest[:cfg.unlabeled_limit]
     labeled = os.path.join(out_dir, "labeled.jsonl")
     unlabeled = os.path.join(out_dir, "unlabeled.jsonl")
-    n_unl = 0
-    with open(labeled, "w", encoding="utf-8") as lf, open(unlabeled, "w", encoding="utf-8") as uf:
-        for i, r in enumerate(rows):
-            if i in chosen:
-                lf.write(json.dumps({"text": r.text, "label": labels[r.label]}) + "\n")
-            elif unlabeled_limit is None or n_unl < unlabeled_limit:
-                uf.write(json.dumps({"text": r.text}) + "\n")
-                n_unl += 1
+    _write_jsonl(labeled, ({"text": rows[i].text, "label": labels[rows[i].label]} for i in labeled_idx))
+    _write_jsonl(unlabeled, ({"text": rows[i].text} for i in rest))
     return labeled, unlabeled
 
 
-def run_pipeline(cfg: dict, log=lambda m: print(m, file=sys.stderr, flush=True)) -> dict:
-    run_dir = cfg["run_dir"]
+def _settings(cfg: Any) -> dict:
+    return config.to_dict(cfg)
+
+
+def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=True)) -> dict:
+    from pipelines.augment import run_augment  # the app layer reaches the pipelines; the library does not
+    from pipelines.score import run_score
+    from students.trainer import train as train_student
+    from transferset.teacher.train import train as train_teacher
+
+    run_dir = cfg.run_dir
     os.makedirs(run_dir, exist_ok=True)
     with open(os.path.join(run_dir, "config.yaml"), "w") as fh:
-        yaml.safe_dump(cfg, fh, sort_keys=False)
-    train, dev = resolve_data(cfg["data"])
+        yaml.safe_dump(config.to_dict(cfg), fh, sort_keys=False)
+    train, dev = resolve_data(cfg.data)
     log(f"data: train {train}, dev {dev}")
+    split = cfg.lowres is not None or cfg.unlabeled_rows is not None
     data_key = stage_key("data", {"train": fingerprint(train), "dev": fingerprint(dev),
-                                  "labeled_limit": cfg["labeled_limit"], "lowres": cfg["lowres"],
-                                  "unlabeled_limit": cfg["unlabeled_limit"]}, [])
+                                  "labeled_limit": cfg.labeled_limit, "unlabeled_rows": cfg.unlabeled_rows,
+                                  "lowres": _settings(cfg.lowres) if cfg.lowres else None,
+                                  "unlabeled_limit": cfg.unlabeled_limit}, [])
     labeled, unlabeled = train, None
-    if cfg["lowres"]:
+    if split:
         data_stage = Stage("data", os.path.join(run_dir, "data"), data_key, "unlabeled.jsonl")
-        lr = cfg["lowres"]
-        data_stage.run(lambda: split_lowres(train, data_stage.directory, int(lr["per_class"]), int(lr.get("seed", 0)),
-                                            cfg["unlabeled_limit"]), log)
+        data_stage.run(lambda: split_data(train, data_stage.directory, cfg), log)
         labeled = os.path.join(data_stage.directory, "labeled.jsonl")
         unlabeled = os.path.join(data_stage.directory, "unlabeled.jsonl")
-    limit = None if cfg["lowres"] else cfg["labeled_limit"]
+    # Without a split, labeled_limit reads the first N rows of train in every stage.
+    limit = None if split else cfg.labeled_limit
 
     # teacher: fine-tune, or reuse a given directory
-    t = dict(cfg["teacher"])
-    if t.get("path"):
-        teacher_dir = t["path"]
+    if cfg.teacher_path:
+        teacher_dir = cfg.teacher_path
         if not os.path.isdir(teacher_dir):
-            raise UserError(f"teacher.path={teacher_dir}: no such directory")
+            raise UserError(f"teacher_path={teacher_dir}: no such directory")
         teacher_key = stage_key("teacher", {"path": os.path.abspath(teacher_dir),
                                             "weights": [fingerprint(os.path.join(teacher_dir, f))
                                                         for f in sorted(os.listdir(teacher_dir))
@@ -267,50 +236,34 @@ def run_pipeline(cfg: dict, log=lambda m: print(m, file=sys.stderr, flush=True))
         log(f"[teacher] reusing {teacher_dir}")
     else:
         teacher_dir = os.path.join(run_dir, "teacher")
-        teacher_key = stage_key("teacher", t, [data_key])
-        argv = ["teacher", "--train", labeled, "--dev", dev, "--output", teacher_dir, "--overwrite",
-                *_flags(t, skip=("path",))]
-        if limit:
-            argv.append(f"--limit={limit}")
-        Stage("teacher", teacher_dir, teacher_key, "metrics.json").run(lambda: _cli(argv, "teacher"), log)
+        t = replace(cfg.teacher, limit=limit) if limit else cfg.teacher
+        teacher_key = stage_key("teacher", _settings(t), [data_key])
+        Stage("teacher", teacher_dir, teacher_key, "metrics.json").run(
+            lambda: train_teacher(t, train=labeled, dev=dev, output=teacher_dir, overwrite=True), log)
 
     # augment
-    a = dict(cfg["augment"])
+    a = replace(cfg.augment, limit=limit) if limit else cfg.augment
     transfer_dir = os.path.join(run_dir, "transfer")
-    augment_key = stage_key("augment", a, [data_key])
-    argv = ["augment", "--input", labeled, "--exclude", dev, "--output", transfer_dir, "--overwrite",
-            *_flags(a, skip=("workers",))]
-    if unlabeled:
-        argv += ["--unlabeled", unlabeled]
-    if limit:
-        argv.append(f"--limit={limit}")
-    if int(a.get("workers") or 1) > 1:
-        argv += [f"--direct_num_workers={a['workers']}", "--direct_running_mode=multi_processing"]
-    Stage("augment", transfer_dir, augment_key, schema.COMPLETE_MARKER).run(lambda: _cli(argv, "augment"), log)
+    augment_key = stage_key("augment", {k: v for k, v in _settings(a).items() if k not in a.EXECUTION},
+                            [data_key])
+    Stage("augment", transfer_dir, augment_key, schema.COMPLETE_MARKER).run(
+        lambda: run_augment(a, inputs=[labeled], unlabeled=[unlabeled] if unlabeled else [], exclude=[dev],
+                            output=transfer_dir, beam_cfg=cfg.beam, overwrite=True), log)
 
     # score
-    s = dict(cfg["score"])
     scored_dir = os.path.join(run_dir, "scored")
-    score_key = stage_key("score", s, [augment_key, teacher_key])
-    argv = ["score", "--input", transfer_dir, "--teacher", teacher_dir, "--output", scored_dir, "--overwrite",
-            *_flags(s)]
-    Stage("score", scored_dir, score_key, schema.COMPLETE_MARKER).run(lambda: _cli(argv, "score"), log)
+    score_key = stage_key("score", _settings(cfg.score), [augment_key, teacher_key])
+    Stage("score", scored_dir, score_key, schema.COMPLETE_MARKER).run(
+        lambda: run_score(cfg.score, input=transfer_dir, teacher=teacher_dir, output=scored_dir,
+                          beam_cfg=cfg.beam, overwrite=True), log)
 
     # students
     students = {}
-    for name, settings in cfg["students"].items():
-        settings = dict(settings or {})
+    for name, s_cfg in cfg.students.items():
         out = os.path.join(run_dir, "students", name)
-        key = stage_key("student", settings, [score_key])
-
-        def train_one(settings=settings, out=out, name=name):
-            path = os.path.join(out, "train_config.yaml")
-            with open(path, "w") as fh:
-                yaml.safe_dump(settings, fh)
-            _cli(["train", "--transfer", scored_dir, "--dev", dev, "--output", out, "--config", path,
-                  "--overwrite"], f"students.{name}")
-
-        Stage(f"students.{name}", out, key, "metrics.json").run(train_one, log)
+        key = stage_key("student", _settings(s_cfg), [score_key])
+        Stage(f"students.{name}", out, key, "metrics.json").run(
+            lambda s_cfg=s_cfg, out=out: train_student(s_cfg, scored_dir, dev, out, overwrite=True), log)
         students[name] = out
 
     # report
@@ -318,8 +271,7 @@ def run_pipeline(cfg: dict, log=lambda m: print(m, file=sys.stderr, flush=True))
 
     paths = {"run_dir": run_dir, "teacher": teacher_dir, "transfer": transfer_dir, "scored": scored_dir,
              "students": students, "dev": dev}
-    results = write_report(paths, cfg, log=log)
-    return results
+    return write_report(paths, config.to_dict(cfg), log=log)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,6 +1,7 @@
 """`transferset score`: the Beam pipeline end to end on a tiny real BERT teacher (and MiniLM, integration)."""
 import hashlib
 import json
+from dataclasses import replace
 import os
 
 import apache_beam as beam
@@ -9,7 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipelines import score
-from transferset import cli, schema, transfer
+from transferset import config, cli, schema, transfer
+from transferset.config import ScoreConfig
 from transferset.errors import UserError
 from transferset.teacher import scoring, testing
 
@@ -22,6 +24,11 @@ TEXTS = [
     "dull dull dull", "two actors , one story", "i hate this movie", "more please", "zzz qqq unknownword",
 ]
 AUGMENT_META = {schema.META_AUGMENT_CONFIG: {"ops": ["mask"], "n_iter": 2}, schema.META_SEED: 7}
+
+
+def make_job(input, teacher, output, resume=False, overwrite=False, loader=None, **settings):
+    return score.ScoreJob(input=input, teacher=teacher, output=output, cfg=ScoreConfig(**settings), resume=resume,
+                          overwrite=overwrite, loader=loader)
 
 
 def run_pipeline(cfg):
@@ -144,7 +151,7 @@ def test_loads_with_datasets(scored):
 
 def test_complete_output_not_overwritten_by_accident(scored, transfer_dir, teacher_dir):
     with pytest.raises(UserError, match="already holds a complete run.*--overwrite"):
-        score.plan(score.ScoreConfig(input=transfer_dir[0], teacher=teacher_dir, output=scored))
+        score.plan(make_job(input=transfer_dir[0], teacher=teacher_dir, output=scored))
 
 
 class FailAfter:
@@ -171,7 +178,7 @@ class FailAfter:
 def test_resume_after_a_killed_run(tmp_path, transfer_dir, teacher_dir, reference):
     src, rows = transfer_dir
     out = str(tmp_path / "out")
-    cfg = score.ScoreConfig(input=src, teacher=teacher_dir, output=out, hidden="mean", batch_size=4,
+    cfg = make_job(input=src, teacher=teacher_dir, output=out, hidden="mean", batch_size=4,
                             min_batch_size=4, shard_rows=4, loader=FailAfter(3))
     with pytest.raises(Exception, match="worker killed"):
         run_pipeline(cfg)
@@ -200,14 +207,14 @@ def test_resume_after_a_killed_run(tmp_path, transfer_dir, teacher_dir, referenc
     # Resuming with another teacher would mix two teachers in one set: refused.
     other = testing.tiny_classifier(str(tmp_path / "other"), seed=1)
     with pytest.raises(UserError, match="teacher_weights_sha256.*--overwrite"):
-        score.plan(score.ScoreConfig(input=src, teacher=other, output=out, hidden="mean", resume=True))
+        score.plan(make_job(input=src, teacher=other, output=out, hidden="mean", resume=True))
 
 
 def test_every_row_rejected_still_writes_a_readable_set(tmp_path, teacher_dir):
     src = testing.write_transfer_set(str(tmp_path / "in"), [testing.transfer_rows(["  ", ""], ids=["a", "b"])],
                                      LABELS)
     out = str(tmp_path / "out")
-    run_pipeline(score.ScoreConfig(input=src, teacher=teacher_dir, output=out))
+    run_pipeline(make_job(input=src, teacher=teacher_dir, output=out))
     stats = json.load(open(os.path.join(out, schema.STATS_FILE)))
     assert (stats["input_rows"], stats["scored"], stats["rejected"]) == (2, 0, 2)
     assert transfer.num_rows(out) == 0
@@ -217,17 +224,17 @@ def test_every_row_rejected_still_writes_a_readable_set(tmp_path, teacher_dir):
 def test_label_mismatch_refused_showing_both(tmp_path, teacher_dir):
     src = testing.write_transfer_set(str(tmp_path / "in"), [testing.transfer_rows(["good"])], ("neg", "pos"))
     with pytest.raises(UserError) as exc:
-        score.plan(score.ScoreConfig(input=src, teacher=teacher_dir, output=str(tmp_path / "out")))
+        score.plan(make_job(input=src, teacher=teacher_dir, output=str(tmp_path / "out")))
     assert "['0', '1']" in str(exc.value) and "['neg', 'pos']" in str(exc.value)
     assert not os.path.exists(tmp_path / "out")
 
 
 def test_pickle_teacher_refused(tmp_path, transfer_dir):
     pickled = testing.tiny_classifier(str(tmp_path / "pickled"), save_pickle=True)
-    cfg = score.ScoreConfig(input=transfer_dir[0], teacher=pickled, output=str(tmp_path / "out"))
+    cfg = make_job(input=transfer_dir[0], teacher=pickled, output=str(tmp_path / "out"))
     with pytest.raises(UserError, match="pickle files.*--allow-pickle"):
         score.plan(cfg)
-    cfg.allow_pickle = True
+    cfg.cfg = replace(cfg.cfg, allow_pickle=True)
     assert score.plan(cfg).metadata[schema.META_TEACHER_SHA256] == \
         hashlib.sha256(open(os.path.join(pickled, "pytorch_model.bin"), "rb").read()).hexdigest()
 
@@ -247,17 +254,14 @@ def test_handler_options():
 def test_forward_flag_and_forward_caps_checked(tmp_path, transfer_dir, teacher_dir):
     _, parser, _ = cli.build_subparser("score")
     args, _ = parser.parse_known_args(["--input", "i", "--teacher", "t", "--output", "o", "--forward", "padded"])
-    assert args.forward == "padded" and args.forward_rows is None and args.forward_tokens is None
-    with pytest.raises(SystemExit):
-        parser.parse_known_args(["--input", "i", "--teacher", "t", "--output", "o", "--forward", "fast"])
-    cfg = score.ScoreConfig(input=transfer_dir[0], teacher=teacher_dir, output=str(tmp_path / "out"),
-                            forward_tokens=0)
-    with pytest.raises(UserError, match="--forward-tokens must be at least 1"):
-        score.plan(cfg)
-    cfg = score.ScoreConfig(input=transfer_dir[0], teacher=teacher_dir, output=str(tmp_path / "out"),
-                            forward="fast")
+    cfg = config.from_args(ScoreConfig, args)
+    assert cfg.forward == "padded" and cfg.forward_rows is None and cfg.forward_tokens is None
+    args, _ = parser.parse_known_args(["--input", "i", "--teacher", "t", "--output", "o", "--forward", "fast"])
     with pytest.raises(UserError, match="--forward 'fast': choose one of"):
-        score.plan(cfg)
+        config.from_args(ScoreConfig, args)
+    # The checks run when the settings are built, before any plan or pipeline.
+    with pytest.raises(UserError, match="--forward-tokens must be at least 1"):
+        ScoreConfig(forward_tokens=0)
 
 
 def test_score_help(capsys):
@@ -280,12 +284,13 @@ def test_minilm_fine_tune_then_score_end_to_end(tmp_path, sst2_dir):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from transferset import sources
-    from transferset.teacher.train import TrainConfig, train
+    from transferset.config import TeacherConfig
+    from transferset.teacher.train import train
 
     teacher = str(tmp_path / "teacher")
-    metrics = train(TrainConfig(train=str(sst2_dir / "train.tsv"), dev=str(sst2_dir / "dev.tsv"), output=teacher,
-                                limit=300, epochs=1, batch_size=32, max_steps=6, lr=5e-4, max_length=64,
-                                progress=False),
+    metrics = train(TeacherConfig(limit=300, epochs=1, batch_size=32, max_steps=6, lr=5e-4, max_length=64,
+                                  progress=False),
+                    train=str(sst2_dir / "train.tsv"), dev=str(sst2_dir / "dev.tsv"), output=teacher,
                     log=lambda msg: None)
     assert (metrics["train_rows"], metrics["dev_rows"], metrics["history"][0]["step"]) == (300, 300, 6)
     assert metrics["label_names"] == ["0", "1"]

@@ -1,11 +1,13 @@
 """Schedules as pure functions, and the freezing they imply applied to a real student."""
 import pytest
+
+from transferset.config import StudentConfig
 import torch
 
 from students import bilstm, transformer
 from students.losses import NO_LABEL, LossWeights
 from students.schedules import GROUPS, phases, requires_grad, top_down
-from students.trainer import TrainConfig, make_optimizer, set_trainable, train_step
+from students.trainer import make_optimizer, set_trainable, train_step
 from transferset import schema
 
 W = LossWeights(ce=1.0, mse=1.0, repr=0.5)
@@ -79,7 +81,7 @@ def test_progressive_freezing_is_exact_and_frozen_params_stay_bit_identical(fami
     assert tuple(groups) == GROUPS
     # Every parameter belongs to exactly one group.
     assert sum(len(v) for v in groups.values()) == len(list(model.parameters()))
-    cfg = TrainConfig(student=family, lr=1e-2, weight_decay=0.1)
+    cfg = StudentConfig(student=family, lr=1e-2, weight_decay=0.1)
     batch = _batch(50)
     for phase in phases("progressive", LossWeights(ce=1.0, mse=1.0, repr=1.0), epochs=1):
         set_trainable(model, phase)

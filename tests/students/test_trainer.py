@@ -4,10 +4,12 @@ import re
 
 import numpy as np
 import pytest
+
+from transferset.config import StudentConfig
 import torch
 
 from students import trainer
-from students.trainer import TrainConfig, load_student, save_student, setup
+from students.trainer import load_student, save_student, setup
 from transferset import schema
 from transferset.cli import main
 
@@ -71,7 +73,7 @@ def test_save_load_gives_identical_predictions(tmp_path, small_scored_dir, sst2_
     values = {"student": student, "threads": 1, **extra}
     if student == "bilstm" and "preset" not in extra:
         values["model"] = {"embed_dim": 32, "hidden": 16}
-    s = setup(TrainConfig(**values), small_scored_dir)
+    s = setup(StudentConfig(**values), small_scored_dir)
     batch = next(trainer.iter_train_batches(s, small_scored_dir, seed=0))
     opt = trainer.make_optimizer(s.cfg, [p for p in s.model.parameters()])
     trainer.train_step(s.model, opt, batch, s.cfg.loss_weights(), 1.0)  # not the initial weights
@@ -127,7 +129,7 @@ def test_transformer_student_with_pkd_trains_from_teacher_layers(tmp_path, small
 
 
 def test_streaming_visits_every_row_once_with_a_bounded_buffer(scored_dir, monkeypatch):
-    s = setup(TrainConfig(model={"embed_dim": 8, "hidden": 8}, shuffle_rows=100, batch_size=16), scored_dir)
+    s = setup(StudentConfig(model={"embed_dim": 8, "hidden": 8}, shuffle_rows=100, batch_size=16), scored_dir)
     held = []
     real = trainer._table_arrays
     monkeypatch.setattr(trainer, "_table_arrays", lambda table, st: held.append(table.num_rows) or real(table, st))
@@ -185,7 +187,11 @@ def test_refuses_unknown_settings_and_an_existing_output(tmp_path, scored_dir, s
     cfg.write_text("epoch: 3\n")
     rc, err = _train(["--transfer", scored_dir, "--dev", sst2_dev, "--output", str(tmp_path / "o"),
                       "--config", str(cfg)], capsys)
-    assert rc == 1 and "unknown key(s) ['epoch']" in err and "epochs" in err
+    assert rc == 2 and f"{cfg}: epoch: unknown setting; known:" in err and "epochs" in err
+    cfg.write_text("epochs: abc\n")
+    rc, err = _train(["--transfer", scored_dir, "--dev", sst2_dev, "--output", str(tmp_path / "o"),
+                      "--config", str(cfg)], capsys)
+    assert rc == 2 and f"{cfg}: epochs = 'abc'" in err and "(expected int)" in err
     cfg.write_text("model: {hiden: 3}\n")
     rc, err = _train(["--transfer", scored_dir, "--dev", sst2_dev, "--output", str(tmp_path / "o"),
                       "--config", str(cfg)], capsys)

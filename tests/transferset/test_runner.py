@@ -7,7 +7,8 @@ import pytest
 from transferset import schema
 from transferset.cli import main
 from transferset.errors import UserError
-from transferset.runner import STAGE_FILE, load_config, resolve_data
+from transferset.config import AugmentConfig, RunConfig, ScoreConfig, StudentConfig, TeacherConfig
+from transferset.runner import STAGE_FILE, load_config, resolve_data, run_pipeline
 
 CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml"))
 
@@ -21,27 +22,111 @@ def test_every_config_validates_and_names_its_command(path):
     first = path.read_text().splitlines()[0]
     assert first == f"# transferset run --config configs/{path.name}"
     cfg = load_config(str(path))
-    assert cfg["students"]
+    assert isinstance(cfg, RunConfig) and cfg.students
+    assert all(isinstance(s, StudentConfig) for s in cfg.students.values())
 
 
-def test_overrides_and_bad_configs(tmp_path):
-    cfg = load_config("configs/demo.yaml", ["teacher.epochs=1", "students.distilled.epochs=3", "data=/x"])
-    assert cfg["teacher"]["epochs"] == 1 and cfg["students"]["distilled"]["epochs"] == 3 and cfg["data"] == "/x"
-    assert cfg["teacher"]["lr"] == 5e-5  # untouched settings keep the file's values
+def test_overrides_and_defaults_written_once():
+    cfg = load_config("configs/demo.yaml", ["teacher.epochs=1", "students.distilled.epochs=3", "data=/x",
+                                            "augment.p_mask=0.3", "score.batch_size=64", "score.layers=-1,2"])
+    assert (cfg.teacher.epochs, cfg.students["distilled"].epochs, cfg.data) == (1, 3, "/x")
+    assert (cfg.augment.p_mask, cfg.score.batch_size, cfg.score.layers) == (0.3, 64, (-1, 2))
+    assert cfg.teacher.lr == 5e-5  # untouched settings keep the file's values
+    # What the YAML leaves out comes from the stage's dataclass: the one place a default is written.
+    assert cfg.score.hidden == ScoreConfig().hidden and cfg.augment.p_ng == AugmentConfig().p_ng
+    assert cfg.students["distilled"].weight_decay == StudentConfig().weight_decay
+
+
+@pytest.mark.parametrize("override, message", [
+    ("students.distilled.epochs=abc", "students.distilled.epochs = 'abc': input should be a valid integer"),
+    ("augment.n_iter=abc", "augment.n_iter = 'abc': input should be a valid integer"),
+    ("teacher.epochs=abc", "teacher.epochs = 'abc': input should be a valid integer"),
+    ("teacher.lr=fast", "teacher.lr = 'fast': input should be a valid number"),
+    ("augment.p_mask=1.5", "augment: p_mask must be a probability in [0, 1], got 1.5"),
+    ("students.distilled.epochz=3", "students.distilled.epochz: unknown setting; known: student, schedule, epochs"),
+    ("teachr.epochs=3", "teachr: unknown setting; known: run_dir, data"),
+    ("score.forward=fast", "score: --forward 'fast': choose one of ['auto', 'packed', 'padded']"),
+    ("augment.recipe=eda", "augment: unknown recipe 'eda'; known: tang, tinybert"),
+    ("students.distilled.tokens=chars", "tokens must be one of ['wordpiece', 'words']"),
+])
+def test_bad_settings_refused_with_key_value_and_type(override, message):
+    with pytest.raises(UserError) as exc:
+        load_config("configs/demo.yaml", [override])
+    assert str(exc.value).startswith("configs/demo.yaml: ") and message in str(exc.value)
+    if "valid" in message:
+        assert "(expected " in str(exc.value)
+
+
+def test_bad_config_refused_before_any_stage_runs(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    rc = main(["run", "--config", "configs/demo.yaml", f"run_dir={run_dir}", "students.distilled.epochs=abc"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "students.distilled.epochs = 'abc'" in err and "(expected int)" in err
+    assert not run_dir.exists()
+
+
+def test_yaml_and_override_syntax_errors(tmp_path):
     bad = tmp_path / "bad.yaml"
-    bad.write_text("run_dir: x\nstudents: {s: {student: bilstm, epochz: 3}}\n")
-    with pytest.raises(UserError, match=r"students.s: unknown key\(s\) \['epochz'\]"):
+    bad.write_text("run_dir: x\nstudents: {s: [\n")
+    with pytest.raises(UserError, match="bad.yaml: not valid YAML"):
         load_config(str(bad))
-    bad.write_text("run_dir: x\nteachr: {}\nstudents: {s: {}}\n")
-    with pytest.raises(UserError, match="unknown setting"):
+    bad.write_text("- a\n- b\n")
+    with pytest.raises(UserError, match="a config is a YAML mapping of settings, got list"):
         load_config(str(bad))
-    assert load_config("configs/demo.yaml", ["score.forward=padded"])["score"]["forward"] == "padded"
-    with pytest.raises(UserError, match=r"score: --forward 'fast': choose one of \['auto', 'packed', 'padded'\]"):
-        load_config("configs/demo.yaml", ["score.forward=fast"])
     with pytest.raises(UserError, match="expected key=value"):
         load_config("configs/demo.yaml", ["teacher.epochs"])
+    with pytest.raises(UserError, match=r"data is .*not a section.*set data=VALUE instead"):
+        load_config("configs/demo.yaml", ["data=/x", "data.train=x"])
     with pytest.raises(UserError, match="train.tsv not found"):
         resolve_data(str(tmp_path))
+
+
+def test_run_passes_typed_settings_from_yaml_to_each_stage(tmp_path, monkeypatch, sst2_dir):
+    """The stage functions are replaced by recorders: the runner's wiring is what is under test."""
+    import pipelines.augment
+    import pipelines.score
+    import students.trainer
+    import transferset.report
+    import transferset.teacher.train
+
+    seen = {}
+
+    def teacher(cfg, *, train, dev, output, overwrite):
+        seen["teacher"] = (cfg, train, dev)
+        (Path(output) / "metrics.json").write_text("{}")
+
+    def augment(cfg, *, inputs, output, unlabeled, exclude, beam_cfg, overwrite):
+        seen["augment"] = (cfg, inputs, unlabeled, exclude, beam_cfg)
+        (Path(output) / schema.COMPLETE_MARKER).write_text("")
+
+    def score(cfg, *, input, teacher, output, beam_cfg, overwrite):
+        seen["score"] = (cfg, input, teacher, beam_cfg)
+        (Path(output) / schema.COMPLETE_MARKER).write_text("")
+
+    def student(cfg, transfer_dir, dev, output, overwrite):
+        seen.setdefault("students", []).append(cfg)
+        (Path(output) / "metrics.json").write_text("{}")
+
+    monkeypatch.setattr(transferset.teacher.train, "train", teacher)
+    monkeypatch.setattr(pipelines.augment, "run_augment", augment)
+    monkeypatch.setattr(pipelines.score, "run_score", score)
+    monkeypatch.setattr(students.trainer, "train", student)
+    monkeypatch.setattr(transferset.report, "write_report", lambda paths, cfg, log: {"paths": paths})
+    cfg = load_config("configs/demo.yaml", [f"run_dir={tmp_path / 'r'}", f"data={sst2_dir}", "augment.p_mask=0.3",
+                                            "score.batch_size=64", "students.distilled.lr=0.003",
+                                            "beam.workers=2", "unlabeled_rows=50"])
+    run_pipeline(cfg, log=lambda m: None)
+    t_cfg, labeled, dev = seen["teacher"]
+    assert isinstance(t_cfg, TeacherConfig) and t_cfg.epochs == cfg.teacher.epochs and t_cfg.max_length == 64
+    a_cfg, inputs, unlabeled, exclude, beam_cfg = seen["augment"]
+    assert isinstance(a_cfg, AugmentConfig) and a_cfg.p_mask == 0.3 and a_cfg.n_iter == cfg.augment.n_iter
+    assert exclude == [dev] and beam_cfg.workers == 2 and "--direct_num_workers=2" in beam_cfg.flags()
+    # labeled_limit + unlabeled_rows: the first N train rows labeled, the next M as unlabeled text.
+    assert sum(1 for _ in open(inputs[0])) == 3000 and sum(1 for _ in open(unlabeled[0])) == 50
+    assert inputs[0] == labeled
+    s_cfg = seen["score"][0]
+    assert isinstance(s_cfg, ScoreConfig) and s_cfg.batch_size == 64
+    assert [c.lr for c in seen["students"]] == [None, 0.003]
 
 
 @pytest.mark.integration

@@ -6,67 +6,15 @@ p_pos, else kept (Tang et al. 2019). Sequence ops (ngram) then run in order.
 """
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 
 from transferset.augment import registry
-from transferset.augment.mask import MASK_TOKEN
-from transferset.augment.mlm import DEFAULT_TOP_K
-from transferset.augment.pos import DEFAULT_SPACY_MODEL
+from transferset.augment.registry import RECIPES  # noqa: F401  (re-exported)
 from transferset.augment.seeding import rng_for, row_id, source_int
-
-RECIPES: dict[str, tuple[str, ...]] = {
-    "tang": ("mask", "pos", "ngram"),  # Tang et al. 2019
-    "tinybert": ("mlm",),  # Jiao et al. 2020
-}
-DEFAULT_RECIPE = "tang"
-
-
-@dataclass(frozen=True)
-class AugmentConfig:
-    recipe: str = DEFAULT_RECIPE
-    ops: Optional[tuple[str, ...]] = None  # None: the recipe's ops
-    n_iter: int = 20  # variants sampled per example (Tang: 20; TinyBERT SST-2: N = 20)
-    seed: int = 0
-    p_mask: float = 0.1  # per word → [MASK]
-    p_pos: float = 0.1  # per word → same-tag word from the corpus unigram distribution
-    p_ng: float = 0.25  # per variant → keep a random n-gram
-    max_n: int = 5  # n-gram length uniform in 1..max_n
-    p_mlm: float = 0.4  # per eligible word → one of the top-M MLM candidates
-    mlm_model: str = "bert-base-uncased"
-    mlm_top_k: int = DEFAULT_TOP_K  # M
-    mask_token: str = MASK_TOKEN
-    spacy_model: str = DEFAULT_SPACY_MODEL
-
-    def __post_init__(self):
-        if self.ops is None:
-            if self.recipe not in RECIPES:
-                raise ValueError(f"unknown recipe {self.recipe!r}; known: {', '.join(sorted(RECIPES))}")
-            object.__setattr__(self, "ops", RECIPES[self.recipe])
-        for name in self.ops:
-            registry.get(name)  # raises with the list of known names
-        if self.n_iter < 0:
-            raise ValueError(f"n_iter must be >= 0, got {self.n_iter}")
-        total = sum(getattr(self, registry.get(n).prob) for n in self.word_ops)
-        if total > 1:
-            raise ValueError(f"word-op probabilities sum to {total} > 1 for ops {self.word_ops}")
-
-    @property
-    def word_ops(self) -> tuple[str, ...]:
-        return tuple(n for n in self.ops if registry.get(n).kind == registry.WORD)
-
-    @property
-    def sequence_ops(self) -> tuple[str, ...]:
-        return tuple(n for n in self.ops if registry.get(n).kind == registry.SEQUENCE)
-
-    def needs(self, what: str) -> bool:
-        return any(what in registry.get(n).needs for n in self.ops)
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
+from transferset.config import AugmentConfig
 
 
 @dataclass

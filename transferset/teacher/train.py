@@ -7,12 +7,14 @@ import os
 import random
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 import numpy as np
 
+from transferset import config as config_lib
 from transferset import schema, sources
+from transferset.config import TeacherConfig
 from transferset.errors import UserError
 from transferset.sources import Example, Reject, SourceSpec
 from transferset.teacher import loading
@@ -22,38 +24,12 @@ METRICS_FILE = "metrics.json"
 
 
 @dataclass
-class TrainConfig:
-    train: str
-    dev: str
-    output: str
-    model: str = loading.DEFAULT_MODEL
-    epochs: int = 3
-    lr: float = 5e-5
-    batch_size: int = 32
-    max_length: int = 128
-    limit: Optional[int] = None  # rows read from each input (quick trials)
-    max_steps: Optional[int] = None  # stop after this many optimizer steps in total
-    seed: int = 0
-    warmup: float = 0.1  # fraction of steps with a linear warm-up
-    weight_decay: float = 0.01
-    eval_batch_size: int = 128
-    text_column: Optional[str] = None
-    text_b_column: Optional[str] = None
-    label_column: str = sources.DEFAULT_LABEL_COLUMN
-    labels: Optional[tuple[str, ...]] = None  # None: inferred from the train file
-    overwrite: bool = False
-    allow_pickle: bool = False
-    trust_remote_code: bool = False
-    progress: Optional[bool] = None  # None: a bar when stderr is a terminal
-
-
-@dataclass
 class Data:
     examples: list[Example]
     rejects: list[Reject] = field(default_factory=list)
 
 
-def read_split(path: str, cfg: TrainConfig, label_names: Sequence[str]) -> Data:
+def read_split(path: str, cfg: TeacherConfig, label_names: Sequence[str]) -> Data:
     spec = SourceSpec(path=path, text_column=cfg.text_column, label_column=cfg.label_column,
                       text_b_column=cfg.text_b_column, limit=cfg.limit, label_names=tuple(label_names))
     data = Data([])
@@ -112,38 +88,32 @@ def evaluate(model, tokenizer, feats: Sequence[dict], labels: Sequence[int], bat
     return {"accuracy": correct / n, "loss": loss_sum / n}
 
 
-def prepare_output_dir(out: str, overwrite: bool) -> None:
-    if os.path.exists(os.path.join(out, "config.json")) and not overwrite:
-        raise UserError(f"{out} already holds a model (config.json present); "
-                        "pass --overwrite to replace it or choose another --output")
-    os.makedirs(out, exist_ok=True)
-
-
-def train(cfg: TrainConfig, log=None) -> dict:
-    """Fine-tune; keep the best dev checkpoint in cfg.output; return the metrics written to metrics.json."""
+def train(cfg: TeacherConfig, *, train: str, dev: str, output: str, overwrite: bool = False, log=None) -> dict:
+    """Fine-tune on `train`; keep the best `dev` checkpoint in `output`; return the metrics written to metrics.json."""
     import torch
     from transformers import get_linear_schedule_with_warmup
     from tqdm.auto import tqdm
 
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    if cfg.epochs < 1 or cfg.batch_size < 1 or cfg.lr <= 0:
-        raise UserError("--epochs and --batch-size must be at least 1 and --lr positive")
-    for flag, path in (("--train", cfg.train), ("--dev", cfg.dev)):
+    if os.path.exists(os.path.join(output, "config.json")) and not overwrite:
+        raise UserError(f"{output} already holds a model (config.json present); "
+                        "pass --overwrite to replace it or choose another --output")
+    for flag, path in (("--train", train), ("--dev", dev)):
         if not path.startswith(sources.HF_PREFIX) and not os.path.isfile(path):
             raise UserError(f"{flag} {path}: no such file")
-    prepare_output_dir(cfg.output, cfg.overwrite)
+    os.makedirs(output, exist_ok=True)
 
     # --- setup ---------------------------------------------------------------------------
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)  # the new classification head is initialised from this
     model_path = loading.resolve_model(cfg.model)
-    label_names = cfg.labels or sources.infer_label_names(cfg.train, cfg.label_column)
+    label_names = cfg.labels or sources.infer_label_names(train, cfg.label_column)
 
     # --- data ------------------------------------------------------------------------------
-    train_data = read_split(cfg.train, cfg, label_names)
-    dev_data = read_split(cfg.dev, cfg, label_names)
-    reject_files = {name: write_rejects(cfg.output, name, d.rejects)
+    train_data = read_split(train, cfg, label_names)
+    dev_data = read_split(dev, cfg, label_names)
+    reject_files = {name: write_rejects(output, name, d.rejects)
                     for name, d in (("train", train_data), ("dev", dev_data))}
     for name, d in (("train", train_data), ("dev", dev_data)):
         if d.rejects:
@@ -218,8 +188,8 @@ def train(cfg: TrainConfig, log=None) -> dict:
         # --- save ---
         if improved:
             best = dict(record)
-            model.save_pretrained(cfg.output)  # safetensors; id2label travels in config.json
-            tokenizer.save_pretrained(cfg.output)
+            model.save_pretrained(output)  # safetensors; id2label travels in config.json
+            tokenizer.save_pretrained(output)
     bar.close()
 
     metrics = {
@@ -234,10 +204,12 @@ def train(cfg: TrainConfig, log=None) -> dict:
         "base_model": cfg.model,
         "base_model_path": model_path,
         "max_length": cfg.max_length,
-        "weights_sha256": loading.weights_sha256(cfg.output),
-        "config": {k: v for k, v in asdict(cfg).items() if k not in ("progress",)},
+        "weights_sha256": loading.weights_sha256(output),
+        "train": train,
+        "dev": dev,
+        "config": {k: v for k, v in config_lib.to_dict(cfg).items() if k != "progress"},
     }
-    with open(os.path.join(cfg.output, METRICS_FILE), "w", encoding="utf-8") as fh:
+    with open(os.path.join(output, METRICS_FILE), "w", encoding="utf-8") as fh:
         json.dump(metrics, fh, indent=2, sort_keys=True, default=list)
         fh.write("\n")
     return metrics

@@ -34,7 +34,7 @@ def test_registry_names_duplicates_and_unknown():
         register("mask", kind="word", prob="p_mask")(lambda **_: None)
     with pytest.raises(KeyError, match="known: .*mask"):
         get("nope")
-    with pytest.raises(KeyError, match="unknown augmenter 'shuffle'"):
+    with pytest.raises(ValueError, match="unknown augmenter 'shuffle'"):
         AugmentConfig(ops=("mask", "shuffle"))
 
 

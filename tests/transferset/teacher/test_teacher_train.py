@@ -8,7 +8,8 @@ import pytest
 from transferset import cli
 from transferset.errors import UserError
 from transferset.teacher import loading, scoring, testing
-from transferset.teacher.train import METRICS_FILE, TrainConfig, train
+from transferset.config import TeacherConfig
+from transferset.teacher.train import METRICS_FILE, train
 
 POSITIVE = ["great", "brilliant", "best", "love", "funny"]
 NEGATIVE = ["awful", "terrible", "worst", "hate", "boring"]
@@ -44,13 +45,13 @@ def trained(tmp_path_factory):
     train_tsv = _write_tsv(tmp / "train.tsv", _rows(96, 0))
     # Two bad dev rows: an empty sentence and a label outside the train file's label set.
     dev_tsv = _write_tsv(tmp / "dev.tsv", _rows(40, 1), extra_lines=["\t1", "great film\t7"])
-    cfg = TrainConfig(train=train_tsv, dev=dev_tsv, output=str(tmp / "teacher"), model=base, epochs=5, lr=1e-2,
-                      batch_size=16, max_length=32, seed=0, progress=False)
-    return cfg, train(cfg, log=lambda msg: None)
+    cfg = TeacherConfig(model=base, epochs=5, lr=1e-2, batch_size=16, max_length=32, seed=0, progress=False)
+    out = str(tmp / "teacher")
+    return (cfg, out), train(cfg, train=train_tsv, dev=dev_tsv, output=out, log=lambda msg: None)
 
 
 def test_fine_tuning_learns_and_keeps_best_checkpoint(trained):
-    cfg, metrics = trained
+    (cfg, output), metrics = trained
     history = metrics["history"]
     assert [h["epoch"] for h in history] == [1, 2, 3, 4, 5]
     assert [h["step"] for h in history] == [6, 12, 18, 24, 30]  # 96 rows / batch 16
@@ -58,42 +59,42 @@ def test_fine_tuning_learns_and_keeps_best_checkpoint(trained):
     assert metrics["best_dev_accuracy"] == best["dev_accuracy"] and metrics["best_epoch"] == best["epoch"]
     # The keyword task is easy: a tiny model that learns anything gets well above chance.
     assert metrics["best_dev_accuracy"] >= 0.9
-    with open(os.path.join(cfg.output, METRICS_FILE)) as fh:
+    with open(os.path.join(output, METRICS_FILE)) as fh:
         assert json.load(fh)["best_dev_accuracy"] == metrics["best_dev_accuracy"]
 
     # The saved weights are that checkpoint: rescoring dev gives the recorded accuracy.
-    teacher = scoring.Teacher.load(cfg.output)
+    teacher = scoring.Teacher.load(output)
     dev = _rows(40, 1)
     pred = teacher.predict([t for t, _ in dev]).labels
     assert np.mean(pred == np.array([int(l) for _, l in dev])) == pytest.approx(metrics["best_dev_accuracy"])
 
 
 def test_saved_directory_is_a_safe_teacher(trained):
-    cfg, metrics = trained
-    names = set(os.listdir(cfg.output))
+    (cfg, output), metrics = trained
+    names = set(os.listdir(output))
     assert {"config.json", "model.safetensors", "tokenizer_config.json", METRICS_FILE} <= names
     assert not any(n.endswith(".bin") for n in names)
-    config = loading.load_config(cfg.output)
+    config = loading.load_config(output)
     assert loading.label_names_of(config) == ["0", "1"]  # the data's labels, not the base model's
     assert metrics["label_names"] == ["0", "1"]
-    assert metrics["weights_sha256"] == loading.weights_sha256(cfg.output)
+    assert metrics["weights_sha256"] == loading.weights_sha256(output)
     assert metrics["max_length"] == 32
 
 
 def test_rejected_rows_are_reported(trained):
-    cfg, metrics = trained
+    (cfg, output), metrics = trained
     assert metrics["rejected"] == {"train": 0, "dev": 2}
     assert metrics["dev_rows"] == 40 and metrics["train_rows"] == 96
-    with open(os.path.join(cfg.output, "rejects", "dev.jsonl")) as fh:
+    with open(os.path.join(output, "rejects", "dev.jsonl")) as fh:
         reasons = [json.loads(line)["reason"] for line in fh]
     assert reasons[0] == "empty text"
     assert reasons[1].startswith("label '7' outside the label set")
 
 
 def test_existing_output_refused(trained):
-    cfg, _ = trained
+    (cfg, output), _ = trained
     with pytest.raises(UserError, match="already holds a model.*--overwrite"):
-        train(cfg, log=lambda msg: None)
+        train(cfg, train="unused.tsv", dev="unused.tsv", output=output, log=lambda msg: None)
 
 
 def test_cli_runs_and_limits_rows(tmp_path, tiny_teacher, capsys):
