@@ -117,43 +117,139 @@ def _local_open(path: str):
     return open(path, "rb")
 
 
+# A quoted field that runs on over more physical lines than this is taken for an unbalanced quote
+# without looking further ahead (the look-ahead is buffered, and real multi-line fields are short).
+MAX_RECORD_LINES = 100
+
+_MULTILINE = "unbalanced quote or embedded newline spanning lines"
+
+
+class _Feed:
+    """An iterator over given lines that counts how many lines csv.reader asked for."""
+
+    def __init__(self, lines: Sequence[str]):
+        self._lines = list(lines)
+        self.pulled = 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> str:
+        self.pulled += 1
+        if self.pulled <= len(self._lines):
+            return self._lines[self.pulled - 1]
+        raise StopIteration
+
+
+def _parse_record(lines: Sequence[str], dialect: dict) -> tuple[list[str], Optional[int]]:
+    """(fields, physical lines used) of the record starting at lines[0]; None when it does not end in `lines`."""
+    feed = _Feed(lines)
+    values = next(csv.reader(feed, **dialect), [])
+    return values, (feed.pulled if feed.pulled <= len(lines) else None)
+
+
+class _PeekableLines:
+    def __init__(self, it: Iterator[str]):
+        self._it = it
+        self._ahead: list[str] = []
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> str:
+        return self._ahead.pop(0) if self._ahead else next(self._it)
+
+    def peek(self, n: int) -> list[str]:
+        while len(self._ahead) < n:
+            try:
+                self._ahead.append(next(self._it))
+            except StopIteration:
+                break
+        return self._ahead[:n]
+
+
+def _iter_delimited(path: str, fmt: str, fh) -> Iterator[tuple[int, Union[dict, Reject]]]:
+    """Rows of a TSV/CSV, one per physical line: a record never swallows the lines after it.
+
+    csv.reader alone joins lines while a quote is open, so one stray quote folds the rest of the
+    file into a single bad row. Here each line is parsed on its own, and a line whose quoted field
+    does not close on it is rejected (see MAX_RECORD_LINES for how far we look to name the span).
+    """
+    # utf-8-sig: a byte order mark would otherwise stick to the first column name.
+    text = io.TextIOWrapper(fh, encoding="utf-8-sig", errors="surrogateescape", newline="")
+    # GLUE TSVs contain bare quotes inside sentences: no quoting at all.
+    dialect = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if fmt == "tsv" else {}
+    lines = _PeekableLines(iter(text))
+    try:
+        header_line = next(lines)
+    except StopIteration:
+        return
+    try:
+        header, used = _parse_record([header_line], dialect)
+    except csv.Error as exc:
+        raise SourceError(f"{path}, line 1: malformed {fmt.upper()} header: {exc}") from exc
+    if used is None:
+        raise SourceError(f"{path}, line 1: the header has an unbalanced quote; fix the column names")
+    width = len(header)
+    line = 1
+    for raw_line in lines:
+        line += 1
+        raw = _raw_repr(raw_line.rstrip("\r\n"))
+        if not raw_line.strip("\r\n"):
+            yield line, Reject(path, line, raw, "blank line")
+            continue
+        try:
+            values, used = _parse_record([raw_line], dialect)
+        except csv.Error as exc:
+            yield line, Reject(path, line, raw, f"malformed {fmt.upper()} row: {exc}")
+            continue
+        if used is None:
+            # The quoted field runs on. Where would csv.reader have ended this record?
+            ahead = lines.peek(MAX_RECORD_LINES)
+            try:
+                joined, span = _parse_record([raw_line] + ahead, dialect)
+            except csv.Error:
+                joined, span = [], None
+            if span is not None:
+                last = str(line + span - 1)
+            elif len(ahead) < MAX_RECORD_LINES:
+                last = f"{line + len(ahead)} (the end of the file)"
+            else:
+                last = f"{line + MAX_RECORD_LINES} and beyond"
+            if span is not None and len(joined) == width:
+                # A well-formed record with a newline inside a quoted field: rare in classification
+                # data and not one row per line, so every line of it is rejected, each counted.
+                reason = (f"{_MULTILINE} {line}-{last}; a row must fit on one line: remove the newline "
+                          "from the quoted field, or fix the quote")
+                yield line, Reject(path, line, raw, reason)
+                for _ in range(span - 1):
+                    line += 1
+                    yield line, Reject(path, line, _raw_repr(next(lines).rstrip("\r\n")), reason)
+            else:
+                reason = (f"{_MULTILINE} {line}-{last}: the quote opened on line {line} does not close "
+                          f"on that line, so the line is rejected and reading resumes at line {line + 1}; "
+                          'close the quote, or double it ("") inside a quoted field')
+                yield line, Reject(path, line, raw, reason)
+            continue
+        if len(values) != width:
+            yield line, Reject(path, line, raw, f"expected {width} fields as in the header, found {len(values)}")
+            continue
+        yield line, dict(zip(header, values))
+
+
 def _iter_raw_rows(path: str, fmt: str, opener: Opener) -> Iterator[tuple[int, Union[dict, Reject]]]:
     """Yield (line number, row dict) or (line, Reject) for rows that cannot even be parsed."""
     if fmt in ("tsv", "csv"):
         with opener(path) as fh:
-            text = io.TextIOWrapper(fh, encoding="utf-8", errors="surrogateescape", newline="")
-            if fmt == "tsv":
-                # GLUE TSVs contain bare quotes inside sentences: no quoting at all.
-                reader = csv.reader(text, delimiter="\t", quoting=csv.QUOTE_NONE)
-            else:
-                reader = csv.reader(text)
-            try:
-                header = next(reader)
-            except StopIteration:
-                return
-            width = len(header)
-            while True:
-                try:
-                    values = next(reader)
-                except StopIteration:
-                    return
-                except csv.Error as exc:
-                    yield reader.line_num, Reject(path, reader.line_num, "", f"malformed {fmt.upper()} row: {exc}")
-                    continue
-                line = reader.line_num
-                if not values:
-                    continue  # a blank line is not a row
-                if len(values) != width:
-                    raw = ("\t" if fmt == "tsv" else ",").join(values)
-                    yield line, Reject(path, line, _raw_repr(raw),
-                                       f"expected {width} fields as in the header, found {len(values)}")
-                    continue
-                yield line, dict(zip(header, values))
+            yield from _iter_delimited(path, fmt, fh)
     elif fmt == "jsonl":
         with opener(path) as fh:
             for line_no, raw_bytes in enumerate(fh, start=1):
+                if line_no == 1 and raw_bytes.startswith(b"\xef\xbb\xbf"):
+                    raw_bytes = raw_bytes[3:]  # a byte order mark is not part of the JSON
                 raw = raw_bytes.decode("utf-8", "surrogateescape").rstrip("\r\n")
                 if not raw.strip():
+                    yield line_no, Reject(path, line_no, raw, "blank line")
                     continue
                 if _has_surrogates(raw):
                     yield line_no, Reject(path, line_no, _raw_repr(raw), "bytes that are not valid UTF-8")

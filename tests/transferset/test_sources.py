@@ -129,3 +129,78 @@ def test_source_id_depends_on_content_only(tmp_path):
     ids_a = {r.text: r.source_id for r in _read(a)}
     ids_b = {r.text: r.source_id for r in _read(b)}
     assert ids_a == ids_b and len(set(ids_a.values())) == 2
+
+
+# --- hardening (issue #12) ----------------------------------------------------------------------
+
+def _data_lines(path) -> int:
+    """What `wc -l` says minus the header: every physical data line must become one record."""
+    return path.read_bytes().count(b"\n") - 1
+
+
+def _sst2_csv(sst2_dir, dst, n):
+    """The header and first n rows of the real SST-2 dev set, written as CSV (test-local copy)."""
+    import csv
+
+    with open(sst2_dir / "dev.tsv", encoding="utf-8") as fh:
+        rows = [line.rstrip("\n").split("\t") for line in fh][: n + 1]
+    with open(dst, "w", encoding="utf-8", newline="") as out:
+        csv.writer(out, lineterminator="\n").writerows(rows)
+    return rows
+
+
+def test_unbalanced_quote_rejects_its_line_and_reading_resumes(tmp_path, sst2_dir):
+    path = tmp_path / "quote.csv"
+    rows = _sst2_csv(sst2_dir, path, 51)
+    lines = path.read_text(encoding="utf-8").split("\n")
+    # Line 22 opens a quote that never closes; later lines quote their commas, as csv.writer does.
+    lines[21] = '"an unclosed quote,1'
+    assert sum('"' in line for line in lines[22:]) >= 2
+    path.write_text("\n".join(lines), encoding="utf-8")
+    recs = _read(path)
+    assert len(recs) == _data_lines(path) == 51
+    rejects = [r for r in recs if isinstance(r, Reject)]
+    assert [r.line for r in rejects] == [22]
+    assert rejects[0].reason.startswith("unbalanced quote or embedded newline spanning lines 22-")
+    assert "line 22" in rejects[0].reason and "resumes at line 23" in rejects[0].reason
+    kept = [r for r in recs if isinstance(r, Example)]
+    assert len(kept) == 50 and kept[-1].line == 52 and kept[-1].text == rows[51][0]
+
+
+def test_multi_line_record_is_one_reject_per_physical_line(tmp_path):
+    path = tmp_path / "embedded.csv"
+    path.write_text('text,label\ngood,1\n"two\nlines",0\nafter,1\n')
+    recs = _read(path)
+    assert len(recs) == _data_lines(path) == 4
+    assert [(type(r).__name__, r.line) for r in recs] == [("Example", 2), ("Reject", 3), ("Reject", 4),
+                                                          ("Example", 5)]
+    assert all(r.reason.startswith("unbalanced quote or embedded newline spanning lines 3-4")
+               for r in recs[1:3])
+    assert [r.text for r in recs if isinstance(r, Example)] == ["good", "after"]
+
+
+def test_blank_lines_are_visible_rejects(tmp_path):
+    tsv = tmp_path / "blank.tsv"
+    tsv.write_text("sentence\tlabel\na\t1\n\nb\t0\n\n")
+    recs = _read(tsv)
+    assert len(recs) == _data_lines(tsv) == 4
+    assert [(r.line, r.reason) for r in recs if isinstance(r, Reject)] == [(3, "blank line"), (5, "blank line")]
+    jl = tmp_path / "blank.jsonl"
+    jl.write_text('{"text": "a", "label": 1}\n\n{"text": "b", "label": 0}\n')
+    recs = _read(jl)
+    assert [(r.line, r.reason) for r in recs if isinstance(r, Reject)] == [(2, "blank line")]
+    assert len(recs) == jl.read_bytes().count(b"\n") == 3
+
+
+def test_byte_order_mark_is_not_part_of_the_header(tmp_path):
+    for name, body in (("bom.tsv", "sentence\tlabel\nwith a bom\t1\n"), ("bom.csv", "sentence,label\nwith a bom,1\n"),
+                       ("bom.jsonl", '{"sentence": "with a bom", "label": 1}\n')):
+        path = tmp_path / name
+        path.write_bytes(b"\xef\xbb\xbf" + body.encode("utf-8"))
+        (rec,) = _read(path)
+        assert isinstance(rec, Example), (name, rec)
+        assert (rec.text, rec.label, rec.line) == ("with a bom", 1, 1 if name.endswith("jsonl") else 2)
+    bad = tmp_path / "bom_bad.tsv"
+    bad.write_bytes(b"\xef\xbb\xbfsentence\tlabel\nbad \xff byte\t1\n")
+    (rec,) = _read(bad)
+    assert rec.reason == "bytes that are not valid UTF-8"  # surrogateescape still on
