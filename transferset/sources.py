@@ -10,6 +10,8 @@ import csv
 import hashlib
 import io
 import json
+import logging
+import numbers
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional, Sequence, Union
 
@@ -21,6 +23,9 @@ DEFAULT_TEXT_COLUMNS = ("sentence", "text")
 DEFAULT_LABEL_COLUMN = "label"
 DEFAULT_MAX_CHARS = 5000
 HF_PREFIX = "hf:"
+RARE_LABEL_ROWS = 5  # an inferred label with fewer rows than this is probably a typo, not a class
+
+logger = logging.getLogger("transferset")
 
 
 @dataclass(frozen=True)
@@ -117,43 +122,139 @@ def _local_open(path: str):
     return open(path, "rb")
 
 
+# A quoted field that runs on over more physical lines than this is taken for an unbalanced quote
+# without looking further ahead (the look-ahead is buffered, and real multi-line fields are short).
+MAX_RECORD_LINES = 100
+
+_MULTILINE = "unbalanced quote or embedded newline spanning lines"
+
+
+class _Feed:
+    """An iterator over given lines that counts how many lines csv.reader asked for."""
+
+    def __init__(self, lines: Sequence[str]):
+        self._lines = list(lines)
+        self.pulled = 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> str:
+        self.pulled += 1
+        if self.pulled <= len(self._lines):
+            return self._lines[self.pulled - 1]
+        raise StopIteration
+
+
+def _parse_record(lines: Sequence[str], dialect: dict) -> tuple[list[str], Optional[int]]:
+    """(fields, physical lines used) of the record starting at lines[0]; None when it does not end in `lines`."""
+    feed = _Feed(lines)
+    values = next(csv.reader(feed, **dialect), [])
+    return values, (feed.pulled if feed.pulled <= len(lines) else None)
+
+
+class _PeekableLines:
+    def __init__(self, it: Iterator[str]):
+        self._it = it
+        self._ahead: list[str] = []
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> str:
+        return self._ahead.pop(0) if self._ahead else next(self._it)
+
+    def peek(self, n: int) -> list[str]:
+        while len(self._ahead) < n:
+            try:
+                self._ahead.append(next(self._it))
+            except StopIteration:
+                break
+        return self._ahead[:n]
+
+
+def _iter_delimited(path: str, fmt: str, fh) -> Iterator[tuple[int, Union[dict, Reject]]]:
+    """Rows of a TSV/CSV, one per physical line: a record never swallows the lines after it.
+
+    csv.reader alone joins lines while a quote is open, so one stray quote folds the rest of the
+    file into a single bad row. Here each line is parsed on its own, and a line whose quoted field
+    does not close on it is rejected (see MAX_RECORD_LINES for how far we look to name the span).
+    """
+    # utf-8-sig: a byte order mark would otherwise stick to the first column name.
+    text = io.TextIOWrapper(fh, encoding="utf-8-sig", errors="surrogateescape", newline="")
+    # GLUE TSVs contain bare quotes inside sentences: no quoting at all.
+    dialect = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if fmt == "tsv" else {}
+    lines = _PeekableLines(iter(text))
+    try:
+        header_line = next(lines)
+    except StopIteration:
+        return
+    try:
+        header, used = _parse_record([header_line], dialect)
+    except csv.Error as exc:
+        raise SourceError(f"{path}, line 1: malformed {fmt.upper()} header: {exc}") from exc
+    if used is None:
+        raise SourceError(f"{path}, line 1: the header has an unbalanced quote; fix the column names")
+    width = len(header)
+    line = 1
+    for raw_line in lines:
+        line += 1
+        raw = _raw_repr(raw_line.rstrip("\r\n"))
+        if not raw_line.strip("\r\n"):
+            yield line, Reject(path, line, raw, "blank line")
+            continue
+        try:
+            values, used = _parse_record([raw_line], dialect)
+        except csv.Error as exc:
+            yield line, Reject(path, line, raw, f"malformed {fmt.upper()} row: {exc}")
+            continue
+        if used is None:
+            # The quoted field runs on. Where would csv.reader have ended this record?
+            ahead = lines.peek(MAX_RECORD_LINES)
+            try:
+                joined, span = _parse_record([raw_line] + ahead, dialect)
+            except csv.Error:
+                joined, span = [], None
+            if span is not None:
+                last = str(line + span - 1)
+            elif len(ahead) < MAX_RECORD_LINES:
+                last = f"{line + len(ahead)} (the end of the file)"
+            else:
+                last = f"{line + MAX_RECORD_LINES} and beyond"
+            if span is not None and len(joined) == width:
+                # A well-formed record with a newline inside a quoted field: rare in classification
+                # data and not one row per line, so every line of it is rejected, each counted.
+                reason = (f"{_MULTILINE} {line}-{last}; a row must fit on one line: remove the newline "
+                          "from the quoted field, or fix the quote")
+                yield line, Reject(path, line, raw, reason)
+                for _ in range(span - 1):
+                    line += 1
+                    yield line, Reject(path, line, _raw_repr(next(lines).rstrip("\r\n")), reason)
+            else:
+                reason = (f"{_MULTILINE} {line}-{last}: the quote opened on line {line} does not close "
+                          f"on that line, so the line is rejected and reading resumes at line {line + 1}; "
+                          'close the quote, or double it ("") inside a quoted field')
+                yield line, Reject(path, line, raw, reason)
+            continue
+        if len(values) != width:
+            yield line, Reject(path, line, raw, f"expected {width} fields as in the header, found {len(values)}")
+            continue
+        yield line, dict(zip(header, values))
+
+
 def _iter_raw_rows(path: str, fmt: str, opener: Opener) -> Iterator[tuple[int, Union[dict, Reject]]]:
     """Yield (line number, row dict) or (line, Reject) for rows that cannot even be parsed."""
     if fmt in ("tsv", "csv"):
         with opener(path) as fh:
-            text = io.TextIOWrapper(fh, encoding="utf-8", errors="surrogateescape", newline="")
-            if fmt == "tsv":
-                # GLUE TSVs contain bare quotes inside sentences: no quoting at all.
-                reader = csv.reader(text, delimiter="\t", quoting=csv.QUOTE_NONE)
-            else:
-                reader = csv.reader(text)
-            try:
-                header = next(reader)
-            except StopIteration:
-                return
-            width = len(header)
-            while True:
-                try:
-                    values = next(reader)
-                except StopIteration:
-                    return
-                except csv.Error as exc:
-                    yield reader.line_num, Reject(path, reader.line_num, "", f"malformed {fmt.upper()} row: {exc}")
-                    continue
-                line = reader.line_num
-                if not values:
-                    continue  # a blank line is not a row
-                if len(values) != width:
-                    raw = ("\t" if fmt == "tsv" else ",").join(values)
-                    yield line, Reject(path, line, _raw_repr(raw),
-                                       f"expected {width} fields as in the header, found {len(values)}")
-                    continue
-                yield line, dict(zip(header, values))
+            yield from _iter_delimited(path, fmt, fh)
     elif fmt == "jsonl":
         with opener(path) as fh:
             for line_no, raw_bytes in enumerate(fh, start=1):
+                if line_no == 1 and raw_bytes.startswith(b"\xef\xbb\xbf"):
+                    raw_bytes = raw_bytes[3:]  # a byte order mark is not part of the JSON
                 raw = raw_bytes.decode("utf-8", "surrogateescape").rstrip("\r\n")
                 if not raw.strip():
+                    yield line_no, Reject(path, line_no, raw, "blank line")
                     continue
                 if _has_surrogates(raw):
                     yield line_no, Reject(path, line_no, _raw_repr(raw), "bytes that are not valid UTF-8")
@@ -197,25 +298,36 @@ def _resolve_text_column(spec: SourceSpec, row: dict) -> Optional[str]:
     return None
 
 
+def label_type_problem(value: Any) -> Optional[str]:
+    """Why a raw label value cannot be a label at all, or None for a name (str) or an integer."""
+    if isinstance(value, bool):  # checked before Integral: True is an int in Python
+        kind = "boolean"
+    elif value is None or isinstance(value, (str, numbers.Integral)):
+        return None
+    elif isinstance(value, numbers.Real):
+        # Floats are refused even when integral (1.0): a float label column means scores, averaged or
+        # NaN-padded labels; accepting 1.0 but not 0.9 would hide that behind a few rejects.
+        kind = "float"
+    else:
+        kind = type(value).__name__  # list, dict, ...
+    return f"label {value!r} is a {kind}; labels must be names or integer class indices"
+
+
 def parse_label(value: Any, label_names: Sequence[str]) -> Optional[int]:
     """Map a raw label (a name, or an integer index into label_names) to its index, else None."""
-    if value is None:
+    if value is None or label_type_problem(value) is not None:
         return None
-    if isinstance(value, bool):
-        return None
+    names = [str(n) for n in label_names]
     s = str(value).strip()
-    if s in label_names:
-        return list(label_names).index(s)
-    try:
-        as_float = float(s)
-    except ValueError:
+    if s in names:
+        return names.index(s)
+    if not _is_int(s):
         return None
-    if as_float.is_integer() and 0 <= int(as_float) < len(label_names):
-        # Integer labels index the label set only when the names are not themselves integers.
-        if not all(_is_int(n) for n in label_names):
-            return int(as_float)
-        return None if str(int(as_float)) not in label_names else list(label_names).index(str(int(as_float)))
-    return None
+    index = int(s)
+    if all(_is_int(n) for n in names):
+        # Integer names are the labels themselves ("01" is "1"), not indices into the set.
+        return next((k for k, n in enumerate(names) if int(n) == index), None)
+    return index if 0 <= index < len(names) else None
 
 
 def _is_int(s: str) -> bool:
@@ -234,13 +346,17 @@ def row_to_record(spec: SourceSpec, line: int, row: dict) -> Union[Example, Reje
         wanted = text_col or " or ".join(DEFAULT_TEXT_COLUMNS)
         return Reject(spec.path, line, raw, f"missing text column {wanted!r} (use --text-column)")
     text = row[text_col]
+    if text is not None and not isinstance(text, str):
+        # JSONL numbers, objects and lists are not sentences: stringifying them would train on "12345".
+        return Reject(spec.path, line, raw, f"text must be a string, found {type(text).__name__}")
     text_b = None
     if spec.text_b_column:
         if spec.text_b_column not in row:
             return Reject(spec.path, line, raw, f"missing text_b column {spec.text_b_column!r}")
         text_b = row[spec.text_b_column]
-        text_b = None if text_b is None else str(text_b)
-    text = "" if text is None else str(text)
+        if text_b is not None and not isinstance(text_b, str):
+            return Reject(spec.path, line, raw, f"text_b must be a string, found {type(text_b).__name__}")
+    text = "" if text is None else text
     for value in (text, text_b or ""):
         if _has_surrogates(value):
             return Reject(spec.path, line, raw, "bytes that are not valid UTF-8")
@@ -257,6 +373,9 @@ def row_to_record(spec: SourceSpec, line: int, row: dict) -> Union[Example, Reje
             raise SourceError(f"{spec.path}: SourceSpec.label_names is needed to read labels "
                               "(pass --labels, or label_column=None for unlabeled text)")
         names = spec.label_names
+        problem = label_type_problem(row[spec.label_column])
+        if problem is not None:
+            return Reject(spec.path, line, raw, problem)
         label = parse_label(row[spec.label_column], names)
         if label is None:
             return Reject(spec.path, line, raw,
@@ -279,26 +398,71 @@ def read_source(spec: SourceSpec, opener: Opener = _local_open) -> Iterator[Unio
 
 def infer_label_names(path: str, label_column: str = DEFAULT_LABEL_COLUMN, opener: Opener = _local_open,
                       limit: Optional[int] = None) -> tuple[str, ...]:
-    """The label set of a labeled file: its distinct label values, integers sorted numerically."""
+    """The label set of a labeled file: its distinct label values, integers sorted numerically.
+
+    Values that cannot be labels (floats, booleans, lists, objects) are left out; they are rejected
+    when the rows are read. Logs the set with the rows per label, and warns about rare labels.
+    """
     fmt = detect_format(path)
-    seen: set[str] = set()
+    lines_of: dict[str, list[int]] = {}  # label -> line numbers of its rows
+    ignored: list[tuple[int, Any]] = []
     count = 0
-    for _, row in _iter_raw_rows(path, fmt, opener):
+    for line, row in _iter_raw_rows(path, fmt, opener):
         if limit is not None and count >= limit:
             break
         count += 1
         if isinstance(row, Reject) or label_column not in row or row[label_column] is None:
             continue
-        value = str(row[label_column]).strip()
+        raw_value = row[label_column]
+        if label_type_problem(raw_value) is not None:
+            ignored.append((line, raw_value))
+            continue
+        value = str(raw_value).strip()
         if value and not _has_surrogates(value):
-            seen.add(value)
-    if not seen:
+            lines_of.setdefault(value, []).append(line)
+    if ignored:
+        shown = ", ".join(f"line {ln}: {v!r}" for ln, v in ignored[:RARE_LABEL_ROWS])
+        logger.warning("%s: ignored %d label value(s) that are neither names nor integers (%s); "
+                       "those rows will be rejected", path, len(ignored), shown)
+    if not lines_of:
         raise SourceError(f"{path}: no label values found in column {label_column!r}; "
                           "pass --label-column, or --labels NAME,NAME,...")
-    if all(_is_int(v) and int(v) >= 0 for v in seen):
+    if all(_is_int(v) and int(v) >= 0 for v in lines_of):
         # Integer labels are class indices: a sample that lacks class 0 still has it.
-        return tuple(str(i) for i in range(max(int(v) for v in seen) + 1))
-    return tuple(sorted(seen))
+        by_int = {int(v): ls for v, ls in lines_of.items()}
+        names = tuple(str(i) for i in range(max(by_int) + 1))
+        lines_of = {n: by_int.get(int(n), []) for n in names}
+    else:
+        names = tuple(sorted(lines_of))
+    logger.info("%s: label set inferred from column %r: %s", path, label_column,
+                ", ".join(f"{n!r}: {len(lines_of[n])} row{'' if len(lines_of[n]) == 1 else 's'}" for n in names))
+    rare = [n for n in names if len(lines_of[n]) < RARE_LABEL_ROWS]
+    if rare:
+        parts = []
+        for n in rare:
+            ls = lines_of[n][:RARE_LABEL_ROWS]
+            where = f" ({'line' if len(ls) == 1 else 'lines'} {', '.join(map(str, ls))})" if ls else ""
+            parts.append(f"label {n!r} has only {len(lines_of[n])} row{'' if len(lines_of[n]) == 1 else 's'}{where}")
+        common = [n for n in names if n not in rare]
+        example = f" (e.g. --labels {','.join(common)})" if common else ""
+        logger.warning("%s: %s; if %s not a class, pass the real label set with --labels%s, "
+                       "and rows with other labels are rejected", path, "; ".join(parts),
+                       "that is" if len(rare) == 1 else "these are", example)
+    return names
+
+
+def summarize_rejects(path: str, rejects: Sequence[Reject], *, shown: int = 5) -> str:
+    """One message for an input none of whose rows could be used: how many, why, and what to check."""
+    if not rejects:
+        return f"{path}: no rows"
+    n = len(rejects)
+    out = [f"{path}: every row was rejected ({n} row{'' if n == 1 else 's'}). First problems:"]
+    out += [f"  line {r.line}: {r.reason}" for r in rejects[:shown]]
+    if n > shown:
+        out.append(f"  ... and {n - shown} more")
+    out.append("Check that --text-column, --text-b-column and --label-column name columns of this file "
+               "and that --labels lists its label values.")
+    return "\n".join(out)
 
 
 def read_texts(path: str, text_column: Optional[str] = None, opener: Opener = _local_open) -> Iterator[str]:

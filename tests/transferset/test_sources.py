@@ -129,3 +129,158 @@ def test_source_id_depends_on_content_only(tmp_path):
     ids_a = {r.text: r.source_id for r in _read(a)}
     ids_b = {r.text: r.source_id for r in _read(b)}
     assert ids_a == ids_b and len(set(ids_a.values())) == 2
+
+
+# --- hardening (issue #12) ----------------------------------------------------------------------
+
+def _data_lines(path) -> int:
+    """What `wc -l` says minus the header: every physical data line must become one record."""
+    return path.read_bytes().count(b"\n") - 1
+
+
+def _sst2_csv(sst2_dir, dst, n):
+    """The header and first n rows of the real SST-2 dev set, written as CSV (test-local copy)."""
+    import csv
+
+    with open(sst2_dir / "dev.tsv", encoding="utf-8") as fh:
+        rows = [line.rstrip("\n").split("\t") for line in fh][: n + 1]
+    with open(dst, "w", encoding="utf-8", newline="") as out:
+        csv.writer(out, lineterminator="\n").writerows(rows)
+    return rows
+
+
+def test_unbalanced_quote_rejects_its_line_and_reading_resumes(tmp_path, sst2_dir):
+    path = tmp_path / "quote.csv"
+    rows = _sst2_csv(sst2_dir, path, 51)
+    lines = path.read_text(encoding="utf-8").split("\n")
+    # Line 22 opens a quote that never closes; later lines quote their commas, as csv.writer does.
+    lines[21] = '"an unclosed quote,1'
+    assert sum('"' in line for line in lines[22:]) >= 2
+    path.write_text("\n".join(lines), encoding="utf-8")
+    recs = _read(path)
+    assert len(recs) == _data_lines(path) == 51
+    rejects = [r for r in recs if isinstance(r, Reject)]
+    assert [r.line for r in rejects] == [22]
+    assert rejects[0].reason.startswith("unbalanced quote or embedded newline spanning lines 22-")
+    assert "line 22" in rejects[0].reason and "resumes at line 23" in rejects[0].reason
+    kept = [r for r in recs if isinstance(r, Example)]
+    assert len(kept) == 50 and kept[-1].line == 52 and kept[-1].text == rows[51][0]
+
+
+def test_multi_line_record_is_one_reject_per_physical_line(tmp_path):
+    path = tmp_path / "embedded.csv"
+    path.write_text('text,label\ngood,1\n"two\nlines",0\nafter,1\n')
+    recs = _read(path)
+    assert len(recs) == _data_lines(path) == 4
+    assert [(type(r).__name__, r.line) for r in recs] == [("Example", 2), ("Reject", 3), ("Reject", 4),
+                                                          ("Example", 5)]
+    assert all(r.reason.startswith("unbalanced quote or embedded newline spanning lines 3-4")
+               for r in recs[1:3])
+    assert [r.text for r in recs if isinstance(r, Example)] == ["good", "after"]
+
+
+def test_blank_lines_are_visible_rejects(tmp_path):
+    tsv = tmp_path / "blank.tsv"
+    tsv.write_text("sentence\tlabel\na\t1\n\nb\t0\n\n")
+    recs = _read(tsv)
+    assert len(recs) == _data_lines(tsv) == 4
+    assert [(r.line, r.reason) for r in recs if isinstance(r, Reject)] == [(3, "blank line"), (5, "blank line")]
+    jl = tmp_path / "blank.jsonl"
+    jl.write_text('{"text": "a", "label": 1}\n\n{"text": "b", "label": 0}\n')
+    recs = _read(jl)
+    assert [(r.line, r.reason) for r in recs if isinstance(r, Reject)] == [(2, "blank line")]
+    assert len(recs) == jl.read_bytes().count(b"\n") == 3
+
+
+def test_byte_order_mark_is_not_part_of_the_header(tmp_path):
+    for name, body in (("bom.tsv", "sentence\tlabel\nwith a bom\t1\n"), ("bom.csv", "sentence,label\nwith a bom,1\n"),
+                       ("bom.jsonl", '{"sentence": "with a bom", "label": 1}\n')):
+        path = tmp_path / name
+        path.write_bytes(b"\xef\xbb\xbf" + body.encode("utf-8"))
+        (rec,) = _read(path)
+        assert isinstance(rec, Example), (name, rec)
+        assert (rec.text, rec.label, rec.line) == ("with a bom", 1, 1 if name.endswith("jsonl") else 2)
+    bad = tmp_path / "bom_bad.tsv"
+    bad.write_bytes(b"\xef\xbb\xbfsentence\tlabel\nbad \xff byte\t1\n")
+    (rec,) = _read(bad)
+    assert rec.reason == "bytes that are not valid UTF-8"  # surrogateescape still on
+
+
+def _jsonl(path, objs):
+    path.write_text("".join(json.dumps(o) + "\n" for o in objs))
+    return path
+
+
+def test_label_types_other_than_names_and_integers_are_rejected(tmp_path):
+    path = _jsonl(tmp_path / "labels.jsonl", [
+        {"text": "int", "label": 1}, {"text": "name", "label": "0"}, {"text": "float", "label": 1.0},
+        {"text": "bool", "label": True}, {"text": "list", "label": [1]}, {"text": "dict", "label": {"y": 1}},
+    ])
+    recs = _read(path)
+    assert [r.label for r in recs[:2]] == [1, 0]
+    reasons = [r.reason for r in recs[2:]]
+    assert reasons[0] == "label 1.0 is a float; labels must be names or integer class indices"
+    assert reasons[1] == "label True is a boolean; labels must be names or integer class indices"
+    assert reasons[2] == "label [1] is a list; labels must be names or integer class indices"
+    assert reasons[3] == "label {'y': 1} is a dict; labels must be names or integer class indices"
+    assert parse_label(1.0, LABELS) is None and parse_label([1], LABELS) is None and parse_label(True, LABELS) is None
+
+
+def test_inferred_labels_skip_garbage_and_warn_about_rare_ones(tmp_path, caplog):
+    objs = [{"text": f"t{i}", "label": i % 2} for i in range(10)]
+    objs += [{"text": "f", "label": 1.0}, {"text": "b", "label": True}, {"text": "l", "label": [1]}]
+    path = _jsonl(tmp_path / "infer.jsonl", objs)
+    with caplog.at_level("INFO", logger="transferset"):
+        assert infer_label_names(str(path)) == ("0", "1")
+    messages = "\n".join(r.getMessage() for r in caplog.records)
+    assert "'0': 5 rows" in messages and "'1': 5 rows" in messages
+    assert "ignored 3 label value(s)" in messages and "line 11" in messages
+
+    caplog.clear()
+    stray = tmp_path / "stray.tsv"
+    stray.write_text("sentence\tlabel\n" + "".join(f"s{i}\t{i % 2}\n" for i in range(20)) + "odd one\t2\n")
+    with caplog.at_level("INFO", logger="transferset"):
+        assert infer_label_names(str(stray)) == ("0", "1", "2")
+    (warning,) = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert "label '2' has only 1 row (line 22)" in warning.getMessage()
+    assert "--labels" in warning.getMessage()
+
+
+def test_non_string_text_is_rejected(tmp_path):
+    path = _jsonl(tmp_path / "text.jsonl", [
+        {"text": 12345, "label": 1}, {"text": {"a": 1}, "label": 1}, {"text": ["a"], "label": 1},
+        {"text": "fine", "label": 1}, {"text": "pair", "b": 7, "label": 0},
+    ])
+    recs = _read(path)
+    assert [r.reason for r in recs[:3]] == ["text must be a string, found int",
+                                           "text must be a string, found dict",
+                                           "text must be a string, found list"]
+    assert recs[3].text == "fine"
+    recs = _read(path, text_b_column="b")
+    assert recs[4].reason == "text_b must be a string, found int"
+
+
+def test_summarize_rejects_names_file_reasons_and_flags(tmp_path):
+    from transferset.sources import summarize_rejects
+
+    rejects = [Reject("dev.tsv", i, "", f"missing text column 'sentence' (use --text-column) #{i}")
+               for i in range(2, 10)]
+    msg = summarize_rejects("dev.tsv", rejects)
+    assert msg.startswith("dev.tsv: every row was rejected (8 rows).")
+    assert "line 2: missing text column 'sentence' (use --text-column) #2" in msg
+    assert "line 6:" in msg and "line 7:" not in msg and "3 more" in msg
+    assert "--text-column" in msg and "--label-column" in msg and "--labels" in msg
+
+
+def test_read_split_reports_rejects_as_a_user_error(tmp_path):
+    from transferset.errors import UserError
+    from transferset.teacher.train import TrainConfig, read_split
+
+    dev = tmp_path / "dev.tsv"
+    dev.write_text("review\tlabel\ngood\t1\nbad\t0\n")
+    cfg = TrainConfig(train=str(dev), dev=str(dev), output=str(tmp_path / "out"))
+    with pytest.raises(UserError) as info:
+        read_split(str(dev), cfg, ("0", "1"))
+    msg = str(info.value)
+    assert msg.startswith(f"{dev}: every row was rejected (2 rows).")
+    assert "line 2: missing text column 'sentence or text'" in msg and "line 3:" in msg

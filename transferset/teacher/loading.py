@@ -6,8 +6,10 @@ Pickle checkpoints (`pytorch_model.bin`, `*.pt`) can run arbitrary code when loa
 from __future__ import annotations
 
 import hashlib
+import json
+import math
 import os
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from transferset.errors import UserError
 
@@ -20,6 +22,13 @@ PACKAGED_MODELS = {
 
 SAFE_WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
 PICKLE_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.bin", "model.pt", "model.pth")
+# Files whose `auto_map` makes transformers import Python shipped with the model.
+REMOTE_CODE_FILES = ("config.json", "tokenizer_config.json")
+
+# Bytes per element of the safetensors dtypes (others are checked for offsets only).
+SAFETENSORS_DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "I16": 2, "U16": 2, "F16": 2,
+                           "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}
+SAFETENSORS_MAX_HEADER = 100_000_000  # the format's own limit on the JSON header
 
 
 class TeacherLoadError(UserError, ValueError):
@@ -58,8 +67,52 @@ def weight_files(directory: str) -> tuple[list[str], bool]:
     )
 
 
+def check_safetensors(path: str) -> int:
+    """Number of tensors in a .safetensors file, after checking that its header is whole and that the
+    file holds every tensor's bytes; only the header is read, so this is cheap for any model size."""
+    def corrupt(why: str) -> TeacherLoadError:
+        return TeacherLoadError(f"{path}: truncated or not a safetensors file ({why}); "
+                                "re-save the model or copy it again")
+
+    size = os.path.getsize(path)
+    with open(path, "rb") as fh:
+        head = fh.read(8)
+        if len(head) < 8:
+            raise corrupt(f"{size} bytes, fewer than the 8-byte header length")
+        n = int.from_bytes(head, "little")
+        if n > min(size - 8, SAFETENSORS_MAX_HEADER):
+            raise corrupt(f"header of {n} bytes announced in a file of {size} bytes")
+        raw = fh.read(n)
+    try:
+        header = json.loads(raw)
+    except ValueError:  # UnicodeDecodeError included
+        raise corrupt("the header is not JSON") from None
+    if not isinstance(header, dict):
+        raise corrupt("the header is not a JSON object")
+    data_bytes = size - 8 - n
+    count = 0
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            begin, end = (int(x) for x in info["data_offsets"])
+            shape = [int(d) for d in info["shape"]]
+            dtype = info["dtype"]
+        except (TypeError, KeyError, ValueError):
+            raise corrupt(f"tensor {name!r} has no valid dtype, shape and data_offsets") from None
+        if not 0 <= begin <= end:
+            raise corrupt(f"tensor {name!r} has data_offsets [{begin}, {end}]")
+        if end > data_bytes:
+            raise corrupt(f"tensor {name!r} ends at data byte {end}, the file holds {data_bytes}")
+        width = SAFETENSORS_DTYPE_BYTES.get(dtype)
+        if width is not None and math.prod(shape) * width != end - begin:
+            raise corrupt(f"tensor {name!r} of shape {shape} and dtype {dtype} has {end - begin} bytes")
+        count += 1
+    return count
+
+
 def check_weights(directory: str, *, allow_pickle: bool) -> list[str]:
-    """The weight files of `directory`, refusing pickle files unless `allow_pickle`."""
+    """The weight files of `directory`: safetensors checked whole, pickle files refused unless `allow_pickle`."""
     files, pickled = weight_files(directory)
     if pickled and not allow_pickle:
         shown = ", ".join(os.path.basename(f) for f in files)
@@ -68,6 +121,9 @@ def check_weights(directory: str, *, allow_pickle: bool) -> list[str]:
             "Convert them to safetensors (load once in a trusted environment and call "
             "`model.save_pretrained(DIR)`), or pass --allow-pickle if you trust this file."
         )
+    for path in files:
+        if path.endswith(".safetensors"):
+            check_safetensors(path)
     return files
 
 
@@ -106,6 +162,49 @@ def label_names_of(config) -> list[str]:
     return [str(id2label.get(i, id2label.get(str(i), f"LABEL_{i}"))) for i in range(n)]
 
 
+def find_auto_maps(directory: str) -> dict[str, Any]:
+    """{file: its auto_map} for the files of `directory` that point transformers at shipped Python code."""
+    found = {}
+    for name in REMOTE_CODE_FILES:
+        file = os.path.join(directory, name)
+        if not os.path.isfile(file):
+            continue
+        try:
+            with open(file, encoding="utf-8") as fh:
+                cfg = json.load(fh)
+        except (OSError, ValueError):
+            continue  # transformers reports an unreadable config with its own error
+        if isinstance(cfg, dict) and cfg.get("auto_map"):
+            found[file] = cfg["auto_map"]
+    return found
+
+
+def check_remote_code(path: str, *, trust_remote_code: bool) -> dict[str, Any]:
+    """Refuse a local model directory with any auto_map unless `trust_remote_code`; returns what was found.
+
+    transformers only asks for trust_remote_code when the model type is unknown to it: with an
+    auto_map next to a built-in model_type (bert) it silently loads the built-in class, so the
+    scores would come from another model than the one shipped. Any auto_map is therefore refused.
+    """
+    if not os.path.isdir(path):
+        return {}  # a hub name: transformers' own trust_remote_code check applies
+    found = find_auto_maps(path)
+    if found and not trust_remote_code:
+        def entries(auto_map: Any) -> str:
+            if isinstance(auto_map, dict):
+                return ", ".join(f"{k} -> {v}" for k, v in auto_map.items())
+            return repr(auto_map)
+
+        (first, auto_map), *others = found.items()
+        also = "".join(f" (also {f}: auto_map {entries(m)})" for f, m in others)
+        raise TeacherLoadError(
+            f"{first}: the model ships its own Python code (auto_map {entries(auto_map)}){also}, which is "
+            "not run by default, and loading a built-in class in its place would score with another model "
+            "than the one shipped; pass --trust-remote-code only if you trust its source"
+        )
+    return found
+
+
 def _remote_code_refused(path: str, exc: Exception) -> Optional[TeacherLoadError]:
     if "trust_remote_code" in str(exc):
         return TeacherLoadError(f"{path}: the model ships its own Python code, which is not run by default; "
@@ -116,6 +215,7 @@ def _remote_code_refused(path: str, exc: Exception) -> Optional[TeacherLoadError
 def load_config(path: str, *, trust_remote_code: bool = False):
     from transformers import AutoConfig
 
+    check_remote_code(path, trust_remote_code=trust_remote_code)
     try:
         return AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
     except ValueError as exc:
@@ -125,6 +225,7 @@ def load_config(path: str, *, trust_remote_code: bool = False):
 def load_tokenizer(path: str, *, trust_remote_code: bool = False):
     from transformers import AutoTokenizer
 
+    check_remote_code(path, trust_remote_code=trust_remote_code)
     try:
         return AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
     except ValueError as exc:
@@ -140,6 +241,7 @@ def load_classifier(path: str, *, allow_pickle: bool = False, trust_remote_code:
     from transformers import AutoModelForSequenceClassification
 
     kwargs: dict = {"trust_remote_code": trust_remote_code}
+    check_remote_code(path, trust_remote_code=trust_remote_code)
     if os.path.isdir(path):
         check_weights(path, allow_pickle=allow_pickle)
     if not allow_pickle:

@@ -83,3 +83,73 @@ def test_new_label_set_gets_a_fresh_head(tmp_path):
     model = loading.load_classifier(three, label_names=("neg", "pos"))
     assert model.classifier.weight.shape == (2, 32)
     assert loading.label_names_of(model.config) == ["neg", "pos"]
+
+
+# --- hardening (issue #12) ----------------------------------------------------------------------
+
+def _add_auto_map(path, name, auto_map):
+    file = os.path.join(path, name)
+    with open(file, encoding="utf-8") as fh:
+        cfg = json.load(fh)
+    cfg["auto_map"] = auto_map
+    with open(file, "w", encoding="utf-8") as fh:
+        json.dump(cfg, fh)
+    return cfg
+
+
+def test_auto_map_refused_even_with_a_built_in_model_type(tmp_path):
+    """auto_map next to model_type bert: transformers would silently use BertForSequenceClassification."""
+    path = testing.tiny_classifier(str(tmp_path / "bert_auto_map"))
+    cfg = _add_auto_map(path, "config.json", {"AutoModelForSequenceClassification": "modeling_evil.EvilBert"})
+    assert cfg["model_type"] == "bert"
+    for load in (lambda: scoring.Teacher.load(path), lambda: loading.load_classifier(path),
+                 lambda: loading.load_config(path)):
+        with pytest.raises(loading.TeacherLoadError) as info:
+            load()
+        msg = str(info.value)
+        assert msg.startswith(os.path.join(path, "config.json") + ": ")
+        assert "AutoModelForSequenceClassification -> modeling_evil.EvilBert" in msg
+        assert "--trust-remote-code" in msg
+    trusted = loading.check_remote_code(path, trust_remote_code=True)
+    assert trusted == {os.path.join(path, "config.json"): {
+        "AutoModelForSequenceClassification": "modeling_evil.EvilBert"}}
+
+
+def test_tokenizer_auto_map_refused(tmp_path):
+    path = testing.tiny_classifier(str(tmp_path / "tok_auto_map"))
+    _add_auto_map(path, "tokenizer_config.json", {"AutoTokenizer": ["tokenization_evil.EvilTokenizer", None]})
+    with pytest.raises(loading.TeacherLoadError) as info:
+        loading.load_tokenizer(path)
+    msg = str(info.value)
+    assert msg.startswith(os.path.join(path, "tokenizer_config.json") + ": ")
+    assert "AutoTokenizer -> ['tokenization_evil.EvilTokenizer', None]" in msg and "--trust-remote-code" in msg
+    with pytest.raises(loading.TeacherLoadError, match="tokenizer_config.json"):
+        scoring.Teacher.load(path)
+    assert loading.check_remote_code(str(tmp_path), trust_remote_code=False) == {}  # no config files: nothing
+
+
+@pytest.mark.parametrize("damage", ["truncated", "empty", "random"])
+def test_corrupt_safetensors_refused(tmp_path, damage):
+    import random
+
+    from safetensors import safe_open
+
+    path = testing.tiny_classifier(str(tmp_path / damage))
+    weights = os.path.join(path, "model.safetensors")
+    with safe_open(weights, "pt") as fh:
+        n_tensors = len(list(fh.keys()))
+    assert loading.check_safetensors(weights) == n_tensors > 0
+    with open(weights, "rb") as fh:
+        data = fh.read()
+    data = {"truncated": data[: len(data) // 2], "empty": b"",
+            "random": random.Random(0).randbytes(len(data))}[damage]
+    with open(weights, "wb") as fh:
+        fh.write(data)
+    pattern = (rf"^{weights}: truncated or not a safetensors file \(.+\); "
+               r"re-save the model or copy it again$")
+    with pytest.raises(loading.TeacherLoadError, match=pattern):
+        loading.check_safetensors(weights)
+    with pytest.raises(loading.TeacherLoadError, match=pattern):
+        loading.check_weights(path, allow_pickle=False)
+    with pytest.raises(loading.TeacherLoadError, match=pattern):
+        loading.load_classifier(path)
