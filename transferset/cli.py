@@ -69,6 +69,8 @@ def _quiet_logging() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     for handler in logging.getLogger().handlers:
         handler.addFilter(_DropNoise())
+    # Our own INFO lines (the inferred label set, the teacher's forward path) are worth a line each.
+    logging.getLogger("transferset").setLevel(logging.INFO)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

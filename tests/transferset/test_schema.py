@@ -42,3 +42,26 @@ def test_foreign_or_newer_files_are_refused(tmp_path):
         transfer.read_metadata(str(tmp_path))
     with pytest.raises(UserError, match="no Parquet files"):
         transfer.data_files(str(tmp_path / "nothing"))
+
+
+def test_contract_names_types_and_keys_are_pinned():
+    """The README's Parquet contract, spelled out: renaming a constant breaks this test, not users."""
+    literal = {"id": pa.string(), "source_id": pa.string(), "text": pa.string(), "text_b": pa.string(),
+               "ops": pa.list_(pa.string()), "label": pa.int32(), "teacher_label": pa.int32(),
+               "teacher_logits": pa.list_(pa.float32(), 3), "teacher_hidden": pa.list_(pa.float16(), 8),
+               "teacher_hidden_l2": pa.list_(pa.float16(), 8)}
+    s = schema.scored_schema(3, 8, layers=[2])
+    assert {f.name: f.type for f in s} == literal
+    assert [f.name for f in s if f.nullable] == ["text_b", "label"]
+    assert schema.hidden_layer_column(2) == "teacher_hidden_l2"
+    keys = {schema.META_SCHEMA_VERSION: "transferset.schema_version",
+            schema.META_LIBRARY_VERSION: "transferset.library_version",
+            schema.META_LABEL_NAMES: "transferset.label_names",
+            schema.META_AUGMENT_CONFIG: "transferset.augment_config", schema.META_SEED: "transferset.seed",
+            schema.META_TEACHER_ID: "transferset.teacher_id",
+            schema.META_TEACHER_SHA256: "transferset.teacher_weights_sha256",
+            schema.META_TOKENIZER: "transferset.tokenizer", schema.META_HIDDEN_SPEC: "transferset.hidden_spec",
+            schema.META_MAX_LENGTH: "transferset.max_length"}
+    assert keys == {k: k for k in keys.values()}
+    assert (schema.DATA_DIR, schema.REJECTS_DIR, schema.STATS_FILE, schema.COMPLETE_MARKER) == \
+        ("data", "rejects", "stats.json", "_COMPLETE")
