@@ -104,7 +104,7 @@ def teacher_latency(teacher_dir: str, texts: Sequence[str], limit: int = 256) ->
     return out
 
 
-HEADER = ("model", "dev accuracy", "agreement with teacher", "parameters", "CPU ms/example (batch 1)",
+HEADER = ("model", "dev accuracy", "dev agreement with teacher", "parameters", "CPU ms/example (batch 1)",
           "CPU ms/example (batch 64)", "speed-up vs teacher (batch 1 / 64)")
 
 

@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional, Sequence
 import yaml
 
 from transferset import config, schema
-from transferset.config import RunConfig
+from transferset.config import BeamConfig, RunConfig
 from transferset.errors import UserError
 
 STAGE_FILE = ".stage.json"
@@ -257,13 +257,29 @@ def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=T
         lambda: run_score(cfg.score, input=transfer_dir, teacher=teacher_dir, output=scored_dir,
                           beam_cfg=cfg.beam, overwrite=True), log)
 
+    # dev, scored once by the teacher: students report their agreement with it on held-out rows
+    from transferset import transfer
+    from transferset.evalset import write_eval_set
+
+    dev_set, dev_scored = os.path.join(run_dir, "dev", "transfer"), os.path.join(run_dir, "dev", "scored")
+    a = cfg.augment
+    dev_key = stage_key("dev", {"dev": fingerprint(dev), "columns": [a.text_column, a.label_column, a.text_b_column],
+                                "labels": transfer.label_names(transfer_dir)}, [])
+    Stage("dev", dev_set, dev_key, schema.COMPLETE_MARKER).run(
+        lambda: write_eval_set(dev, dev_set, transfer.label_names(transfer_dir), text_column=a.text_column,
+                               label_column=a.label_column, text_b_column=a.text_b_column), log)
+    dev_score_key = stage_key("score", _settings(cfg.score), [dev_key, teacher_key])
+    Stage("dev.score", dev_scored, dev_score_key, schema.COMPLETE_MARKER).run(
+        lambda: run_score(cfg.score, input=dev_set, teacher=teacher_dir, output=dev_scored,
+                          beam_cfg=BeamConfig(), overwrite=True), log)
+
     # students
     students = {}
     for name, s_cfg in cfg.students.items():
         out = os.path.join(run_dir, "students", name)
-        key = stage_key("student", _settings(s_cfg), [score_key])
+        key = stage_key("student", _settings(s_cfg), [score_key, dev_score_key])
         Stage(f"students.{name}", out, key, "metrics.json").run(
-            lambda s_cfg=s_cfg, out=out: train_student(s_cfg, scored_dir, dev, out, overwrite=True), log)
+            lambda s_cfg=s_cfg, out=out: train_student(s_cfg, scored_dir, dev_scored, out, overwrite=True), log)
         students[name] = out
 
     # report

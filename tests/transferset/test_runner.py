@@ -4,7 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from transferset import schema
+import pyarrow.parquet as pq
+
+from transferset import schema, transfer
 from transferset.cli import main
 from transferset.errors import UserError
 from transferset.config import AugmentConfig, RunConfig, ScoreConfig, StudentConfig, TeacherConfig
@@ -97,14 +99,17 @@ def test_run_passes_typed_settings_from_yaml_to_each_stage(tmp_path, monkeypatch
 
     def augment(cfg, *, inputs, output, unlabeled, exclude, beam_cfg, overwrite):
         seen["augment"] = (cfg, inputs, unlabeled, exclude, beam_cfg)
+        (Path(output) / schema.DATA_DIR).mkdir()
+        pq.write_table(schema.transfer_schema(schema.base_metadata(["0", "1"])).empty_table(),
+                       Path(output) / schema.DATA_DIR / "p.parquet")
         (Path(output) / schema.COMPLETE_MARKER).write_text("")
 
     def score(cfg, *, input, teacher, output, beam_cfg, overwrite):
-        seen["score"] = (cfg, input, teacher, beam_cfg)
+        seen.setdefault("score", []).append((cfg, input, teacher, beam_cfg))
         (Path(output) / schema.COMPLETE_MARKER).write_text("")
 
     def student(cfg, transfer_dir, dev, output, overwrite):
-        seen.setdefault("students", []).append(cfg)
+        seen.setdefault("students", []).append((cfg, transfer_dir, dev))
         (Path(output) / "metrics.json").write_text("{}")
 
     monkeypatch.setattr(transferset.teacher.train, "train", teacher)
@@ -124,9 +129,13 @@ def test_run_passes_typed_settings_from_yaml_to_each_stage(tmp_path, monkeypatch
     # labeled_limit + unlabeled_rows: the first N train rows labeled, the next M as unlabeled text.
     assert sum(1 for _ in open(inputs[0])) == 3000 and sum(1 for _ in open(unlabeled[0])) == 50
     assert inputs[0] == labeled
-    s_cfg = seen["score"][0]
-    assert isinstance(s_cfg, ScoreConfig) and s_cfg.batch_size == 64
-    assert [c.lr for c in seen["students"]] == [None, 0.003]
+    (s_cfg, scored_input, _, _), (dev_cfg, dev_input, _, _) = seen["score"]
+    assert isinstance(s_cfg, ScoreConfig) and s_cfg.batch_size == 64 and dev_cfg == s_cfg
+    assert [c.lr for c, _, _ in seen["students"]] == [None, 0.003]
+    # The students early-stop on, and report agreement on, the dev set the teacher scored once.
+    dev_rows = transfer.read_table(dev_input)
+    assert dev_rows.num_rows == 872 and dev_rows.column(schema.LABEL).null_count == 0
+    assert {d for _, _, d in seen["students"]} == {str(tmp_path / "r" / "dev" / "scored")}
 
 
 @pytest.mark.integration
