@@ -274,11 +274,12 @@ def test_summarize_rejects_names_file_reasons_and_flags(tmp_path):
 
 def test_read_split_reports_rejects_as_a_user_error(tmp_path):
     from transferset.errors import UserError
-    from transferset.teacher.train import TrainConfig, read_split
+    from transferset.config import TeacherConfig
+    from transferset.teacher.train import read_split
 
     dev = tmp_path / "dev.tsv"
     dev.write_text("review\tlabel\ngood\t1\nbad\t0\n")
-    cfg = TrainConfig(train=str(dev), dev=str(dev), output=str(tmp_path / "out"))
+    cfg = TeacherConfig()
     with pytest.raises(UserError) as info:
         read_split(str(dev), cfg, ("0", "1"))
     msg = str(info.value)
