@@ -187,13 +187,14 @@ def build(p: beam.Pipeline, job: AugmentJob) -> dict:
                | "GuardSources" >> beam.FlatMap(_guard_sources).with_outputs("excluded", main="kept"))
     items = guarded.kept | "NoContext" >> beam.Map(lambda ex: (ex, {}))
     pos_vocab = None
-    if cfg.needs("tags"):
+    # With no variants to make (n_iter 0: unlabeled text as is), tagging and the MLM are skipped.
+    if cfg.n_iter and cfg.needs("tags"):
         items = (items
                  | "BatchForTagger" >> beam.BatchElements(min_batch_size=min(64, cfg.tag_batch_size),
                                                          max_batch_size=cfg.tag_batch_size)
                  | "TagPOS" >> beam.ParDo(_Tag(cfg.spacy_model, cfg.tag_batch_size)))
         pos_vocab = beam.pvalue.AsSingleton(items | "PosVocabulary" >> beam.CombineGlobally(_PosVocab()))
-    if cfg.needs("candidates"):
+    if cfg.n_iter and cfg.needs("candidates"):
         items = (items
                  | "BatchForMLM" >> beam.BatchElements(min_batch_size=min(8, cfg.mlm_batch_size),
                                                        max_batch_size=cfg.mlm_batch_size)

@@ -193,3 +193,14 @@ def test_the_graph_builds_with_dataflow_options(tmp_path):
     for step in ("ReadInputs", "TagPOS", "Augment", "GroupByText", "DedupAndGuard", "WriteParquet",
                  "WriteRejects", "Finalize"):
         assert any(step in l for l in labels), step
+
+
+def test_no_tagging_when_no_variants_are_made():
+    """n_iter 0 (unlabeled text as is): the POS tagger is neither loaded nor run."""
+    def labels(cfg):
+        p = beam.Pipeline(options=PipelineOptions(["--runner=FnApiRunner"]))
+        build(p, AugmentJob(inputs=(SourceSpec(path="in.tsv"),), output="out", label_names=("0", "1"), augment=cfg))
+        return {t.unique_name for t in p.to_runner_api().components.transforms.values()}
+
+    assert any("TagPOS" in label for label in labels(AugmentConfig(n_iter=2)))
+    assert not any("TagPOS" in label or "PosVocabulary" in label for label in labels(AugmentConfig(n_iter=0)))
