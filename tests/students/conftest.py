@@ -229,3 +229,9 @@ def sst2_dev_texts(sst2_dev) -> list[str]:
     """The first 100 SST-2 dev sentences."""
     with open(sst2_dev, encoding="utf-8") as fh:
         return [line.split("\t")[0] for line in fh.read().splitlines()[1:101]]
+
+
+@pytest.fixture(scope="session")
+def sst2_dev200(tmp_path_factory, sst2_dev, head_tsv) -> str:
+    """The first 200 SST-2 dev rows (105 negative): a dev set the fast tests can afford every epoch."""
+    return str(head_tsv(Path(sst2_dev), tmp_path_factory.mktemp("dev200") / "dev.tsv", 200))

@@ -73,14 +73,14 @@ def test_saved_transformer_runs_in_a_text_classification_pipeline(transformer_di
     assert set(got) == {"0", "1"}  # both labels occur: the comparison can fail
 
 
-def test_evaluate_takes_a_hugging_face_classifier_without_transferset_files(tiny_teacher4, sst2_dev, capsys):
+def test_evaluate_takes_a_hugging_face_classifier_without_transferset_files(tiny_teacher4, sst2_dev200, capsys):
     """The teacher's own directory: config.json with id2label and a tokenizer, no sidecar."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    assert main(["evaluate", "--model", tiny_teacher4, "--data", sst2_dev, "--json"]) == 0
+    assert main(["evaluate", "--model", tiny_teacher4, "--data", sst2_dev200, "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
     texts, labels = [], []
-    with open(sst2_dev, encoding="utf-8") as fh:
+    with open(sst2_dev200, encoding="utf-8") as fh:
         for line in fh.read().splitlines()[1:]:
             text, label = line.split("\t")
             texts.append(text)
@@ -91,7 +91,7 @@ def test_evaluate_takes_a_hugging_face_classifier_without_transferset_files(tiny
         pred = np.concatenate([model(**tok(texts[i:i + 128], padding=True, truncation=True, max_length=512,
                                             return_tensors="pt")).logits.argmax(1).numpy()
                                for i in range(0, len(texts), 128)])
-    assert res["rows"] == 872 and res["accuracy"] == pytest.approx(float((pred == np.array(labels)).mean()))
+    assert res["rows"] == 200 and res["accuracy"] == pytest.approx(float((pred == np.array(labels)).mean()))
 
 
 def test_evaluate_on_the_teachers_scored_set_agrees_with_its_labels(tiny_teacher4, tiny_scored_dir, capsys):

@@ -35,10 +35,10 @@ def _run(tmp_path, scored, dev, *args, **values):
 # --------------------------------------------------------------------------- fast
 
 
-def test_a_run_writes_model_metrics_and_curves(tmp_path, tiny_scored_dir, sst2_dev):
-    out, m = _run(tmp_path, tiny_scored_dir, sst2_dev, "--epochs", "2", model={"embed_dim": 16, "hidden": 16})
-    assert m["student"] == "bilstm" and m["dev_rows"] == 872
-    assert m["dev_majority_baseline"] == pytest.approx(444 / 872)  # SST-2 dev: 444 positive
+def test_a_run_writes_model_metrics_and_curves(tmp_path, tiny_scored_dir, sst2_dev200):
+    out, m = _run(tmp_path, tiny_scored_dir, sst2_dev200, "--epochs", "2", model={"embed_dim": 16, "hidden": 16})
+    assert m["student"] == "bilstm" and m["dev_rows"] == 200
+    assert m["dev_majority_baseline"] == pytest.approx(105 / 200)  # the first 200 SST-2 dev rows: 105 negative
     assert m["transfer"]["rows"] == 128 and m["transfer"]["labeled_rows"] == 96
     assert [h["epoch"] for h in m["history"]] == [1, 2] and all(set(h["losses"]) == {"ce", "mse"} for h in m["history"])
     assert m["dev_accuracy"] == max(h["dev_accuracy"] for h in m["history"])  # the best epoch is kept
@@ -47,19 +47,19 @@ def test_a_run_writes_model_metrics_and_curves(tmp_path, tiny_scored_dir, sst2_d
     assert {schema.WEIGHTS_FILE, schema.STUDENT_SIDECAR_FILE, "tokenizer"} <= files
 
 
-def test_the_seed_fixes_the_run(tmp_path, tiny_scored_dir, sst2_dev):
+def test_the_seed_fixes_the_run(tmp_path, tiny_scored_dir, sst2_dev200):
     settings = dict(model={"embed_dim": 16, "hidden": 16}, embed_init="random")
-    runs = [_run(tmp_path / str(i), tiny_scored_dir, sst2_dev, "--epochs", "1", "--seed", str(seed), **settings)[1]
+    runs = [_run(tmp_path / str(i), tiny_scored_dir, sst2_dev200, "--epochs", "1", "--seed", str(seed), **settings)[1]
             for i, seed in enumerate((5, 5, 6))]
     losses = [r["history"][0]["losses"] for r in runs]
     assert losses[0] == losses[1] and runs[0]["dev_accuracy"] == runs[1]["dev_accuracy"]
     assert losses[0] != losses[2]
 
 
-def test_transformer_with_pkd_trains_and_saves_a_hugging_face_model(tmp_path, tiny_scored_dir, sst2_dev, capsys):
+def test_transformer_with_pkd_trains_and_saves_a_hugging_face_model(tmp_path, tiny_scored_dir, sst2_dev200, capsys):
     from transformers import AutoModelForSequenceClassification
 
-    out, m = _run(tmp_path, tiny_scored_dir, sst2_dev, "--student", "transformer", "--epochs", "1",
+    out, m = _run(tmp_path, tiny_scored_dir, sst2_dev200, "--student", "transformer", "--epochs", "1",
                   pkd=1.0, kd=1.0, mse=0, temperature=2.0, model={"n_layer": 2, "init": "skip"})
     assert set(m["history"][0]["losses"]) == {"ce", "kd", "pkd"}
     assert m["model_config"]["n_layer"] == 2 and m["model_config"]["teacher_layers"] == 4
@@ -67,7 +67,7 @@ def test_transformer_with_pkd_trains_and_saves_a_hugging_face_model(tmp_path, ti
     model = AutoModelForSequenceClassification.from_pretrained(out / schema.STUDENT_MODEL_DIR)
     assert model.config.num_hidden_layers == 2
     capsys.readouterr()  # train's summary
-    assert main(["evaluate", "--model", str(out), "--data", sst2_dev, "--json"]) == 0
+    assert main(["evaluate", "--model", str(out), "--data", sst2_dev200, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["accuracy"] == pytest.approx(m["dev_accuracy"])
 
 
@@ -76,17 +76,17 @@ def _train(args, capsys):
     return rc, capsys.readouterr().err
 
 
-def test_refuses_a_transfer_set_without_teacher_columns(tmp_path, tiny_scored, sst2_dev, capsys):
+def test_refuses_a_transfer_set_without_teacher_columns(tmp_path, tiny_scored, sst2_dev200, capsys):
     unscored = str(write_scored(tmp_path / "unscored", **{**tiny_scored, "drop_teacher": True}))
-    rc, err = _train(["--transfer", unscored, "--dev", sst2_dev, "--output", str(tmp_path / "o")], capsys)
+    rc, err = _train(["--transfer", unscored, "--dev", sst2_dev200, "--output", str(tmp_path / "o")], capsys)
     assert rc == 1
     assert f"missing column(s) {list(schema.TEACHER_COLUMNS)}" in err
     assert "run `transferset score` on it first" in err and "part-00000.parquet" in err
 
 
-def test_refuses_label_names_that_differ_from_the_dev_data(tmp_path, tiny_scored, sst2_dev, capsys):
+def test_refuses_label_names_that_differ_from_the_dev_data(tmp_path, tiny_scored, sst2_dev200, capsys):
     other = str(write_scored(tmp_path / "other", **{**tiny_scored, "label_names": ("negative", "positive")}))
-    rc, err = _train(["--transfer", other, "--dev", sst2_dev, "--output", str(tmp_path / "o")], capsys)
+    rc, err = _train(["--transfer", other, "--dev", sst2_dev200, "--output", str(tmp_path / "o")], capsys)
     assert rc == 1
     assert "label names ['0', '1'] differ" in err and "['negative', 'positive']" in err and "dev.tsv" in err
     # evaluate refuses such data for a model with other label names too
@@ -95,9 +95,9 @@ def test_refuses_label_names_that_differ_from_the_dev_data(tmp_path, tiny_scored
     assert "label names ['negative', 'positive'] differ" in err and "['0', '1']" in err
 
 
-def test_refuses_unknown_settings_and_an_existing_output(tmp_path, tiny_scored_dir, sst2_dev, capsys):
+def test_refuses_unknown_settings_and_an_existing_output(tmp_path, tiny_scored_dir, sst2_dev200, capsys):
     cfg = tmp_path / "cfg.yaml"
-    args = ["--transfer", tiny_scored_dir, "--dev", sst2_dev, "--output", str(tmp_path / "o"), "--config", str(cfg)]
+    args = ["--transfer", tiny_scored_dir, "--dev", sst2_dev200, "--output", str(tmp_path / "o"), "--config", str(cfg)]
     cfg.write_text("epoch: 3\n")
     rc, err = _train(args, capsys)
     assert rc == 2 and f"{cfg}: epoch: unknown setting; known:" in err and "epochs" in err
@@ -111,7 +111,7 @@ def test_refuses_unknown_settings_and_an_existing_output(tmp_path, tiny_scored_d
     cfg.write_text("epochs: 1\n")
     rc, err = _train(args, capsys)
     assert rc == 1 and re.search(r"model already exists; pass --overwrite", err)
-    rc, err = _train(["--transfer", str(tmp_path), "--dev", sst2_dev, "--output", str(tmp_path / "p")], capsys)
+    rc, err = _train(["--transfer", str(tmp_path), "--dev", sst2_dev200, "--output", str(tmp_path / "p")], capsys)
     assert rc == 1 and "no Parquet files" in err
 
 
