@@ -31,7 +31,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from students import trainer  # noqa: E402
-from students.trainer import Student, latency_ms, setup  # noqa: E402
+from students.build import setup  # noqa: E402
+from students.data import iter_train_batches  # noqa: E402
+from students.student import Student, latency_ms, save_student  # noqa: E402
 from transferset.config import StudentConfig  # noqa: E402
 from transferset import schema, sources  # noqa: E402
 from transferset.teacher.scoring import Teacher  # noqa: E402
@@ -80,19 +82,19 @@ def write_scored(out: Path, examples, teacher: Teacher, teacher_dir: str) -> flo
 
 def epoch(s, scored: str, seed: int, teacher: Teacher | None) -> tuple[float, float]:
     """One epoch; with `teacher`, its outputs are recomputed per batch. → (seconds, teacher seconds)."""
-    opt = trainer.make_optimizer(s.cfg, list(s.model.parameters()))
+    opt = trainer.make_optimizer(s, list(s.model.parameters()))
     weights = s.cfg.loss_weights()
     # The batches (rows, order, tokens) are identical in both modes: the same seeded stream.
     t_teacher = 0.0
     t0 = time.perf_counter()
-    for batch in trainer.iter_train_batches(s, scored, seed=seed):
+    for batch in iter_train_batches(s, scored, seed=seed):
         if teacher is not None:
             t1 = time.perf_counter()
             scores = teacher.predict(batch[schema.TEXT])
             batch[schema.TEACHER_LOGITS] = torch.from_numpy(scores.logits)
             batch[schema.TEACHER_HIDDEN] = torch.from_numpy(scores.hidden)
             t_teacher += time.perf_counter() - t1
-        trainer.train_step(s.model, opt, batch, weights, s.cfg.grad_clip)
+        trainer.train_step(s, opt, batch, weights)
     return time.perf_counter() - t0, t_teacher
 
 
@@ -131,9 +133,9 @@ def main(argv=None) -> int:
             seconds, t_teacher = epoch(s, scored, seed=e, teacher=teacher)
             online.append(seconds)
             online_teacher.append(t_teacher)
-        student = Student(s.model, s.tokens, s.label_names)
-        trainer.save_student(os.path.join(tmp, "student"), s)
-        student_bytes = os.path.getsize(os.path.join(tmp, "student", trainer.WEIGHTS_FILE))
+        student = Student(s.model, s.tokens, s.label_names, s.family)
+        save_student(os.path.join(tmp, "student"), s)
+        student_bytes = os.path.getsize(os.path.join(tmp, "student", schema.WEIGHTS_FILE))
 
     teacher_params = sum(p.numel() for p in teacher.model.parameters())
     teacher_bytes = sum(p.numel() * p.element_size() for p in teacher.model.parameters())

@@ -1,8 +1,10 @@
-"""`transferset evaluate`: accuracy of a trained student, and agreement with the teacher."""
+"""`transferset evaluate`: accuracy of a trained student, or of any Hugging Face sequence classifier
+(e.g. the teacher), and agreement with the teacher when the data holds its labels."""
 from __future__ import annotations
 
 import argparse
 import json
+from typing import Optional
 
 from transferset.sources import DEFAULT_LABEL_COLUMN
 
@@ -13,21 +15,27 @@ columns (a scored set), the student's agreement with the teacher's labels is pri
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, help="output directory of `transferset train` (or its model/)")
+    parser.add_argument("--model", required=True, help="output directory of `transferset train` (or its model/), "
+                        "or any Hugging Face sequence-classifier directory (e.g. of `transferset teacher`)")
     parser.add_argument("--data", required=True, help="labeled data or a scored transfer set")
     parser.add_argument("--text-column", default=None, help="text column of a labeled file (default sentence, else text)")
     parser.add_argument("--label-column", default=DEFAULT_LABEL_COLUMN, help="label column of a labeled file")
     parser.add_argument("--text-b-column", default=None, help="second text column of a labeled file (sentence pairs)")
     parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--max-length", type=int, default=None,
+                        help="tokens per row (default: a student's training max_length; for another Hugging Face "
+                        "model its tokenizer's model_max_length, at most its position embeddings)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
 
 
 def evaluate(model_path: str, data_path: str, *, text_column=None, label_column: str = DEFAULT_LABEL_COLUMN,
-             text_b_column=None, batch_size: int = 256) -> dict:
+             text_b_column=None, batch_size: int = 256,
+             max_length: Optional[int] = None) -> dict:
     from students.losses import NO_LABEL
-    from students.trainer import accuracy, load_student, read_eval_data
+    from students.data import read_eval_data
+    from students.student import accuracy, load_student
 
-    student = load_student(model_path)
+    student = load_student(model_path, max_length=max_length)
     data = read_eval_data(data_path, student.label_names, text_column=text_column, label_column=label_column,
                           text_b_column=text_b_column)
     pred = student.predict(data.texts, data.texts_b, batch_size=batch_size)
@@ -41,7 +49,7 @@ def evaluate(model_path: str, data_path: str, *, text_column=None, label_column:
 
 def run(args: argparse.Namespace, extra) -> int:
     result = evaluate(args.model, args.data, text_column=args.text_column, label_column=args.label_column,
-                      text_b_column=args.text_b_column, batch_size=args.batch_size)
+                      text_b_column=args.text_b_column, batch_size=args.batch_size, max_length=args.max_length)
     if args.json:
         print(json.dumps(result, indent=2))
         return 0

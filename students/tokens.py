@@ -1,7 +1,8 @@
 """Student tokenization and embedding initialisation from the teacher.
 
 Two kinds of tokens: the teacher's WordPiece tokenizer (default: the transformer student needs
-it, and the BiLSTM then shares the teacher's vocabulary and embeddings), or lowercased words with
+it, whole; the BiLSTM then shares the teacher's vocabulary and embeddings, trimmed to the ids the
+transfer set uses), or lowercased words with
 a vocabulary counted over the transfer set. Both are saved inside the model directory, so a
 trained student never needs the teacher's files again.
 
@@ -18,6 +19,7 @@ from typing import Iterable, Optional, Sequence
 
 import torch
 
+from transferset import schema
 from transferset.errors import UserError
 
 WORDS_FILE = "vocab.json"
@@ -139,7 +141,7 @@ def teacher_state(teacher_dir: str) -> dict[str, torch.Tensor]:
     """The teacher's weights (safetensors only: a pickle could run code)."""
     from safetensors.torch import load_file
 
-    path = os.path.join(teacher_dir, "model.safetensors")
+    path = os.path.join(teacher_dir, schema.WEIGHTS_FILE)
     if not os.path.isfile(path):
         raise UserError(f"{teacher_dir}: no model.safetensors; initialising from the teacher needs its "
                         "safetensors weights (or set embed_init: random / init: random in --config)")
@@ -150,7 +152,7 @@ def teacher_input_embeddings(teacher_dir: str) -> torch.Tensor:
     """The teacher's WordPiece input embedding table, (V, H)."""
     from safetensors import safe_open
 
-    path = os.path.join(teacher_dir, "model.safetensors")
+    path = os.path.join(teacher_dir, schema.WEIGHTS_FILE)
     if not os.path.isfile(path):
         teacher_state(teacher_dir)  # raises the explanatory error
     with safe_open(path, framework="pt") as fh:

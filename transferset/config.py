@@ -224,7 +224,7 @@ class StudentConfig:
     tokens: str = "wordpiece"  # wordpiece (the teacher's) | words (vocabulary from the transfer set)
     min_count: int = 1  # words: keep words seen at least this often
     max_vocab: int = 50000  # words: vocabulary size cap
-    trim_vocab: bool = True  # wordpiece: embed only the WordPiece ids the transfer set uses
+    trim_vocab: bool = True  # bilstm + wordpiece: embed only the WordPiece ids the transfer set uses (the transformer keeps the teacher's vocabulary)
     embed_init: str = "teacher"  # teacher (PCA of the teacher's input embeddings) | random
     teacher: Optional[str] = None  # teacher directory (None: the set's teacher_id metadata when a directory)
     tokenizer: Optional[str] = None  # tokenizer directory (None: the set's tokenizer metadata, else the teacher's)

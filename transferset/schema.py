@@ -54,6 +54,14 @@ REJECTS_DIR = "rejects"
 STATS_FILE = "stats.json"
 COMPLETE_MARKER = "_COMPLETE"
 
+# --- a trained student (`transferset train --output DIR`) --------------------
+STUDENT_MODEL_DIR = "model"          # DIR/model: the student, loadable with `transferset evaluate`
+METRICS_FILE = "metrics.json"        # DIR/metrics.json
+CURVES_FILE = "curves.png"           # DIR/curves.png
+HF_CONFIG_FILE = "config.json"       # a Hugging Face model directory's config (id2label, architecture)
+WEIGHTS_FILE = "model.safetensors"   # the weights, in a student's and in a Hugging Face directory
+STUDENT_SIDECAR_FILE = "transferset.json"  # family, label names and tokens of a transferset student
+
 
 def hidden_layer_column(layer: int) -> str:
     """Column holding the pooled hidden state of teacher layer `layer` (e.g. teacher_hidden_l3)."""

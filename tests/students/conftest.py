@@ -189,3 +189,49 @@ def small_bilstm_config():
         path.write_text(yaml.safe_dump(values))
         return str(path)
     return write
+
+
+# --------------------------------------------------------------------------- fast: a tiny teacher
+
+TINY_ROWS = 128
+TINY_LAYERS = (2, 4)  # of the 4-layer tiny teacher: teacher_hidden_l2, and teacher_hidden (layer 4)
+
+
+@pytest.fixture(scope="session")
+def tiny_teacher4(tmp_path_factory) -> str:
+    """A tiny 4-layer BERT sequence classifier (labels "0", "1") written with save_pretrained."""
+    from transferset.teacher import testing
+
+    return testing.tiny_classifier(str(tmp_path_factory.mktemp("tiny_teacher4")), num_layers=4)
+
+
+@pytest.fixture(scope="session")
+def tiny_scored(sst2_dir, tiny_teacher4):
+    """128 SST-2 train rows scored by the tiny teacher (every 4th gold label removed): seconds, not minutes."""
+    from transferset.teacher.scoring import Teacher
+
+    examples = _read_train(sst2_dir, TINY_ROWS)
+    teacher = Teacher.load(tiny_teacher4, layers=TINY_LAYERS, max_length=MAX_LENGTH, forward="padded")
+    scores = teacher.predict([e.text for e in examples])
+    meta = {schema.META_TOKENIZER: teacher.tokenizer_info(), schema.META_HIDDEN_SPEC: teacher.hidden_spec()}
+    kept = [e.label if i % 4 else None for i, e in enumerate(examples)]
+    return dict(examples=examples, hidden=scores.hidden, layers=scores.layers, logits=scores.logits,
+                labels_kept=kept, teacher_meta=meta, teacher_dir=tiny_teacher4)
+
+
+@pytest.fixture(scope="session")
+def tiny_scored_dir(tmp_path_factory, tiny_scored) -> str:
+    return str(write_scored(tmp_path_factory.mktemp("tiny_scored"), **tiny_scored))
+
+
+@pytest.fixture(scope="session")
+def sst2_dev_texts(sst2_dev) -> list[str]:
+    """The first 100 SST-2 dev sentences."""
+    with open(sst2_dev, encoding="utf-8") as fh:
+        return [line.split("\t")[0] for line in fh.read().splitlines()[1:101]]
+
+
+@pytest.fixture(scope="session")
+def sst2_dev200(tmp_path_factory, sst2_dev, head_tsv) -> str:
+    """The first 200 SST-2 dev rows (105 negative): a dev set the fast tests can afford every epoch."""
+    return str(head_tsv(Path(sst2_dev), tmp_path_factory.mktemp("dev200") / "dev.tsv", 200))

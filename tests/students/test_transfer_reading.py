@@ -16,15 +16,15 @@ def test_fixed_list_to_numpy_honours_slices_and_chunking():
     assert transfer.fixed_list_to_numpy(chunked).tolist() == [[0, 1], [8, 9], [10, 11]]
 
 
-def test_iter_batches_visits_shards_in_an_order_drawn_from_rng(scored_dir):
+def test_iter_batches_visits_shards_in_an_order_drawn_from_rng(tiny_scored_dir):
     def first_ids(rng):
-        return [b.column(0)[0].as_py() for b in transfer.iter_batches(scored_dir, [schema.ID], 10000, rng=rng)]
-    assert first_ids(None) == ["r0", "r500"]  # two non-empty shards, file order
+        return [b.column(0)[0].as_py() for b in transfer.iter_batches(tiny_scored_dir, [schema.ID], 10000, rng=rng)]
+    assert first_ids(None) == ["r0", "r64"]  # two non-empty shards, file order
     orders = {tuple(first_ids(random.Random(seed))) for seed in range(8)}
-    assert orders == {("r0", "r500"), ("r500", "r0")}
+    assert orders == {("r0", "r64"), ("r64", "r0")}
 
 
-def test_to_dataset_reads_the_scored_set_with_hf_datasets(scored_dir):
-    ds = transfer.to_dataset(scored_dir, columns=[schema.TEXT, schema.TEACHER_LOGITS])
-    assert len(ds) == 1000 and ds.column_names == [schema.TEXT, schema.TEACHER_LOGITS]
+def test_to_dataset_reads_the_scored_set_with_hf_datasets(tiny_scored_dir):
+    ds = transfer.to_dataset(tiny_scored_dir, columns=[schema.TEXT, schema.TEACHER_LOGITS])
+    assert len(ds) == 128 and ds.column_names == [schema.TEXT, schema.TEACHER_LOGITS]
     assert len(ds[0][schema.TEACHER_LOGITS]) == 2

@@ -1,0 +1,182 @@
+"""Data for the students: labeled evaluation sets in memory, and shuffled training batches streamed
+from the scored Parquet through a bounded buffer (memory stays flat however large the set is)."""
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence, Union
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import torch
+from tqdm import tqdm
+
+from students.losses import NO_LABEL, TEACHER_LAYERS
+from transferset import schema, sources, transfer
+from transferset.errors import UserError
+
+if TYPE_CHECKING:
+    from students.build import Setup
+
+
+@dataclass
+class EvalData:
+    """A labeled evaluation set held in memory (dev sets are small)."""
+
+    texts: list[str]
+    texts_b: Optional[list[Optional[str]]]
+    labels: np.ndarray                       # (N,) gold label index, NO_LABEL where unknown
+    teacher_labels: Optional[np.ndarray]     # (N,) when the data holds teacher columns
+    path: str
+
+
+def _scored_parquet(path: str) -> Optional[list[str]]:
+    """The Parquet files of `path` when it is a transfer-set directory or a transferset .parquet file, else None."""
+    if os.path.isdir(path):
+        return transfer.data_files(path)
+    if path.lower().endswith(".parquet"):
+        try:
+            meta = pq.read_schema(path).metadata or {}
+        except (OSError, pa.ArrowInvalid) as exc:
+            raise UserError(f"{path}: cannot read as Parquet: {exc}") from exc
+        if schema.META_SCHEMA_VERSION.encode() in meta:
+            return [path]
+    return None
+
+
+def read_eval_data(path: str, label_names: Sequence[str], *, text_column: Optional[str] = None,
+                   label_column: str = sources.DEFAULT_LABEL_COLUMN, text_b_column: Optional[str] = None) -> EvalData:
+    """Read a labeled file (TSV/CSV/JSONL/Parquet) or a transferset Parquet set for evaluation.
+
+    Refuses data whose labels are not among `label_names` (the transfer set's / the model's).
+    """
+    files = _scored_parquet(path)
+    if files is not None:
+        meta = (transfer.read_metadata(path) if os.path.isdir(path)
+                else schema.check_schema(pq.read_schema(path), where=path))
+        theirs = list(meta.get(schema.META_LABEL_NAMES) or [])
+        if theirs != list(label_names):
+            raise UserError(f"{path}: label names {theirs} differ from the transfer set's / model's "
+                            f"{list(label_names)}; evaluate on data with the same label set")
+        cols = [schema.TEXT, schema.TEXT_B, schema.LABEL]
+        has_teacher = schema.TEACHER_LABEL in pq.read_schema(files[0]).names
+        table = pa.concat_tables(pq.read_table(f, columns=cols + ([schema.TEACHER_LABEL] if has_teacher else []))
+                                 for f in files)
+        labels = table.column(schema.LABEL).fill_null(NO_LABEL).to_numpy().astype(np.int64)
+        texts_b = table.column(schema.TEXT_B).to_pylist()
+        return EvalData(texts=table.column(schema.TEXT).to_pylist(),
+                        texts_b=texts_b if any(t is not None for t in texts_b) else None,
+                        labels=labels,
+                        teacher_labels=(table.column(schema.TEACHER_LABEL).to_numpy().astype(np.int64)
+                                        if has_teacher else None),
+                        path=path)
+    found = sources.infer_label_names(path, label_column)
+    extra = sorted(set(found) - set(label_names))
+    if extra:
+        raise UserError(f"{path}: label names {list(found)} differ from the transfer set's / model's "
+                        f"{list(label_names)} ({extra} unknown); use data with the same label set")
+    spec = sources.SourceSpec(path=path, text_column=text_column, label_column=label_column,
+                              text_b_column=text_b_column, label_names=tuple(label_names))
+    texts, texts_b, labels, rejects = [], [], [], []
+    for rec in sources.read_source(spec):
+        if isinstance(rec, sources.Reject):
+            rejects.append(rec)
+        else:
+            texts.append(rec.text)
+            texts_b.append(rec.text_b)
+            labels.append(rec.label)
+    if not texts:
+        raise UserError(sources.summarize_rejects(path, rejects))
+    if rejects:
+        tqdm.write(f"{path}: skipped {len(rejects)} bad row(s), e.g. line {rejects[0].line}: {rejects[0].reason}")
+    return EvalData(texts, texts_b if text_b_column else None, np.asarray(labels, dtype=np.int64), None, path)
+
+
+def count_rows(directory: str) -> tuple[int, int]:
+    """→ (rows, rows with a gold label) of a transfer set."""
+    total = labeled = 0
+    for rb in transfer.iter_batches(directory, [schema.LABEL], batch_size=65536):
+        total += rb.num_rows
+        labeled += rb.num_rows - rb.column(0).null_count
+    return total, labeled
+
+
+def iter_texts(transfer_dir: str) -> Iterator[list[str]]:
+    """The set's texts (and second texts of pairs), a record batch at a time."""
+    for rb in transfer.iter_batches(transfer_dir, [schema.TEXT, schema.TEXT_B], batch_size=8192):
+        yield [t for col in (rb.column(0), rb.column(1)) for t in col.to_pylist() if t]
+
+
+def table_arrays(table: pa.Table, s: "Setup") -> dict[str, Any]:
+    """Convert one shuffle buffer to numpy once; minibatches index into it."""
+    texts_b = table.column(schema.TEXT_B).to_pylist()
+    out = {
+        schema.TEXT: table.column(schema.TEXT).to_pylist(),
+        schema.TEXT_B: texts_b if any(t is not None for t in texts_b) else None,
+        schema.LABEL: table.column(schema.LABEL).fill_null(NO_LABEL).to_numpy().astype(np.int64),
+        schema.TEACHER_LOGITS: transfer.fixed_list_to_numpy(table.column(schema.TEACHER_LOGITS)),
+        schema.TEACHER_HIDDEN: transfer.fixed_list_to_numpy(table.column(schema.TEACHER_HIDDEN)),
+    }
+    if s.pkd_columns:
+        out[TEACHER_LAYERS] = np.stack([transfer.fixed_list_to_numpy(table.column(c)) for c in s.pkd_columns],
+                                       axis=1)                                       # (N, L, H)
+    return out
+
+
+def make_batch(s: "Setup", arrays: dict[str, Any], idx: Sequence[int]) -> dict[str, torch.Tensor]:
+    texts_b = arrays[schema.TEXT_B]
+    texts = [arrays[schema.TEXT][i] for i in idx]
+    ids, mask, types = s.tokens.encode(texts, [texts_b[i] for i in idx] if texts_b is not None else None)
+    idx = np.asarray(idx)
+    batch = {"ids": ids, "mask": mask, "type_ids": types, schema.TEXT: texts,
+             schema.LABEL: torch.from_numpy(arrays[schema.LABEL][idx]),
+             schema.TEACHER_LOGITS: torch.from_numpy(arrays[schema.TEACHER_LOGITS][idx]),
+             schema.TEACHER_HIDDEN: torch.from_numpy(arrays[schema.TEACHER_HIDDEN][idx])}
+    if TEACHER_LAYERS in arrays:
+        batch[TEACHER_LAYERS] = torch.from_numpy(arrays[TEACHER_LAYERS][idx])
+    return batch
+
+
+def iter_train_batches(s: "Setup", transfer_dir: str, seed: Union[int, np.random.SeedSequence],
+                       labeled_only: bool = False) -> Iterator[dict[str, torch.Tensor]]:
+    """One epoch of shuffled minibatches, streamed; `seed` is the epoch's shuffle stream.
+
+    Rows are shuffled within a buffer of `shuffle_rows` (and shards are visited in a shuffled
+    order); inside the buffer, rows of similar length share a minibatch (less padding: the
+    BiLSTM's cost follows the longest row), and the minibatch order is shuffled again.
+    """
+    cfg = s.cfg
+    rng = np.random.default_rng(seed)
+    shard_rng = random.Random(int(rng.integers(2 ** 63)))
+    buffer: list[pa.RecordBatch] = []
+    held = 0
+
+    def drain() -> Iterator[dict[str, torch.Tensor]]:
+        arrays = table_arrays(pa.Table.from_batches(buffer), s)
+        n = len(arrays[schema.TEXT])
+        order = rng.permutation(n)
+        lengths = np.fromiter((len(t) for t in arrays[schema.TEXT]), dtype=np.int64, count=n)
+        chunk = cfg.batch_size * 32
+        batches = []
+        for start in range(0, n, chunk):
+            part = order[start:start + chunk]
+            part = part[np.argsort(lengths[part], kind="stable")]
+            batches += [part[i:i + cfg.batch_size] for i in range(0, len(part), cfg.batch_size)]
+        for j in rng.permutation(len(batches)):
+            yield make_batch(s, arrays, batches[j])
+
+    for rb in transfer.iter_batches(transfer_dir, s.columns, batch_size=min(cfg.shuffle_rows, 8192), rng=shard_rng):
+        if labeled_only:
+            rb = rb.filter(pc.is_valid(rb.column(schema.LABEL)))
+        if rb.num_rows == 0:
+            continue
+        buffer.append(rb)
+        held += rb.num_rows
+        if held >= cfg.shuffle_rows:
+            yield from drain()
+            buffer, held = [], 0
+    if buffer:
+        yield from drain()

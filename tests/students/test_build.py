@@ -1,0 +1,75 @@
+"""Building students from a scored set: the family registry, tokens, teacher initialisation, PKD columns."""
+import pytest
+import torch
+
+from students import build
+from students.build import FAMILIES, setup
+from transferset import schema
+from transferset.config import StudentConfig
+from transferset.errors import UserError
+
+
+def test_one_registry_knows_both_families_and_names_them_on_a_typo():
+    assert set(FAMILIES) == {"bilstm", "transformer"}
+    assert FAMILIES["bilstm"].default_lr == 2e-3 and FAMILIES["transformer"].default_lr == 1e-4
+    with pytest.raises(UserError, match=r"unknown student family 'lstm'; known: bilstm, transformer"):
+        build.family("lstm")
+
+
+def test_transformer_student_is_a_hugging_face_model_from_the_teachers_layers(tiny_scored_dir, tiny_teacher4):
+    from transformers import AutoModelForSequenceClassification, BertForSequenceClassification
+
+    s = setup(StudentConfig(student="transformer", pkd=1.0, model={"n_layer": 2}), tiny_scored_dir)
+    assert isinstance(s.model, BertForSequenceClassification)
+    assert s.model.config.num_hidden_layers == 2 and s.model.config.id2label == {0: "0", 1: "1"}
+    assert s.model_config.teacher_layers == 4 and s.model_config.init == "skip"
+    teacher = AutoModelForSequenceClassification.from_pretrained(tiny_teacher4)
+    # skip: student layers 1, 2 ← teacher layers 2, 4
+    torch.testing.assert_close(s.model.bert.encoder.layer[0].attention.self.query.weight,
+                               teacher.bert.encoder.layer[1].attention.self.query.weight)
+    torch.testing.assert_close(s.model.bert.encoder.layer[1].attention.self.query.weight,
+                               teacher.bert.encoder.layer[3].attention.self.query.weight)
+    # The teacher's whole vocabulary (no trimming), so the saved directory is a plain HF model.
+    assert s.tokens.keep is None and s.tokens.vocab_size == teacher.config.vocab_size
+    # PKD: teacher layer 2 is a column of its own, layer 4 (the last) is teacher_hidden.
+    assert s.pkd_columns == [schema.hidden_layer_column(2), schema.TEACHER_HIDDEN]
+
+
+def test_bilstm_trims_the_vocabulary_and_random_init_differs_by_seed(tiny_scored_dir):
+    a = setup(StudentConfig(model={"embed_dim": 8, "hidden": 8}, embed_init="random", seed=0), tiny_scored_dir)
+    assert a.tokens.keep is not None and a.model.embed.num_embeddings == len(a.tokens.keep) < a.tokens.tokenizer.vocab_size
+    b = setup(StudentConfig(model={"embed_dim": 8, "hidden": 8}, embed_init="random", seed=0), tiny_scored_dir)
+    c = setup(StudentConfig(model={"embed_dim": 8, "hidden": 8}, embed_init="random", seed=1), tiny_scored_dir)
+    assert torch.equal(a.model.lstm.weight_ih_l0, b.model.lstm.weight_ih_l0)
+    assert not torch.equal(a.model.lstm.weight_ih_l0, c.model.lstm.weight_ih_l0)
+
+
+def test_setup_leaves_the_callers_random_state_and_threads_alone(tiny_scored_dir):
+    threads = torch.get_num_threads()
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    setup(StudentConfig(student="transformer", model={"n_layer": 1, "init": "random"}), tiny_scored_dir)
+    assert torch.equal(torch.rand(3), expected)
+    assert torch.get_num_threads() == threads
+
+
+def test_pkd_refuses_a_set_without_the_layers_it_needs(tiny_scored_dir):
+    with pytest.raises(UserError) as err:
+        setup(StudentConfig(student="transformer", pkd=1.0, model={"n_layer": 4, "init": "first"}), tiny_scored_dir)
+    msg = str(err.value)
+    assert "layers [1, 2, 3, 4]" in msg and "has layers [2, 4]" in msg and "--layers 1,2,3,4" in msg
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"student": "transformer", "tokens": "words"}, "the transformer student uses the teacher's WordPiece tokens"),
+    ({"student": "transformer", "preset": "tang"}, "preset 'tang' is a BiLSTM preset"),
+    ({"student": "transformer", "model": {"n_layer": 5}}, "a 5-layer student cannot take layers from a 4-layer"),
+    ({"student": "transformer", "model": {"d_model": 8}}, "unknown transformer setting(s) ['d_model']"),
+    ({"student": "bilstm", "pkd": 1.0}, "pkd loss needs a transformer student"),
+    ({"student": "bilstm", "model": {"hiden": 3}}, "unknown BiLSTM setting(s) ['hiden']"),
+])
+def test_setup_refuses_settings_that_do_not_fit_the_family(tiny_scored_dir, values, message):
+    with pytest.raises(UserError) as err:
+        setup(StudentConfig(**values), tiny_scored_dir)
+    assert message in str(err.value)

@@ -1,0 +1,54 @@
+"""Evaluation data and the streamed, shuffled training batches."""
+import pytest
+import torch
+
+from students import data
+from students.build import setup
+from transferset import schema
+from transferset.config import StudentConfig
+
+
+@pytest.fixture(scope="module")
+def tiny_setup(tiny_scored_dir):
+    return setup(StudentConfig(model={"embed_dim": 8, "hidden": 8}, shuffle_rows=20, batch_size=8), tiny_scored_dir)
+
+
+def test_streaming_visits_every_row_once_with_a_bounded_buffer(tiny_setup, tiny_scored_dir, monkeypatch):
+    s = tiny_setup
+    held = []
+    real = data.table_arrays
+    monkeypatch.setattr(data, "table_arrays", lambda table, st: held.append(table.num_rows) or real(table, st))
+    seen, labels = [], []
+    for batch in data.iter_train_batches(s, tiny_scored_dir, seed=1):
+        seen.append(batch[schema.TEACHER_LOGITS])
+        labels.append(batch[schema.LABEL])
+        assert len(batch[schema.LABEL]) <= 8 and batch["ids"].shape[0] == len(batch[schema.LABEL])
+    assert sum(held) == 128 and max(held) < 40  # never more than shuffle_rows + one record batch
+    logits = torch.cat(seen)
+    assert logits.shape == (128, 2) and len({tuple(r.tolist()) for r in logits}) == 128
+    assert int((torch.cat(labels) == -1).sum()) == 32
+    labeled = list(data.iter_train_batches(s, tiny_scored_dir, seed=1, labeled_only=True))
+    assert sum(len(b[schema.LABEL]) for b in labeled) == 96
+    assert all(bool((b[schema.LABEL] >= 0).all()) for b in labeled)
+
+
+def test_the_shuffle_stream_fixes_the_order(tiny_setup, tiny_scored_dir):
+    def order(seed):
+        return [t for b in data.iter_train_batches(tiny_setup, tiny_scored_dir, seed=seed) for t in b[schema.TEXT]]
+    assert order(3) == order(3)
+    assert order(3) != order(4) and sorted(order(3)) == sorted(order(4))
+
+
+def test_read_eval_data_reads_sentence_pairs_and_skips_bad_rows(tmp_path):
+    path = tmp_path / "pairs.tsv"
+    path.write_text("sentence1\tsentence2\tlabel\na b\tc d\t1\nonly one field\ne\tf\t0\n")
+    got = data.read_eval_data(str(path), ["0", "1"], text_column="sentence1", text_b_column="sentence2")
+    assert got.texts == ["a b", "e"] and got.texts_b == ["c d", "f"] and got.labels.tolist() == [1, 0]
+    assert got.teacher_labels is None
+
+
+def test_read_eval_data_of_a_scored_set_has_teacher_labels(tiny_scored_dir, tiny_scored):
+    got = data.read_eval_data(tiny_scored_dir, ["0", "1"])
+    assert len(got.texts) == 128 and got.texts[0] == tiny_scored["examples"][0].text
+    assert got.teacher_labels.tolist() == tiny_scored["logits"].argmax(1).tolist()
+    assert (got.labels == -1).sum() == 32

@@ -1,0 +1,111 @@
+"""Saving and loading students; a saved transformer student is a plain Hugging Face model, and
+`transferset evaluate` takes any Hugging Face sequence classifier (e.g. the teacher)."""
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from students import data, trainer
+from students.build import setup
+from students.student import Student, load_student, save_student
+from transferset import schema
+from transferset.cli import main
+from transferset.config import StudentConfig
+
+
+def _trained_once(values: dict, scored_dir: str):
+    """A set-up student after one training step (not its initial weights)."""
+    s = setup(StudentConfig(threads=1, **values), scored_dir)
+    batch = next(data.iter_train_batches(s, scored_dir, seed=0))
+    opt = trainer.make_optimizer(s, list(s.model.parameters()))
+    trainer.train_step(s, opt, batch, s.cfg.loss_weights())
+    return s
+
+
+@pytest.mark.parametrize("values", [
+    {"student": "bilstm", "tokens": "wordpiece", "model": {"embed_dim": 32, "hidden": 16}},
+    {"student": "bilstm", "tokens": "words", "preset": "tang"},
+    {"student": "transformer", "model": {"n_layer": 2}},
+])
+def test_save_load_gives_identical_predictions(tmp_path, tiny_scored_dir, sst2_dev_texts, values):
+    s = _trained_once(values, tiny_scored_dir)
+    save_student(str(tmp_path / schema.STUDENT_MODEL_DIR), s)
+    before = Student(s.model, s.tokens, s.label_names, s.family).logits(sst2_dev_texts)
+    loaded = load_student(str(tmp_path))
+    after = loaded.logits(sst2_dev_texts)
+    assert np.array_equal(before, after)
+    assert len(set(np.round(before[:, 0], 5))) > 10  # not a constant function
+    assert loaded.label_names == ["0", "1"] and loaded.family.name == values["student"]
+    sidecar = json.loads((tmp_path / schema.STUDENT_MODEL_DIR / schema.STUDENT_SIDECAR_FILE).read_text())
+    assert sidecar["family"] == values["student"] and sidecar["label_names"] == ["0", "1"]
+
+
+@pytest.fixture(scope="module")
+def transformer_dir(tmp_path_factory, tiny_scored_dir):
+    out = tmp_path_factory.mktemp("transformer_student") / schema.STUDENT_MODEL_DIR
+    save_student(str(out), _trained_once({"student": "transformer", "model": {"n_layer": 2}}, tiny_scored_dir))
+    return out
+
+
+def test_saved_transformer_loads_with_from_pretrained_alone(transformer_dir, sst2_dev_texts):
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    ours = load_student(str(transformer_dir.parent)).logits(sst2_dev_texts)
+    model = AutoModelForSequenceClassification.from_pretrained(transformer_dir).eval()
+    tok = AutoTokenizer.from_pretrained(transformer_dir)
+    assert model.config.num_hidden_layers == 2 and model.config.id2label == {0: "0", 1: "1"}
+    with torch.no_grad():
+        theirs = model(**tok(sst2_dev_texts, padding=True, truncation=True, return_tensors="pt")).logits.numpy()
+    np.testing.assert_allclose(theirs, ours, atol=1e-4, rtol=1e-4)
+    assert np.array_equal(theirs.argmax(1), ours.argmax(1))
+
+
+def test_saved_transformer_runs_in_a_text_classification_pipeline(transformer_dir, sst2_dev_texts):
+    from transformers import pipeline
+
+    ours = load_student(str(transformer_dir)).predict(sst2_dev_texts)
+    clf = pipeline("text-classification", model=str(transformer_dir), device="cpu")
+    # truncation=True: the pipeline then cuts at the saved tokenizer's model_max_length, the student's
+    # training max_length (the tiny WordPiece vocabulary spells most words letter by letter).
+    got = [r["label"] for r in clf(sst2_dev_texts, batch_size=16, truncation=True)]
+    assert got == [["0", "1"][i] for i in ours]
+    assert set(got) == {"0", "1"}  # both labels occur: the comparison can fail
+
+
+def test_evaluate_takes_a_hugging_face_classifier_without_transferset_files(tiny_teacher4, sst2_dev200, capsys):
+    """The teacher's own directory: config.json with id2label and a tokenizer, no sidecar."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    assert main(["evaluate", "--model", tiny_teacher4, "--data", sst2_dev200, "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    texts, labels = [], []
+    with open(sst2_dev200, encoding="utf-8") as fh:
+        for line in fh.read().splitlines()[1:]:
+            text, label = line.split("\t")
+            texts.append(text)
+            labels.append(int(label))
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_teacher4).eval()
+    tok = AutoTokenizer.from_pretrained(tiny_teacher4)
+    with torch.no_grad():
+        pred = np.concatenate([model(**tok(texts[i:i + 128], padding=True, truncation=True, max_length=512,
+                                            return_tensors="pt")).logits.argmax(1).numpy()
+                               for i in range(0, len(texts), 128)])
+    assert res["rows"] == 200 and res["accuracy"] == pytest.approx(float((pred == np.array(labels)).mean()))
+
+
+def test_evaluate_on_the_teachers_scored_set_agrees_with_its_labels(tiny_teacher4, tiny_scored_dir, capsys):
+    # The teacher scored this set (64 tokens per row), so against its own teacher_label it agrees on every row.
+    assert main(["evaluate", "--model", tiny_teacher4, "--data", tiny_scored_dir, "--json", "--max-length", "64"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["rows"] == 128 and res["teacher_agreement"] == 1.0
+
+
+def test_load_student_refuses_a_directory_that_is_neither(tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("x")
+    assert main(["evaluate", "--model", str(tmp_path), "--data", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert f"neither model/{schema.STUDENT_SIDECAR_FILE} nor config.json" in err and "transferset teacher" in err
+    (tmp_path / schema.STUDENT_SIDECAR_FILE).write_text(json.dumps({"family": "cnn"}))
+    assert main(["evaluate", "--model", str(tmp_path), "--data", str(tmp_path)]) == 1
+    assert "unknown student family 'cnn'; known: bilstm, transformer" in capsys.readouterr().err
