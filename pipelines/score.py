@@ -32,7 +32,7 @@ from transferset import config, schema
 from transferset.config import BeamConfig, ScoreConfig
 from transferset.progress import Progress
 from transferset.teacher import plan as score_plan
-from transferset.teacher import scoring, shards
+from transferset.teacher import remote, scoring, shards
 
 EPILOG = (
     "Example:\n"
@@ -130,7 +130,10 @@ class TeacherModelHandler(ModelHandler):
         # Several workers on one machine must not each use every core.
         if self.torch_threads:
             torch.set_num_threads(int(self.torch_threads))
-        return (self.loader or load_teacher)(self.teacher_dir, **self.load_kwargs)
+        # A gs:// (any remote) teacher: copied once per machine, checked against the planned weights hash.
+        local = remote.local_teacher(self.teacher_dir, sha256=self.load_kwargs["sha256"],
+                                     allow_pickle=self.load_kwargs["allow_pickle"])
+        return (self.loader or load_teacher)(local, **self.load_kwargs)
 
     def run_inference(self, batch: Sequence[dict], model: scoring.Teacher, inference_args=None) -> list[dict]:
         texts = [row[schema.TEXT] for row in batch]
@@ -272,9 +275,11 @@ def build(pipeline: beam.Pipeline, job: ScoreJob) -> Plan:
 
 # --- the stage function and the command line ----------------------------------------------------
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--input", required=True, help="transfer set directory (the output of `transferset augment`)")
+    parser.add_argument("--input", required=True,
+                        help="transfer set directory or URL (the output of `transferset augment`)")
     parser.add_argument("--teacher", required=True,
-                        help="fine-tuned teacher directory (`transferset teacher` output or any save_pretrained dir)")
+                        help="fine-tuned teacher directory (`transferset teacher` output or any save_pretrained dir); "
+                             "a gs:// (any fsspec) URL is copied once to a local cache (TRANSFERSET_CACHE)")
     parser.add_argument("--output", required=True, help="output directory for the scored transfer set")
     parser.add_argument("--resume", action="store_true", help="keep OUT/data and score only the ids not in it")
     config.add_arguments(parser, ScoreConfig, title="settings (the run config's score: section)")

@@ -422,3 +422,29 @@ def test_minilm_fine_tune_then_score_end_to_end(tmp_path, sst2_dir):
     # Scoring agrees with the evaluation during fine-tuning: same rows, same accuracy.
     gold = [(by_id[r[schema.ID]][schema.TEACHER_LABEL], r[schema.LABEL]) for r in rows[:300]]
     assert np.mean([a == b for a, b in gold]) == pytest.approx(metrics["best_dev_accuracy"])
+
+
+def test_remote_input_and_teacher(tmp_path, monkeypatch, transfer_dir, teacher_dir, reference):
+    """memory:// stands for gs://: the input is read and the teacher copied through transferset.fs."""
+    import uuid
+
+    from transferset import fs
+    from transferset.teacher import remote
+
+    monkeypatch.setenv(remote.CACHE_ENV, str(tmp_path / "cache"))
+    src, rows = transfer_dir
+    base = f"memory://remote-{uuid.uuid4().hex}"
+    for local, url in ((src, f"{base}/input"), (os.path.join(src, schema.DATA_DIR), f"{base}/input/data"),
+                       (teacher_dir, f"{base}/teacher")):
+        for name in os.listdir(local):
+            if os.path.isfile(os.path.join(local, name)):
+                fs.write_bytes(fs.join(url, name), open(os.path.join(local, name), "rb").read())
+    out = str(tmp_path / "out")
+    plan = run_pipeline(make_job(input=f"{base}/input", teacher=f"{base}/teacher", output=out))
+    assert plan.metadata[schema.META_TEACHER_ID] == f"{base}/teacher"
+    with open(os.path.join(teacher_dir, "model.safetensors"), "rb") as fh:
+        assert plan.metadata[schema.META_TEACHER_SHA256] == hashlib.sha256(fh.read()).hexdigest()
+    stats = json.load(open(os.path.join(out, schema.STATS_FILE)))
+    assert (stats["input_rows"], stats["scored"], stats["rejected"]) == (22, 20, 2)
+    assert_matches_reference(transfer.read_table(out), {r[schema.ID]: r for r in rows}, reference)
+    fs.delete(base)

@@ -16,7 +16,7 @@ import pyarrow as pa
 from transferset import fs, schema, transfer
 from transferset.config import ScoreConfig
 from transferset.errors import UserError
-from transferset.teacher import loading, scoring, shards
+from transferset.teacher import loading, remote, scoring, shards
 
 # Shard metadata a resumed run must share with the shards already written.
 RESUME_KEYS = (schema.META_TEACHER_SHA256, schema.META_LABEL_NAMES, schema.META_HIDDEN_SPEC, schema.META_MAX_LENGTH)
@@ -147,16 +147,18 @@ def plan(job: ScoreJob) -> Plan:
     input_meta = transfer.read_metadata(job.input)
     input_labels = list(input_meta.get(schema.META_LABEL_NAMES) or [])
 
-    loading.require_local_dir(job.teacher)
-    weights = loading.check_weights(job.teacher, allow_pickle=cfg.allow_pickle)
-    config = loading.load_config(job.teacher, trust_remote_code=cfg.trust_remote_code)
+    # A remote teacher is copied fresh, so the hash recorded below is the one the workers must find.
+    teacher_dir = remote.local_teacher(job.teacher, refresh=True)
+    loading.require_local_dir(teacher_dir)
+    weights = loading.check_weights(teacher_dir, allow_pickle=cfg.allow_pickle)
+    config = loading.load_config(teacher_dir, trust_remote_code=cfg.trust_remote_code)
     teacher_labels = loading.label_names_of(config)
     _check_labels(job.teacher, teacher_labels, job.input, input_labels)
-    tokenizer = loading.load_tokenizer(job.teacher, trust_remote_code=cfg.trust_remote_code)
+    tokenizer = loading.load_tokenizer(teacher_dir, trust_remote_code=cfg.trust_remote_code)
 
     from transferset.teacher.train import trained_max_length
 
-    max_length = int(cfg.max_length or trained_max_length(job.teacher) or scoring.DEFAULT_MAX_LENGTH)
+    max_length = int(cfg.max_length or trained_max_length(teacher_dir) or scoring.DEFAULT_MAX_LENGTH)
     num_layers = int(config.num_hidden_layers)
     normalized = scoring.normalize_layers(cfg.layers, num_layers)
     layers = [num_layers] + [k for k in normalized if k != num_layers]
@@ -167,7 +169,7 @@ def plan(job: ScoreJob) -> Plan:
     metadata.update(schema.base_metadata(
         teacher_labels,
         **{
-            schema.META_TEACHER_ID: os.path.abspath(job.teacher),
+            schema.META_TEACHER_ID: job.teacher if fs.is_remote(job.teacher) else os.path.abspath(job.teacher),
             schema.META_TEACHER_SHA256: loading.sha256_of_files(weights),
             schema.META_TOKENIZER: scoring.tokenizer_info(tokenizer),
             schema.META_HIDDEN_SPEC: scoring.hidden_spec(cfg.hidden, layers, hidden_size, num_layers),
