@@ -4,37 +4,35 @@
     OUT/data (--resume) ─ReadExistingIds─┘                            └─▶ rejects ─▶ OUT/rejects/*.jsonl
                                            CleanUpShards + rejects ─▶ Finalize (stats.json, _COMPLETE)
 
-The scoring logic lives in transferset.teacher.scoring (tested without Beam); this module
-only routes rows. Scored rows are committed in shards as they are produced (each written to
-a temporary name, then renamed), so a killed run leaves whole shards behind and `--resume`
-scores only the ids not in them.
+The logic lives in the library and is tested without Beam: the checks before a run in
+transferset.teacher.plan, routing and the shard protocol in transferset.teacher.shards, the
+teacher in transferset.teacher.scoring; this module wires them into steps. Scored rows are
+committed in shards as they are produced (every shard_rows rows or shard_seconds seconds),
+so a killed run leaves whole shards behind and `--resume` scores only the ids not in them.
 """
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import logging
 import os
 import time
-import uuid
-from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable, Optional, Sequence
+from dataclasses import replace
+from typing import Any, Callable, Optional, Sequence
 
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
-from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics import Metrics
 from apache_beam.ml.inference.base import KeyedModelHandler, ModelHandler, RunInference
 from apache_beam.transforms.window import GlobalWindows
 
 from pipelines import options as opts
-from transferset import config, schema, transfer
+from transferset import config, schema
 from transferset.config import BeamConfig, ScoreConfig
-from transferset.errors import UserError
-from transferset.sources import Reject
-from transferset.teacher import loading, scoring
+from transferset.progress import Progress
+from transferset.teacher import plan as score_plan
+from transferset.teacher import remote, scoring, shards
 
 EPILOG = (
     "Example:\n"
@@ -46,194 +44,54 @@ EPILOG = (
 )
 
 LOG = logging.getLogger("transferset.score")
-SHARD_PREFIX = "part"
-TMP_PREFIX = "_tmp-"
 METRICS_NAMESPACE = "transferset_score"
 
-
-# --- configuration ------------------------------------------------------------------------------
-@dataclass
-class ScoreJob:
-    """One scoring run: the settings (ScoreConfig) plus where to read and write."""
-
-    input: str
-    teacher: str
-    output: str
-    cfg: ScoreConfig = field(default_factory=ScoreConfig)
-    resume: bool = False
-    overwrite: bool = False
-    # Test hook: a picklable callable (teacher_dir, **Teacher.load kwargs) -> Teacher.
-    loader: Optional[Callable[..., Any]] = None
+# The library (transferset.teacher.plan / .shards) holds the checks, routing and shard protocol;
+# these names stay importable from here for callers of the pipeline module.
+ScoreJob, Plan, plan = score_plan.ScoreJob, score_plan.Plan, score_plan.plan
+check_stats = shards.check_stats
 
 
-@dataclass
-class Plan:
-    """What the driver checked and decided before the pipeline runs."""
-
-    job: ScoreJob
-    input_files: list[str]
-    existing_files: list[str]
-    label_names: list[str]
-    num_classes: int
-    hidden_size: int
-    layers: list[int]  # normalised hidden_states indices; layers[0] is the last layer
-    max_length: int
-    metadata: dict[str, Any]
-    output_schema: pa.Schema
-    prefix: str
-    stats: dict[str, Any] = field(default_factory=dict)
+def counter(name: str):
+    """A Beam metrics counter of this pipeline (shown in the Dataflow UI, queryable from the result)."""
+    return Metrics.counter(METRICS_NAMESPACE, name)
 
 
-def _check_labels(teacher_dir: str, teacher_labels: Sequence[str], input_dir: str, input_labels: Sequence[str]) -> None:
-    if list(teacher_labels) != list(input_labels):
-        raise UserError(
-            f"label mismatch: the teacher {teacher_dir} predicts {list(teacher_labels)} (config.json id2label) "
-            f"but the transfer set {input_dir} has labels {list(input_labels)}. Fine-tune the teacher on this "
-            "task's labels (`transferset teacher`), or fix id2label in the teacher's config.json if only "
-            "the names differ"
-        )
-
-
-def _shard_metadata_matches(path: str, expected: dict[str, Any]) -> None:
-    meta = schema.check_schema(pq.read_schema(path), where=path, scored=True)
-    keys = (schema.META_TEACHER_SHA256, schema.META_LABEL_NAMES, schema.META_HIDDEN_SPEC, schema.META_MAX_LENGTH)
-    for key in keys:
-        if meta.get(key) != expected.get(key):
-            raise UserError(
-                f"--resume: {path} was written with {key} = {meta.get(key)!r}, this run has {expected.get(key)!r}; "
-                "resume with the same teacher and options, or pass --overwrite to score everything again"
-            )
-
-
-def _list_dir(directory: str) -> list[str]:
-    if not FileSystems.exists(directory):
-        return []
-    return sorted(m.path for m in FileSystems.match([opts.join(directory, "*")])[0].metadata_list)
-
-
-def plan(job: ScoreJob) -> Plan:
-    """Check the input, the teacher and (with --resume) the shards already written; prepare OUT."""
-    cfg = job.cfg  # its values were checked when it was built (transferset.config)
-    input_files = transfer.data_files(job.input)
-    input_meta = transfer.read_metadata(job.input)
-    input_labels = list(input_meta.get(schema.META_LABEL_NAMES) or [])
-
-    loading.require_local_dir(job.teacher)
-    weights = loading.check_weights(job.teacher, allow_pickle=cfg.allow_pickle)
-    config = loading.load_config(job.teacher, trust_remote_code=cfg.trust_remote_code)
-    teacher_labels = loading.label_names_of(config)
-    _check_labels(job.teacher, teacher_labels, job.input, input_labels)
-    tokenizer = loading.load_tokenizer(job.teacher, trust_remote_code=cfg.trust_remote_code)
-
-    from transferset.teacher.train import trained_max_length
-
-    max_length = int(cfg.max_length or trained_max_length(job.teacher) or scoring.DEFAULT_MAX_LENGTH)
-    num_layers = int(config.num_hidden_layers)
-    normalized = scoring.normalize_layers(cfg.layers, num_layers)
-    layers = [num_layers] + [k for k in normalized if k != num_layers]
-    hidden_size = int(config.hidden_size)
-
-    metadata = dict(input_meta)  # keeps the augmentation config and seed of the input
-    metadata.update(schema.base_metadata(
-        teacher_labels,
-        **{
-            schema.META_TEACHER_ID: os.path.abspath(job.teacher),
-            schema.META_TEACHER_SHA256: loading.sha256_of_files(weights),
-            schema.META_TOKENIZER: scoring.tokenizer_info(tokenizer),
-            schema.META_HIDDEN_SPEC: scoring.hidden_spec(cfg.hidden, layers, hidden_size, num_layers),
-            schema.META_MAX_LENGTH: max_length,
-        },
-    ))
-    output_schema = schema.scored_schema(len(teacher_labels), hidden_size, layers[1:], metadata)
-
-    opts.prepare_output(job.output, overwrite=job.overwrite, resume=job.resume)
-    data_dir = opts.join(job.output, schema.DATA_DIR)
-    existing: list[str] = []
-    if job.resume:
-        # Rejects and stats are recomputed in full; only scored shards are kept.
-        for name in (schema.REJECTS_DIR, schema.STATS_FILE):
-            path = opts.join(job.output, name)
-            if FileSystems.exists(path):
-                FileSystems.delete([path])
-        leftovers = [p for p in _list_dir(data_dir) if os.path.basename(p).startswith(TMP_PREFIX)]
-        if leftovers:
-            FileSystems.delete(leftovers)
-        existing = [p for p in _list_dir(data_dir) if p.endswith(".parquet")]
-        for path in existing:
-            _shard_metadata_matches(path, metadata)
-    if "://" not in data_dir:
-        os.makedirs(data_dir, exist_ok=True)
-    # A distinct prefix per run: shards of an earlier (interrupted) run are never overwritten.
-    prefix = f"{SHARD_PREFIX}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:6]}"
-    stats = {
-        "input": job.input, "teacher": job.teacher, "teacher_sha256": metadata[schema.META_TEACHER_SHA256],
-        "hidden": cfg.hidden, "layers": layers, "max_length": max_length, "resumed": job.resume,
-        "existing_shards": len(existing), "shard_prefix": prefix,
-    }
-    return Plan(job, input_files, existing, teacher_labels, len(teacher_labels), hidden_size, layers, max_length,
-                metadata, output_schema, prefix, stats)
+# Counter names: rows read from the input, rejected, already in the output (--resume), scored by
+# the teacher in this run, and written to committed shards.
+ROWS_READ, ROWS_REJECTED, ROWS_ALREADY_SCORED, ROWS_SCORED, ROWS_WRITTEN, SHARDS_WRITTEN = (
+    "rows_read", "rows_rejected", "rows_already_scored", "rows_scored", "rows_written", "shards_written")
 
 
 # --- reading ------------------------------------------------------------------------------------
-def read_input_rows(path: str) -> Iterable[tuple[str, tuple[dict, str, int]]]:
-    """(id, (row, file, row number)) for every row of one input shard; empty shards yield nothing."""
-    with FileSystems.open(path) as fh:
-        pf = pq.ParquetFile(fh)
-        n = 0
-        for batch in pf.iter_batches(batch_size=4096, columns=list(schema.TRANSFER_COLUMNS)):
-            for row in batch.to_pylist():
-                n += 1
-                yield row[schema.ID], (row, path, n)
+class ReadInputRows(beam.DoFn):
+    def setup(self):
+        self.rows_read = counter(ROWS_READ)
+
+    def process(self, path: str):
+        for item in shards.read_input_rows(path):
+            self.rows_read.inc()
+            yield item
 
 
-def read_ids(path: str) -> Iterable[tuple[str, None]]:
-    with FileSystems.open(path) as fh:
-        pf = pq.ParquetFile(fh)
-        for batch in pf.iter_batches(batch_size=65536, columns=[schema.ID]):
-            for value in batch.column(0).to_pylist():
-                yield value, None
-
-
-def _reject(row: dict, path: str, n: int, reason: str) -> dict:
-    raw = json.dumps({k: row.get(k) for k in schema.TRANSFER_COLUMNS}, ensure_ascii=False)
-    return Reject(path, n, raw, reason).to_dict()
+def read_existing_ids(path: str):
+    return ((key, None) for key in shards.read_ids(path))
 
 
 class Route(beam.DoFn):
     """Per id: skip it when already written (--resume), reject invalid rows and duplicate ids, else score."""
 
-    REJECT, DONE, STALE, DUPLICATED = "reject", "done", "stale", "duplicated"
+    REJECT, DONE, STALE, DUPLICATED = shards.REJECT, shards.DONE, shards.STALE, shards.DUPLICATED
+
+    def setup(self):
+        self.counters = {shards.REJECT: counter(ROWS_REJECTED), shards.DONE: counter(ROWS_ALREADY_SCORED)}
 
     def process(self, element):
         key, grouped = element
-        rows = sorted(grouped["input"], key=lambda r: (r[1], r[2]))  # deterministic: first by file, row
-        existing = list(grouped["existing"])
-        already = bool(existing)
-        if len(existing) > 1:
-            yield beam.pvalue.TaggedOutput(self.DUPLICATED, key)
-        if not rows:
-            if already:
-                yield beam.pvalue.TaggedOutput(self.STALE, key)
-            return
-        kept = None
-        for row, path, n in rows:
-            text_b = row.get(schema.TEXT_B)
-            if key is None or not str(key).strip():
-                yield beam.pvalue.TaggedOutput(self.REJECT, _reject(row, path, n, "missing id"))
-            elif not (row.get(schema.TEXT) or "").strip() or (text_b is not None and not text_b.strip()):
-                yield beam.pvalue.TaggedOutput(self.REJECT, _reject(row, path, n, "empty text"))
-            elif kept is not None:
-                reason = f"duplicate id {key} (kept {kept[1]} row {kept[2]})"
-                yield beam.pvalue.TaggedOutput(self.REJECT, _reject(row, path, n, reason))
-            else:
-                kept = (row, path, n)
-        if kept is None:
-            if already:
-                yield beam.pvalue.TaggedOutput(self.STALE, key)
-        elif already:
-            yield beam.pvalue.TaggedOutput(self.DONE, key)
-        else:
-            yield key, kept[0]
+        for tag, value in shards.route(key, grouped["input"], grouped["existing"]):
+            if tag in self.counters:
+                self.counters[tag].inc()
+            yield value if tag == shards.SCORE else beam.pvalue.TaggedOutput(tag, value)
 
 
 # --- scoring ------------------------------------------------------------------------------------
@@ -272,7 +130,10 @@ class TeacherModelHandler(ModelHandler):
         # Several workers on one machine must not each use every core.
         if self.torch_threads:
             torch.set_num_threads(int(self.torch_threads))
-        return (self.loader or load_teacher)(self.teacher_dir, **self.load_kwargs)
+        # A gs:// (any remote) teacher: copied once per machine, checked against the planned weights hash.
+        local = remote.local_teacher(self.teacher_dir, sha256=self.load_kwargs["sha256"],
+                                     allow_pickle=self.load_kwargs["allow_pickle"])
+        return (self.loader or load_teacher)(local, **self.load_kwargs)
 
     def run_inference(self, batch: Sequence[dict], model: scoring.Teacher, inference_args=None) -> list[dict]:
         texts = [row[schema.TEXT] for row in batch]
@@ -301,113 +162,71 @@ class TeacherModelHandler(ModelHandler):
 
 
 # --- writing ------------------------------------------------------------------------------------
-def rows_to_table(rows: Sequence[dict], out_schema: pa.Schema) -> pa.Table:
-    """Scored row dicts -> an Arrow table of `out_schema` (vector columns built from stacked numpy)."""
-    arrays = []
-    for f in out_schema:
-        values = [r[f.name] for r in rows]
-        if pa.types.is_fixed_size_list(f.type):
-            size = f.type.list_size
-            flat = np.stack(values).astype(f.type.value_type.to_pandas_dtype()) if values else \
-                np.empty((0, size), dtype=f.type.value_type.to_pandas_dtype())
-            if flat.shape[1:] != (size,):
-                raise ValueError(f"column {f.name}: vectors of shape {flat.shape[1:]}, the schema says ({size},)")
-            arrays.append(pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1)), size))
-        else:
-            arrays.append(pa.array(values, type=f.type))
-    return pa.Table.from_arrays(arrays, schema=out_schema)
-
-
-def write_shard(data_dir: str, prefix: str, rows: Sequence[dict], out_schema: pa.Schema) -> tuple[str, int]:
-    """Write rows as one zstd shard, atomically: a temporary name first, then a rename.
-
-    The name hashes the shard's ids, so a retried bundle that rewrites the same rows replaces
-    its earlier file instead of adding a copy.
-    """
-    table = rows_to_table(rows, out_schema)
-    digest = hashlib.sha1("\n".join(r[schema.ID] for r in rows).encode("utf-8")).hexdigest()[:16]
-    final = opts.join(data_dir, f"{prefix}-{digest}.parquet")
-    tmp = opts.join(data_dir, f"{TMP_PREFIX}{uuid.uuid4().hex}.partial")
-    with FileSystems.create(tmp) as fh:
-        pq.write_table(table, fh, compression="zstd")
-    FileSystems.rename([tmp], [final])
-    return final, table.num_rows
-
-
 class WriteShards(beam.DoFn):
-    """Buffer scored rows; commit a shard every `shard_rows` rows and at the end of each bundle."""
+    """Commit scored rows in shards (transferset.teacher.shards.ShardBuffer decides when) and at each bundle end.
 
-    def __init__(self, data_dir: str, prefix: str, out_schema: pa.Schema, shard_rows: int):
-        self.data_dir, self.prefix, self.out_schema, self.shard_rows = data_dir, prefix, out_schema, shard_rows
-        self.buffer: list[dict] = []
+    Yields (path, rows) per committed shard; reports progress against `total` rows.
+    """
+
+    def __init__(self, data_dir: str, prefix: str, out_schema: pa.Schema, shard_rows: int,
+                 shard_seconds: float, total: Optional[int] = None):
+        self.data_dir, self.prefix, self.out_schema = data_dir, prefix, out_schema
+        self.shard_rows, self.shard_seconds, self.total = shard_rows, shard_seconds, total
+
+    def setup(self):
+        self.buffer = shards.ShardBuffer(self.shard_rows, self.shard_seconds)
+        self.progress = Progress("rows scored", total=self.total)
+        self.scored, self.written, self.shards = counter(ROWS_SCORED), counter(ROWS_WRITTEN), counter(SHARDS_WRITTEN)
 
     def start_bundle(self):
-        self.buffer = []
+        self.buffer.take()  # rows of a failed bundle attempt are scored again by its retry
 
     def process(self, element):
         _, row = element
-        self.buffer.append(row)
-        if len(self.buffer) >= self.shard_rows:
-            yield self._flush()
+        self.scored.inc()
+        self.progress.update()
+        rows = self.buffer.add(row)
+        if rows:
+            yield self._commit(rows)
 
     def finish_bundle(self):
-        if self.buffer:
-            yield GlobalWindows.windowed_value(self._flush())
+        if len(self.buffer):
+            yield GlobalWindows.windowed_value(self._commit(self.buffer.take()))
 
-    def _flush(self) -> tuple[str, int]:
-        rows, self.buffer = self.buffer, []
-        return write_shard(self.data_dir, self.prefix, rows, self.out_schema)
+    def _commit(self, rows: list) -> tuple[str, int]:
+        path, n = shards.write_shard(self.data_dir, self.prefix, rows, self.out_schema)
+        self.written.inc(n)
+        self.shards.inc()
+        return path, n
 
 
 def clean_up_shards(_, committed: Sequence[tuple[str, int]], data_dir: str, prefix: str,
                     out_schema: pa.Schema) -> int:
-    """Delete shards of this run that no committed bundle produced (failed attempts); return shard count.
-
-    When nothing at all was written (every row rejected), an empty shard keeps the schema and
-    metadata readable.
-    """
-    keep = {path for path, _ in committed}
-    files = _list_dir(data_dir)
-    stray = [p for p in files if (os.path.basename(p).startswith(prefix) and p not in keep)
-             or os.path.basename(p).startswith(TMP_PREFIX)]
-    if stray:
-        LOG.warning("deleting %d shard(s) left by failed bundle attempts", len(stray))
-        FileSystems.delete(stray)
-    shards = [p for p in files if p.endswith(".parquet") and p not in stray]
-    if not shards:
-        write_shard(data_dir, f"{prefix}-empty", [], out_schema)
-        shards = [None]
-    return len(shards)
+    return shards.clean_up_shards([path for path, _ in committed], data_dir, prefix, out_schema)
 
 
 def _sum(pcoll, label: str):
     return pcoll | label >> beam.CombineGlobally(sum)
 
 
-def check_stats(stats: dict) -> None:
-    if stats["existing_ids_not_in_input"]:
-        raise ValueError(f"{stats['existing_ids_not_in_input']} id(s) in the output are not in the input: "
-                         "this output was resumed with a different input; rerun with --overwrite")
-    if stats["existing_ids_written_twice"]:
-        raise ValueError(f"{stats['existing_ids_written_twice']} id(s) appear in more than one shard of the output; "
-                         "rerun with --overwrite")
-    if stats["input_rows"] != stats["scored"] + stats["rejected"]:
-        raise ValueError(f"stats do not reconcile: input_rows {stats['input_rows']} != scored {stats['scored']} "
-                         f"+ rejected {stats['rejected']}")
+def _local_workers(pipeline: beam.Pipeline) -> int:
+    from apache_beam.options.pipeline_options import DirectOptions
+
+    return max(1, int(pipeline.options.view_as(DirectOptions).direct_num_workers or 1))
 
 
 def build(pipeline: beam.Pipeline, job: ScoreJob) -> Plan:
     """Add the scoring steps to `pipeline`; returns the checked plan (schema, metadata, prefix)."""
     p = plan(job)
     cfg = job.cfg
-    data_dir = opts.join(job.output, schema.DATA_DIR)
+    data_dir = p.data_dir
 
     rows = (pipeline
             | "ListInputShards" >> beam.Create(p.input_files)
-            | "ReadInputRows" >> beam.FlatMap(read_input_rows))
+            | "ReadInputRows" >> beam.ParDo(ReadInputRows()))
     existing = (pipeline
                 | "ListExistingShards" >> beam.Create(p.existing_files)
-                | "ReadExistingIds" >> beam.FlatMap(read_ids))
+                | "ReadExistingIds" >> beam.FlatMap(read_existing_ids))
     routed = ({"input": rows, "existing": existing}
               | "JoinExistingIds" >> beam.CoGroupByKey()
               | "Route" >> beam.ParDo(Route()).with_outputs(Route.REJECT, Route.DONE, Route.STALE,
@@ -423,7 +242,10 @@ def build(pipeline: beam.Pipeline, job: ScoreJob) -> Plan:
         sha256=p.metadata[schema.META_TEACHER_SHA256], loader=job.loader))
     written = (routed.score
                | "ScoreWithTeacher" >> RunInference(handler)
-               | "WriteScoredShards" >> beam.ParDo(WriteShards(data_dir, p.prefix, p.output_schema, cfg.shard_rows)))
+               | "WriteScoredShards" >> beam.ParDo(WriteShards(
+                   data_dir, p.prefix, p.output_schema, cfg.shard_rows, cfg.shard_seconds,
+                   # each local worker scores about its share; a Dataflow job shows the counters instead
+                   total=max(1, p.rows_to_score // _local_workers(pipeline)))))
     shards = (pipeline
               | "StartCleanUp" >> beam.Create([None])
               | "CleanUpShards" >> beam.Map(clean_up_shards, committed=beam.pvalue.AsList(written),
@@ -453,9 +275,11 @@ def build(pipeline: beam.Pipeline, job: ScoreJob) -> Plan:
 
 # --- the stage function and the command line ----------------------------------------------------
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--input", required=True, help="transfer set directory (the output of `transferset augment`)")
+    parser.add_argument("--input", required=True,
+                        help="transfer set directory or URL (the output of `transferset augment`)")
     parser.add_argument("--teacher", required=True,
-                        help="fine-tuned teacher directory (`transferset teacher` output or any save_pretrained dir)")
+                        help="fine-tuned teacher directory (`transferset teacher` output or any save_pretrained dir); "
+                             "a gs:// (any fsspec) URL is copied once to a local cache (TRANSFERSET_CACHE)")
     parser.add_argument("--output", required=True, help="output directory for the scored transfer set")
     parser.add_argument("--resume", action="store_true", help="keep OUT/data and score only the ids not in it")
     config.add_arguments(parser, ScoreConfig, title="settings (the run config's score: section)")

@@ -178,6 +178,11 @@ class ScoreConfig:
     forward_rows: Optional[int] = None  # rows per forward pass (None: 1,024 packed, 128 padded)
     forward_tokens: Optional[int] = None  # tokens per forward pass, padding included (None: 4,096 packed, 2,048 padded)
     shard_rows: int = 10_000  # rows per committed output shard: the unit a resumed run can skip
+    # also commit a shard once its oldest row has waited this long, so a killed run loses at most
+    # about this much scoring (10,000 rows of a large teacher on CPU can take an hour)
+    shard_seconds: float = 60.0
+    # score an input without its _COMPLETE marker (a killed `augment` run): only to salvage its rows
+    allow_incomplete: bool = False
     large_model: bool = False  # one teacher per machine, shared by its worker processes (big teachers)
     torch_threads: Optional[int] = None  # torch threads per worker (None: cores / local workers)
     allow_pickle: bool = False  # accept pickle weights (pytorch_model.bin): only files you trust
@@ -188,7 +193,8 @@ class ScoreConfig:
 
         if self.hidden not in POOLINGS:
             raise ValueError(f"hidden must be one of {list(POOLINGS)}, got {self.hidden!r}")
-        _at_least(self, batch_size=1, min_batch_size=1, max_length=2, shard_rows=1, torch_threads=1)
+        _at_least(self, batch_size=1, min_batch_size=1, max_length=2, shard_rows=1, torch_threads=1,
+                   shard_seconds=0)
         try:
             check_forward_options(self.forward, self.forward_rows, self.forward_tokens)
         except UserError as exc:  # a ValueError, so that `load` reports it with its key

@@ -47,6 +47,9 @@ META_TEACHER_SHA256 = META_PREFIX + "teacher_weights_sha256"
 META_TOKENIZER = META_PREFIX + "tokenizer"
 META_HIDDEN_SPEC = META_PREFIX + "hidden_spec"
 META_MAX_LENGTH = META_PREFIX + "max_length"
+# the scored set's input: {"path", "files", "rows", "fingerprint"} (a digest of its shards' names,
+# sizes and row counts), so --resume refuses a different input before scoring anything
+META_INPUT = META_PREFIX + "input"
 
 # --- output layout ------------------------------------------------------------
 DATA_DIR = "data"

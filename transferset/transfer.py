@@ -1,12 +1,12 @@
 """Reading a (scored) transfer set back: files, metadata checks, streaming batches.
 
 A transfer set directory holds zstd Parquet shards under `data/`. Shards may be empty
-(Beam's fixed sharding can write empty files); readers accept them.
+(Beam's fixed sharding can write empty files); readers accept them. Every path may be a
+local path or any URL fsspec knows (gs://, memory://...): files are reached through
+transferset.fs.
 """
 from __future__ import annotations
 
-import glob
-import os
 import random
 from typing import Any, Iterator, Optional, Sequence
 
@@ -14,16 +14,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from transferset import schema
+from transferset import fs, schema
 from transferset.errors import UserError
 
 
 def data_files(directory: str) -> list[str]:
     """The Parquet shards of a transfer set (a directory holding data/, or data/ itself)."""
-    base = os.path.join(directory, schema.DATA_DIR)
-    if not os.path.isdir(base):
+    base = fs.join(directory, schema.DATA_DIR)
+    if not fs.isdir(base):
         base = directory
-    files = sorted(glob.glob(os.path.join(base, "*.parquet")))
+    files = fs.glob(base, "*.parquet")
     if not files:
         raise UserError(f"{directory}: no Parquet files under {base}; is this the output of "
                         "`transferset augment` or `transferset score`?")
@@ -35,7 +35,7 @@ def read_metadata(directory: str, *, scored: bool = False) -> dict[str, Any]:
     meta: Optional[dict[str, Any]] = None
     first = None
     for path in data_files(directory):
-        m = schema.check_schema(pq.read_schema(path), where=path, scored=scored)
+        m = schema.check_schema(read_schema(path), where=path, scored=scored)
         if meta is None:
             meta, first = m, path
         elif m.get(schema.META_LABEL_NAMES) != meta.get(schema.META_LABEL_NAMES):
@@ -43,6 +43,44 @@ def read_metadata(directory: str, *, scored: bool = False) -> dict[str, Any]:
                             f"{first}'s {meta.get(schema.META_LABEL_NAMES)}; the shards come from different runs")
     assert meta is not None
     return meta
+
+
+def parquet_file(path: str) -> pq.ParquetFile:
+    """A ParquetFile over an fsspec file object: local paths and URLs alike."""
+    return pq.ParquetFile(fs.open(path))
+
+
+def read_schema(path: str) -> pa.Schema:
+    with fs.open(path) as fh:
+        return pq.read_schema(fh)
+
+
+def shard_rows(path: str) -> int:
+    """Rows in one shard, from its Parquet footer (nothing else is read)."""
+    with fs.open(path) as fh:
+        return pq.ParquetFile(fh).metadata.num_rows
+
+
+def complete_marker(directory: str) -> str:
+    """Where the completion marker of a transfer set lies (beside data/, also when given data/ itself)."""
+    if not fs.isdir(fs.join(directory, schema.DATA_DIR)) and fs.basename(directory) == schema.DATA_DIR:
+        return fs.join(fs.dirname(directory), schema.COMPLETE_MARKER)
+    return fs.join(directory, schema.COMPLETE_MARKER)
+
+
+def require_complete(directory: str, *, allow_incomplete: bool = False, flag: str = "--allow-incomplete") -> bool:
+    """Refuse a transfer set whose writer did not finish (no completion marker) unless allowed.
+
+    Returns whether the set is complete, so a caller that allowed an incomplete one can say so.
+    """
+    marker = complete_marker(directory)
+    if fs.exists(marker):
+        return True
+    if not allow_incomplete:
+        raise UserError(f"{directory} is incomplete: no {marker}, so the run that wrote it did not finish "
+                        "(killed or failed). Rerun that stage (augment: rerun it with --overwrite; score: "
+                        f"rerun it with --resume), or pass {flag} to use the rows it holds anyway")
+    return False
 
 
 def label_names(directory: str, *, scored: bool = False) -> list[str]:
@@ -60,18 +98,23 @@ def iter_batches(directory: str, columns: Optional[Sequence[str]] = None,
     if rng is not None:
         rng.shuffle(files)
     for path in files:
-        pf = pq.ParquetFile(path)
-        if pf.metadata.num_rows == 0:
-            continue
-        yield from pf.iter_batches(batch_size=batch_size, columns=list(columns) if columns else None)
+        with fs.open(path) as fh:
+            pf = pq.ParquetFile(fh)
+            if pf.metadata.num_rows == 0:
+                continue
+            yield from pf.iter_batches(batch_size=batch_size, columns=list(columns) if columns else None)
 
 
 def num_rows(directory: str) -> int:
-    return sum(pq.ParquetFile(p).metadata.num_rows for p in data_files(directory))
+    return sum(shard_rows(p) for p in data_files(directory))
 
 
 def read_table(directory: str, columns: Optional[Sequence[str]] = None) -> pa.Table:
-    tables = [pq.read_table(p, columns=list(columns) if columns else None) for p in data_files(directory)]
+    def read(path: str) -> pa.Table:
+        with fs.open(path) as fh:
+            return pq.read_table(fh, columns=list(columns) if columns else None)
+
+    tables = [read(p) for p in data_files(directory)]
     return pa.concat_tables([t for t in tables if t.num_rows] or tables[:1])
 
 
@@ -89,7 +132,7 @@ def to_dataset(directory: str, columns: Optional[Sequence[str]] = None):
     import datasets
 
     # `datasets` fails on the empty shards Beam can write, so they are left out.
-    files = [p for p in data_files(directory) if pq.ParquetFile(p).metadata.num_rows]
+    files = [p for p in data_files(directory) if shard_rows(p)]
     if not files:
         raise UserError(f"{directory}: every Parquet shard is empty")
     return datasets.Dataset.from_parquet(files, columns=list(columns) if columns else None)

@@ -1,6 +1,7 @@
 """`transferset score`: the Beam pipeline end to end on a tiny real BERT teacher (and MiniLM, integration)."""
 import hashlib
 import json
+import shutil
 from dataclasses import replace
 import os
 
@@ -14,6 +15,7 @@ from transferset import config, cli, schema, transfer
 from transferset.config import ScoreConfig
 from transferset.errors import UserError
 from transferset.teacher import scoring, testing
+from apache_beam.metrics.metric import MetricsFilter
 
 LABELS = ("0", "1")
 TEXTS = [
@@ -210,6 +212,97 @@ def test_resume_after_a_killed_run(tmp_path, transfer_dir, teacher_dir, referenc
         score.plan(make_job(input=src, teacher=other, output=out, hidden="mean", resume=True))
 
 
+def snapshot(directory):
+    """Every file under directory with its bytes: what a refused run must leave exactly as it was."""
+    out = {}
+    for root, _, files in os.walk(directory):
+        for name in files:
+            path = os.path.join(root, name)
+            out[os.path.relpath(path, directory)] = open(path, "rb").read()
+    return out
+
+
+@pytest.fixture
+def scored_copy(scored, tmp_path):
+    out = str(tmp_path / "scored")
+    shutil.copytree(scored, out)
+    return out
+
+
+def test_refused_resume_leaves_a_complete_output_untouched(scored_copy, transfer_dir, teacher_dir, tmp_path):
+    before = snapshot(scored_copy)
+    assert {schema.COMPLETE_MARKER, schema.STATS_FILE} <= set(before)
+    assert any(k.startswith(schema.REJECTS_DIR + os.sep) for k in before)
+    other = testing.tiny_classifier(str(tmp_path / "other"), seed=1)
+    with pytest.raises(UserError, match="teacher_weights_sha256.*--overwrite"):
+        score.plan(make_job(input=transfer_dir[0], teacher=other, output=scored_copy, resume=True, layers=(-1, 1)))
+    assert snapshot(scored_copy) == before
+    with pytest.raises(UserError, match="max_length = 128, this run has 64"):
+        score.plan(make_job(input=transfer_dir[0], teacher=teacher_dir, output=scored_copy, resume=True,
+                            layers=(-1, 1), max_length=64))
+    assert snapshot(scored_copy) == before
+
+
+def test_resume_with_another_input_refused_before_scoring(scored_copy, transfer_dir, teacher_dir, tmp_path):
+    src, rows = transfer_dir
+    other = testing.write_transfer_set(str(tmp_path / "other-input"), [rows[:5]], LABELS, AUGMENT_META)
+    before = snapshot(scored_copy)
+    with pytest.raises(UserError) as exc:
+        score.plan(make_job(input=other, teacher=teacher_dir, output=scored_copy, resume=True, layers=(-1, 1)))
+    msg = str(exc.value)
+    assert f"scored from the input {os.path.abspath(src)} (3 shard(s), 22 rows)" in msg
+    assert f"--input {os.path.abspath(other)} has 1 shard(s) and 5 rows" in msg and "--overwrite" in msg
+    assert snapshot(scored_copy) == before
+    # The same shards at another path are the same input: a moved input resumes.
+    moved = str(tmp_path / "moved-input")
+    shutil.copytree(src, moved)
+    plan = score.plan(make_job(input=moved, teacher=teacher_dir, output=scored_copy, resume=True, layers=(-1, 1)))
+    assert len(plan.existing_files) >= 3 and (plan.input_rows, plan.existing_rows, plan.rows_to_score) == (22, 20, 2)
+
+
+def test_incomplete_input_refused_unless_allowed(tmp_path, teacher_dir):
+    src = testing.write_transfer_set(str(tmp_path / "in"), [testing.transfer_rows(["good", "bad"])], LABELS)
+    marker = os.path.join(src, schema.COMPLETE_MARKER)
+    if os.path.exists(marker):
+        os.remove(marker)  # a killed augment run
+    out = str(tmp_path / "out")
+    with pytest.raises(UserError, match=f"incomplete: no {marker}.*--allow-incomplete"):
+        score.plan(make_job(input=src, teacher=teacher_dir, output=out))
+    assert not os.path.exists(out)
+    assert score.plan(make_job(input=src, teacher=teacher_dir, output=out, allow_incomplete=True)).input_rows == 2
+
+
+def test_killed_run_with_large_shards_keeps_what_was_scored(tmp_path, transfer_dir, teacher_dir):
+    """shard_rows at its default (10,000) over 20 rows: only the age rule commits anything before the kill."""
+    src, _ = transfer_dir
+    out = str(tmp_path / "out")
+    job = make_job(input=src, teacher=teacher_dir, output=out, batch_size=4, min_batch_size=4,
+                   shard_seconds=0.0, loader=FailAfter(3))
+    assert job.cfg.shard_rows == 10_000
+    with pytest.raises(Exception, match="worker killed"):
+        run_pipeline(job)
+    assert transfer.num_rows(out) == 8  # the two batches scored before the kill
+    job.loader, job.resume = None, True
+    run_pipeline(job)
+    stats = json.load(open(os.path.join(out, schema.STATS_FILE)))
+    assert (stats["already_scored"], stats["scored_this_run"], stats["scored"]) == (8, 12, 20)
+
+
+def test_metrics_counters(tmp_path, transfer_dir, teacher_dir):
+    out = str(tmp_path / "out")
+    pipeline = beam.Pipeline(runner="FnApiRunner")
+    score.build(pipeline, make_job(input=transfer_dir[0], teacher=teacher_dir, output=out, shard_rows=7))
+    result = pipeline.run()
+    result.wait_until_finish()
+    found = result.metrics().query(MetricsFilter().with_namespace(score.METRICS_NAMESPACE))["counters"]
+    counters = {c.key.metric.name: c.result for c in found}
+    assert {k: counters.get(k) for k in (score.ROWS_READ, score.ROWS_REJECTED, score.ROWS_ALREADY_SCORED,
+                                         score.ROWS_SCORED, score.ROWS_WRITTEN)} == \
+        {score.ROWS_READ: 22, score.ROWS_REJECTED: 2, score.ROWS_ALREADY_SCORED: None, score.ROWS_SCORED: 20,
+         score.ROWS_WRITTEN: 20}
+    assert counters[score.SHARDS_WRITTEN] == len(transfer.data_files(out)) >= 3
+
+
 def test_every_row_rejected_still_writes_a_readable_set(tmp_path, teacher_dir):
     src = testing.write_transfer_set(str(tmp_path / "in"), [testing.transfer_rows(["  ", ""], ids=["a", "b"])],
                                      LABELS)
@@ -271,7 +364,7 @@ def test_score_help(capsys):
     text = capsys.readouterr().out
     for flag in ("--input", "--teacher", "--output", "--hidden", "--layers", "--batch-size", "--max-length",
                  "--resume", "--runner", "--allow-pickle", "--trust-remote-code", "--large-model", "--overwrite",
-                 "--forward", "--forward-tokens"):
+                 "--forward", "--forward-tokens", "--shard-seconds", "--allow-incomplete"):
         assert flag in text
     assert "Apache Beam pipeline option is passed through" in text
 
@@ -329,3 +422,29 @@ def test_minilm_fine_tune_then_score_end_to_end(tmp_path, sst2_dir):
     # Scoring agrees with the evaluation during fine-tuning: same rows, same accuracy.
     gold = [(by_id[r[schema.ID]][schema.TEACHER_LABEL], r[schema.LABEL]) for r in rows[:300]]
     assert np.mean([a == b for a, b in gold]) == pytest.approx(metrics["best_dev_accuracy"])
+
+
+def test_remote_input_and_teacher(tmp_path, monkeypatch, transfer_dir, teacher_dir, reference):
+    """memory:// stands for gs://: the input is read and the teacher copied through transferset.fs."""
+    import uuid
+
+    from transferset import fs
+    from transferset.teacher import remote
+
+    monkeypatch.setenv(remote.CACHE_ENV, str(tmp_path / "cache"))
+    src, rows = transfer_dir
+    base = f"memory://remote-{uuid.uuid4().hex}"
+    for local, url in ((src, f"{base}/input"), (os.path.join(src, schema.DATA_DIR), f"{base}/input/data"),
+                       (teacher_dir, f"{base}/teacher")):
+        for name in os.listdir(local):
+            if os.path.isfile(os.path.join(local, name)):
+                fs.write_bytes(fs.join(url, name), open(os.path.join(local, name), "rb").read())
+    out = str(tmp_path / "out")
+    plan = run_pipeline(make_job(input=f"{base}/input", teacher=f"{base}/teacher", output=out))
+    assert plan.metadata[schema.META_TEACHER_ID] == f"{base}/teacher"
+    with open(os.path.join(teacher_dir, "model.safetensors"), "rb") as fh:
+        assert plan.metadata[schema.META_TEACHER_SHA256] == hashlib.sha256(fh.read()).hexdigest()
+    stats = json.load(open(os.path.join(out, schema.STATS_FILE)))
+    assert (stats["input_rows"], stats["scored"], stats["rejected"]) == (22, 20, 2)
+    assert_matches_reference(transfer.read_table(out), {r[schema.ID]: r for r in rows}, reference)
+    fs.delete(base)

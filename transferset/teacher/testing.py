@@ -85,8 +85,12 @@ def transfer_rows(texts: Sequence[str], labels: Optional[Sequence[Optional[int]]
 
 
 def write_transfer_set(directory: str, shards: Sequence[Sequence[dict]], label_names: Sequence[str],
-                       extra_metadata: Optional[Mapping[str, Any]] = None) -> str:
-    """Write row lists as zstd shards under directory/data with the transfer-set schema and metadata."""
+                       extra_metadata: Optional[Mapping[str, Any]] = None, complete: bool = True) -> str:
+    """Write row lists as zstd shards under directory/data with the transfer-set schema and metadata.
+
+    `complete` writes the completion marker too, as a finished `augment` run does (readers
+    refuse a set without it unless told otherwise).
+    """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -98,4 +102,6 @@ def write_transfer_set(directory: str, shards: Sequence[Sequence[dict]], label_n
     for i, rows in enumerate(shards):
         table = pa.Table.from_pylist(list(rows), schema=sch)
         pq.write_table(table, os.path.join(data, f"shard-{i:05d}.parquet"), compression="zstd")
+    if complete:
+        open(os.path.join(directory, schema.COMPLETE_MARKER), "w").close()
     return directory

@@ -1,0 +1,92 @@
+"""transferset.fs and transfer.py over fsspec URLs: a set under memory:// reads like the same set on disk."""
+import random
+import uuid
+
+import numpy as np
+import pytest
+
+from transferset import fs, schema, transfer
+from transferset.errors import UserError
+from transferset.teacher import testing
+
+LABELS = ("neg", "pos")
+
+
+@pytest.fixture
+def local_set(tmp_path):
+    rows = testing.transfer_rows([f"sentence number {i}" for i in range(23)], labels=[i % 2 for i in range(23)])
+    return testing.write_transfer_set(str(tmp_path / "set"), [rows[:10], [], rows[10:]], LABELS,
+                                      {schema.META_SEED: 3}), rows
+
+
+def copy_tree(src: str, dst: str) -> None:
+    fs.makedirs(dst)
+    for path in fs.listdir(src):
+        target = fs.join(dst, fs.basename(path))
+        if fs.isdir(path):
+            copy_tree(path, target)
+        else:
+            with fs.open(path) as fh:
+                fs.write_bytes(target, fh.read())
+
+
+@pytest.fixture
+def memory_set(local_set):
+    url = f"memory://sets/{uuid.uuid4().hex}"
+    copy_tree(local_set[0], url)
+    yield url
+    fs.delete(url)
+
+
+def test_listing_keeps_the_callers_path_form(local_set, memory_set):
+    local, _ = local_set
+    names = ["shard-00000.parquet", "shard-00001.parquet", "shard-00002.parquet"]
+    assert transfer.data_files(local) == [fs.join(local, schema.DATA_DIR, n) for n in names]
+    assert transfer.data_files(memory_set) == [f"{memory_set}/{schema.DATA_DIR}/{n}" for n in names]
+    assert fs.listdir(memory_set) == [f"{memory_set}/{schema.COMPLETE_MARKER}", f"{memory_set}/{schema.DATA_DIR}"]
+    assert fs.glob(fs.join(memory_set, schema.DATA_DIR), "*-00001.parquet") == \
+        [f"{memory_set}/{schema.DATA_DIR}/shard-00001.parquet"]
+    assert fs.listdir(f"{memory_set}/missing") == []
+
+
+def test_memory_set_reads_like_the_local_one(local_set, memory_set):
+    local, rows = local_set
+    assert transfer.read_metadata(memory_set) == transfer.read_metadata(local)
+    assert transfer.read_metadata(memory_set)[schema.META_SEED] == 3
+    assert transfer.num_rows(memory_set) == transfer.num_rows(local) == 23
+    assert transfer.read_table(memory_set).equals(transfer.read_table(local))
+    got = [r for b in transfer.iter_batches(memory_set, columns=[schema.ID, schema.LABEL], batch_size=4)
+           for r in b.to_pylist()]
+    assert got == [{schema.ID: r[schema.ID], schema.LABEL: r[schema.LABEL]} for r in rows]
+    # Shard-order shuffling draws the same order for both.
+    a = [b.column(0).to_pylist() for b in transfer.iter_batches(memory_set, [schema.ID], 100, random.Random(1))]
+    b = [b.column(0).to_pylist() for b in transfer.iter_batches(local, [schema.ID], 100, random.Random(1))]
+    assert a == b and len(a) == 2
+    labels = transfer.read_table(memory_set, [schema.LABEL]).column(0).to_numpy()
+    np.testing.assert_array_equal(labels, [i % 2 for i in range(23)])
+
+
+def test_rename_delete_exists(tmp_path):
+    for base in (str(tmp_path), f"memory://ops/{uuid.uuid4().hex}"):
+        fs.makedirs(fs.join(base, "d"))
+        fs.write_text(fs.join(base, "d", "a.tmp"), "x")
+        fs.rename(fs.join(base, "d", "a.tmp"), fs.join(base, "d", "a.txt"))
+        assert fs.listdir(fs.join(base, "d")) == [fs.join(base, "d", "a.txt")]
+        assert fs.read_text(fs.join(base, "d", "a.txt")) == "x" and fs.size(fs.join(base, "d", "a.txt")) == 1
+        fs.delete([fs.join(base, "d"), fs.join(base, "never-there")])
+        assert not fs.exists(fs.join(base, "d"))
+
+
+def test_incomplete_set_refused_naming_the_marker(local_set, memory_set):
+    local, _ = local_set
+    assert transfer.require_complete(local) is True
+    assert transfer.require_complete(fs.join(local, schema.DATA_DIR)) is True  # data/ itself: marker beside it
+    fs.delete(fs.join(memory_set, schema.COMPLETE_MARKER))
+    with pytest.raises(UserError, match=f"incomplete: no {memory_set}/{schema.COMPLETE_MARKER}.*--allow-incomplete"):
+        transfer.require_complete(memory_set)
+    assert transfer.require_complete(memory_set, allow_incomplete=True) is False
+
+
+def test_unknown_scheme_names_what_to_install():
+    with pytest.raises(UserError, match="nosuchscheme://.*install the fsspec backend"):
+        fs.exists("nosuchscheme://bucket/x")

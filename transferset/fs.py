@@ -1,0 +1,119 @@
+"""One filesystem layer for local paths and any URL fsspec knows (gs://, s3://, memory://...).
+
+The library never imports apache_beam, so it cannot use Beam's FileSystems; fsspec is what
+`datasets` uses and reaches the same stores. Paths keep the form the caller gave them: a
+relative local path stays relative, a URL keeps its scheme, so paths written into rejects
+and stats read the way the user typed them.
+"""
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import posixpath
+from typing import IO, Any, Sequence
+
+import fsspec
+
+from transferset.errors import UserError
+
+
+def is_remote(path: str) -> bool:
+    return "://" in path and not path.startswith("file://")
+
+
+def filesystem(path: str) -> tuple[fsspec.AbstractFileSystem, str]:
+    """(fsspec filesystem, path inside it) for a local path or URL; names the missing package when needed."""
+    try:
+        return fsspec.core.url_to_fs(path)
+    except (ImportError, ValueError) as exc:
+        scheme = path.split("://", 1)[0]
+        raise UserError(f"{path}: cannot open {scheme}:// paths ({exc}); install the fsspec backend for "
+                        f"{scheme} (e.g. gcsfs for gs://, s3fs for s3://)") from None
+
+
+def join(*parts: str) -> str:
+    # Plain string joining: no client is built, so planning a gs:// run needs no credentials.
+    if "://" in parts[0]:
+        return posixpath.join(*parts)
+    return os.path.join(*parts)
+
+
+def basename(path: str) -> str:
+    return posixpath.basename(path.rstrip("/")) if "://" in path else os.path.basename(path)
+
+
+def dirname(path: str) -> str:
+    return posixpath.dirname(path.rstrip("/")) if "://" in path else os.path.dirname(os.path.normpath(path))
+
+
+def open(path: str, mode: str = "rb", **kwargs: Any) -> IO:  # noqa: A001 - the fsspec name
+    """A file object; pyarrow reads Parquet from it (pq.ParquetFile(fs.open(path)))."""
+    fs, p = filesystem(path)
+    return fs.open(p, mode, **kwargs)
+
+
+def exists(path: str) -> bool:
+    fs, p = filesystem(path)
+    return fs.exists(p)
+
+
+def isdir(path: str) -> bool:
+    fs, p = filesystem(path)
+    return fs.isdir(p)
+
+
+def size(path: str) -> int:
+    fs, p = filesystem(path)
+    return int(fs.size(p))
+
+
+def listdir(directory: str) -> list[str]:
+    """Full paths (in the caller's form) of the entries of `directory`, sorted; [] when it does not exist."""
+    fs, p = filesystem(directory)
+    if not fs.isdir(p):
+        return []
+    names = {posixpath.basename(e.rstrip("/")) for e in fs.ls(p, detail=False)}
+    return sorted(join(directory, n) for n in names if n)
+
+
+def glob(directory: str, pattern: str) -> list[str]:
+    """Entries of `directory` whose name matches `pattern` (fnmatch, one level), sorted."""
+    return [path for path in listdir(directory) if fnmatch.fnmatch(basename(path), pattern)]
+
+
+def makedirs(directory: str) -> None:
+    fs, p = filesystem(directory)
+    fs.makedirs(p, exist_ok=True)
+
+
+def delete(paths: Sequence[str] | str) -> None:
+    """Delete files and directories (recursively); paths that do not exist are skipped."""
+    for path in [paths] if isinstance(paths, str) else paths:
+        fs, p = filesystem(path)
+        if fs.exists(p):
+            fs.rm(p, recursive=fs.isdir(p))
+
+
+def rename(src: str, dst: str) -> None:
+    """Move src to dst (on object stores: a copy then a delete; a reader sees dst whole or not at all)."""
+    fs, p = filesystem(src)
+    fs.mv(p, filesystem(dst)[1])
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    with open(path, "wb") as fh:
+        fh.write(data)
+
+
+def write_text(path: str, text: str) -> None:
+    write_bytes(path, text.encode("utf-8"))
+
+
+def read_text(path: str) -> str:
+    with open(path, "rb") as fh:
+        return fh.read().decode("utf-8")
+
+
+def read_json(path: str) -> Any:
+    return json.loads(read_text(path))

@@ -1,0 +1,201 @@
+"""What `transferset score` checks and decides before any row is scored (no Beam).
+
+Every check runs before anything under the output is touched: a refused run (another
+teacher, another input, other options) leaves a complete output exactly as it was.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Sequence
+
+import pyarrow as pa
+
+from transferset import fs, schema, transfer
+from transferset.config import ScoreConfig
+from transferset.errors import UserError
+from transferset.teacher import loading, remote, scoring, shards
+
+# Shard metadata a resumed run must share with the shards already written.
+RESUME_KEYS = (schema.META_TEACHER_SHA256, schema.META_LABEL_NAMES, schema.META_HIDDEN_SPEC, schema.META_MAX_LENGTH)
+
+
+@dataclass
+class ScoreJob:
+    """One scoring run: the settings (ScoreConfig) plus where to read and write."""
+
+    input: str
+    teacher: str
+    output: str
+    cfg: ScoreConfig = field(default_factory=ScoreConfig)
+    resume: bool = False
+    overwrite: bool = False
+    # Test hook: a picklable callable (teacher_dir, **Teacher.load kwargs) -> Teacher.
+    loader: Optional[Callable[..., Any]] = None
+
+
+@dataclass
+class Plan:
+    """What the driver checked and decided before the pipeline runs."""
+
+    job: ScoreJob
+    input_files: list[str]
+    existing_files: list[str]
+    label_names: list[str]
+    num_classes: int
+    hidden_size: int
+    layers: list[int]  # normalised hidden_states indices; layers[0] is the last layer
+    max_length: int
+    metadata: dict[str, Any]
+    output_schema: pa.Schema
+    prefix: str
+    input_rows: int  # from the input's Parquet footers: the progress total
+    existing_rows: int  # rows in the shards already written (--resume)
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def data_dir(self) -> str:
+        return fs.join(self.job.output, schema.DATA_DIR)
+
+    @property
+    def rows_to_score(self) -> int:
+        """At most this many rows are scored by this run (rejects make it fewer)."""
+        return max(self.input_rows - self.existing_rows, 0)
+
+
+# --- the input ------------------------------------------------------------------------------------
+def input_identity(directory: str, files: Sequence[str]) -> dict[str, Any]:
+    """The input's path and a fingerprint of its shards (names, sizes, footer row counts).
+
+    Footers only: no row is read, so this costs one small read per shard even for gs:// inputs.
+    """
+    entries = []
+    rows = 0
+    for path in files:
+        n = transfer.shard_rows(path)
+        rows += n
+        entries.append([fs.basename(path), fs.size(path), n])
+    digest = hashlib.sha256(json.dumps(entries).encode("utf-8")).hexdigest()
+    where = directory if fs.is_remote(directory) else os.path.abspath(directory)
+    return {"path": where, "files": len(files), "rows": rows, "fingerprint": digest}
+
+
+def _check_labels(teacher_dir: str, teacher_labels: Sequence[str], input_dir: str, input_labels: Sequence[str]) -> None:
+    if list(teacher_labels) != list(input_labels):
+        raise UserError(
+            f"label mismatch: the teacher {teacher_dir} predicts {list(teacher_labels)} (config.json id2label) "
+            f"but the transfer set {input_dir} has labels {list(input_labels)}. Fine-tune the teacher on this "
+            "task's labels (`transferset teacher`), or fix id2label in the teacher's config.json if only "
+            "the names differ"
+        )
+
+
+# --- the output -----------------------------------------------------------------------------------
+def check_output(job: ScoreJob) -> None:
+    """Refuse a complete output unless --overwrite or --resume (nothing is changed here)."""
+    if fs.exists(fs.join(job.output, schema.COMPLETE_MARKER)) and not job.overwrite and not job.resume:
+        raise UserError(f"{job.output} already holds a complete run ({schema.COMPLETE_MARKER} present); "
+                        "pass --overwrite to replace it, --resume to check and complete it, or choose another --output")
+
+
+def check_resumable(path: str, expected: dict[str, Any]) -> None:
+    """Refuse to resume into a shard written with another teacher, options or input (nothing is changed)."""
+    meta = schema.check_schema(transfer.read_schema(path), where=path, scored=True)
+    for key in RESUME_KEYS:
+        if meta.get(key) != expected.get(key):
+            raise UserError(
+                f"--resume: {path} was written with {key} = {meta.get(key)!r}, this run has {expected.get(key)!r}; "
+                "resume with the same teacher and options, or pass --overwrite to score everything again"
+            )
+    have, want = meta.get(schema.META_INPUT), expected[schema.META_INPUT]
+    if have is None:
+        # Written before inputs were recorded: the stats check (ids not in the input) still guards it.
+        return
+    if have.get("fingerprint") != want["fingerprint"]:
+        raise UserError(
+            f"--resume: {path} was scored from the input {have.get('path')} ({have.get('files')} shard(s), "
+            f"{have.get('rows')} rows), but --input {want['path']} has {want['files']} shard(s) and {want['rows']} "
+            "rows with other names, sizes or row counts. Resume with the original --input, or pass --overwrite "
+            "to score this input from scratch (or choose another --output)"
+        )
+
+
+def prepare_output(job: ScoreJob) -> None:
+    """Clear what this run recomputes; called only once every check passed.
+
+    --resume keeps whole shards under data/ and recomputes rejects and stats; otherwise the
+    output is emptied (it is not complete, or --overwrite was given).
+    """
+    out = job.output
+    if job.resume:
+        fs.delete([fs.join(out, n) for n in (schema.COMPLETE_MARKER, schema.REJECTS_DIR, schema.STATS_FILE)])
+        fs.delete(shards.leftover_tmp_files(fs.join(out, schema.DATA_DIR)))
+    else:
+        fs.delete([fs.join(out, n) for n in (schema.DATA_DIR, schema.REJECTS_DIR, schema.STATS_FILE,
+                                              schema.COMPLETE_MARKER)])
+    fs.makedirs(fs.join(out, schema.DATA_DIR))
+
+
+# --- the plan -------------------------------------------------------------------------------------
+def plan(job: ScoreJob) -> Plan:
+    """Check the input, the teacher and (with --resume) the shards already written; then prepare OUT."""
+    cfg = job.cfg  # its values were checked when it was built (transferset.config)
+    input_files = transfer.data_files(job.input)
+    transfer.require_complete(job.input, allow_incomplete=cfg.allow_incomplete)
+    input_meta = transfer.read_metadata(job.input)
+    input_labels = list(input_meta.get(schema.META_LABEL_NAMES) or [])
+
+    # A remote teacher is copied fresh, so the hash recorded below is the one the workers must find.
+    teacher_dir = remote.local_teacher(job.teacher, refresh=True)
+    loading.require_local_dir(teacher_dir)
+    weights = loading.check_weights(teacher_dir, allow_pickle=cfg.allow_pickle)
+    config = loading.load_config(teacher_dir, trust_remote_code=cfg.trust_remote_code)
+    teacher_labels = loading.label_names_of(config)
+    _check_labels(job.teacher, teacher_labels, job.input, input_labels)
+    tokenizer = loading.load_tokenizer(teacher_dir, trust_remote_code=cfg.trust_remote_code)
+
+    from transferset.teacher.train import trained_max_length
+
+    max_length = int(cfg.max_length or trained_max_length(teacher_dir) or scoring.DEFAULT_MAX_LENGTH)
+    num_layers = int(config.num_hidden_layers)
+    normalized = scoring.normalize_layers(cfg.layers, num_layers)
+    layers = [num_layers] + [k for k in normalized if k != num_layers]
+    hidden_size = int(config.hidden_size)
+    identity = input_identity(job.input, input_files)
+
+    metadata = dict(input_meta)  # keeps the augmentation config and seed of the input
+    metadata.update(schema.base_metadata(
+        teacher_labels,
+        **{
+            schema.META_TEACHER_ID: job.teacher if fs.is_remote(job.teacher) else os.path.abspath(job.teacher),
+            schema.META_TEACHER_SHA256: loading.sha256_of_files(weights),
+            schema.META_TOKENIZER: scoring.tokenizer_info(tokenizer),
+            schema.META_HIDDEN_SPEC: scoring.hidden_spec(cfg.hidden, layers, hidden_size, num_layers),
+            schema.META_MAX_LENGTH: max_length,
+            schema.META_INPUT: identity,
+        },
+    ))
+    output_schema = schema.scored_schema(len(teacher_labels), hidden_size, layers[1:], metadata)
+
+    check_output(job)
+    data_dir = fs.join(job.output, schema.DATA_DIR)
+    existing: list[str] = []
+    existing_rows = 0
+    if job.resume:
+        existing = shards.committed_shards(data_dir)
+        for path in existing:
+            check_resumable(path, metadata)
+        existing_rows = sum(transfer.shard_rows(p) for p in existing)
+    prepare_output(job)  # every check passed: only now is anything under OUT changed
+
+    prefix = shards.run_prefix()
+    stats = {
+        "input": job.input, "teacher": job.teacher, "teacher_sha256": metadata[schema.META_TEACHER_SHA256],
+        "input_fingerprint": identity["fingerprint"], "input_rows_in_footers": identity["rows"],
+        "hidden": cfg.hidden, "layers": layers, "max_length": max_length, "resumed": job.resume,
+        "existing_shards": len(existing), "shard_prefix": prefix,
+    }
+    return Plan(job, input_files, existing, teacher_labels, len(teacher_labels), hidden_size, layers, max_length,
+                metadata, output_schema, prefix, identity["rows"], existing_rows, stats)

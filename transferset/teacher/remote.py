@@ -1,0 +1,86 @@
+"""A teacher directory under a URL (gs://, s3://...): copied once to a local cache, checked by sha256.
+
+transformers loads from local directories, so a remote teacher is copied: on the launching
+machine before the plan (fresh, so its weights hash is the one recorded in the output), and
+once per worker machine in `load_model`, where the copy must hash to the recorded value: a
+teacher replaced under the same URL mid-run is refused instead of mixing two teachers.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import uuid
+from typing import Optional
+
+from transferset import fs
+from transferset.errors import UserError
+from transferset.teacher import loading
+
+CACHE_ENV = "TRANSFERSET_CACHE"  # where remote teachers are copied (default: ~/.cache/transferset)
+COPIED_MARKER = ".transferset-copied"  # written last: a copy without it was interrupted
+
+
+def cache_root() -> str:
+    return os.environ.get(CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "transferset")
+
+
+def cache_dir_for(url: str) -> str:
+    return os.path.join(cache_root(), "teachers", hashlib.sha1(url.rstrip("/").encode("utf-8")).hexdigest()[:16])
+
+
+def _copy_tree(src: str, dst: str) -> int:
+    os.makedirs(dst, exist_ok=True)
+    n = 0
+    for path in fs.listdir(src):
+        target = os.path.join(dst, fs.basename(path))
+        if fs.isdir(path):
+            n += _copy_tree(path, target)
+            continue
+        with fs.open(path) as fh, open(target, "wb") as out:
+            shutil.copyfileobj(fh, out, length=1 << 22)
+        n += 1
+    return n
+
+
+def _download(url: str, target: str) -> None:
+    tmp = f"{target}.tmp-{uuid.uuid4().hex}"
+    if not _copy_tree(url, tmp):
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise UserError(f"--teacher {url}: no files there; pass the URL of a directory written by "
+                        "`transferset teacher` or save_pretrained")
+    open(os.path.join(tmp, COPIED_MARKER), "w").close()
+    old = f"{target}.old-{uuid.uuid4().hex}"
+    if os.path.isdir(target):
+        os.rename(target, old)
+    try:
+        os.rename(tmp, target)
+    except OSError:  # another worker process on this machine finished first: use its copy
+        shutil.rmtree(tmp, ignore_errors=True)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _weights_sha256(directory: str, allow_pickle: bool) -> str:
+    return loading.sha256_of_files(loading.check_weights(directory, allow_pickle=allow_pickle))
+
+
+def local_teacher(teacher: str, *, sha256: Optional[str] = None, refresh: bool = False,
+                  allow_pickle: bool = False) -> str:
+    """A local directory holding `teacher`: the path itself when local, else a cached copy of the URL.
+
+    refresh: copy again even when cached (the launcher, so the hash it records is current).
+    sha256: the weights hash the copy must have (workers); a stale cache is copied again once.
+    """
+    if not fs.is_remote(teacher):
+        return teacher
+    target = cache_dir_for(teacher)
+    cached = os.path.exists(os.path.join(target, COPIED_MARKER))
+    if refresh or not cached or (sha256 and _weights_sha256(target, allow_pickle) != sha256):
+        _download(teacher, target)
+    if sha256:
+        actual = _weights_sha256(target, allow_pickle)
+        if actual != sha256:
+            raise UserError(f"--teacher {teacher}: its weights hash to {actual}, but this run was planned with "
+                            f"{sha256}: the teacher was replaced during the run. Rerun the command (with --resume "
+                            "only if the teacher is the one the output was scored with, else --overwrite)")
+    return target

@@ -1,0 +1,210 @@
+"""The scored output's shard protocol, row routing and stats checks (no Beam: pipelines/score.py wraps them).
+
+Scored rows are committed in shards as they are produced: each shard is written under a
+temporary name, then renamed, so a killed run leaves only whole shards behind and a resumed
+run scores only the ids not in them. A shard is committed every `shard_rows` rows or once
+its oldest row has waited `shard_seconds`, whichever comes first, so a kill loses at most
+that much work.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+import uuid
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from transferset import fs, schema
+from transferset.sources import Reject
+
+LOG = logging.getLogger("transferset.score")
+
+SHARD_PREFIX = "part"  # committed shards: part-<run>-<hash of ids>.parquet
+TMP_PREFIX = "_tmp-"  # shards being written; never read, deleted by the clean-up and by --resume
+PARQUET_SUFFIX = ".parquet"
+
+
+# --- reading the input and the shards already written ---------------------------------------------
+def read_input_rows(path: str) -> Iterator[tuple[str, tuple[dict, str, int]]]:
+    """(id, (row, file, row number)) for every row of one input shard; empty shards yield nothing."""
+    with fs.open(path) as fh:
+        pf = pq.ParquetFile(fh)
+        n = 0
+        for batch in pf.iter_batches(batch_size=4096, columns=list(schema.TRANSFER_COLUMNS)):
+            for row in batch.to_pylist():
+                n += 1
+                yield row[schema.ID], (row, path, n)
+
+
+def read_ids(path: str) -> Iterator[str]:
+    with fs.open(path) as fh:
+        pf = pq.ParquetFile(fh)
+        for batch in pf.iter_batches(batch_size=65536, columns=[schema.ID]):
+            yield from batch.column(0).to_pylist()
+
+
+def committed_shards(data_dir: str) -> list[str]:
+    """The whole shards under data_dir (temporary files of an interrupted write left out)."""
+    return [p for p in fs.listdir(data_dir)
+            if p.endswith(PARQUET_SUFFIX) and not fs.basename(p).startswith(TMP_PREFIX)]
+
+
+def leftover_tmp_files(data_dir: str) -> list[str]:
+    return [p for p in fs.listdir(data_dir) if fs.basename(p).startswith(TMP_PREFIX)]
+
+
+# --- routing --------------------------------------------------------------------------------------
+SCORE, REJECT, DONE, STALE, DUPLICATED = "score", "reject", "done", "stale", "duplicated"
+ROUTES = (SCORE, REJECT, DONE, STALE, DUPLICATED)
+
+
+def reject_record(row: dict, path: str, n: int, reason: str) -> dict:
+    raw = json.dumps({k: row.get(k) for k in schema.TRANSFER_COLUMNS}, ensure_ascii=False)
+    return Reject(path, n, raw, reason).to_dict()
+
+
+def route(key: Optional[str], input_rows: Iterable[tuple[dict, str, int]],
+          existing_ids: Iterable[Any]) -> list[tuple[str, Any]]:
+    """Decide what happens to every row of one id: a list of (route, value).
+
+    `input_rows` are the (row, file, row number) of the input with this id, `existing_ids`
+    one entry per time the id is already in the output (--resume). Routes:
+      SCORE (the row to score), REJECT (a reject record: missing id, empty text, duplicate id),
+      DONE (id already scored), STALE (id in the output but not scorable from the input),
+      DUPLICATED (id in more than one shard of the output).
+    The first row by (file, row number) wins, so the result does not depend on arrival order.
+    """
+    rows = sorted(input_rows, key=lambda r: (r[1], r[2]))
+    n_existing = sum(1 for _ in existing_ids)
+    out: list[tuple[str, Any]] = []
+    if n_existing > 1:
+        out.append((DUPLICATED, key))
+    kept = None
+    for row, path, n in rows:
+        text_b = row.get(schema.TEXT_B)
+        if key is None or not str(key).strip():
+            out.append((REJECT, reject_record(row, path, n, "missing id")))
+        elif not (row.get(schema.TEXT) or "").strip() or (text_b is not None and not text_b.strip()):
+            out.append((REJECT, reject_record(row, path, n, "empty text")))
+        elif kept is not None:
+            out.append((REJECT, reject_record(row, path, n, f"duplicate id {key} (kept {kept[1]} row {kept[2]})")))
+        else:
+            kept = (row, path, n)
+    if kept is None:
+        if n_existing:
+            out.append((STALE, key))
+    elif n_existing:
+        out.append((DONE, key))
+    else:
+        out.append((SCORE, (key, kept[0])))
+    return out
+
+
+# --- writing --------------------------------------------------------------------------------------
+def rows_to_table(rows: Sequence[dict], out_schema: pa.Schema) -> pa.Table:
+    """Scored row dicts -> an Arrow table of `out_schema` (vector columns built from stacked numpy)."""
+    arrays = []
+    for f in out_schema:
+        values = [r[f.name] for r in rows]
+        if pa.types.is_fixed_size_list(f.type):
+            size = f.type.list_size
+            dtype = f.type.value_type.to_pandas_dtype()
+            flat = np.stack(values).astype(dtype) if values else np.empty((0, size), dtype=dtype)
+            if flat.shape[1:] != (size,):
+                raise ValueError(f"column {f.name}: vectors of shape {flat.shape[1:]}, the schema says ({size},)")
+            arrays.append(pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1)), size))
+        else:
+            arrays.append(pa.array(values, type=f.type))
+    return pa.Table.from_arrays(arrays, schema=out_schema)
+
+
+def shard_name(prefix: str, rows: Sequence[dict]) -> str:
+    # The name hashes the shard's ids, so a retried bundle that rewrites the same rows replaces
+    # its earlier file instead of adding a copy.
+    digest = hashlib.sha1("\n".join(r[schema.ID] for r in rows).encode("utf-8")).hexdigest()[:16]
+    return f"{prefix}-{digest}{PARQUET_SUFFIX}"
+
+
+def write_shard(data_dir: str, prefix: str, rows: Sequence[dict], out_schema: pa.Schema) -> tuple[str, int]:
+    """Write rows as one zstd shard, atomically (a temporary name, then a rename); return (path, rows)."""
+    table = rows_to_table(rows, out_schema)
+    final = fs.join(data_dir, shard_name(prefix, rows))
+    tmp = fs.join(data_dir, f"{TMP_PREFIX}{uuid.uuid4().hex}.partial")
+    with fs.open(tmp, "wb") as fh:
+        pq.write_table(table, fh, compression="zstd")
+    fs.rename(tmp, final)
+    return final, table.num_rows
+
+
+def run_prefix(clock: Callable[[], float] = time.time) -> str:
+    """A distinct shard prefix per run: shards of an earlier (interrupted) run are never overwritten."""
+    return f"{SHARD_PREFIX}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime(clock()))}-{uuid.uuid4().hex[:6]}"
+
+
+class ShardBuffer:
+    """When to commit a shard: at `shard_rows` rows, or once the oldest buffered row is `shard_seconds` old.
+
+    The age rule bounds what a kill loses when scoring is slow (a 10,000-row shard of a large
+    teacher on CPU can take an hour). `clock` is injectable so the rule is tested without waiting.
+    """
+
+    def __init__(self, shard_rows: int, shard_seconds: float, clock: Callable[[], float] = time.monotonic):
+        self.shard_rows, self.shard_seconds, self.clock = shard_rows, shard_seconds, clock
+        self.rows: list[dict] = []
+        self.since = 0.0
+
+    def add(self, row: dict) -> Optional[list[dict]]:
+        """Buffer one row; return the rows to commit now, or None."""
+        if not self.rows:
+            self.since = self.clock()
+        self.rows.append(row)
+        if len(self.rows) >= self.shard_rows or self.clock() - self.since >= self.shard_seconds:
+            return self.take()
+        return None
+
+    def take(self) -> list[dict]:
+        rows, self.rows = self.rows, []
+        return rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+def clean_up_shards(committed: Sequence[str], data_dir: str, prefix: str, out_schema: pa.Schema) -> int:
+    """Delete shards of this run that no committed bundle produced (failed attempts); return the shard count.
+
+    When nothing at all was written (every row rejected), an empty shard keeps the schema and
+    metadata readable.
+    """
+    keep = set(committed)
+    files = fs.listdir(data_dir)
+    stray = [p for p in files if (fs.basename(p).startswith(prefix) and p not in keep)
+             or fs.basename(p).startswith(TMP_PREFIX)]
+    if stray:
+        LOG.warning("deleting %d shard(s) left by failed bundle attempts", len(stray))
+        fs.delete(stray)
+    shards = [p for p in files if p.endswith(PARQUET_SUFFIX) and p not in stray]
+    if not shards:
+        write_shard(data_dir, f"{prefix}-empty", [], out_schema)
+        return 1
+    return len(shards)
+
+
+# --- the run's stats --------------------------------------------------------------------------------
+def check_stats(stats: dict) -> None:
+    """Refuse to mark an output complete when its counts do not reconcile (the plan's checks should
+    have stopped such a run before it started: this is the last line of defence)."""
+    if stats["existing_ids_not_in_input"]:
+        raise ValueError(f"{stats['existing_ids_not_in_input']} id(s) in the output are not in the input: "
+                         "this output was resumed with a different input; rerun with --overwrite")
+    if stats["existing_ids_written_twice"]:
+        raise ValueError(f"{stats['existing_ids_written_twice']} id(s) appear in more than one shard of the output; "
+                         "rerun with --overwrite")
+    if stats["input_rows"] != stats["scored"] + stats["rejected"]:
+        raise ValueError(f"stats do not reconcile: input_rows {stats['input_rows']} != scored {stats['scored']} "
+                         f"+ rejected {stats['rejected']}")
