@@ -24,6 +24,7 @@ from transferset.sources import Example, Reject, SourceSpec, detect_format, infe
 from pipelines import options as opts
 
 log = logging.getLogger("transferset")
+METRICS_NAMESPACE = "transferset_augment"
 
 EPILOG = """examples:
   transferset augment --input ../shared/data/sst2/train.tsv --exclude ../shared/data/sst2/dev.tsv \\
@@ -48,9 +49,13 @@ class AugmentJob:
 
 def _read(spec: SourceSpec):
     progress = Progress(f"read {spec.path}")
+    read = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "rows_read")
+    rejected = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "rows_rejected")
     for rec in read_source(spec, opener=FileSystems.open):
         progress.update()
+        read.inc()
         if isinstance(rec, Reject):
+            rejected.inc()
             yield beam.pvalue.TaggedOutput("rejects", rec)
         else:
             yield rec
@@ -133,11 +138,15 @@ def _resolve(item):
 
 
 class _ToRecords(beam.DoFn):
+    def setup(self):
+        self.written = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "rows_written")
+
     def start_bundle(self):
         self.progress = Progress("rows written (originals and variants)")
 
     def process(self, row):
         self.progress.update()
+        self.written.inc()
         yield to_record(row)
 
 

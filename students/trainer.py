@@ -177,7 +177,10 @@ def train(cfg: StudentConfig, transfer_dir: str, dev_path: str, output: str, *, 
     model_dir = os.path.join(output, schema.STUDENT_MODEL_DIR)
     if os.path.exists(model_dir) and not overwrite:
         raise UserError(f"{model_dir} already exists; pass --overwrite or choose another --output")
-    # ---- setup: the dev data is checked against the set's label names before the (longer) setup.
+    # ---- setup: a set whose scoring did not finish is refused; the dev data is checked against
+    # the set's label names before the (longer) setup.
+    transfer.data_files(transfer_dir)  # a folder holding no transfer set at all says so first
+    transfer.require_complete(transfer_dir, allow_incomplete=cfg.allow_incomplete)
     dev = read_eval_data(dev_path, transfer.label_names(transfer_dir, scored=True),
                          text_b_column=cfg.dev_text_b_column)
     s = setup(cfg, transfer_dir)

@@ -219,6 +219,7 @@ class StudentConfig:
     shuffle_rows: int = 16384  # rows held in memory for shuffling
     threads: Optional[int] = None  # torch CPU threads (None: leave torch's setting alone)
     dev_text_b_column: Optional[str] = None  # sentence pairs: the dev file's second text column
+    allow_incomplete: bool = False  # train on a scored set whose run did not finish (no _COMPLETE marker)
     # loss weights (of the joint schedule; the other schedules use them where their stage needs one)
     ce: float = 1.0  # cross-entropy on gold labels (rows with a label)
     mse: float = 1.0  # MSE on logits (Tang et al. 2019)

@@ -131,14 +131,14 @@ def write_report(paths: dict, cfg: dict, log=print) -> dict[str, Any]:
     run_dir = paths["run_dir"]
     fig_dir = os.path.join(run_dir, "report_files")
     os.makedirs(fig_dir, exist_ok=True)
-    with open(os.path.join(paths["teacher"], "metrics.json")) as fh:
+    with open(os.path.join(paths["teacher"], schema.METRICS_FILE)) as fh:
         tmetrics = json.load(fh)
     tlat = teacher_latency(paths["teacher"], _dev_texts(paths["dev"]))
     rows = [{"name": "teacher", "dev_accuracy": tmetrics["best_dev_accuracy"], "agreement": None,
              "parameters": tlat["parameters"], "latency_1": tlat["batch_1"], "latency_64": tlat["batch_64"]}]
     curves = []
     for name, out in paths["students"].items():
-        with open(os.path.join(out, "metrics.json")) as fh:
+        with open(os.path.join(out, schema.METRICS_FILE)) as fh:
             m = json.load(fh)
         lat = m["latency_ms_per_example"]
         rows.append({"name": f"student: {name} ({m['student']}, {m['schedule']})", "dev_accuracy": m["dev_accuracy"],

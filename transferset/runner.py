@@ -238,7 +238,7 @@ def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=T
         teacher_dir = os.path.join(run_dir, "teacher")
         t = replace(cfg.teacher, limit=limit) if limit else cfg.teacher
         teacher_key = stage_key("teacher", _settings(t), [data_key])
-        Stage("teacher", teacher_dir, teacher_key, "metrics.json").run(
+        Stage("teacher", teacher_dir, teacher_key, schema.METRICS_FILE).run(
             lambda: train_teacher(t, train=labeled, dev=dev, output=teacher_dir, overwrite=True), log)
 
     # augment
@@ -278,7 +278,7 @@ def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=T
     for name, s_cfg in cfg.students.items():
         out = os.path.join(run_dir, "students", name)
         key = stage_key("student", _settings(s_cfg), [score_key, dev_score_key])
-        Stage(f"students.{name}", out, key, "metrics.json").run(
+        Stage(f"students.{name}", out, key, schema.METRICS_FILE).run(
             lambda s_cfg=s_cfg, out=out: train_student(s_cfg, scored_dir, dev_scored, out, overwrite=True), log)
         students[name] = out
 

@@ -204,3 +204,22 @@ def test_no_tagging_when_no_variants_are_made():
 
     assert any("TagPOS" in label for label in labels(AugmentConfig(n_iter=2)))
     assert not any("TagPOS" in label or "PosVocabulary" in label for label in labels(AugmentConfig(n_iter=0)))
+
+
+def test_metrics_counters(tmp_path):
+    """Rows read, rejected and written reach Beam's metrics (the Dataflow UI shows them)."""
+    from apache_beam.metrics.metric import MetricsFilter
+
+    from pipelines.augment import METRICS_NAMESPACE
+
+    src = tmp_path / "in.tsv"
+    src.write_text("sentence\tlabel\na fine film\t1\n\t0\nawful acting\t0\n")
+    p = beam.Pipeline(options=PipelineOptions(["--runner=FnApiRunner"]))
+    build(p, AugmentJob(inputs=(SourceSpec(path=str(src), label_names=("0", "1")),), output=str(tmp_path / "out"),
+                        label_names=("0", "1"), augment=AugmentConfig(ops=("mask",), p_mask=0.5, n_iter=2)))
+    result = p.run()
+    result.wait_until_finish()
+    found = result.metrics().query(MetricsFilter().with_namespace(METRICS_NAMESPACE))["counters"]
+    counters = {c.key.metric.name: c.result for c in found}
+    assert counters["rows_read"] == 3 and counters["rows_rejected"] == 1
+    assert counters["rows_written"] == _stats(tmp_path / "out")["output_rows"] >= 2

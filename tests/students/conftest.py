@@ -107,8 +107,11 @@ def fixed_list(values: np.ndarray, dtype) -> pa.FixedSizeListArray:
 
 
 def write_scored(out: Path, examples, hidden: np.ndarray, layers: dict, logits: np.ndarray, labels_kept: list, *,
-                 teacher_meta: dict, label_names=("0", "1"), drop_teacher=False, teacher_dir: str) -> Path:
-    """Write a scored set (two shards plus an empty one, as Beam can produce) under out/data/."""
+                 teacher_meta: dict, label_names=("0", "1"), drop_teacher=False, teacher_dir: str,
+                 complete: bool = True) -> Path:
+    """Write a scored set (two shards plus an empty one, as Beam can produce) under out/data/.
+
+    `complete` writes the completion marker that `score` writes last, as a finished run would."""
     meta = schema.base_metadata(label_names, **{
         schema.META_TEACHER_ID: teacher_dir, schema.META_TEACHER_SHA256: "stand-in: MiniLM + fitted head",
         schema.META_MAX_LENGTH: MAX_LENGTH, schema.META_SEED: 0, **teacher_meta})
@@ -134,6 +137,8 @@ def write_scored(out: Path, examples, hidden: np.ndarray, layers: dict, logits: 
     pq.write_table(table.slice(0, half), data / "part-00000.parquet", compression="zstd")
     pq.write_table(table.slice(half), data / "part-00001.parquet", compression="zstd")
     pq.write_table(table.slice(0, 0), data / "part-00002.parquet", compression="zstd")
+    if complete:
+        (out / schema.COMPLETE_MARKER).write_text("")
     return out
 
 

@@ -84,6 +84,18 @@ def test_refuses_a_transfer_set_without_teacher_columns(tmp_path, tiny_scored, s
     assert "run `transferset score` on it first" in err and "part-00000.parquet" in err
 
 
+def test_refuses_an_incomplete_scored_set_unless_allowed(tmp_path, tiny_scored, sst2_dev200, capsys):
+    killed = str(write_scored(tmp_path / "killed", **{**tiny_scored, "complete": False}))
+    args = ["--transfer", killed, "--dev", sst2_dev200, "--output", str(tmp_path / "o"), "--epochs", "1",
+            "--config", str(tmp_path / "small.yaml"), "--no-progress"]
+    (tmp_path / "small.yaml").write_text("model: {embed_dim: 8, hidden: 8}\nembed_init: random\n")
+    rc, err = _train(args, capsys)
+    assert rc == 1 and f"{killed} is incomplete: no" in err and schema.COMPLETE_MARKER in err
+    assert "--allow-incomplete" in err and not (tmp_path / "o").exists()
+    rc, err = _train(args + ["--allow-incomplete"], capsys)
+    assert rc == 0 and (tmp_path / "o" / schema.METRICS_FILE).exists()
+
+
 def test_refuses_label_names_that_differ_from_the_dev_data(tmp_path, tiny_scored, sst2_dev200, capsys):
     other = str(write_scored(tmp_path / "other", **{**tiny_scored, "label_names": ("negative", "positive")}))
     rc, err = _train(["--transfer", other, "--dev", sst2_dev200, "--output", str(tmp_path / "o")], capsys)

@@ -20,7 +20,7 @@ from transferset.sources import Example, Reject, SourceSpec
 from transferset.teacher import loading
 from transferset.teacher.scoring import pad_batch
 
-METRICS_FILE = "metrics.json"
+METRICS_FILE = schema.METRICS_FILE  # kept: tests and callers import it from here
 
 
 @dataclass
