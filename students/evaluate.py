@@ -35,6 +35,9 @@ def evaluate(model_path: str, data_path: str, *, text_column=None, label_column:
     from students.data import read_eval_data
     from students.student import accuracy, load_student
 
+    from students.trainer import require_input
+
+    require_input(data_path, "--data")
     student = load_student(model_path, max_length=max_length)
     data = read_eval_data(data_path, student.label_names, text_column=text_column, label_column=label_column,
                           text_b_column=text_b_column)

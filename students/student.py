@@ -20,6 +20,7 @@ from students.build import HF_FAMILY, Family, Setup, family, load_hf_classifier
 from students.losses import NO_LABEL
 from transferset import __version__, schema
 from transferset.errors import UserError
+from transferset.teacher.loading import check_safetensors
 from transferset.timing import ms_per_example
 
 
@@ -91,6 +92,9 @@ def load_student(path: str, max_length: Optional[int] = None) -> Student:
         with open(sidecar_path, encoding="utf-8") as fh:
             sidecar = json.load(fh)
         fam = family(sidecar.get("family"), sidecar_path)
+        for name in sorted(os.listdir(model_dir)):
+            if name.endswith(".safetensors"):  # a damaged file: one clear message, not a loader traceback
+                check_safetensors(os.path.join(model_dir, name))
         model, tokens = fam.load(model_dir, sidecar)
         if max_length is not None:
             tokens.max_length = max_length

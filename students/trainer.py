@@ -26,7 +26,7 @@ from students.plots import plot_curves
 from students.schedules import Phase, phases
 from students.student import Student, accuracy, latency_ms, save_student
 from transferset import config as config_lib
-from transferset import schema, transfer
+from transferset import fs, schema, sources, transfer
 from transferset.config import StudentConfig
 from transferset.errors import UserError
 
@@ -171,6 +171,13 @@ def evaluate_run(s: Setup, student: Student, transfer_dir: str, dev: EvalData) -
 # --------------------------------------------------------------------------- the whole run
 
 
+def require_input(path: str, flag: str) -> None:
+    """A missing data file is the user's to fix: say which flag points where."""
+    if not path.startswith(sources.HF_PREFIX) and not fs.exists(path):
+        raise UserError(f"{flag} {path}: no such file or directory; check the path (a labeled "
+                        ".tsv/.csv/.jsonl/.parquet file or a scored transfer-set directory)")
+
+
 def train(cfg: StudentConfig, transfer_dir: str, dev_path: str, output: str, *, overwrite: bool = False,
           progress: bool = True) -> dict:
     """Train a student; write OUTPUT/model/, OUTPUT/metrics.json, OUTPUT/curves.png; return the metrics."""
@@ -180,6 +187,7 @@ def train(cfg: StudentConfig, transfer_dir: str, dev_path: str, output: str, *, 
     # ---- setup: a set whose scoring did not finish is refused; the dev data is checked against
     # the set's label names before the (longer) setup.
     transfer.data_files(transfer_dir)  # a folder holding no transfer set at all says so first
+    require_input(dev_path, "--dev")
     transfer.require_complete(transfer_dir, allow_incomplete=cfg.allow_incomplete)
     dev = read_eval_data(dev_path, transfer.label_names(transfer_dir, scored=True),
                          text_b_column=cfg.dev_text_b_column)

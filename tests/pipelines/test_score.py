@@ -448,3 +448,16 @@ def test_remote_input_and_teacher(tmp_path, monkeypatch, transfer_dir, teacher_d
     assert (stats["input_rows"], stats["scored"], stats["rejected"]) == (22, 20, 2)
     assert_matches_reference(transfer.read_table(out), {r[schema.ID]: r for r in rows}, reference)
     fs.delete(base)
+
+
+def test_truncated_teacher_refused_before_the_pipeline(tmp_path, transfer_dir, teacher_dir, capsys):
+    import shutil
+
+    broken = tmp_path / "teacher"
+    shutil.copytree(teacher_dir, broken)
+    weights = broken / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    rc = cli.main(["score", "--input", transfer_dir[0], "--teacher", str(broken), "--output", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert rc == 1 and "Traceback" not in err and len(err.strip().splitlines()) <= 3
+    assert f"{weights}: truncated or not a safetensors file" in err and not (tmp_path / "o").exists()

@@ -171,3 +171,11 @@ def test_demo_config_runs_end_to_end_reduced(sst2_dir, tmp_path, capsys):
     assert {d: (run_dir / d / STAGE_FILE).stat().st_mtime_ns for d in ("teacher", "transfer", "scored")} == stamps
     assert (run_dir / "students" / "labels_only" / STAGE_FILE).stat().st_mtime_ns == labels_only
     assert (run_dir / "students" / "distilled" / STAGE_FILE).stat().st_mtime_ns != distilled
+
+
+def test_invalid_yaml_is_one_message_on_the_command_line(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("students: {s: [\n")
+    assert main(["run", "--config", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert f"transferset run: error: {bad}: not valid YAML" in err and "Traceback" not in err
