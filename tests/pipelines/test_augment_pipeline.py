@@ -89,6 +89,7 @@ def test_rows_follow_the_contract(tang_run):
     assert pq.ParquetFile(f).metadata.row_group(0).column(0).compression == "ZSTD"
 
 
+@pytest.mark.integration  # two worker processes start: the slowest pipeline test
 def test_one_and_two_workers_give_the_same_rows(sst2_dir, tmp_path, head_tsv):
     path = head_tsv(sst2_dir / "train.tsv", tmp_path / "train.tsv", 200)
     outs = []
