@@ -6,7 +6,6 @@ import json
 
 from transferset import config
 from transferset.config import StudentConfig
-from transferset.errors import UserError
 
 EPILOG = """\
 --config takes a YAML mapping of StudentConfig settings (transferset/config.py; the same keys as an
@@ -30,25 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     config.add_arguments(parser, StudentConfig, title="settings (StudentConfig; also keys of --config)")
 
 
-def read_yaml(path: str) -> dict:
-    import yaml
-
-    try:
-        with open(path, encoding="utf-8") as fh:
-            loaded = yaml.safe_load(fh)
-    except OSError as exc:
-        raise UserError(f"--config {path}: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        raise UserError(f"--config {path}: not valid YAML: {exc}") from exc
-    if loaded is None:
-        return {}
-    if not isinstance(loaded, dict):
-        raise UserError(f"--config {path}: expected a mapping of settings, got {type(loaded).__name__}")
-    return loaded
-
-
 def load_config(args: argparse.Namespace) -> StudentConfig:
-    base = read_yaml(args.config) if args.config else None
+    base = config.read_yaml(args.config, "--config") if args.config else None
     return config.from_args(StudentConfig, args, base=base, where=args.config or "command line")
 
 

@@ -450,6 +450,26 @@ def load(cls: type[T], values: Mapping[str, Any], where: str, flag_style: bool =
         raise ConfigError(format_errors(cls, exc, where, flag_style)) from None
 
 
+def read_yaml(path: str, what: str = "config") -> dict[str, Any]:
+    """A YAML file of settings as a plain mapping; a missing, unparsable or non-mapping file is a UserError."""
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            raw = yaml.safe_load(fh)
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such {what} file (see configs/ for examples)") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read the {what} file: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise UserError(f"{path}: not valid YAML: {exc}") from None
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise UserError(f"{path}: a {what} is a YAML mapping of settings, got {type(raw).__name__}")
+    return raw
+
+
 def to_dict(cfg: Any) -> dict[str, Any]:
     """Plain values (lists for tuples) that `load` accepts back: for YAML, JSON and stage hashes."""
     return json.loads(json.dumps(dataclasses.asdict(cfg), default=list))

@@ -38,21 +38,6 @@ examples:
 
 # --- configuration ---------------------------------------------------------------
 
-def read_yaml(path: str) -> dict:
-    if not os.path.exists(path):
-        raise UserError(f"{path}: no such config file (see configs/ for examples)")
-    try:
-        with open(path, encoding="utf-8") as fh:
-            raw = yaml.safe_load(fh)
-    except yaml.YAMLError as exc:
-        raise UserError(f"{path}: not valid YAML: {exc}") from None
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict):
-        raise UserError(f"{path}: a config is a YAML mapping of settings, got {type(raw).__name__}")
-    return raw
-
-
 def apply_override(raw: dict, item: str) -> None:
     """`a.b.c=value` (a YAML value) into the raw config mapping."""
     if "=" not in item:
@@ -77,7 +62,7 @@ def apply_override(raw: dict, item: str) -> None:
 
 def load_config(path: str, overrides: Sequence[str] = ()) -> RunConfig:
     """The run config of a YAML file plus key=value overrides, type-checked before anything runs."""
-    raw = read_yaml(path)
+    raw = config.read_yaml(path)
     for item in overrides:
         apply_override(raw, item)
     return config.load(RunConfig, raw, where=path)

@@ -1,6 +1,5 @@
 """transferset.teacher.shards without Beam: routing, the commit rule, atomic shards, clean-up, stats checks."""
 import json
-import os
 import uuid
 
 import numpy as np
