@@ -122,7 +122,7 @@ def _expand(item, cfg: AugmentConfig, pos_vocab=None):
     if pos_vocab is not None:
         ctx = {**ctx, "pos_vocab": pos_vocab}
     yield original_row(ex.source_id, ex.text, ex.text_b, ex.label)
-    for row in variant_rows(ex.source_id, ex.text, ex.text_b, cfg=cfg, context=ctx):
+    for row in variant_rows(ex.source_id, ex.text, ex.text_b, cfg=cfg, context=ctx, labeled=ex.label is not None):
         yield beam.pvalue.TaggedOutput("variants", row)
 
 
@@ -197,13 +197,13 @@ def build(p: beam.Pipeline, job: AugmentJob) -> dict:
     items = guarded.kept | "NoContext" >> beam.Map(lambda ex: (ex, {}))
     pos_vocab = None
     # With no variants to make (n_iter 0: unlabeled text as is), tagging and the MLM are skipped.
-    if cfg.n_iter and cfg.needs("tags"):
+    if cfg.makes_variants and cfg.needs("tags"):
         items = (items
                  | "BatchForTagger" >> beam.BatchElements(min_batch_size=min(64, cfg.tag_batch_size),
                                                          max_batch_size=cfg.tag_batch_size)
                  | "TagPOS" >> beam.ParDo(_Tag(cfg.spacy_model, cfg.tag_batch_size)))
         pos_vocab = beam.pvalue.AsSingleton(items | "PosVocabulary" >> beam.CombineGlobally(_PosVocab()))
-    if cfg.n_iter and cfg.needs("candidates"):
+    if cfg.makes_variants and cfg.needs("candidates"):
         items = (items
                  | "BatchForMLM" >> beam.BatchElements(min_batch_size=min(8, cfg.mlm_batch_size),
                                                        max_batch_size=cfg.mlm_batch_size)
@@ -265,7 +265,8 @@ def build(p: beam.Pipeline, job: AugmentJob) -> dict:
         stats["problems"] = problems
         return not problems
 
-    static = {"recipe": cfg.recipe, "ops": list(cfg.ops), "n_iter": cfg.n_iter, "seed": cfg.seed,
+    static = {"recipe": cfg.recipe, "ops": list(cfg.ops), "n_iter": cfg.n_iter,
+              "unlabeled_n_iter": cfg.variants_for(False), "seed": cfg.seed,
               "label_names": list(job.label_names)}
     finished = p | "Finalize" >> opts.Finalize(job.output, counts, wait_on=[written, rejects_written],
                                                static=static, check=check)

@@ -70,6 +70,7 @@ class AugmentConfig:
     recipe: str = "tang"  # tang: mask-or-POS per word, then n-gram (Tang et al. 2019); tinybert: MLM replacement
     ops: Optional[Names] = None  # compose ops by name instead of a recipe, e.g. mask,ngram (None: the recipe's)
     n_iter: int = 20  # variants sampled per example (Tang et al.: 20; TinyBERT SST-2: 20)
+    unlabeled_n_iter: Optional[int] = None  # variants per unlabeled example (None: n_iter; 0: the text as is)
     seed: int = 0  # a row depends only on (seed, source id, variant index, settings)
     p_mask: float = 0.1  # per word: probability of [MASK]
     p_pos: float = 0.1  # per word: probability of a same-POS word drawn from the corpus unigram distribution
@@ -99,11 +100,21 @@ class AugmentConfig:
                 registry.get(name)
             except KeyError as exc:  # a ValueError reaches the user as a config error
                 raise ValueError(exc.args[0]) from None
-        _at_least(self, n_iter=0, max_n=1, mlm_top_k=1, max_chars=1, tag_batch_size=1, mlm_batch_size=1)
+        _at_least(self, n_iter=0, unlabeled_n_iter=0, max_n=1, mlm_top_k=1, max_chars=1, tag_batch_size=1, mlm_batch_size=1)
         _probabilities(self, "p_mask", "p_pos", "p_ng", "p_mlm")
         total = sum(getattr(self, registry.get(n).prob) for n in self.word_ops)
         if total > 1:
             raise ValueError(f"word-op probabilities sum to {total} > 1 for ops {self.word_ops}")
+
+    def variants_for(self, labeled: bool) -> int:
+        """How many variants an example gets: unlabeled text may have its own number."""
+        if labeled or self.unlabeled_n_iter is None:
+            return self.n_iter
+        return self.unlabeled_n_iter
+
+    @property
+    def makes_variants(self) -> bool:
+        return self.variants_for(True) > 0 or self.variants_for(False) > 0
 
     @property
     def word_ops(self) -> tuple[str, ...]:

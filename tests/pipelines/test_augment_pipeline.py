@@ -161,6 +161,24 @@ def test_unlabeled_text_is_augmented_without_labels(tmp_path):
     assert orig == {"a fine film": 1, "an unlabeled review of a movie": None}
 
 
+def test_unlabeled_text_may_have_its_own_number_of_variants(tmp_path):
+    lab = tmp_path / "lab.tsv"
+    lab.write_text("sentence\tlabel\na fine film with a good story\t1\n")
+    unl = tmp_path / "unl.jsonl"
+    unl.write_text('{"text": "an unlabeled review of a long movie"}\n{"text": "another review of a dull film"}\n')
+    out = tmp_path / "out"
+    assert main(["augment", "--input", str(lab), "--unlabeled", str(unl), "--output", str(out), "--n-iter", "4",
+                 "--unlabeled-n-iter", "0", "--ops", "mask", "--p-mask", "0.5"]) == 0
+    rows = _rows(out)
+    sources = {r[schema.SOURCE_ID]: r[schema.TEXT] for r in rows if not r[schema.OPS]}
+    variants_of = {text: sum(1 for r in rows if r[schema.OPS] and r[schema.SOURCE_ID] == sid)
+                   for sid, text in sources.items()}
+    assert variants_of["an unlabeled review of a long movie"] == variants_of["another review of a dull film"] == 0
+    assert variants_of["a fine film with a good story"] >= 2  # 4 drawn; a few may repeat and be deduplicated
+    stats = _stats(out)
+    assert (stats["n_iter"], stats["unlabeled_n_iter"], stats["variants_generated"]) == (4, 0, 4)
+
+
 def test_tinybert_recipe_in_a_test_pipeline(tiny_mlm_dir, tmp_path):
     src = tmp_path / "in.tsv"
     src.write_text("sentence\tlabel\nthe film was great and funny\t1\na boring plot , awful acting\t0\n")

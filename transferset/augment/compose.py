@@ -29,8 +29,8 @@ def split_words(text: str) -> list[str]:
 
 
 def generate(words: Sequence[str], *, source_id: str, cfg: AugmentConfig,
-             context: Optional[Mapping[str, Any]] = None) -> Iterator[Variant]:
-    """`cfg.n_iter` variants of one example; each depends only on (seed, source_id, index, cfg).
+             context: Optional[Mapping[str, Any]] = None, n_iter: Optional[int] = None) -> Iterator[Variant]:
+    """`n_iter` (default `cfg.n_iter`) variants of one example; each depends only on (seed, source_id, index, cfg).
 
     `context` holds what ops need: tags (per word), pos_vocab, candidates (MLM).
     Ops that changed nothing are left out of a variant's provenance.
@@ -40,7 +40,7 @@ def generate(words: Sequence[str], *, source_id: str, cfg: AugmentConfig,
     probs = np.cumsum([getattr(cfg, op.prob) for op in word_ops]) if word_ops else np.zeros(0)
     params = {"p_ng": cfg.p_ng, "max_n": cfg.max_n, "mask_token": cfg.mask_token}
     source_key = source_int(source_id)  # hashed once per example, not once per variant
-    for v in range(cfg.n_iter):
+    for v in range(cfg.n_iter if n_iter is None else n_iter):
         rng = rng_for(cfg.seed, source_key, v)
         current = list(words)
         applied: list[str] = []
@@ -85,9 +85,10 @@ def original_row(source_id: str, text: str, text_b: Optional[str], label: Option
 
 
 def variant_rows(source_id: str, text: str, text_b: Optional[str], *, cfg: AugmentConfig,
-                 context: Optional[Mapping[str, Any]] = None) -> Iterator[Row]:
+                 context: Optional[Mapping[str, Any]] = None, labeled: bool = True) -> Iterator[Row]:
     """Variant rows of one example: no gold label (the teacher labels them)."""
-    for var in generate(split_words(text), source_id=source_id, cfg=cfg, context=context):
+    for var in generate(split_words(text), source_id=source_id, cfg=cfg, context=context,
+                        n_iter=cfg.variants_for(labeled)):
         new_text = " ".join(var.words)
         yield Row(row_id(source_id, var.ops, var.variant, new_text, text_b), source_id, new_text, text_b,
                   tuple(var.ops), None, var.variant)
