@@ -24,3 +24,32 @@ def test_bilstm_presets_tang_and_xtremedistil():
     assert tang.head.out_features == 200 and tang.config.head_act == "relu" and tang.config.pool == "last"
     xd = bilstm.BiLSTM(bilstm.BiLSTMConfig(vocab_size=100, **bilstm.PRESETS["xtremedistil"]))
     assert xd.config.pool == "max" and xd.config.head_act == "gelu" and xd.head.out_features == 384
+
+
+@pytest.mark.parametrize("layers", [1, 2])
+def test_padded_directions_equal_the_packed_bidirectional_lstm(layers):
+    """The two directions run over padded rows give exactly what nn.LSTM gives on a packed sequence."""
+    from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+    torch.manual_seed(0)
+    model = bilstm.BiLSTM(bilstm.BiLSTMConfig(vocab_size=40, embed_dim=8, hidden=6, layers=layers)).eval()
+    lengths = torch.tensor([3, 7, 1, 5])
+    x = torch.randn(4, 7, 8)
+    x[torch.arange(7).unsqueeze(0) >= lengths.unsqueeze(1)] = 5.0  # padding that must not leak anywhere
+    with torch.no_grad():
+        out, last = model.encode(x, lengths)
+        packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+        ref, (h, _) = model.lstm(packed)
+        ref, _ = pad_packed_sequence(ref, batch_first=True, total_length=7)
+    valid = (torch.arange(7).unsqueeze(0) < lengths.unsqueeze(1)).unsqueeze(-1)
+    torch.testing.assert_close(out * valid, ref * valid, atol=1e-6, rtol=0)
+    torch.testing.assert_close(last, torch.cat([h[-2], h[-1]], dim=-1), atol=1e-6, rtol=0)
+
+
+def test_gradients_reach_both_directions_of_every_layer():
+    torch.manual_seed(0)
+    model = bilstm.BiLSTM(bilstm.BiLSTMConfig(vocab_size=40, embed_dim=8, hidden=6, head_dim=5, layers=2))
+    ids = torch.tensor([[5, 6, 7, 0], [9, 10, 11, 12]])
+    model(ids, ids != 0)["logits"].sum().backward()
+    for name, p in model.lstm.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
