@@ -507,7 +507,9 @@ def field_help(cls: type) -> dict[str, str]:
             continue
         name = code.split(":", 1)[0].strip()
         if name in names and ":" in code:
-            text = " ".join(pending + ([comment] if comment else []))
+            # A field's own comment wins; lines above it document it only when it has none
+            # (otherwise they are a section heading, e.g. "# loss weights").
+            text = comment or " ".join(pending)
             if text:
                 out[name] = text
         pending = []
