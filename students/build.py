@@ -74,7 +74,7 @@ def pkd_columns(transfer_dir: str, names: Sequence[str], meta: dict, layer_map: 
     teacher_hidden_l{k}, so the last one is found through the hidden spec.
     """
     spec = meta.get(schema.META_HIDDEN_SPEC)
-    main_layer = spec.get("layer") if isinstance(spec, dict) else None
+    main_layer = spec.get(schema.HIDDEN_LAYER) if isinstance(spec, dict) else None
     out, missing = [], []
     for k in layer_map:
         if schema.hidden_layer_column(k) in names:

@@ -51,6 +51,15 @@ META_MAX_LENGTH = META_PREFIX + "max_length"
 # sizes and row counts), so --resume refuses a different input before scoring anything
 META_INPUT = META_PREFIX + "input"
 
+# --- keys of the META_HIDDEN_SPEC value (what teacher_hidden and teacher_hidden_l{k} hold) ------
+HIDDEN_POOLING = "pooling"              # cls | mean
+HIDDEN_LAYER = "layer"                  # hidden_states index behind teacher_hidden (the last layer)
+HIDDEN_EXTRA_LAYERS = "extra_layers"    # indices k of the teacher_hidden_l{k} columns
+HIDDEN_NUM_LAYERS = "num_hidden_layers"  # the teacher's encoder layers
+HIDDEN_SIZE = "hidden_size"
+HIDDEN_DTYPE = "dtype"
+HIDDEN_LAYER_INDEX = "layer_index"      # how to read the indices (0 = embeddings)
+
 # --- output layout ------------------------------------------------------------
 DATA_DIR = "data"
 REJECTS_DIR = "rejects"

@@ -65,3 +65,7 @@ def test_contract_names_types_and_keys_are_pinned():
     assert keys == {k: k for k in keys.values()}
     assert (schema.DATA_DIR, schema.REJECTS_DIR, schema.STATS_FILE, schema.COMPLETE_MARKER) == \
         ("data", "rejects", "stats.json", "_COMPLETE")
+    assert (schema.HIDDEN_POOLING, schema.HIDDEN_LAYER, schema.HIDDEN_EXTRA_LAYERS, schema.HIDDEN_NUM_LAYERS,
+            schema.HIDDEN_SIZE, schema.HIDDEN_DTYPE) == \
+        ("pooling", "layer", "extra_layers", "num_hidden_layers", "hidden_size", "dtype")
+    assert (schema.METRICS_FILE, schema.CURVES_FILE, schema.STUDENT_MODEL_DIR) == ("metrics.json", "curves.png", "model")

@@ -305,13 +305,13 @@ def check_forward_options(forward: str, forward_rows: Optional[int], forward_tok
 
 def hidden_spec(pooling: str, layers: Sequence[int], hidden_size: int, num_hidden_layers: int) -> dict:
     return {
-        "pooling": pooling,
-        "layer": layers[0],
-        "extra_layers": list(layers[1:]),
-        "num_hidden_layers": num_hidden_layers,
-        "hidden_size": hidden_size,
-        "dtype": "float16",
-        "layer_index": "hidden_states index: 0 = embeddings, num_hidden_layers = last layer",
+        schema.HIDDEN_POOLING: pooling,
+        schema.HIDDEN_LAYER: layers[0],
+        schema.HIDDEN_EXTRA_LAYERS: list(layers[1:]),
+        schema.HIDDEN_NUM_LAYERS: num_hidden_layers,
+        schema.HIDDEN_SIZE: hidden_size,
+        schema.HIDDEN_DTYPE: "float16",
+        schema.HIDDEN_LAYER_INDEX: "hidden_states index: 0 = embeddings, num_hidden_layers = last layer",
     }
 
 
