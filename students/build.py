@@ -12,7 +12,6 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
-import pyarrow.parquet as pq
 import torch
 import torch.nn as nn
 
@@ -21,7 +20,7 @@ from students.data import count_rows, iter_texts
 from students.schedules import SCHEDULES
 from students.tokens import (WordPieceTokens, WordTokens, load_tokens, pca_project, teacher_input_embeddings,
                              teacher_state, word_vectors_from_wordpiece)
-from transferset import schema, transfer
+from transferset import fs, schema, transfer
 from transferset.config import StudentConfig
 from transferset.errors import UserError
 
@@ -31,16 +30,42 @@ Batch = dict  # str → tensor (and the batch's texts), as made by students.data
 # --------------------------------------------------------------------------- where the teacher is
 
 
-def _existing_dir(value: Any) -> Optional[str]:
-    return value if isinstance(value, str) and os.path.isdir(value) else None
+def _existing_dir(value: Any, sha256: Optional[str] = None) -> Optional[str]:
+    """A local directory for `value`: itself when it is one, a cached copy when it is a URL (gs://...).
+
+    A URL that holds no directory is treated as a missing local one (None): the caller says what
+    needed it. With `sha256`, the copy must hash to it (the weights the set was scored with).
+    """
+    if not isinstance(value, str):
+        return None
+    if fs.is_remote(value):
+        from transferset.teacher.remote import local_teacher
+
+        try:
+            return local_teacher(value, sha256=sha256) if fs.isdir(value) else None
+        except UserError:
+            if sha256:
+                raise  # another teacher than the one that scored the set: say so
+            return None
+    return value if os.path.isdir(value) else None
+
+
+def _local(value: Optional[str]) -> Optional[str]:
+    """A directory named in the student's settings, made local when it is a URL."""
+    if value and fs.is_remote(value):
+        local = _existing_dir(value)
+        if local is None:
+            raise UserError(f"{value}: no such directory (set in --config)")
+        return local
+    return value
 
 
 def resolve_teacher_dir(cfg: StudentConfig, meta: dict) -> Optional[str]:
-    return cfg.teacher or _existing_dir(meta.get(schema.META_TEACHER_ID))
+    return _local(cfg.teacher) or _existing_dir(meta.get(schema.META_TEACHER_ID), meta.get(schema.META_TEACHER_SHA256))
 
 
 def resolve_tokenizer_dir(cfg: StudentConfig, meta: dict) -> str:
-    for candidate in (cfg.tokenizer, meta.get(schema.META_TOKENIZER), resolve_teacher_dir(cfg, meta)):
+    for candidate in (_local(cfg.tokenizer), meta.get(schema.META_TOKENIZER), resolve_teacher_dir(cfg, meta)):
         if _existing_dir(candidate):
             return candidate
     if isinstance(meta.get(schema.META_TOKENIZER), str):
@@ -315,7 +340,7 @@ def setup(cfg: StudentConfig, transfer_dir: str) -> Setup:
     if len(label_names) < 2:
         raise UserError(f"{transfer_dir}: the transfer set records label names {label_names}; "
                         "a classifier needs at least two (rebuild it with `transferset augment --labels`)")
-    file_schema = pq.read_schema(transfer.data_files(transfer_dir)[0])
+    file_schema = transfer.read_schema(transfer.data_files(transfer_dir)[0])
     logits_width = file_schema.field(schema.TEACHER_LOGITS).type.list_size
     if logits_width != len(label_names):
         raise UserError(f"{transfer_dir}: teacher_logits has {logits_width} classes but the set names "

@@ -2,7 +2,6 @@
 from the scored Parquet through a bounded buffer (memory stays flat however large the set is)."""
 from __future__ import annotations
 
-import os
 import random
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence, Union
@@ -15,7 +14,7 @@ import torch
 from tqdm import tqdm
 
 from students.losses import NO_LABEL, TEACHER_LAYERS
-from transferset import schema, sources, transfer
+from transferset import fs, schema, sources, transfer
 from transferset.errors import UserError
 
 if TYPE_CHECKING:
@@ -35,11 +34,11 @@ class EvalData:
 
 def _scored_parquet(path: str) -> Optional[list[str]]:
     """The Parquet files of `path` when it is a transfer-set directory or a transferset .parquet file, else None."""
-    if os.path.isdir(path):
+    if fs.isdir(path):
         return transfer.data_files(path)
     if path.lower().endswith(".parquet"):
         try:
-            meta = pq.read_schema(path).metadata or {}
+            meta = transfer.read_schema(path).metadata or {}
         except (OSError, pa.ArrowInvalid) as exc:
             raise UserError(f"{path}: cannot read as Parquet: {exc}") from exc
         if schema.META_SCHEMA_VERSION.encode() in meta:
@@ -52,19 +51,25 @@ def read_eval_data(path: str, label_names: Sequence[str], *, text_column: Option
     """Read a labeled file (TSV/CSV/JSONL/Parquet) or a transferset Parquet set for evaluation.
 
     Refuses data whose labels are not among `label_names` (the transfer set's / the model's).
+    `path` may be local or a URL (transferset.fs).
     """
     files = _scored_parquet(path)
     if files is not None:
-        meta = (transfer.read_metadata(path) if os.path.isdir(path)
-                else schema.check_schema(pq.read_schema(path), where=path))
+        meta = (transfer.read_metadata(path) if fs.isdir(path)
+                else schema.check_schema(transfer.read_schema(path), where=path))
         theirs = list(meta.get(schema.META_LABEL_NAMES) or [])
         if theirs != list(label_names):
             raise UserError(f"{path}: label names {theirs} differ from the transfer set's / model's "
                             f"{list(label_names)}; evaluate on data with the same label set")
         cols = [schema.TEXT, schema.TEXT_B, schema.LABEL]
-        has_teacher = schema.TEACHER_LABEL in pq.read_schema(files[0]).names
-        table = pa.concat_tables(pq.read_table(f, columns=cols + ([schema.TEACHER_LABEL] if has_teacher else []))
-                                 for f in files)
+        has_teacher = schema.TEACHER_LABEL in transfer.read_schema(files[0]).names
+        columns = cols + ([schema.TEACHER_LABEL] if has_teacher else [])
+
+        def read(f: str) -> pa.Table:
+            with fs.open(f) as fh:
+                return pq.read_table(fh, columns=columns)
+
+        table = pa.concat_tables(read(f) for f in files)
         labels = table.column(schema.LABEL).fill_null(NO_LABEL).to_numpy().astype(np.int64)
         texts_b = table.column(schema.TEXT_B).to_pylist()
         return EvalData(texts=table.column(schema.TEXT).to_pylist(),
@@ -73,7 +78,7 @@ def read_eval_data(path: str, label_names: Sequence[str], *, text_column: Option
                         teacher_labels=(table.column(schema.TEACHER_LABEL).to_numpy().astype(np.int64)
                                         if has_teacher else None),
                         path=path)
-    found = sources.infer_label_names(path, label_column)
+    found = sources.infer_label_names(path, label_column, opener=fs.open)
     extra = sorted(set(found) - set(label_names))
     if extra:
         raise UserError(f"{path}: label names {list(found)} differ from the transfer set's / model's "
@@ -81,7 +86,7 @@ def read_eval_data(path: str, label_names: Sequence[str], *, text_column: Option
     spec = sources.SourceSpec(path=path, text_column=text_column, label_column=label_column,
                               text_b_column=text_b_column, label_names=tuple(label_names))
     texts, texts_b, labels, rejects = [], [], [], []
-    for rec in sources.read_source(spec):
+    for rec in sources.read_source(spec, opener=fs.open):
         if isinstance(rec, sources.Reject):
             rejects.append(rec)
         else:

@@ -8,13 +8,12 @@ of the file is one row, so accuracy on the scored copy equals accuracy on the fi
 from __future__ import annotations
 
 import json
-import os
 from typing import Optional, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from transferset import schema, sources
+from transferset import fs, schema, sources
 from transferset.augment.seeding import row_id
 from transferset.errors import UserError
 
@@ -24,11 +23,14 @@ EVAL_SET_META = {schema.META_AUGMENT_CONFIG: {"evaluation_set": True}}
 
 def write_eval_set(path: str, out_dir: str, label_names: Sequence[str], *, text_column: Optional[str] = None,
                    label_column: str = sources.DEFAULT_LABEL_COLUMN, text_b_column: Optional[str] = None) -> dict:
-    """Write `path`'s labeled rows under out_dir/data/, its rejects, stats.json and _COMPLETE."""
+    """Write `path`'s labeled rows under out_dir/data/, its rejects, stats.json and _COMPLETE.
+
+    `path` and `out_dir` may be local or URLs (transferset.fs).
+    """
     spec = sources.SourceSpec(path=path, text_column=text_column, label_column=label_column,
                               text_b_column=text_b_column, label_names=tuple(label_names))
     rows, rejects = [], []
-    for rec in sources.read_source(spec):
+    for rec in sources.read_source(spec, opener=fs.open):
         if isinstance(rec, sources.Reject):
             rejects.append(rec)
             continue
@@ -38,17 +40,16 @@ def write_eval_set(path: str, out_dir: str, label_names: Sequence[str], *, text_
                      schema.OPS: [], schema.LABEL: rec.label})
     if not rows:
         raise UserError(sources.summarize_rejects(path, rejects))
-    os.makedirs(os.path.join(out_dir, schema.DATA_DIR), exist_ok=True)
+    fs.makedirs(fs.join(out_dir, schema.DATA_DIR))
     table = pa.Table.from_pylist(rows, schema=schema.transfer_schema(schema.base_metadata(label_names,
                                                                                           **EVAL_SET_META)))
-    pq.write_table(table, os.path.join(out_dir, schema.DATA_DIR, "part-00000.parquet"), compression="zstd")
-    os.makedirs(os.path.join(out_dir, schema.REJECTS_DIR), exist_ok=True)
-    with open(os.path.join(out_dir, schema.REJECTS_DIR, "rejects.jsonl"), "w", encoding="utf-8") as fh:
-        for r in rejects:
-            fh.write(json.dumps(r.to_dict(), ensure_ascii=False) + "\n")
+    with fs.open(fs.join(out_dir, schema.DATA_DIR, "part-00000.parquet"), "wb") as fh:
+        pq.write_table(table, fh, compression="zstd")
+    fs.makedirs(fs.join(out_dir, schema.REJECTS_DIR))
+    fs.write_text(fs.join(out_dir, schema.REJECTS_DIR, "rejects.jsonl"),
+                  "".join(json.dumps(r.to_dict(), ensure_ascii=False) + "\n" for r in rejects))
     stats = {"input": path, "input_rows": len(rows) + len(rejects), "accepted_rows": len(rows),
              "rejected_rows": len(rejects), "output_rows": len(rows), "label_names": list(label_names)}
-    with open(os.path.join(out_dir, schema.STATS_FILE), "w", encoding="utf-8") as fh:
-        json.dump(stats, fh, indent=2, sort_keys=True)
-    open(os.path.join(out_dir, schema.COMPLETE_MARKER), "w").close()
+    fs.write_json(fs.join(out_dir, schema.STATS_FILE), stats, indent=2, sort_keys=True)
+    fs.write_text(fs.join(out_dir, schema.COMPLETE_MARKER), "")
     return stats

@@ -63,6 +63,11 @@ def isdir(path: str) -> bool:
     return fs.isdir(p)
 
 
+def isfile(path: str) -> bool:
+    fs, p = filesystem(path)
+    return fs.isfile(p)
+
+
 def size(path: str) -> int:
     fs, p = filesystem(path)
     return int(fs.size(p))
@@ -117,3 +122,29 @@ def read_text(path: str) -> str:
 
 def read_json(path: str) -> Any:
     return json.loads(read_text(path))
+
+
+def write_json(path: str, value: Any, **kwargs: Any) -> None:
+    write_text(path, json.dumps(value, **kwargs))
+
+
+def copy_file(src: str, dst: str) -> None:
+    """Copy one file between any two filesystems (local ↔ URL), streaming."""
+    import shutil
+
+    with open(src, "rb") as fin, open(dst, "wb") as fout:
+        shutil.copyfileobj(fin, fout, length=1 << 22)
+
+
+def copy_tree(src: str, dst: str) -> int:
+    """Copy the directory `src` into `dst` (merging; files of the same name are replaced); → files copied."""
+    makedirs(dst)
+    n = 0
+    for path in listdir(src):
+        target = join(dst, basename(path))
+        if isdir(path):
+            n += copy_tree(path, target)
+        else:
+            copy_file(path, target)
+            n += 1
+    return n

@@ -2,6 +2,7 @@
 
 Plots: augmentation mix and variants per example (transfer set), teacher confidence
 (scored set), each student's training curves with stage boundaries (its curves.png).
+The run directory may be a URL: the report is written to a local folder, then uploaded.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from transferset import schema, transfer
+from transferset import fs, schema, transfer
 from transferset.timing import ms_per_example
 
 REPORT = "report.html"
@@ -124,52 +125,59 @@ def results_table(rows: list[dict]) -> str:
 def _dev_texts(dev: str) -> list[str]:
     from transferset.sources import read_texts
 
-    return list(read_texts(dev))
+    return list(read_texts(dev, opener=fs.open))
 
 
 def write_report(paths: dict, cfg: dict, log=print) -> dict[str, Any]:
+    from transferset.teacher.remote import local_teacher, staging_dir
+
     run_dir = paths["run_dir"]
-    fig_dir = os.path.join(run_dir, "report_files")
+    remote = fs.is_remote(run_dir)
+    work = staging_dir(fs.join(run_dir, "report")) if remote else run_dir
+    fig_dir = os.path.join(work, "report_files")
     os.makedirs(fig_dir, exist_ok=True)
-    with open(os.path.join(paths["teacher"], schema.METRICS_FILE)) as fh:
-        tmetrics = json.load(fh)
-    tlat = teacher_latency(paths["teacher"], _dev_texts(paths["dev"]))
+    tmetrics = fs.read_json(fs.join(paths["teacher"], schema.METRICS_FILE))
+    tlat = teacher_latency(local_teacher(paths["teacher"]), _dev_texts(paths["dev"]))
     rows = [{"name": "teacher", "dev_accuracy": tmetrics["best_dev_accuracy"], "agreement": None,
              "parameters": tlat["parameters"], "latency_1": tlat["batch_1"], "latency_64": tlat["batch_64"]}]
     curves = []
     for name, out in paths["students"].items():
-        with open(os.path.join(out, schema.METRICS_FILE)) as fh:
-            m = json.load(fh)
+        m = fs.read_json(fs.join(out, schema.METRICS_FILE))
         lat = m["latency_ms_per_example"]
         rows.append({"name": f"student: {name} ({m['student']}, {m['schedule']})", "dev_accuracy": m["dev_accuracy"],
                      "agreement": m.get("teacher_agreement"), "parameters": m["parameters"],
                      "latency_1": lat["batch_1"], "latency_64": lat["batch_64"],
                      "speedup_1": tlat["batch_1"] / lat["batch_1"], "speedup_64": tlat["batch_64"] / lat["batch_64"],
                      "transfer_rows": m["transfer"]["rows"], "labeled_rows": m["transfer"]["labeled_rows"]})
-        src = os.path.join(out, "curves.png")
-        if os.path.exists(src):
+        src = fs.join(out, schema.CURVES_FILE)
+        if fs.exists(src):
             dst = os.path.join(fig_dir, f"curves_{name}.png")
-            shutil.copyfile(src, dst)
+            fs.copy_file(src, dst)
             curves.append((name, dst))
     aug = augmentation_plots(paths["transfer"], fig_dir)
     conf = confidence_plot(paths["scored"], fig_dir)
     table = results_table(rows)
     stats = {}
     for stage in ("transfer", "scored"):
-        p = os.path.join(paths[stage], schema.STATS_FILE)
-        if os.path.exists(p):
-            with open(p) as fh:
-                stats[stage] = json.load(fh)
+        p = fs.join(paths[stage], schema.STATS_FILE)
+        if fs.exists(p):
+            stats[stage] = fs.read_json(p)
+    with open(os.path.join(work, REPORT), "w", encoding="utf-8") as fh:
+        fh.write(_html(table_rows=rows, aug=aug, conf=conf, curves=curves, stats=stats, run_dir=work,
+                       title=run_dir, dev=paths["dev"]))
+    if remote:  # results.json names the plots where they end up
+        for part in (aug, conf):
+            part["plot"] = fs.join(run_dir, *os.path.relpath(part["plot"], work).split(os.sep))
     results = {"rows": rows, "augmentation": aug, "teacher_confidence": conf, "stats": stats,
                "dev": paths["dev"], "config": cfg}
-    with open(os.path.join(run_dir, RESULTS), "w") as fh:
+    with open(os.path.join(work, RESULTS), "w") as fh:
         json.dump(results, fh, indent=2, default=str)
-    with open(os.path.join(run_dir, TABLE), "w") as fh:
+    with open(os.path.join(work, TABLE), "w") as fh:
         fh.write(table + "\n")
-    report = os.path.join(run_dir, REPORT)
-    with open(report, "w", encoding="utf-8") as fh:
-        fh.write(_html(table_rows=rows, aug=aug, conf=conf, curves=curves, stats=stats, run_dir=run_dir,
-                       dev=paths["dev"]))
+    report = fs.join(run_dir, REPORT)
+    if remote:
+        fs.copy_tree(work, run_dir)
+        shutil.rmtree(work, ignore_errors=True)
     log(f"[report] {report}")
     return {"table": table, "report": report, "rows": rows}
 
@@ -178,7 +186,7 @@ def _img(path: str, run_dir: str, alt: str) -> str:
     return f'<img src="{html.escape(os.path.relpath(path, run_dir))}" alt="{html.escape(alt)}">'
 
 
-def _html(*, table_rows, aug, conf, curves, stats, run_dir, dev) -> str:
+def _html(*, table_rows, aug, conf, curves, stats, run_dir, dev, title=None) -> str:
     trs = ["<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in _cells(r)) + "</tr>" for r in table_rows]
     t = stats.get("transfer", {})
     parts = [
@@ -186,7 +194,7 @@ def _html(*, table_rows, aug, conf, curves, stats, run_dir, dev) -> str:
         "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto}table{border-collapse:collapse}"
         "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}td:first-child{text-align:left}"
         "img{max-width:100%}</style></head><body>",
-        f"<h1>transferset report: {html.escape(run_dir)}</h1>",
+        f"<h1>transferset report: {html.escape(title or run_dir)}</h1>",
         f"<p>Dev data: {html.escape(dev)}. Generated {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.</p>",
         "<h2>Results</h2><table><tr>" + "".join(f"<th>{h}</th>" for h in HEADER) + "</tr>" + "".join(trs) + "</table>",
         "<h2>Transfer set</h2>",

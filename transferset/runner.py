@@ -4,6 +4,11 @@ Each stage writes into its own folder of the run directory with a `.stage.json` 
 content hash of its settings and of everything upstream. A rerun reuses every stage whose
 hash is unchanged and complete, so after a crash or a changed student setting only what
 changed is redone. Stages run the same code as the subcommands, in this process.
+
+`run_dir` and `data` may be URLs (gs://, any scheme fsspec and Beam know): the bookkeeping goes
+through transferset.fs, the pipelines through Beam's FileSystems. Stages whose code writes local
+files only (the teacher's fine-tuning, the students) write to a local staging folder that is then
+uploaded to the run directory; the score workers fetch the teacher from there (teacher.remote).
 """
 from __future__ import annotations
 
@@ -19,9 +24,10 @@ from typing import Any, Callable, Optional, Sequence
 
 import yaml
 
-from transferset import config, schema
+from transferset import config, fs, schema
 from transferset.config import BeamConfig, RunConfig
 from transferset.errors import UserError
+from transferset.teacher import remote
 
 STAGE_FILE = ".stage.json"
 SHARED_SST2 = os.path.join("..", "shared", "data", "sst2")
@@ -69,13 +75,14 @@ def load_config(path: str, overrides: Sequence[str] = ()) -> RunConfig:
 
 
 def resolve_data(data: Optional[str]) -> tuple[str, str]:
-    """(train, dev) inputs: `data` if given, else ../shared/data/sst2 when present, else the hub's GLUE SST-2."""
+    """(train, dev) inputs: `data` (a folder or URL) if given, else ../shared/data/sst2 when present, else
+    the hub's GLUE SST-2."""
     if data:
         if data.startswith("hf:"):
             return f"{data}:train", f"{data}:validation"
-        train, dev = os.path.join(data, "train.tsv"), os.path.join(data, "dev.tsv")
+        train, dev = fs.join(data, "train.tsv"), fs.join(data, "dev.tsv")
         for p in (train, dev):
-            if not os.path.exists(p):
+            if not fs.exists(p):
                 raise UserError(f"data={data}: {p} not found (expected a folder with train.tsv and dev.tsv)")
         return train, dev
     if os.path.exists(os.path.join(SHARED_SST2, "train.tsv")):
@@ -86,11 +93,11 @@ def resolve_data(data: Optional[str]) -> tuple[str, str]:
 # --- stages ------------------------------------------------------------------------
 
 def fingerprint(path: str) -> str:
-    """Content hash of an input file (or the spec itself for hub datasets)."""
-    if path.startswith("hf:") or not os.path.isfile(path):
+    """Content hash of an input file, local or URL (or the spec itself for hub datasets)."""
+    if path.startswith("hf:") or not fs.isfile(path):
         return path
     h = hashlib.sha256()
-    with open(path, "rb") as fh:
+    with fs.open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
@@ -108,36 +115,44 @@ class Stage:
     directory: str
     key: str
     done_file: str  # relative to directory: exists when the stage finished
+    # fn writes local files only: a remote directory is staged in a local folder, then uploaded
+    local: bool = False
 
     def is_current(self) -> bool:
-        meta = os.path.join(self.directory, STAGE_FILE)
-        if not (os.path.exists(meta) and os.path.exists(os.path.join(self.directory, self.done_file))):
+        meta = fs.join(self.directory, STAGE_FILE)
+        if not (fs.exists(meta) and fs.exists(fs.join(self.directory, self.done_file))):
             return False
-        with open(meta) as fh:
-            return json.load(fh).get("key") == self.key
+        return fs.read_json(meta).get("key") == self.key
 
-    def run(self, fn: Callable[[], None], log) -> bool:
-        """Run fn unless the stage is current; return True when it ran."""
+    def run(self, fn: Callable[[str], None], log) -> bool:
+        """Run fn(output folder) unless the stage is current; return True when it ran.
+
+        The stage file is written last, after any upload, so a stage cut short is redone.
+        """
         if self.is_current():
             log(f"[{self.name}] up to date ({self.directory}, key {self.key}): reused")
             return False
-        if os.path.exists(self.directory):
-            shutil.rmtree(self.directory)
-        os.makedirs(self.directory, exist_ok=True)
-        log(f"[{self.name}] running → {self.directory}")
+        fs.delete(self.directory)
+        fs.makedirs(self.directory)
+        staged = self.local and fs.is_remote(self.directory)
+        work = remote.staging_dir(self.directory) if staged else self.directory
+        log(f"[{self.name}] running → {self.directory}" + (f" (staged in {work})" if staged else ""))
         t0 = time.time()
-        fn()
-        with open(os.path.join(self.directory, STAGE_FILE), "w") as fh:
-            json.dump({"key": self.key, "seconds": round(time.time() - t0, 1)}, fh)
+        fn(work)
+        if staged:
+            n = fs.copy_tree(work, self.directory)
+            shutil.rmtree(work, ignore_errors=True)
+            log(f"[{self.name}] uploaded {n} file(s) to {self.directory}")
+        fs.write_json(fs.join(self.directory, STAGE_FILE), {"key": self.key, "seconds": round(time.time() - t0, 1)})
         log(f"[{self.name}] done in {time.time() - t0:.0f}s")
         return True
 
 
 def _write_jsonl(path: str, rows) -> int:
     n = 0
-    with open(path, "w", encoding="utf-8") as fh:
+    with fs.open(path, "wb") as fh:
         for row in rows:
-            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+            fh.write((json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8"))
             n += 1
     return n
 
@@ -152,8 +167,9 @@ def split_data(train: str, out_dir: str, cfg: RunConfig) -> tuple[str, str]:
 
     from transferset.sources import Example, SourceSpec, infer_label_names, read_source
 
-    labels = infer_label_names(train)
-    rows = [r for r in read_source(SourceSpec(path=train, label_names=labels)) if isinstance(r, Example)]
+    labels = infer_label_names(train, opener=fs.open)
+    rows = [r for r in read_source(SourceSpec(path=train, label_names=labels), opener=fs.open)
+            if isinstance(r, Example)]
     if cfg.lowres is not None:
         rng = np.random.default_rng(cfg.lowres.seed)
         chosen: set[int] = set()
@@ -172,8 +188,8 @@ def split_data(train: str, out_dir: str, cfg: RunConfig) -> tuple[str, str]:
         rest = list(range(n, min(len(rows), n + max(0, m))))
     if cfg.unlabeled_limit is not None:
         rest = rest[:cfg.unlabeled_limit]
-    labeled = os.path.join(out_dir, "labeled.jsonl")
-    unlabeled = os.path.join(out_dir, "unlabeled.jsonl")
+    labeled = fs.join(out_dir, "labeled.jsonl")
+    unlabeled = fs.join(out_dir, "unlabeled.jsonl")
     _write_jsonl(labeled, ({"text": rows[i].text, "label": labels[rows[i].label]} for i in labeled_idx))
     _write_jsonl(unlabeled, ({"text": rows[i].text} for i in rest))
     return labeled, unlabeled
@@ -183,6 +199,15 @@ def _settings(cfg: Any) -> dict:
     return config.to_dict(cfg)
 
 
+def stage_beam(cfg: RunConfig) -> dict[str, BeamConfig]:
+    """The Beam settings each pipeline stage runs with.
+
+    augment and score run where the `beam:` section says (e.g. Dataflow); the dev set is a few
+    hundred rows, scored once in this process (FnApiRunner), wherever the big stages run.
+    """
+    return {"augment": cfg.beam, "score": cfg.beam, "dev.score": BeamConfig()}
+
+
 def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=True)) -> dict:
     from pipelines.augment import run_augment  # the app layer reaches the pipelines; the library does not
     from pipelines.score import run_score
@@ -190,9 +215,9 @@ def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=T
     from transferset.teacher.train import train as train_teacher
 
     run_dir = cfg.run_dir
-    os.makedirs(run_dir, exist_ok=True)
-    with open(os.path.join(run_dir, "config.yaml"), "w") as fh:
-        yaml.safe_dump(config.to_dict(cfg), fh, sort_keys=False)
+    beams = stage_beam(cfg)
+    fs.makedirs(run_dir)
+    fs.write_text(fs.join(run_dir, "config.yaml"), yaml.safe_dump(config.to_dict(cfg), sort_keys=False))
     train, dev = resolve_data(cfg.data)
     log(f"data: train {train}, dev {dev}")
     split = cfg.lowres is not None or cfg.unlabeled_rows is not None
@@ -202,69 +227,72 @@ def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=T
                                   "unlabeled_limit": cfg.unlabeled_limit}, [])
     labeled, unlabeled = train, None
     if split:
-        data_stage = Stage("data", os.path.join(run_dir, "data"), data_key, "unlabeled.jsonl")
-        data_stage.run(lambda: split_data(train, data_stage.directory, cfg), log)
-        labeled = os.path.join(data_stage.directory, "labeled.jsonl")
-        unlabeled = os.path.join(data_stage.directory, "unlabeled.jsonl")
+        data_stage = Stage("data", fs.join(run_dir, "data"), data_key, "unlabeled.jsonl")
+        data_stage.run(lambda out: split_data(train, out, cfg), log)
+        labeled = fs.join(data_stage.directory, "labeled.jsonl")
+        unlabeled = fs.join(data_stage.directory, "unlabeled.jsonl")
     # Without a split, labeled_limit reads the first N rows of train in every stage.
     limit = None if split else cfg.labeled_limit
 
     # teacher: fine-tune, or reuse a given directory
     if cfg.teacher_path:
         teacher_dir = cfg.teacher_path
-        if not os.path.isdir(teacher_dir):
+        if not fs.isdir(teacher_dir):
             raise UserError(f"teacher_path={teacher_dir}: no such directory")
-        teacher_key = stage_key("teacher", {"path": os.path.abspath(teacher_dir),
-                                            "weights": [fingerprint(os.path.join(teacher_dir, f))
-                                                        for f in sorted(os.listdir(teacher_dir))
+        teacher_key = stage_key("teacher", {"path": teacher_dir if fs.is_remote(teacher_dir)
+                                            else os.path.abspath(teacher_dir),
+                                            "weights": [fingerprint(f) for f in fs.listdir(teacher_dir)
                                                         if f.endswith(".safetensors")]}, [])
         log(f"[teacher] reusing {teacher_dir}")
     else:
-        teacher_dir = os.path.join(run_dir, "teacher")
+        # Fine-tuned locally (a staging folder when run_dir is a URL), then uploaded: the score
+        # workers copy it from run_dir/teacher (teacher.remote.local_teacher).
+        teacher_dir = fs.join(run_dir, "teacher")
         t = replace(cfg.teacher, limit=limit) if limit else cfg.teacher
         teacher_key = stage_key("teacher", _settings(t), [data_key])
-        Stage("teacher", teacher_dir, teacher_key, schema.METRICS_FILE).run(
-            lambda: train_teacher(t, train=labeled, dev=dev, output=teacher_dir, overwrite=True), log)
+        Stage("teacher", teacher_dir, teacher_key, schema.METRICS_FILE, local=True).run(
+            lambda out: train_teacher(t, train=remote.local_file(labeled), dev=remote.local_file(dev), output=out,
+                                      overwrite=True), log)
 
     # augment
     a = replace(cfg.augment, limit=limit) if limit else cfg.augment
-    transfer_dir = os.path.join(run_dir, "transfer")
+    transfer_dir = fs.join(run_dir, "transfer")
     augment_key = stage_key("augment", {k: v for k, v in _settings(a).items() if k not in a.EXECUTION},
                             [data_key])
     Stage("augment", transfer_dir, augment_key, schema.COMPLETE_MARKER).run(
-        lambda: run_augment(a, inputs=[labeled], unlabeled=[unlabeled] if unlabeled else [], exclude=[dev],
-                            output=transfer_dir, beam_cfg=cfg.beam, overwrite=True), log)
+        lambda out: run_augment(a, inputs=[labeled], unlabeled=[unlabeled] if unlabeled else [], exclude=[dev],
+                                output=out, beam_cfg=beams["augment"], overwrite=True), log)
 
     # score
-    scored_dir = os.path.join(run_dir, "scored")
+    scored_dir = fs.join(run_dir, "scored")
     score_key = stage_key("score", _settings(cfg.score), [augment_key, teacher_key])
     Stage("score", scored_dir, score_key, schema.COMPLETE_MARKER).run(
-        lambda: run_score(cfg.score, input=transfer_dir, teacher=teacher_dir, output=scored_dir,
-                          beam_cfg=cfg.beam, overwrite=True), log)
+        lambda out: run_score(cfg.score, input=transfer_dir, teacher=teacher_dir, output=out,
+                              beam_cfg=beams["score"], overwrite=True), log)
 
     # dev, scored once by the teacher: students report their agreement with it on held-out rows
     from transferset import transfer
     from transferset.evalset import write_eval_set
 
-    dev_set, dev_scored = os.path.join(run_dir, "dev", "transfer"), os.path.join(run_dir, "dev", "scored")
+    dev_set, dev_scored = fs.join(run_dir, "dev", "transfer"), fs.join(run_dir, "dev", "scored")
     a = cfg.augment
     dev_key = stage_key("dev", {"dev": fingerprint(dev), "columns": [a.text_column, a.label_column, a.text_b_column],
                                 "labels": transfer.label_names(transfer_dir)}, [])
     Stage("dev", dev_set, dev_key, schema.COMPLETE_MARKER).run(
-        lambda: write_eval_set(dev, dev_set, transfer.label_names(transfer_dir), text_column=a.text_column,
-                               label_column=a.label_column, text_b_column=a.text_b_column), log)
+        lambda out: write_eval_set(dev, out, transfer.label_names(transfer_dir), text_column=a.text_column,
+                                   label_column=a.label_column, text_b_column=a.text_b_column), log)
     dev_score_key = stage_key("score", _settings(cfg.score), [dev_key, teacher_key])
     Stage("dev.score", dev_scored, dev_score_key, schema.COMPLETE_MARKER).run(
-        lambda: run_score(cfg.score, input=dev_set, teacher=teacher_dir, output=dev_scored,
-                          beam_cfg=BeamConfig(), overwrite=True), log)
+        lambda out: run_score(cfg.score, input=dev_set, teacher=teacher_dir, output=out,
+                              beam_cfg=beams["dev.score"], overwrite=True), log)
 
-    # students
+    # students: trained here from the scored set (streamed from run_dir), saved locally, then uploaded
     students = {}
     for name, s_cfg in cfg.students.items():
-        out = os.path.join(run_dir, "students", name)
+        out = fs.join(run_dir, "students", name)
         key = stage_key("student", _settings(s_cfg), [score_key, dev_score_key])
-        Stage(f"students.{name}", out, key, schema.METRICS_FILE).run(
-            lambda s_cfg=s_cfg, out=out: train_student(s_cfg, scored_dir, dev_scored, out, overwrite=True), log)
+        Stage(f"students.{name}", out, key, schema.METRICS_FILE, local=True).run(
+            lambda work, s_cfg=s_cfg: train_student(s_cfg, scored_dir, dev_scored, work, overwrite=True), log)
         students[name] = out
 
     # report

@@ -84,3 +84,35 @@ def local_teacher(teacher: str, *, sha256: Optional[str] = None, refresh: bool =
                             f"{sha256}: the teacher was replaced during the run. Rerun the command (with --resume "
                             "only if the teacher is the one the output was scored with, else --overwrite)")
     return target
+
+
+def _key(url: str) -> str:
+    return hashlib.sha1(url.rstrip("/").encode("utf-8")).hexdigest()[:16]
+
+
+def local_file(path: str) -> str:
+    """A local path holding the file `path`: the path itself when local, else a fresh copy in the cache.
+
+    For readers that only take local files (the teacher's fine-tuning reads its TSVs with plain
+    open); the copy keeps the file name, so its format is still told by its extension.
+    """
+    if not fs.is_remote(path):
+        return path
+    if not fs.isfile(path):
+        raise UserError(f"{path}: no such file")
+    directory = os.path.join(cache_root(), "files", _key(path))
+    os.makedirs(directory, exist_ok=True)
+    target = os.path.join(directory, fs.basename(path))
+    tmp = f"{target}.tmp-{uuid.uuid4().hex}"
+    with fs.open(path) as fh, open(tmp, "wb") as out:
+        shutil.copyfileobj(fh, out, length=1 << 22)
+    os.replace(tmp, target)
+    return target
+
+
+def staging_dir(url: str) -> str:
+    """A fresh, empty local directory where a stage bound for the URL `url` writes before it is uploaded."""
+    directory = os.path.join(cache_root(), "staging", _key(url))
+    shutil.rmtree(directory, ignore_errors=True)
+    os.makedirs(directory)
+    return directory
