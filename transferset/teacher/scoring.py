@@ -16,6 +16,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from transferset import schema
 from transferset.errors import UserError
 from transferset.teacher import loading, packed as packed_path
 
