@@ -215,9 +215,12 @@ def _local_workers(pipeline: beam.Pipeline) -> int:
     return max(1, int(pipeline.options.view_as(DirectOptions).direct_num_workers or 1))
 
 
-def build(pipeline: beam.Pipeline, job: ScoreJob) -> Plan:
-    """Add the scoring steps to `pipeline`; returns the checked plan (schema, metadata, prefix)."""
-    p = plan(job)
+def build(pipeline: beam.Pipeline, job: ScoreJob, p: Optional[Plan] = None) -> Plan:
+    """Add the scoring steps to `pipeline`; returns the checked plan (schema, metadata, prefix).
+
+    `p`: a plan already made (checks done): graph-building tests pass one for a gs:// output.
+    """
+    p = p or plan(job)
     cfg = job.cfg
     data_dir = p.data_dir
 

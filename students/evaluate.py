@@ -37,8 +37,13 @@ def evaluate(model_path: str, data_path: str, *, text_column=None, label_column:
 
     from students.trainer import require_input
 
+    from transferset import fs
+    from transferset.teacher.remote import local_teacher
+
     require_input(data_path, "--data")
-    student = load_student(model_path, max_length=max_length)
+    # A model directory on remote storage is copied once into the local cache.
+    student = load_student(local_teacher(model_path) if fs.is_remote(model_path) else model_path,
+                           max_length=max_length)
     data = read_eval_data(data_path, student.label_names, text_column=text_column, label_column=label_column,
                           text_b_column=text_b_column)
     pred = student.predict(data.texts, data.texts_b, batch_size=batch_size)

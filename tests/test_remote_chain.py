@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 import fake_remote
-from transferset import schema, transfer
+from transferset import fs, schema, transfer
 from transferset.cli import main
 from transferset.runner import STAGE_FILE
 from transferset.teacher import testing
@@ -50,7 +50,7 @@ def _by_id(directory: str) -> dict:
     return {r[schema.ID]: r for r in transfer.read_table(directory).to_pylist()}
 
 
-def _chain(root: str, work: str, capsys) -> dict:
+def _chain(root: str, capsys) -> dict:
     """augment → score → train → evaluate through the CLI; → what each stage produced."""
     def at(name):
         return f"{root}{name}" if root.endswith("//") else os.path.join(root, name)
@@ -59,14 +59,15 @@ def _chain(root: str, work: str, capsys) -> dict:
                  "--output", at("out/transfer"), "--n-iter", "2", "--seed", "3"]) == 0
     assert main(["score", "--input", at("out/transfer"), "--teacher", at("teacher"),
                  "--output", at("out/scored"), "--batch-size", "32"]) == 0
-    # train writes its model locally (students/trainer.py); it reads the set and dev from `root`.
-    assert main(["train", "--transfer", at("out/scored"), "--dev", at("sst2/dev.tsv"), "--output", work,
+    # Every path on `root`: the student's output (trained locally, then uploaded) and evaluate's model too.
+    assert main(["train", "--transfer", at("out/scored"), "--dev", at("sst2/dev.tsv"), "--output", at("student"),
                  "--config", "student.yaml", "--no-progress"]) == 0
     capsys.readouterr()
-    assert main(["evaluate", "--model", work, "--data", at("out/scored"), "--json"]) == 0
+    assert main(["evaluate", "--model", at("student"), "--data", at("out/scored"), "--json"]) == 0
     evaluated = json.loads(capsys.readouterr().out)
+    assert fs.exists(fs.join(at("student"), schema.STUDENT_MODEL_DIR, schema.STUDENT_SIDECAR_FILE))
     return {"transfer": _by_id(at("out/transfer")), "scored": _by_id(at("out/scored")),
-            "metrics": json.loads(Path(work, schema.METRICS_FILE).read_text()), "evaluated": evaluated,
+            "metrics": json.loads(fs.read_text(fs.join(at("student"), schema.METRICS_FILE))), "evaluated": evaluated,
             "meta": transfer.read_metadata(at("out/scored"), scored=True)}
 
 
@@ -87,8 +88,8 @@ def _assert_same_logits(remote: dict, local: dict) -> None:
 @pytest.mark.integration
 def test_augment_score_train_evaluate_on_a_remote_scheme_equal_local(places, tmp_path, capsys):
     local_root, url_root = places
-    remote = _chain(url_root, str(tmp_path / "student_remote"), capsys)
-    local = _chain(local_root, str(tmp_path / "student_local"), capsys)
+    remote = _chain(url_root, capsys)
+    local = _chain(local_root, capsys)
 
     # The outputs really are on the fake bucket, and the scored set names the teacher by its URL.
     assert (Path(fake_remote.local(url_root + "out/scored")) / schema.COMPLETE_MARKER).exists()

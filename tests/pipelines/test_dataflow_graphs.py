@@ -65,10 +65,11 @@ def remote_inputs(tmp_path, monkeypatch):
 
 
 def build_score_graph(options, input_url: str, teacher_url: str, scratch: str, output: str, monkeypatch):
+    # The checks run against the fake remote scheme; the graph then writes to `output` (gs://).
     planned = score_plan.plan(ScoreJob(input=input_url, teacher=teacher_url, output=scratch))
-    monkeypatch.setattr(pipelines.score, "plan", lambda job: replace(planned, job=job))
+    job = ScoreJob(input=input_url, teacher=teacher_url, output=output)
     pipeline = beam.Pipeline(options=options)
-    p = build_score(pipeline, ScoreJob(input=input_url, teacher=teacher_url, output=output))
+    p = build_score(pipeline, job, replace(planned, job=job))
     return pipeline, p
 
 
