@@ -15,13 +15,14 @@ import numbers
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional, Sequence, Union
 
+from transferset.config import AugmentConfig  # the defaults live there
 from transferset.errors import UserError
 
 Opener = Callable[[str], Any]  # path -> binary file object
 
 DEFAULT_TEXT_COLUMNS = ("sentence", "text")
-DEFAULT_LABEL_COLUMN = "label"
-DEFAULT_MAX_CHARS = 5000
+DEFAULT_LABEL_COLUMN = AugmentConfig.label_column
+DEFAULT_MAX_CHARS = AugmentConfig.max_chars
 HF_PREFIX = "hf:"
 RARE_LABEL_ROWS = 5  # an inferred label with fewer rows than this is probably a typo, not a class
 

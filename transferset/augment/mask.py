@@ -6,8 +6,9 @@ from typing import Sequence
 import numpy as np
 
 from transferset.augment.registry import WORD, register
+from transferset.config import AugmentConfig  # the defaults live there
 
-MASK_TOKEN = "[MASK]"
+MASK_TOKEN = AugmentConfig.mask_token
 
 
 @register("mask", kind=WORD, prob="p_mask")

@@ -15,8 +15,9 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from transferset.augment.registry import WORD, register
+from transferset.config import AugmentConfig  # the defaults live there
 
-DEFAULT_TOP_K = 15
+DEFAULT_TOP_K = AugmentConfig.mlm_top_k
 
 
 @register("mlm", kind=WORD, prob="p_mlm", needs=("candidates",))

@@ -13,8 +13,9 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 
 from transferset.augment.registry import WORD, register
+from transferset.config import AugmentConfig  # the defaults live there
 
-DEFAULT_SPACY_MODEL = "en_core_web_sm"
+DEFAULT_SPACY_MODEL = AugmentConfig.spacy_model
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,10 @@ import math
 import os
 from typing import Any, Optional, Sequence
 
+from transferset.config import DEFAULT_TEACHER_MODEL
 from transferset.errors import UserError
 
-DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+DEFAULT_MODEL = DEFAULT_TEACHER_MODEL
 
 # Hub names that have an offline copy inside an installed package: name -> (module, subdirectory).
 PACKAGED_MODELS = {
