@@ -35,16 +35,17 @@ from transferset.errors import UserError
 
 
 def set_trainable(s: Setup, phase: Phase) -> list[torch.nn.Parameter]:
-    """Apply the phase's freezing; return the parameters that learn."""
+    """Apply the phase's freezing (and `freeze_embeddings`); return the parameters that learn."""
     groups = s.family.param_groups(s.model)
     unknown = set(phase.trainable) - set(groups)
     if unknown:
         raise ValueError(f"phase {phase.name!r} names unknown parameter groups {sorted(unknown)}")
+    trainable = set(phase.trainable) - ({"embeddings"} if s.cfg.freeze_embeddings else set())
     learn = []
     for name, params in groups.items():
         for p in params:
-            p.requires_grad_(name in phase.trainable)
-            if name in phase.trainable:
+            p.requires_grad_(name in trainable)
+            if name in trainable:
                 learn.append(p)
     return learn
 

@@ -244,6 +244,9 @@ class StudentConfig:
     max_vocab: int = 50000  # words: vocabulary size cap
     trim_vocab: bool = True  # bilstm + wordpiece: embed only the WordPiece ids the transfer set uses (the transformer keeps the teacher's vocabulary)
     embed_init: str = "teacher"  # teacher (PCA of the teacher's input embeddings) | random
+    # keep the (initialised) embedding table fixed in every phase ("static" embeddings, Tang et al.):
+    # words the transfer set never shows keep teacher-derived vectors in the same space as the rest
+    freeze_embeddings: bool = False
     teacher: Optional[str] = None  # teacher directory (None: the set's teacher_id metadata when a directory)
     tokenizer: Optional[str] = None  # tokenizer directory (None: the set's tokenizer metadata, else the teacher's)
     preset: Optional[str] = None  # bilstm presets: tang | xtremedistil

@@ -111,3 +111,18 @@ def test_progressive_freezing_is_exact_and_frozen_params_stay_bit_identical(fami
             # The transformer's repr is the last layer's [CLS]: the pooler (head) is not on its path.
             expected.remove("head")
         assert moved == expected, f"{phase.name}: only {moved} learned"
+
+
+def test_freeze_embeddings_keeps_the_table_fixed_in_every_phase():
+    torch.manual_seed(0)
+    model = bilstm.BiLSTM(bilstm.BiLSTMConfig(vocab_size=50, embed_dim=8, hidden=8, head_dim=16))
+    s = SimpleNamespace(cfg=StudentConfig(lr=1e-2, freeze_embeddings=True), family=FAMILIES["bilstm"], model=model)
+    table = model.embed.weight.detach().clone()
+    for phase in phases("joint", LossWeights(ce=1.0, mse=1.0), epochs=1) + \
+            phases("progressive", LossWeights(ce=1.0, mse=1.0, repr=1.0), epochs=1)[-1:]:
+        learn = set_trainable(s, phase)
+        assert "embeddings" in phase.trainable and not model.embed.weight.requires_grad
+        assert all(p is not model.embed.weight for p in learn)
+        lstm = model.lstm.weight_ih_l0.detach().clone()
+        train_step(s, make_optimizer(s, learn), _batch(50), phase.weights)
+        assert torch.equal(model.embed.weight, table) and not torch.equal(model.lstm.weight_ih_l0, lstm)
