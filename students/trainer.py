@@ -85,24 +85,26 @@ def train_phase(s: Setup, student: Student, phase: Phase, p_index: int, transfer
     rows = s.num_labeled if phase.labeled_only else s.num_rows
     for epoch in range(phase.epochs):
         t0 = time.perf_counter()
-        total, parts_sum, n = 0.0, {}, 0
+        total, parts_sum, n, seen = 0.0, {}, 0, 0
         batches = iter_train_batches(s, transfer_dir, seeds.stream(cfg.seed, seeds.SHUFFLE, p_index, epoch),
                                      labeled_only=phase.labeled_only)
         bar = tqdm(batches, total=math.ceil(rows / cfg.batch_size), desc=f"{phase.name} ep {epoch + 1}/{phase.epochs}",
                    disable=not progress, leave=False, dynamic_ncols=True)
         for batch in bar:
             loss, parts = train_step(s, optimizer, batch, phase.weights)
-            total, n = total + loss, n + 1
+            total, n, seen = total + loss, n + 1, seen + len(batch[schema.LABEL])
             for k, v in parts.items():
                 parts_sum[k] = parts_sum.get(k, 0.0) + v
             if n % 10 == 0:
                 bar.set_postfix(loss=f"{total / n:.4f}")
         bar.close()
+        train_seconds = time.perf_counter() - t0
         dev_acc = accuracy(student.predict(dev.texts, dev.texts_b), dev.labels)
         run += 1
         record = {"phase": phase.name, "stage": phase.stage, "epoch": epoch + 1,
                   "train_loss": total / max(1, n), "losses": {k: v / max(1, n) for k, v in parts_sum.items()},
-                  "dev_accuracy": dev_acc, "seconds": time.perf_counter() - t0, "trainable": list(phase.trainable)}
+                  "dev_accuracy": dev_acc, "seconds": time.perf_counter() - t0, "rows": seen,
+                  "rows_per_second": seen / max(train_seconds, 1e-9), "trainable": list(phase.trainable)}
         history.append(record)
         if progress:
             tqdm.write(f"{phase.name} epoch {epoch + 1}: loss {record['train_loss']:.4f} "
@@ -219,7 +221,12 @@ def train(cfg: StudentConfig, transfer_dir: str, dev_path: str, output: str, *, 
 
     # ---- evaluate
     metrics = evaluate_run(s, student, transfer_dir, dev)
-    metrics.update(train_seconds=train_seconds, phases=phase_log, history=history)
+    trained = sum(h["rows"] for h in history)
+    # Rows per second of the training steps alone (dev evaluation after each epoch excluded).
+    step_seconds = sum(h["rows"] / h["rows_per_second"] for h in history if h["rows"])
+    metrics.update(train_seconds=train_seconds, train_rows=trained,
+                   train_rows_per_second=trained / step_seconds if step_seconds else None,
+                   phases=phase_log, history=history)
 
     # ---- save
     os.makedirs(output, exist_ok=True)

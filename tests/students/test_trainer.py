@@ -42,6 +42,8 @@ def test_a_run_writes_model_metrics_and_curves(tmp_path, tiny_scored_dir, sst2_d
     assert m["transfer"]["rows"] == 128 and m["transfer"]["labeled_rows"] == 96
     assert [h["epoch"] for h in m["history"]] == [1, 2] and all(set(h["losses"]) == {"ce", "mse"} for h in m["history"])
     assert m["dev_accuracy"] == max(h["dev_accuracy"] for h in m["history"])  # the best epoch is kept
+    assert [h["rows"] for h in m["history"]] == [128, 128] and m["train_rows"] == 256  # every row once an epoch
+    assert m["train_rows_per_second"] > 0
     assert (out / schema.CURVES_FILE).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     files = {p.name for p in (out / schema.STUDENT_MODEL_DIR).iterdir()}
     assert {schema.WEIGHTS_FILE, schema.STUDENT_SIDECAR_FILE, "tokenizer"} <= files
