@@ -40,7 +40,7 @@ def set_trainable(s: Setup, phase: Phase) -> list[torch.nn.Parameter]:
     unknown = set(phase.trainable) - set(groups)
     if unknown:
         raise ValueError(f"phase {phase.name!r} names unknown parameter groups {sorted(unknown)}")
-    trainable = set(phase.trainable) - ({"embeddings"} if s.cfg.freeze_embeddings else set())
+    trainable = set(phase.trainable) - ({"embeddings"} if s.cfg.frozen_embeddings() else set())
     learn = []
     for name, params in groups.items():
         for p in params:

@@ -36,10 +36,15 @@ def test_transformer_student_is_a_hugging_face_model_from_the_teachers_layers(ti
 
 
 def test_bilstm_trims_the_vocabulary_and_random_init_differs_by_seed(tiny_scored_dir):
-    a = setup(StudentConfig(model={"embed_dim": 8, "hidden": 8}, embed_init="random", seed=0), tiny_scored_dir)
+    a = setup(StudentConfig(model={"embed_dim": 8, "hidden": 8}, embed_init="random", seed=0, trim_vocab=True),
+              tiny_scored_dir)
     assert a.tokens.keep is not None and a.model.embed.num_embeddings == len(a.tokens.keep) < a.tokens.tokenizer.vocab_size
-    b = setup(StudentConfig(model={"embed_dim": 8, "hidden": 8}, embed_init="random", seed=0), tiny_scored_dir)
-    c = setup(StudentConfig(model={"embed_dim": 8, "hidden": 8}, embed_init="random", seed=1), tiny_scored_dir)
+    full = setup(StudentConfig(model={"embed_dim": 8, "hidden": 8}, embed_init="random"), tiny_scored_dir)
+    assert full.tokens.keep is None and full.model.embed.num_embeddings == full.tokens.tokenizer.vocab_size
+    b = setup(StudentConfig(model={"embed_dim": 8, "hidden": 8}, embed_init="random", seed=0, trim_vocab=True),
+              tiny_scored_dir)
+    c = setup(StudentConfig(model={"embed_dim": 8, "hidden": 8}, embed_init="random", seed=1, trim_vocab=True),
+              tiny_scored_dir)
     assert torch.equal(a.model.lstm.weight_ih_l0, b.model.lstm.weight_ih_l0)
     assert not torch.equal(a.model.lstm.weight_ih_l0, c.model.lstm.weight_ih_l0)
 

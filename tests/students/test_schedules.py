@@ -83,7 +83,7 @@ def test_progressive_freezing_is_exact_and_frozen_params_stay_bit_identical(fami
         teacher = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
                              intermediate_size=32, max_position_embeddings=16)
         model = transformer.build(teacher, transformer.TransformerConfig(n_layer=2, init="random"), ["0", "1"])
-    cfg = StudentConfig(student=family, lr=1e-2, weight_decay=0.1)
+    cfg = StudentConfig(student=family, lr=1e-2, weight_decay=0.1, freeze_embeddings=False)
     s = SimpleNamespace(cfg=cfg, family=FAMILIES[family], model=model)  # what the loss step needs of a Setup
     groups = s.family.param_groups(model)
     assert tuple(groups) == GROUPS
@@ -126,3 +126,11 @@ def test_freeze_embeddings_keeps_the_table_fixed_in_every_phase():
         lstm = model.lstm.weight_ih_l0.detach().clone()
         train_step(s, make_optimizer(s, learn), _batch(50), phase.weights)
         assert torch.equal(model.embed.weight, table) and not torch.equal(model.lstm.weight_ih_l0, lstm)
+
+
+def test_embeddings_are_frozen_by_default_only_for_a_teacher_initialised_bilstm():
+    assert StudentConfig().frozen_embeddings() is True
+    assert StudentConfig(embed_init="random").frozen_embeddings() is False
+    assert StudentConfig(student="transformer").frozen_embeddings() is False
+    assert StudentConfig(freeze_embeddings=False).frozen_embeddings() is False
+    assert StudentConfig(student="transformer", freeze_embeddings=True).frozen_embeddings() is True

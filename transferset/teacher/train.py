@@ -63,6 +63,25 @@ def encode(tokenizer, examples: Sequence[Example], max_length: int) -> list[dict
     return [{k: enc[k][i] for k in keys} for i in range(len(texts))]
 
 
+def length_bucketed_batches(lengths: Sequence[int], batch_size: int, gen, bucket_batches: int = 32) -> list[list[int]]:
+    """One epoch of shuffled batches whose rows have similar lengths.
+
+    Rows are shuffled, then sorted by length within chunks of `bucket_batches` batches, cut into
+    batches, and the batch order is shuffled again: each batch pads little (a batch costs what its
+    longest row costs), and what a batch holds still changes from epoch to epoch.
+    """
+    import torch
+
+    perm = torch.randperm(len(lengths), generator=gen).tolist()
+    chunk = batch_size * bucket_batches
+    batches = []
+    for start in range(0, len(perm), chunk):
+        part = sorted(perm[start:start + chunk], key=lambda i: lengths[i])
+        batches += [part[i:i + batch_size] for i in range(0, len(part), batch_size)]
+    order = torch.randperm(len(batches), generator=gen).tolist()
+    return [batches[j] for j in order]
+
+
 def pad_values(tokenizer) -> dict[str, int]:
     return {"input_ids": tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0,
             "token_type_ids": getattr(tokenizer, "pad_token_type_id", 0) or 0}
@@ -156,12 +175,10 @@ def train(cfg: TeacherConfig, *, train: str, dev: str, output: str, overwrite: b
         if step >= total_steps:
             break
         model.train()
-        perm = torch.randperm(len(train_feats), generator=gen).tolist()
         losses = []
-        for start in range(0, len(perm), cfg.batch_size):
+        for idx in length_bucketed_batches([len(f["input_ids"]) for f in train_feats], cfg.batch_size, gen):
             if step >= total_steps:
                 break
-            idx = perm[start:start + cfg.batch_size]
             batch = pad_batch([train_feats[i] for i in idx], pads, side)
             y = torch.tensor([train_labels[i] for i in idx])
             # --- loss step ---

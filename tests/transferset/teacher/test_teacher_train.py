@@ -128,3 +128,23 @@ def test_teacher_help(capsys):
                  "--limit", "--seed", "--allow-pickle", "--trust-remote-code"):
         assert flag in text
     assert loading.DEFAULT_MODEL in text
+
+
+def test_length_bucketed_batches_cover_every_row_once_and_pad_little():
+    import random
+
+    import torch
+
+    from transferset.teacher.train import length_bucketed_batches
+
+    rng = random.Random(0)
+    lengths = [rng.randint(2, 60) for _ in range(1000)]
+    batches = length_bucketed_batches(lengths, 32, torch.Generator().manual_seed(0))
+    flat = [i for b in batches for i in b]
+    assert sorted(flat) == list(range(1000)) and all(len(b) <= 32 for b in batches)
+    padded = sum(max(lengths[i] for i in b) * len(b) for b in batches)
+    shuffled = torch.randperm(1000, generator=torch.Generator().manual_seed(0)).tolist()
+    plain = sum(max(lengths[i] for i in shuffled[k:k + 32]) * len(shuffled[k:k + 32]) for k in range(0, 1000, 32))
+    assert padded < 0.75 * plain  # a random order would pad far more
+    again = length_bucketed_batches(lengths, 32, torch.Generator().manual_seed(1))
+    assert again != batches  # another epoch (another generator state) mixes the rows differently
