@@ -89,7 +89,7 @@ def train_phase(s: Setup, student: Student, phase: Phase, p_index: int, transfer
         batches = iter_train_batches(s, transfer_dir, seeds.stream(cfg.seed, seeds.SHUFFLE, p_index, epoch),
                                      labeled_only=phase.labeled_only)
         bar = tqdm(batches, total=math.ceil(rows / cfg.batch_size), desc=f"{phase.name} ep {epoch + 1}/{phase.epochs}",
-                   disable=not progress, leave=False, dynamic_ncols=True)
+                   disable=None if progress else True, leave=False, dynamic_ncols=True)  # None: no bar off a terminal
         for batch in bar:
             loss, parts = train_step(s, optimizer, batch, phase.weights)
             total, n, seen = total + loss, n + 1, seen + len(batch[schema.LABEL])

@@ -148,27 +148,27 @@ def test_existing_complete_output_is_refused_without_overwrite(tmp_path, capsys)
     assert main(args + ["--overwrite"]) == 0
 
 
-def test_unlabeled_text_is_augmented_without_labels(tmp_path):
-    lab = tmp_path / "lab.tsv"
-    lab.write_text("sentence\tlabel\na fine film\t1\n")
-    unl = tmp_path / "unl.jsonl"
-    unl.write_text('{"text": "an unlabeled review of a movie"}\n')
-    out = tmp_path / "out"
+def _augment_with_unlabeled(tmp_path, labeled: str, unlabeled: list[str], *flags: str) -> Path:
+    """Augment one labeled TSV row plus unlabeled JSONL texts with the mask op; → the output folder."""
+    lab, unl, out = tmp_path / "lab.tsv", tmp_path / "unl.jsonl", tmp_path / "out"
+    lab.write_text(f"sentence\tlabel\n{labeled}\t1\n")
+    unl.write_text("".join(json.dumps({"text": t}) + "\n" for t in unlabeled))
     assert main(["augment", "--input", str(lab), "--unlabeled", str(unl), "--output", str(out),
-                 "--n-iter", "3", "--ops", "mask", "--p-mask", "0.5"]) == 0
+                 "--ops", "mask", "--p-mask", "0.5", *flags]) == 0
+    return out
+
+
+def test_unlabeled_text_is_augmented_without_labels(tmp_path):
+    out = _augment_with_unlabeled(tmp_path, "a fine film", ["an unlabeled review of a movie"], "--n-iter", "3")
     rows = _rows(out)
     orig = {r[schema.TEXT]: r[schema.LABEL] for r in rows if not r[schema.OPS]}
     assert orig == {"a fine film": 1, "an unlabeled review of a movie": None}
 
 
 def test_unlabeled_text_may_have_its_own_number_of_variants(tmp_path):
-    lab = tmp_path / "lab.tsv"
-    lab.write_text("sentence\tlabel\na fine film with a good story\t1\n")
-    unl = tmp_path / "unl.jsonl"
-    unl.write_text('{"text": "an unlabeled review of a long movie"}\n{"text": "another review of a dull film"}\n')
-    out = tmp_path / "out"
-    assert main(["augment", "--input", str(lab), "--unlabeled", str(unl), "--output", str(out), "--n-iter", "4",
-                 "--unlabeled-n-iter", "0", "--ops", "mask", "--p-mask", "0.5"]) == 0
+    out = _augment_with_unlabeled(tmp_path, "a fine film with a good story",
+                                  ["an unlabeled review of a long movie", "another review of a dull film"],
+                                  "--n-iter", "4", "--unlabeled-n-iter", "0")
     rows = _rows(out)
     sources = {r[schema.SOURCE_ID]: r[schema.TEXT] for r in rows if not r[schema.OPS]}
     variants_of = {text: sum(1 for r in rows if r[schema.OPS] and r[schema.SOURCE_ID] == sid)

@@ -14,7 +14,6 @@ import pytest
 from apache_beam.options.pipeline_options import GoogleCloudOptions, StandardOptions, WorkerOptions
 
 import fake_remote
-import pipelines.score
 from pipelines import options as opts
 from pipelines.augment import AugmentJob
 from pipelines.augment import build as build_augment
