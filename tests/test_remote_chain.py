@@ -150,3 +150,24 @@ def test_transferset_run_with_run_dir_and_data_on_a_remote_scheme_equals_local(p
     err = _run(run_url, url_root + "sst2", base, capsys)
     for stage in ("data", "teacher", "augment", "score", "dev", "dev.score", "students.distilled"):
         assert f"[{stage}] up to date" in err, stage
+
+
+def test_teacher_fine_tunes_from_and_to_a_remote_scheme(places, capsys):
+    """`transferset teacher` with --train, --dev, --model's output on the scheme equals the local run."""
+    local_root, url_root = places
+    out = {}
+    for name, root in (("remote", url_root), ("local", local_root)):
+        def at(rel, root=root):
+            return f"{root}{rel}" if root.endswith("//") else os.path.join(root, rel)
+        assert main(["teacher", "--train", at("sst2/train.tsv"), "--dev", at("sst2/dev.tsv"),
+                     "--output", at("fine_tuned"), "--model", os.path.join(local_root, "teacher"),
+                     "--epochs", "1", "--batch-size", "16", "--max-length", "32", "--no-progress"]) == 0
+        out[name] = json.loads(capsys.readouterr().out)
+        assert fs.exists(fs.join(at("fine_tuned"), "model.safetensors"))
+        assert fs.exists(fs.join(at("fine_tuned"), schema.METRICS_FILE))
+    assert out["remote"]["best_dev_accuracy"] == out["local"]["best_dev_accuracy"]
+    assert out["remote"]["train_rows"] == TRAIN_ROWS and out["remote"]["dev_rows"] == DEV_ROWS
+    # A second run into the same remote output is refused, as it is locally.
+    assert main(["teacher", "--train", f"{url_root}sst2/train.tsv", "--dev", f"{url_root}sst2/dev.tsv",
+                 "--output", f"{url_root}fine_tuned", "--model", os.path.join(local_root, "teacher")]) == 1
+    assert "already holds a model" in capsys.readouterr().err
