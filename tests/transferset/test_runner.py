@@ -141,7 +141,7 @@ def test_run_passes_typed_settings_from_yaml_to_each_stage(tmp_path, monkeypatch
 @pytest.mark.integration
 def test_demo_config_runs_end_to_end_reduced(sst2_dir, tmp_path, capsys):
     run_dir = tmp_path / "demo"
-    small = ["labeled_limit=300", "teacher.epochs=1", "teacher.max_steps=15", "augment.n_iter=2",
+    small = ["labeled_limit=300", "unlabeled_rows=200", "teacher.epochs=1", "teacher.max_steps=15", "augment.n_iter=2",
              "students.labels_only.epochs=1", "students.distilled.epochs=1", f"data={sst2_dir}"]
     assert main(["run", "--config", "configs/demo.yaml", f"run_dir={run_dir}", *small]) == 0
     out = capsys.readouterr()
@@ -158,8 +158,12 @@ def test_demo_config_runs_end_to_end_reduced(sst2_dir, tmp_path, capsys):
         assert 0.0 <= r["dev_accuracy"] <= 1.0 and r["parameters"] > 0
     assert "| teacher |" in out.out
     stats = json.loads((run_dir / "transfer" / schema.STATS_FILE).read_text())
-    assert stats["accepted_rows"] == 300
-
+    # 300 labeled rows (2 variants each) and the next 200 train rows as unlabeled text, as they are.
+    assert stats["accepted_rows"] == 500 and stats["n_iter"] == 2 and stats["unlabeled_n_iter"] == 0
+    rows = transfer.read_table(str(run_dir / "transfer")).to_pylist()
+    assert sum(1 for r in rows if r[schema.LABEL] is None and not r[schema.OPS]) <= 200
+    assert all(r[schema.LABEL] is not None for r in rows if not r[schema.OPS]
+               if r[schema.SOURCE_ID] in {v[schema.SOURCE_ID] for v in rows if v[schema.OPS]})
     # A rerun with a changed student setting redoes only that student.
     stamps = {d: (run_dir / d / STAGE_FILE).stat().st_mtime_ns for d in ("teacher", "transfer", "scored")}
     distilled = (run_dir / "students" / "distilled" / STAGE_FILE).stat().st_mtime_ns
