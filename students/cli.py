@@ -38,18 +38,16 @@ def run(args: argparse.Namespace, extra) -> int:
     from students.trainer import train
     from transferset import fs, schema
     from transferset.errors import UserError
-    from transferset.teacher.remote import staging_dir
+    from transferset.teacher.remote import local_output
 
     cfg = load_config(args)
     # A remote --output: train into a local folder, then upload it whole.
-    remote = fs.is_remote(args.output)
-    if remote and fs.exists(fs.join(args.output, schema.STUDENT_MODEL_DIR)) and not args.overwrite:
+    if fs.is_remote(args.output) and fs.exists(fs.join(args.output, schema.STUDENT_MODEL_DIR)) and not args.overwrite:
         raise UserError(f"{fs.join(args.output, schema.STUDENT_MODEL_DIR)} already exists; pass --overwrite "
                         "or choose another --output")
-    out = staging_dir(args.output) if remote else args.output
-    metrics = train(cfg, args.transfer, args.dev, out, overwrite=args.overwrite, progress=not args.no_progress)
-    if remote:
-        fs.copy_tree(out, args.output)
+    with local_output(args.output) as out:
+        metrics = train(cfg, args.transfer, args.dev, out, overwrite=args.overwrite,
+                        progress=not args.no_progress)
     summary = {k: metrics[k] for k in ("student", "schedule", "dev_accuracy", "dev_majority_baseline",
                                         "teacher_agreement", "parameters", "latency_ms_per_example")}
     summary["output"] = args.output

@@ -16,7 +16,6 @@ import argparse
 import hashlib
 import json
 import os
-import shutil
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -134,15 +133,13 @@ class Stage:
             return False
         fs.delete(self.directory)
         fs.makedirs(self.directory)
-        staged = self.local and fs.is_remote(self.directory)
-        work = remote.staging_dir(self.directory) if staged else self.directory
-        log(f"[{self.name}] running → {self.directory}" + (f" (staged in {work})" if staged else ""))
+        log(f"[{self.name}] running → {self.directory}")
         t0 = time.time()
-        fn(work)
-        if staged:
-            n = fs.copy_tree(work, self.directory)
-            shutil.rmtree(work, ignore_errors=True)
-            log(f"[{self.name}] uploaded {n} file(s) to {self.directory}")
+        if self.local:
+            with remote.local_output(self.directory) as work:
+                fn(work)
+        else:
+            fn(self.directory)
         fs.write_json(fs.join(self.directory, STAGE_FILE), {"key": self.key, "seconds": round(time.time() - t0, 1)})
         log(f"[{self.name}] done in {time.time() - t0:.0f}s")
         return True
@@ -195,10 +192,6 @@ def split_data(train: str, out_dir: str, cfg: RunConfig) -> tuple[str, str]:
     return labeled, unlabeled
 
 
-def _settings(cfg: Any) -> dict:
-    return config.to_dict(cfg)
-
-
 def stage_beam(cfg: RunConfig) -> dict[str, BeamConfig]:
     """The Beam settings each pipeline stage runs with.
 
@@ -223,7 +216,7 @@ def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=T
     split = cfg.lowres is not None or cfg.unlabeled_rows is not None
     data_key = stage_key("data", {"train": fingerprint(train), "dev": fingerprint(dev),
                                   "labeled_limit": cfg.labeled_limit, "unlabeled_rows": cfg.unlabeled_rows,
-                                  "lowres": _settings(cfg.lowres) if cfg.lowres else None,
+                                  "lowres": config.to_dict(cfg.lowres) if cfg.lowres else None,
                                   "unlabeled_limit": cfg.unlabeled_limit}, [])
     labeled, unlabeled = train, None
     if split:
@@ -249,7 +242,7 @@ def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=T
         # workers copy it from run_dir/teacher (teacher.remote.local_teacher).
         teacher_dir = fs.join(run_dir, "teacher")
         t = replace(cfg.teacher, limit=limit) if limit else cfg.teacher
-        teacher_key = stage_key("teacher", _settings(t), [data_key])
+        teacher_key = stage_key("teacher", config.to_dict(t), [data_key])
         Stage("teacher", teacher_dir, teacher_key, schema.METRICS_FILE, local=True).run(
             lambda out: train_teacher(t, train=remote.local_file(labeled), dev=remote.local_file(dev), output=out,
                                       overwrite=True), log)
@@ -257,7 +250,7 @@ def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=T
     # augment
     a = replace(cfg.augment, limit=limit) if limit else cfg.augment
     transfer_dir = fs.join(run_dir, "transfer")
-    augment_key = stage_key("augment", {k: v for k, v in _settings(a).items() if k not in a.EXECUTION},
+    augment_key = stage_key("augment", {k: v for k, v in config.to_dict(a).items() if k not in a.EXECUTION},
                             [data_key])
     Stage("augment", transfer_dir, augment_key, schema.COMPLETE_MARKER).run(
         lambda out: run_augment(a, inputs=[labeled], unlabeled=[unlabeled] if unlabeled else [], exclude=[dev],
@@ -265,7 +258,7 @@ def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=T
 
     # score
     scored_dir = fs.join(run_dir, "scored")
-    score_key = stage_key("score", _settings(cfg.score), [augment_key, teacher_key])
+    score_key = stage_key("score", config.to_dict(cfg.score), [augment_key, teacher_key])
     Stage("score", scored_dir, score_key, schema.COMPLETE_MARKER).run(
         lambda out: run_score(cfg.score, input=transfer_dir, teacher=teacher_dir, output=out,
                               beam_cfg=beams["score"], overwrite=True), log)
@@ -276,12 +269,13 @@ def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=T
 
     dev_set, dev_scored = fs.join(run_dir, "dev", "transfer"), fs.join(run_dir, "dev", "scored")
     a = cfg.augment
+    label_names = transfer.label_names(transfer_dir)  # reads every shard's metadata: once
     dev_key = stage_key("dev", {"dev": fingerprint(dev), "columns": [a.text_column, a.label_column, a.text_b_column],
-                                "labels": transfer.label_names(transfer_dir)}, [])
+                                "labels": label_names}, [])
     Stage("dev", dev_set, dev_key, schema.COMPLETE_MARKER).run(
-        lambda out: write_eval_set(dev, out, transfer.label_names(transfer_dir), text_column=a.text_column,
+        lambda out: write_eval_set(dev, out, label_names, text_column=a.text_column,
                                    label_column=a.label_column, text_b_column=a.text_b_column), log)
-    dev_score_key = stage_key("score", _settings(cfg.score), [dev_key, teacher_key])
+    dev_score_key = stage_key("score", config.to_dict(cfg.score), [dev_key, teacher_key])
     Stage("dev.score", dev_scored, dev_score_key, schema.COMPLETE_MARKER).run(
         lambda out: run_score(cfg.score, input=dev_set, teacher=teacher_dir, output=out,
                               beam_cfg=beams["dev.score"], overwrite=True), log)
@@ -290,7 +284,7 @@ def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=T
     students = {}
     for name, s_cfg in cfg.students.items():
         out = fs.join(run_dir, "students", name)
-        key = stage_key("student", _settings(s_cfg), [score_key, dev_score_key])
+        key = stage_key("student", config.to_dict(s_cfg), [score_key, dev_score_key])
         Stage(f"students.{name}", out, key, schema.METRICS_FILE, local=True).run(
             lambda work, s_cfg=s_cfg: train_student(s_cfg, scored_dir, dev_scored, work, overwrite=True), log)
         students[name] = out

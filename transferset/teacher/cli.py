@@ -31,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, extra) -> int:
     from transferset import fs, schema
     from transferset.errors import UserError
-    from transferset.teacher.remote import local_file, staging_dir
+    from transferset.teacher.remote import local_file, local_output
     from transferset.teacher.train import train
 
     cfg = config.from_args(TeacherConfig, args)
@@ -40,11 +40,9 @@ def run(args: argparse.Namespace, extra) -> int:
     if remote_out and fs.exists(fs.join(args.output, schema.HF_CONFIG_FILE)) and not args.overwrite:
         raise UserError(f"{args.output} already holds a model ({schema.HF_CONFIG_FILE} present); "
                         "pass --overwrite to replace it or choose another --output")
-    out = staging_dir(args.output) if remote_out else args.output
-    metrics = train(cfg, train=local_file(args.train), dev=local_file(args.dev), output=out,
-                    overwrite=args.overwrite)
-    if remote_out:
-        fs.copy_tree(out, args.output)
+    with local_output(args.output) as out:
+        metrics = train(cfg, train=local_file(args.train), dev=local_file(args.dev), output=out,
+                        overwrite=args.overwrite)
     print(json.dumps({"output": args.output, "best_dev_accuracy": metrics["best_dev_accuracy"],
                       "best_epoch": metrics["best_epoch"], "train_rows": metrics["train_rows"],
                       "dev_rows": metrics["dev_rows"], "rejected": metrics["rejected"]}, indent=2))

@@ -7,11 +7,12 @@ teacher replaced under the same URL mid-run is refused instead of mixing two tea
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
 import uuid
-from typing import Optional
+from typing import Iterator, Optional
 
 from transferset import fs
 from transferset.errors import UserError
@@ -108,6 +109,22 @@ def local_file(path: str) -> str:
         shutil.copyfileobj(fh, out, length=1 << 22)
     os.replace(tmp, target)
     return target
+
+
+@contextlib.contextmanager
+def local_output(path: str) -> Iterator[str]:
+    """A local folder for code that writes only local files, bound for `path`.
+
+    A local `path` is yielded as it is. For a URL, a fresh staging folder is yielded and, when the
+    block ends without an error, uploaded whole to `path` and removed.
+    """
+    if not fs.is_remote(path):
+        yield path
+        return
+    work = staging_dir(path)
+    yield work
+    fs.copy_tree(work, path)
+    shutil.rmtree(work, ignore_errors=True)
 
 
 def staging_dir(url: str) -> str:
