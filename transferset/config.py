@@ -398,13 +398,18 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
+def _unwrap(tp: Any) -> Any:
+    """The type inside Optional[...] and Annotated[...] (the first non-None member of a Union)."""
+    while typing.get_origin(tp) in (Union, Annotated):
+        tp = [a for a in typing.get_args(tp) if a is not type(None)][0]
+    return tp
+
+
 def _expected(cls: type, loc: tuple) -> Optional[str]:
     """The expected type at `loc` (a pydantic error location) inside dataclass `cls`."""
     tp: Any = cls
     for part in loc:
-        while typing.get_origin(tp) in (Union, Annotated):
-            args = [a for a in typing.get_args(tp) if a is not type(None)]
-            tp = args[0]
+        tp = _unwrap(tp)
         if dataclasses.is_dataclass(tp) and isinstance(part, str):
             hints = typing.get_type_hints(tp, include_extras=True)
             if part not in hints:
@@ -451,14 +456,12 @@ def format_errors(cls: type, exc: pydantic.ValidationError, where: str, flag_sty
 def _known_keys(cls: type, loc: tuple) -> list[str]:
     tp: Any = cls
     for part in loc:
-        while typing.get_origin(tp) in (Union, Annotated):
-            tp = [a for a in typing.get_args(tp) if a is not type(None)][0]
+        tp = _unwrap(tp)
         if dataclasses.is_dataclass(tp) and isinstance(part, str):
             tp = typing.get_type_hints(tp, include_extras=True).get(part)
         elif typing.get_origin(tp) is dict:
             tp = typing.get_args(tp)[1]
-    while typing.get_origin(tp) in (Union, Annotated):
-        tp = [a for a in typing.get_args(tp) if a is not type(None)][0]
+    tp = _unwrap(tp)
     return [f.name for f in dataclasses.fields(tp)] if dataclasses.is_dataclass(tp) else []
 
 
@@ -550,14 +553,12 @@ def _metavar(tp: Any) -> str:
 
 
 def _is_bool(tp: Any) -> bool:
-    while typing.get_origin(tp) in (Union, Annotated):
-        tp = [a for a in typing.get_args(tp) if a is not type(None)][0]
+    tp = _unwrap(tp)
     return tp is bool
 
 
 def _is_mapping(tp: Any) -> bool:
-    while typing.get_origin(tp) in (Union, Annotated):
-        tp = [a for a in typing.get_args(tp) if a is not type(None)][0]
+    tp = _unwrap(tp)
     return typing.get_origin(tp) is dict or dataclasses.is_dataclass(tp)
 
 
