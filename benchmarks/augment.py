@@ -137,7 +137,8 @@ def bench_pipeline(args, tmp: str) -> dict:
 # --- 2. tagging vs generation, no Beam -----------------------------------------------
 
 def bench_parts(args) -> dict:
-    from transferset.augment import AugmentConfig, split_words, variant_rows
+    from transferset.augment import split_words, variant_rows
+    from transferset.config import AugmentConfig
     from transferset.augment.pos import PosVocab, Tagger, build_vocab
 
     examples = read_examples(args.data, args.rows)
@@ -145,7 +146,7 @@ def bench_parts(args) -> dict:
     print(f"[parts] {len(sentences)} sentences, {sum(map(len, sentences))} words", flush=True)
 
     t0 = time.perf_counter()
-    tagger = Tagger()
+    tagger = Tagger(AugmentConfig().spacy_model)
     load_s = time.perf_counter() - t0
     tagger.tag(sentences[:16])  # warm-up
     t0 = time.perf_counter()
@@ -205,7 +206,8 @@ def bench_mlm(args) -> dict:
     import torch
     import transformers
 
-    from transferset.augment import AugmentConfig, split_words, variant_rows
+    from transferset.augment import split_words, variant_rows
+    from transferset.config import AugmentConfig
     from transferset.augment.mlm import MlmCandidates
 
     transformers.logging.set_verbosity_error()
@@ -216,7 +218,8 @@ def bench_mlm(args) -> dict:
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)  # the new MLM head of the default model is initialised reproducibly
-    mlm = MlmCandidates(model, top_k=15, batch_size=args.mlm_batch_size, device="cpu")
+    mlm = MlmCandidates(model, top_k=AugmentConfig().mlm_top_k, batch_size=args.mlm_batch_size,
+                        max_length=AugmentConfig().mlm_max_length, device="cpu")
     params = sum(p.numel() for p in mlm.model.parameters()) / 1e6
     cfg_m = mlm.model.config
     note = "" if real else " (encoder weights of the packaged MiniLM; MLM head newly initialised: " \

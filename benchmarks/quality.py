@@ -27,7 +27,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from transferset import config as config_lib, schema  # noqa: E402
+from transferset import schema, typed  # noqa: E402
 from transferset.config import RunConfig  # noqa: E402
 
 SETTINGS = ("demo", "lowres")
@@ -50,7 +50,7 @@ def mean_sd(values: list[float], scale: float = 100.0, digits: int = 1) -> str:
 
 def stage_seconds(run_dir: str) -> dict[str, float]:
     """Seconds each stage took in this run directory (its .stage.json), students summed."""
-    from transferset.runner import STAGE_FILE
+    from transferset.app.runner import STAGE_FILE
 
     out: dict[str, float] = {}
     for root, _, files in os.walk(run_dir):
@@ -63,9 +63,9 @@ def stage_seconds(run_dir: str) -> dict[str, float]:
 
 
 def run_setting(setting: str, seeds: int, out: str, overrides: list[str], fresh: bool) -> dict:
-    from transferset.runner import apply_override, run_pipeline
+    from transferset.app.runner import apply_override, run_pipeline
 
-    raw = config_lib.read_yaml(os.path.join(HERE, "quality", f"{setting}.yaml"))
+    raw = typed.read_yaml(os.path.join(HERE, "quality", f"{setting}.yaml"))
     run_dir = os.path.join(out, setting)
     if fresh and os.path.exists(run_dir):
         shutil.rmtree(run_dir)
@@ -73,7 +73,7 @@ def run_setting(setting: str, seeds: int, out: str, overrides: list[str], fresh:
     raw["run_dir"] = run_dir
     for item in overrides:
         apply_override(raw, item)
-    cfg = config_lib.load(RunConfig, raw, where=f"benchmarks/quality/{setting}.yaml")
+    cfg = typed.load(RunConfig, raw, where=f"benchmarks/quality/{setting}.yaml")
     print(f"[{setting}] transferset run with {len(cfg.students)} students → {run_dir}", flush=True)
     t0 = time.time()
     run_pipeline(cfg)

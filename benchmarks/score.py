@@ -28,6 +28,8 @@ import os
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))  # builders
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -92,7 +94,7 @@ def make_teacher(directory: str) -> str:
     """MiniLM with a (seeded, untrained) 2-class head: the cost of scoring does not depend on training."""
     import torch
 
-    from transferset.teacher import loading
+    from transferset import loading
 
     torch.manual_seed(0)
     model = loading.load_classifier(loading.resolve_model(loading.DEFAULT_MODEL), label_names=("0", "1"))
@@ -132,8 +134,9 @@ def ours(teacher, texts, device, beam_batch) -> Clock:
 
 
 def pipeline_run(teacher_dir: str, texts: list[str], workdir: str, extra: list[str]) -> float:
-    from transferset import cli, schema
-    from transferset.teacher import testing
+    from transferset import schema
+    from transferset.app import cli
+    import builders as testing
 
     src = testing.write_transfer_set(os.path.join(workdir, "transfer"), [testing.transfer_rows(texts)], ("0", "1"))
     out = os.path.join(workdir, "scored")

@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from students import trainer  # noqa: E402
+from students.losses import LossWeights  # noqa: E402
 from students.build import setup  # noqa: E402
 from students.data import iter_train_batches  # noqa: E402
 from students.student import Student, latency_ms, save_student  # noqa: E402
@@ -83,7 +84,7 @@ def write_scored(out: Path, examples, teacher: Teacher, teacher_dir: str) -> flo
 def epoch(s, scored: str, seed: int, teacher: Teacher | None) -> tuple[float, float]:
     """One epoch; with `teacher`, its outputs are recomputed per batch. → (seconds, teacher seconds)."""
     opt = trainer.make_optimizer(s, list(s.model.parameters()))
-    weights = s.cfg.loss_weights()
+    weights = LossWeights.of(s.cfg)
     # The batches (rows, order, tokens) are identical in both modes: the same seeded stream.
     t_teacher = 0.0
     t0 = time.perf_counter()

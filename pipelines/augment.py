@@ -4,34 +4,29 @@ Thin named PTransforms; the logic lives in transferset.sources and transferset.a
 """
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import sys
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Optional, Sequence
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
-from transferset import config, schema
-from transferset.augment import original_row, split_words, variant_rows
-from transferset.config import AugmentConfig, BeamConfig
+from pipelines import runtime as opts
+from transferset import schema
+from transferset.augment import check_ops, needs, original_row, split_words, variant_rows
 from transferset.augment.dedup import STAT_KEYS, bad_inputs, dedup_key, reconcile, resolve, to_record
+from transferset.augment.mlm import MlmCandidates
+from transferset.augment.pos import PosVocab, Tagger
+from transferset.config import AugmentConfig, BeamConfig
 from transferset.errors import UserError
 from transferset.progress import Progress
 from transferset.sources import Example, Reject, SourceSpec, detect_format, infer_label_names, read_source
-from pipelines import options as opts
 
 log = logging.getLogger("transferset")
 METRICS_NAMESPACE = "transferset_augment"
-
-EPILOG = """examples:
-  transferset augment --input ../shared/data/sst2/train.tsv --exclude ../shared/data/sst2/dev.tsv \\
-      --output runs/sst2_transfer --limit 2000
-  transferset augment --input train.csv --text-column review --recipe tinybert --mlm-model bert-base-uncased \\
-      --output out/ --runner FnApiRunner --direct_num_workers 2"""
-
 
 @dataclass(frozen=True)
 class AugmentJob:
@@ -66,8 +61,6 @@ class _Tag(beam.DoFn):
         self.model, self.batch_size = model, batch_size
 
     def setup(self):
-        from transferset.augment.pos import Tagger
-
         self.tagger = Tagger(self.model)
 
     def process(self, batch):
@@ -77,13 +70,13 @@ class _Tag(beam.DoFn):
 
 
 class _MlmCandidates(beam.DoFn):
-    def __init__(self, model: str, top_k: int, batch_size: int, threads: Optional[int]):
-        self.model, self.top_k, self.batch_size, self.threads = model, top_k, batch_size, threads
+    def __init__(self, cfg: AugmentConfig):
+        self.cfg = cfg
 
     def setup(self):
-        from transferset.augment.mlm import MlmCandidates
-
-        self.mlm = MlmCandidates(self.model, top_k=self.top_k, batch_size=self.batch_size, threads=self.threads)
+        c = self.cfg
+        self.mlm = MlmCandidates(c.mlm_model, top_k=c.mlm_top_k, batch_size=c.mlm_batch_size,
+                                 max_length=c.mlm_max_length, threads=c.torch_threads)
 
     def process(self, batch):
         cands = self.mlm.candidates([split_words(ex.text) for ex, _ in batch])
@@ -95,8 +88,6 @@ class _PosVocab(beam.CombineFn):
     """Corpus unigram counts per (tag, word) → PosVocab, built once from the originals."""
 
     def create_accumulator(self):
-        from collections import Counter
-
         return Counter()
 
     def add_input(self, acc, item):
@@ -112,8 +103,6 @@ class _PosVocab(beam.CombineFn):
         return out
 
     def extract_output(self, acc):
-        from transferset.augment.pos import PosVocab
-
         return PosVocab.from_counts(acc)
 
 
@@ -197,18 +186,17 @@ def build(p: beam.Pipeline, job: AugmentJob) -> dict:
     items = guarded.kept | "NoContext" >> beam.Map(lambda ex: (ex, {}))
     pos_vocab = None
     # With no variants to make (n_iter 0: unlabeled text as is), tagging and the MLM are skipped.
-    if cfg.makes_variants and cfg.needs("tags"):
+    if cfg.makes_variants and needs(cfg, "tags"):
         items = (items
                  | "BatchForTagger" >> beam.BatchElements(min_batch_size=min(64, cfg.tag_batch_size),
                                                          max_batch_size=cfg.tag_batch_size)
                  | "TagPOS" >> beam.ParDo(_Tag(cfg.spacy_model, cfg.tag_batch_size)))
         pos_vocab = beam.pvalue.AsSingleton(items | "PosVocabulary" >> beam.CombineGlobally(_PosVocab()))
-    if cfg.makes_variants and cfg.needs("candidates"):
+    if cfg.makes_variants and needs(cfg, "candidates"):
         items = (items
                  | "BatchForMLM" >> beam.BatchElements(min_batch_size=min(8, cfg.mlm_batch_size),
                                                        max_batch_size=cfg.mlm_batch_size)
-                 | "MLMCandidates" >> beam.ParDo(_MlmCandidates(cfg.mlm_model, cfg.mlm_top_k, cfg.mlm_batch_size,
-                                                            cfg.torch_threads)))
+                 | "MLMCandidates" >> beam.ParDo(_MlmCandidates(cfg)))
 
     kwargs = {"pos_vocab": pos_vocab} if pos_vocab is not None else {}
     expanded = items | "Augment" >> beam.FlatMap(_expand, cfg, **kwargs).with_outputs("variants", main="originals")
@@ -273,13 +261,14 @@ def build(p: beam.Pipeline, job: AugmentJob) -> dict:
     return {"kept": resolved.kept, "rejects": rejects, "stats": finished}
 
 
-# --- the stage function and the command line -----------------------------------
+# --- the stage function -----------------------------------------------------------
 
 def make_job(cfg: AugmentConfig, *, inputs: Sequence[str], output: str, unlabeled: Sequence[str] = (),
              exclude: Sequence[str] = ()) -> AugmentJob:
     """Check the input paths and settle the label set: everything `build` needs."""
     if not inputs:
         raise UserError("augment: at least one labeled input is needed (--input)")
+    check_ops(cfg)
 
     def spec(path: str, labeled: bool) -> SourceSpec:
         return SourceSpec(path=path, text_column=cfg.text_column,
@@ -318,35 +307,3 @@ def run_augment(cfg: AugmentConfig, *, inputs: Sequence[str], output: str, unlab
         raise UserError("\n".join(stats["problems"]) + f"\n(rejected rows with reasons: "
                         f"{opts.join(job.output, schema.REJECTS_DIR)}/)")
     return stats
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    g = parser.add_argument_group("inputs and output")
-    g.add_argument("--input", action="append", required=True, metavar="PATH",
-                   help="labeled input: .tsv/.csv/.jsonl/.parquet or hf:NAME[:CONFIG]:SPLIT (repeatable)")
-    g.add_argument("--unlabeled", action="append", default=[], metavar="PATH",
-                   help="in-domain text without labels, augmented too (repeatable)")
-    g.add_argument("--exclude", action="append", default=[], metavar="PATH",
-                   help="evaluation data (dev/test): rows whose text equals one of its sentences are dropped")
-    g.add_argument("--output", required=True, metavar="OUT", help="output directory (local or gs://...)")
-    config.add_arguments(parser, AugmentConfig, title="settings (the run config's augment: section)")
-    opts.add_runner_arguments(parser)
-
-
-def run(args, extra: Sequence[str]) -> int:
-    cfg = config.from_args(AugmentConfig, args)
-    stats = run_augment(cfg, inputs=args.input, output=args.output, unlabeled=args.unlabeled,
-                        exclude=args.exclude, beam_cfg=opts.beam_config(args), extra=extra,
-                        overwrite=args.overwrite)
-    print(json.dumps({k: stats[k] for k in STAT_KEYS}, indent=2))
-    return 0
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    from transferset.cli import main as cli_main
-
-    return cli_main(["augment", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -5,14 +5,13 @@
                                            CleanUpShards + rejects ─▶ Finalize (stats.json, _COMPLETE)
 
 The logic lives in the library and is tested without Beam: the checks before a run in
-transferset.teacher.plan, routing and the shard protocol in transferset.teacher.shards, the
+transferset.scored.plan, routing and the shard protocol in transferset.scored.shards, the
 teacher in transferset.teacher.scoring; this module wires them into steps. Scored rows are
 committed in shards as they are produced (every shard_rows rows or shard_seconds seconds),
 so a killed run leaves whole shards behind and `--resume` scores only the ids not in them.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
@@ -27,12 +26,14 @@ from apache_beam.metrics import Metrics
 from apache_beam.ml.inference.base import KeyedModelHandler, ModelHandler, RunInference
 from apache_beam.transforms.window import GlobalWindows
 
-from pipelines import options as opts
-from transferset import config, schema
-from transferset.config import BeamConfig, ScoreConfig
+from pipelines import runtime as opts
+from transferset import schema
+from transferset.config import DEFAULT_MAX_LENGTH, BeamConfig, ScoreConfig
+from transferset.fs import remote
 from transferset.progress import Progress
-from transferset.teacher import plan as score_plan
-from transferset.teacher import remote, scoring, shards
+from transferset.scored import plan as score_plan
+from transferset.scored import shards
+from transferset.teacher import scoring
 
 EPILOG = (
     "Example:\n"
@@ -46,7 +47,7 @@ EPILOG = (
 LOG = logging.getLogger("transferset.score")
 METRICS_NAMESPACE = "transferset_score"
 
-# The library (transferset.teacher.plan / .shards) holds the checks, routing and shard protocol;
+# The library (transferset.scored.plan / .shards) holds the checks, routing and shard protocol;
 # these names stay importable from here for callers of the pipeline module.
 ScoreJob, Plan, plan = score_plan.ScoreJob, score_plan.Plan, score_plan.plan
 check_stats = shards.check_stats
@@ -106,7 +107,7 @@ class TeacherModelHandler(ModelHandler):
     """
 
     def __init__(self, teacher_dir: str, *, pooling: str = "cls", layers: Sequence[int] = (-1,),
-                 max_length: int = scoring.DEFAULT_MAX_LENGTH, min_batch_size: Optional[int] = None,
+                 max_length: int = DEFAULT_MAX_LENGTH, min_batch_size: Optional[int] = None,
                  max_batch_size: int = 1024,
                  forward_rows: Optional[int] = None, forward_tokens: Optional[int] = None, forward: str = "auto",
                  large_model: bool = False, torch_threads: Optional[int] = None, allow_pickle: bool = False,
@@ -163,7 +164,7 @@ class TeacherModelHandler(ModelHandler):
 
 # --- writing ------------------------------------------------------------------------------------
 class WriteShards(beam.DoFn):
-    """Commit scored rows in shards (transferset.teacher.shards.ShardBuffer decides when) and at each bundle end.
+    """Commit scored rows in shards (transferset.scored.shards.ShardBuffer decides when) and at each bundle end.
 
     Yields (path, rows) per committed shard; reports progress against `total` rows.
     """
@@ -276,19 +277,7 @@ def build(pipeline: beam.Pipeline, job: ScoreJob, p: Optional[Plan] = None) -> P
     return p
 
 
-# --- the stage function and the command line ----------------------------------------------------
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--input", required=True,
-                        help="transfer set directory or URL (the output of `transferset augment`)")
-    parser.add_argument("--teacher", required=True,
-                        help="fine-tuned teacher directory (`transferset teacher` output or any save_pretrained dir); "
-                             "a gs:// (any fsspec) URL is copied once to a local cache (TRANSFERSET_CACHE)")
-    parser.add_argument("--output", required=True, help="output directory for the scored transfer set")
-    parser.add_argument("--resume", action="store_true", help="keep OUT/data and score only the ids not in it")
-    config.add_arguments(parser, ScoreConfig, title="settings (the run config's score: section)")
-    opts.add_runner_arguments(parser)
-
-
+# --- the stage function ----------------------------------------------------------------------------
 def default_threads(options) -> Optional[int]:
     from apache_beam.options.pipeline_options import DirectOptions
 
@@ -311,20 +300,3 @@ def run_score(cfg: ScoreConfig, *, input: str, teacher: str, output: str, beam_c
         build(pipeline, job)
     return opts.read_json_file(opts.join(output, schema.STATS_FILE))
 
-
-def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
-    cfg = config.from_args(ScoreConfig, args)
-    started = time.time()
-    stats = run_score(cfg, input=args.input, teacher=args.teacher, output=args.output,
-                      beam_cfg=opts.beam_config(args), extra=extra, resume=args.resume, overwrite=args.overwrite)
-    summary = {k: stats.get(k) for k in ("input_rows", "scored", "scored_this_run", "already_scored", "rejected")}
-    summary["output"] = args.output
-    summary["elapsed_s"] = round(time.time() - started, 1)
-    print(json.dumps(summary, indent=2))
-    return 0
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:  # pragma: no cover - `transferset score` is the entry
-    from transferset.cli import main as cli_main
-
-    return cli_main(["score", *(argv or [])])

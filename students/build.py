@@ -39,7 +39,7 @@ def _existing_dir(value: Any, sha256: Optional[str] = None) -> Optional[str]:
     if not isinstance(value, str):
         return None
     if fs.is_remote(value):
-        from transferset.teacher.remote import local_teacher
+        from transferset.fs.remote import local_teacher
 
         try:
             return local_teacher(value, sha256=sha256) if fs.isdir(value) else None
@@ -233,7 +233,7 @@ def _load_bilstm(model_dir: str, sidecar: dict):
 
 
 def _build_transformer(ctx: Context) -> Built:
-    from transferset.teacher.loading import load_config
+    from transferset.loading import load_config
 
     cfg = ctx.cfg
     if cfg.preset:
@@ -274,7 +274,7 @@ def load_hf_classifier(model_dir: str, max_length: Optional[int] = None):
 
     Goes through the teacher's loader: safetensors only, shipped Python code (auto_map) refused.
     """
-    from transferset.teacher.loading import label_names_of, load_classifier, load_tokenizer
+    from transferset.loading import label_names_of, load_classifier, load_tokenizer
 
     model = load_classifier(model_dir).eval()
     tokenizer = load_tokenizer(model_dir)

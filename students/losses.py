@@ -31,8 +31,9 @@ class LossWeights:
         return {k: v for k, v in asdict(self).items() if k != "temperature" and v}
 
     @classmethod
-    def names(cls) -> list[str]:
-        return [f.name for f in fields(cls) if f.name != "temperature"]
+    def of(cls, cfg) -> "LossWeights":
+        """The weights a StudentConfig sets (its fields of the same names)."""
+        return cls(**{f.name: getattr(cfg, f.name) for f in fields(cls)})
 
 
 def ce(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -20,7 +20,7 @@ from students.build import HF_FAMILY, Family, Setup, family, load_hf_classifier
 from students.losses import NO_LABEL
 from transferset import __version__, schema
 from transferset.errors import UserError
-from transferset.teacher.loading import check_safetensors
+from transferset.loading import check_safetensors
 from transferset.timing import ms_per_example
 
 

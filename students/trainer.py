@@ -25,7 +25,7 @@ from students.losses import NO_LABEL, LossWeights, combine
 from students.plots import plot_curves
 from students.schedules import Phase, phases
 from students.student import Student, accuracy, latency_ms, save_student
-from transferset import config as config_lib
+from transferset import typed
 from transferset import fs, schema, sources, transfer
 from transferset.config import StudentConfig
 from transferset.errors import UserError
@@ -166,7 +166,7 @@ def evaluate_run(s: Setup, student: Student, transfer_dir: str, dev: EvalData) -
         "latency_note": f"CPU, {torch.get_num_threads()} torch thread(s), tokenization included",
         "transfer": {"dir": transfer_dir, "rows": s.num_rows, "labeled_rows": s.num_labeled,
                      "teacher_id": s.meta.get(schema.META_TEACHER_ID)},
-        "config": config_lib.to_dict(cfg),
+        "config": typed.to_dict(cfg),
         "model_config": asdict(s.model_config),
     }
 
@@ -197,7 +197,7 @@ def train(cfg: StudentConfig, transfer_dir: str, dev_path: str, output: str, *, 
     s = setup(cfg, transfer_dir)
     student = Student(s.model, s.tokens, s.label_names, s.family)
     try:
-        plan = phases(cfg.schedule, cfg.loss_weights(), cfg.epochs, s.family.param_groups(s.model).keys())
+        plan = phases(cfg.schedule, LossWeights.of(cfg), cfg.epochs, s.family.param_groups(s.model).keys())
     except ValueError as exc:
         raise UserError(str(exc)) from exc
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from transferset.teacher import testing
+import builders as testing
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"

@@ -16,9 +16,9 @@ import yaml
 
 import fake_remote
 from transferset import fs, schema, transfer
-from transferset.cli import main
-from transferset.runner import STAGE_FILE
-from transferset.teacher import testing
+from transferset.app.cli import main
+from transferset.app.runner import STAGE_FILE
+import builders as testing
 
 TRAIN_ROWS, DEV_ROWS = 120, 60
 STUDENT = {"student": "bilstm", "epochs": 1, "ce": 1.0, "mse": 1.0, "batch_size": 32, "latency_examples": 8,

@@ -2,35 +2,42 @@
 
 This module is the only place a default is written. Command-line flags
 (`transferset augment --n-iter 20`) and run-YAML sections (`augment: {n_iter: 20}`) map onto
-the fields one to one: `add_arguments` builds the flags and their `--help` (the comment after
-each field) from the dataclass, and `load` type-checks every value with pydantic before any
-stage runs, refusing a bad one with its key, the value, the expected type and where it came
-from. Stage functions receive these objects; no argv is built in between.
+the fields one to one: transferset/app/flags.py builds the flags and their `--help` (the comment
+after each field) from these dataclasses, and transferset/typed.py type-checks every value with
+pydantic before any stage runs, refusing a bad one with its key, the value, the expected type and
+where it came from. Stage functions receive these objects; no argv is built in between.
 
 Paths (inputs, outputs) and one-off switches (`--overwrite`, `--resume`) are not settings:
 they are arguments of the stage functions, so a run YAML cannot point two stages at one folder.
+Queries that belong to a package live there (augment.compose.word_ops, students.losses.weights_of,
+pipelines.runtime.beam_flags); the checks here look at values only.
 """
 from __future__ import annotations
 
 import dataclasses
-import inspect
-import io
 import json
-import tokenize
-import typing
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Mapping, Optional, TypeVar, Union
+from typing import Annotated, Any, Optional
 
-import pydantic
 from pydantic import BeforeValidator, ConfigDict, with_config
 
-from transferset.errors import UserError
-
-T = TypeVar("T")
+from transferset.errors import ConfigError
 
 # Values that travel through several modules but are defaults of settings, written once here.
 DEFAULT_TEACHER_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 DEFAULT_RUNNER = "FnApiRunner"
+# Tokens per row wherever no setting or recorded value says otherwise (teacher, scoring, students, report).
+DEFAULT_MAX_LENGTH = 128
+POOLINGS = ("cls", "mean")  # ScoreConfig.hidden
+# Named op sequences; `AugmentConfig.recipe` picks one unless `ops` is given. The op names are checked
+# against the registry by transferset.augment.check_ops, which every augment entry point calls.
+RECIPES: dict[str, tuple[str, ...]] = {
+    "tang": ("mask", "pos", "ngram"),  # Tang et al. 2019
+    "tinybert": ("mlm",),  # Jiao et al. 2020
+}
+# auto: packed for BERT classifiers on CPU (measured, benchmarks/README.md), padded elsewhere; the
+# packed path is not measured on a GPU yet, where many small attention calls may cost more than padding.
+FORWARDS = ("auto", "packed", "padded")  # ScoreConfig.forward
 
 
 def _split_commas(value: Any) -> Any:
@@ -48,8 +55,12 @@ Ints = Annotated[tuple[int, ...], BeforeValidator(_split_commas)]
 _STRICT = ConfigDict(extra="forbid")
 
 
-class ConfigError(UserError, ValueError):
-    """A setting has the wrong type or value, or is unknown."""
+def check_forward_options(forward: str, forward_rows: Optional[int], forward_tokens: Optional[int]) -> None:
+    """Refuse a --forward choice or forward cap that cannot work (None caps: the path's default)."""
+    if any(v is not None and v < 1 for v in (forward_rows, forward_tokens)):
+        raise ConfigError("--forward-rows and --forward-tokens must be at least 1")
+    if forward not in FORWARDS:
+        raise ConfigError(f"--forward {forward!r}: choose one of {list(FORWARDS)}")
 
 
 # --- stages ----------------------------------------------------------------------------------
@@ -79,6 +90,7 @@ class AugmentConfig:
     p_mlm: float = 0.4  # per eligible word: probability of one of the top-M MLM candidates
     mlm_model: str = "bert-base-uncased"  # any AutoModelForMaskedLM: local directory or hub name
     mlm_top_k: int = 15  # M candidates per word
+    mlm_max_length: int = DEFAULT_MAX_LENGTH  # MLM input tokens per row (the masked sentence and the original)
     mask_token: str = "[MASK]"  # what the mask op writes
     spacy_model: str = "en_core_web_sm"  # spaCy pipeline used for POS tags
     # execution (not part of what a row depends on)
@@ -89,22 +101,13 @@ class AugmentConfig:
     EXECUTION = ("tag_batch_size", "mlm_batch_size", "torch_threads")
 
     def __post_init__(self):
-        from transferset.augment import registry
-
         if self.ops is None:
-            if self.recipe not in registry.RECIPES:
-                raise ValueError(f"unknown recipe {self.recipe!r}; known: {', '.join(sorted(registry.RECIPES))}")
-            object.__setattr__(self, "ops", tuple(registry.RECIPES[self.recipe]))
-        for name in self.ops:
-            try:
-                registry.get(name)
-            except KeyError as exc:  # a ValueError reaches the user as a config error
-                raise ValueError(exc.args[0]) from None
-        _at_least(self, n_iter=0, unlabeled_n_iter=0, max_n=1, mlm_top_k=1, max_chars=1, tag_batch_size=1, mlm_batch_size=1)
+            if self.recipe not in RECIPES:
+                raise ValueError(f"unknown recipe {self.recipe!r}; known: {', '.join(sorted(RECIPES))}")
+            object.__setattr__(self, "ops", tuple(RECIPES[self.recipe]))
+        _at_least(self, n_iter=0, unlabeled_n_iter=0, max_n=1, mlm_top_k=1, mlm_max_length=4, max_chars=1,
+                  tag_batch_size=1, mlm_batch_size=1)
         _probabilities(self, "p_mask", "p_pos", "p_ng", "p_mlm")
-        total = sum(getattr(self, registry.get(n).prob) for n in self.word_ops)
-        if total > 1:
-            raise ValueError(f"word-op probabilities sum to {total} > 1 for ops {self.word_ops}")
 
     def variants_for(self, labeled: bool) -> int:
         """How many variants an example gets: unlabeled text may have its own number."""
@@ -115,23 +118,6 @@ class AugmentConfig:
     @property
     def makes_variants(self) -> bool:
         return self.variants_for(True) > 0 or self.variants_for(False) > 0
-
-    @property
-    def word_ops(self) -> tuple[str, ...]:
-        from transferset.augment import registry
-
-        return tuple(n for n in self.ops if registry.get(n).kind == registry.WORD)
-
-    @property
-    def sequence_ops(self) -> tuple[str, ...]:
-        from transferset.augment import registry
-
-        return tuple(n for n in self.ops if registry.get(n).kind == registry.SEQUENCE)
-
-    def needs(self, what: str) -> bool:
-        from transferset.augment import registry
-
-        return any(what in registry.get(n).needs for n in self.ops)
 
     def to_json(self) -> str:
         """The settings a transfer set depends on (recorded in its Parquet metadata)."""
@@ -148,7 +134,7 @@ class TeacherConfig:
     epochs: int = 3  # passes over the labeled data; the best dev checkpoint is kept
     lr: float = 5e-5  # peak learning rate (AdamW, linear warm-up and decay)
     batch_size: int = 32
-    max_length: int = 128  # tokens per row; longer rows are truncated
+    max_length: int = DEFAULT_MAX_LENGTH  # tokens per row; longer rows are truncated
     warmup: float = 0.1  # fraction of the steps with a linear warm-up
     weight_decay: float = 0.01
     max_steps: Optional[int] = None  # stop after N optimizer steps in total
@@ -200,16 +186,11 @@ class ScoreConfig:
     trust_remote_code: bool = False  # run Python code shipped with the teacher: only models you trust
 
     def __post_init__(self):
-        from transferset.teacher.scoring import POOLINGS, check_forward_options
-
         if self.hidden not in POOLINGS:
             raise ValueError(f"hidden must be one of {list(POOLINGS)}, got {self.hidden!r}")
         _at_least(self, batch_size=1, min_batch_size=1, max_length=2, shard_rows=1, torch_threads=1,
                    shard_seconds=0)
-        try:
-            check_forward_options(self.forward, self.forward_rows, self.forward_tokens)
-        except UserError as exc:  # a ValueError, so that `load` reports it with its key
-            raise ConfigError(str(exc)) from None
+        check_forward_options(self.forward, self.forward_rows, self.forward_tokens)  # a ValueError too
 
 
 @with_config(_STRICT)
@@ -274,12 +255,6 @@ class StudentConfig:
             return self.freeze_embeddings
         return self.student == "bilstm" and self.embed_init == "teacher"
 
-    def loss_weights(self):
-        from students.losses import LossWeights
-
-        return LossWeights(ce=self.ce, mse=self.mse, kd=self.kd, repr=self.repr, pkd=self.pkd,
-                           temperature=self.temperature)
-
 
 @with_config(_STRICT)
 @dataclass(frozen=True)
@@ -293,20 +268,6 @@ class BeamConfig:
 
     def __post_init__(self):
         _at_least(self, workers=1)
-
-    def flags(self) -> list[str]:
-        """The pipeline options as Beam flags."""
-        out = [f"--runner={self.runner}"]
-        if self.workers > 1:
-            out += [f"--direct_num_workers={self.workers}", "--direct_running_mode=multi_processing"]
-        for key, value in self.options.items():
-            if isinstance(value, bool):
-                out.append(f"--{key}" if value else f"--no_{key}")
-            elif isinstance(value, (list, tuple)):
-                out += [f"--{key}={v}" for v in value]
-            elif value is not None:
-                out.append(f"--{key}={value}")
-        return out
 
 
 @with_config(_STRICT)
@@ -376,226 +337,3 @@ def _one_of(obj, **choices: tuple[str, ...]) -> None:
     for name, allowed in choices.items():
         if getattr(obj, name) not in allowed:
             raise ValueError(f"{name} must be one of {list(allowed)}, got {getattr(obj, name)!r}")
-
-
-# --- loading and checking ----------------------------------------------------------------------
-
-def _type_name(tp: Any) -> str:
-    origin = typing.get_origin(tp)
-    if origin is Annotated:
-        return _type_name(typing.get_args(tp)[0])
-    if origin is Union:
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        inner = " or ".join(_type_name(a) for a in args)
-        return f"{inner} or null" if len(args) < len(typing.get_args(tp)) else inner
-    if origin in (tuple, list):
-        args = typing.get_args(tp)
-        return f"list of {_type_name(args[0])}" if args else "list"
-    if origin is dict:
-        return f"mapping of {_type_name(typing.get_args(tp)[1])}"
-    if dataclasses.is_dataclass(tp):
-        return f"mapping ({tp.__name__})"
-    return getattr(tp, "__name__", str(tp))
-
-
-def _unwrap(tp: Any) -> Any:
-    """The type inside Optional[...] and Annotated[...] (the first non-None member of a Union)."""
-    while typing.get_origin(tp) in (Union, Annotated):
-        tp = [a for a in typing.get_args(tp) if a is not type(None)][0]
-    return tp
-
-
-def _expected(cls: type, loc: tuple) -> Optional[str]:
-    """The expected type at `loc` (a pydantic error location) inside dataclass `cls`."""
-    tp: Any = cls
-    for part in loc:
-        tp = _unwrap(tp)
-        if dataclasses.is_dataclass(tp) and isinstance(part, str):
-            hints = typing.get_type_hints(tp, include_extras=True)
-            if part not in hints:
-                return None
-            tp = hints[part]
-        elif typing.get_origin(tp) is dict:
-            tp = typing.get_args(tp)[1]
-        elif typing.get_origin(tp) in (tuple, list) and isinstance(part, int):
-            tp = typing.get_args(tp)[0]
-        else:
-            break
-    return _type_name(tp)
-
-
-def _key(loc: tuple, flag_style: bool) -> str:
-    parts = [str(p) for p in loc if not str(p).startswith("function-")]
-    if flag_style and parts:
-        return "--" + parts[0].replace("_", "-") + "".join(f"[{p}]" for p in parts[1:])
-    return ".".join(parts)
-
-
-def format_errors(cls: type, exc: pydantic.ValidationError, where: str, flag_style: bool = False) -> str:
-    lines = []
-    for err in exc.errors():
-        loc = tuple(err["loc"])
-        key = _key(loc, flag_style)
-        if err["type"] == "unexpected_keyword_argument":
-            parent = _expected(cls, loc[:-1]) if loc[:-1] else cls.__name__
-            known = _known_keys(cls, loc[:-1])
-            lines.append(f"{where}: {key}: unknown setting" + (f"; known: {', '.join(known)}" if known else "")
-                         + (f" ({parent})" if not known else ""))
-            continue
-        if err["type"] == "value_error":
-            message = str(err.get("ctx", {}).get("error") or err["msg"])
-            lines.append(f"{where}: {key or cls.__name__}: {message}")
-            continue
-        expected = _expected(cls, loc)
-        value = err.get("input")
-        lines.append(f"{where}: {key} = {value!r}: {err['msg'].lower()}"
-                     + (f" (expected {expected})" if expected else ""))
-    return "\n".join(lines)
-
-
-def _known_keys(cls: type, loc: tuple) -> list[str]:
-    tp: Any = cls
-    for part in loc:
-        tp = _unwrap(tp)
-        if dataclasses.is_dataclass(tp) and isinstance(part, str):
-            tp = typing.get_type_hints(tp, include_extras=True).get(part)
-        elif typing.get_origin(tp) is dict:
-            tp = typing.get_args(tp)[1]
-    tp = _unwrap(tp)
-    return [f.name for f in dataclasses.fields(tp)] if dataclasses.is_dataclass(tp) else []
-
-
-def load(cls: type[T], values: Mapping[str, Any], where: str, flag_style: bool = False) -> T:
-    """Build a `cls` from plain values (YAML, flags), type-checked; a ConfigError lists every problem."""
-    if values is None:
-        values = {}
-    if not isinstance(values, Mapping):
-        raise ConfigError(f"{where}: expected a mapping of settings, got {type(values).__name__} {values!r}")
-    try:
-        return pydantic.TypeAdapter(cls).validate_python(dict(values))
-    except pydantic.ValidationError as exc:
-        raise ConfigError(format_errors(cls, exc, where, flag_style)) from None
-
-
-def read_yaml(path: str, what: str = "config") -> dict[str, Any]:
-    """A YAML file of settings as a plain mapping; a missing, unparsable or non-mapping file is a UserError."""
-    import yaml
-
-    try:
-        with open(path, encoding="utf-8") as fh:
-            raw = yaml.safe_load(fh)
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such {what} file (see configs/ for examples)") from None
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read the {what} file: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise UserError(f"{path}: not valid YAML: {exc}") from None
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict):
-        raise UserError(f"{path}: a {what} is a YAML mapping of settings, got {type(raw).__name__}")
-    return raw
-
-
-def to_dict(cfg: Any) -> dict[str, Any]:
-    """Plain values (lists for tuples) that `load` accepts back: for YAML, JSON and stage hashes."""
-    return json.loads(json.dumps(dataclasses.asdict(cfg), default=list))
-
-
-# --- command-line flags from a dataclass -------------------------------------------------------
-
-def field_help(cls: type) -> dict[str, str]:
-    """The comment on (or just above) each field: the dataclass's own documentation."""
-    try:
-        lines, _ = inspect.getsourcelines(cls)
-    except (OSError, TypeError):
-        return {}
-    names = {f.name for f in dataclasses.fields(cls)}
-    out: dict[str, str] = {}
-    pending: list[str] = []
-    for tok_line in _logical_lines("".join(lines)):
-        code, comment = tok_line
-        if not code:
-            if comment:
-                pending.append(comment)
-            else:
-                pending = []
-            continue
-        name = code.split(":", 1)[0].strip()
-        if name in names and ":" in code:
-            # A field's own comment wins; lines above it document it only when it has none
-            # (otherwise they are a section heading, e.g. "# loss weights").
-            text = comment or " ".join(pending)
-            if text:
-                out[name] = text
-        pending = []
-    return out
-
-
-def _logical_lines(source: str) -> list[tuple[str, str]]:
-    """(code, comment) per physical line; a comment-only line has empty code."""
-    comments: dict[int, str] = {}
-    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
-        if tok.type == tokenize.COMMENT:
-            comments[tok.start[0]] = tok.string.lstrip("#").strip()
-    out = []
-    for i, line in enumerate(source.splitlines(), start=1):
-        code = line.split("#", 1)[0].strip() if i in comments else line.strip()
-        out.append((code, comments.get(i, "")))
-    return out
-
-
-def _metavar(tp: Any) -> str:
-    name = _type_name(tp)
-    if name.startswith("list of"):
-        return "A,B"
-    return {"int": "N", "float": "X", "str": "TEXT"}.get(name.replace(" or null", ""), "VALUE")
-
-
-def _is_bool(tp: Any) -> bool:
-    tp = _unwrap(tp)
-    return tp is bool
-
-
-def _is_mapping(tp: Any) -> bool:
-    tp = _unwrap(tp)
-    return typing.get_origin(tp) is dict or dataclasses.is_dataclass(tp)
-
-
-def add_arguments(parser, cls: type, *, title: Optional[str] = None, skip: tuple[str, ...] = (),
-                  defaults: Optional[Mapping[str, Any]] = None) -> None:
-    """One flag per field of `cls` (mappings excepted): --field-name, help from the field's comment.
-
-    Every flag defaults to argparse.SUPPRESS: a flag not given leaves no attribute, so the
-    dataclass default (or a YAML value) stands and `from_args` knows what the user set.
-    `--help` shows the dataclass default (or `defaults`, where a command documents another).
-    """
-    import argparse
-
-    group = parser.add_argument_group(title) if title else parser
-    helps = field_help(cls)
-    hints = typing.get_type_hints(cls, include_extras=True)
-    for f in dataclasses.fields(cls):
-        if f.name in skip or _is_mapping(hints[f.name]):
-            continue
-        default = (defaults or {}).get(f.name, f.default if f.default is not dataclasses.MISSING else None)
-        shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
-        help_text = helps.get(f.name, "")
-        help_text = f"{help_text} (default: {shown})" if help_text else f"default: {shown}"
-        flag = "--" + f.name.replace("_", "-")
-        if _is_bool(hints[f.name]):
-            group.add_argument(flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
-                               help=help_text.replace("%", "%%"))
-        else:
-            group.add_argument(flag, default=argparse.SUPPRESS, metavar=_metavar(hints[f.name]),
-                               help=help_text.replace("%", "%%"))
-
-
-def from_args(cls: type[T], args: Any, base: Optional[Mapping[str, Any]] = None, where: str = "command line") -> T:
-    """`cls` from the flags the user gave, on top of `base` (e.g. a --config YAML), type-checked."""
-    values = dict(base or {})
-    for f in dataclasses.fields(cls):
-        if hasattr(args, f.name):
-            value = getattr(args, f.name)
-            values[f.name] = None if isinstance(value, str) and value.lower() in ("none", "null") else value
-    return load(cls, values, where, flag_style=base is None)

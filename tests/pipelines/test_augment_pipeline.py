@@ -11,8 +11,8 @@ from apache_beam.testing.util import assert_that
 
 from pipelines.augment import AugmentJob, build
 from transferset import schema, transfer
-from transferset.augment import AugmentConfig
-from transferset.cli import main
+from transferset.config import AugmentConfig
+from transferset.app.cli import main
 from transferset.sources import SourceSpec, normalize_text
 
 

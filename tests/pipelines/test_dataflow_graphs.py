@@ -14,17 +14,17 @@ import pytest
 from apache_beam.options.pipeline_options import GoogleCloudOptions, StandardOptions, WorkerOptions
 
 import fake_remote
-from pipelines import options as opts
+from pipelines import runtime as opts
 from pipelines.augment import AugmentJob
 from pipelines.augment import build as build_augment
 from pipelines.score import ScoreJob
 from pipelines.score import build as build_score
 from transferset import fs, schema
 from transferset.config import BeamConfig
-from transferset.runner import load_config, stage_beam
+from transferset.app.runner import load_config, stage_beam
 from transferset.sources import SourceSpec
-from transferset.teacher import plan as score_plan
-from transferset.teacher import testing
+from transferset.scored import plan as score_plan
+import builders as testing
 
 DATAFLOW = BeamConfig(runner="DataflowRunner", options={
     "project": "my-project", "region": "europe-west4", "temp_location": "gs://my-bucket/tmp"})

@@ -11,10 +11,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipelines import score
-from transferset import config, cli, schema, transfer
+from transferset import schema, transfer
+from transferset.app import flags
+from transferset.app import cli
 from transferset.config import ScoreConfig
 from transferset.errors import UserError
-from transferset.teacher import scoring, testing
+import builders as testing
+from transferset.teacher import scoring
 from apache_beam.metrics.metric import MetricsFilter
 
 LABELS = ("0", "1")
@@ -347,11 +350,11 @@ def test_handler_options():
 def test_forward_flag_and_forward_caps_checked(tmp_path, transfer_dir, teacher_dir):
     _, parser, _ = cli.build_subparser("score")
     args, _ = parser.parse_known_args(["--input", "i", "--teacher", "t", "--output", "o", "--forward", "padded"])
-    cfg = config.from_args(ScoreConfig, args)
+    cfg = flags.from_args(ScoreConfig, args)
     assert cfg.forward == "padded" and cfg.forward_rows is None and cfg.forward_tokens is None
     args, _ = parser.parse_known_args(["--input", "i", "--teacher", "t", "--output", "o", "--forward", "fast"])
     with pytest.raises(UserError, match="--forward 'fast': choose one of"):
-        config.from_args(ScoreConfig, args)
+        flags.from_args(ScoreConfig, args)
     # The checks run when the settings are built, before any plan or pipeline.
     with pytest.raises(UserError, match="--forward-tokens must be at least 1"):
         ScoreConfig(forward_tokens=0)
@@ -429,7 +432,7 @@ def test_remote_input_and_teacher(tmp_path, monkeypatch, transfer_dir, teacher_d
     import uuid
 
     from transferset import fs
-    from transferset.teacher import remote
+    from transferset.fs import remote
 
     monkeypatch.setenv(remote.CACHE_ENV, str(tmp_path / "cache"))
     src, rows = transfer_dir

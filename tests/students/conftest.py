@@ -205,7 +205,7 @@ TINY_LAYERS = (2, 4)  # of the 4-layer tiny teacher: teacher_hidden_l2, and teac
 @pytest.fixture(scope="session")
 def tiny_teacher4(tmp_path_factory) -> str:
     """A tiny 4-layer BERT sequence classifier (labels "0", "1") written with save_pretrained."""
-    from transferset.teacher import testing
+    import builders as testing
 
     return testing.tiny_classifier(str(tmp_path_factory.mktemp("tiny_teacher4")), num_layers=4)
 

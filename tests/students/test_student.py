@@ -8,9 +8,10 @@ import torch
 
 from students import data, trainer
 from students.build import setup
+from students.losses import LossWeights
 from students.student import Student, load_student, save_student
 from transferset import schema
-from transferset.cli import main
+from transferset.app.cli import main
 from transferset.config import StudentConfig
 
 
@@ -19,7 +20,7 @@ def _trained_once(values: dict, scored_dir: str):
     s = setup(StudentConfig(threads=1, **values), scored_dir)
     batch = next(data.iter_train_batches(s, scored_dir, seed=0))
     opt = trainer.make_optimizer(s, list(s.model.parameters()))
-    trainer.train_step(s, opt, batch, s.cfg.loss_weights())
+    trainer.train_step(s, opt, batch, LossWeights.of(s.cfg))
     return s
 
 

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from transferset import schema
-from transferset.cli import main
+from transferset.app.cli import main
 
 from conftest import write_scored
 

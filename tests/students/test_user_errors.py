@@ -6,7 +6,7 @@ import os
 import pytest
 
 from transferset import schema
-from transferset.cli import main
+from transferset.app.cli import main
 
 SMALL = "threads: 1\nlatency_examples: 8\nembed_init: random\nmodel: {embed_dim: 8, hidden: 8}\n"
 

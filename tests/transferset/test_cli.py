@@ -1,6 +1,6 @@
 import pytest
 
-from transferset.cli import COMMANDS, main
+from transferset.app.cli import COMMANDS, main
 
 
 def test_top_level_help_lists_every_command(capsys):

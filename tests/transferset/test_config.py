@@ -4,8 +4,10 @@ import dataclasses
 
 import pytest
 
-from transferset import config
-from transferset.config import (AugmentConfig, BeamConfig, ConfigError, RunConfig, ScoreConfig, StudentConfig,
+from transferset import typed
+from transferset.app import flags
+from transferset.errors import ConfigError
+from transferset.config import (AugmentConfig, BeamConfig, RunConfig, ScoreConfig, StudentConfig,
                                 TeacherConfig)
 
 STAGES = (AugmentConfig, TeacherConfig, ScoreConfig, StudentConfig, BeamConfig)
@@ -14,13 +16,13 @@ STAGES = (AugmentConfig, TeacherConfig, ScoreConfig, StudentConfig, BeamConfig)
 @pytest.mark.parametrize("cls", STAGES, ids=lambda c: c.__name__)
 def test_every_setting_has_a_flag_with_help_and_the_dataclass_default(cls):
     parser = argparse.ArgumentParser()
-    config.add_arguments(parser, cls)
-    flags = {a.dest: a for a in parser._actions if a.dest != "help"}
+    flags.add_arguments(parser, cls)
+    actions = {a.dest: a for a in parser._actions if a.dest != "help"}
     for f in dataclasses.fields(cls):
         if (cls, f.name) in ((StudentConfig, "model"), (BeamConfig, "options")):  # mappings: YAML only
-            assert f.name not in flags
+            assert f.name not in actions
             continue
-        action = flags[f.name]
+        action = actions[f.name]
         assert action.default is argparse.SUPPRESS  # a flag not given leaves the dataclass default
         default = f.default if f.default is not dataclasses.MISSING else None
         shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
@@ -28,49 +30,40 @@ def test_every_setting_has_a_flag_with_help_and_the_dataclass_default(cls):
 
 
 def test_help_comes_from_the_field_comment_not_a_section_heading():
-    helps = config.field_help(StudentConfig)
+    helps = flags.field_help(StudentConfig)
     assert helps["ce"] == "cross-entropy on gold labels (rows with a label)"
     assert helps["tokens"].startswith("wordpiece (the teacher's) | words")
-    assert config.field_help(ScoreConfig)["layers"].startswith("hidden_states layers to store")
+    assert flags.field_help(ScoreConfig)["layers"].startswith("hidden_states layers to store")
 
 
 def test_flags_build_a_checked_config():
     parser = argparse.ArgumentParser()
-    config.add_arguments(parser, AugmentConfig)
-    cfg = config.from_args(AugmentConfig, parser.parse_args(["--n-iter", "3", "--ops", "mask,ngram",
+    flags.add_arguments(parser, AugmentConfig)
+    cfg = flags.from_args(AugmentConfig, parser.parse_args(["--n-iter", "3", "--ops", "mask,ngram",
                                                              "--labels", "neg,pos"]))
     assert (cfg.n_iter, cfg.ops, cfg.labels, cfg.p_mask) == (3, ("mask", "ngram"), ("neg", "pos"), 0.1)
     with pytest.raises(ConfigError, match=r"command line: --n-iter = 'x': input should be a valid integer"):
-        config.from_args(AugmentConfig, parser.parse_args(["--n-iter", "x"]))
+        flags.from_args(AugmentConfig, parser.parse_args(["--n-iter", "x"]))
 
 
 def test_a_yaml_base_under_the_flags():
     parser = argparse.ArgumentParser()
-    config.add_arguments(parser, StudentConfig)
-    cfg = config.from_args(StudentConfig, parser.parse_args(["--epochs", "2"]), base={"epochs": 9, "kd": 1.0},
+    flags.add_arguments(parser, StudentConfig)
+    cfg = flags.from_args(StudentConfig, parser.parse_args(["--epochs", "2"]), base={"epochs": 9, "kd": 1.0},
                            where="s.yaml")
     assert (cfg.epochs, cfg.kd, cfg.mse) == (2, 1.0, StudentConfig().mse)
 
 
 def test_values_round_trip_through_plain_dicts():
-    cfg = config.load(RunConfig, {"students": {"a": {"kd": 1.0}}, "score": {"layers": "-1,2"},
+    cfg = typed.load(RunConfig, {"students": {"a": {"kd": 1.0}}, "score": {"layers": "-1,2"},
                                   "beam": {"workers": 2, "options": {"project": "p"}}}, where="x")
-    again = config.load(RunConfig, config.to_dict(cfg), where="x")
+    again = typed.load(RunConfig, typed.to_dict(cfg), where="x")
     assert again == cfg and cfg.score.layers == (-1, 2)
-
-
-def test_beam_flags():
-    flags = BeamConfig(runner="DataflowRunner", workers=1,
-                       options={"project": "p", "save_main_session": True, "experiments": ["a", "b"]}).flags()
-    assert flags == ["--runner=DataflowRunner", "--project=p", "--save_main_session", "--experiments=a",
-                     "--experiments=b"]
-    assert "--direct_num_workers=2" in BeamConfig(workers=2).flags()
 
 
 @pytest.mark.parametrize("values, message", [
     ({"teacher": {"epochs": 0}}, "teacher: epochs must be at least 1, got 0"),
     ({"augment": {"n_iter": -1}}, "augment: n_iter must be at least 0, got -1"),
-    ({"augment": {"p_mask": 0.6, "p_pos": 0.6}}, "word-op probabilities sum to 1.2 > 1"),
     ({"lowres": {"per_class": 5}, "unlabeled_rows": 10}, "lowres and unlabeled_rows both choose"),
     ({"students": {}}, "no students"),
     ({"beam": {"workers": "two"}}, "beam.workers = 'two': input should be a valid integer"),
@@ -78,5 +71,5 @@ def test_beam_flags():
 def test_semantic_checks_name_the_section(values, message):
     values = {"students": {"s": {}}, **values}
     with pytest.raises(ConfigError) as exc:
-        config.load(RunConfig, values, where="run.yaml")
+        typed.load(RunConfig, values, where="run.yaml")
     assert message in str(exc.value) and str(exc.value).startswith("run.yaml: ")

@@ -7,7 +7,7 @@ import pytest
 
 from transferset import fs, schema, transfer
 from transferset.errors import UserError
-from transferset.teacher import testing
+import builders as testing
 
 LABELS = ("neg", "pos")
 

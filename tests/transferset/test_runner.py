@@ -7,10 +7,10 @@ import pytest
 import pyarrow.parquet as pq
 
 from transferset import schema, transfer
-from transferset.cli import main
+from transferset.app.cli import main
 from transferset.errors import UserError
 from transferset.config import AugmentConfig, RunConfig, ScoreConfig, StudentConfig, TeacherConfig
-from transferset.runner import STAGE_FILE, load_config, resolve_data, run_pipeline
+from transferset.app.runner import STAGE_FILE, load_config, resolve_data, run_pipeline
 
 CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml"))
 
@@ -49,6 +49,8 @@ def test_overrides_and_defaults_written_once():
     ("teachr.epochs=3", "teachr: unknown setting; known: run_dir, data"),
     ("score.forward=fast", "score: --forward 'fast': choose one of ['auto', 'packed', 'padded']"),
     ("augment.recipe=eda", "augment: unknown recipe 'eda'; known: tang, tinybert"),
+    ("augment.ops=mask,swap", "augment: ops: unknown augmenter 'swap'; known: mask, mlm, ngram, pos"),
+    ("augment.p_pos=0.95", "augment: word-op probabilities sum to 1.05 > 1 for ops ('mask', 'pos')"),
     ("students.distilled.tokens=chars", "tokens must be one of ['wordpiece', 'words']"),
 ])
 def test_bad_settings_refused_with_key_value_and_type(override, message):
@@ -85,11 +87,7 @@ def test_yaml_and_override_syntax_errors(tmp_path):
 
 def test_run_passes_typed_settings_from_yaml_to_each_stage(tmp_path, monkeypatch, sst2_dir):
     """The stage functions are replaced by recorders: the runner's wiring is what is under test."""
-    import pipelines.augment
-    import pipelines.score
-    import students.trainer
-    import transferset.report
-    import transferset.teacher.train
+    from transferset.app import runner
 
     seen = {}
 
@@ -112,11 +110,11 @@ def test_run_passes_typed_settings_from_yaml_to_each_stage(tmp_path, monkeypatch
         seen.setdefault("students", []).append((cfg, transfer_dir, dev))
         (Path(output) / "metrics.json").write_text("{}")
 
-    monkeypatch.setattr(transferset.teacher.train, "train", teacher)
-    monkeypatch.setattr(pipelines.augment, "run_augment", augment)
-    monkeypatch.setattr(pipelines.score, "run_score", score)
-    monkeypatch.setattr(students.trainer, "train", student)
-    monkeypatch.setattr(transferset.report, "write_report", lambda paths, cfg, log: {"paths": paths})
+    monkeypatch.setattr(runner, "train_teacher", teacher)
+    monkeypatch.setattr(runner, "run_augment", augment)
+    monkeypatch.setattr(runner, "run_score", score)
+    monkeypatch.setattr(runner, "train_student", student)
+    monkeypatch.setattr(runner, "write_report", lambda paths, cfg, log: {"paths": paths})
     cfg = load_config("configs/demo.yaml", [f"run_dir={tmp_path / 'r'}", f"data={sst2_dir}", "augment.p_mask=0.3",
                                             "score.batch_size=64", "students.distilled.lr=0.003",
                                             "beam.workers=2", "unlabeled_rows=50"])
@@ -125,7 +123,7 @@ def test_run_passes_typed_settings_from_yaml_to_each_stage(tmp_path, monkeypatch
     assert isinstance(t_cfg, TeacherConfig) and t_cfg.epochs == cfg.teacher.epochs and t_cfg.max_length == 64
     a_cfg, inputs, unlabeled, exclude, beam_cfg = seen["augment"]
     assert isinstance(a_cfg, AugmentConfig) and a_cfg.p_mask == 0.3 and a_cfg.n_iter == cfg.augment.n_iter
-    assert exclude == [dev] and beam_cfg.workers == 2 and "--direct_num_workers=2" in beam_cfg.flags()
+    assert exclude == [dev] and beam_cfg.workers == 2 and beam_cfg.runner == "FnApiRunner"
     # labeled_limit + unlabeled_rows: the first N train rows labeled, the next M as unlabeled text.
     assert sum(1 for _ in open(inputs[0])) == 3000 and sum(1 for _ in open(unlabeled[0])) == 50
     assert inputs[0] == labeled

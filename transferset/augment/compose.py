@@ -12,9 +12,9 @@ from typing import Any, Iterator, Mapping, Optional, Sequence
 import numpy as np
 
 from transferset.augment import registry
-from transferset.augment.registry import RECIPES  # noqa: F401  (re-exported)
 from transferset.augment.seeding import rng_for, row_id, source_int
 from transferset.config import AugmentConfig
+from transferset.errors import ConfigError
 
 
 @dataclass
@@ -22,6 +22,36 @@ class Variant:
     variant: int
     ops: list[str]
     words: list[str]
+
+
+def check_ops(cfg: AugmentConfig, where: str = "augment") -> None:
+    """Refuse op names the registry does not know, and word-op probabilities that sum above 1.
+
+    Every augment entry point (the command, the run config, the pipeline) calls it before any work.
+    """
+    try:
+        ops = [registry.get(name) for name in cfg.ops]
+    except KeyError as exc:
+        raise ConfigError(f"{where}: ops: {exc.args[0]}") from None
+    word = [op for op in ops if op.kind == registry.WORD]
+    total = sum(getattr(cfg, op.prob) for op in word)
+    if total > 1:
+        raise ConfigError(f"{where}: word-op probabilities sum to {total} > 1 for ops {tuple(op.name for op in word)}")
+
+
+def word_ops(cfg: AugmentConfig) -> tuple[str, ...]:
+    """The configured ops that rewrite chosen words, in order."""
+    return tuple(n for n in cfg.ops if registry.get(n).kind == registry.WORD)
+
+
+def sequence_ops(cfg: AugmentConfig) -> tuple[str, ...]:
+    """The configured ops that transform the whole word list, in order."""
+    return tuple(n for n in cfg.ops if registry.get(n).kind == registry.SEQUENCE)
+
+
+def needs(cfg: AugmentConfig, what: str) -> bool:
+    """Whether any configured op reads `what` ("tags", "pos_vocab", "candidates")."""
+    return any(what in registry.get(n).needs for n in cfg.ops)
 
 
 def split_words(text: str) -> list[str]:
@@ -36,18 +66,18 @@ def generate(words: Sequence[str], *, source_id: str, cfg: AugmentConfig,
     Ops that changed nothing are left out of a variant's provenance.
     """
     ctx = dict(context or {})
-    word_ops = [registry.get(n) for n in cfg.word_ops]
-    probs = np.cumsum([getattr(cfg, op.prob) for op in word_ops]) if word_ops else np.zeros(0)
+    ops = [registry.get(n) for n in word_ops(cfg)]
+    probs = np.cumsum([getattr(cfg, op.prob) for op in ops]) if ops else np.zeros(0)
     params = {"p_ng": cfg.p_ng, "max_n": cfg.max_n, "mask_token": cfg.mask_token}
     source_key = source_int(source_id)  # hashed once per example, not once per variant
     for v in range(cfg.n_iter if n_iter is None else n_iter):
         rng = rng_for(cfg.seed, source_key, v)
         current = list(words)
         applied: list[str] = []
-        if word_ops:
+        if ops:
             u = rng.random(len(current))
             choice = np.searchsorted(probs, u, side="right")  # index of the word op, or len: keep
-            for j, op in enumerate(word_ops):
+            for j, op in enumerate(ops):
                 positions = np.flatnonzero(choice == j)
                 if positions.size == 0:
                     continue
@@ -55,7 +85,7 @@ def generate(words: Sequence[str], *, source_id: str, cfg: AugmentConfig,
                 if new != current:
                     applied.append(op.name)
                     current = new
-        for name in cfg.sequence_ops:
+        for name in sequence_ops(cfg):
             new = registry.get(name).fn(words=current, rng=rng, **params, **ctx)
             if new != current:
                 applied.append(name)

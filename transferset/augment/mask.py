@@ -6,14 +6,11 @@ from typing import Sequence
 import numpy as np
 
 from transferset.augment.registry import WORD, register
-from transferset.config import AugmentConfig  # the defaults live there
-
-MASK_TOKEN = AugmentConfig.mask_token
 
 
 @register("mask", kind=WORD, prob="p_mask")
 def mask(*, words: Sequence[str], positions: np.ndarray, rng: np.random.Generator,
-         mask_token: str = MASK_TOKEN, **_) -> list[str]:
+         mask_token: str, **_) -> list[str]:
     out = list(words)
     for i in positions:
         out[int(i)] = mask_token

@@ -15,9 +15,6 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from transferset.augment.registry import WORD, register
-from transferset.config import AugmentConfig  # the defaults live there
-
-DEFAULT_TOP_K = AugmentConfig.mlm_top_k
 
 
 @register("mlm", kind=WORD, prob="p_mlm", needs=("candidates",))
@@ -41,7 +38,7 @@ def _stop_words() -> frozenset[str]:
 class MlmCandidates:
     """Top-M MLM replacement candidates for every eligible word of many sentences at once."""
 
-    def __init__(self, model: str, *, top_k: int = DEFAULT_TOP_K, batch_size: int = 64, max_length: int = 128,
+    def __init__(self, model: str, *, top_k: int, batch_size: int, max_length: int,
                  device: str | None = None, trust_remote_code: bool = False, threads: int | None = None):
         import torch
 

@@ -13,9 +13,6 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 
 from transferset.augment.registry import WORD, register
-from transferset.config import AugmentConfig  # the defaults live there
-
-DEFAULT_SPACY_MODEL = AugmentConfig.spacy_model
 
 
 @dataclass(frozen=True)
@@ -70,7 +67,7 @@ def pos(*, words: Sequence[str], positions: np.ndarray, rng: np.random.Generator
     return out
 
 
-def load_spacy(name: str = DEFAULT_SPACY_MODEL):
+def load_spacy(name: str):
     """Load a spaCy pipeline for tagging only; falls back to the offline PyPI build of the model."""
     import importlib
 
@@ -92,7 +89,7 @@ def load_spacy(name: str = DEFAULT_SPACY_MODEL):
 class Tagger:
     """Fine-grained POS tags for pre-split words (whitespace tokens are kept as they are)."""
 
-    def __init__(self, model: str = DEFAULT_SPACY_MODEL):
+    def __init__(self, model: str):  # AugmentConfig.spacy_model
         self.nlp = load_spacy(model)
 
     def tag(self, sentences: Sequence[Sequence[str]], batch_size: int = 256) -> list[list[str]]:

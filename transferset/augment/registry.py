@@ -12,13 +12,6 @@ from typing import Callable
 WORD = "word"
 SEQUENCE = "sequence"
 
-# Named op sequences; `AugmentConfig.recipe` picks one unless `ops` is given.
-RECIPES: dict[str, tuple[str, ...]] = {
-    "tang": ("mask", "pos", "ngram"),  # Tang et al. 2019
-    "tinybert": ("mlm",),  # Jiao et al. 2020
-}
-
-
 @dataclass(frozen=True)
 class Augmenter:
     name: str

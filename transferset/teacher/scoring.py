@@ -18,10 +18,10 @@ import numpy as np
 
 from transferset import schema
 from transferset.errors import UserError
-from transferset.teacher import loading, packed as packed_path
+from transferset import loading
+from transferset.config import DEFAULT_MAX_LENGTH, FORWARDS, POOLINGS, check_forward_options
+from transferset.teacher import packed as packed_path
 
-POOLINGS = ("cls", "mean")
-DEFAULT_MAX_LENGTH = 128
 # Forward passes after sorting by length: at most this many rows and tokens (padded tokens on the
 # padded path). Measured with MiniLM on 2 idle CPU cores (benchmarks/score.py, 2,000 SST-2 rows in
 # calls of 1,024 rows). Padded path: caps of 1,536-2,048 tokens took 4.0 s, 4,096 took 4.4-4.7 s
@@ -31,9 +31,6 @@ DEFAULT_FORWARD_ROWS = 128
 DEFAULT_FORWARD_TOKENS = 2048
 PACKED_FORWARD_ROWS = 1024
 PACKED_FORWARD_TOKENS = 4096
-# auto: packed for BERT classifiers on CPU (measured, benchmarks/README.md), padded elsewhere; the
-# packed path is not measured on a GPU yet, where many small attention calls may cost more than padding.
-FORWARDS = ("auto", "packed", "padded")
 LOG = logging.getLogger("transferset.teacher")
 
 
@@ -294,14 +291,6 @@ class Teacher:
                     pooled[k][rows] = batch_pooled[k].float().cpu().numpy()
         return Scores(logits, pooled[self.layers[0]], {k: pooled[k] for k in self.extra_layers},
                       num_tokens=int(sum(lengths)))
-
-
-def check_forward_options(forward: str, forward_rows: Optional[int], forward_tokens: Optional[int]) -> None:
-    """Refuse a --forward choice or forward cap that cannot work (None caps: the path's default)."""
-    if any(v is not None and v < 1 for v in (forward_rows, forward_tokens)):
-        raise UserError("--forward-rows and --forward-tokens must be at least 1")
-    if forward not in FORWARDS:
-        raise UserError(f"--forward {forward!r}: choose one of {list(FORWARDS)}")
 
 
 def hidden_spec(pooling: str, layers: Sequence[int], hidden_size: int, num_hidden_layers: int) -> dict:

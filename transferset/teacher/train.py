@@ -12,12 +12,12 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from transferset import config as config_lib
+from transferset import typed
 from transferset import schema, sources
 from transferset.config import TeacherConfig
 from transferset.errors import UserError
 from transferset.sources import Example, Reject, SourceSpec
-from transferset.teacher import loading
+from transferset import loading
 from transferset.teacher.scoring import pad_batch
 
 METRICS_FILE = schema.METRICS_FILE  # kept: tests and callers import it from here
@@ -224,7 +224,7 @@ def train(cfg: TeacherConfig, *, train: str, dev: str, output: str, overwrite: b
         "weights_sha256": loading.weights_sha256(output),
         "train": train,
         "dev": dev,
-        "config": {k: v for k, v in config_lib.to_dict(cfg).items() if k != "progress"},
+        "config": {k: v for k, v in typed.to_dict(cfg).items() if k != "progress"},
     }
     with open(os.path.join(output, METRICS_FILE), "w", encoding="utf-8") as fh:
         json.dump(metrics, fh, indent=2, sort_keys=True, default=list)

@@ -2,7 +2,8 @@
 import numpy as np
 import pytest
 
-from transferset.augment import AugmentConfig, generate
+from transferset.augment import generate
+from transferset.config import AugmentConfig
 from transferset.augment.mlm import MlmCandidates, mlm
 from transferset.augment.seeding import rng_for
 
@@ -16,7 +17,7 @@ SENTENCES = [
 
 @pytest.fixture(scope="module")
 def cands(tiny_mlm_dir):
-    return MlmCandidates(tiny_mlm_dir, top_k=5, batch_size=4)
+    return MlmCandidates(tiny_mlm_dir, top_k=5, batch_size=4, max_length=64)
 
 
 def test_only_alphabetic_single_piece_non_stopwords_are_eligible(cands):

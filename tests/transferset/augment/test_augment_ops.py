@@ -4,7 +4,9 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from transferset.augment import AugmentConfig, generate, get, names, register, variant_rows
+from transferset.augment import check_ops, generate, get, names, register, variant_rows
+from transferset.config import AugmentConfig
+from transferset.errors import ConfigError
 from transferset.augment.mask import mask
 from transferset.augment.ngram import ngram
 from transferset.augment.pos import PosVocab, Tagger, build_vocab, pos
@@ -20,7 +22,7 @@ def sentences(sst2_dir):
 
 @pytest.fixture(scope="module")
 def tagged(sentences):
-    tagger = Tagger()
+    tagger = Tagger(AugmentConfig().spacy_model)
     return sentences, tagger.tag(sentences)
 
 
@@ -34,8 +36,8 @@ def test_registry_names_duplicates_and_unknown():
         register("mask", kind="word", prob="p_mask")(lambda **_: None)
     with pytest.raises(KeyError, match="known: .*mask"):
         get("nope")
-    with pytest.raises(ValueError, match="unknown augmenter 'shuffle'"):
-        AugmentConfig(ops=("mask", "shuffle"))
+    with pytest.raises(ConfigError, match="augment: ops: unknown augmenter 'shuffle'; known: mask, mlm"):
+        check_ops(AugmentConfig(ops=("mask", "shuffle")))
 
 
 def test_mask_fraction_matches_p_mask(sentences):
@@ -51,7 +53,7 @@ def test_mask_fraction_matches_p_mask(sentences):
 
 
 def test_mask_only_touches_given_positions():
-    out = mask(words=["a", "b", "c"], positions=np.array([1]), rng=rng_for(0, "x", 0))
+    out = mask(words=["a", "b", "c"], positions=np.array([1]), rng=rng_for(0, "x", 0), mask_token="[MASK]")
     assert out == ["a", "[MASK]", "c"]
 
 
@@ -146,5 +148,6 @@ def test_same_seed_same_output_other_seed_differs(tagged):
 def test_config_rejects_bad_settings():
     with pytest.raises(ValueError, match="unknown recipe"):
         AugmentConfig(recipe="eda")
-    with pytest.raises(ValueError, match="sum to"):
-        AugmentConfig(p_mask=0.7, p_pos=0.5)
+    with pytest.raises(ConfigError, match=r"sum to 1.2 > 1 for ops \('mask', 'pos'\)"):
+        check_ops(AugmentConfig(p_mask=0.7, p_pos=0.5))
+    check_ops(AugmentConfig(p_mask=0.7, p_pos=0.5, ops=("mask", "ngram")))  # pos not used: its p does not count

@@ -6,7 +6,8 @@ import pytest
 
 from transferset import fs
 from transferset.errors import UserError
-from transferset.teacher import loading, remote
+from transferset import loading
+from transferset.fs import remote
 
 
 def upload(local_dir, url):

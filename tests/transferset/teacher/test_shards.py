@@ -1,4 +1,4 @@
-"""transferset.teacher.shards without Beam: routing, the commit rule, atomic shards, clean-up, stats checks."""
+"""transferset.scored.shards without Beam: routing, the commit rule, atomic shards, clean-up, stats checks."""
 import json
 import uuid
 
@@ -8,7 +8,8 @@ import pytest
 
 from transferset import fs, schema
 from transferset.progress import Progress
-from transferset.teacher import shards, testing
+import builders as testing
+from transferset.scored import shards
 
 
 def row(id_, text="some text", text_b=None):

@@ -4,7 +4,9 @@ import os
 
 import pytest
 
-from transferset.teacher import loading, scoring, testing
+import builders as testing
+from transferset import loading
+from transferset.teacher import scoring
 
 
 def test_default_model_resolves_to_packaged_copy():

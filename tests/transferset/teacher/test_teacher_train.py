@@ -5,9 +5,11 @@ import random
 import numpy as np
 import pytest
 
-from transferset import cli
+from transferset.app import cli
 from transferset.errors import UserError
-from transferset.teacher import loading, scoring, testing
+import builders as testing
+from transferset import loading
+from transferset.teacher import scoring
 from transferset.config import TeacherConfig
 from transferset.teacher.train import METRICS_FILE, train
 

@@ -14,18 +14,18 @@ import sys
 from typing import Optional, Sequence
 
 from transferset import __version__
-from transferset.config import ConfigError
+from transferset.errors import ConfigError
 from transferset.errors import UserError
 
 # name -> (module, one-line help, passes unknown args through as Beam options)
 COMMANDS = {
-    "augment": ("pipelines.augment", "build a transfer set from labeled and unlabeled text (Apache Beam)", True),
-    "inspect": ("transferset.inspect", "print a JSON summary of a transfer set directory", False),
-    "teacher": ("transferset.teacher.cli", "fine-tune a Hugging Face encoder as the teacher", False),
-    "score": ("pipelines.score", "score a transfer set once with the teacher; cache logits and hidden states (Apache Beam)", True),
-    "train": ("students.cli", "train a student from the cached teacher outputs", False),
-    "evaluate": ("students.evaluate", "accuracy of a trained student (and agreement with the teacher)", False),
-    "run": ("transferset.runner", "run the whole chain from a YAML config", False),
+    "augment": ("transferset.app.augment", "build a transfer set from labeled and unlabeled text (Apache Beam)", True),
+    "inspect": ("transferset.app.inspect", "print a JSON summary of a transfer set directory", False),
+    "teacher": ("transferset.app.teacher", "fine-tune a Hugging Face encoder as the teacher", False),
+    "score": ("transferset.app.score", "score a transfer set once with the teacher; cache logits and hidden states (Apache Beam)", True),
+    "train": ("transferset.app.train", "train a student from the cached teacher outputs", False),
+    "evaluate": ("transferset.app.evaluate", "accuracy of a trained student (and agreement with the teacher)", False),
+    "run": ("transferset.app.runner", "run the whole chain from a YAML config", False),
 }
 
 

@@ -23,10 +23,18 @@ from typing import Any, Callable, Optional, Sequence
 
 import yaml
 
-from transferset import config, fs, schema
+from pipelines.augment import run_augment
+from pipelines.score import run_score
+from students.trainer import train as train_student
+from transferset import fs, schema, transfer, typed
+from transferset.augment import check_ops
+from transferset.app.report import write_report
 from transferset.config import BeamConfig, RunConfig
 from transferset.errors import UserError
-from transferset.teacher import remote
+from transferset.evalset import write_eval_set
+from transferset.fs import remote
+from transferset.splits import split_data
+from transferset.teacher.train import train as train_teacher
 
 STAGE_FILE = ".stage.json"
 SHARED_SST2 = os.path.join("..", "shared", "data", "sst2")
@@ -67,10 +75,12 @@ def apply_override(raw: dict, item: str) -> None:
 
 def load_config(path: str, overrides: Sequence[str] = ()) -> RunConfig:
     """The run config of a YAML file plus key=value overrides, type-checked before anything runs."""
-    raw = config.read_yaml(path)
+    raw = typed.read_yaml(path)
     for item in overrides:
         apply_override(raw, item)
-    return config.load(RunConfig, raw, where=path)
+    cfg = typed.load(RunConfig, raw, where=path)
+    check_ops(cfg.augment, where=f"{path}: augment")
+    return cfg
 
 
 def resolve_data(data: Optional[str]) -> tuple[str, str]:
@@ -145,53 +155,6 @@ class Stage:
         return True
 
 
-def _write_jsonl(path: str, rows) -> int:
-    n = 0
-    with fs.open(path, "wb") as fh:
-        for row in rows:
-            fh.write((json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8"))
-            n += 1
-    return n
-
-
-def split_data(train: str, out_dir: str, cfg: RunConfig) -> tuple[str, str]:
-    """labeled.jsonl and unlabeled.jsonl from `train`, as `lowres` or `labeled_limit` + `unlabeled_rows` say.
-
-    lowres: k rows per class (seeded), the rest of train with labels dropped. Otherwise: the
-    first `labeled_limit` rows, then the next `unlabeled_rows` rows (-1: all) with labels dropped.
-    """
-    import numpy as np
-
-    from transferset.sources import Example, SourceSpec, infer_label_names, read_source
-
-    labels = infer_label_names(train, opener=fs.open)
-    rows = [r for r in read_source(SourceSpec(path=train, label_names=labels), opener=fs.open)
-            if isinstance(r, Example)]
-    if cfg.lowres is not None:
-        rng = np.random.default_rng(cfg.lowres.seed)
-        chosen: set[int] = set()
-        for c in range(len(labels)):
-            idx = [i for i, r in enumerate(rows) if r.label == c]
-            if len(idx) < cfg.lowres.per_class:
-                raise UserError(f"{train}: only {len(idx)} rows of class {labels[c]!r}, "
-                                f"lowres asks for {cfg.lowres.per_class}")
-            chosen.update(int(i) for i in rng.choice(idx, size=cfg.lowres.per_class, replace=False))
-        labeled_idx = sorted(chosen)
-        rest = [i for i in range(len(rows)) if i not in chosen]
-    else:
-        n = cfg.labeled_limit or len(rows)
-        labeled_idx = list(range(min(n, len(rows))))
-        m = len(rows) - n if cfg.unlabeled_rows in (None, -1) else cfg.unlabeled_rows
-        rest = list(range(n, min(len(rows), n + max(0, m))))
-    if cfg.unlabeled_limit is not None:
-        rest = rest[:cfg.unlabeled_limit]
-    labeled = fs.join(out_dir, "labeled.jsonl")
-    unlabeled = fs.join(out_dir, "unlabeled.jsonl")
-    _write_jsonl(labeled, ({"text": rows[i].text, "label": labels[rows[i].label]} for i in labeled_idx))
-    _write_jsonl(unlabeled, ({"text": rows[i].text} for i in rest))
-    return labeled, unlabeled
-
-
 def stage_beam(cfg: RunConfig) -> dict[str, BeamConfig]:
     """The Beam settings each pipeline stage runs with.
 
@@ -202,21 +165,16 @@ def stage_beam(cfg: RunConfig) -> dict[str, BeamConfig]:
 
 
 def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=True)) -> dict:
-    from pipelines.augment import run_augment  # the app layer reaches the pipelines; the library does not
-    from pipelines.score import run_score
-    from students.trainer import train as train_student
-    from transferset.teacher.train import train as train_teacher
-
     run_dir = cfg.run_dir
     beams = stage_beam(cfg)
     fs.makedirs(run_dir)
-    fs.write_text(fs.join(run_dir, "config.yaml"), yaml.safe_dump(config.to_dict(cfg), sort_keys=False))
+    fs.write_text(fs.join(run_dir, "config.yaml"), yaml.safe_dump(typed.to_dict(cfg), sort_keys=False))
     train, dev = resolve_data(cfg.data)
     log(f"data: train {train}, dev {dev}")
     split = cfg.lowres is not None or cfg.unlabeled_rows is not None
     data_key = stage_key("data", {"train": fingerprint(train), "dev": fingerprint(dev),
                                   "labeled_limit": cfg.labeled_limit, "unlabeled_rows": cfg.unlabeled_rows,
-                                  "lowres": config.to_dict(cfg.lowres) if cfg.lowres else None,
+                                  "lowres": typed.to_dict(cfg.lowres) if cfg.lowres else None,
                                   "unlabeled_limit": cfg.unlabeled_limit}, [])
     labeled, unlabeled = train, None
     if split:
@@ -242,7 +200,7 @@ def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=T
         # workers copy it from run_dir/teacher (teacher.remote.local_teacher).
         teacher_dir = fs.join(run_dir, "teacher")
         t = replace(cfg.teacher, limit=limit) if limit else cfg.teacher
-        teacher_key = stage_key("teacher", config.to_dict(t), [data_key])
+        teacher_key = stage_key("teacher", typed.to_dict(t), [data_key])
         Stage("teacher", teacher_dir, teacher_key, schema.METRICS_FILE, local=True).run(
             lambda out: train_teacher(t, train=remote.local_file(labeled), dev=remote.local_file(dev), output=out,
                                       overwrite=True), log)
@@ -250,7 +208,7 @@ def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=T
     # augment
     a = replace(cfg.augment, limit=limit) if limit else cfg.augment
     transfer_dir = fs.join(run_dir, "transfer")
-    augment_key = stage_key("augment", {k: v for k, v in config.to_dict(a).items() if k not in a.EXECUTION},
+    augment_key = stage_key("augment", {k: v for k, v in typed.to_dict(a).items() if k not in a.EXECUTION},
                             [data_key])
     Stage("augment", transfer_dir, augment_key, schema.COMPLETE_MARKER).run(
         lambda out: run_augment(a, inputs=[labeled], unlabeled=[unlabeled] if unlabeled else [], exclude=[dev],
@@ -258,15 +216,12 @@ def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=T
 
     # score
     scored_dir = fs.join(run_dir, "scored")
-    score_key = stage_key("score", config.to_dict(cfg.score), [augment_key, teacher_key])
+    score_key = stage_key("score", typed.to_dict(cfg.score), [augment_key, teacher_key])
     Stage("score", scored_dir, score_key, schema.COMPLETE_MARKER).run(
         lambda out: run_score(cfg.score, input=transfer_dir, teacher=teacher_dir, output=out,
                               beam_cfg=beams["score"], overwrite=True), log)
 
     # dev, scored once by the teacher: students report their agreement with it on held-out rows
-    from transferset import transfer
-    from transferset.evalset import write_eval_set
-
     dev_set, dev_scored = fs.join(run_dir, "dev", "transfer"), fs.join(run_dir, "dev", "scored")
     a = cfg.augment
     label_names = transfer.label_names(transfer_dir)  # reads every shard's metadata: once
@@ -275,7 +230,7 @@ def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=T
     Stage("dev", dev_set, dev_key, schema.COMPLETE_MARKER).run(
         lambda out: write_eval_set(dev, out, label_names, text_column=a.text_column,
                                    label_column=a.label_column, text_b_column=a.text_b_column), log)
-    dev_score_key = stage_key("score", config.to_dict(cfg.score), [dev_key, teacher_key])
+    dev_score_key = stage_key("score", typed.to_dict(cfg.score), [dev_key, teacher_key])
     Stage("dev.score", dev_scored, dev_score_key, schema.COMPLETE_MARKER).run(
         lambda out: run_score(cfg.score, input=dev_set, teacher=teacher_dir, output=out,
                               beam_cfg=beams["dev.score"], overwrite=True), log)
@@ -284,17 +239,15 @@ def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=T
     students = {}
     for name, s_cfg in cfg.students.items():
         out = fs.join(run_dir, "students", name)
-        key = stage_key("student", config.to_dict(s_cfg), [score_key, dev_score_key])
+        key = stage_key("student", typed.to_dict(s_cfg), [score_key, dev_score_key])
         Stage(f"students.{name}", out, key, schema.METRICS_FILE, local=True).run(
             lambda work, s_cfg=s_cfg: train_student(s_cfg, scored_dir, dev_scored, work, overwrite=True), log)
         students[name] = out
 
     # report
-    from transferset.report import write_report
-
     paths = {"run_dir": run_dir, "teacher": teacher_dir, "transfer": transfer_dir, "scored": scored_dir,
              "students": students, "dev": dev}
-    return write_report(paths, config.to_dict(cfg), log=log)
+    return write_report(paths, typed.to_dict(cfg), log=log)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

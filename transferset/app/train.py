@@ -4,8 +4,12 @@ from __future__ import annotations
 import argparse
 import json
 
-from transferset import config
+from students.trainer import train
+from transferset import fs, schema, typed
+from transferset.app import flags
 from transferset.config import StudentConfig
+from transferset.errors import UserError
+from transferset.fs.remote import local_output
 
 EPILOG = """\
 --config takes a YAML mapping of StudentConfig settings (transferset/config.py; the same keys as an
@@ -26,20 +30,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", default=None, metavar="YAML", help="YAML file of student settings (see below)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing OUTPUT/model")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
-    config.add_arguments(parser, StudentConfig, title="settings (StudentConfig; also keys of --config)")
+    flags.add_arguments(parser, StudentConfig, title="settings (StudentConfig; also keys of --config)")
 
 
 def load_config(args: argparse.Namespace) -> StudentConfig:
-    base = config.read_yaml(args.config, "--config") if args.config else None
-    return config.from_args(StudentConfig, args, base=base, where=args.config or "command line")
+    base = typed.read_yaml(args.config, "--config") if args.config else None
+    return flags.from_args(StudentConfig, args, base=base, where=args.config or "command line")
 
 
 def run(args: argparse.Namespace, extra) -> int:
-    from students.trainer import train
-    from transferset import fs, schema
-    from transferset.errors import UserError
-    from transferset.teacher.remote import local_output
-
     cfg = load_config(args)
     # A remote --output: train into a local folder, then upload it whole.
     if fs.is_remote(args.output) and fs.exists(fs.join(args.output, schema.STUDENT_MODEL_DIR)) and not args.overwrite:

@@ -13,10 +13,13 @@ from typing import Any, Callable, Optional, Sequence
 
 import pyarrow as pa
 
-from transferset import fs, schema, transfer
-from transferset.config import ScoreConfig
+from transferset import fs, loading, schema, transfer
+from transferset.config import DEFAULT_MAX_LENGTH, ScoreConfig
 from transferset.errors import UserError
-from transferset.teacher import loading, remote, scoring, shards
+from transferset.fs import remote
+from transferset.scored import shards
+from transferset.teacher import scoring
+from transferset.teacher.train import trained_max_length
 
 # Shard metadata a resumed run must share with the shards already written.
 RESUME_KEYS = (schema.META_TEACHER_SHA256, schema.META_LABEL_NAMES, schema.META_HIDDEN_SPEC, schema.META_MAX_LENGTH)
@@ -156,9 +159,7 @@ def plan(job: ScoreJob) -> Plan:
     _check_labels(job.teacher, teacher_labels, job.input, input_labels)
     tokenizer = loading.load_tokenizer(teacher_dir, trust_remote_code=cfg.trust_remote_code)
 
-    from transferset.teacher.train import trained_max_length
-
-    max_length = int(cfg.max_length or trained_max_length(teacher_dir) or scoring.DEFAULT_MAX_LENGTH)
+    max_length = int(cfg.max_length or trained_max_length(teacher_dir) or DEFAULT_MAX_LENGTH)
     num_layers = int(config.num_hidden_layers)
     normalized = scoring.normalize_layers(cfg.layers, num_layers)
     layers = [num_layers] + [k for k in normalized if k != num_layers]

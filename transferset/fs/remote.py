@@ -16,7 +16,7 @@ from typing import Iterator, Optional
 
 from transferset import fs
 from transferset.errors import UserError
-from transferset.teacher import loading
+from transferset import loading
 
 CACHE_ENV = "TRANSFERSET_CACHE"  # where remote teachers are copied (default: ~/.cache/transferset)
 COPIED_MARKER = ".transferset-copied"  # written last: a copy without it was interrupted

@@ -90,7 +90,7 @@ def teacher_latency(teacher_dir: str, texts: Sequence[str], limit: int = 256) ->
     """CPU ms per example at batch 1 and 64, tokenization included (as the students measure it)."""
     import torch
 
-    from transferset.teacher.loading import load_classifier, load_tokenizer
+    from transferset.loading import load_classifier, load_tokenizer
 
     model = load_classifier(teacher_dir).eval()
     tok = load_tokenizer(teacher_dir)
@@ -129,7 +129,7 @@ def _dev_texts(dev: str) -> list[str]:
 
 
 def write_report(paths: dict, cfg: dict, log=print) -> dict[str, Any]:
-    from transferset.teacher.remote import local_teacher, staging_dir
+    from transferset.fs.remote import local_teacher, staging_dir
 
     run_dir = paths["run_dir"]
     remote = fs.is_remote(run_dir)

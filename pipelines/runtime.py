@@ -1,7 +1,7 @@
-"""Shared pipeline plumbing: runner options, output directories, stats and completion marker."""
+"""What both pipelines share at run time: Beam options from the `beam:` settings, output folders
+on any Beam filesystem, and `Finalize` (stats.json, then the completion marker, once every branch ends)."""
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import posixpath
@@ -13,19 +13,24 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from transferset import config, schema
+from transferset import schema
 from transferset.config import BeamConfig
 from transferset.errors import UserError
 
 
-def add_runner_arguments(parser: argparse.ArgumentParser) -> None:
-    g = parser.add_argument_group("Beam")
-    config.add_arguments(g, BeamConfig)
-    g.add_argument("--overwrite", action="store_true", help="replace an existing complete output directory")
-
-
-def beam_config(args: argparse.Namespace) -> BeamConfig:
-    return config.from_args(BeamConfig, args)
+def beam_flags(beam_cfg: BeamConfig) -> list[str]:
+    """The `beam:` settings as Beam pipeline flags."""
+    out = [f"--runner={beam_cfg.runner}"]
+    if beam_cfg.workers > 1:
+        out += [f"--direct_num_workers={beam_cfg.workers}", "--direct_running_mode=multi_processing"]
+    for key, value in beam_cfg.options.items():
+        if isinstance(value, bool):
+            out.append(f"--{key}" if value else f"--no_{key}")
+        elif isinstance(value, (list, tuple)):
+            out += [f"--{key}={v}" for v in value]
+        elif value is not None:
+            out.append(f"--{key}={value}")
+    return out
 
 
 def pipeline_options(beam_cfg: BeamConfig, extra: Sequence[str] = ()) -> PipelineOptions:
@@ -34,7 +39,7 @@ def pipeline_options(beam_cfg: BeamConfig, extra: Sequence[str] = ()) -> Pipelin
     Asking for several local workers implies the multi-processing mode: in-memory mode
     would run them as threads under one GIL and gain nothing.
     """
-    flags = list(extra) + beam_cfg.flags()
+    flags = list(extra) + beam_flags(beam_cfg)
     runner = beam_cfg.runner
     joined = " ".join(flags)
     if runner in ("FnApiRunner", "DirectRunner") and "direct_num_workers" in joined \

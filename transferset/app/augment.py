@@ -1,0 +1,40 @@
+"""`transferset augment`: the command line of the augment pipeline (pipelines/augment.py)."""
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Sequence
+
+from pipelines.augment import run_augment
+from transferset.app import flags
+from transferset.app.flags import add_runner_arguments
+from transferset.augment.dedup import STAT_KEYS
+from transferset.config import AugmentConfig, BeamConfig
+
+EPILOG = """examples:
+  transferset augment --input ../shared/data/sst2/train.tsv --exclude ../shared/data/sst2/dev.tsv \\
+      --output runs/sst2_transfer --limit 2000
+  transferset augment --input train.csv --text-column review --recipe tinybert --mlm-model bert-base-uncased \\
+      --output out/ --runner FnApiRunner --direct_num_workers 2"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("inputs and output")
+    g.add_argument("--input", action="append", required=True, metavar="PATH",
+                   help="labeled input: .tsv/.csv/.jsonl/.parquet or hf:NAME[:CONFIG]:SPLIT (repeatable)")
+    g.add_argument("--unlabeled", action="append", default=[], metavar="PATH",
+                   help="in-domain text without labels, augmented too (repeatable)")
+    g.add_argument("--exclude", action="append", default=[], metavar="PATH",
+                   help="evaluation data (dev/test): rows whose text equals one of its sentences are dropped")
+    g.add_argument("--output", required=True, metavar="OUT", help="output directory (local or gs://...)")
+    flags.add_arguments(parser, AugmentConfig, title="settings (the run config's augment: section)")
+    add_runner_arguments(parser)
+
+
+def run(args, extra: Sequence[str]) -> int:
+    cfg = flags.from_args(AugmentConfig, args)
+    stats = run_augment(cfg, inputs=args.input, output=args.output, unlabeled=args.unlabeled,
+                        exclude=args.exclude, beam_cfg=flags.from_args(BeamConfig, args), extra=extra,
+                        overwrite=args.overwrite)
+    print(json.dumps({k: stats[k] for k in STAT_KEYS}, indent=2))
+    return 0

@@ -1,0 +1,39 @@
+"""`transferset evaluate`: the command line of students/evaluate.py."""
+from __future__ import annotations
+
+import argparse
+import json
+
+from students.evaluate import evaluate
+from transferset.sources import DEFAULT_LABEL_COLUMN
+
+EPILOG = """\
+DATA is a labeled file (TSV/CSV/JSONL/Parquet) or a transferset Parquet set; when it holds teacher
+columns (a scored set), the student's agreement with the teacher's labels is printed too.
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="output directory of `transferset train` (or its model/), "
+                        "or any Hugging Face sequence-classifier directory (e.g. of `transferset teacher`)")
+    parser.add_argument("--data", required=True, help="labeled data or a scored transfer set")
+    parser.add_argument("--text-column", default=None, help="text column of a labeled file (default sentence, else text)")
+    parser.add_argument("--label-column", default=DEFAULT_LABEL_COLUMN, help="label column of a labeled file")
+    parser.add_argument("--text-b-column", default=None, help="second text column of a labeled file (sentence pairs)")
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--max-length", type=int, default=None,
+                        help="tokens per row (default: a student's training max_length; for another Hugging Face "
+                        "model its tokenizer's model_max_length, at most its position embeddings)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+
+
+def run(args: argparse.Namespace, extra) -> int:
+    result = evaluate(args.model, args.data, text_column=args.text_column, label_column=args.label_column,
+                      text_b_column=args.text_b_column, batch_size=args.batch_size, max_length=args.max_length)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    print(f"accuracy {result['accuracy']:.4f} ({result['labeled_rows']} labeled rows of {result['rows']})")
+    if "teacher_agreement" in result:
+        print(f"teacher agreement {result['teacher_agreement']:.4f} ({result['rows']} rows)")
+    return 0

@@ -1,0 +1,121 @@
+"""Command-line flags from a settings dataclass: one `--field-name` per field, `--help` from its comment.
+
+`add_arguments` builds the flags, `from_args` turns the flags the user gave (on top of a YAML
+base) into the dataclass through `typed.load`, so a flag and a YAML key are checked alike.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import inspect
+import io
+import tokenize
+import typing
+from typing import Any, Mapping, Optional, TypeVar
+
+from transferset.config import BeamConfig
+from transferset.typed import _type_name, _unwrap, load
+
+T = TypeVar("T")
+
+
+def field_help(cls: type) -> dict[str, str]:
+    """The comment on (or just above) each field: the dataclass's own documentation."""
+    try:
+        lines, _ = inspect.getsourcelines(cls)
+    except (OSError, TypeError):
+        return {}
+    names = {f.name for f in dataclasses.fields(cls)}
+    out: dict[str, str] = {}
+    pending: list[str] = []
+    for tok_line in _logical_lines("".join(lines)):
+        code, comment = tok_line
+        if not code:
+            if comment:
+                pending.append(comment)
+            else:
+                pending = []
+            continue
+        name = code.split(":", 1)[0].strip()
+        if name in names and ":" in code:
+            # A field's own comment wins; lines above it document it only when it has none
+            # (otherwise they are a section heading, e.g. "# loss weights").
+            text = comment or " ".join(pending)
+            if text:
+                out[name] = text
+        pending = []
+    return out
+
+
+def _logical_lines(source: str) -> list[tuple[str, str]]:
+    """(code, comment) per physical line; a comment-only line has empty code."""
+    comments: dict[int, str] = {}
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            comments[tok.start[0]] = tok.string.lstrip("#").strip()
+    out = []
+    for i, line in enumerate(source.splitlines(), start=1):
+        code = line.split("#", 1)[0].strip() if i in comments else line.strip()
+        out.append((code, comments.get(i, "")))
+    return out
+
+
+def _metavar(tp: Any) -> str:
+    name = _type_name(tp)
+    if name.startswith("list of"):
+        return "A,B"
+    return {"int": "N", "float": "X", "str": "TEXT"}.get(name.replace(" or null", ""), "VALUE")
+
+
+def _is_bool(tp: Any) -> bool:
+    tp = _unwrap(tp)
+    return tp is bool
+
+
+def _is_mapping(tp: Any) -> bool:
+    tp = _unwrap(tp)
+    return typing.get_origin(tp) is dict or dataclasses.is_dataclass(tp)
+
+
+def add_arguments(parser, cls: type, *, title: Optional[str] = None, skip: tuple[str, ...] = (),
+                  defaults: Optional[Mapping[str, Any]] = None) -> None:
+    """One flag per field of `cls` (mappings excepted): --field-name, help from the field's comment.
+
+    Every flag defaults to argparse.SUPPRESS: a flag not given leaves no attribute, so the
+    dataclass default (or a YAML value) stands and `from_args` knows what the user set.
+    `--help` shows the dataclass default (or `defaults`, where a command documents another).
+    """
+    group = parser.add_argument_group(title) if title else parser
+    helps = field_help(cls)
+    hints = typing.get_type_hints(cls, include_extras=True)
+    for f in dataclasses.fields(cls):
+        if f.name in skip or _is_mapping(hints[f.name]):
+            continue
+        default = (defaults or {}).get(f.name, f.default if f.default is not dataclasses.MISSING else None)
+        shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
+        help_text = helps.get(f.name, "")
+        help_text = f"{help_text} (default: {shown})" if help_text else f"default: {shown}"
+        flag = "--" + f.name.replace("_", "-")
+        if _is_bool(hints[f.name]):
+            group.add_argument(flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
+                               help=help_text.replace("%", "%%"))
+        else:
+            group.add_argument(flag, default=argparse.SUPPRESS, metavar=_metavar(hints[f.name]),
+                               help=help_text.replace("%", "%%"))
+
+
+def from_args(cls: type[T], args: Any, base: Optional[Mapping[str, Any]] = None, where: str = "command line") -> T:
+    """`cls` from the flags the user gave, on top of `base` (e.g. a --config YAML), type-checked."""
+    values = dict(base or {})
+    for f in dataclasses.fields(cls):
+        if hasattr(args, f.name):
+            value = getattr(args, f.name)
+            values[f.name] = None if isinstance(value, str) and value.lower() in ("none", "null") else value
+    return load(cls, values, where, flag_style=base is None)
+
+
+def add_runner_arguments(parser: argparse.ArgumentParser) -> None:
+    """The `beam:` settings as flags, and --overwrite, for the pipeline commands."""
+    g = parser.add_argument_group("Beam")
+    add_arguments(g, BeamConfig)
+    g.add_argument("--overwrite", action="store_true", help="replace an existing complete output directory")

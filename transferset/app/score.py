@@ -1,0 +1,36 @@
+"""`transferset score`: the command line of the score pipeline (pipelines/score.py)."""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Sequence
+
+from pipelines.score import EPILOG, run_score
+from transferset.app import flags
+from transferset.app.flags import add_runner_arguments
+from transferset.config import BeamConfig, ScoreConfig
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--input", required=True,
+                        help="transfer set directory or URL (the output of `transferset augment`)")
+    parser.add_argument("--teacher", required=True,
+                        help="fine-tuned teacher directory (`transferset teacher` output or any save_pretrained dir); "
+                             "a gs:// (any fsspec) URL is copied once to a local cache (TRANSFERSET_CACHE)")
+    parser.add_argument("--output", required=True, help="output directory for the scored transfer set")
+    parser.add_argument("--resume", action="store_true", help="keep OUT/data and score only the ids not in it")
+    flags.add_arguments(parser, ScoreConfig, title="settings (the run config's score: section)")
+    add_runner_arguments(parser)
+
+
+def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
+    cfg = flags.from_args(ScoreConfig, args)
+    started = time.time()
+    stats = run_score(cfg, input=args.input, teacher=args.teacher, output=args.output,
+                      beam_cfg=flags.from_args(BeamConfig, args), extra=extra, resume=args.resume, overwrite=args.overwrite)
+    summary = {k: stats.get(k) for k in ("input_rows", "scored", "scored_this_run", "already_scored", "rejected")}
+    summary["output"] = args.output
+    summary["elapsed_s"] = round(time.time() - started, 1)
+    print(json.dumps(summary, indent=2))
+    return 0

@@ -1,0 +1,141 @@
+"""Plain values (YAML, flags, JSON) into typed dataclasses, with errors a user can act on.
+
+A general toolkit over pydantic: `load` type-checks a mapping against a (nested) dataclass and
+reports every problem with its key, the value, the expected type and where it came from.
+The settings themselves are in transferset/config.py.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import typing
+from typing import Annotated, Any, Mapping, Optional, TypeVar, Union
+
+import pydantic
+import yaml
+
+from transferset.errors import ConfigError, UserError
+
+T = TypeVar("T")
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Annotated:
+        return _type_name(typing.get_args(tp)[0])
+    if origin is Union:
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        inner = " or ".join(_type_name(a) for a in args)
+        return f"{inner} or null" if len(args) < len(typing.get_args(tp)) else inner
+    if origin in (tuple, list):
+        args = typing.get_args(tp)
+        return f"list of {_type_name(args[0])}" if args else "list"
+    if origin is dict:
+        return f"mapping of {_type_name(typing.get_args(tp)[1])}"
+    if dataclasses.is_dataclass(tp):
+        return f"mapping ({tp.__name__})"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _unwrap(tp: Any) -> Any:
+    """The type inside Optional[...] and Annotated[...] (the first non-None member of a Union)."""
+    while typing.get_origin(tp) in (Union, Annotated):
+        tp = [a for a in typing.get_args(tp) if a is not type(None)][0]
+    return tp
+
+
+def _expected(cls: type, loc: tuple) -> Optional[str]:
+    """The expected type at `loc` (a pydantic error location) inside dataclass `cls`."""
+    tp: Any = cls
+    for part in loc:
+        tp = _unwrap(tp)
+        if dataclasses.is_dataclass(tp) and isinstance(part, str):
+            hints = typing.get_type_hints(tp, include_extras=True)
+            if part not in hints:
+                return None
+            tp = hints[part]
+        elif typing.get_origin(tp) is dict:
+            tp = typing.get_args(tp)[1]
+        elif typing.get_origin(tp) in (tuple, list) and isinstance(part, int):
+            tp = typing.get_args(tp)[0]
+        else:
+            break
+    return _type_name(tp)
+
+
+def _key(loc: tuple, flag_style: bool) -> str:
+    parts = [str(p) for p in loc if not str(p).startswith("function-")]
+    if flag_style and parts:
+        return "--" + parts[0].replace("_", "-") + "".join(f"[{p}]" for p in parts[1:])
+    return ".".join(parts)
+
+
+def format_errors(cls: type, exc: pydantic.ValidationError, where: str, flag_style: bool = False) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        key = _key(loc, flag_style)
+        if err["type"] == "unexpected_keyword_argument":
+            parent = _expected(cls, loc[:-1]) if loc[:-1] else cls.__name__
+            known = _known_keys(cls, loc[:-1])
+            lines.append(f"{where}: {key}: unknown setting" + (f"; known: {', '.join(known)}" if known else "")
+                         + (f" ({parent})" if not known else ""))
+            continue
+        if err["type"] == "value_error":
+            message = str(err.get("ctx", {}).get("error") or err["msg"])
+            lines.append(f"{where}: {key or cls.__name__}: {message}")
+            continue
+        expected = _expected(cls, loc)
+        value = err.get("input")
+        lines.append(f"{where}: {key} = {value!r}: {err['msg'].lower()}"
+                     + (f" (expected {expected})" if expected else ""))
+    return "\n".join(lines)
+
+
+def _known_keys(cls: type, loc: tuple) -> list[str]:
+    tp: Any = cls
+    for part in loc:
+        tp = _unwrap(tp)
+        if dataclasses.is_dataclass(tp) and isinstance(part, str):
+            tp = typing.get_type_hints(tp, include_extras=True).get(part)
+        elif typing.get_origin(tp) is dict:
+            tp = typing.get_args(tp)[1]
+    tp = _unwrap(tp)
+    return [f.name for f in dataclasses.fields(tp)] if dataclasses.is_dataclass(tp) else []
+
+
+def load(cls: type[T], values: Mapping[str, Any], where: str, flag_style: bool = False) -> T:
+    """Build a `cls` from plain values (YAML, flags), type-checked; a ConfigError lists every problem."""
+    if values is None:
+        values = {}
+    if not isinstance(values, Mapping):
+        raise ConfigError(f"{where}: expected a mapping of settings, got {type(values).__name__} {values!r}")
+    try:
+        return pydantic.TypeAdapter(cls).validate_python(dict(values))
+    except pydantic.ValidationError as exc:
+        raise ConfigError(format_errors(cls, exc, where, flag_style)) from None
+
+
+def read_yaml(path: str, what: str = "config") -> dict[str, Any]:
+    """A YAML file of settings as a plain mapping; a missing, unparsable or non-mapping file is a UserError."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            raw = yaml.safe_load(fh)
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such {what} file (see configs/ for examples)") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read the {what} file: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise UserError(f"{path}: not valid YAML: {exc}") from None
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise UserError(f"{path}: a {what} is a YAML mapping of settings, got {type(raw).__name__}")
+    return raw
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """Plain values (lists for tuples) that `load` accepts back: for YAML, JSON and stage hashes."""
+    return json.loads(json.dumps(dataclasses.asdict(cfg), default=list))
+
+
