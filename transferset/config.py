@@ -193,6 +193,10 @@ class ScoreConfig:
         check_forward_options(self.forward, self.forward_rows, self.forward_tokens)  # a ValueError too
 
 
+# StudentConfig.lr when it is None, per student family: AdamW's peak learning rate.
+DEFAULT_LR = {"bilstm": 2e-3, "transformer": 1e-4}
+
+
 @with_config(_STRICT)
 @dataclass(frozen=True)
 class StudentConfig:
@@ -201,7 +205,7 @@ class StudentConfig:
     student: str = "bilstm"  # student family: bilstm | transformer
     schedule: str = "joint"  # joint | progressive | distill-then-finetune
     epochs: int = 5  # at most this many epochs per phase (progressive: per unfreezing step)
-    lr: Optional[float] = None  # None: 2e-3 for the BiLSTM, 1e-4 for the transformer
+    lr: Optional[float] = None  # None: the family's DEFAULT_LR (BiLSTM 2e-3, transformer 1e-4)
     batch_size: int = 64  # rows per step
     patience: int = 2  # epochs without a better dev accuracy before a phase stops
     seed: int = 0  # initialisation, shuffling and dropout all derive from it
@@ -284,11 +288,29 @@ class LowResConfig:
 
 @with_config(_STRICT)
 @dataclass(frozen=True)
+class ValidationConfig:
+    """A validation split carved from train (seeded): every choice is made on it, the dev file becomes the test."""
+
+    rows: int = 2000
+    seed: int = 0
+
+    def __post_init__(self):
+        _at_least(self, rows=1)
+
+
+@with_config(_STRICT)
+@dataclass(frozen=True)
 class RunConfig:
     """`transferset run --config YAML`: the whole chain, teacher → augment → score → students → report."""
 
     run_dir: str = "runs/run"  # every stage writes into a folder of it
     data: Optional[str] = None  # folder with train.tsv and dev.tsv (None: ../shared/data/sst2, else the hub's GLUE SST-2)
+    # labeled test file: every model is scored on it at the end and no choice ever sees it (None: the data
+    # folder's test.tsv when there is one; with `validation`, the dev file)
+    test: Optional[str] = None
+    # carve a validation split from train for early stopping and the teacher's best epoch: the dev file
+    # then becomes the test split (for tasks whose labeled test split is not public, as SST-2's)
+    validation: Optional[ValidationConfig] = None
     labeled_limit: Optional[int] = None  # the first N train rows as labeled data
     unlabeled_rows: Optional[int] = None  # the next N train rows, labels dropped, as unlabeled text (-1: all the rest)
     lowres: Optional[LowResConfig] = None  # k labeled rows per class, the rest of train as unlabeled text

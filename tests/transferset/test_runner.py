@@ -115,6 +115,12 @@ def test_run_passes_typed_settings_from_yaml_to_each_stage(tmp_path, monkeypatch
     monkeypatch.setattr(runner, "run_score", score)
     monkeypatch.setattr(runner, "train_student", student)
     monkeypatch.setattr(runner, "write_report", lambda paths, cfg, log: {"paths": paths})
+
+    def evaluate(model, data, **columns):
+        seen.setdefault("test", []).append((model, data))
+        return {"accuracy": 0.5}
+
+    monkeypatch.setattr(runner, "evaluate", evaluate)
     cfg = load_config("configs/demo.yaml", [f"run_dir={tmp_path / 'r'}", f"data={sst2_dir}", "augment.p_mask=0.3",
                                             "score.batch_size=64", "students.distilled.lr=0.003",
                                             "beam.workers=2", "unlabeled_rows=50"])
@@ -123,23 +129,33 @@ def test_run_passes_typed_settings_from_yaml_to_each_stage(tmp_path, monkeypatch
     assert isinstance(t_cfg, TeacherConfig) and t_cfg.epochs == cfg.teacher.epochs and t_cfg.max_length == 64
     a_cfg, inputs, unlabeled, exclude, beam_cfg = seen["augment"]
     assert isinstance(a_cfg, AugmentConfig) and a_cfg.p_mask == 0.3 and a_cfg.n_iter == cfg.augment.n_iter
-    assert exclude == [dev] and beam_cfg.workers == 2 and beam_cfg.runner == "FnApiRunner"
+    # The demo carves its validation split from train: the teacher picks its epoch on it, and the official
+    # dev file becomes the test split; the leak guard keeps both out of the transfer set.
+    official_dev = str(sst2_dir / "dev.tsv")
+    assert dev == str(tmp_path / "r" / "data" / "validation.jsonl") and sum(1 for _ in open(dev)) == 1000
+    assert exclude == [dev, official_dev] and beam_cfg.workers == 2 and beam_cfg.runner == "FnApiRunner"
     # labeled_limit + unlabeled_rows: the first N train rows labeled, the next M as unlabeled text.
     assert sum(1 for _ in open(inputs[0])) == 3000 and sum(1 for _ in open(unlabeled[0])) == 50
     assert inputs[0] == labeled
     (s_cfg, scored_input, _, _), (dev_cfg, dev_input, _, _) = seen["score"]
     assert isinstance(s_cfg, ScoreConfig) and s_cfg.batch_size == 64 and dev_cfg == s_cfg
     assert [c.lr for c, _, _ in seen["students"]] == [None, 0.003]
-    # The students early-stop on, and report agreement on, the dev set the teacher scored once.
+    # The students early-stop on, and report agreement on, the validation split the teacher scored once.
     dev_rows = transfer.read_table(dev_input)
-    assert dev_rows.num_rows == 872 and dev_rows.column(schema.LABEL).null_count == 0
+    assert dev_rows.num_rows == 1000 and dev_rows.column(schema.LABEL).null_count == 0
     assert {d for _, _, d in seen["students"]} == {str(tmp_path / "r" / "dev" / "scored")}
+    # Every model is scored once on the test split (the official dev), after the students.
+    students = tmp_path / "r" / "students"
+    assert seen["test"] == [(str(tmp_path / "r" / "teacher"), official_dev),
+                            (str(students / "labels_only"), official_dev), (str(students / "distilled"), official_dev)]
+    accuracy = json.loads((tmp_path / "r" / "test" / "accuracy.json").read_text())
+    assert accuracy["test"] == official_dev and set(accuracy["models"]) == {"teacher", "labels_only", "distilled"}
 
 
 @pytest.mark.integration
 def test_demo_config_runs_end_to_end_reduced(sst2_dir, tmp_path, capsys):
     run_dir = tmp_path / "demo"
-    small = ["labeled_limit=300", "unlabeled_rows=200", "teacher.epochs=1", "teacher.max_steps=15", "augment.n_iter=2",
+    small = ["labeled_limit=300", "unlabeled_rows=200", "validation.rows=150", "teacher.epochs=1", "teacher.max_steps=15", "augment.n_iter=2",
              "students.labels_only.epochs=1", "students.distilled.epochs=1", f"data={sst2_dir}"]
     assert main(["run", "--config", "configs/demo.yaml", f"run_dir={run_dir}", *small]) == 0
     out = capsys.readouterr()
@@ -181,3 +197,42 @@ def test_invalid_yaml_is_one_message_on_the_command_line(tmp_path, capsys):
     assert main(["run", "--config", str(bad)]) == 1
     err = capsys.readouterr().err
     assert f"transferset run: error: {bad}: not valid YAML" in err and "Traceback" not in err
+
+
+@pytest.mark.integration
+def test_a_test_split_is_reported_for_every_model_and_never_reaches_the_transfer_set(sst2_dir, tmp_path, capsys):
+    """data/test.tsv: every model is scored on it at the end, as `transferset evaluate` scores it, and
+    none of its sentences reaches the transfer set, even when the train file repeats one."""
+    data = tmp_path / "data"
+    data.mkdir()
+    dev_lines = (sst2_dir / "dev.tsv").read_text(encoding="utf-8").splitlines()
+    header, dev_rows = dev_lines[0], dev_lines[1:]
+    (data / "dev.tsv").write_text("\n".join([header, *dev_rows[:200]]) + "\n", encoding="utf-8")
+    (data / "test.tsv").write_text("\n".join([header, *dev_rows[200:400]]) + "\n", encoding="utf-8")
+    train = (sst2_dir / "train.tsv").read_text(encoding="utf-8").splitlines()[:401]
+    leaked = dev_rows[250]  # a test sentence planted among the labeled train rows
+    (data / "train.tsv").write_text("\n".join([*train[:100], leaked, *train[100:]]) + "\n", encoding="utf-8")
+    run_dir = tmp_path / "run"
+    small = ["labeled_limit=250", "unlabeled_rows=150", "teacher.epochs=1", "teacher.max_steps=10",
+             "augment.n_iter=1", "students.labels_only.epochs=1", "students.distilled.epochs=1",
+             f"data={data}", f"run_dir={run_dir}", "validation=null"]
+    assert main(["run", "--config", "configs/demo.yaml", *small]) == 0
+    out = capsys.readouterr().out
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["test"] == str(data / "test.tsv") and results["selection"] == str(data / "dev.tsv")
+    by_name = {r["name"].split(" (")[0].replace("student: ", ""): r for r in results["rows"]}
+    assert set(by_name) == {"teacher", "labels_only", "distilled"}
+    model_dirs = {"teacher": run_dir / "teacher", "labels_only": run_dir / "students" / "labels_only",
+                  "distilled": run_dir / "students" / "distilled"}
+    for name, directory in model_dirs.items():
+        assert main(["evaluate", "--model", str(directory), "--data", str(data / "test.tsv"), "--json"]) == 0
+        evaluated = json.loads(capsys.readouterr().out)
+        assert evaluated["labeled_rows"] == 200
+        assert by_name[name]["test_accuracy"] == pytest.approx(evaluated["accuracy"], abs=1e-12)
+    assert "| model | selection accuracy | test accuracy |" in out
+    # The planted test sentence was read as a labeled train row and dropped by the leak guard.
+    texts = {r[schema.TEXT] for r in transfer.read_table(str(run_dir / "transfer")).to_pylist()}
+    test_texts = {line.split("\t")[0] for line in dev_rows[200:400]}
+    assert not texts & test_texts
+    stats = json.loads((run_dir / "transfer" / schema.STATS_FILE).read_text())
+    assert stats["excluded_dropped"] >= 1

@@ -12,11 +12,12 @@ import os
 import shutil
 import time
 from collections import Counter
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
 from transferset import fs, schema, transfer
+from transferset.config import DEFAULT_MAX_LENGTH
 from transferset.timing import ms_per_example
 
 REPORT = "report.html"
@@ -86,6 +87,27 @@ def confidence_plot(scored_dir: str, out_dir: str) -> dict[str, Any]:
             "mean_confidence_variants": float(c[~o].mean()) if (~o).any() else None}
 
 
+def frontier_plot(rows: list[dict], out_dir: str) -> dict[str, Any]:
+    """Each model's accuracy (test when the run has a test split, else selection) against its batch-64 latency."""
+    split = "test" if all(r.get("test_accuracy") is not None for r in rows) else "selection"
+    key = "test_accuracy" if split == "test" else "dev_accuracy"
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for r in rows:
+        ax.scatter(r["latency_64"], 100 * r[key], color="tab:red" if r["name"] == "teacher" else "tab:blue")
+        ax.annotate(r["name"].replace("student: ", ""), (r["latency_64"], 100 * r[key]), fontsize=7,
+                    xytext=(4, 3), textcoords="offset points")
+    ax.set_xscale("log")
+    ax.set_xlabel("CPU ms per example at batch 64 (log scale)")
+    ax.set_ylabel(f"{split} accuracy (%)")
+    ax.set_title("accuracy against latency")
+    fig.tight_layout()
+    path = os.path.join(out_dir, "frontier.png")
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return {"plot": path, "split": split}
+
+
 def teacher_latency(teacher_dir: str, texts: Sequence[str], limit: int = 256) -> dict[str, float]:
     """CPU ms per example at batch 1 and 64, tokenization included (as the students measure it)."""
     import torch
@@ -98,22 +120,25 @@ def teacher_latency(teacher_dir: str, texts: Sequence[str], limit: int = 256) ->
 
     def predict(chunk: list[str]):
         with torch.inference_mode():
-            return model(**tok(chunk, padding=True, truncation=True, max_length=128, return_tensors="pt"))
+            return model(**tok(chunk, padding=True, truncation=True, max_length=DEFAULT_MAX_LENGTH, return_tensors="pt"))
 
     for bs, n in ((1, min(limit, 64)), (64, limit)):
         out[f"batch_{bs}"] = ms_per_example(predict, texts, bs, n)
     return out
 
 
-HEADER = ("model", "dev accuracy", "dev agreement with teacher", "parameters", "CPU ms/example (batch 1)",
-          "CPU ms/example (batch 64)", "speed-up vs teacher (batch 1 / 64)")
+HEADER = ("model", "selection accuracy", "test accuracy", "agreement with teacher (selection split)", "parameters",
+          "CPU ms/example (batch 1)", "CPU ms/example (batch 64)", "speed-up vs teacher (batch 1 / 64)")
+
+
+def _pct(value: Optional[float]) -> str:
+    return "-" if value is None else f"{100 * value:.1f}"
 
 
 def _cells(r: dict) -> list[str]:
-    agree = "-" if r.get("agreement") is None else f"{100 * r['agreement']:.1f}"
     speed = "1.0× / 1.0×" if r["name"] == "teacher" else f"{r['speedup_1']:.1f}× / {r['speedup_64']:.1f}×"
-    return [r["name"], f"{100 * r['dev_accuracy']:.1f}", agree, f"{r['parameters']:,}", f"{r['latency_1']:.2f}",
-            f"{r['latency_64']:.3f}", speed]
+    return [r["name"], _pct(r["dev_accuracy"]), _pct(r.get("test_accuracy")), _pct(r.get("agreement")),
+            f"{r['parameters']:,}", f"{r['latency_1']:.2f}", f"{r['latency_64']:.3f}", speed]
 
 
 def results_table(rows: list[dict]) -> str:
@@ -138,14 +163,20 @@ def write_report(paths: dict, cfg: dict, log=print) -> dict[str, Any]:
     os.makedirs(fig_dir, exist_ok=True)
     tmetrics = fs.read_json(fs.join(paths["teacher"], schema.METRICS_FILE))
     tlat = teacher_latency(local_teacher(paths["teacher"]), _dev_texts(paths["dev"]))
-    rows = [{"name": "teacher", "dev_accuracy": tmetrics["best_dev_accuracy"], "agreement": None,
-             "parameters": tlat["parameters"], "latency_1": tlat["batch_1"], "latency_64": tlat["batch_64"]}]
+    tested = fs.read_json(paths["test_results"])["models"] if paths.get("test_results") else {}
+
+    def test_accuracy(name: str) -> Optional[float]:
+        return tested[name]["accuracy"] if name in tested else None
+
+    rows = [{"name": "teacher", "dev_accuracy": tmetrics["best_dev_accuracy"], "test_accuracy": test_accuracy("teacher"),
+             "agreement": None, "parameters": tlat["parameters"], "latency_1": tlat["batch_1"],
+             "latency_64": tlat["batch_64"]}]
     curves = []
     for name, out in paths["students"].items():
         m = fs.read_json(fs.join(out, schema.METRICS_FILE))
         lat = m["latency_ms_per_example"]
         rows.append({"name": f"student: {name} ({m['student']}, {m['schedule']})", "dev_accuracy": m["dev_accuracy"],
-                     "agreement": m.get("teacher_agreement"), "parameters": m["parameters"],
+                     "test_accuracy": test_accuracy(name), "agreement": m.get("teacher_agreement"), "parameters": m["parameters"],
                      "latency_1": lat["batch_1"], "latency_64": lat["batch_64"],
                      "speedup_1": tlat["batch_1"] / lat["batch_1"], "speedup_64": tlat["batch_64"] / lat["batch_64"],
                      "transfer_rows": m["transfer"]["rows"], "labeled_rows": m["transfer"]["labeled_rows"]})
@@ -155,6 +186,7 @@ def write_report(paths: dict, cfg: dict, log=print) -> dict[str, Any]:
             fs.copy_file(src, dst)
             curves.append((name, dst))
     aug = augmentation_plots(paths["transfer"], fig_dir)
+    frontier = frontier_plot(rows, fig_dir) if len(paths["students"]) > 1 else None
     conf = confidence_plot(paths["scored"], fig_dir)
     table = results_table(rows)
     stats = {}
@@ -164,12 +196,12 @@ def write_report(paths: dict, cfg: dict, log=print) -> dict[str, Any]:
             stats[stage] = fs.read_json(p)
     with open(os.path.join(work, REPORT), "w", encoding="utf-8") as fh:
         fh.write(_html(table_rows=rows, aug=aug, conf=conf, curves=curves, stats=stats, run_dir=work,
-                       title=run_dir, dev=paths["dev"]))
+                       title=run_dir, dev=paths["dev"], test=paths.get("test"), frontier=frontier))
     if remote:  # results.json names the plots where they end up
-        for part in (aug, conf):
+        for part in (aug, conf, *([frontier] if frontier else [])):
             part["plot"] = fs.join(run_dir, *os.path.relpath(part["plot"], work).split(os.sep))
-    results = {"rows": rows, "augmentation": aug, "teacher_confidence": conf, "stats": stats,
-               "dev": paths["dev"], "config": cfg}
+    results = {"rows": rows, "augmentation": aug, "teacher_confidence": conf, "frontier": frontier, "stats": stats,
+               "selection": paths["dev"], "test": paths.get("test"), "config": cfg}
     with open(os.path.join(work, RESULTS), "w") as fh:
         json.dump(results, fh, indent=2, default=str)
     with open(os.path.join(work, TABLE), "w") as fh:
@@ -186,7 +218,7 @@ def _img(path: str, run_dir: str, alt: str) -> str:
     return f'<img src="{html.escape(os.path.relpath(path, run_dir))}" alt="{html.escape(alt)}">'
 
 
-def _html(*, table_rows, aug, conf, curves, stats, run_dir, dev, title=None) -> str:
+def _html(*, table_rows, aug, conf, curves, stats, run_dir, dev, test=None, frontier=None, title=None) -> str:
     trs = ["<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in _cells(r)) + "</tr>" for r in table_rows]
     t = stats.get("transfer", {})
     parts = [
@@ -195,8 +227,12 @@ def _html(*, table_rows, aug, conf, curves, stats, run_dir, dev, title=None) -> 
         "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}td:first-child{text-align:left}"
         "img{max-width:100%}</style></head><body>",
         f"<h1>transferset report: {html.escape(title or run_dir)}</h1>",
-        f"<p>Dev data: {html.escape(dev)}. Generated {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.</p>",
+        f"<p>Selection split (early stopping, the teacher's best epoch): {html.escape(dev)}. Test split (scored "
+        f"once at the end, no choice saw it): {html.escape(test or 'none')}. "
+        f"Generated {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.</p>",
         "<h2>Results</h2><table><tr>" + "".join(f"<th>{h}</th>" for h in HEADER) + "</tr>" + "".join(trs) + "</table>",
+        *(["<h2>Accuracy against latency</h2>", _img(frontier["plot"], run_dir, "accuracy against latency")]
+          if frontier else []),
         "<h2>Transfer set</h2>",
         f"<p>{t.get('accepted_rows', '?')} input rows accepted, {t.get('rejected_rows', '?')} rejected; "
         f"{t.get('variants_generated', '?')} variants generated, {t.get('duplicates_dropped', '?')} duplicates and "

@@ -25,18 +25,20 @@ import yaml
 
 from pipelines.augment import run_augment
 from pipelines.score import run_score
+from students.evaluate import evaluate
 from students.trainer import train as train_student
 from transferset import fs, schema, transfer, typed
 from transferset.augment import check_ops
 from transferset.app.report import write_report
-from transferset.config import BeamConfig, RunConfig
+from transferset.config import AugmentConfig, BeamConfig, RunConfig
 from transferset.errors import UserError
 from transferset.evalset import write_eval_set
 from transferset.fs import remote
-from transferset.splits import split_data
+from transferset.splits import LABELED_FILE, SPLIT_STATS_FILE, UNLABELED_FILE, VALIDATION_FILE, split_data
 from transferset.teacher.train import train as train_teacher
 
 STAGE_FILE = ".stage.json"
+TEST_RESULTS_FILE = "accuracy.json"  # in run_dir/test/: every model's accuracy on the test split
 SHARED_SST2 = os.path.join("..", "shared", "data", "sst2")
 HF_SST2 = ("hf:glue:sst2:train", "hf:glue:sst2:validation")
 
@@ -83,20 +85,30 @@ def load_config(path: str, overrides: Sequence[str] = ()) -> RunConfig:
     return cfg
 
 
-def resolve_data(data: Optional[str]) -> tuple[str, str]:
-    """(train, dev) inputs: `data` (a folder or URL) if given, else ../shared/data/sst2 when present, else
-    the hub's GLUE SST-2."""
+@dataclass(frozen=True)
+class DataFiles:
+    """Where a run's data comes from, and which split each role uses."""
+
+    train: str
+    dev: str  # the task's dev file
+    test: Optional[str]  # a labeled test file (data folder's test.tsv or `test:`), else None
+
+
+def resolve_data(data: Optional[str], test: Optional[str] = None) -> DataFiles:
+    """The run's files: `data` (a folder or URL) if given, else ../shared/data/sst2 when present, else
+    the hub's GLUE SST-2; the test file is `test`, else the folder's test.tsv when it exists."""
     if data:
         if data.startswith("hf:"):
-            return f"{data}:train", f"{data}:validation"
+            return DataFiles(f"{data}:train", f"{data}:validation", test)
         train, dev = fs.join(data, "train.tsv"), fs.join(data, "dev.tsv")
         for p in (train, dev):
             if not fs.exists(p):
                 raise UserError(f"data={data}: {p} not found (expected a folder with train.tsv and dev.tsv)")
-        return train, dev
+        folder_test = fs.join(data, "test.tsv")
+        return DataFiles(train, dev, test or (folder_test if fs.exists(folder_test) else None))
     if os.path.exists(os.path.join(SHARED_SST2, "train.tsv")):
-        return os.path.join(SHARED_SST2, "train.tsv"), os.path.join(SHARED_SST2, "dev.tsv")
-    return HF_SST2
+        return DataFiles(os.path.join(SHARED_SST2, "train.tsv"), os.path.join(SHARED_SST2, "dev.tsv"), test)
+    return DataFiles(*HF_SST2, test)
 
 
 # --- stages ------------------------------------------------------------------------
@@ -165,23 +177,38 @@ def stage_beam(cfg: RunConfig) -> dict[str, BeamConfig]:
 
 
 def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=True)) -> dict:
+    """Every stage of the run, each reused when current; returns the report's table and paths.
+
+    Selection and report never share a split: early stopping and the teacher's best epoch use the
+    selection split (the carved validation rows with `validation`, else dev); the test split (the
+    `test` file or the data folder's test.tsv; with `validation`, dev) is scored by every model at the
+    end and by nothing else. Both are kept out of the transfer set by the leak guard.
+    """
     run_dir = cfg.run_dir
     beams = stage_beam(cfg)
+    files = resolve_data(cfg.data, cfg.test)
+    if cfg.test and not fs.exists(cfg.test):
+        raise UserError(f"test={cfg.test}: no such file")
     fs.makedirs(run_dir)
     fs.write_text(fs.join(run_dir, "config.yaml"), yaml.safe_dump(typed.to_dict(cfg), sort_keys=False))
-    train, dev = resolve_data(cfg.data)
-    log(f"data: train {train}, dev {dev}")
-    split = cfg.lowres is not None or cfg.unlabeled_rows is not None
-    data_key = stage_key("data", {"train": fingerprint(train), "dev": fingerprint(dev),
+    split = cfg.lowres is not None or cfg.unlabeled_rows is not None or cfg.validation is not None
+    data_key = stage_key("data", {"train": fingerprint(files.train),
                                   "labeled_limit": cfg.labeled_limit, "unlabeled_rows": cfg.unlabeled_rows,
                                   "lowres": typed.to_dict(cfg.lowres) if cfg.lowres else None,
+                                  "validation": typed.to_dict(cfg.validation) if cfg.validation else None,
                                   "unlabeled_limit": cfg.unlabeled_limit}, [])
-    labeled, unlabeled = train, None
+    labeled, unlabeled, selection = files.train, None, files.dev
     if split:
-        data_stage = Stage("data", fs.join(run_dir, "data"), data_key, "unlabeled.jsonl")
-        data_stage.run(lambda out: split_data(train, out, cfg), log)
-        labeled = fs.join(data_stage.directory, "labeled.jsonl")
-        unlabeled = fs.join(data_stage.directory, "unlabeled.jsonl")
+        data_stage = Stage("data", fs.join(run_dir, "data"), data_key, SPLIT_STATS_FILE)
+        data_stage.run(lambda out: split_data(files.train, out, cfg), log)
+        labeled = fs.join(data_stage.directory, LABELED_FILE)
+        unlabeled = fs.join(data_stage.directory, UNLABELED_FILE)
+        if cfg.validation is not None:
+            selection = fs.join(data_stage.directory, VALIDATION_FILE)
+    test = files.test or (files.dev if cfg.validation is not None else None)
+    no_test = ("none: add test.tsv to the data folder, `test: FILE`, or `validation:` to report on a split "
+               "no choice has seen")
+    log(f"data: train {files.train}; selection split {selection}; test split {test or no_test}")
     # Without a split, labeled_limit reads the first N rows of train in every stage.
     limit = None if split else cfg.labeled_limit
 
@@ -197,21 +224,24 @@ def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=T
         log(f"[teacher] reusing {teacher_dir}")
     else:
         # Fine-tuned locally (a staging folder when run_dir is a URL), then uploaded: the score
-        # workers copy it from run_dir/teacher (teacher.remote.local_teacher).
+        # workers copy it from run_dir/teacher (fs.remote.local_teacher).
         teacher_dir = fs.join(run_dir, "teacher")
         t = replace(cfg.teacher, limit=limit) if limit else cfg.teacher
-        teacher_key = stage_key("teacher", typed.to_dict(t), [data_key])
+        teacher_key = stage_key("teacher", {"settings": typed.to_dict(t), "selection": fingerprint(selection)},
+                                [data_key])
         Stage("teacher", teacher_dir, teacher_key, schema.METRICS_FILE, local=True).run(
-            lambda out: train_teacher(t, train=remote.local_file(labeled), dev=remote.local_file(dev), output=out,
-                                      overwrite=True), log)
+            lambda out: train_teacher(t, train=remote.local_file(labeled), dev=remote.local_file(selection),
+                                      output=out, overwrite=True), log)
 
-    # augment
+    # augment: no sentence of an evaluation split may reach the transfer set
     a = replace(cfg.augment, limit=limit) if limit else cfg.augment
+    guarded = list(dict.fromkeys(p for p in (selection, files.dev, test) if p))
     transfer_dir = fs.join(run_dir, "transfer")
-    augment_key = stage_key("augment", {k: v for k, v in typed.to_dict(a).items() if k not in a.EXECUTION},
-                            [data_key])
+    augment_key = stage_key("augment", {"settings": {k: v for k, v in typed.to_dict(a).items()
+                                                     if k not in a.EXECUTION},
+                                        "exclude": [fingerprint(p) for p in guarded]}, [data_key])
     Stage("augment", transfer_dir, augment_key, schema.COMPLETE_MARKER).run(
-        lambda out: run_augment(a, inputs=[labeled], unlabeled=[unlabeled] if unlabeled else [], exclude=[dev],
+        lambda out: run_augment(a, inputs=[labeled], unlabeled=[unlabeled] if unlabeled else [], exclude=guarded,
                                 output=out, beam_cfg=beams["augment"], overwrite=True), log)
 
     # score
@@ -221,14 +251,14 @@ def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=T
         lambda out: run_score(cfg.score, input=transfer_dir, teacher=teacher_dir, output=out,
                               beam_cfg=beams["score"], overwrite=True), log)
 
-    # dev, scored once by the teacher: students report their agreement with it on held-out rows
+    # the selection split, scored once by the teacher: students stop early on it and report their
+    # agreement with the teacher on rows they never trained on
     dev_set, dev_scored = fs.join(run_dir, "dev", "transfer"), fs.join(run_dir, "dev", "scored")
-    a = cfg.augment
     label_names = transfer.label_names(transfer_dir)  # reads every shard's metadata: once
-    dev_key = stage_key("dev", {"dev": fingerprint(dev), "columns": [a.text_column, a.label_column, a.text_b_column],
-                                "labels": label_names}, [])
+    columns = [a.text_column, a.label_column, a.text_b_column]
+    dev_key = stage_key("dev", {"dev": fingerprint(selection), "columns": columns, "labels": label_names}, [])
     Stage("dev", dev_set, dev_key, schema.COMPLETE_MARKER).run(
-        lambda out: write_eval_set(dev, out, label_names, text_column=a.text_column,
+        lambda out: write_eval_set(selection, out, label_names, text_column=a.text_column,
                                    label_column=a.label_column, text_b_column=a.text_b_column), log)
     dev_score_key = stage_key("score", typed.to_dict(cfg.score), [dev_key, teacher_key])
     Stage("dev.score", dev_scored, dev_score_key, schema.COMPLETE_MARKER).run(
@@ -236,18 +266,36 @@ def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=T
                               beam_cfg=beams["dev.score"], overwrite=True), log)
 
     # students: trained here from the scored set (streamed from run_dir), saved locally, then uploaded
-    students = {}
+    students, student_keys = {}, []
     for name, s_cfg in cfg.students.items():
         out = fs.join(run_dir, "students", name)
         key = stage_key("student", typed.to_dict(s_cfg), [score_key, dev_score_key])
         Stage(f"students.{name}", out, key, schema.METRICS_FILE, local=True).run(
             lambda work, s_cfg=s_cfg: train_student(s_cfg, scored_dir, dev_scored, work, overwrite=True), log)
-        students[name] = out
+        students[name], student_keys = out, student_keys + [key]
+
+    # test: every model scored once on the held-out split, after every choice was made
+    test_file = None
+    if test:
+        test_stage = Stage("test", fs.join(run_dir, "test"), stage_key(
+            "test", {"test": fingerprint(test), "columns": columns, "models": ["teacher", *students]},
+            [teacher_key, *student_keys]), TEST_RESULTS_FILE)
+        test_stage.run(lambda out: evaluate_on_test(test, {"teacher": teacher_dir, **students}, out, a), log)
+        test_file = fs.join(test_stage.directory, TEST_RESULTS_FILE)
 
     # report
     paths = {"run_dir": run_dir, "teacher": teacher_dir, "transfer": transfer_dir, "scored": scored_dir,
-             "students": students, "dev": dev}
+             "students": students, "dev": selection, "test": test, "test_results": test_file}
     return write_report(paths, typed.to_dict(cfg), log=log)
+
+
+def evaluate_on_test(test: str, models: dict[str, str], out: str, a: AugmentConfig) -> dict:
+    """Accuracy of each model on the test file, as `transferset evaluate` computes it."""
+    results = {name: evaluate(path, test, text_column=a.text_column, label_column=a.label_column,
+                              text_b_column=a.text_b_column) for name, path in models.items()}
+    doc = {"test": test, "models": results}
+    fs.write_json(fs.join(out, TEST_RESULTS_FILE), doc, indent=2)
+    return doc
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,0 +1,66 @@
+"""split_data: the validation split is carved first, disjoint from both pools, copies of its texts included."""
+import json
+
+import pytest
+
+from transferset import typed
+from transferset.config import RunConfig
+from transferset.errors import UserError
+from transferset.splits import split_data
+
+
+def _read(path):
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh]
+
+
+def _config(**values) -> RunConfig:
+    return typed.load(RunConfig, {"students": {"s": {}}, **values}, where="test")
+
+
+@pytest.fixture
+def train_file(tmp_path):
+    # 60 rows, two labels; rows 50-59 repeat the texts of rows 0-9 (SST-2 repeats many phrases)
+    lines = ["sentence\tlabel"] + [f"phrase number {i % 50}\t{i % 2}" for i in range(60)]
+    path = tmp_path / "train.tsv"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return str(path)
+
+
+def test_validation_is_seeded_and_disjoint_from_both_pools(tmp_path, train_file):
+    cfg = _config(validation={"rows": 8, "seed": 3}, labeled_limit=20, unlabeled_rows=-1)
+    paths = split_data(train_file, str(tmp_path / "a"), cfg)
+    validation = _read(paths["validation"])
+    labeled, unlabeled = _read(paths["labeled"]), _read(paths["unlabeled"])
+    assert len(validation) == 8 and all(set(r) == {"text", "label"} for r in validation)
+    held = {r["text"] for r in validation}
+    assert not held & {r["text"] for r in labeled + unlabeled}
+    stats = json.loads((tmp_path / "a" / "split.json").read_text())
+    dropped = stats["pool_rows_dropped_as_validation_copies"]
+    assert len(labeled) == 20 and stats["validation_rows"] == 8
+    assert 8 + dropped + len(labeled) + len(unlabeled) == 60  # every train row is accounted for
+    assert dropped >= 1  # some held-out texts repeat later in the file
+    # The same seed carves the same rows; another seed other rows.
+    again = split_data(train_file, str(tmp_path / "b"), cfg)
+    assert _read(again["validation"]) == validation
+    other = split_data(train_file, str(tmp_path / "c"), _config(validation={"rows": 8, "seed": 4}, labeled_limit=20))
+    assert _read(other["validation"]) != validation
+
+
+def test_lowres_draws_from_the_rows_left_after_validation(tmp_path, train_file):
+    cfg = _config(validation={"rows": 10}, lowres={"per_class": 5, "seed": 1})
+    paths = split_data(train_file, str(tmp_path / "a"), cfg)
+    labeled = _read(paths["labeled"])
+    assert sorted(r["label"] for r in labeled) == ["0"] * 5 + ["1"] * 5
+    assert not {r["text"] for r in _read(paths["validation"])} & {r["text"] for r in labeled}
+
+
+def test_without_validation_nothing_is_held_out(tmp_path, train_file):
+    paths = split_data(train_file, str(tmp_path / "a"), _config(labeled_limit=20, unlabeled_rows=30))
+    assert paths["validation"] is None
+    assert len(_read(paths["labeled"])) == 20 and len(_read(paths["unlabeled"])) == 30
+
+
+def test_more_validation_rows_than_train_is_refused(tmp_path, train_file):
+    with pytest.raises(UserError, match="validation.rows = 100, but train has only 60 accepted rows"):
+        split_data(train_file, str(tmp_path / "a"), _config(validation={"rows": 100}))
