@@ -33,8 +33,7 @@ sys.path.insert(0, str(ROOT))
 from students import trainer  # noqa: E402
 from students.losses import LossWeights  # noqa: E402
 from students.build import setup  # noqa: E402
-from students.data import iter_train_batches  # noqa: E402
-from students.student import Student, latency_ms, save_student  # noqa: E402
+from students.student import Student, latency_ms  # noqa: E402
 from transferset.config import StudentConfig  # noqa: E402
 from transferset import schema, sources  # noqa: E402
 from transferset.teacher.scoring import Teacher  # noqa: E402
@@ -88,7 +87,7 @@ def epoch(s, scored: str, seed: int, teacher: Teacher | None) -> tuple[float, fl
     # The batches (rows, order, tokens) are identical in both modes: the same seeded stream.
     t_teacher = 0.0
     t0 = time.perf_counter()
-    for batch in iter_train_batches(s, scored, seed=seed):
+    for batch in trainer.train_batches(s, scored, seed=seed):
         if teacher is not None:
             t1 = time.perf_counter()
             scores = teacher.predict(batch[schema.TEXT])
@@ -134,8 +133,8 @@ def main(argv=None) -> int:
             seconds, t_teacher = epoch(s, scored, seed=e, teacher=teacher)
             online.append(seconds)
             online_teacher.append(t_teacher)
-        student = Student(s.model, s.tokens, s.label_names, s.family)
-        save_student(os.path.join(tmp, "student"), s)
+        student = Student.from_setup(s)
+        student.save_pretrained(os.path.join(tmp, "student"))
         student_bytes = os.path.getsize(os.path.join(tmp, "student", schema.WEIGHTS_FILE))
 
     teacher_params = sum(p.numel() for p in teacher.model.parameters())

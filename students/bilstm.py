@@ -8,11 +8,21 @@ direction, the concatenated last states (no max-pool), FC 200 + ReLU, classifier
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, fields
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.func import functional_call
+
+from students.data import iter_texts
+from students.family import Batch, Built, Context, model_values
+from students.teacher_files import no_teacher_dir
+from students.tokens import (WordPieceTokens, WordTokens, load_tokens, pca_project, teacher_input_embeddings,
+                             teacher_wordpiece, word_vectors_from_wordpiece)
+from transferset import schema
+from transferset.errors import UserError
 
 
 @dataclass
@@ -36,9 +46,6 @@ PRESETS = {
     "xtremedistil": dict(embed_dim=300, hidden=300, layers=1, pool="max", head_act="gelu"),
 }
 
-# Parameter groups, bottom-up: progressive unfreezing thaws them top-down.
-GROUPS = ("embeddings", "encoder", "head", "classifier")
-
 
 def config_fields() -> set[str]:
     return {f.name for f in fields(BiLSTMConfig)}
@@ -58,8 +65,14 @@ class BiLSTM(nn.Module):
         self.head = nn.Linear(2 * config.hidden, config.head_dim)
         self.classifier = nn.Linear(config.head_dim, config.num_classes)
         self.drop = nn.Dropout(config.dropout)
+        # One-direction, one-layer LSTMs without weights of their own (meta device), one per input
+        # width, kept out of the module's registry: each call lends one of them one direction of
+        # `self.lstm`, so the parameters and state-dict keys stay nn.LSTM's and saved students load.
+        widths = {config.embed_dim} | ({2 * config.hidden} if config.layers > 1 else set())
+        self._one_way = {w: nn.LSTM(w, config.hidden, batch_first=True, device="meta") for w in widths}
 
     def param_groups(self) -> dict[str, list[nn.Parameter]]:
+        """students.family.GROUPS → parameters."""
         return {
             "embeddings": list(self.embed.parameters()),
             "encoder": list(self.lstm.parameters()),
@@ -70,10 +83,11 @@ class BiLSTM(nn.Module):
     def _direction(self, x: torch.Tensor, layer: int, reverse: bool) -> torch.Tensor:
         """One direction of one layer of `self.lstm` over padded rows: (B, T, D) → (B, T, H)."""
         suffix = f"_l{layer}" + ("_reverse" if reverse else "")
-        weights = [getattr(self.lstm, f"{name}{suffix}") for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
-        h0 = x.new_zeros(1, x.shape[0], self.config.hidden)
-        # nn.LSTM's own kernel (what its forward calls), one direction at a time.
-        out, _, _ = torch._VF.lstm(x, (h0, h0), weights, True, 1, 0.0, self.training, False, True)
+        weights = {f"{name}_l0": getattr(self.lstm, name + suffix)
+                   for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")}
+        one_way = self._one_way[x.shape[-1]]
+        one_way.train(self.training)  # not a submodule: model.train() / eval() do not reach it
+        out, _ = functional_call(one_way, weights, (x,))
         return out
 
     def encode(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -124,3 +138,72 @@ class BiLSTM(nn.Module):
         with torch.no_grad():
             self.embed.weight.copy_(weight)
             self.embed.weight[self.config.pad_id].zero_()
+
+
+# --------------------------------------------------------------------------- the family: build, save, load
+
+
+def _tokens(ctx: Context):
+    """→ (the student's tokens, the teacher's WordPiece tokens when its tokenizer or embeddings are needed)."""
+    cfg = ctx.cfg
+    wordpiece = None
+    if cfg.tokens == "wordpiece" or cfg.embed_init == "teacher":
+        wordpiece = teacher_wordpiece(cfg, ctx.meta, ctx.max_length)
+    if cfg.tokens == "words":
+        texts = (t for batch in iter_texts(ctx.transfer_dir) for t in batch)
+        return WordTokens.build(texts, ctx.max_length, cfg.min_count, cfg.max_vocab), wordpiece
+    if cfg.trim_vocab:
+        keep = wordpiece.seen_ids(iter_texts(ctx.transfer_dir))
+        return WordPieceTokens(wordpiece.tokenizer, ctx.max_length, keep=keep), wordpiece
+    return wordpiece, wordpiece
+
+
+def build(ctx: Context) -> Built:
+    """The BiLSTM and its tokens, its embeddings initialised from the teacher's unless `embed_init: random`."""
+    cfg = ctx.cfg
+    if cfg.preset and cfg.preset not in PRESETS:
+        raise UserError(f"unknown bilstm preset {cfg.preset!r}; known: {', '.join(PRESETS)}")
+    if cfg.pkd:
+        raise UserError("pkd loss needs a transformer student (`--student transformer`)")
+    tokens, wordpiece = _tokens(ctx)
+    defaults = {"head_dim": ctx.hidden_width, **(PRESETS[cfg.preset] if cfg.preset else {})}
+    fixed = {"vocab_size": tokens.vocab_size, "num_classes": len(ctx.label_names), "pad_id": tokens.pad_id}
+    try:
+        config = BiLSTMConfig(**model_values(defaults, cfg, config_fields(), "BiLSTM", fixed))
+        model = BiLSTM(config)
+    except ValueError as exc:
+        raise UserError(f"bilstm student: {exc}") from exc
+    if cfg.embed_init == "teacher":
+        if ctx.teacher_dir is None:
+            raise no_teacher_dir(ctx.meta, "embed_init: teacher", "`embed_init: random`")
+        table = teacher_input_embeddings(ctx.teacher_dir)                  # (V_wp, H_t)
+        if isinstance(tokens, WordTokens):
+            table = word_vectors_from_wordpiece(tokens.vocab, wordpiece.tokenizer, table)
+        elif tokens.keep is not None:
+            table = table[torch.tensor(tokens.keep)]                       # (V_kept, H_t)
+        model.init_embeddings(pca_project(table, config.embed_dim, ctx.seed))
+    return Built(model, tokens, config, config.head_dim, [])
+
+
+def forward_batch(model: BiLSTM, batch: Batch) -> dict[str, torch.Tensor]:
+    return model(batch["ids"], batch["mask"])
+
+
+def save(model_dir: str, model: BiLSTM, tokens) -> dict:
+    """Weights as safetensors and the tokens' files; → the sidecar's entries."""
+    from safetensors.torch import save_file
+
+    # LSTM weights can be views of one flat buffer; safetensors wants contiguous, unshared tensors.
+    state = {k: v.detach().contiguous().clone() for k, v in model.state_dict().items()}
+    save_file(state, os.path.join(model_dir, schema.WEIGHTS_FILE))
+    return {"tokens": tokens.save(model_dir)}
+
+
+def load(model_dir: str, sidecar: dict):
+    """→ (model, tokens, config) of a directory written by `save`."""
+    from safetensors.torch import load_file
+
+    config = BiLSTMConfig(**sidecar["model"])
+    model = BiLSTM(config)
+    model.load_state_dict(load_file(os.path.join(model_dir, schema.WEIGHTS_FILE)))
+    return model, load_tokens(model_dir, sidecar["tokens"]), config

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence, Union
+from typing import Any, Iterator, Optional, Sequence, Union
 
 import numpy as np
 import pyarrow as pa
@@ -17,8 +17,8 @@ from students.losses import NO_LABEL, TEACHER_LAYERS
 from transferset import fs, schema, sources, transfer
 from transferset.errors import UserError
 
-if TYPE_CHECKING:
-    from students.build import Setup
+# What a training batch reads of each row; PKD adds the columns of the teacher's intermediate layers.
+TRAIN_COLUMNS = (schema.TEXT, schema.TEXT_B, schema.LABEL, schema.TEACHER_LOGITS, schema.TEACHER_HIDDEN)
 
 
 @dataclass
@@ -115,8 +115,11 @@ def iter_texts(transfer_dir: str) -> Iterator[list[str]]:
         yield [t for col in (rb.column(0), rb.column(1)) for t in col.to_pylist() if t]
 
 
-def table_arrays(table: pa.Table, s: "Setup") -> dict[str, Any]:
-    """Convert one shuffle buffer to numpy once; minibatches index into it."""
+def table_arrays(table: pa.Table, pkd_columns: Sequence[str] = ()) -> dict[str, Any]:
+    """Convert one shuffle buffer to numpy once; minibatches index into it.
+
+    `pkd_columns`: the teacher layer behind each student layer, stacked under TEACHER_LAYERS.
+    """
     texts_b = table.column(schema.TEXT_B).to_pylist()
     out = {
         schema.TEXT: table.column(schema.TEXT).to_pylist(),
@@ -125,16 +128,17 @@ def table_arrays(table: pa.Table, s: "Setup") -> dict[str, Any]:
         schema.TEACHER_LOGITS: transfer.fixed_list_to_numpy(table.column(schema.TEACHER_LOGITS)),
         schema.TEACHER_HIDDEN: transfer.fixed_list_to_numpy(table.column(schema.TEACHER_HIDDEN)),
     }
-    if s.pkd_columns:
-        out[TEACHER_LAYERS] = np.stack([transfer.fixed_list_to_numpy(table.column(c)) for c in s.pkd_columns],
+    if pkd_columns:
+        out[TEACHER_LAYERS] = np.stack([transfer.fixed_list_to_numpy(table.column(c)) for c in pkd_columns],
                                        axis=1)                                       # (N, L, H)
     return out
 
 
-def make_batch(s: "Setup", arrays: dict[str, Any], idx: Sequence[int]) -> dict[str, torch.Tensor]:
+def make_batch(tokens, arrays: dict[str, Any], idx: Sequence[int]) -> dict[str, torch.Tensor]:
+    """Rows `idx` of `arrays`, tokenized with `tokens` (students.tokens) and padded to the longest."""
     texts_b = arrays[schema.TEXT_B]
     texts = [arrays[schema.TEXT][i] for i in idx]
-    ids, mask, types = s.tokens.encode(texts, [texts_b[i] for i in idx] if texts_b is not None else None)
+    ids, mask, types = tokens.encode(texts, [texts_b[i] for i in idx] if texts_b is not None else None)
     idx = np.asarray(idx)
     batch = {"ids": ids, "mask": mask, "type_ids": types, schema.TEXT: texts,
              schema.LABEL: torch.from_numpy(arrays[schema.LABEL][idx]),
@@ -145,42 +149,44 @@ def make_batch(s: "Setup", arrays: dict[str, Any], idx: Sequence[int]) -> dict[s
     return batch
 
 
-def iter_train_batches(s: "Setup", transfer_dir: str, seed: Union[int, np.random.SeedSequence],
+def iter_train_batches(transfer_dir: str, tokens, seed: Union[int, np.random.SeedSequence], *, batch_size: int,
+                       shuffle_rows: int, pkd_columns: Sequence[str] = (),
                        labeled_only: bool = False) -> Iterator[dict[str, torch.Tensor]]:
-    """One epoch of shuffled minibatches, streamed; `seed` is the epoch's shuffle stream.
+    """One epoch of shuffled minibatches of `batch_size` rows, streamed; `seed` is the epoch's shuffle stream.
 
     Rows are shuffled within a buffer of `shuffle_rows` (and shards are visited in a shuffled
     order); inside the buffer, rows of similar length share a minibatch (less padding: the
     BiLSTM's cost follows the longest row), and the minibatch order is shuffled again.
+    `labeled_only` keeps the rows with a gold label.
     """
-    cfg = s.cfg
+    columns = list(TRAIN_COLUMNS) + [c for c in pkd_columns if c not in TRAIN_COLUMNS]
     rng = np.random.default_rng(seed)
     shard_rng = random.Random(int(rng.integers(2 ** 63)))
     buffer: list[pa.RecordBatch] = []
     held = 0
 
     def drain() -> Iterator[dict[str, torch.Tensor]]:
-        arrays = table_arrays(pa.Table.from_batches(buffer), s)
+        arrays = table_arrays(pa.Table.from_batches(buffer), pkd_columns)
         n = len(arrays[schema.TEXT])
         order = rng.permutation(n)
         lengths = np.fromiter((len(t) for t in arrays[schema.TEXT]), dtype=np.int64, count=n)
-        chunk = cfg.batch_size * 32
+        chunk = batch_size * 32
         batches = []
         for start in range(0, n, chunk):
             part = order[start:start + chunk]
             part = part[np.argsort(lengths[part], kind="stable")]
-            batches += [part[i:i + cfg.batch_size] for i in range(0, len(part), cfg.batch_size)]
+            batches += [part[i:i + batch_size] for i in range(0, len(part), batch_size)]
         for j in rng.permutation(len(batches)):
-            yield make_batch(s, arrays, batches[j])
+            yield make_batch(tokens, arrays, batches[j])
 
-    for rb in transfer.iter_batches(transfer_dir, s.columns, batch_size=min(cfg.shuffle_rows, 8192), rng=shard_rng):
+    for rb in transfer.iter_batches(transfer_dir, columns, batch_size=min(shuffle_rows, 8192), rng=shard_rng):
         if labeled_only:
             rb = rb.filter(pc.is_valid(rb.column(schema.LABEL)))
         if rb.num_rows == 0:
             continue
         buffer.append(rb)
         held += rb.num_rows
-        if held >= cfg.shuffle_rows:
+        if held >= shuffle_rows:
             yield from drain()
             buffer, held = [], 0
     if buffer:

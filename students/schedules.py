@@ -2,8 +2,8 @@
 
 Pure functions: `phases(...)` turns a schedule name, the configured loss weights and the epoch
 budget into a list of Phase records; the trainer runs them in order and never decides on its
-own what is trainable. Parameter groups are named bottom-up, as the models' `GROUPS`:
-embeddings → encoder → head → classifier.
+own what is trainable. Parameter groups are named bottom-up, as every family names them
+(students.family.GROUPS): embeddings → encoder → head → classifier.
 
 - joint: the configured losses, every parameter, one phase.
 - progressive (Mukherjee & Awadallah 2019): stage 1 representation loss on the transfer set;
@@ -17,10 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Sequence
 
+from students.family import GROUPS
 from students.losses import LossWeights
 
 SCHEDULES = ("joint", "progressive", "distill-then-finetune")
-GROUPS = ("embeddings", "encoder", "head", "classifier")
 
 
 @dataclass(frozen=True)
@@ -82,8 +82,3 @@ def phases(schedule: str, weights: LossWeights, epochs: int, groups: Sequence[st
                   labeled_only=True),
         ]
     raise ValueError(f"unknown schedule {schedule!r}; known: {', '.join(SCHEDULES)}")
-
-
-def requires_grad(phase: Phase, groups: Sequence[str] = GROUPS) -> dict[str, bool]:
-    """Whether each parameter group learns in `phase`."""
-    return {g: g in phase.trainable for g in groups}

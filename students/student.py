@@ -1,42 +1,78 @@
-"""A trained student ready to predict, and saving / loading one.
+"""A trained student: predicting, and saving / loading one as a pair, as Hugging Face models do.
 
-A student directory (`transferset train --output DIR` → DIR/model) holds the family's files and a
-small sidecar (transferset.json: family, label names, tokens, model settings). The transformer's
-files are a plain Hugging Face model (config.json, model.safetensors, tokenizer): `from_pretrained`
-and `pipeline` load it without transferset. Any other Hugging Face sequence-classifier directory
-(e.g. the fine-tuned teacher) loads too, so one `transferset evaluate` compares teacher and students.
+    student = Student.from_pretrained("runs/sst2/bilstm")      # or its model/, or any HF classifier dir
+    out = student.predict(["a gripping film", "dull"])
+    out.labels          # ['1', '0']: label names
+    out.probabilities   # (2, C) float32, rows sum to 1; column j is out.label_names[j]
+
+A student directory (`transferset train --output DIR` → DIR/model, or `save_pretrained(dir)`) holds
+the family's files and a small sidecar (transferset.json: family, label names, tokens, model
+settings). The transformer's files are a plain Hugging Face model (config.json, model.safetensors,
+tokenizer): `AutoModelForSequenceClassification.from_pretrained` and `pipeline` load it without
+transferset. Any other Hugging Face sequence-classifier directory (e.g. the fine-tuned teacher)
+loads too, so one `transferset evaluate` compares teacher and students.
 """
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict
-from typing import Optional, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import torch
 
-from students.build import HF_FAMILY, Family, Setup, family, load_hf_classifier
+from students.build import HF_FAMILY, Family, Setup, family
 from students.losses import NO_LABEL
+from students.transformer import load_hf_classifier
 from transferset import __version__, schema
 from transferset.errors import UserError
 from transferset.loading import check_safetensors
 from transferset.timing import ms_per_example
 
 
-class Student:
-    """model + tokens + label names + the family that knows its forward pass."""
+@dataclass
+class Predictions:
+    """What `Student.predict` returns for N texts, in input order."""
 
-    def __init__(self, model: torch.nn.Module, tokens, label_names: Sequence[str], family: Family):
+    labels: list[str]             # (N,) the name of the most probable class
+    probabilities: np.ndarray     # (N, C) float32 softmax of the logits; column j is label_names[j]
+    label_names: list[str]        # (C,) the student's label names, in class-index order
+
+
+class Student:
+    """model + tokens + label names + the family that knows its forward pass.
+
+    `config` is the model's own config dataclass and `teacher_id` the teacher that scored its
+    training set: both are recorded in the sidecar by `save_pretrained` (None for a Hugging Face
+    classifier that transferset did not train).
+    """
+
+    def __init__(self, model: torch.nn.Module, tokens, label_names: Sequence[str], family: Family,
+                 config: Any = None, teacher_id: Optional[str] = None):
         self.model = model
         self.tokens = tokens
         self.label_names = list(label_names)
         self.family = family
+        self.config = config
+        self.teacher_id = teacher_id
+
+    @classmethod
+    def from_setup(cls, s: Setup) -> "Student":
+        """The student being trained in `s` (sharing its model and tokens)."""
+        return cls(s.model, s.tokens, s.label_names, s.family, s.model_config, s.meta.get(schema.META_TEACHER_ID))
+
+    # ------------------------------------------------------------------ predicting
 
     @torch.inference_mode()
     def logits(self, texts: Sequence[str], texts_b: Optional[Sequence[Optional[str]]] = None,
                batch_size: int = 256) -> np.ndarray:
         """(N, C) logits; rows are length-sorted into batches and returned in input order."""
+        if isinstance(texts, str):
+            raise TypeError("texts is one str; pass a list of texts (e.g. [text])")
+        if texts_b is not None and len(texts_b) != len(texts):
+            raise ValueError(f"texts_b has {len(texts_b)} rows for {len(texts)} texts; pass one second text "
+                             "(or None) per text")
         self.model.eval()
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         out = np.zeros((len(texts), len(self.label_names)), dtype=np.float32)
@@ -48,11 +84,66 @@ class Student:
             out[idx] = self.family.forward(self.model, batch)["logits"].float().numpy()
         return out
 
-    def predict(self, texts, texts_b=None, batch_size: int = 256) -> np.ndarray:
+    def predict_ids(self, texts: Sequence[str], texts_b: Optional[Sequence[Optional[str]]] = None,
+                    batch_size: int = 256) -> np.ndarray:
+        """(N,) class indices (into label_names) of the most probable class: what accuracy compares."""
         return self.logits(texts, texts_b, batch_size).argmax(-1)
+
+    def predict(self, texts: Sequence[str], texts_b: Optional[Sequence[Optional[str]]] = None,
+                batch_size: int = 256) -> Predictions:
+        """Label names and class probabilities of `texts` (with `texts_b`, sentence pairs)."""
+        logits = self.logits(texts, texts_b, batch_size)                         # (N, C)
+        z = np.exp(logits - logits.max(axis=1, keepdims=True, initial=-np.inf))
+        probabilities = z / z.sum(axis=1, keepdims=True)
+        return Predictions([self.label_names[i] for i in logits.argmax(-1)], probabilities, list(self.label_names))
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.model.parameters())
+
+    # ------------------------------------------------------------------ saving and loading
+
+    def save_pretrained(self, model_dir: str) -> None:
+        """Write the student to `model_dir` (created if needed); `from_pretrained(model_dir)` reads it back."""
+        os.makedirs(model_dir, exist_ok=True)
+        sidecar = {
+            "family": self.family.name,
+            "label_names": self.label_names,
+            **self.family.save(model_dir, self.model, self.tokens),
+            "model": asdict(self.config) if self.config is not None else None,
+            "teacher_id": self.teacher_id,
+            "library_version": __version__,
+        }
+        with open(os.path.join(model_dir, schema.STUDENT_SIDECAR_FILE), "w", encoding="utf-8") as fh:
+            json.dump(sidecar, fh, indent=2)
+
+    @classmethod
+    def from_pretrained(cls, path: str, max_length: Optional[int] = None) -> "Student":
+        """A student saved by `save_pretrained` or `transferset train` (the run directory or its model/),
+        or any Hugging Face sequence-classifier directory (config.json with id2label, safetensors
+        weights, a tokenizer).
+
+        `max_length` overrides the tokens per row (default: the student's, or the HF tokenizer's limit).
+        """
+        inner = os.path.join(path, schema.STUDENT_MODEL_DIR)
+        model_dir = inner if os.path.isdir(inner) else path
+        sidecar_path = os.path.join(model_dir, schema.STUDENT_SIDECAR_FILE)
+        if os.path.isfile(sidecar_path):
+            with open(sidecar_path, encoding="utf-8") as fh:
+                sidecar = json.load(fh)
+            fam = family(sidecar.get("family"), sidecar_path)
+            for name in sorted(os.listdir(model_dir)):
+                if name.endswith(".safetensors"):  # a damaged file: one clear message, not a loader traceback
+                    check_safetensors(os.path.join(model_dir, name))
+            model, tokens, config = fam.load(model_dir, sidecar)
+            if max_length is not None:
+                tokens.max_length = max_length
+            return cls(model.eval(), tokens, sidecar["label_names"], fam, config, sidecar.get("teacher_id"))
+        if os.path.isfile(os.path.join(model_dir, schema.HF_CONFIG_FILE)):
+            model, tokens, label_names = load_hf_classifier(model_dir, max_length)
+            return cls(model, tokens, label_names, HF_FAMILY)
+        raise UserError(f"{path}: neither {schema.STUDENT_MODEL_DIR}/{schema.STUDENT_SIDECAR_FILE} nor "
+                        f"{schema.HF_CONFIG_FILE}; pass the --output directory of `transferset train` or a "
+                        "Hugging Face model directory (e.g. the output of `transferset teacher`)")
 
 
 def accuracy(pred: np.ndarray, labels: np.ndarray) -> float:
@@ -63,45 +154,3 @@ def accuracy(pred: np.ndarray, labels: np.ndarray) -> float:
 def latency_ms(student: Student, texts: Sequence[str], batch_size: int, limit: int) -> float:
     """CPU milliseconds per example, tokenization included, at a fixed batch size."""
     return ms_per_example(lambda chunk: student.logits(chunk, batch_size=batch_size), texts, batch_size, limit)
-
-
-def save_student(model_dir: str, s: Setup) -> None:
-    os.makedirs(model_dir, exist_ok=True)
-    sidecar = {
-        "family": s.family.name,
-        "label_names": s.label_names,
-        **s.family.save(model_dir, s.model, s.tokens),
-        "model": asdict(s.model_config),
-        "teacher_id": s.meta.get(schema.META_TEACHER_ID),
-        "library_version": __version__,
-    }
-    with open(os.path.join(model_dir, schema.STUDENT_SIDECAR_FILE), "w", encoding="utf-8") as fh:
-        json.dump(sidecar, fh, indent=2)
-
-
-def load_student(path: str, max_length: Optional[int] = None) -> Student:
-    """A student saved by `transferset train` (the run directory or its model/), or any Hugging Face
-    sequence-classifier directory (config.json with id2label, safetensors weights, a tokenizer).
-
-    `max_length` overrides the tokens per row (default: the student's, or the HF tokenizer's limit).
-    """
-    inner = os.path.join(path, schema.STUDENT_MODEL_DIR)
-    model_dir = inner if os.path.isdir(inner) else path
-    sidecar_path = os.path.join(model_dir, schema.STUDENT_SIDECAR_FILE)
-    if os.path.isfile(sidecar_path):
-        with open(sidecar_path, encoding="utf-8") as fh:
-            sidecar = json.load(fh)
-        fam = family(sidecar.get("family"), sidecar_path)
-        for name in sorted(os.listdir(model_dir)):
-            if name.endswith(".safetensors"):  # a damaged file: one clear message, not a loader traceback
-                check_safetensors(os.path.join(model_dir, name))
-        model, tokens = fam.load(model_dir, sidecar)
-        if max_length is not None:
-            tokens.max_length = max_length
-        return Student(model.eval(), tokens, sidecar["label_names"], fam)
-    if os.path.isfile(os.path.join(model_dir, schema.HF_CONFIG_FILE)):
-        model, tokens, label_names = load_hf_classifier(model_dir, max_length)
-        return Student(model, tokens, label_names, HF_FAMILY)
-    raise UserError(f"{path}: neither {schema.STUDENT_MODEL_DIR}/{schema.STUDENT_SIDECAR_FILE} nor "
-                    f"{schema.HF_CONFIG_FILE}; pass the --output directory of `transferset train` or a "
-                    "Hugging Face model directory (e.g. the output of `transferset teacher`)")

@@ -1,10 +1,10 @@
 """Student tokenization and embedding initialisation from the teacher.
 
-Two kinds of tokens: the teacher's WordPiece tokenizer (default: the transformer student needs
-it, whole; the BiLSTM then shares the teacher's vocabulary and embeddings, trimmed to the ids the
-transfer set uses), or lowercased words with
-a vocabulary counted over the transfer set. Both are saved inside the model directory, so a
-trained student never needs the teacher's files again.
+Two kinds of tokens: the teacher's WordPiece tokenizer (default; the transformer student needs it
+whole, the BiLSTM then shares the teacher's vocabulary and embeddings, whole or, with `trim_vocab`,
+trimmed to the ids the transfer set uses), or lowercased words with a vocabulary counted over the
+transfer set. Both are saved inside the model directory, so a trained student never needs the
+teacher's files again.
 
 Embeddings can start from the teacher's input embeddings projected to the student's width by
 PCA: no GloVe download, and the student starts from vectors the teacher already organised.
@@ -19,7 +19,9 @@ from typing import Iterable, Optional, Sequence
 
 import torch
 
+from students import teacher_files
 from transferset import schema
+from transferset.config import StudentConfig
 from transferset.errors import UserError
 
 WORDS_FILE = "vocab.json"
@@ -128,13 +130,19 @@ class WordTokens:
         return {"kind": self.kind, "max_length": self.max_length}
 
 
+def teacher_wordpiece(cfg: StudentConfig, meta: dict, max_length: int) -> WordPieceTokens:
+    """The teacher's WordPiece tokens, whole: from the tokenizer the settings or the scored set name."""
+    return WordPieceTokens.from_dir(teacher_files.tokenizer_dir(cfg, meta), max_length)
+
+
 def load_tokens(model_dir: str, spec: dict):
     if spec["kind"] == WordPieceTokens.kind:
         return WordPieceTokens.from_dir(os.path.join(model_dir, TOKENIZER_DIR), spec["max_length"], spec.get("keep"))
     if spec["kind"] == WordTokens.kind:
         with open(os.path.join(model_dir, WORDS_FILE), encoding="utf-8") as fh:
             return WordTokens(json.load(fh), spec["max_length"])
-    raise UserError(f"{model_dir}: unknown token kind {spec['kind']!r} in config.json")
+    raise UserError(f"{model_dir}: unknown token kind {spec['kind']!r} in {schema.STUDENT_SIDECAR_FILE} (known: "
+                    f"{WordPieceTokens.kind}, {WordTokens.kind}); was it saved by another version of transferset?")
 
 
 def teacher_state(teacher_dir: str) -> dict[str, torch.Tensor]:

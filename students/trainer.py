@@ -24,10 +24,9 @@ from students.data import EvalData, iter_train_batches, read_eval_data
 from students.losses import NO_LABEL, LossWeights, combine
 from students.plots import plot_curves
 from students.schedules import Phase, phases
-from students.student import Student, accuracy, latency_ms, save_student
-from transferset import typed
-from transferset import fs, schema, sources, transfer
-from transferset.config import StudentConfig
+from students.student import Student, accuracy, latency_ms
+from transferset import fs, schema, sources, transfer, typed
+from transferset.config import DEFAULT_LR, StudentConfig
 from transferset.errors import UserError
 
 
@@ -53,7 +52,7 @@ def set_trainable(s: Setup, phase: Phase) -> list[torch.nn.Parameter]:
 def make_optimizer(s: Setup, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
     # A fresh optimiser per phase holding only the trainable parameters: frozen ones then stay
     # bit-identical (AdamW's decoupled weight decay would otherwise still move them).
-    lr = s.cfg.lr if s.cfg.lr is not None else s.family.default_lr
+    lr = s.cfg.lr if s.cfg.lr is not None else DEFAULT_LR[s.family.name]
     return torch.optim.AdamW(params, lr=lr, weight_decay=s.cfg.weight_decay)
 
 
@@ -68,6 +67,13 @@ def train_step(s: Setup, optimizer, batch, weights: LossWeights) -> tuple[float,
     return float(loss.detach()), parts
 
 
+def train_batches(s: Setup, transfer_dir: str, seed, labeled_only: bool = False):
+    """One epoch of the run's minibatches (students.data.iter_train_batches with its settings)."""
+    return iter_train_batches(transfer_dir, s.tokens, seed, batch_size=s.cfg.batch_size,
+                              shuffle_rows=s.cfg.shuffle_rows, pkd_columns=s.pkd_columns,
+                              labeled_only=labeled_only)
+
+
 # --------------------------------------------------------------------------- train
 
 
@@ -80,14 +86,14 @@ def train_phase(s: Setup, student: Student, phase: Phase, p_index: int, transfer
     if phase.early_stop:
         # The model as it enters the step competes too: a step that never beats it on dev
         # leaves it unchanged rather than keep its least bad epoch.
-        start_acc = accuracy(student.predict(dev.texts, dev.texts_b), dev.labels)
+        start_acc = accuracy(student.predict_ids(dev.texts, dev.texts_b), dev.labels)
         best_acc, best_state = start_acc, copy.deepcopy(s.model.state_dict())
     rows = s.num_labeled if phase.labeled_only else s.num_rows
     for epoch in range(phase.epochs):
         t0 = time.perf_counter()
         total, parts_sum, n, seen = 0.0, {}, 0, 0
-        batches = iter_train_batches(s, transfer_dir, seeds.stream(cfg.seed, seeds.SHUFFLE, p_index, epoch),
-                                     labeled_only=phase.labeled_only)
+        batches = train_batches(s, transfer_dir, seeds.stream(cfg.seed, seeds.SHUFFLE, p_index, epoch),
+                                labeled_only=phase.labeled_only)
         bar = tqdm(batches, total=math.ceil(rows / cfg.batch_size), desc=f"{phase.name} ep {epoch + 1}/{phase.epochs}",
                    disable=None if progress else True, leave=False, dynamic_ncols=True)  # None: no bar off a terminal
         for batch in bar:
@@ -99,7 +105,7 @@ def train_phase(s: Setup, student: Student, phase: Phase, p_index: int, transfer
                 bar.set_postfix(loss=f"{total / n:.4f}")
         bar.close()
         train_seconds = time.perf_counter() - t0
-        dev_acc = accuracy(student.predict(dev.texts, dev.texts_b), dev.labels)
+        dev_acc = accuracy(student.predict_ids(dev.texts, dev.texts_b), dev.labels)
         run += 1
         record = {"phase": phase.name, "stage": phase.stage, "epoch": epoch + 1,
                   "train_loss": total / max(1, n), "losses": {k: v / max(1, n) for k, v in parts_sum.items()},
@@ -136,13 +142,13 @@ def teacher_agreement_on_transfer(student: Student, transfer_dir: str, limit: in
         if len(texts) >= limit:
             break
     texts, texts_b, teacher = texts[:limit], texts_b[:limit], teacher[:limit]
-    pred = student.predict(texts, texts_b if any(t is not None for t in texts_b) else None)
+    pred = student.predict_ids(texts, texts_b if any(t is not None for t in texts_b) else None)
     return float((pred == np.asarray(teacher)).mean()), len(texts)
 
 
 def evaluate_run(s: Setup, student: Student, transfer_dir: str, dev: EvalData) -> dict:
     cfg = s.cfg
-    dev_pred = student.predict(dev.texts, dev.texts_b)
+    dev_pred = student.predict_ids(dev.texts, dev.texts_b)
     if dev.teacher_labels is not None:
         agreement, agreement_on = float((dev_pred == dev.teacher_labels).mean()), f"dev ({len(dev.texts)} rows)"
     else:
@@ -195,7 +201,7 @@ def train(cfg: StudentConfig, transfer_dir: str, dev_path: str, output: str, *, 
     dev = read_eval_data(dev_path, transfer.label_names(transfer_dir, scored=True),
                          text_b_column=cfg.dev_text_b_column)
     s = setup(cfg, transfer_dir)
-    student = Student(s.model, s.tokens, s.label_names, s.family)
+    student = Student.from_setup(s)
     try:
         plan = phases(cfg.schedule, LossWeights.of(cfg), cfg.epochs, s.family.param_groups(s.model).keys())
     except ValueError as exc:
@@ -230,7 +236,7 @@ def train(cfg: StudentConfig, transfer_dir: str, dev_path: str, output: str, *, 
 
     # ---- save
     os.makedirs(output, exist_ok=True)
-    save_student(model_dir, s)
+    student.save_pretrained(model_dir)
     with open(os.path.join(output, schema.METRICS_FILE), "w", encoding="utf-8") as fh:
         json.dump(metrics, fh, indent=2)
     if history:

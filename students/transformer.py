@@ -20,6 +20,11 @@ from typing import Mapping, Optional, Sequence
 import torch
 import torch.nn as nn
 
+from students.family import GROUPS, Batch, Built, Context, model_values
+from students.teacher_files import no_teacher_dir, pkd_columns
+from students.tokens import WordPieceTokens, teacher_state, teacher_wordpiece
+from transferset.errors import UserError
+
 
 @dataclass
 class TransformerConfig:
@@ -30,8 +35,6 @@ class TransformerConfig:
     teacher_layers: int = 6         # layers of the teacher it is initialised / distilled from (set from its config)
 
 
-# Parameter groups, bottom-up: progressive unfreezing thaws them top-down.
-GROUPS = ("embeddings", "encoder", "head", "classifier")
 INITS = ("skip", "first", "random")
 
 
@@ -52,7 +55,7 @@ def teacher_layer_map(n_layer: int, teacher_layers: int, init: str) -> list[int]
     return [m * (j + 1) for j in range(n_layer)]
 
 
-def build(teacher_config, config: TransformerConfig, label_names: Sequence[str]) -> nn.Module:
+def make_model(teacher_config, config: TransformerConfig, label_names: Sequence[str]) -> nn.Module:
     """A randomly initialised k-layer copy of the teacher's architecture with a head for `label_names`."""
     from transformers import AutoModelForSequenceClassification
 
@@ -119,7 +122,8 @@ def load_teacher(model: nn.Module, state: Mapping[str, torch.Tensor], layers: Se
 
 
 def param_groups(model: nn.Module) -> dict[str, list[nn.Parameter]]:
-    """embeddings / encoder / head (the pooler and anything else of the base model) / classifier."""
+    """students.family.GROUPS → parameters: embeddings / encoder / head (the pooler and anything else of
+    the base model) / classifier."""
     prefix = model.base_model_prefix + "."
     groups: dict[str, list[nn.Parameter]] = {g: [] for g in GROUPS}
     for name, p in model.named_parameters():
@@ -145,3 +149,78 @@ def forward(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor,
     cls = torch.stack([h[:, 0] for h in out.hidden_states[1:]], dim=1)  # (B, L, H)
     # repr: [CLS] of the last layer, what `transferset score` stores as teacher_hidden by default.
     return {"logits": out.logits, "repr": cls[:, -1], "cls_layers": cls}   # (B, C), (B, H), (B, L, H)
+
+
+# --------------------------------------------------------------------------- the family: build, save, load
+
+
+def build(ctx: Context) -> Built:
+    """A k-layer copy of the teacher's architecture, initialised from its layers, with its whole tokenizer."""
+    from transferset.loading import load_config
+
+    cfg = ctx.cfg
+    if cfg.tokens == "words":
+        raise UserError("the transformer student uses the teacher's WordPiece tokens; drop `tokens: words`")
+    if cfg.preset:
+        raise UserError(f"preset {cfg.preset!r} is a BiLSTM preset; the transformer takes `model:` settings")
+    if ctx.teacher_dir is None:
+        raise no_teacher_dir(ctx.meta, "the transformer student (built from the teacher's config.json)", "")
+    # The teacher's whole vocabulary (`trim_vocab` does not apply): the saved directory stays a plain HF model.
+    tokens = teacher_wordpiece(cfg, ctx.meta, ctx.max_length)
+    tconf = load_config(ctx.teacher_dir)
+    fixed = {"teacher_layers": int(tconf.num_hidden_layers)}
+    config = TransformerConfig(**model_values({}, cfg, config_fields(), "transformer", fixed))
+    try:
+        layer_map = teacher_layer_map(config.n_layer, config.teacher_layers, config.init)
+        model = make_model(tconf, config, ctx.label_names)
+        if config.init != "random":
+            load_teacher(model, teacher_state(ctx.teacher_dir), layer_map, config.copy_classifier)
+    except ValueError as exc:
+        raise UserError(f"transformer student: {exc}") from exc
+    width = int(tconf.hidden_size)
+    columns: list[str] = []
+    if cfg.pkd:
+        if width != ctx.hidden_width:
+            raise UserError(f"pkd compares [CLS] states: the student's width {width} must equal "
+                            f"the teacher's {ctx.hidden_width}")
+        columns = pkd_columns(ctx.transfer_dir, ctx.column_names, ctx.meta, layer_map)
+    return Built(model, tokens, config, width, columns)
+
+
+def forward_batch(model: nn.Module, batch: Batch) -> dict[str, torch.Tensor]:
+    return forward(model, batch["ids"], batch["mask"], batch["type_ids"])
+
+
+def save(model_dir: str, model: nn.Module, tokens: WordPieceTokens) -> dict:
+    """save_pretrained of the model and the tokenizer; → the sidecar's entries."""
+    model.save_pretrained(model_dir)
+    # A plain HF directory: the tokenizer sits next to config.json, and its model_max_length is
+    # the truncation the student was trained with, so `pipeline` truncates the same way.
+    tokens.tokenizer.model_max_length = tokens.max_length
+    tokens.tokenizer.save_pretrained(model_dir)
+    return {"tokens": {"kind": WordPieceTokens.kind, "max_length": tokens.max_length}}
+
+
+def load_hf_classifier(model_dir: str, max_length: Optional[int] = None):
+    """Any Hugging Face sequence-classifier directory → (model, tokens, label names).
+
+    Goes through the teacher's loader: safetensors only, shipped Python code (auto_map) refused.
+    """
+    from transferset.loading import label_names_of, load_classifier, load_tokenizer
+
+    model = load_classifier(model_dir).eval()
+    tokenizer = load_tokenizer(model_dir)
+    if max_length is None:
+        # A tokenizer without a recorded limit reports a huge model_max_length.
+        limit = getattr(model.config, "max_position_embeddings", 512) or 512
+        max_length = min(int(tokenizer.model_max_length), int(limit))
+    return model, WordPieceTokens(tokenizer, max_length), label_names_of(model.config)
+
+
+def load(model_dir: str, sidecar: dict):
+    """→ (model, tokens, config) of a directory written by `save`."""
+    model, tokens, _ = load_hf_classifier(model_dir, sidecar["tokens"]["max_length"])
+    # Settings this version does not know (a newer sidecar) describe how it was built, not how it runs.
+    recorded, known = sidecar.get("model"), config_fields()
+    config = TransformerConfig(**{k: v for k, v in recorded.items() if k in known}) if recorded else None
+    return model, tokens, config

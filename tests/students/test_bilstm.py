@@ -53,3 +53,12 @@ def test_gradients_reach_both_directions_of_every_layer():
     model(ids, ids != 0)["logits"].sum().backward()
     for name, p in model.lstm.named_parameters():
         assert p.grad is not None and p.grad.abs().sum() > 0, name
+
+
+def test_the_state_dict_is_that_of_a_bidirectional_nn_lstm():
+    """Saved students keep loading: the one-way LSTMs the forward pass borrows add no weights or keys."""
+    model = bilstm.BiLSTM(bilstm.BiLSTMConfig(vocab_size=40, embed_dim=8, hidden=6, layers=2))
+    reference = torch.nn.LSTM(8, 6, num_layers=2, bidirectional=True)
+    assert set(model.state_dict()) == ({"embed.weight", "head.weight", "head.bias", "classifier.weight",
+                                        "classifier.bias"} | {f"lstm.{k}" for k in reference.state_dict()})
+    assert sum(p.numel() for p in model.parameters()) == sum(t.numel() for t in model.state_dict().values())

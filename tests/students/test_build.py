@@ -4,16 +4,26 @@ import torch
 
 from students import build
 from students.build import FAMILIES, setup
+from students.trainer import make_optimizer
 from transferset import schema
-from transferset.config import StudentConfig
+from transferset.config import DEFAULT_LR, StudentConfig
 from transferset.errors import UserError
 
 
 def test_one_registry_knows_both_families_and_names_them_on_a_typo():
-    assert set(FAMILIES) == {"bilstm", "transformer"}
-    assert FAMILIES["bilstm"].default_lr == 2e-3 and FAMILIES["transformer"].default_lr == 1e-4
+    assert set(FAMILIES) == {"bilstm", "transformer"} == set(DEFAULT_LR)
     with pytest.raises(UserError, match=r"unknown student family 'lstm'; known: bilstm, transformer"):
         build.family("lstm")
+
+
+@pytest.mark.parametrize("values, lr", [
+    ({"student": "bilstm"}, 2e-3),
+    ({"student": "transformer", "model": {"n_layer": 1}}, 1e-4),
+    ({"student": "bilstm", "lr": 0.01}, 0.01),
+])
+def test_the_learning_rate_is_the_familys_default_unless_set(tiny_scored_dir, values, lr):
+    s = setup(StudentConfig(embed_init="random", **values), tiny_scored_dir)
+    assert make_optimizer(s, list(s.model.parameters())).param_groups[0]["lr"] == lr
 
 
 def test_transformer_student_is_a_hugging_face_model_from_the_teachers_layers(tiny_scored_dir, tiny_teacher4):

@@ -3,6 +3,7 @@ import pytest
 import torch
 
 from students import data
+from students.losses import TEACHER_LAYERS
 from students.build import setup
 from transferset import schema
 from transferset.config import StudentConfig
@@ -10,16 +11,16 @@ from transferset.config import StudentConfig
 
 @pytest.fixture(scope="module")
 def tiny_setup(tiny_scored_dir):
-    return setup(StudentConfig(model={"embed_dim": 8, "hidden": 8}, shuffle_rows=20, batch_size=8), tiny_scored_dir)
+    return setup(StudentConfig(model={"embed_dim": 8, "hidden": 8}), tiny_scored_dir)
 
 
 def test_streaming_visits_every_row_once_with_a_bounded_buffer(tiny_setup, tiny_scored_dir, monkeypatch):
     s = tiny_setup
     held = []
     real = data.table_arrays
-    monkeypatch.setattr(data, "table_arrays", lambda table, st: held.append(table.num_rows) or real(table, st))
+    monkeypatch.setattr(data, "table_arrays", lambda table, pkd: held.append(table.num_rows) or real(table, pkd))
     seen, labels = [], []
-    for batch in data.iter_train_batches(s, tiny_scored_dir, seed=1):
+    for batch in data.iter_train_batches(tiny_scored_dir, s.tokens, seed=1, batch_size=8, shuffle_rows=20):
         seen.append(batch[schema.TEACHER_LOGITS])
         labels.append(batch[schema.LABEL])
         assert len(batch[schema.LABEL]) <= 8 and batch["ids"].shape[0] == len(batch[schema.LABEL])
@@ -27,16 +28,30 @@ def test_streaming_visits_every_row_once_with_a_bounded_buffer(tiny_setup, tiny_
     logits = torch.cat(seen)
     assert logits.shape == (128, 2) and len({tuple(r.tolist()) for r in logits}) == 128
     assert int((torch.cat(labels) == -1).sum()) == 32
-    labeled = list(data.iter_train_batches(s, tiny_scored_dir, seed=1, labeled_only=True))
+    labeled = list(data.iter_train_batches(tiny_scored_dir, s.tokens, seed=1, batch_size=8, shuffle_rows=20,
+                                           labeled_only=True))
     assert sum(len(b[schema.LABEL]) for b in labeled) == 96
     assert all(bool((b[schema.LABEL] >= 0).all()) for b in labeled)
 
 
 def test_the_shuffle_stream_fixes_the_order(tiny_setup, tiny_scored_dir):
     def order(seed):
-        return [t for b in data.iter_train_batches(tiny_setup, tiny_scored_dir, seed=seed) for t in b[schema.TEXT]]
+        batches = data.iter_train_batches(tiny_scored_dir, tiny_setup.tokens, seed=seed, batch_size=8, shuffle_rows=20)
+        return [t for b in batches for t in b[schema.TEXT]]
     assert order(3) == order(3)
     assert order(3) != order(4) and sorted(order(3)) == sorted(order(4))
+
+
+def test_pkd_columns_stack_into_the_teacher_layers_of_each_batch(tiny_setup, tiny_scored_dir):
+    columns = [schema.hidden_layer_column(2), schema.TEACHER_HIDDEN]  # teacher layers 2 and 4 (the last)
+    for batch in data.iter_train_batches(tiny_scored_dir, tiny_setup.tokens, seed=0, batch_size=32,
+                                         shuffle_rows=64, pkd_columns=columns):
+        layers = batch[TEACHER_LAYERS]
+        assert layers.shape == (len(batch[schema.LABEL]), 2, batch[schema.TEACHER_HIDDEN].shape[1])
+        assert torch.equal(layers[:, 1], batch[schema.TEACHER_HIDDEN])
+        assert not torch.equal(layers[:, 0], layers[:, 1])
+    plain = next(data.iter_train_batches(tiny_scored_dir, tiny_setup.tokens, seed=0, batch_size=32, shuffle_rows=64))
+    assert TEACHER_LAYERS not in plain
 
 
 def test_read_eval_data_reads_sentence_pairs_and_skips_bad_rows(tmp_path):

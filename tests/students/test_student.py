@@ -1,15 +1,16 @@
-"""Saving and loading students; a saved transformer student is a plain Hugging Face model, and
-`transferset evaluate` takes any Hugging Face sequence classifier (e.g. the teacher)."""
+"""Saving and loading students (save_pretrained / from_pretrained) and predicting label names; a saved
+transformer student is a plain Hugging Face model, and `transferset evaluate` takes any Hugging Face
+sequence classifier (e.g. the teacher)."""
 import json
 
 import numpy as np
 import pytest
 import torch
 
-from students import data, trainer
+from students import trainer
 from students.build import setup
 from students.losses import LossWeights
-from students.student import Student, load_student, save_student
+from students.student import Predictions, Student
 from transferset import schema
 from transferset.app.cli import main
 from transferset.config import StudentConfig
@@ -18,7 +19,7 @@ from transferset.config import StudentConfig
 def _trained_once(values: dict, scored_dir: str):
     """A set-up student after one training step (not its initial weights)."""
     s = setup(StudentConfig(threads=1, **values), scored_dir)
-    batch = next(data.iter_train_batches(s, scored_dir, seed=0))
+    batch = next(trainer.train_batches(s, scored_dir, seed=0))
     opt = trainer.make_optimizer(s, list(s.model.parameters()))
     trainer.train_step(s, opt, batch, LossWeights.of(s.cfg))
     return s
@@ -31,28 +32,69 @@ def _trained_once(values: dict, scored_dir: str):
 ])
 def test_save_load_gives_identical_predictions(tmp_path, tiny_scored_dir, sst2_dev_texts, values):
     s = _trained_once(values, tiny_scored_dir)
-    save_student(str(tmp_path / schema.STUDENT_MODEL_DIR), s)
-    before = Student(s.model, s.tokens, s.label_names, s.family).logits(sst2_dev_texts)
-    loaded = load_student(str(tmp_path))
+    student = Student.from_setup(s)
+    student.save_pretrained(str(tmp_path / schema.STUDENT_MODEL_DIR))
+    before = student.logits(sst2_dev_texts)
+    loaded = Student.from_pretrained(str(tmp_path))
     after = loaded.logits(sst2_dev_texts)
     assert np.array_equal(before, after)
     assert len(set(np.round(before[:, 0], 5))) > 10  # not a constant function
     assert loaded.label_names == ["0", "1"] and loaded.family.name == values["student"]
+    assert loaded.config == s.model_config and loaded.teacher_id == s.meta[schema.META_TEACHER_ID]
     sidecar = json.loads((tmp_path / schema.STUDENT_MODEL_DIR / schema.STUDENT_SIDECAR_FILE).read_text())
     assert sidecar["family"] == values["student"] and sidecar["label_names"] == ["0", "1"]
+    # A loaded student saves again as it was loaded: the pair round-trips.
+    loaded.save_pretrained(str(tmp_path / "again"))
+    assert np.array_equal(Student.from_pretrained(str(tmp_path / "again")).logits(sst2_dev_texts), before)
+    assert json.loads((tmp_path / "again" / schema.STUDENT_SIDECAR_FILE).read_text()) == sidecar
+
+
+@pytest.mark.parametrize("values", [
+    {"student": "bilstm", "model": {"embed_dim": 32, "hidden": 16}},
+    {"student": "transformer", "model": {"n_layer": 2}},
+])
+def test_predict_gives_label_names_and_probabilities(tiny_scored_dir, sst2_dev_texts, values):
+    s = _trained_once(values, tiny_scored_dir)
+    student = Student.from_setup(s)
+    student.label_names = ["negative", "positive"]  # names other than the class indices, so a mix-up shows
+    texts = sst2_dev_texts[:40]
+    out = student.predict(texts, batch_size=7)
+    ids = student.predict_ids(texts)
+    assert isinstance(out, Predictions) and out.label_names == ["negative", "positive"]
+    assert out.probabilities.shape == (40, 2) and out.probabilities.dtype == np.float32
+    np.testing.assert_allclose(out.probabilities.sum(1), 1.0, atol=1e-6)
+    assert (out.probabilities > 0).all()
+    assert np.array_equal(out.probabilities.argmax(1), ids)
+    assert out.labels == [["negative", "positive"][i] for i in ids]
+    # The probabilities are the softmax of the logits (not, e.g., of one row against all others).
+    logits = student.logits(texts)
+    expected = torch.softmax(torch.from_numpy(logits).double(), dim=1).numpy()
+    np.testing.assert_allclose(out.probabilities, expected, atol=1e-6)
+    assert len(set(np.round(out.probabilities[:, 0], 4))) > 5  # not a constant function
+
+
+def test_predict_refuses_one_string_and_unmatched_pairs(tiny_scored_dir):
+    student = Student.from_setup(_trained_once({"model": {"embed_dim": 8, "hidden": 8}}, tiny_scored_dir))
+    with pytest.raises(TypeError, match=r"pass a list of texts"):
+        student.predict("a single text")
+    with pytest.raises(ValueError, match=r"texts_b has 1 rows for 2 texts"):
+        student.predict(["a", "b"], ["c"])
+    empty = student.predict([])
+    assert empty.labels == [] and empty.probabilities.shape == (0, 2)
 
 
 @pytest.fixture(scope="module")
 def transformer_dir(tmp_path_factory, tiny_scored_dir):
     out = tmp_path_factory.mktemp("transformer_student") / schema.STUDENT_MODEL_DIR
-    save_student(str(out), _trained_once({"student": "transformer", "model": {"n_layer": 2}}, tiny_scored_dir))
+    Student.from_setup(_trained_once({"student": "transformer", "model": {"n_layer": 2}}, tiny_scored_dir)) \
+        .save_pretrained(str(out))
     return out
 
 
 def test_saved_transformer_loads_with_from_pretrained_alone(transformer_dir, sst2_dev_texts):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    ours = load_student(str(transformer_dir.parent)).logits(sst2_dev_texts)
+    ours = Student.from_pretrained(str(transformer_dir.parent)).logits(sst2_dev_texts)
     model = AutoModelForSequenceClassification.from_pretrained(transformer_dir).eval()
     tok = AutoTokenizer.from_pretrained(transformer_dir)
     assert model.config.num_hidden_layers == 2 and model.config.id2label == {0: "0", 1: "1"}
@@ -65,13 +107,27 @@ def test_saved_transformer_loads_with_from_pretrained_alone(transformer_dir, sst
 def test_saved_transformer_runs_in_a_text_classification_pipeline(transformer_dir, sst2_dev_texts):
     from transformers import pipeline
 
-    ours = load_student(str(transformer_dir)).predict(sst2_dev_texts)
+    ours = Student.from_pretrained(str(transformer_dir)).predict(sst2_dev_texts)
     clf = pipeline("text-classification", model=str(transformer_dir), device="cpu")
     # truncation=True: the pipeline then cuts at the saved tokenizer's model_max_length, the student's
     # training max_length (the tiny WordPiece vocabulary spells most words letter by letter).
-    got = [r["label"] for r in clf(sst2_dev_texts, batch_size=16, truncation=True)]
-    assert got == [["0", "1"][i] for i in ours]
-    assert set(got) == {"0", "1"}  # both labels occur: the comparison can fail
+    theirs = clf(sst2_dev_texts, batch_size=16, truncation=True)
+    assert [r["label"] for r in theirs] == ours.labels
+    assert set(ours.labels) == {"0", "1"}  # both labels occur: the comparison can fail
+    np.testing.assert_allclose([r["score"] for r in theirs], ours.probabilities.max(1), atol=1e-4)
+
+
+def test_a_hugging_face_classifier_loads_as_a_student(tiny_teacher4, sst2_dev_texts):
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    student = Student.from_pretrained(tiny_teacher4, max_length=32)
+    assert student.family.name == "transformer" and student.label_names == ["0", "1"] and student.config is None
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_teacher4).eval()
+    tok = AutoTokenizer.from_pretrained(tiny_teacher4)
+    with torch.no_grad():
+        theirs = model(**tok(sst2_dev_texts, padding=True, truncation=True, max_length=32,
+                             return_tensors="pt")).logits.numpy()
+    np.testing.assert_allclose(student.logits(sst2_dev_texts), theirs, atol=1e-4, rtol=1e-4)
 
 
 def test_evaluate_takes_a_hugging_face_classifier_without_transferset_files(tiny_teacher4, sst2_dev200, capsys):
@@ -102,7 +158,7 @@ def test_evaluate_on_the_teachers_scored_set_agrees_with_its_labels(tiny_teacher
     assert res["rows"] == 128 and res["teacher_agreement"] == 1.0
 
 
-def test_load_student_refuses_a_directory_that_is_neither(tmp_path, capsys):
+def test_from_pretrained_refuses_a_directory_that_is_neither(tmp_path, capsys):
     (tmp_path / "notes.txt").write_text("x")
     assert main(["evaluate", "--model", str(tmp_path), "--data", str(tmp_path)]) == 1
     err = capsys.readouterr().err

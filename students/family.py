@@ -1,0 +1,66 @@
+"""What a student family provides, and what it is given to build a student.
+
+A family (students/bilstm.py, students/transformer.py) is what differs between students: how the
+model and its tokens are built from the scored set and the teacher, its forward pass over a batch,
+its parameter groups (for progressive unfreezing) and how it is saved and loaded. Everything else
+(data, losses, schedules, the training loop, evaluation) is shared and looks a family up by name
+in the registry, students/build.py.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import torch.nn as nn
+
+from transferset.config import StudentConfig
+from transferset.errors import UserError
+
+Batch = dict  # str → tensor (and the batch's texts), as made by students.data.make_batch
+
+# Parameter groups, bottom-up, as every family's param_groups names them: progressive unfreezing
+# (students/schedules.py) thaws them top-down.
+GROUPS = ("embeddings", "encoder", "head", "classifier")
+
+
+@dataclass
+class Context:
+    """What a family's build gets: the settings and what the scored set tells."""
+
+    cfg: StudentConfig
+    teacher_dir: Optional[str]       # the teacher's local directory, None when the set's teacher_id is none
+    meta: dict                       # the scored set's metadata
+    label_names: list[str]
+    hidden_width: int                # the teacher's teacher_hidden width
+    transfer_dir: str
+    column_names: list[str]          # the scored set's columns
+    max_length: int                  # tokens per row
+    seed: int                        # the run's init stream as an int (e.g. PCA padding)
+
+
+@dataclass
+class Built:
+    model: nn.Module
+    tokens: Any                      # students.tokens.WordPieceTokens or WordTokens
+    config: Any                      # the model's own config dataclass (recorded in metrics.json and the sidecar)
+    repr_width: int                  # width of the model's "repr" output
+    pkd_columns: list[str]           # column of the teacher layer behind each student layer (PKD), else []
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    build: Callable[[Context], Built]
+    forward: Callable[[nn.Module, Batch], dict]                 # → logits (B, C), repr (B, D), ...
+    param_groups: Callable[[nn.Module], dict]                   # GROUPS → parameters
+    save: Callable[[str, nn.Module, Any], dict]                 # (dir, model, tokens) → sidecar entries
+    load: Callable[[str, dict], tuple[nn.Module, Any, Any]]     # (dir, sidecar) → (model, tokens, config)
+
+
+def model_values(defaults: dict, cfg: StudentConfig, known: set[str], what: str, fixed: dict) -> dict:
+    """Model settings: defaults < the config's `model:` < what the data fixes (vocabulary, classes)."""
+    values = {**defaults, **cfg.model, **fixed}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise UserError(f"model: unknown {what} setting(s) {unknown}; known: {sorted(known)}")
+    return values

@@ -1,0 +1,99 @@
+"""Where a student finds what the teacher left: its directory and tokenizer (named in the settings or
+recorded in the scored set's metadata, local or on remote storage), and the columns that hold its
+intermediate layers (for PKD)."""
+from __future__ import annotations
+
+import os
+from typing import Any, Optional, Sequence
+
+from transferset import fs, schema
+from transferset.config import StudentConfig
+from transferset.errors import UserError
+
+
+def _existing_dir(value: Any, sha256: Optional[str] = None) -> Optional[str]:
+    """A local directory for `value`: itself when it is one, a cached copy when it is a URL (gs://...).
+
+    A URL that holds no directory is treated as a missing local one (None): the caller says what
+    needed it. With `sha256`, the copy must hash to it (the weights the set was scored with).
+    """
+    if not isinstance(value, str):
+        return None
+    if fs.is_remote(value):
+        from transferset.fs.remote import local_teacher
+
+        try:
+            return local_teacher(value, sha256=sha256) if fs.isdir(value) else None
+        except UserError:
+            if sha256:
+                raise  # another teacher than the one that scored the set: say so
+            return None
+    return value if os.path.isdir(value) else None
+
+
+def _local(value: Optional[str]) -> Optional[str]:
+    """A directory named in the student's settings, made local when it is a URL."""
+    if value and fs.is_remote(value):
+        local = _existing_dir(value)
+        if local is None:
+            raise UserError(f"{value}: no such directory (set in --config)")
+        return local
+    return value
+
+
+def teacher_dir(cfg: StudentConfig, meta: dict) -> Optional[str]:
+    """The teacher's local directory: `teacher:` in the settings, else the set's teacher_id when it is one."""
+    return _local(cfg.teacher) or _existing_dir(meta.get(schema.META_TEACHER_ID), meta.get(schema.META_TEACHER_SHA256))
+
+
+def tokenizer_dir(cfg: StudentConfig, meta: dict) -> str:
+    """The teacher's tokenizer: `tokenizer:` in the settings, else the set's tokenizer, else the teacher's directory."""
+    for candidate in (_local(cfg.tokenizer), meta.get(schema.META_TOKENIZER), teacher_dir(cfg, meta)):
+        if _existing_dir(candidate):
+            return candidate
+    if isinstance(meta.get(schema.META_TOKENIZER), str):
+        return meta[schema.META_TOKENIZER]  # maybe a cached hub name; WordPieceTokens explains a failure
+    raise UserError("the transfer set names no tokenizer directory; set `tokenizer: PATH` (the teacher's "
+                    "directory) in the --config YAML, or `tokens: words`")
+
+
+def no_teacher_dir(meta: dict, what: str, instead: str) -> UserError:
+    return UserError(f"{what} needs the teacher's files, but the transfer set's teacher_id "
+                     f"{meta.get(schema.META_TEACHER_ID)!r} is not a directory: set `teacher: PATH` in --config"
+                     + (f", or {instead}" if instead else ""))
+
+
+def _hidden_layer_columns(names: Sequence[str]) -> list[int]:
+    """Teacher layers k with a teacher_hidden_l{k} column, in order."""
+    out = []
+    for n in names:
+        if n.startswith(schema.TEACHER_HIDDEN_LAYER_PREFIX):
+            try:
+                out.append(int(n[len(schema.TEACHER_HIDDEN_LAYER_PREFIX):]))
+            except ValueError:
+                pass
+    return sorted(out)
+
+
+def pkd_columns(transfer_dir: str, names: Sequence[str], meta: dict, layer_map: Sequence[int]) -> list[str]:
+    """The column holding teacher layer k's pooled state for each k in `layer_map`.
+
+    `transferset score` writes the last layer to teacher_hidden and only the other layers to
+    teacher_hidden_l{k}, so the last one is found through the hidden spec.
+    """
+    spec = meta.get(schema.META_HIDDEN_SPEC)
+    main_layer = spec.get(schema.HIDDEN_LAYER) if isinstance(spec, dict) else None
+    out, missing = [], []
+    for k in layer_map:
+        if schema.hidden_layer_column(k) in names:
+            out.append(schema.hidden_layer_column(k))
+        elif k == main_layer:
+            out.append(schema.TEACHER_HIDDEN)
+        else:
+            missing.append(k)
+    if missing:
+        have = _hidden_layer_columns(names) + ([main_layer] if main_layer is not None else [])
+        raise UserError(f"{transfer_dir}: pkd needs the teacher's hidden states of layers {list(layer_map)} "
+                        f"(student layer j ↔ teacher layer), the set has layers {sorted(set(have))}; rescore with "
+                        f"`transferset score --layers {','.join(str(k) for k in layer_map)}`")
+    return out
