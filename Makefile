@@ -14,7 +14,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --disable-pip-version-check $(TORCH_PIN) -e '.[models,test]'
 	touch $(STAMP)
 
+# The import contract (.importlinter, docs/architecture.md) first: an upward import fails fast.
 test: $(STAMP)
+	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m pytest -q -ra $(PYTEST_ARGS)
 
 # `make demo DATA=folder` (train.tsv + dev.tsv); default: ../shared/data/sst2, else the hub's GLUE SST-2.
