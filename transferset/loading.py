@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 from typing import Any, Optional, Sequence
 
@@ -25,12 +24,6 @@ SAFE_WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
 PICKLE_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.bin", "model.pt", "model.pth")
 # Files whose `auto_map` makes transformers import Python shipped with the model.
 REMOTE_CODE_FILES = ("config.json", "tokenizer_config.json")
-
-# Bytes per element of the safetensors dtypes (others are checked for offsets only).
-SAFETENSORS_DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "I16": 2, "U16": 2, "F16": 2,
-                           "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}
-SAFETENSORS_MAX_HEADER = 100_000_000  # the format's own limit on the JSON header
-
 
 class TeacherLoadError(UserError, ValueError):
     """A model directory cannot be used as a teacher (missing, unsafe, or inconsistent)."""
@@ -69,47 +62,17 @@ def weight_files(directory: str) -> tuple[list[str], bool]:
 
 
 def check_safetensors(path: str) -> int:
-    """Number of tensors in a .safetensors file, after checking that its header is whole and that the
-    file holds every tensor's bytes; only the header is read, so this is cheap for any model size."""
-    def corrupt(why: str) -> TeacherLoadError:
-        return TeacherLoadError(f"{path}: truncated or not a safetensors file ({why}); "
-                                "re-save the model or copy it again")
+    """Number of tensors in a .safetensors file, after safetensors itself has checked that its header
+    is whole and that the file holds every tensor's bytes; only the header is read, so this is cheap
+    for any model size."""
+    from safetensors import safe_open
 
-    size = os.path.getsize(path)
-    with open(path, "rb") as fh:
-        head = fh.read(8)
-        if len(head) < 8:
-            raise corrupt(f"{size} bytes, fewer than the 8-byte header length")
-        n = int.from_bytes(head, "little")
-        if n > min(size - 8, SAFETENSORS_MAX_HEADER):
-            raise corrupt(f"header of {n} bytes announced in a file of {size} bytes")
-        raw = fh.read(n)
     try:
-        header = json.loads(raw)
-    except ValueError:  # UnicodeDecodeError included
-        raise corrupt("the header is not JSON") from None
-    if not isinstance(header, dict):
-        raise corrupt("the header is not a JSON object")
-    data_bytes = size - 8 - n
-    count = 0
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        try:
-            begin, end = (int(x) for x in info["data_offsets"])
-            shape = [int(d) for d in info["shape"]]
-            dtype = info["dtype"]
-        except (TypeError, KeyError, ValueError):
-            raise corrupt(f"tensor {name!r} has no valid dtype, shape and data_offsets") from None
-        if not 0 <= begin <= end:
-            raise corrupt(f"tensor {name!r} has data_offsets [{begin}, {end}]")
-        if end > data_bytes:
-            raise corrupt(f"tensor {name!r} ends at data byte {end}, the file holds {data_bytes}")
-        width = SAFETENSORS_DTYPE_BYTES.get(dtype)
-        if width is not None and math.prod(shape) * width != end - begin:
-            raise corrupt(f"tensor {name!r} of shape {shape} and dtype {dtype} has {end - begin} bytes")
-        count += 1
-    return count
+        with safe_open(path, framework="pt") as fh:
+            return len(list(fh.keys()))
+    except Exception as exc:  # safetensors raises its own error types, and OSError for a short file
+        raise TeacherLoadError(f"{path}: truncated or not a safetensors file ({type(exc).__name__}: {exc}); "
+                               "re-save the model or copy it again") from exc
 
 
 def check_weights(directory: str, *, allow_pickle: bool) -> list[str]:

@@ -1,4 +1,5 @@
 """transferset.fs and transfer.py over fsspec URLs: a set under memory:// reads like the same set on disk."""
+import os
 import random
 import uuid
 
@@ -90,3 +91,45 @@ def test_incomplete_set_refused_naming_the_marker(local_set, memory_set):
 def test_unknown_scheme_names_what_to_install():
     with pytest.raises(UserError, match="nosuchscheme://.*install the fsspec backend"):
         fs.exists("nosuchscheme://bucket/x")
+
+
+def test_local_output_uploads_the_whole_tree_into_the_url(tmp_path, monkeypatch):
+    from transferset.fs import remote
+
+    monkeypatch.setenv(remote.CACHE_ENV, str(tmp_path / "cache"))
+    url = f"memory://outputs/{uuid.uuid4().hex}"
+    fs.write_text(fs.join(url, "kept.txt"), "already there")
+    fs.write_text(fs.join(url, "metrics.json"), "old")
+    with remote.local_output(url) as work:
+        assert not fs.is_remote(work) and os.listdir(work) == []
+        os.makedirs(os.path.join(work, "rejects"))
+        with open(os.path.join(work, "rejects", "dev.jsonl"), "w") as fh:
+            fh.write("{}\n")
+        with open(os.path.join(work, "metrics.json"), "w") as fh:
+            fh.write("new")
+    # Merged into the folder (not a copy of the staging folder inside it); same names replaced.
+    assert fs.listdir(url) == [fs.join(url, n) for n in ("kept.txt", "metrics.json", "rejects")]
+    assert fs.read_text(fs.join(url, "rejects", "dev.jsonl")) == "{}\n"
+    assert fs.read_text(fs.join(url, "metrics.json")) == "new"
+    assert fs.read_text(fs.join(url, "kept.txt")) == "already there"
+    assert not os.path.exists(work)  # the staging folder is removed after the upload
+    local = str(tmp_path / "plain")
+    with remote.local_output(local) as work:
+        assert work == local  # a local output is written in place
+    fs.delete(url)
+
+
+def test_local_file_copies_a_remote_file_under_its_name(tmp_path, monkeypatch):
+    from transferset.fs import remote
+
+    monkeypatch.setenv(remote.CACHE_ENV, str(tmp_path / "cache"))
+    url = f"memory://inputs/{uuid.uuid4().hex}/train.tsv"
+    fs.write_text(url, "sentence\tlabel\nfine\t1\n")
+    path = remote.local_file(url)
+    assert path.startswith(str(tmp_path / "cache")) and os.path.basename(path) == "train.tsv"
+    with open(path) as fh:
+        assert fh.read() == "sentence\tlabel\nfine\t1\n"
+    assert os.listdir(os.path.dirname(path)) == ["train.tsv"]  # no temporary file left
+    with pytest.raises(UserError, match="missing.tsv: no such file"):
+        remote.local_file(fs.join(fs.dirname(url), "missing.tsv"))
+    fs.delete(fs.dirname(url))

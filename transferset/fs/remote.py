@@ -30,23 +30,18 @@ def cache_dir_for(url: str) -> str:
     return os.path.join(cache_root(), "teachers", hashlib.sha1(url.rstrip("/").encode("utf-8")).hexdigest()[:16])
 
 
-def _copy_tree(src: str, dst: str) -> int:
-    os.makedirs(dst, exist_ok=True)
-    n = 0
-    for path in fs.listdir(src):
-        target = os.path.join(dst, fs.basename(path))
-        if fs.isdir(path):
-            n += _copy_tree(path, target)
-            continue
-        with fs.open(path) as fh, open(target, "wb") as out:
-            shutil.copyfileobj(fh, out, length=1 << 22)
-        n += 1
-    return n
+def _get_tree(url: str, dst: str) -> int:
+    """Copy the remote directory `url` (with its subdirectories) to the new local `dst`; → files copied."""
+    fsys, path = fs.filesystem(url)
+    if not fsys.isdir(path):
+        return 0
+    fsys.get(path.rstrip("/") + "/", dst, recursive=True)  # the trailing "/": its contents, not the folder
+    return sum(len(files) for _, _, files in os.walk(dst))
 
 
 def _download(url: str, target: str) -> None:
     tmp = f"{target}.tmp-{uuid.uuid4().hex}"
-    if not _copy_tree(url, tmp):
+    if not _get_tree(url, tmp):
         shutil.rmtree(tmp, ignore_errors=True)
         raise UserError(f"--teacher {url}: no files there; pass the URL of a directory written by "
                         "`transferset teacher` or save_pretrained")
@@ -105,8 +100,8 @@ def local_file(path: str) -> str:
     os.makedirs(directory, exist_ok=True)
     target = os.path.join(directory, fs.basename(path))
     tmp = f"{target}.tmp-{uuid.uuid4().hex}"
-    with fs.open(path) as fh, open(tmp, "wb") as out:
-        shutil.copyfileobj(fh, out, length=1 << 22)
+    fsys, remote_path = fs.filesystem(path)
+    fsys.get_file(remote_path, tmp)
     os.replace(tmp, target)
     return target
 
@@ -123,7 +118,9 @@ def local_output(path: str) -> Iterator[str]:
         return
     work = staging_dir(path)
     yield work
-    fs.copy_tree(work, path)
+    fsys, remote_path = fs.filesystem(path)
+    # Into the folder, merging with what is there (files of the same name are replaced).
+    fsys.put(work.rstrip(os.sep) + os.sep, remote_path, recursive=True)
     shutil.rmtree(work, ignore_errors=True)
 
 

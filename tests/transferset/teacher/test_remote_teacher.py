@@ -50,3 +50,11 @@ def test_empty_url_refused(tmp_path, monkeypatch):
     monkeypatch.setenv(remote.CACHE_ENV, str(tmp_path / "cache"))
     with pytest.raises(UserError, match="no files there"):
         remote.local_teacher(f"memory://teachers/{uuid.uuid4().hex}")
+
+
+def test_subfolders_are_copied_too(remote_teacher, tiny_teacher):
+    fs.write_text(fs.join(remote_teacher, "rejects", "dev.jsonl"), "{}\n")
+    path = remote.local_teacher(remote_teacher, refresh=True)
+    with open(os.path.join(path, "rejects", "dev.jsonl")) as fh:
+        assert fh.read() == "{}\n"
+    assert sorted(os.listdir(path)) == sorted(os.listdir(tiny_teacher) + [remote.COPIED_MARKER, "rejects"])
