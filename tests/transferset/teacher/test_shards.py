@@ -7,7 +7,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from transferset import fs, schema
-from transferset.progress import Progress
 import builders as testing
 from transferset.scored import shards
 
@@ -167,16 +166,3 @@ def test_check_stats_refuses_what_does_not_reconcile():
 def test_run_prefixes_differ():
     a, b = shards.run_prefix(lambda: 0.0), shards.run_prefix(lambda: 0.0)
     assert a.startswith("part-19700101T000000-") and a != b
-
-
-def test_progress_shows_fraction_rate_and_eta(capsys):
-    clock = Clock()
-    p = Progress("rows scored", total=1000, every_s=5.0, clock=clock, stream=None)
-    clock.t += 10.0
-    p.update(250)
-    assert p.line() == "[transferset] rows scored: 250 of 1,000 rows (25%, 25/s, ETA 30s)"
-    assert "rows scored: 250 of 1,000" in capsys.readouterr().err
-    clock.t += 290.0
-    p.update(250)
-    assert p.line() == "[transferset] rows scored: 500 of 1,000 rows (50%, 2/s, ETA 5m00s)"
-    assert Progress("x", clock=clock).line() == "[transferset] x: 0 rows (0/s)"
