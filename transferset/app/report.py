@@ -9,23 +9,28 @@ from __future__ import annotations
 import html
 import json
 import os
-import shutil
 import time
 from collections import Counter
 from typing import Any, Optional, Sequence
 
 import numpy as np
+import torch
 
 from transferset import fs, schema, transfer
 from transferset.config import DEFAULT_MAX_LENGTH
+from transferset.fs.remote import local_output, local_teacher
+from transferset.loading import load_classifier, load_tokenizer
+from transferset.sources import read_texts
 from transferset.timing import ms_per_example
 
 REPORT = "report.html"
+FIGURES_DIR = "report_files"
 RESULTS = "results.json"
 TABLE = "results.md"
 
 
 def _plt():
+    # The backend must be chosen before pyplot is first imported: headless, whatever the caller has.
     import matplotlib
 
     matplotlib.use("Agg")
@@ -110,10 +115,6 @@ def frontier_plot(rows: list[dict], out_dir: str) -> dict[str, Any]:
 
 def teacher_latency(teacher_dir: str, texts: Sequence[str], limit: int = 256) -> dict[str, float]:
     """CPU ms per example at batch 1 and 64, tokenization included (as the students measure it)."""
-    import torch
-
-    from transferset.loading import load_classifier, load_tokenizer
-
     model = load_classifier(teacher_dir).eval()
     tok = load_tokenizer(teacher_dir)
     out = {"parameters": int(sum(p.numel() for p in model.parameters()))}
@@ -148,19 +149,12 @@ def results_table(rows: list[dict]) -> str:
 
 
 def _dev_texts(dev: str) -> list[str]:
-    from transferset.sources import read_texts
-
     return list(read_texts(dev, opener=fs.open))
 
 
 def write_report(paths: dict, cfg: dict, log=print) -> dict[str, Any]:
-    from transferset.fs.remote import local_teacher, staging_dir
-
+    """report.html, results.json and results.md in the run directory (written locally, then uploaded)."""
     run_dir = paths["run_dir"]
-    remote = fs.is_remote(run_dir)
-    work = staging_dir(fs.join(run_dir, "report")) if remote else run_dir
-    fig_dir = os.path.join(work, "report_files")
-    os.makedirs(fig_dir, exist_ok=True)
     tmetrics = fs.read_json(fs.join(paths["teacher"], schema.METRICS_FILE))
     tlat = teacher_latency(local_teacher(paths["teacher"]), _dev_texts(paths["dev"]))
     tested = fs.read_json(paths["test_results"])["models"] if paths.get("test_results") else {}
@@ -171,45 +165,42 @@ def write_report(paths: dict, cfg: dict, log=print) -> dict[str, Any]:
     rows = [{"name": "teacher", "dev_accuracy": tmetrics["best_dev_accuracy"], "test_accuracy": test_accuracy("teacher"),
              "agreement": None, "parameters": tlat["parameters"], "latency_1": tlat["batch_1"],
              "latency_64": tlat["batch_64"]}]
-    curves = []
-    for name, out in paths["students"].items():
-        m = fs.read_json(fs.join(out, schema.METRICS_FILE))
+    metrics = {name: fs.read_json(fs.join(out, schema.METRICS_FILE)) for name, out in paths["students"].items()}
+    for name, m in metrics.items():
         lat = m["latency_ms_per_example"]
         rows.append({"name": f"student: {name} ({m['student']}, {m['schedule']})", "dev_accuracy": m["dev_accuracy"],
-                     "test_accuracy": test_accuracy(name), "agreement": m.get("teacher_agreement"), "parameters": m["parameters"],
-                     "latency_1": lat["batch_1"], "latency_64": lat["batch_64"],
+                     "test_accuracy": test_accuracy(name), "agreement": m.get("teacher_agreement"),
+                     "parameters": m["parameters"], "latency_1": lat["batch_1"], "latency_64": lat["batch_64"],
                      "speedup_1": tlat["batch_1"] / lat["batch_1"], "speedup_64": tlat["batch_64"] / lat["batch_64"],
                      "transfer_rows": m["transfer"]["rows"], "labeled_rows": m["transfer"]["labeled_rows"]})
-        src = fs.join(out, schema.CURVES_FILE)
-        if fs.exists(src):
-            dst = os.path.join(fig_dir, f"curves_{name}.png")
-            fs.copy_file(src, dst)
-            curves.append((name, dst))
-    aug = augmentation_plots(paths["transfer"], fig_dir)
-    frontier = frontier_plot(rows, fig_dir) if len(paths["students"]) > 1 else None
-    conf = confidence_plot(paths["scored"], fig_dir)
+    stats = {stage: fs.read_json(fs.join(paths[stage], schema.STATS_FILE)) for stage in ("transfer", "scored")
+             if fs.exists(fs.join(paths[stage], schema.STATS_FILE))}
     table = results_table(rows)
-    stats = {}
-    for stage in ("transfer", "scored"):
-        p = fs.join(paths[stage], schema.STATS_FILE)
-        if fs.exists(p):
-            stats[stage] = fs.read_json(p)
-    with open(os.path.join(work, REPORT), "w", encoding="utf-8") as fh:
-        fh.write(_html(table_rows=rows, aug=aug, conf=conf, curves=curves, stats=stats, run_dir=work,
-                       title=run_dir, dev=paths["dev"], test=paths.get("test"), frontier=frontier))
-    if remote:  # results.json names the plots where they end up
-        for part in (aug, conf, *([frontier] if frontier else [])):
-            part["plot"] = fs.join(run_dir, *os.path.relpath(part["plot"], work).split(os.sep))
-    results = {"rows": rows, "augmentation": aug, "teacher_confidence": conf, "frontier": frontier, "stats": stats,
-               "selection": paths["dev"], "test": paths.get("test"), "config": cfg}
-    with open(os.path.join(work, RESULTS), "w") as fh:
-        json.dump(results, fh, indent=2, default=str)
-    with open(os.path.join(work, TABLE), "w") as fh:
-        fh.write(table + "\n")
+    with local_output(run_dir) as work:
+        fig_dir = os.path.join(work, FIGURES_DIR)
+        os.makedirs(fig_dir, exist_ok=True)
+        curves = []
+        for name, out in paths["students"].items():
+            src = fs.join(out, schema.CURVES_FILE)
+            if fs.exists(src):
+                dst = os.path.join(fig_dir, f"curves_{name}.png")
+                fs.copy_file(src, dst)
+                curves.append((name, dst))
+        aug = augmentation_plots(paths["transfer"], fig_dir)
+        frontier = frontier_plot(rows, fig_dir) if len(paths["students"]) > 1 else None
+        conf = confidence_plot(paths["scored"], fig_dir)
+        with open(os.path.join(work, REPORT), "w", encoding="utf-8") as fh:
+            fh.write(_html(table_rows=rows, aug=aug, conf=conf, curves=curves, stats=stats, run_dir=work,
+                           title=run_dir, dev=paths["dev"], test=paths.get("test"), frontier=frontier))
+        for part in (aug, conf, *([frontier] if frontier else [])):  # results.json names the plots where they end up
+            part["plot"] = fs.join(run_dir, FIGURES_DIR, os.path.basename(part["plot"]))
+        results = {"rows": rows, "augmentation": aug, "teacher_confidence": conf, "frontier": frontier,
+                   "stats": stats, "selection": paths["dev"], "test": paths.get("test"), "config": cfg}
+        with open(os.path.join(work, RESULTS), "w", encoding="utf-8") as fh:
+            json.dump(results, fh, indent=2, default=str)
+        with open(os.path.join(work, TABLE), "w", encoding="utf-8") as fh:
+            fh.write(table + "\n")
     report = fs.join(run_dir, REPORT)
-    if remote:
-        fs.copy_tree(work, run_dir)
-        shutil.rmtree(work, ignore_errors=True)
     log(f"[report] {report}")
     return {"table": table, "report": report, "rows": rows}
 
