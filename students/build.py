@@ -47,6 +47,8 @@ class Setup:
     pkd_columns: list[str]           # column of the teacher layer behind each student layer (PKD), else []
     num_rows: int
     num_labeled: int
+    # repr / pkd across widths: student → teacher width, trained with the student, never saved (family.projection)
+    projection: Optional[nn.Module] = None
 
 
 def setup(cfg: StudentConfig, transfer_dir: str) -> Setup:
@@ -79,9 +81,9 @@ def setup(cfg: StudentConfig, transfer_dir: str) -> Setup:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(init_seed)
         built = fam.build(ctx)
-    if (cfg.repr or cfg.schedule == "progressive") and built.repr_width != hidden_width:
+    if (cfg.repr or cfg.schedule == "progressive") and built.repr_width != hidden_width and built.projection is None:
         raise UserError(f"the representation loss (repr, and stage 1 of the progressive schedule) needs the "
                         f"student's head width ({built.repr_width}) to equal the teacher's hidden width "
                         f"({hidden_width}); drop the head_dim / preset override, or set repr: 0")
     return Setup(cfg, fam, built.model, built.config, built.tokens, label_names, meta, built.pkd_columns,
-                 num_rows, num_labeled)
+                 num_rows, num_labeled, built.projection)

@@ -45,6 +45,8 @@ class Built:
     config: Any                      # the model's own config dataclass (recorded in metrics.json and the sidecar)
     repr_width: int                  # width of the model's "repr" output
     pkd_columns: list[str]           # column of the teacher layer behind each student layer (PKD), else []
+    # Student width → teacher width for repr / pkd (see `projection`); None when they match or no loss needs it.
+    projection: Optional[nn.Module] = None
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,25 @@ class Family:
     param_groups: Callable[[nn.Module], dict]                   # GROUPS → parameters
     save: Callable[[str, nn.Module, Any], dict]                 # (dir, model, tokens) → sidecar entries
     load: Callable[[str, dict], tuple[nn.Module, Any, Any]]     # (dir, sidecar) → (model, tokens, config)
+
+
+def projection(student_width: int, teacher_width: int) -> Optional[nn.Linear]:
+    """TinyBERT's W_h (Jiao et al. 2020): a Linear from the student's hidden width to the teacher's, so
+    repr and pkd can compare states of different widths; None when the widths match.
+
+    It learns with the student but is no part of the student's model: the saved student stays a model of
+    its own width (a plain Hugging Face directory for the transformer), and predicting never needs it.
+    """
+    if student_width == teacher_width:
+        return None
+    return nn.Linear(student_width, teacher_width)
+
+
+def project(outputs: dict, proj: Optional[nn.Module]) -> dict:
+    """A family's outputs with repr (B, D) and cls_layers (B, L, D) taken to the teacher's width (B, ..., H)."""
+    if proj is None:
+        return outputs
+    return {k: proj(v) if k in ("repr", "cls_layers") else v for k, v in outputs.items()}
 
 
 def model_values(defaults: dict, cfg: StudentConfig, known: set[str], what: str, fixed: dict) -> dict:

@@ -1,6 +1,6 @@
 """Where a student finds what the teacher left: its directory and tokenizer (named in the settings or
-recorded in the scored set's metadata, local or on remote storage), and the columns that hold its
-intermediate layers (for PKD)."""
+recorded in the scored set's metadata, local or on remote storage), its depth and the columns that hold
+its intermediate layers (for PKD); and a pretrained student's own checkpoint."""
 from __future__ import annotations
 
 import os
@@ -9,6 +9,7 @@ from typing import Any, Optional, Sequence
 from transferset import fs, schema
 from transferset.config import StudentConfig
 from transferset.errors import UserError
+from transferset.loading import load_config, resolve_model
 
 
 def _existing_dir(value: Any, sha256: Optional[str] = None) -> Optional[str]:
@@ -41,6 +42,12 @@ def _local(value: Optional[str]) -> Optional[str]:
     return value
 
 
+def checkpoint(value: str) -> str:
+    """A pretrained checkpoint named in the settings (`model: {pretrained: ...}`): a URL copied to the local
+    cache, a packaged hub name resolved to its offline copy, a directory or another hub name as it is."""
+    return resolve_model(_local(value) or value)
+
+
 def teacher_dir(cfg: StudentConfig, meta: dict) -> Optional[str]:
     """The teacher's local directory: `teacher:` in the settings, else the set's teacher_id when it is one."""
     return _local(cfg.teacher) or _existing_dir(meta.get(schema.META_TEACHER_ID), meta.get(schema.META_TEACHER_SHA256))
@@ -61,6 +68,16 @@ def no_teacher_dir(meta: dict, what: str, instead: str) -> UserError:
     return UserError(f"{what} needs the teacher's files, but the transfer set's teacher_id "
                      f"{meta.get(schema.META_TEACHER_ID)!r} is not a directory: set `teacher: PATH` in --config"
                      + (f", or {instead}" if instead else ""))
+
+
+def teacher_depth(meta: dict, teacher: Optional[str]) -> Optional[int]:
+    """The teacher's encoder layers: the scored set's hidden spec, else its config.json; None when neither tells."""
+    spec = meta.get(schema.META_HIDDEN_SPEC)
+    if isinstance(spec, dict) and spec.get(schema.HIDDEN_NUM_LAYERS):
+        return int(spec[schema.HIDDEN_NUM_LAYERS])
+    if teacher is not None:
+        return int(load_config(teacher).num_hidden_layers)
+    return None
 
 
 def _hidden_layer_columns(names: Sequence[str]) -> list[int]:

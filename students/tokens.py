@@ -3,8 +3,9 @@
 Two kinds of tokens: the teacher's WordPiece tokenizer (default; the transformer student needs it
 whole, the BiLSTM then shares the teacher's vocabulary and embeddings, whole or, with `trim_vocab`,
 trimmed to the ids the transfer set uses), or lowercased words with a vocabulary counted over the
-transfer set. Both are saved inside the model directory, so a trained student never needs the
-teacher's files again.
+transfer set. A transformer student started from a pretrained checkpoint has a third kind: that
+checkpoint's own tokenizer (PretrainedTokens). All are saved inside the model directory, so a
+trained student never needs the teacher's files again.
 
 Embeddings can start from the teacher's input embeddings projected to the student's width by
 PCA: no GloVe download, and the student starts from vectors the teacher already organised.
@@ -82,6 +83,39 @@ class WordPieceTokens:
     def save(self, model_dir: str) -> dict:
         self.tokenizer.save_pretrained(os.path.join(model_dir, TOKENIZER_DIR))
         return {"kind": self.kind, "max_length": self.max_length, "keep": self.keep}
+
+
+class PretrainedTokens(WordPieceTokens):
+    """A pretrained student's own tokenizer, whole: any Hugging Face tokenizer (WordPiece, BPE, SentencePiece).
+
+    The scored set keeps each row's `text` / `text_b`, so a student whose checkpoint has another
+    vocabulary than the teacher tokenizes them itself. It is saved next to the model (a plain Hugging
+    Face directory: students/transformer.py `save`), where `Student.from_pretrained` and
+    `AutoTokenizer.from_pretrained` find it.
+    """
+
+    kind = "pretrained"
+
+    @classmethod
+    def from_pretrained(cls, path: str, max_length: int, name: Optional[str] = None) -> "PretrainedTokens":
+        """The tokenizer of the checkpoint at `path` (a directory or hub name; `name`: how the settings call it),
+        through the safe loader (a tokenizer that ships Python code is refused)."""
+        from transferset.loading import load_tokenizer
+
+        name = name or path
+        try:
+            tok = load_tokenizer(path)
+        except UserError:
+            raise
+        except (OSError, ValueError) as exc:
+            raise UserError(f"model: pretrained {name!r}: cannot load its tokenizer ({exc}); the checkpoint needs "
+                            "its tokenizer files (tokenizer.json, or vocab.txt / vocab.json + merges.txt)") from exc
+        if tok.pad_token_id is None:
+            raise UserError(f"model: pretrained {name!r}: its tokenizer has no padding token, which batches need; "
+                            "choose a sequence-classification checkpoint (BERT, RoBERTa, DistilBERT, MiniLM...)")
+        # Unset limits read as a huge model_max_length; a recorded one is what the positions allow.
+        limit = int(tok.model_max_length) if tok.model_max_length and tok.model_max_length < 1_000_000 else max_length
+        return cls(tok, min(max_length, limit))
 
 
 class WordTokens:

@@ -21,6 +21,7 @@ from tqdm import tqdm
 from students import seeds
 from students.build import Setup, setup
 from students.data import EvalData, iter_train_batches, read_eval_data
+from students.family import project
 from students.losses import NO_LABEL, LossWeights, combine
 from students.plots import plot_curves
 from students.schedules import Phase, phases
@@ -46,6 +47,9 @@ def set_trainable(s: Setup, phase: Phase) -> list[torch.nn.Parameter]:
             p.requires_grad_(name in trainable)
             if name in trainable:
                 learn.append(p)
+    if s.projection is not None:
+        # It learns in every phase; only a repr / pkd loss gives it a gradient (AdamW skips the rest).
+        learn += list(s.projection.parameters())
     return learn
 
 
@@ -58,7 +62,7 @@ def make_optimizer(s: Setup, params: list[torch.nn.Parameter]) -> torch.optim.Op
 
 def train_step(s: Setup, optimizer, batch, weights: LossWeights) -> tuple[float, dict]:
     s.model.train()
-    loss, parts = combine(s.family.forward(s.model, batch), batch, weights)
+    loss, parts = combine(project(s.family.forward(s.model, batch), s.projection), batch, weights)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     if s.cfg.grad_clip:

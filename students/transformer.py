@@ -9,6 +9,12 @@ so the top teacher layer is always kept) or the first k ("first"), the pooler an
 fits, the classifier; or from random weights ("random", the teacher's architecture only).
 It uses the teacher's full vocabulary and tokenizer: a trimmed one would make the saved directory
 something other than a plain Hugging Face model.
+
+Or, with `model: {pretrained: NAME_OR_DIR}`, the student is a pretrained checkpoint of any width and
+depth (MiniLM, a 4-layer BERT, DistilRoBERTa) with a fresh head for the task's labels and its own
+tokenizer, which reads the cached text. repr / pkd then compare through a projection to the teacher's
+width (students.family.projection) that is trained with the student and not saved with it; pkd maps the
+student's layers onto the teacher's by the skip rule, with the teacher's depth from the scored set.
 """
 from __future__ import annotations
 
@@ -20,9 +26,9 @@ from typing import Mapping, Optional, Sequence
 import torch
 import torch.nn as nn
 
-from students.family import GROUPS, Batch, Built, Context, model_values
-from students.teacher_files import no_teacher_dir, pkd_columns
-from students.tokens import WordPieceTokens, teacher_state, teacher_wordpiece
+from students.family import GROUPS, Batch, Built, Context, model_values, projection
+from students.teacher_files import checkpoint, no_teacher_dir, pkd_columns, teacher_depth
+from students.tokens import PretrainedTokens, WordPieceTokens, teacher_state, teacher_wordpiece
 from transferset.errors import UserError
 
 
@@ -33,9 +39,15 @@ class TransformerConfig:
     copy_classifier: bool = True    # also copy the teacher's classifier when its shape fits
     dropout: Optional[float] = None  # hidden and attention dropout (None: the teacher's)
     teacher_layers: int = 6         # layers of the teacher it is initialised / distilled from (set from its config)
+    # start from this pretrained checkpoint instead of the teacher (hub name or directory, e.g.
+    # sentence-transformers/all-MiniLM-L6-v2): its own layers, width and tokenizer; n_layer is then
+    # recorded from it, and init / copy_classifier / dropout, which describe a copy of the teacher, are refused
+    pretrained: Optional[str] = None
 
 
 INITS = ("skip", "first", "random")
+# Settings of a student copied from the teacher, which a pretrained checkpoint does not take.
+TEACHER_COPY = ("n_layer", "init", "copy_classifier", "dropout")
 
 
 def config_fields() -> set[str]:
@@ -131,7 +143,7 @@ def param_groups(model: nn.Module) -> dict[str, list[nn.Parameter]]:
             groups["classifier"].append(p)
         elif name[len(prefix):].startswith("embeddings."):
             groups["embeddings"].append(p)
-        elif name[len(prefix):].startswith("encoder."):
+        elif name[len(prefix):].startswith(("encoder.", "transformer.")):  # transformer.: DistilBERT's layers
             groups["encoder"].append(p)
         else:
             groups["head"].append(p)
@@ -155,10 +167,13 @@ def forward(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor,
 
 
 def build(ctx: Context) -> Built:
-    """A k-layer copy of the teacher's architecture, initialised from its layers, with its whole tokenizer."""
+    """A k-layer copy of the teacher's architecture, initialised from its layers, with its whole tokenizer;
+    or, with `pretrained`, that checkpoint with its own tokenizer (build_pretrained)."""
     from transferset.loading import load_config
 
     cfg = ctx.cfg
+    if cfg.model.get("pretrained") is not None:
+        return build_pretrained(ctx)
     if cfg.tokens == "words":
         raise UserError("the transformer student uses the teacher's WordPiece tokens; drop `tokens: words`")
     if cfg.preset:
@@ -187,6 +202,59 @@ def build(ctx: Context) -> Built:
     return Built(model, tokens, config, width, columns)
 
 
+def uses_teacher_hidden(cfg) -> bool:
+    """Whether a loss compares the student's states with the teacher's (repr, pkd, progressive stage 1)."""
+    return bool(cfg.repr or cfg.pkd or cfg.schedule == "progressive")
+
+
+def build_pretrained(ctx: Context) -> Built:
+    """A pretrained checkpoint with a fresh head for the task's labels, its own tokenizer, and a projection
+    to the teacher's width when a loss compares hidden states and the widths differ."""
+    from transferset.loading import load_classifier
+
+    cfg = ctx.cfg
+    name = cfg.model["pretrained"]
+    if not isinstance(name, str) or not name:
+        raise UserError(f"model: pretrained = {name!r}: give a hub name or a checkpoint directory")
+    if cfg.tokens == "words" or cfg.tokenizer:
+        raise UserError(f"model: pretrained {name!r} tokenizes with the checkpoint's own tokenizer; drop "
+                        + ("`tokens: words`" if cfg.tokens == "words" else f"`tokenizer: {cfg.tokenizer}`"))
+    if cfg.preset:
+        raise UserError(f"preset {cfg.preset!r} is a BiLSTM preset; the transformer takes `model:` settings")
+    copy_only = [k for k in TEACHER_COPY if k in cfg.model]
+    if copy_only:
+        raise UserError(f"model: {copy_only} describe a student copied from the teacher; a pretrained student "
+                        f"keeps the layers and dropout of {name!r}: drop them, or drop `pretrained`")
+    path = checkpoint(name)
+    tokens = PretrainedTokens.from_pretrained(path, ctx.max_length, name)
+    try:
+        # A fresh head for the task's labels (ignore_mismatched_sizes when the checkpoint has another one).
+        model = load_classifier(path, label_names=ctx.label_names)
+    except UserError as exc:
+        raise UserError(f"model: pretrained {name!r}: {exc}") from exc
+    rows = model.get_input_embeddings().num_embeddings
+    if len(tokens.tokenizer) > rows:
+        raise UserError(f"model: pretrained {name!r}: its tokenizer has {len(tokens.tokenizer)} tokens, its "
+                        f"embeddings {rows} rows; the checkpoint's tokenizer and weights do not belong together")
+    width, depth = int(model.config.hidden_size), int(model.config.num_hidden_layers)
+    teacher_layers = teacher_depth(ctx.meta, ctx.teacher_dir)
+    # teacher_layers 0: the set records no hidden spec and names no teacher directory (only pkd needs it).
+    fixed = {"n_layer": depth, "teacher_layers": teacher_layers or 0}
+    config = TransformerConfig(**model_values({}, cfg, config_fields(), "transformer", fixed))
+    columns: list[str] = []
+    if cfg.pkd:
+        if not teacher_layers:
+            raise no_teacher_dir(ctx.meta, "pkd (the teacher's depth: the set records no hidden spec)", "")
+        try:
+            layer_map = teacher_layer_map(depth, teacher_layers, config.init)
+        except ValueError as exc:
+            raise UserError(f"pkd maps each student layer to a teacher layer: {exc}; pick a checkpoint with at "
+                            f"most {teacher_layers} layers, or drop pkd") from exc
+        columns = pkd_columns(ctx.transfer_dir, ctx.column_names, ctx.meta, layer_map)
+    proj = projection(width, ctx.hidden_width) if uses_teacher_hidden(cfg) else None
+    return Built(model, tokens, config, width, columns, proj)
+
+
 def forward_batch(model: nn.Module, batch: Batch) -> dict[str, torch.Tensor]:
     return forward(model, batch["ids"], batch["mask"], batch["type_ids"])
 
@@ -198,7 +266,7 @@ def save(model_dir: str, model: nn.Module, tokens: WordPieceTokens) -> dict:
     # the truncation the student was trained with, so `pipeline` truncates the same way.
     tokens.tokenizer.model_max_length = tokens.max_length
     tokens.tokenizer.save_pretrained(model_dir)
-    return {"tokens": {"kind": WordPieceTokens.kind, "max_length": tokens.max_length}}
+    return {"tokens": {"kind": tokens.kind, "max_length": tokens.max_length}}
 
 
 def load_hf_classifier(model_dir: str, max_length: Optional[int] = None):
@@ -220,6 +288,8 @@ def load_hf_classifier(model_dir: str, max_length: Optional[int] = None):
 def load(model_dir: str, sidecar: dict):
     """→ (model, tokens, config) of a directory written by `save`."""
     model, tokens, _ = load_hf_classifier(model_dir, sidecar["tokens"]["max_length"])
+    if sidecar["tokens"].get("kind") == PretrainedTokens.kind:  # the checkpoint's own tokenizer, saved alongside
+        tokens = PretrainedTokens(tokens.tokenizer, tokens.max_length)
     # Settings this version does not know (a newer sidecar) describe how it was built, not how it runs.
     recorded, known = sidecar.get("model"), config_fields()
     config = TransformerConfig(**{k: v for k, v in recorded.items() if k in known}) if recorded else None
