@@ -6,7 +6,7 @@ through these constants, never through string literals.
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence, Union
 
 import pyarrow as pa
 
@@ -34,6 +34,7 @@ REJECT_FILE = "file"
 REJECT_LINE = "line"
 REJECT_RAW = "raw"
 REJECT_REASON = "reason"
+REJECT_RAW_CHARS = "raw_chars"  # in stats.json's first_rejects: the length of a raw row cut to a sample
 
 # --- file-level metadata keys -------------------------------------------------
 META_PREFIX = "transferset."
@@ -65,6 +66,7 @@ DATA_DIR = "data"
 REJECTS_DIR = "rejects"
 STATS_FILE = "stats.json"
 COMPLETE_MARKER = "_COMPLETE"
+LOCK_FILE = ".transferset.lock"  # the run writing into a folder (transferset.fs.lock); absent when none
 
 # --- a trained student (`transferset train --output DIR`) --------------------
 STUDENT_MODEL_DIR = "model"          # DIR/model: the student, loadable with `transferset evaluate`
@@ -107,16 +109,145 @@ def encode_metadata(meta: Mapping[str, Any]) -> dict[bytes, bytes]:
     return {k.encode(): json.dumps(v, sort_keys=True).encode() for k, v in meta.items()}
 
 
-def decode_metadata(raw: Mapping[bytes, bytes] | None) -> dict[str, Any]:
+# --- what a reader accepts in the metadata (a crafted or damaged footer is refused, never trusted) ------
+MAX_META_VALUE_BYTES = 1_000_000  # one metadata value, as JSON
+MAX_META_DEPTH = 32  # nesting of lists and mappings in one value
+MAX_LABELS = 1_000  # classes
+MAX_LABEL_CHARS = 200  # characters of one label name
+MAX_MAX_LENGTH = 100_000  # tokens per row
+SHOWN_CHARS = 100  # characters of a bad value quoted in a message
+
+
+def cut(value: Any, limit: int = SHOWN_CHARS) -> str:
+    """repr(value) for a message, cut to `limit` characters (with the full length when cut)."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text):,} characters)"
+
+
+def _metadata_types() -> dict[str, Any]:
+    """The pydantic type of each known metadata key (strict: "5" is not an int, True is not a number)."""
+    from typing import Annotated
+
+    from pydantic import Field, StringConstraints
+    from typing_extensions import NotRequired, TypedDict
+
+    def text(n: int) -> Any:
+        return Annotated[str, StringConstraints(max_length=n)]
+
+    def count(low: int, high: int) -> Any:
+        return Annotated[int, Field(ge=low, le=high)]
+
+    layer = count(0, MAX_MAX_LENGTH)
+    hidden_spec = TypedDict("HiddenSpec", {  # keys: the HIDDEN_* constants above
+        HIDDEN_POOLING: text(32),
+        HIDDEN_LAYER: layer,
+        HIDDEN_EXTRA_LAYERS: Annotated[list[layer], Field(max_length=MAX_LABELS)],
+        HIDDEN_NUM_LAYERS: count(1, MAX_MAX_LENGTH),
+        HIDDEN_SIZE: count(1, 10_000_000),
+        HIDDEN_DTYPE: text(32),
+        HIDDEN_LAYER_INDEX: NotRequired[text(1_000)],
+    })
+    input_identity = TypedDict("InputIdentity", {
+        "path": text(4_096), "files": count(0, 10**12), "rows": count(0, 10**15), "fingerprint": text(200),
+    })
+    return {
+        META_SCHEMA_VERSION: Union[text(20), int],
+        META_LIBRARY_VERSION: text(100),
+        META_LABEL_NAMES: Annotated[list[text(MAX_LABEL_CHARS)], Field(max_length=MAX_LABELS)],
+        META_AUGMENT_CONFIG: dict[str, Any],
+        META_SEED: int,
+        META_TEACHER_ID: text(4_096),
+        META_TEACHER_SHA256: text(200),
+        META_TOKENIZER: Union[dict[str, Any], text(4_096)],
+        META_HIDDEN_SPEC: hidden_spec,
+        META_MAX_LENGTH: count(1, MAX_MAX_LENGTH),
+        META_INPUT: input_identity,
+    }
+
+
+_ADAPTERS: dict[str, Any] = {}
+
+
+def _adapter(key: str):
+    if not _ADAPTERS:
+        from pydantic import TypeAdapter
+
+        _ADAPTERS.update({k: TypeAdapter(tp) for k, tp in _metadata_types().items()})
+    return _ADAPTERS.get(key)
+
+
+def _depth(value: Any) -> int:
+    """Nesting depth of lists and mappings, without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, d = stack.pop()
+        if isinstance(item, (list, dict)):
+            deepest = max(deepest, d)
+            if d > MAX_META_DEPTH:
+                break
+            stack.extend((v, d + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
+def _refuse(where: str, key: str, value: Any, problem: str, writing: bool = False) -> "SchemaError":
+    shown = f" = {cut(value)}" if value is not None else ""
+    advice = ("readers would refuse it: keep within the limits of transferset.schema" if writing else
+              "the file is damaged or was not written by transferset: write it again (`transferset augment` / `score`)")
+    return SchemaError(f"{where}: Parquet metadata {key}{shown}: {problem}; {advice}")
+
+
+def check_metadata_value(key: str, value: Any, *, where: str, writing: bool = False) -> Any:
+    """`value` when it fits the contract for `key` (known keys by type and size), else a SchemaError."""
+    import pydantic
+
+    if _depth(value) > MAX_META_DEPTH:
+        raise _refuse(where, key, value, f"nested deeper than {MAX_META_DEPTH} levels", writing)
+    adapter = _adapter(key)
+    if adapter is None:  # a key of a later version or an extension: its size was checked
+        return value
+    try:
+        return adapter.validate_python(value, strict=True)
+    except pydantic.ValidationError as exc:
+        err = exc.errors()[0]
+        loc = "".join(f"[{p!r}]" for p in err["loc"])
+        raise _refuse(where, key, value, f"{loc + ': ' if loc else ''}{err['msg'].lower()}", writing) from None
+
+
+def decode_metadata(raw: Mapping[bytes, bytes] | None, *, where: str = "Parquet file") -> dict[str, Any]:
+    """The transferset.* keys of a file's metadata, decoded and checked against the contract.
+
+    Every value must be UTF-8 JSON of at most MAX_META_VALUE_BYTES, nested at most MAX_META_DEPTH
+    levels, and of the type the contract gives its key (label names: at most MAX_LABELS names of at
+    most MAX_LABEL_CHARS characters; max_length 1..MAX_MAX_LENGTH; a hidden spec with the HIDDEN_*
+    keys). Anything else is a SchemaError naming `where`, the key and the value (cut), never a
+    traceback or a silently accepted value.
+    """
     out: dict[str, Any] = {}
+    prefix = META_PREFIX.encode()
     for k, v in (raw or {}).items():
-        key = k.decode()
-        if not key.startswith(META_PREFIX):
+        if not k.startswith(prefix):
             continue
         try:
-            out[key] = json.loads(v.decode())
-        except ValueError:
-            out[key] = v.decode()
+            key = k.decode("utf-8")
+        except UnicodeDecodeError:
+            raise _refuse(where, cut(k), None, "the key is not UTF-8") from None
+        if len(v) > MAX_META_VALUE_BYTES:
+            start = v[:SHOWN_CHARS].decode("utf-8", "replace")
+            raise _refuse(where, key, None, f"{len(v):,} bytes (starting {start!r}…), more than the "
+                          f"{MAX_META_VALUE_BYTES:,} a value may have")
+        try:
+            text = v.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise _refuse(where, key, v[:SHOWN_CHARS], f"not UTF-8 (byte {exc.start})") from None
+        try:
+            value = json.loads(text)
+        except RecursionError:
+            raise _refuse(where, key, text, "nested too deeply") from None
+        except ValueError as exc:
+            raise _refuse(where, key, text, f"not JSON ({exc})") from None
+        out[key] = check_metadata_value(key, value, where=where)
     return out
 
 
@@ -129,6 +260,12 @@ def base_metadata(label_names: Sequence[str], **extra: Any) -> dict[str, Any]:
         META_LABEL_NAMES: list(label_names),
     }
     meta.update(extra)
+    # What a reader would refuse is refused here, before a run writes a set nobody can read back.
+    for key, value in meta.items():
+        if key.startswith(META_PREFIX):
+            check_metadata_value(key, value, where="the metadata to write", writing=True)
+        if len(json.dumps(value)) > MAX_META_VALUE_BYTES:
+            raise _refuse("the metadata to write", key, None, f"more than {MAX_META_VALUE_BYTES:,} bytes", True)
     return meta
 
 
@@ -157,7 +294,7 @@ def check_schema(schema: pa.Schema, *, where: str, scored: bool = False) -> dict
 
     Raises SchemaError naming the file and what to do when it does not match.
     """
-    meta = decode_metadata(schema.metadata)
+    meta = decode_metadata(schema.metadata, where=where)
     version = meta.get(META_SCHEMA_VERSION)
     if version is None:
         raise SchemaError(

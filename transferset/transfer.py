@@ -31,7 +31,11 @@ def data_files(directory: str) -> list[str]:
 
 
 def read_metadata(directory: str, *, scored: bool = False) -> dict[str, Any]:
-    """Check every shard against the contract; return the (shared) decoded metadata."""
+    """Check every shard against the contract; return the (shared) decoded metadata.
+
+    Each shard's metadata is validated (schema.decode_metadata: types, sizes, nesting): a damaged or
+    crafted footer is a SchemaError naming the file and the key.
+    """
     meta: Optional[dict[str, Any]] = None
     first = None
     for path in data_files(directory):
@@ -39,8 +43,9 @@ def read_metadata(directory: str, *, scored: bool = False) -> dict[str, Any]:
         if meta is None:
             meta, first = m, path
         elif m.get(schema.META_LABEL_NAMES) != meta.get(schema.META_LABEL_NAMES):
-            raise UserError(f"{path}: label names {m.get(schema.META_LABEL_NAMES)} differ from "
-                            f"{first}'s {meta.get(schema.META_LABEL_NAMES)}; the shards come from different runs")
+            raise UserError(f"{path}: label names {schema.cut(m.get(schema.META_LABEL_NAMES), 300)} differ from "
+                            f"{first}'s {schema.cut(meta.get(schema.META_LABEL_NAMES), 300)}; the shards come from "
+                            "different runs")
     assert meta is not None
     return meta
 

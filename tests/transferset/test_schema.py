@@ -1,3 +1,6 @@
+import json
+import re
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -69,3 +72,56 @@ def test_contract_names_types_and_keys_are_pinned():
             schema.HIDDEN_SIZE, schema.HIDDEN_DTYPE) == \
         ("pooling", "layer", "extra_layers", "num_hidden_layers", "hidden_size", "dtype")
     assert (schema.METRICS_FILE, schema.CURVES_FILE, schema.STUDENT_MODEL_DIR) == ("metrics.json", "curves.png", "model")
+
+
+# --- crafted or damaged metadata: refused with the file and the key, never a traceback -----------------
+def _write_crafted(directory, key, raw_value: bytes):
+    meta = schema.encode_metadata(schema.base_metadata(["neg", "pos"]))
+    meta[key.encode()] = raw_value
+    sch = pa.schema(schema.transfer_fields(), metadata=meta)
+    (directory / "data").mkdir(parents=True)
+    path = directory / "data" / "p.parquet"
+    pq.write_table(sch.empty_table(), path)
+    return str(path)
+
+
+CRAFTED = [
+    (schema.META_LABEL_NAMES, b"[" * 200_000 + b"]" * 200_000, "nested too deeply"),
+    (schema.META_LABEL_NAMES, b'["neg", "\xff\xfe"]', "not UTF-8"),
+    (schema.META_LABEL_NAMES, b"42", "input should be a valid list"),
+    (schema.META_LABEL_NAMES, b'["0", {"a": 1}]', r"\[1\]: input should be a valid string"),
+    (schema.META_LABEL_NAMES, json.dumps(["x" * 30_000_000]).encode(), "30,000,004 bytes"),
+    (schema.META_LABEL_NAMES, json.dumps(["x" * 201]).encode(), "at most 200 characters"),
+    (schema.META_LABEL_NAMES, json.dumps([str(i) for i in range(1001)]).encode(), "at most 1000 items"),
+    (schema.META_MAX_LENGTH, b'"abc"', "input should be a valid integer"),
+    (schema.META_MAX_LENGTH, b"-5", "greater than or equal to 1"),
+    (schema.META_MAX_LENGTH, b"1000000000000", "less than or equal to 100000"),
+    (schema.META_HIDDEN_SPEC, b'{"pooling": "cls", "layer": "last"}', "hidden_spec"),
+    (schema.META_LABEL_NAMES, b'["neg", "pos"', "not JSON"),
+    (schema.META_SEED, b"true", "valid integer"),
+]
+
+
+@pytest.mark.parametrize("key, raw, problem", CRAFTED, ids=[f"{k.split('.')[-1]}-{p[:20]}" for k, _, p in CRAFTED])
+def test_crafted_metadata_is_refused_naming_the_file_and_the_key(tmp_path, capsys, key, raw, problem):
+    from transferset.app import cli
+
+    path = _write_crafted(tmp_path / "set", key, raw)
+    with pytest.raises(schema.SchemaError) as exc:
+        transfer.read_metadata(str(tmp_path / "set"))
+    msg = str(exc.value)
+    assert msg.startswith(f"{path}: Parquet metadata {key}") and re.search(problem, msg), msg
+    assert len(msg) < 600 and len(msg.splitlines()) == 1  # a cut value, one line
+    assert cli.main(["inspect", str(tmp_path / "set")]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and path in err and len(err) < 700
+
+
+def test_writers_refuse_metadata_readers_would_refuse():
+    with pytest.raises(schema.SchemaError, match="the metadata to write.*label_names.*at most 200 characters"):
+        schema.base_metadata(["x" * 500])
+    with pytest.raises(schema.SchemaError, match="max_length.*less than or equal to 100000"):
+        schema.base_metadata(["a"], **{schema.META_MAX_LENGTH: 10**9})
+    # What transferset itself writes passes, extensions included.
+    meta = schema.base_metadata(["a", "b"], **{schema.META_MAX_LENGTH: 128, "transferset.future_key": {"x": [1]}})
+    assert schema.decode_metadata(schema.encode_metadata(meta)) == meta

@@ -3,19 +3,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from collections import Counter
 from typing import Any, Sequence
 
-import pyarrow.parquet as pq
-
-from transferset import schema, transfer
+from transferset import fs, schema, transfer
 
 
 def summarize(directory: str) -> dict[str, Any]:
     files = transfer.data_files(directory)
     meta = transfer.read_metadata(directory)
-    arrow_schema = pq.read_schema(files[0])
+    arrow_schema = transfer.read_schema(files[0])
     op_counts: Counter = Counter()  # per combination of ops, in order
     single: Counter = Counter()  # rows each op took part in
     examples: dict[str, dict] = {}
@@ -32,7 +29,7 @@ def summarize(directory: str) -> dict[str, Any]:
                 examples[key] = {schema.ID: rec[schema.ID], schema.TEXT: rec[schema.TEXT]}
     out: dict[str, Any] = {
         "directory": directory,
-        "complete": os.path.exists(os.path.join(directory, schema.COMPLETE_MARKER)),
+        "complete": fs.exists(transfer.complete_marker(directory)),
         "files": len(files),
         "rows": rows,
         "columns": {f.name: str(f.type) for f in arrow_schema},
@@ -42,10 +39,9 @@ def summarize(directory: str) -> dict[str, Any]:
         "gold_labels": {str(k): v for k, v in sorted(labels.items(), key=lambda kv: str(kv[0]))},
         "example_per_op": dict(sorted(examples.items())),
     }
-    stats_path = os.path.join(directory, schema.STATS_FILE)
-    if os.path.exists(stats_path):
-        with open(stats_path) as fh:
-            out["stats"] = json.load(fh)
+    stats_path = fs.join(directory, schema.STATS_FILE)
+    if fs.exists(stats_path):
+        out["stats"] = fs.read_json(stats_path)
     return out
 
 
