@@ -12,6 +12,7 @@ import io
 import json
 import logging
 import numbers
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional, Sequence, Union
 
@@ -24,7 +25,8 @@ DEFAULT_TEXT_COLUMNS = ("sentence", "text")
 DEFAULT_LABEL_COLUMN = AugmentConfig.label_column
 DEFAULT_MAX_CHARS = AugmentConfig.max_chars
 HF_PREFIX = "hf:"
-RARE_LABEL_ROWS = 5  # an inferred label with fewer rows than this is probably a typo, not a class
+RARE_LABEL_ROWS = 5
+SAMPLE_RAW_CHARS = 300  # characters of a raw row shown in summaries (stats.json first_rejects)  # an inferred label with fewer rows than this is probably a typo, not a class
 
 logger = logging.getLogger("transferset")
 
@@ -55,6 +57,20 @@ class Reject:
             schema.REJECT_RAW: self.raw,
             schema.REJECT_REASON: self.reason,
         }
+
+    def to_sample(self, max_chars: Optional[int] = None) -> dict:
+        """The record for a summary (stats.json): the raw row cut to `max_chars` characters, plus its length.
+
+        The rejects files keep the whole row; a summary stays small however long a bad line is.
+        """
+        from transferset import schema
+
+        limit = SAMPLE_RAW_CHARS if max_chars is None else max_chars
+        out = self.to_dict()
+        if len(self.raw) > limit:
+            out[schema.REJECT_RAW] = self.raw[:limit] + "…"
+        out[schema.REJECT_RAW_CHARS] = len(self.raw)
+        return out
 
 
 @dataclass(frozen=True)
@@ -90,8 +106,33 @@ def _has_surrogates(s: str) -> bool:
     return any("\udc80" <= ch <= "\udcff" for ch in s)
 
 
+# Surrogates that surrogateescape did not make (a JSON "\ud83d" escape, a Parquet string...): no UTF-8 for them.
+_OTHER_SURROGATES = re.compile("[\ud800-\udc7f\udd00-\udfff]")
+
+
 def _raw_repr(s: str) -> str:
+    """`s` as valid UTF-8 text for a reject record: undecodable bytes as \\xNN, lone surrogates as \\uNNNN."""
+    s = _OTHER_SURROGATES.sub(lambda m: f"\\u{ord(m.group()):04x}", s)
     return s.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def unicode_problem(s: str) -> Optional[int]:
+    """The index of the first character of `s` that UTF-8 cannot encode (a lone surrogate), or None."""
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return exc.start
+    return None
+
+
+def _text_problem(name: str, value: str, from_bytes: bool) -> Optional[str]:
+    """Why `value` cannot be stored as text (Parquet strings are UTF-8), or None."""
+    index = unicode_problem(value)
+    if index is None:
+        return None
+    if from_bytes and _has_surrogates(value):
+        return "bytes that are not valid UTF-8"
+    return f"{name} is not valid Unicode (lone surrogate at char {index + 1})"
 
 
 def detect_format(path: str) -> str:
@@ -181,8 +222,9 @@ def _iter_delimited(path: str, fmt: str, fh) -> Iterator[tuple[int, Union[dict, 
     file into a single bad row. Here each line is parsed on its own, and a line whose quoted field
     does not close on it is rejected (see MAX_RECORD_LINES for how far we look to name the span).
     """
-    # utf-8-sig: a byte order mark would otherwise stick to the first column name.
-    text = io.TextIOWrapper(fh, encoding="utf-8-sig", errors="surrogateescape", newline="")
+    # utf-8-sig: a byte order mark would otherwise stick to the first column name. newline="\n": a
+    # line ends at \n (\r\n included), as `wc -l` counts; a stray \r inside a line does not split it.
+    text = io.TextIOWrapper(fh, encoding="utf-8-sig", errors="surrogateescape", newline="\n")
     # GLUE TSVs contain bare quotes inside sentences: no quoting at all.
     dialect = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if fmt == "tsv" else {}
     lines = _PeekableLines(iter(text))
@@ -193,7 +235,9 @@ def _iter_delimited(path: str, fmt: str, fh) -> Iterator[tuple[int, Union[dict, 
     try:
         header, used = _parse_record([header_line], dialect)
     except csv.Error as exc:
-        raise SourceError(f"{path}, line 1: malformed {fmt.upper()} header: {exc}") from exc
+        hint = " (lines that end in a bare \\r, as on classic Mac OS: convert them to \\n)" \
+            if "\r" in header_line.rstrip("\r\n") else ""
+        raise SourceError(f"{path}, line 1: malformed {fmt.upper()} header: {exc}{hint}") from None
     if used is None:
         raise SourceError(f"{path}, line 1: the header has an unbalanced quote; fix the column names")
     width = len(header)
@@ -207,7 +251,9 @@ def _iter_delimited(path: str, fmt: str, fh) -> Iterator[tuple[int, Union[dict, 
         try:
             values, used = _parse_record([raw_line], dialect)
         except csv.Error as exc:
-            yield line, Reject(path, line, raw, f"malformed {fmt.upper()} row: {exc}")
+            reason = (f"a carriage return (\\r) inside the line: not a {fmt.upper()} row" if "new-line" in str(exc)
+                      else f"malformed {fmt.upper()} row: {exc}")
+            yield line, Reject(path, line, raw, reason)
             continue
         if used is None:
             # The quoted field runs on. Where would csv.reader have ended this record?
@@ -265,18 +311,29 @@ def _iter_raw_rows(path: str, fmt: str, opener: Opener) -> Iterator[tuple[int, U
                 except ValueError as exc:
                     yield line_no, Reject(path, line_no, raw, f"invalid JSON: {exc}")
                     continue
+                except RecursionError:
+                    yield line_no, Reject(path, line_no, raw, "invalid JSON: nested too deeply")
+                    continue
                 if not isinstance(obj, dict):
                     yield line_no, Reject(path, line_no, raw, "a JSON line must be an object")
                     continue
                 yield line_no, obj
     elif fmt == "parquet":
-        import pyarrow.parquet as pq
+        import pyarrow as pa
 
         with opener(path) as fh:
-            pf = pq.ParquetFile(fh)
+            pf = _parquet_file(path, fh)
             row = 0
-            for batch in pf.iter_batches(batch_size=4096):
-                for rec in batch.to_pylist():
+            batches = pf.iter_batches(batch_size=4096)
+            while True:
+                try:
+                    batch = next(batches)
+                except StopIteration:
+                    break
+                except (OSError, ValueError, pa.ArrowException) as exc:  # a damaged page
+                    raise SourceError(f"{path}: cannot read as Parquet after row {row}: {exc}; "
+                                      "the file is damaged: write it again") from None
+                for rec in _batch_rows(path, batch, row):
                     row += 1
                     yield row, rec
     elif fmt == "hf":
@@ -288,6 +345,61 @@ def _iter_raw_rows(path: str, fmt: str, opener: Opener) -> Iterator[tuple[int, U
             yield i, rec
     else:  # pragma: no cover - detect_format guards this
         raise SourceError(f"{path}: unsupported format {fmt}")
+
+
+def _parquet_file(path: str, fh):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.ParquetFile(fh)
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        raise SourceError(f"{path}: not a readable Parquet file ({str(exc)[:200]})") from None
+
+
+def _batch_rows(path: str, batch, start: int) -> list[Union[dict, Reject]]:
+    """The rows of one Parquet batch as dicts; a row whose strings are not UTF-8 becomes a Reject."""
+    try:
+        return batch.to_pylist()
+    except UnicodeDecodeError:
+        pass
+    import pyarrow as pa
+
+    out: list[Union[dict, Reject]] = []
+    for i in range(batch.num_rows):
+        try:
+            out.append(batch.slice(i, 1).to_pylist()[0])
+        except UnicodeDecodeError:
+            raw = {}
+            for name, column in zip(batch.schema.names, batch.columns):
+                value = column.slice(i, 1)
+                if pa.types.is_string(value.type) or pa.types.is_large_string(value.type):
+                    as_bytes = value.view(pa.binary() if pa.types.is_string(value.type) else pa.large_binary())
+                    b = as_bytes[0].as_py()
+                    raw[name] = None if b is None else b.decode("utf-8", "surrogateescape")
+                else:
+                    try:
+                        raw[name] = value[0].as_py()
+                    except UnicodeDecodeError:  # strings nested in a list or struct
+                        raw[name] = "<not UTF-8>"
+            text = _raw_repr(json.dumps(raw, ensure_ascii=False, default=str))
+            out.append(Reject(path, start + i + 1, text, "bytes that are not valid UTF-8"))
+    return out
+
+
+def check_readable(path: str, opener: Opener = _local_open) -> None:
+    """Refuse an input that cannot be read at all (a broken header, not Parquet) before a pipeline starts.
+
+    Row-level problems are rejects later; this catches what would stop the whole file inside a
+    pipeline worker, where the message would drown in a traceback.
+    """
+    fmt = detect_format(path)
+    if fmt in ("tsv", "csv", "parquet"):
+        rows = _iter_raw_rows(path, fmt, opener)
+        try:
+            next(rows, None)
+        finally:
+            rows.close()
 
 
 def _resolve_text_column(spec: SourceSpec, row: dict) -> Optional[str]:
@@ -341,7 +453,10 @@ def _is_int(s: str) -> bool:
 
 def row_to_record(spec: SourceSpec, line: int, row: dict) -> Union[Example, Reject]:
     """Apply the accept/reject rules to one parsed row."""
-    raw = _raw_repr(json.dumps(row, ensure_ascii=False, default=str))
+    try:
+        raw = _raw_repr(json.dumps(row, ensure_ascii=False, default=str))
+    except (ValueError, RecursionError):  # nesting too deep for JSON, circular values
+        raw = _raw_repr(repr(row)[:10_000])
     text_col = _resolve_text_column(spec, row)
     if text_col is None or text_col not in row:
         wanted = text_col or " or ".join(DEFAULT_TEXT_COLUMNS)
@@ -358,9 +473,12 @@ def row_to_record(spec: SourceSpec, line: int, row: dict) -> Union[Example, Reje
         if text_b is not None and not isinstance(text_b, str):
             return Reject(spec.path, line, raw, f"text_b must be a string, found {type(text_b).__name__}")
     text = "" if text is None else text
-    for value in (text, text_b or ""):
-        if _has_surrogates(value):
-            return Reject(spec.path, line, raw, "bytes that are not valid UTF-8")
+    # Text becomes Parquet strings (UTF-8) and ids (hashes of its UTF-8): a lone surrogate cannot go on.
+    from_bytes = detect_format(spec.path) in ("tsv", "csv")
+    for name, value in (("text", text), ("text_b", text_b or "")):
+        problem = _text_problem(name, value, from_bytes)
+        if problem is not None:
+            return Reject(spec.path, line, raw, problem)
     if not text.strip() or (spec.text_b_column and not (text_b or "").strip()):
         return Reject(spec.path, line, raw, "empty text")
     length = len(text) + len(text_b or "")
@@ -419,7 +537,7 @@ def infer_label_names(path: str, label_column: str = DEFAULT_LABEL_COLUMN, opene
             ignored.append((line, raw_value))
             continue
         value = str(raw_value).strip()
-        if value and not _has_surrogates(value):
+        if value and unicode_problem(value) is None:
             lines_of.setdefault(value, []).append(line)
     if ignored:
         shown = ", ".join(f"line {ln}: {v!r}" for ln, v in ignored[:RARE_LABEL_ROWS])

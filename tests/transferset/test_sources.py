@@ -285,3 +285,54 @@ def test_read_split_reports_rejects_as_a_user_error(tmp_path):
     msg = str(info.value)
     assert msg.startswith(f"{dev}: every row was rejected (2 rows).")
     assert "line 2: missing text column 'sentence or text'" in msg and "line 3:" in msg
+
+
+def test_lone_surrogate_is_a_reject_naming_its_position_and_reading_goes_on(tmp_path):
+    """A JSON escape of half a surrogate pair decodes to a str that has no UTF-8: a bad row, not a crash."""
+    path = tmp_path / "lone.jsonl"
+    path.write_text('{"text": "\\ud83d lone", "label": "1"}\n'
+                    '{"text": "ab\\udfff", "label": "0"}\n'
+                    '{"text": "\\udcff escaped byte", "label": "0"}\n'
+                    '{"text": "a pair \\ud83d\\ude00 is fine", "label": "\\ud83d"}\n'
+                    '{"text": "last one", "label": "0"}\n', encoding="utf-8")
+    recs = _read(path)
+    assert [type(r).__name__ for r in recs] == ["Reject", "Reject", "Reject", "Reject", "Example"]
+    assert recs[0].reason == "text is not valid Unicode (lone surrogate at char 1)"
+    assert recs[1].reason == "text is not valid Unicode (lone surrogate at char 3)"
+    assert recs[2].reason == "text is not valid Unicode (lone surrogate at char 1)"
+    assert "outside the label set" in recs[3].reason
+    for r in recs[:4]:  # every reject record is writable as UTF-8 JSON (the rejects files)
+        json.dumps(r.to_dict(), ensure_ascii=False).encode("utf-8")
+    assert "\\ud83d lone" in recs[0].raw
+    unlabeled = _read(path, label_column=None)
+    assert sum(isinstance(r, Example) for r in unlabeled) == 2  # the pair and the last row
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text('{"text": "fine", "text_b": "ab\\udfff", "label": "0"}\n', encoding="utf-8")
+    assert _read(pairs, text_b_column="text_b")[0].reason == "text_b is not valid Unicode (lone surrogate at char 3)"
+    # The label set is never inferred from a value that cannot be written.
+    assert infer_label_names(str(path)) == ("0", "1")
+
+
+def test_parquet_strings_that_are_not_utf8_are_rejects(tmp_path):
+    texts = pa.array([b"good one", b"bad \xff byte", b"\xed\xa0\xbd encoded surrogate", b"good two"]).view(pa.string())
+    path = tmp_path / "bytes.parquet"
+    pq.write_table(pa.table({"sentence": texts, "label": ["0", "1", "0", "1"]}), path)
+    recs = _read(path)
+    assert [isinstance(r, Example) for r in recs] == [True, False, False, True]
+    assert [r.line for r in recs] == [1, 2, 3, 4]
+    assert recs[1].reason == recs[2].reason == "bytes that are not valid UTF-8"
+    assert "\\xff" in recs[1].raw
+    not_parquet = tmp_path / "random.parquet"
+    not_parquet.write_bytes(b"PAR1 not really")
+    with pytest.raises(SourceError, match="random.parquet: not a readable Parquet file"):
+        _read(not_parquet)
+
+
+def test_a_carriage_return_inside_a_line_does_not_split_it(tmp_path):
+    """Lines end at \\n, as `wc -l` counts them: one stray \\r is one reject, not two rows."""
+    path = tmp_path / "cr.tsv"
+    path.write_bytes(b"sentence\tlabel\r\nfine\t1\r\nbroken \r line\t0\nlast\t0")
+    recs = _read(path)
+    assert [r.line for r in recs] == [2, 3, 4]
+    assert [isinstance(r, Example) for r in recs] == [True, False, True]
+    assert recs[1].reason == "a carriage return (\\r) inside the line: not a TSV row"
