@@ -117,20 +117,34 @@ def load(cls: type[T], values: Mapping[str, Any], where: str, flag_style: bool =
 
 
 def read_yaml(path: str, what: str = "config") -> dict[str, Any]:
-    """A YAML file of settings as a plain mapping; a missing, unparsable or non-mapping file is a UserError."""
+    """A YAML file of settings as a plain mapping.
+
+    A missing or unreadable file is a UserError (exit 1, as for any missing input); a file that is
+    not a YAML mapping of plain values (a parse error, a list, a `!!python/...` tag) is a ConfigError:
+    a usage error (exit 2), raised before anything is written.
+    """
     try:
         with open(path, encoding="utf-8") as fh:
             raw = yaml.safe_load(fh)
     except FileNotFoundError:
         raise UserError(f"{path}: no such {what} file (see configs/ for examples)") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not valid YAML: not UTF-8 text (byte {exc.start})") from None
     except OSError as exc:
         raise UserError(f"{path}: cannot read the {what} file: {exc.strerror}") from None
+    except yaml.constructor.ConstructorError as exc:
+        mark = exc.problem_mark
+        where = f", line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{path}: not valid YAML{where}: {exc.problem}; a {what} holds plain values "
+                          "(no !!python tags or other objects)") from None
     except yaml.YAMLError as exc:
-        raise UserError(f"{path}: not valid YAML: {exc}") from None
+        raise ConfigError(f"{path}: not valid YAML: {' '.join(str(exc).split())}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid YAML: nested too deeply") from None
     if raw is None:
         return {}
     if not isinstance(raw, dict):
-        raise UserError(f"{path}: a {what} is a YAML mapping of settings, got {type(raw).__name__}")
+        raise ConfigError(f"{path}: a {what} is a YAML mapping of settings, got {type(raw).__name__}")
     return raw
 
 

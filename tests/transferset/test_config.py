@@ -73,3 +73,26 @@ def test_semantic_checks_name_the_section(values, message):
     with pytest.raises(ConfigError) as exc:
         typed.load(RunConfig, values, where="run.yaml")
     assert message in str(exc.value) and str(exc.value).startswith("run.yaml: ")
+
+
+@pytest.mark.parametrize("text, message", [
+    ("- a\n- b\n", "a config is a YAML mapping of settings, got list"),
+    ("students: {s: [\n", "not valid YAML"),
+    ("epochs: !!python/object/apply:os.system ['touch pwned']\n", "not valid YAML, line 1: .*python/object/apply"),
+    ("epochs: 1\n\tbad: tab\n", "not valid YAML"),
+])
+def test_yaml_mistakes_are_usage_errors_and_nothing_is_written(tmp_path, capsys, monkeypatch, text, message):
+    from transferset import typed
+    from transferset.app.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        typed.read_yaml(str(bad))
+    out = tmp_path / "out"
+    assert main(["train", "--transfer", "t", "--dev", "d.tsv", "--output", str(out), "--config", str(bad)]) == 2
+    assert main(["run", "--config", str(bad), f"run_dir={out}"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.count("error:") == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml"]  # no output, no pwned
