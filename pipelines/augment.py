@@ -22,8 +22,10 @@ from transferset.augment.mlm import MlmCandidates
 from transferset.augment.pos import PosVocab, Tagger
 from transferset.config import AugmentConfig, BeamConfig
 from transferset.errors import UserError
+from transferset.fs.lock import output_lock
 from transferset.progress import Progress
-from transferset.sources import Example, Reject, SourceSpec, detect_format, infer_label_names, read_source
+from transferset.sources import (Example, Reject, SourceSpec, check_readable, detect_format, infer_label_names,
+                                 read_source)
 
 log = logging.getLogger("transferset")
 METRICS_NAMESPACE = "transferset_augment"
@@ -228,7 +230,7 @@ def build(p: beam.Pipeline, job: AugmentJob) -> dict:
                                                                "rejected": sum(kv[1]["rejected"])}))
                 | "ByFileDict" >> beam.combiners.ToDict())
     samples = (rejects
-               | "RejectByFile" >> beam.Map(lambda r: (r.file, r.to_dict()))
+               | "RejectByFile" >> beam.Map(lambda r: (r.file, r.to_sample()))
                | "FirstRejects" >> beam.combiners.Top.PerKey(3, key=lambda d: -d[schema.REJECT_LINE])
                | "FirstRejectsDict" >> beam.combiners.ToDict())
     n_accepted = opts.count(read.examples, "CountAccepted")
@@ -279,7 +281,10 @@ def make_job(cfg: AugmentConfig, *, inputs: Sequence[str], output: str, unlabele
         detect_format(path)
         if not path.startswith("hf:") and not FileSystems.exists(path):
             raise UserError(f"{path}: no such file")
+        if not path.startswith("hf:"):
+            check_readable(path, opener=FileSystems.open)  # a broken header or footer: one message, here
     labels = cfg.labels or infer_label_names(inputs[0], cfg.label_column, opener=FileSystems.open, limit=cfg.limit)
+    schema.base_metadata(labels)  # a label set readers would refuse (too many, too long) stops here, not after the run
     return AugmentJob(
         inputs=tuple(spec(p, True) for p in inputs),
         unlabeled=tuple(spec(p, False) for p in unlabeled),
@@ -291,18 +296,27 @@ def make_job(cfg: AugmentConfig, *, inputs: Sequence[str], output: str, unlabele
 def run_augment(cfg: AugmentConfig, *, inputs: Sequence[str], output: str, unlabeled: Sequence[str] = (),
                 exclude: Sequence[str] = (), beam_cfg: BeamConfig = BeamConfig(), extra: Sequence[str] = (),
                 overwrite: bool = False) -> dict:
-    """Build the transfer set in `output`; return its stats. Raises UserError when the stats show a problem."""
+    """Build the transfer set in `output`; return its stats. Raises UserError when the stats show a problem.
+
+    Paths may be file:// URLs (read as local paths). The run owns `output` while it writes
+    (transferset.fs.lock): a second run on it is refused instead of mixing its rows in.
+    """
+    inputs = [opts.normalize(p, "--input") for p in inputs]
+    unlabeled = [opts.normalize(p, "--unlabeled") for p in unlabeled]
+    exclude = [opts.normalize(p, "--exclude") for p in exclude]
+    output = opts.normalize(output, "--output")
     job = make_job(cfg, inputs=inputs, output=output, unlabeled=unlabeled, exclude=exclude)
     if not job.exclude:
         print("transferset augment: warning: no --exclude given; nothing guards against evaluation "
               "sentences leaking into the transfer set", file=sys.stderr)
-    opts.prepare_output(job.output, overwrite=overwrite)
-    print(f"transferset augment: recipe {cfg.recipe} ops {','.join(cfg.ops)}, "
-          f"{cfg.n_iter} variants per example, labels {list(job.label_names)} → {job.output}",
-          file=sys.stderr)
-    with beam.Pipeline(options=opts.pipeline_options(beam_cfg, extra)) as p:
-        build(p, job)
-    stats = opts.read_json_file(opts.join(job.output, schema.STATS_FILE))
+    with output_lock(job.output, command="augment"):
+        opts.prepare_output(job.output, overwrite=overwrite)
+        print(f"transferset augment: recipe {cfg.recipe} ops {','.join(cfg.ops)}, "
+              f"{cfg.n_iter} variants per example, labels {list(job.label_names)} → {job.output}",
+              file=sys.stderr)
+        with beam.Pipeline(options=opts.pipeline_options(beam_cfg, extra)) as p:
+            build(p, job)
+        stats = opts.read_json_file(opts.join(job.output, schema.STATS_FILE))
     if stats.get("problems"):
         raise UserError("\n".join(stats["problems"]) + f"\n(rejected rows with reasons: "
                         f"{opts.join(job.output, schema.REJECTS_DIR)}/)")

@@ -13,7 +13,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from transferset import schema
+from transferset import fs, schema
 from transferset.config import BeamConfig
 from transferset.errors import UserError
 
@@ -47,6 +47,19 @@ def pipeline_options(beam_cfg: BeamConfig, extra: Sequence[str] = ()) -> Pipelin
         flags.append("--direct_running_mode=multi_processing")
     options = PipelineOptions(flags)
     return options
+
+
+def beam_schemes() -> set[str]:
+    """URL schemes Beam's FileSystems can open here (gs, s3, hdfs, azfs... as installed)."""
+    from apache_beam.io.filesystem import FileSystem
+
+    return {cls.scheme() for cls in FileSystem.get_all_subclasses() if cls.scheme()}
+
+
+def normalize(path: str, option: str) -> str:
+    """transferset.fs.normalize for a path a pipeline reads or writes: file:// URLs become local paths,
+    and a scheme neither fsspec nor Beam knows is refused naming `option`."""
+    return fs.normalize(path, option, schemes=beam_schemes())
 
 
 def join(*parts: str) -> str:

@@ -27,9 +27,10 @@ from apache_beam.ml.inference.base import KeyedModelHandler, ModelHandler, RunIn
 from apache_beam.transforms.window import GlobalWindows
 
 from pipelines import runtime as opts
-from transferset import schema
+from transferset import fs, schema
 from transferset.config import DEFAULT_MAX_LENGTH, BeamConfig, ScoreConfig
 from transferset.fs import remote
+from transferset.fs.lock import output_lock
 from transferset.progress import Progress
 from transferset.scored import plan as score_plan
 from transferset.scored import shards
@@ -289,14 +290,23 @@ def default_threads(options) -> Optional[int]:
 
 def run_score(cfg: ScoreConfig, *, input: str, teacher: str, output: str, beam_cfg: BeamConfig = BeamConfig(),
               extra: Sequence[str] = (), resume: bool = False, overwrite: bool = False) -> dict:
-    """Score `input` with `teacher` into `output`; return the stats."""
+    """Score `input` with `teacher` into `output`; return the stats.
+
+    Paths may be file:// URLs (read as local paths). The run owns `output` from its first check
+    to its last write (transferset.fs.lock): a second run on it is refused before it reads anything.
+    """
+    # Everything here also goes through transferset.fs (fsspec): Beam-only schemes would not do.
+    input = fs.normalize(input, "--input")
+    teacher = fs.normalize(teacher, "--teacher")
+    output = fs.normalize(output, "--output")
     options = opts.pipeline_options(beam_cfg, extra)
     if cfg.torch_threads is None:
         threads = default_threads(options)
         if threads is not None:
             cfg = replace(cfg, torch_threads=threads)
     job = ScoreJob(input=input, teacher=teacher, output=output, cfg=cfg, resume=resume, overwrite=overwrite)
-    with beam.Pipeline(options=options) as pipeline:
-        build(pipeline, job)
-    return opts.read_json_file(opts.join(output, schema.STATS_FILE))
+    with output_lock(output, command="score"):
+        with beam.Pipeline(options=options) as pipeline:
+            build(pipeline, job)
+        return opts.read_json_file(opts.join(output, schema.STATS_FILE))
 

@@ -242,3 +242,78 @@ def test_metrics_counters(tmp_path):
     counters = {c.key.metric.name: c.result for c in found}
     assert counters["rows_read"] == 3 and counters["rows_rejected"] == 1
     assert counters["rows_written"] == _stats(tmp_path / "out")["output_rows"] >= 2
+
+
+# --- hardening: one owner per output, unicode, small stats --------------------------------------------
+def _small_tsv(path, n=12):
+    path.write_text("sentence\tlabel\n" + "".join(f"sentence number {i} is fine\t{i % 2}\n" for i in range(n)))
+    return path
+
+
+def _plant_lock(out, pid):
+    import os
+    import socket
+    import time
+
+    from transferset.fs.lock import LockInfo
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / schema.LOCK_FILE).write_bytes(LockInfo(socket.gethostname(), pid, time.time(), "augment", "t").to_json())
+
+
+def test_augment_refused_while_a_live_run_owns_the_output_and_takes_over_a_dead_ones(tmp_path, capsys):
+    import subprocess
+    import sys
+
+    src = _small_tsv(tmp_path / "in.tsv")
+    out = tmp_path / "out"
+    args = ["augment", "--input", str(src), "--output", str(out), "--ops", "mask", "--n-iter", "1"]
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        _plant_lock(out, live.pid)
+        assert main(args) == 1
+    finally:
+        live.kill()
+        live.wait()
+    err = capsys.readouterr().err
+    assert f"transferset augment: error: {out} is in use by pid {live.pid} on host " in err
+    assert f"; wait for it, or delete {out}/{schema.LOCK_FILE} if that run is dead" in err
+    assert sorted(p.name for p in out.iterdir()) == [schema.LOCK_FILE]  # nothing written beside the lock
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    _plant_lock(out, dead.pid)
+    assert main(args) == 0  # the dead run's lock is taken over
+    assert (out / schema.COMPLETE_MARKER).exists() and not (out / schema.LOCK_FILE).exists()
+    assert _stats(out)["output_rows"] == len(_rows(out))
+
+
+def test_lone_surrogate_rows_are_rejected_and_the_run_completes(tmp_path):
+    src = tmp_path / "in.jsonl"
+    lines = [json.dumps({"text": f"good sentence {i}", "label": str(i % 2)}) for i in range(10)]
+    lines.insert(3, '{"text": "\\ud83d lone", "label": "1"}')
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path / "out"
+    assert main(["augment", "--input", str(src), "--output", str(out), "--ops", "mask", "--n-iter", "2"]) == 0
+    s = _stats(out)
+    assert (s["input_rows"], s["accepted_rows"], s["rejected_rows"]) == (11, 10, 1)
+    rejects = [json.loads(l) for f in sorted((out / schema.REJECTS_DIR).glob("*.jsonl"))
+               for l in f.read_text(encoding="utf-8").splitlines()]
+    assert [(r[schema.REJECT_LINE], r[schema.REJECT_REASON]) for r in rejects] == \
+        [(4, "text is not valid Unicode (lone surrogate at char 1)")]
+    assert (out / schema.COMPLETE_MARKER).exists()
+
+
+def test_first_rejects_in_stats_keep_a_sample_of_a_long_line_and_its_length(tmp_path):
+    src = _small_tsv(tmp_path / "in.tsv")
+    with open(src, "a") as fh:
+        fh.write("y" * 100_000 + "\t1\n")
+    out = tmp_path / "out"
+    assert main(["augment", "--input", str(src), "--output", str(out), "--ops", "mask", "--n-iter", "1"]) == 0
+    (sample,) = _stats(out)["first_rejects"][str(src)]
+    # The rejects file keeps the whole row; stats.json a sample of it and its length.
+    (whole,) = [json.loads(l) for f in (out / schema.REJECTS_DIR).glob("*.jsonl") for l in f.read_text().splitlines()]
+    assert len(whole[schema.REJECT_RAW]) > 100_000
+    assert sample[schema.REJECT_RAW_CHARS] == len(whole[schema.REJECT_RAW]) and len(sample[schema.REJECT_RAW]) <= 301
+    assert whole[schema.REJECT_RAW].startswith(sample[schema.REJECT_RAW][:-1])
+    assert sample[schema.REJECT_REASON].startswith("text longer")
+    assert (out / schema.STATS_FILE).stat().st_size < 5_000

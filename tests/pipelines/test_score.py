@@ -1,7 +1,10 @@
 """`transferset score`: the Beam pipeline end to end on a tiny real BERT teacher (and MiniLM, integration)."""
 import hashlib
 import json
+import re
 import shutil
+import threading
+import time
 from dataclasses import replace
 import os
 
@@ -464,3 +467,64 @@ def test_truncated_teacher_refused_before_the_pipeline(tmp_path, transfer_dir, t
     err = capsys.readouterr().err
     assert rc == 1 and "Traceback" not in err and len(err.strip().splitlines()) <= 3
     assert f"{weights}: truncated or not a safetensors file" in err and not (tmp_path / "o").exists()
+
+
+# --- one owner per output, and what a plain rerun discards ---------------------------------------------
+GATE = threading.Event()
+
+
+def gated_load_teacher(path, **kwargs):
+    """The teacher loads only once the test opens the gate: the first run holds the output meanwhile."""
+    assert GATE.wait(120), "the gate never opened"
+    return scoring.Teacher.load(path, **kwargs)
+
+
+def test_two_score_runs_started_together_one_is_refused_nothing_doubled(tmp_path, transfer_dir, teacher_dir,
+                                                                        monkeypatch, capsys):
+    src, rows = transfer_dir
+    out = str(tmp_path / "out")
+    monkeypatch.setattr(score, "load_teacher", gated_load_teacher)
+    GATE.clear()
+    start = threading.Barrier(2)
+    codes = {}
+
+    def run(name):
+        start.wait()
+        codes[name] = cli.main(["score", "--input", src, "--teacher", teacher_dir, "--output", out,
+                                "--runner", "FnApiRunner"])
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in ("a", "b")]
+    for t in threads:
+        t.start()
+    deadline = time.time() + 120
+    while len(codes) < 1 and time.time() < deadline:  # the refused run returns while the other waits
+        time.sleep(0.05)
+    GATE.set()
+    for t in threads:
+        t.join(300)
+    assert sorted(codes.values()) == [0, 1]
+    err = capsys.readouterr().err
+    assert re.search(rf"transferset score: error: {re.escape(out)} is in use by pid {os.getpid()} on host \S+ "
+                     rf"since \S+; wait for it, or delete {re.escape(out)}/.transferset.lock if that run is dead",
+                     err)
+    ids = transfer.read_table(out).column(schema.ID).to_pylist()
+    assert len(ids) == len(set(ids)) == 20  # every id once
+    stats = json.load(open(os.path.join(out, schema.STATS_FILE)))
+    assert (stats["input_rows"], stats["scored"], stats["rejected"]) == (22, 20, 2)
+    assert not os.path.exists(os.path.join(out, schema.LOCK_FILE))  # released by the run that owned it
+
+
+def test_plain_rerun_onto_a_killed_output_says_what_it_discards(tmp_path, transfer_dir, teacher_dir, caplog):
+    src, _ = transfer_dir
+    out = str(tmp_path / "out")
+    job = make_job(input=src, teacher=teacher_dir, output=out, batch_size=4, min_batch_size=4, shard_rows=4,
+                   loader=FailAfter(3))
+    with pytest.raises(Exception, match="worker killed"):
+        run_pipeline(job)
+    assert transfer.num_rows(out) == 8
+    caplog.clear()
+    assert cli.main(["score", "--input", src, "--teacher", teacher_dir, "--output", out]) == 0
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records if "discarding" in r.getMessage()]
+    assert lines == [("WARNING", f"{out}: discarding 8 row(s) already scored by a run that did not finish (no "
+                      f"{schema.COMPLETE_MARKER}); rerun with --resume to keep them and score only the rest")]
+    assert json.load(open(os.path.join(out, schema.STATS_FILE)))["scored_this_run"] == 20

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from transferset import fs, schema, transfer
-from transferset.errors import UserError
+from transferset.errors import ConfigError, UserError
 import builders as testing
 
 LABELS = ("neg", "pos")
@@ -89,8 +89,11 @@ def test_incomplete_set_refused_naming_the_marker(local_set, memory_set):
 
 
 def test_unknown_scheme_names_what_to_install():
-    with pytest.raises(UserError, match="nosuchscheme://.*install the fsspec backend"):
+    with pytest.raises(ConfigError, match="nosuchscheme://bucket/x: unknown URL scheme nosuchscheme://"):
         fs.exists("nosuchscheme://bucket/x")
+    # A scheme fsspec knows but whose package is missing: the package to install is named.
+    with pytest.raises(UserError, match="oci://.*install the fsspec backend"):
+        fs.exists("oci://bucket/x")
 
 
 def test_local_output_uploads_the_whole_tree_into_the_url(tmp_path, monkeypatch):

@@ -6,6 +6,7 @@ import json
 from typing import Sequence
 
 from pipelines.augment import run_augment
+from pipelines.runtime import beam_schemes
 from transferset.app import flags
 from transferset.app.flags import add_runner_arguments
 from transferset.augment.dedup import STAT_KEYS
@@ -16,6 +17,8 @@ EPILOG = """examples:
       --output runs/sst2_transfer --limit 2000
   transferset augment --input train.csv --text-column review --recipe tinybert --mlm-model bert-base-uncased \\
       --output out/ --runner FnApiRunner --direct_num_workers 2"""
+
+URL_SCHEMES = beam_schemes  # the CLI accepts URLs that Beam's filesystems open, besides fsspec's
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -13,7 +13,7 @@ import logging
 import sys
 from typing import Optional, Sequence
 
-from transferset import __version__
+from transferset import __version__, fs
 from transferset.errors import ConfigError
 from transferset.errors import UserError
 
@@ -25,8 +25,39 @@ COMMANDS = {
     "score": ("transferset.app.score", "score a transfer set once with the teacher; cache logits and hidden states (Apache Beam)", True),
     "train": ("transferset.app.train", "train a student from the cached teacher outputs", False),
     "evaluate": ("transferset.app.evaluate", "accuracy of a trained student (and agreement with the teacher)", False),
+    "predict": ("transferset.app.predict", "label files with a student, a Hugging Face classifier or an ONNX export "
+                "(in-process, or Apache Beam for large inputs)", True),
+    "export": ("transferset.app.export", "export a student (or any Hugging Face classifier) to ONNX", False),
     "run": ("transferset.app.runner", "run the whole chain from a YAML config", False),
 }
+
+# Path-like arguments of each command (argparse dest names), normalised once here before dispatch
+# (transferset.fs.normalize): file:// URLs become local paths, an unknown URL scheme is a usage error.
+# Settings that may name a local directory (a base model, a tokenizer) are included: hub names pass as they are.
+PATH_ARGS = {
+    "augment": ("input", "unlabeled", "exclude", "output", "mlm_model"),
+    "inspect": ("directory",),
+    "teacher": ("train", "dev", "output", "model"),
+    "score": ("input", "teacher", "output"),
+    "train": ("transfer", "dev", "output", "config", "teacher", "tokenizer"),
+    "evaluate": ("model", "data"),
+    "run": ("config",),
+}
+POSITIONAL_NAMES = {"directory": "OUT"}
+
+
+def normalize_paths(name: str, args: argparse.Namespace, schemes: Sequence[str] = ()) -> None:
+    """Every path-like argument of command `name` in its one internal form (see PATH_ARGS).
+
+    `schemes`: URL schemes the command reaches besides fsspec's (the pipelines: Beam's filesystems).
+    """
+    for dest in PATH_ARGS.get(name, ()):
+        value = getattr(args, dest, None)
+        option = POSITIONAL_NAMES.get(dest) or "--" + dest.replace("_", "-")
+        if isinstance(value, str):
+            setattr(args, dest, fs.normalize(value, option, schemes=schemes))
+        elif isinstance(value, list):
+            setattr(args, dest, [fs.normalize(v, option, schemes=schemes) for v in value])
 
 
 class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -87,6 +118,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     else:
         args, extra = parser.parse_args(rest), []
     try:
+        normalize_paths(name, args, getattr(module, "URL_SCHEMES", lambda: ())())
         return int(module.run(args, extra) or 0)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -8,6 +8,7 @@ from transferset import fs, schema
 from transferset.app import flags
 from transferset.config import DEFAULT_TEACHER_MODEL, TeacherConfig
 from transferset.errors import UserError
+from transferset.fs.lock import output_lock
 from transferset.fs.remote import local_file, local_output
 from transferset.teacher.train import train
 
@@ -39,7 +40,8 @@ def run(args: argparse.Namespace, extra) -> int:
     if remote_out and fs.exists(fs.join(args.output, schema.HF_CONFIG_FILE)) and not args.overwrite:
         raise UserError(f"{args.output} already holds a model ({schema.HF_CONFIG_FILE} present); "
                         "pass --overwrite to replace it or choose another --output")
-    with local_output(args.output) as out:
+    # The run owns --output (transferset.fs.lock): a second `teacher` on it is refused, not interleaved.
+    with output_lock(args.output, command="teacher"), local_output(args.output) as out:
         metrics = train(cfg, train=local_file(args.train), dev=local_file(args.dev), output=out,
                         overwrite=args.overwrite)
     print(json.dumps({"output": args.output, "best_dev_accuracy": metrics["best_dev_accuracy"],

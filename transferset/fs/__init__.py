@@ -11,25 +11,83 @@ import fnmatch
 import json
 import os
 import posixpath
-from typing import IO, Any, Sequence
+import re
+from typing import IO, Any, Iterable, Optional, Sequence
 
 import fsspec
 
-from transferset.errors import UserError
+from transferset.errors import ConfigError, UserError
+
+FILE_URL = "file://"
+# RFC 3986: a scheme is a letter, then letters, digits, "+", "-" or "."; fsspec chains URLs with "::".
+_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
+
+
+def scheme(path: str) -> Optional[str]:
+    """The URL scheme of `path` in lower case ("gs" for gs://b/x), or None for a local path."""
+    m = _URL.match(path)
+    return m.group(1).lower() if m else None
+
+
+def known_schemes() -> set[str]:
+    """Schemes fsspec can open here or knows a package for (gs, s3, memory, hf...)."""
+    from fsspec.registry import known_implementations, registry
+
+    return set(registry) | set(known_implementations)
+
+
+def normalize(path: str, option: Optional[str] = None, *, schemes: Iterable[str] = ()) -> str:
+    """The one form a path takes inside transferset, applied once where a path enters (CLI, stage functions).
+
+    `file:///abs/dir` becomes `/abs/dir` and `file://rel/dir` becomes `rel/dir` (as fsspec reads them),
+    so every reader, writer and recorded path sees a plain local path; a local path and any other URL
+    are returned unchanged. A URL whose scheme neither fsspec nor `schemes` (e.g. Beam's filesystems)
+    knows is a usage error (ConfigError) naming `option`, before anything runs.
+    """
+    if not isinstance(path, str):
+        return path
+    if path[:len(FILE_URL)].lower() == FILE_URL:
+        local = path[len(FILE_URL):]
+        if local.lower().startswith("localhost/"):
+            local = local[len("localhost"):]
+        if not local:
+            raise ConfigError(f"{_where(option, path)}: a file:// URL needs a path, e.g. file:///data/train.tsv")
+        return local
+    name = scheme(path)
+    if name is not None and name not in known_schemes() | {s.lower() for s in schemes if s}:
+        raise ConfigError(_unknown_scheme(path, name, option))
+    return path
+
+
+def local_path(path: str, option: Optional[str] = None) -> Optional[str]:
+    """The local path behind `path` (a local path or a file:// URL), or None for a remote URL."""
+    path = normalize(path, option)
+    return None if is_remote(path) else path
+
+
+def _where(option: Optional[str], path: str) -> str:
+    return f"{option} {path}" if option else path
+
+
+def _unknown_scheme(path: str, name: str, option: Optional[str]) -> str:
+    return (f"{_where(option, path)}: unknown URL scheme {name}://; use a local path, file:///PATH, or a URL "
+            "of a filesystem fsspec knows (gs://, s3://, az://, hf://, memory://...)")
 
 
 def is_remote(path: str) -> bool:
-    return "://" in path and not path.startswith("file://")
+    return "://" in path and not path[:len(FILE_URL)].lower() == FILE_URL
 
 
 def filesystem(path: str) -> tuple[fsspec.AbstractFileSystem, str]:
     """(fsspec filesystem, path inside it) for a local path or URL; names the missing package when needed."""
+    name = scheme(path)
+    if name is not None and name not in known_schemes():
+        raise ConfigError(_unknown_scheme(path, name, None))
     try:
         return fsspec.core.url_to_fs(path)
     except (ImportError, ValueError) as exc:
-        scheme = path.split("://", 1)[0]
-        raise UserError(f"{path}: cannot open {scheme}:// paths ({exc}); install the fsspec backend for "
-                        f"{scheme} (e.g. gcsfs for gs://, s3fs for s3://)") from None
+        raise UserError(f"{path}: cannot open {name}:// paths ({exc}); install the fsspec backend for "
+                        f"{name} (e.g. gcsfs for gs://, s3fs for s3://)") from None
 
 
 def join(*parts: str) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
@@ -20,6 +21,8 @@ from transferset.fs import remote
 from transferset.scored import shards
 from transferset.teacher import scoring
 from transferset.teacher.train import trained_max_length
+
+LOG = logging.getLogger("transferset.score")
 
 # Shard metadata a resumed run must share with the shards already written.
 RESUME_KEYS = (schema.META_TEACHER_SHA256, schema.META_LABEL_NAMES, schema.META_HIDDEN_SPEC, schema.META_MAX_LENGTH)
@@ -109,7 +112,8 @@ def check_resumable(path: str, expected: dict[str, Any]) -> None:
     for key in RESUME_KEYS:
         if meta.get(key) != expected.get(key):
             raise UserError(
-                f"--resume: {path} was written with {key} = {meta.get(key)!r}, this run has {expected.get(key)!r}; "
+                f"--resume: {path} was written with {key} = {schema.cut(meta.get(key), 300)}, this run has "
+                f"{schema.cut(expected.get(key), 300)}; "
                 "resume with the same teacher and options, or pass --overwrite to score everything again"
             )
     have, want = meta.get(schema.META_INPUT), expected[schema.META_INPUT]
@@ -125,6 +129,13 @@ def check_resumable(path: str, expected: dict[str, Any]) -> None:
         )
 
 
+def _rows_or_zero(path: str) -> int:
+    try:
+        return transfer.shard_rows(path)
+    except (OSError, pa.ArrowException):  # not a whole Parquet file: nothing to count
+        return 0
+
+
 def prepare_output(job: ScoreJob) -> None:
     """Clear what this run recomputes; called only once every check passed.
 
@@ -132,13 +143,21 @@ def prepare_output(job: ScoreJob) -> None:
     output is emptied (it is not complete, or --overwrite was given).
     """
     out = job.output
+    data_dir = fs.join(out, schema.DATA_DIR)
+    if not job.resume and not fs.exists(fs.join(out, schema.COMPLETE_MARKER)):
+        # A killed run's work is about to go: say how much, and how to keep it (one line).
+        rows = sum(_rows_or_zero(p) for p in shards.committed_shards(data_dir))
+        if rows:
+            LOG.warning("%s: discarding %d row(s) already scored by a run that did not finish (no %s); "
+                        "rerun with --resume to keep them and score only the rest", out, rows,
+                        schema.COMPLETE_MARKER)
     if job.resume:
         fs.delete([fs.join(out, n) for n in (schema.COMPLETE_MARKER, schema.REJECTS_DIR, schema.STATS_FILE)])
-        fs.delete(shards.leftover_tmp_files(fs.join(out, schema.DATA_DIR)))
+        fs.delete(shards.leftover_tmp_files(data_dir))
     else:
         fs.delete([fs.join(out, n) for n in (schema.DATA_DIR, schema.REJECTS_DIR, schema.STATS_FILE,
                                               schema.COMPLETE_MARKER)])
-    fs.makedirs(fs.join(out, schema.DATA_DIR))
+    fs.makedirs(data_dir)
 
 
 # --- the plan -------------------------------------------------------------------------------------
