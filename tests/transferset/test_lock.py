@@ -132,3 +132,16 @@ def test_object_store_lock_is_best_effort_create_if_absent():
 
             lock.acquire(out)
     assert not fs.exists(fs.join(out, schema.LOCK_FILE))
+
+
+def test_a_url_whose_filesystem_has_folders_gets_its_folder(tmp_path, monkeypatch):
+    """fsspec filesystems with real folders (a mounted dir, sftp) need the folder before the lock file."""
+    from fsspec.implementations.dirfs import DirFileSystem
+
+    root = tmp_path / "bucket"
+    root.mkdir()
+    monkeypatch.setattr(fs, "filesystem", lambda path: (DirFileSystem(path=str(root)), path.split("://", 1)[1]))
+    out = "memory://not/yet/there"
+    with output_lock(out):
+        assert (root / "not" / "yet" / "there" / schema.LOCK_FILE).exists()
+    assert not (root / "not" / "yet" / "there").exists()

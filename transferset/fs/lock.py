@@ -309,7 +309,6 @@ def output_lock(out: str, *, command: str = "") -> Iterator[Optional[LockInfo]]:
                 _HELD[key] = (me, _HELD[key][1] - 1, held[2])
         return
 
-    created = False
     if fs.is_remote(out):
         try:
             fs.filesystem(out)
@@ -319,6 +318,9 @@ def output_lock(out: str, *, command: str = "") -> Iterator[Optional[LockInfo]]:
             LOG.warning("%s: not locked (%s); concurrent runs on it are not detected", out, exc)
             yield None
             return
+        # Object stores have no folders (a no-op there); filesystems that do (sftp, a mounted dir) need it.
+        created = not fs.isdir(out)
+        fs.makedirs(out)
     else:
         if os.path.exists(out) and not os.path.isdir(out):
             raise UserError(f"{out} is a file, not a folder: choose another output")
@@ -343,5 +345,10 @@ def output_lock(out: str, *, command: str = "") -> Iterator[Optional[LockInfo]]:
 
 
 def _remove_if_empty(out: str) -> None:
+    if fs.is_remote(out):
+        with contextlib.suppress(OSError, UserError):
+            if fs.isdir(out) and not fs.listdir(out):
+                fs.delete(out)
+        return
     with contextlib.suppress(OSError):
         os.rmdir(out)
