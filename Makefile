@@ -11,7 +11,7 @@ TORCH_PIN := torch==2.13.0
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check $(TORCH_PIN)
-	$(PY) -m pip install --quiet --disable-pip-version-check $(TORCH_PIN) -e '.[models,test]'
+	$(PY) -m pip install --quiet --disable-pip-version-check $(TORCH_PIN) -e '.[models,test,onnx]'
 	touch $(STAMP)
 
 # The import contract (.importlinter, docs/architecture.md) first: an upward import fails fast.

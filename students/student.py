@@ -5,18 +5,24 @@
     out.labels          # ['1', '0']: label names
     out.probabilities   # (2, C) float32, rows sum to 1; column j is out.label_names[j]
 
+    Student.from_pretrained("runs/sst2/onnx/bilstm")  # a `transferset export --format onnx` directory:
+                                                       # an OnnxStudent, the same predict API on onnxruntime
+
 A student directory (`transferset train --output DIR` → DIR/model, or `save_pretrained(dir)`) holds
 the family's files and a small sidecar (transferset.json: family, label names, tokens, model
 settings). The transformer's files are a plain Hugging Face model (config.json, model.safetensors,
 tokenizer): `AutoModelForSequenceClassification.from_pretrained` and `pipeline` load it without
 transferset. Any other Hugging Face sequence-classifier directory (e.g. the fine-tuned teacher)
-loads too, so one `transferset evaluate` compares teacher and students.
+loads too, so one `transferset evaluate` compares teacher and students. So does a directory that
+`transferset export --format onnx` wrote (students/export.py): it runs on onnxruntime, with the
+tokenizer saved beside the graph.
 """
 from __future__ import annotations
 
 import json
 import os
 from dataclasses import asdict, dataclass
+from types import SimpleNamespace
 from typing import Any, Optional, Sequence
 
 import numpy as np
@@ -27,7 +33,7 @@ from students.losses import NO_LABEL
 from students.transformer import load_hf_classifier
 from transferset import __version__, schema
 from transferset.errors import UserError
-from transferset.loading import check_safetensors
+from transferset.loading import check_safetensors, label_names_of, load_tokenizer
 from transferset.timing import ms_per_example
 
 
@@ -40,7 +46,58 @@ class Predictions:
     label_names: list[str]        # (C,) the student's label names, in class-index order
 
 
-class Student:
+# An exported directory (students/export.py): the graph, beside config.json (id2label and this
+# key's entry: family, max_length, inputs, opset) and the tokenizer.
+ONNX_FILE = "model.onnx"
+EXPORT_KEY = "transferset_export"
+
+
+class Predictor:
+    """What every loaded classifier shares: label names, logits in input order, predictions.
+
+    Subclasses give `_batch_logits(texts, texts_b) -> (B, C)` for one batch; rows are length-sorted
+    into batches here (less padding) and returned in input order.
+    """
+
+    label_names: list[str]
+
+    def _batch_logits(self, texts: list[str], texts_b: Optional[list[Optional[str]]]) -> np.ndarray:
+        raise NotImplementedError
+
+    def logits(self, texts: Sequence[str], texts_b: Optional[Sequence[Optional[str]]] = None,
+               batch_size: int = 256) -> np.ndarray:
+        """(N, C) logits; rows are length-sorted into batches and returned in input order."""
+        if isinstance(texts, str):
+            raise TypeError("texts is one str; pass a list of texts (e.g. [text])")
+        if texts_b is not None and len(texts_b) != len(texts):
+            raise ValueError(f"texts_b has {len(texts_b)} rows for {len(texts)} texts; pass one second text "
+                             "(or None) per text")
+        out = np.zeros((len(texts), len(self.label_names)), dtype=np.float32)
+        if len(texts) == 1:  # batch 1 (an online request): nothing to sort or scatter
+            out[:] = self._batch_logits([texts[0]], None if texts_b is None else [texts_b[0]])
+            return out
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        for start in range(0, len(order), batch_size):
+            idx = order[start:start + batch_size]
+            out[idx] = self._batch_logits([texts[i] for i in idx],
+                                          [texts_b[i] for i in idx] if texts_b is not None else None)
+        return out
+
+    def predict_ids(self, texts: Sequence[str], texts_b: Optional[Sequence[Optional[str]]] = None,
+                    batch_size: int = 256) -> np.ndarray:
+        """(N,) class indices (into label_names) of the most probable class: what accuracy compares."""
+        return self.logits(texts, texts_b, batch_size).argmax(-1)
+
+    def predict(self, texts: Sequence[str], texts_b: Optional[Sequence[Optional[str]]] = None,
+                batch_size: int = 256) -> Predictions:
+        """Label names and class probabilities of `texts` (with `texts_b`, sentence pairs)."""
+        logits = self.logits(texts, texts_b, batch_size)                         # (N, C)
+        z = np.exp(logits - logits.max(axis=1, keepdims=True, initial=-np.inf))
+        probabilities = z / z.sum(axis=1, keepdims=True)
+        return Predictions([self.label_names[i] for i in logits.argmax(-1)], probabilities, list(self.label_names))
+
+
+class Student(Predictor):
     """model + tokens + label names + the family that knows its forward pass.
 
     `config` is the model's own config dataclass and `teacher_id` the teacher that scored its
@@ -64,38 +121,16 @@ class Student:
 
     # ------------------------------------------------------------------ predicting
 
-    @torch.inference_mode()
     def logits(self, texts: Sequence[str], texts_b: Optional[Sequence[Optional[str]]] = None,
                batch_size: int = 256) -> np.ndarray:
-        """(N, C) logits; rows are length-sorted into batches and returned in input order."""
-        if isinstance(texts, str):
-            raise TypeError("texts is one str; pass a list of texts (e.g. [text])")
-        if texts_b is not None and len(texts_b) != len(texts):
-            raise ValueError(f"texts_b has {len(texts_b)} rows for {len(texts)} texts; pass one second text "
-                             "(or None) per text")
         self.model.eval()
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        out = np.zeros((len(texts), len(self.label_names)), dtype=np.float32)
-        for start in range(0, len(order), batch_size):
-            idx = order[start:start + batch_size]
-            ids, mask, types = self.tokens.encode([texts[i] for i in idx],
-                                                  [texts_b[i] for i in idx] if texts_b is not None else None)
-            batch = {"ids": ids, "mask": mask, "type_ids": types}
-            out[idx] = self.family.forward(self.model, batch)["logits"].float().numpy()
-        return out
+        return super().logits(texts, texts_b, batch_size)
 
-    def predict_ids(self, texts: Sequence[str], texts_b: Optional[Sequence[Optional[str]]] = None,
-                    batch_size: int = 256) -> np.ndarray:
-        """(N,) class indices (into label_names) of the most probable class: what accuracy compares."""
-        return self.logits(texts, texts_b, batch_size).argmax(-1)
-
-    def predict(self, texts: Sequence[str], texts_b: Optional[Sequence[Optional[str]]] = None,
-                batch_size: int = 256) -> Predictions:
-        """Label names and class probabilities of `texts` (with `texts_b`, sentence pairs)."""
-        logits = self.logits(texts, texts_b, batch_size)                         # (N, C)
-        z = np.exp(logits - logits.max(axis=1, keepdims=True, initial=-np.inf))
-        probabilities = z / z.sum(axis=1, keepdims=True)
-        return Predictions([self.label_names[i] for i in logits.argmax(-1)], probabilities, list(self.label_names))
+    @torch.inference_mode()
+    def _batch_logits(self, texts: list[str], texts_b: Optional[list[Optional[str]]]) -> np.ndarray:
+        ids, mask, types = self.tokens.encode(texts, texts_b)
+        batch = {"ids": ids, "mask": mask, "type_ids": types}
+        return self.family.forward(self.model, batch)["logits"].float().numpy()
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.model.parameters())
@@ -117,15 +152,18 @@ class Student:
             json.dump(sidecar, fh, indent=2)
 
     @classmethod
-    def from_pretrained(cls, path: str, max_length: Optional[int] = None) -> "Student":
+    def from_pretrained(cls, path: str, max_length: Optional[int] = None) -> "Student | OnnxStudent":
         """A student saved by `save_pretrained` or `transferset train` (the run directory or its model/),
         or any Hugging Face sequence-classifier directory (config.json with id2label, safetensors
-        weights, a tokenizer).
+        weights, a tokenizer), or an exported ONNX directory (then an OnnxStudent: the same
+        logits / predict / predict_ids, run by onnxruntime).
 
         `max_length` overrides the tokens per row (default: the student's, or the HF tokenizer's limit).
         """
         inner = os.path.join(path, schema.STUDENT_MODEL_DIR)
         model_dir = inner if os.path.isdir(inner) else path
+        if os.path.isfile(os.path.join(model_dir, ONNX_FILE)):
+            return OnnxStudent.from_dir(model_dir, max_length)
         sidecar_path = os.path.join(model_dir, schema.STUDENT_SIDECAR_FILE)
         if os.path.isfile(sidecar_path):
             with open(sidecar_path, encoding="utf-8") as fh:
@@ -142,8 +180,63 @@ class Student:
             model, tokens, label_names = load_hf_classifier(model_dir, max_length)
             return cls(model, tokens, label_names, HF_FAMILY)
         raise UserError(f"{path}: neither {schema.STUDENT_MODEL_DIR}/{schema.STUDENT_SIDECAR_FILE} nor "
-                        f"{schema.HF_CONFIG_FILE}; pass the --output directory of `transferset train` or a "
-                        "Hugging Face model directory (e.g. the output of `transferset teacher`)")
+                        f"{schema.HF_CONFIG_FILE} nor {ONNX_FILE}; pass the --output directory of `transferset "
+                        "train`, a Hugging Face model directory (e.g. the output of `transferset teacher`) or "
+                        "the --output directory of `transferset export`")
+
+
+class OnnxStudent(Predictor):
+    """A classifier exported by `transferset export --format onnx` (students/export.py), run by onnxruntime.
+
+    Tokenizes as Student does (the saved tokenizer, truncation at the export's max_length, pairs as
+    the tokenizer joins them) and feeds the graph the tokenizer's arrays by name.
+    """
+
+    def __init__(self, session, tokenizer, label_names: Sequence[str], max_length: int, family_name: str):
+        self.session = session
+        self.tokenizer = tokenizer
+        self.label_names = list(label_names)
+        self.max_length = max_length
+        self.family_name = family_name  # the family it was exported from ("bilstm", "transformer", ...)
+        self.input_names = [i.name for i in session.get_inputs()]
+
+    @classmethod
+    def from_dir(cls, model_dir: str, max_length: Optional[int] = None,
+                 threads: Optional[int] = None) -> "OnnxStudent":
+        """Load an exported directory. `threads`: onnxruntime's intra-op threads (None: torch's setting,
+        so one torch.set_num_threads pins both runtimes)."""
+        try:
+            import onnxruntime as ort  # the onnx extra: only exported directories need it
+        except ImportError as exc:
+            raise UserError(f"{model_dir} is an ONNX export: running it needs onnxruntime "
+                            "(pip install 'transferset[onnx]')") from exc
+        config_path = os.path.join(model_dir, schema.HF_CONFIG_FILE)
+        try:
+            with open(config_path, encoding="utf-8") as fh:
+                config = json.load(fh)
+        except (OSError, ValueError) as exc:
+            raise UserError(f"{config_path}: cannot read the export's config ({exc}); export the model again "
+                            "with `transferset export`") from exc
+        info = config.get(EXPORT_KEY) or {}
+        label_names = label_names_of(SimpleNamespace(id2label=config.get("id2label") or {},
+                                                     num_labels=config.get("num_labels")))
+        tokenizer = load_tokenizer(model_dir)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = int(threads or torch.get_num_threads())
+        options.inter_op_num_threads = 1
+        session = ort.InferenceSession(os.path.join(model_dir, ONNX_FILE), options,
+                                       providers=["CPUExecutionProvider"])
+        length = max_length or info.get("max_length") or int(tokenizer.model_max_length)
+        return cls(session, tokenizer, label_names, int(length), str(info.get("family", "onnx")))
+
+    def _batch_logits(self, texts: list[str], texts_b: Optional[list[Optional[str]]]) -> np.ndarray:
+        pairs = None
+        if texts_b is not None and any(t is not None for t in texts_b):
+            pairs = [t or "" for t in texts_b]
+        enc = self.tokenizer(texts, pairs, truncation=True, max_length=self.max_length, padding=True,
+                             return_tensors="np", return_token_type_ids="token_type_ids" in self.input_names)
+        feed = {name: np.asarray(enc[name], dtype=np.int64) for name in self.input_names}
+        return self.session.run(None, feed)[0].astype(np.float32, copy=False)
 
 
 def accuracy(pred: np.ndarray, labels: np.ndarray) -> float:

@@ -1,0 +1,139 @@
+"""`transferset export --format onnx` (students/export.py) and running the export (OnnxStudent): students
+trained in this test run (the BiLSTM, trimmed vocabulary and max-pool; the `tang` BiLSTM; a 2-layer
+transformer) and their tiny teacher (tests/students/shipped.py), on 200 real SST-2 dev rows, alone and
+as sentence pairs."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from shipped import dev_rows, scored, trained
+from students.evaluate import evaluate
+from students.export import export
+from students.student import EXPORT_KEY, ONNX_FILE, OnnxStudent, Student
+from transferset import schema
+from transferset.app.cli import main
+from transferset.errors import UserError
+
+pytest.importorskip("onnxruntime")
+
+MODELS = ("bilstm", "tang", "transformer", "teacher")
+
+
+@pytest.fixture(scope="module")
+def model_dirs(tmp_path_factory, sst2_dir, sst2_dev200):
+    teacher, scored_dir = scored(tmp_path_factory, sst2_dir)
+    out = {name: str(trained(tmp_path_factory, name, scored_dir, sst2_dev200))
+           for name in ("bilstm", "tang", "transformer")}
+    out["teacher"] = teacher
+    return out
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory, model_dirs):
+    """name → the export directory, written by the command line."""
+    root = tmp_path_factory.mktemp("onnx")
+    out = {}
+    for name, path in model_dirs.items():
+        # The tiny teacher truncates at 64 tokens, as a student trained on its scored set does.
+        extra = ["--max-length", "64"] if name == "teacher" else []
+        assert main(["export", "--model", path, "--output", str(root / name), "--format", "onnx", *extra]) == 0
+        out[name] = str(root / name)
+    return out
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_exported_logits_match_pytorch_on_200_sst2_dev_rows(name, model_dirs, exported, sst2_dev200):
+    texts, _ = dev_rows(sst2_dev200, 200)
+    pairs = texts[::-1]  # every row a pair of two real sentences
+    ours = Student.from_pretrained(model_dirs[name], max_length=64 if name == "teacher" else None)
+    onnx = Student.from_pretrained(exported[name])
+    assert isinstance(onnx, OnnxStudent) and onnx.label_names == ours.label_names == ["0", "1"]
+    for texts_b in (None, pairs):
+        ref = ours.logits(texts, texts_b)
+        got = onnx.logits(texts, texts_b, batch_size=64)
+        np.testing.assert_allclose(got, ref, atol=1e-4, rtol=0)
+        assert len(set(np.round(ref[:, 0], 4))) > 20  # not a constant function: a row mix-up would show
+    # Batch 1 (no padding at all) goes through the same graph.
+    np.testing.assert_allclose(onnx.logits(texts[:3], batch_size=1), ours.logits(texts[:3]), atol=1e-4, rtol=0)
+    out = onnx.predict(texts[:50])
+    assert out.labels == ours.predict(texts[:50]).labels
+
+
+@pytest.mark.parametrize("name", ("bilstm", "transformer"))
+def test_evaluate_takes_the_export_and_agrees(name, model_dirs, exported, sst2_dev200, capsys):
+    ref = evaluate(model_dirs[name], sst2_dev200)
+    assert evaluate(exported[name], sst2_dev200) == {**ref, "data": sst2_dev200}
+    assert main(["evaluate", "--model", exported[name], "--data", sst2_dev200, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["accuracy"] == ref["accuracy"]
+
+
+@pytest.mark.parametrize("name", ("bilstm", "transformer", "teacher"))
+def test_the_graph_takes_the_tokenizers_arrays_by_name(name, exported):
+    import onnx
+    from transformers import AutoTokenizer
+
+    d = exported[name]
+    graph = onnx.load(os.path.join(d, ONNX_FILE)).graph
+    emitted = list(AutoTokenizer.from_pretrained(d)(["a film"], return_tensors="np").keys())
+    assert sorted(i.name for i in graph.input) == sorted(emitted) == ["attention_mask", "input_ids", "token_type_ids"]
+    assert [o.name for o in graph.output] == ["logits"]
+    for i in graph.input:  # dynamic batch and length
+        assert [d.dim_param for d in i.type.tensor_type.shape.dim] == ["batch", "sequence"]
+    config = json.loads(open(os.path.join(d, schema.HF_CONFIG_FILE)).read())
+    assert config["id2label"] == {"0": "0", "1": "1"} and config["label2id"] == {"0": 0, "1": 1}
+    info = config[EXPORT_KEY]
+    assert info["format"] == "onnx" and info["opset"] == 17 and info["check_max_abs_diff"] <= 1e-4
+    assert info["max_length"] == 64 and AutoTokenizer.from_pretrained(d).model_max_length == 64
+
+
+SNIPPET = """\
+import json
+import onnxruntime as ort
+from transformers import AutoTokenizer
+
+d = {d!r}                                       # the --output of `transferset export`
+tokenizer = AutoTokenizer.from_pretrained(d)
+id2label = json.load(open(f"{{d}}/config.json"))["id2label"]
+session = ort.InferenceSession(f"{{d}}/model.onnx")
+batch = tokenizer({texts!r}, truncation=True, padding=True, return_tensors="np")
+logits = session.run(None, dict(batch))[0]      # (N, C)
+print([id2label[str(i)] for i in logits.argmax(-1)])
+"""
+
+
+@pytest.mark.parametrize("name", ("bilstm", "transformer"))
+def test_the_readme_snippet_runs_with_onnxruntime_alone(name, model_dirs, exported, sst2_dev_texts, tmp_path):
+    texts = sst2_dev_texts[:20]
+    code = SNIPPET.format(d=exported[name], texts=texts)
+    assert len(code.strip().splitlines()) <= 11
+    check = "\nimport sys\nassert not [m for m in sys.modules if m.split('.')[0] in ('transferset', 'students')]\n"
+    proc = subprocess.run([sys.executable, "-c", code + check], capture_output=True, text=True, cwd=tmp_path,
+                          env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    labels = json.loads(proc.stdout.strip().splitlines()[-1].replace("'", '"'))
+    assert labels == Student.from_pretrained(model_dirs[name]).predict(texts).labels
+
+
+def test_export_refuses_what_it_cannot_write_faithfully(tmp_path, tmp_path_factory, sst2_dir, model_dirs, exported,
+                                                        capsys):
+    # An existing export is kept unless --overwrite.
+    rc = main(["export", "--model", model_dirs["bilstm"], "--output", exported["bilstm"]])
+    assert rc == 1 and "already holds model.onnx; pass --overwrite" in capsys.readouterr().err
+    # An export is not a model to export again.
+    with pytest.raises(UserError, match="already an ONNX export"):
+        export(exported["bilstm"], str(tmp_path / "again"))
+    # Word tokens have no Hugging Face tokenizer to ship beside the graph.
+    from students.build import setup
+    from transferset.config import StudentConfig
+
+    s = setup(StudentConfig(threads=1, tokens="words", model={"embed_dim": 8, "hidden": 8}),
+              scored(tmp_path_factory, sst2_dir)[1])
+    Student.from_setup(s).save_pretrained(str(tmp_path / "words"))
+    with pytest.raises(UserError, match="tokens: words"):
+        export(str(tmp_path / "words"), str(tmp_path / "words_onnx"))
+    assert not (tmp_path / "words_onnx").exists()

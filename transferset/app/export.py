@@ -1,0 +1,37 @@
+"""`transferset export`: a student, or any Hugging Face sequence classifier, as an ONNX directory
+(students/export.py)."""
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Sequence
+
+from students.export import FORMATS, OPSET, export
+
+EPILOG = """examples:
+  transferset export --model runs/sst2/students/bilstm --output runs/sst2/onnx/bilstm --format onnx
+  transferset export --model runs/sst2/teacher --output runs/sst2/onnx/teacher
+
+OUT: model.onnx (inputs named as the tokenizer names its arrays: input_ids, attention_mask,
+token_type_ids where the tokenizer emits them; output logits; dynamic batch and length), the
+tokenizer, and config.json with id2label. `transferset predict` / `evaluate --model OUT` run it on
+onnxruntime; so do onnxruntime and the tokenizer alone (the snippet in students/export.py)."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="`transferset train` output (or its model/), or any Hugging "
+                        "Face sequence-classifier directory (e.g. the teacher), local or a URL")
+    parser.add_argument("--output", required=True, metavar="OUT", help="output directory (local or a URL)")
+    parser.add_argument("--format", default="onnx", choices=FORMATS)
+    parser.add_argument("--opset", type=int, default=OPSET, help="ONNX opset version")
+    parser.add_argument("--max-length", type=int, default=None,
+                        help="tokens per row the saved tokenizer truncates at (default: the student's training "
+                             "max_length; for another Hugging Face model its tokenizer's limit)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing export in OUT")
+
+
+def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
+    result = export(args.model, args.output, format=args.format, opset=args.opset, max_length=args.max_length,
+                    overwrite=args.overwrite)
+    print(json.dumps(result, indent=2))
+    return 0
