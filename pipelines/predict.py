@@ -1,0 +1,187 @@
+"""`transferset predict` on Apache Beam: large inputs, any runner (the app runs small ones in-process).
+
+    inputs ─ReadInputs─┬─▶ KeyById ─▶ Predict (RunInference, keyed) ─▶ ToRows ─▶ WriteParquet | WriteJsonl
+                       └─▶ rejects ─▶ OUT/rejects/*.jsonl
+                                     counts ─▶ Finalize (stats.json, _COMPLETE)
+
+The same shape as `score`: a ModelHandler whose model object has one `predict(texts, texts_b)`
+method, wrapped in KeyedModelHandler so ids travel with rows. The model is loaded by a `loader`
+the caller injects (transferset.app.predict passes students.predict.load_predictor): pipelines
+never import the students. Rows and schema come from transferset.predictions, as in-process.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Sequence
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.ml.inference.base import KeyedModelHandler, ModelHandler, RunInference
+
+from pipelines import runtime as opts
+from transferset import predictions, schema
+from transferset.config import BeamConfig
+from transferset.errors import UserError
+from transferset.predictions import PredictConfig
+from transferset.progress import Progress
+from transferset.sources import Reject, read_source
+
+METRICS_NAMESPACE = "transferset_predict"
+ROWS_READ, ROWS_REJECTED, ROWS_PREDICTED = "rows_read", "rows_rejected", "rows_predicted"
+FIRST_REJECTS = 3  # per input, in stats.json
+
+
+@dataclass(frozen=True)
+class PredictJob:
+    """Everything `build` needs: the model (and how a worker loads it), inputs, output and settings."""
+
+    model: str
+    loader: Callable[[str], Any]  # model path → an object with predict(texts, texts_b, batch_size) and label_names
+    label_names: tuple[str, ...]
+    inputs: tuple[str, ...]
+    output: str
+    cfg: PredictConfig = PredictConfig()
+    total: Optional[int] = None  # rows in the inputs (predictions.count_lines), for progress and the check
+
+
+def counter(name: str):
+    return beam.metrics.Metrics.counter(METRICS_NAMESPACE, name)
+
+
+def _read(spec):
+    read, rejected = counter(ROWS_READ), counter(ROWS_REJECTED)
+    for rec in read_source(spec, opener=FileSystems.open):
+        read.inc()
+        if isinstance(rec, Reject):
+            rejected.inc()
+            yield beam.pvalue.TaggedOutput("rejects", rec)
+        else:
+            yield rec
+
+
+class PredictModelHandler(ModelHandler):
+    """Rows ({text, text_b}) → rows with predicted_label and prob_<name> (transferset.predictions.rows_of)."""
+
+    def __init__(self, model: str, loader: Callable[[str], Any], *, label_names: Sequence[str], pairs: bool,
+                 batch_size: int, large_model: bool = False):
+        super().__init__(min_batch_size=max(1, min(32, batch_size)), max_batch_size=batch_size,
+                         large_model=large_model)
+        self.model, self.loader = model, loader
+        self.label_names, self.pairs, self.batch_size = list(label_names), pairs, batch_size
+
+    def load_model(self):
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # one bar per worker is noise in pipeline logs
+        model = self.loader(self.model)
+        if list(model.label_names) != self.label_names:
+            raise UserError(f"{self.model}: the worker loaded labels {model.label_names}, the launcher "
+                            f"{self.label_names}: the model changed during the run")
+        return model
+
+    def run_inference(self, batch: Sequence[dict], model, inference_args=None) -> list[dict]:
+        texts = [row[schema.TEXT] for row in batch]
+        texts_b = [row.get(schema.TEXT_B) for row in batch] if self.pairs else None
+        out = model.predict(texts, texts_b, batch_size=self.batch_size)
+        return predictions.rows_of(batch, out.labels, out.probabilities, self.label_names, self.pairs)
+
+    def get_num_bytes(self, batch: Sequence[dict]) -> int:
+        return sum(len(r[schema.TEXT]) + len(r.get(schema.TEXT_B) or "") for r in batch)
+
+    def get_metrics_namespace(self) -> str:
+        return METRICS_NAMESPACE
+
+
+class ToRows(beam.DoFn):
+    """(id, row) → the output row, id first; counts rows and reports progress against `total`."""
+
+    def __init__(self, total: Optional[int]):
+        self.total = total
+
+    def setup(self):
+        self.progress = Progress("rows predicted", total=self.total)
+        self.predicted = counter(ROWS_PREDICTED)
+
+    def process(self, element):
+        key, row = element
+        self.predicted.inc()
+        self.progress.update()
+        yield {schema.ID: key, **row}
+
+
+def build(pipeline: beam.Pipeline, job: PredictJob) -> dict:
+    cfg = job.cfg
+    pairs = cfg.text_b_column is not None
+    label_names = list(job.label_names)
+    read = (pipeline
+            | "ListInputs" >> beam.Create([predictions.source_spec(p, cfg) for p in job.inputs])
+            | "ReadInputs" >> beam.FlatMap(_read).with_outputs("rejects", main="examples"))
+    examples, rejects = read.examples, read.rejects
+    handler = KeyedModelHandler(PredictModelHandler(job.model, job.loader, label_names=label_names, pairs=pairs,
+                                                    batch_size=cfg.batch_size))
+    rows = (examples
+            | "SpreadExamples" >> beam.Reshuffle()
+            | "KeyById" >> beam.Map(lambda e: (e.source_id, {schema.TEXT: e.text, schema.TEXT_B: e.text_b}))
+            | "Predict" >> RunInference(handler)
+            | "ToRows" >> beam.ParDo(ToRows(job.total)))
+    data = opts.join(job.output, schema.DATA_DIR, predictions.DATA_PREFIX)
+    if cfg.format == "parquet":
+        written = rows | "WriteParquet" >> beam.io.WriteToParquet(
+            data, predictions.output_schema(label_names, pairs, job.model), codec="zstd", file_name_suffix=".parquet")
+    else:
+        written = (rows
+                   | "RowsToJson" >> beam.Map(predictions.json_line)
+                   | "WriteJsonl" >> beam.io.WriteToText(data, file_name_suffix=".jsonl"))
+    rejects_written = (rejects
+                       | "RejectsToJson" >> beam.Map(lambda r: json.dumps(r.to_dict(), ensure_ascii=False))
+                       | "WriteRejects" >> beam.io.WriteToText(opts.join(job.output, schema.REJECTS_DIR, "rejects"),
+                                                               file_name_suffix=".jsonl"))
+    per_file = ({"predicted": examples | "PredictedByFile" >> beam.Map(lambda e: (e.file, 1)),
+                 "rejected": rejects | "RejectedByFile" >> beam.Map(lambda r: (r.file, 1))}
+                | "GroupByFile" >> beam.CoGroupByKey()
+                | "CountByFile" >> beam.Map(lambda kv: (kv[0], {"predicted": sum(kv[1]["predicted"]),
+                                                               "rejected": sum(kv[1]["rejected"])}))
+                | "ByFileDict" >> beam.combiners.ToDict())
+    samples = (rejects
+               | "RejectByFile" >> beam.Map(lambda r: (r.file, r.to_dict()))
+               | "FirstRejects" >> beam.combiners.Top.PerKey(FIRST_REJECTS, key=lambda d: -d[schema.REJECT_LINE])
+               | "FirstRejectsDict" >> beam.combiners.ToDict())
+    n_predicted = opts.count(rows, "CountPredicted")
+    n_rejected = opts.count(rejects, "CountRejected")
+    counts = {
+        "input_rows": (n_predicted, n_rejected) | "InputRows" >> beam.Flatten() | "SumInput" >> beam.CombineGlobally(sum),
+        "predicted": n_predicted,
+        "rejected": n_rejected,
+        "inputs": per_file,
+        "first_rejects": samples,
+    }
+
+    def check(stats):
+        problems = predictions.reconcile(stats)
+        for path, c in sorted(stats["inputs"].items()):
+            if c["predicted"] == 0 and c["rejected"] > 0:
+                first = [Reject(path, r[schema.REJECT_LINE], "", r[schema.REJECT_REASON])
+                         for r in stats["first_rejects"].get(path, [])]
+                problems.append(predictions.every_row_rejected(path, c["rejected"], first))
+        stats["problems"] = problems
+        return not problems
+
+    static = {"model": job.model, "input_lines": job.total, "format": cfg.format, "label_names": label_names,
+              "pairs": pairs, "runner": "beam"}
+    finished = pipeline | "Finalize" >> opts.Finalize(job.output, counts, wait_on=[written, rejects_written],
+                                                      static=static, check=check)
+    return {"rows": rows, "rejects": rejects, "stats": finished}
+
+
+def run_predict(job: PredictJob, *, beam_cfg: BeamConfig = BeamConfig(), extra: Sequence[str] = (),
+                overwrite: bool = False) -> dict:
+    """Run `job` on Beam; → the stats. Raises UserError when the stats show a problem."""
+    opts.prepare_output(job.output, overwrite=overwrite)
+    with beam.Pipeline(options=opts.pipeline_options(beam_cfg, extra)) as pipeline:
+        build(pipeline, job)
+    stats = opts.read_json_file(opts.join(job.output, schema.STATS_FILE))
+    if stats.get("problems"):
+        raise UserError("\n".join(stats["problems"]) + f"\n(rejected rows with reasons: "
+                        f"{opts.join(job.output, schema.REJECTS_DIR)}/)")
+    return stats

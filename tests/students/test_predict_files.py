@@ -1,0 +1,191 @@
+"""`transferset predict` end to end on real files: every reader format, with a BiLSTM and a transformer
+student trained in this test run (tests/students/shipped.py), their teacher, and an ONNX export; values
+checked against `Student.predict`; in-process and on Beam (FnApiRunner) the same rows."""
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from shipped import dev_rows, scored, trained
+from students.predict import predict_files
+from students.student import Student
+from transferset import predictions, schema
+from transferset.app.cli import main
+from transferset.predictions import PredictConfig
+from transferset.sources import source_id_for
+
+N = 30  # SST-2 dev rows per file
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory, sst2_dir, sst2_dev200):
+    teacher, scored_dir = scored(tmp_path_factory, sst2_dir)
+    out = {name: str(trained(tmp_path_factory, name, scored_dir, sst2_dev200)) for name in ("bilstm", "transformer")}
+    out["teacher"] = teacher
+    return out
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory, sst2_dev200):
+    """The same 30 SST-2 dev sentences as TSV, CSV, JSONL, Parquet and an hf: dataset folder, each (but
+    hf:) with bad rows the readers reject. → ({path: (kept, rejected)}, the sentences)."""
+    texts, labels = dev_rows(sst2_dev200, N)
+    d = tmp_path_factory.mktemp("predict_inputs")
+    tsv = d / "rows.tsv"
+    tsv.write_text("sentence\tlabel\n" + "".join(f"{t}\t{y}\n" for t, y in zip(texts, labels))
+                   + "\n" + "too\tmany\tfields\n", encoding="utf-8")
+    csv = d / "rows.csv"
+    csv.write_text("label,sentence\n" + "".join(f'{y},"{t.replace(chr(34), chr(34) * 2)}"\n' for t, y in zip(texts, labels))
+                   + '1,"an unclosed quote\n', encoding="utf-8")
+    jsonl = d / "rows.jsonl"
+    jsonl.write_text("".join(json.dumps({"sentence": t, "label": y}) + "\n" for t, y in zip(texts, labels))
+                     + "{not json\n" + json.dumps({"sentence": 12345}) + "\n", encoding="utf-8")
+    parquet = d / "rows.parquet"
+    pq.write_table(pa.table({"sentence": texts + ["   "], "label": labels + [0]}), parquet)
+    hf = d / "hf_dataset"
+    hf.mkdir()
+    (hf / "train.jsonl").write_text("".join(json.dumps({"sentence": t}) + "\n" for t in texts), encoding="utf-8")
+    files = {str(tsv): (N, 2), str(csv): (N, 1), str(jsonl): (N, 2), str(parquet): (N, 1), f"hf:{hf}:train": (N, 0)}
+    return files, texts
+
+
+def _read_output(out) -> list[dict]:
+    files = sorted((out / schema.DATA_DIR).iterdir())
+    if files[0].suffix == ".parquet":
+        return [r for f in files for r in pq.read_table(f).to_pylist()]
+    return [json.loads(line) for f in files for line in f.read_text(encoding="utf-8").splitlines()]
+
+
+def _check_against(rows: list[dict], model: Student, texts_b=None):
+    texts = [r[schema.TEXT] for r in rows]
+    ref = model.predict(texts, [r[schema.TEXT_B] for r in rows] if texts_b else None)
+    got = np.array([[r[predictions.prob_column(n)] for n in ref.label_names] for r in rows])
+    np.testing.assert_allclose(got, ref.probabilities, atol=1e-5, rtol=0)
+    assert [r[predictions.PREDICTED_LABEL] for r in rows] == ref.labels
+    assert len(set(np.round(got[:, 0], 4))) > 10  # a row mix-up would show
+
+
+@pytest.mark.parametrize("name", ("bilstm", "transformer"))
+def test_predict_reads_every_format_and_writes_the_students_predictions(name, models, inputs, tmp_path, capsys):
+    files, texts = inputs
+    out = tmp_path / "out"
+    assert main(["predict", "--model", models[name], "--input", *files, "--output", str(out)]) == 0
+    line = capsys.readouterr().out
+    kept, rejected = sum(k for k, _ in files.values()), sum(r for _, r in files.values())
+    assert f"{kept + rejected:,} rows read, {kept:,} predicted, {rejected:,} rejected" in line and "in-process" in line
+    rows = _read_output(out)
+    assert len(rows) == kept and [r[schema.TEXT] for r in rows[:N]] == texts  # in input order
+    assert set(rows[0]) == {"id", "text", "predicted_label", "prob_0", "prob_1"}
+    assert rows[0]["id"] == source_id_for(texts[0], None)
+    _check_against(rows, Student.from_pretrained(models[name]))
+    # Parquet: zstd, float32 probabilities, label names in the metadata.
+    f = next((out / schema.DATA_DIR).iterdir())
+    assert pq.ParquetFile(f).metadata.row_group(0).column(0).compression == "ZSTD"
+    sch = pq.read_schema(f)
+    assert sch.field("prob_1").type == pa.float32()
+    assert json.loads(sch.metadata[schema.META_LABEL_NAMES.encode()]) == ["0", "1"]
+    # Rejects: one line each, with the reason, beside the data; stats reconcile with the lines read.
+    rejects = [json.loads(x) for f in (out / schema.REJECTS_DIR).iterdir() for x in f.read_text().splitlines()]
+    assert len(rejects) == rejected
+    reasons = " | ".join(r[schema.REJECT_REASON] for r in rejects)
+    for why in ("blank line", "expected 2 fields", "unbalanced quote", "invalid JSON", "text must be a string",
+                "empty text"):
+        assert why in reasons
+    stats = json.loads((out / schema.STATS_FILE).read_text())
+    assert stats["input_rows"] == kept + rejected and stats["problems"] == []
+    assert stats["input_lines"] is None  # the hf: dataset's rows are not counted up front
+    assert {p: (c["predicted"], c["rejected"]) for p, c in stats["inputs"].items()} == files
+    assert (out / schema.COMPLETE_MARKER).exists()
+
+
+def test_predict_pairs_as_jsonl_with_the_teacher_and_its_onnx_export(models, tmp_path, sst2_dev200, capsys):
+    texts, _ = dev_rows(sst2_dev200, N)
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("premise\thypothesis\n" + "".join(f"{a}\t{b}\n" for a, b in zip(texts, texts[::-1])))
+    onnx_dir = tmp_path / "onnx"
+    assert main(["export", "--model", models["teacher"], "--output", str(onnx_dir), "--max-length", "64"]) == 0
+    for model in (models["teacher"], str(onnx_dir)):
+        out = tmp_path / ("out_" + model.split("/")[-1])
+        assert main(["predict", "--model", model, "--input", str(pairs), "--output", str(out), "--format", "jsonl",
+                     "--text-column", "premise", "--text-b-column", "hypothesis", "--max-length", "64"]) == 0
+        rows = _read_output(out)
+        assert [(r["text"], r["text_b"]) for r in rows] == list(zip(texts, texts[::-1]))
+        assert rows[0]["id"] == source_id_for(texts[0], texts[-1])
+        assert next((out / schema.DATA_DIR).iterdir()).suffix == ".jsonl"
+        _check_against(rows, Student.from_pretrained(models["teacher"], max_length=64), texts_b=True)
+    capsys.readouterr()
+
+
+def test_beam_writes_the_rows_in_process_writes(models, inputs, tmp_path, capsys):
+    files, _ = inputs
+    paths = [p for p in files if not p.startswith("hf:")]
+    here, there = tmp_path / "here", tmp_path / "there"
+    assert main(["predict", "--model", models["bilstm"], "--input", *paths, "--output", str(here)]) == 0
+    assert main(["predict", "--model", models["bilstm"], "--input", *paths, "--output", str(there),
+                 "--runner", "FnApiRunner", "--batch-size", "16"]) == 0
+    assert "Beam" in capsys.readouterr().out
+    a, b = _read_output(here), _read_output(there)
+    key = lambda r: (r["id"], r["text"])  # noqa: E731 - ids repeat: the files hold the same sentences
+    a, b = sorted(a, key=key), sorted(b, key=key)
+    assert [key(r) for r in a] == [key(r) for r in b] and [r["predicted_label"] for r in a] == \
+        [r["predicted_label"] for r in b]
+    np.testing.assert_allclose([r["prob_1"] for r in a], [r["prob_1"] for r in b], atol=1e-5)
+    s1, s2 = (json.loads((d / schema.STATS_FILE).read_text()) for d in (here, there))
+    assert (s1["input_rows"], s1["predicted"], s1["rejected"]) == (s2["input_rows"], s2["predicted"], s2["rejected"])
+    assert s2["input_lines"] == s2["input_rows"] and s2["runner"] == "beam"
+    assert len(list((there / schema.REJECTS_DIR).iterdir())) >= 1
+
+
+def test_large_inputs_go_to_beam_and_small_ones_stay(models, inputs, tmp_path, capsys):
+    tsv = next(p for p in inputs[0] if p.endswith(".tsv"))
+    assert main(["predict", "--model", models["bilstm"], "--input", tsv, "--output", str(tmp_path / "a"),
+                 "--beam-above", "10"]) == 0
+    assert capsys.readouterr().out.rstrip().endswith("Beam")
+    assert main(["predict", "--model", models["bilstm"], "--input", tsv, "--output", str(tmp_path / "b")]) == 0
+    assert capsys.readouterr().out.rstrip().endswith("in-process")
+
+
+def test_predict_refuses_clearly(models, inputs, tmp_path, capsys):
+    tsv = next(p for p in inputs[0] if p.endswith(".tsv"))
+    out = tmp_path / "out"
+    assert main(["predict", "--model", models["bilstm"], "--input", tsv, "--output", str(out)]) == 0
+    capsys.readouterr()
+    # A complete output is kept unless --overwrite.
+    assert main(["predict", "--model", models["bilstm"], "--input", tsv, "--output", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "already holds complete predictions" in err and "pass --overwrite" in err
+    # A text column the file lacks: every row rejected, said once with the first reasons; no _COMPLETE.
+    bad = tmp_path / "bad"
+    assert main(["predict", "--model", models["bilstm"], "--input", tsv, "--output", str(bad),
+                 "--text-column", "review"]) == 1
+    err = capsys.readouterr().err
+    assert f"every row was rejected ({N + 2} rows)" in err and "missing text column 'review'" in err
+    assert not (bad / schema.COMPLETE_MARKER).exists()
+    # Inputs and settings that cannot work stop before anything is loaded.
+    assert main(["predict", "--model", models["bilstm"], "--input", str(tmp_path / "none.tsv"),
+                 "--output", str(tmp_path / "c")]) == 1
+    assert "no such file" in capsys.readouterr().err
+    assert main(["predict", "--model", models["bilstm"], "--input", tsv, "--output", str(tmp_path / "d"),
+                 "--format", "xml"]) == 2
+    assert "format" in capsys.readouterr().err
+    assert main(["predict", "--model", models["bilstm"], "--input", tsv, "--output", str(tmp_path / "e"),
+                 "--bogus-option", "1"]) == 2
+    assert "unrecognized arguments: --bogus-option 1" in capsys.readouterr().err
+    assert main(["predict", "--model", str(tmp_path), "--input", tsv, "--output", str(tmp_path / "f")]) == 1
+    assert "transferset export" in capsys.readouterr().err
+
+
+def test_predict_files_reports_progress_with_an_eta(models, inputs, tmp_path, monkeypatch):
+    import students.predict
+    from transferset.progress import Progress
+
+    tsv = next(p for p in inputs[0] if p.endswith(".tsv"))
+    lines = []
+    monkeypatch.setattr(students.predict, "Progress",  # a line at every update, into `lines`
+                        lambda *a, **k: Progress(*a, **{**k, "every_s": 0.0, "log": lines.append}))
+    stats = predict_files(Student.from_pretrained(models["bilstm"]), [tsv], str(tmp_path / "o"), PredictConfig(),
+                          total=N + 2, progress=False)
+    assert stats["predicted"] == N and stats["input_lines"] == N + 2
+    assert any(f"of {N + 2} rows" in line and "ETA" in line for line in lines)

@@ -1,0 +1,74 @@
+"""transferset/predictions.py: the rows `transferset predict` writes, its settings, and the row count it
+checks the readers against."""
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from transferset import predictions, schema, typed
+from transferset.errors import ConfigError, UserError
+from transferset.predictions import PredictConfig
+from transferset.sources import Example, SourceSpec, read_source
+
+
+@pytest.mark.parametrize("name, content", [
+    ("a.tsv", "sentence\nfine\n\nlast without newline"),
+    ("b.tsv", "sentence\tlabel\nok\t1\nbad \"quote\t0\ntoo\tmany\tfields\n\n"),
+    ("c.csv", 'sentence\n"multi\nline"\nok\n"open quote\n'),
+    ("d.jsonl", '{"text": "a"}\n\n{broken\n[1]\n{"text": "b"}'),
+    ("e.tsv", "sentence\n"),
+    ("f.tsv", ""),
+    ("g.tsv", "sentence\na bare\rcarriage return\nx\r\n"),
+])
+def test_count_lines_is_the_number_of_rows_the_readers_yield(tmp_path, name, content):
+    path = tmp_path / name
+    path.write_bytes(content.encode("utf-8"))
+    read = list(read_source(SourceSpec(path=str(path), label_column=None)))
+    assert predictions.count_lines(str(path)) == len(read)
+    assert len(read) > 0 or name in ("e.tsv", "f.tsv")  # the files with no rows
+
+
+def test_count_lines_of_parquet_and_hf(tmp_path):
+    path = tmp_path / "x.parquet"
+    pq.write_table(pa.table({"text": ["a", "b", None]}), path)
+    assert predictions.count_lines(str(path)) == 3 == len(list(read_source(SourceSpec(path=str(path), label_column=None))))
+    assert predictions.count_lines("hf:glue:sst2:validation") is None  # not counted (not even loaded)
+
+
+def test_rows_and_schema():
+    examples = [Example("id1", "a film", None, None, "f", 2), Example("id2", "dull", "b", None, "f", 3)]
+    probs = np.array([[0.25, 0.75], [0.9, 0.1]], dtype=np.float32)
+    rows = predictions.rows_of(examples, ["pos", "neg"], probs, ["neg", "pos"], pairs=True)
+    assert rows[1] == {"id": "id2", "text": "dull", "text_b": "b", "predicted_label": "neg",
+                       "prob_neg": pytest.approx(0.9), "prob_pos": pytest.approx(0.1)}
+    sch = predictions.output_schema(["neg", "pos"], pairs=True, model="m")
+    table = pa.Table.from_pylist(rows, schema=sch)
+    assert table.schema.names == ["id", "text", "text_b", "predicted_label", "prob_neg", "prob_pos"]
+    assert table.schema.field("prob_pos").type == pa.float32()
+    assert schema.decode_metadata(sch.metadata)[schema.META_LABEL_NAMES] == ["neg", "pos"]
+    assert json.loads(sch.metadata[predictions.META_MODEL.encode()]) == "m"
+    assert predictions.output_schema(["a", "b"], pairs=False).names == ["id", "text", "predicted_label", "prob_a",
+                                                                        "prob_b"]
+    # On Beam the id travels as the key: dict rows get none.
+    assert "id" not in predictions.rows_of([{"text": "x"}], ["neg"], probs[:1], ["neg", "pos"], pairs=False)[0]
+
+
+def test_settings_are_checked():
+    assert typed.load(PredictConfig, {"format": "jsonl", "beam_above": 5}, "flags") == \
+        PredictConfig(format="jsonl", beam_above=5)
+    for bad, message in (({"format": "xml"}, "format must be one of parquet, jsonl"),
+                         ({"batch_size": 0}, "batch_size must be at least 1"),
+                         ({"threads": 0}, "threads must be at least 1"),
+                         ({"beam": True}, "beam")):
+        with pytest.raises(ConfigError, match=message):
+            typed.load(PredictConfig, bad, "flags")
+    with pytest.raises(UserError, match="repeat a name"):
+        predictions.check_label_names(["a", "a"])
+
+
+def test_reconcile():
+    ok = {"input_rows": 5, "predicted": 3, "rejected": 2, "input_lines": 5}
+    assert predictions.reconcile(ok) == [] and predictions.reconcile({**ok, "input_lines": None}) == []
+    assert predictions.reconcile({**ok, "predicted": 2}) == ["input_rows 5 != predicted 2 + rejected 2"]
