@@ -16,12 +16,12 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import torch
 
+from students.latency import interleaved_latency
+from students.student import Student
 from transferset import fs, schema, transfer
 from transferset.config import DEFAULT_MAX_LENGTH
 from transferset.fs.remote import local_output, local_teacher
-from transferset.loading import load_classifier, load_tokenizer
 from transferset.sources import read_texts
-from transferset.timing import ms_per_example
 
 REPORT = "report.html"
 FIGURES_DIR = "report_files"
@@ -113,18 +113,29 @@ def frontier_plot(rows: list[dict], out_dir: str) -> dict[str, Any]:
     return {"plot": path, "split": split}
 
 
-def teacher_latency(teacher_dir: str, texts: Sequence[str], limit: int = 256) -> dict[str, float]:
-    """CPU ms per example at batch 1 and 64, tokenization included (as the students measure it)."""
-    model = load_classifier(teacher_dir).eval()
-    tok = load_tokenizer(teacher_dir)
-    out = {"parameters": int(sum(p.numel() for p in model.parameters()))}
+REPORT_ROUNDS = 5  # interleaved latency rounds at report time (students.latency); the median is shown
 
-    def predict(chunk: list[str]):
-        with torch.inference_mode():
-            return model(**tok(chunk, padding=True, truncation=True, max_length=DEFAULT_MAX_LENGTH, return_tensors="pt"))
 
-    for bs, n in ((1, min(limit, 64)), (64, limit)):
-        out[f"batch_{bs}"] = ms_per_example(predict, texts, bs, n)
+def model_latency(models: dict[str, str], texts: Sequence[str], rounds: int = REPORT_ROUNDS) -> dict[str, dict]:
+    """{name: {parameters, latency_1, latency_64, spread_1, spread_64}} for model directories (the teacher, students).
+
+    One interleaved measurement over all of them (students.latency.interleaved_latency): CPU ms per
+    example at batch 1 and 64, tokenization included, the median of `rounds` rounds in which every
+    model is timed in turn, so a busy spell of the machine falls on all alike. The teacher truncates
+    at DEFAULT_MAX_LENGTH, each student at its own training max_length.
+    """
+    loaded = {name: Student.from_pretrained(local_teacher(path) if fs.is_remote(path) else path,
+                                            max_length=DEFAULT_MAX_LENGTH if name == "teacher" else None)
+              for name, path in models.items()}
+    result = interleaved_latency({name: m.logits for name, m in loaded.items()}, texts, batch_sizes=(1, 64),
+                                 rounds=rounds)
+    out = {}
+    for name, m in loaded.items():
+        cells = result[name]
+        out[name] = {"parameters": m.num_parameters(),
+                     "latency_1": cells["batch_1"]["median"], "latency_64": cells["batch_64"]["median"],
+                     "spread_1": [cells["batch_1"]["q1"], cells["batch_1"]["q3"]],
+                     "spread_64": [cells["batch_64"]["q1"], cells["batch_64"]["q3"]]}
     return out
 
 
@@ -156,22 +167,30 @@ def write_report(paths: dict, cfg: dict, log=print) -> dict[str, Any]:
     """report.html, results.json and results.md in the run directory (written locally, then uploaded)."""
     run_dir = paths["run_dir"]
     tmetrics = fs.read_json(fs.join(paths["teacher"], schema.METRICS_FILE))
-    tlat = teacher_latency(local_teacher(paths["teacher"]), _dev_texts(paths["dev"]))
+    # Every model timed at report time, interleaved: figures taken at training time, each under its own
+    # machine load, made two identical students differ by 2x.
+    lat = model_latency({"teacher": paths["teacher"], **{f"student:{name}": out for name, out in paths["students"].items()}},
+                        _dev_texts(paths["dev"]))
+    tlat = lat["teacher"]
+    log(f"[report] latency: {torch.get_num_threads()} torch thread(s), median of {REPORT_ROUNDS} interleaved rounds")
     tested = fs.read_json(paths["test_results"])["models"] if paths.get("test_results") else {}
 
     def test_accuracy(name: str) -> Optional[float]:
         return tested[name]["accuracy"] if name in tested else None
 
     rows = [{"name": "teacher", "dev_accuracy": tmetrics["best_dev_accuracy"], "test_accuracy": test_accuracy("teacher"),
-             "agreement": None, "parameters": tlat["parameters"], "latency_1": tlat["batch_1"],
-             "latency_64": tlat["batch_64"]}]
+             "agreement": None, "parameters": tlat["parameters"], "latency_1": tlat["latency_1"],
+             "latency_64": tlat["latency_64"], "latency_spread_1": tlat["spread_1"],
+             "latency_spread_64": tlat["spread_64"]}]
     metrics = {name: fs.read_json(fs.join(out, schema.METRICS_FILE)) for name, out in paths["students"].items()}
     for name, m in metrics.items():
-        lat = m["latency_ms_per_example"]
+        slat = lat[f"student:{name}"]
         rows.append({"name": f"student: {name} ({m['student']}, {m['schedule']})", "dev_accuracy": m["dev_accuracy"],
                      "test_accuracy": test_accuracy(name), "agreement": m.get("teacher_agreement"),
-                     "parameters": m["parameters"], "latency_1": lat["batch_1"], "latency_64": lat["batch_64"],
-                     "speedup_1": tlat["batch_1"] / lat["batch_1"], "speedup_64": tlat["batch_64"] / lat["batch_64"],
+                     "parameters": slat["parameters"], "latency_1": slat["latency_1"], "latency_64": slat["latency_64"],
+                     "latency_spread_1": slat["spread_1"], "latency_spread_64": slat["spread_64"],
+                     "speedup_1": tlat["latency_1"] / slat["latency_1"],
+                     "speedup_64": tlat["latency_64"] / slat["latency_64"],
                      "transfer_rows": m["transfer"]["rows"], "labeled_rows": m["transfer"]["labeled_rows"]})
     stats = {stage: fs.read_json(fs.join(paths[stage], schema.STATS_FILE)) for stage in ("transfer", "scored")
              if fs.exists(fs.join(paths[stage], schema.STATS_FILE))}
