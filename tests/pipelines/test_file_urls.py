@@ -83,6 +83,8 @@ def test_teacher_with_file_urls(tmp_path, monkeypatch):
     (["evaluate", "--model", "m", "--data", "nosuch://x/d.tsv"], "--data"),
     (["inspect", "nosuch://x/o"], "OUT"),
     (["run", "--config", "nosuch://x/c.yaml"], "--config"),
+    (["predict", "--model", "m", "--input", "a.tsv", "--output", "nosuch://x/o"], "--output"),
+    (["export", "--model", "nosuch://x/m", "--output", "o"], "--model"),
 ])
 def test_unknown_scheme_is_one_usage_error_line_for_every_command(argv, option, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
@@ -101,6 +103,9 @@ def test_unknown_scheme_is_one_usage_error_line_for_every_command(argv, option, 
     ("evaluate", ["--model", "file:///m", "--data", "file:///d.tsv"], {"model": "/m", "data": "/d.tsv"}),
     ("run", ["--config", "file:///c.yaml"], {"config": "/c.yaml"}),
     ("inspect", ["file:///o"], {"directory": "/o"}),
+    ("predict", ["--model", "file:///m", "--input", "file:///a.tsv", "file://b.jsonl", "--output", "file:///o"],
+     {"model": "/m", "input": ["/a.tsv", "b.jsonl"], "output": "/o"}),
+    ("export", ["--model", "file:///m", "--output", "file:///o"], {"model": "/m", "output": "/o"}),
 ])
 def test_every_command_sees_local_paths_for_file_urls(name, argv, dests, monkeypatch):
     module, _, _ = cli.build_subparser(name)

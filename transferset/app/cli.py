@@ -42,6 +42,8 @@ PATH_ARGS = {
     "train": ("transfer", "dev", "output", "config", "teacher", "tokenizer"),
     "evaluate": ("model", "data"),
     "run": ("config",),
+    "predict": ("model", "input", "output"),
+    "export": ("model", "output"),
 }
 POSITIONAL_NAMES = {"directory": "OUT"}
 
