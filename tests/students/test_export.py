@@ -137,3 +137,23 @@ def test_export_refuses_what_it_cannot_write_faithfully(tmp_path, tmp_path_facto
     with pytest.raises(UserError, match="tokens: words"):
         export(str(tmp_path / "words"), str(tmp_path / "words_onnx"))
     assert not (tmp_path / "words_onnx").exists()
+
+
+def test_export_from_and_to_a_remote_scheme(model_dirs, exported, tmp_path, monkeypatch):
+    """tsfake:// (tests/fake_remote.py) stands for gs://: the model is copied in, the export uploaded."""
+    import shutil
+
+    import fake_remote
+
+    monkeypatch.setenv("TRANSFERSET_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    fake_remote.use_root(str(tmp_path / "bucket"))
+    shutil.copytree(model_dirs["bilstm"], fake_remote.local(fake_remote.url("bilstm")))
+    out = export(fake_remote.url("bilstm"), fake_remote.url("onnx/bilstm"))
+    assert out["onnx_bytes"] > 0
+    local = fake_remote.local(fake_remote.url("onnx/bilstm"))
+    assert sorted(os.listdir(local)) == sorted(os.listdir(exported["bilstm"]))
+    texts = ["a gripping film", "dull , dull , dull"]
+    np.testing.assert_allclose(Student.from_pretrained(local).logits(texts),
+                               Student.from_pretrained(exported["bilstm"]).logits(texts), atol=1e-6)
+    assert not (tmp_path / "tsfake:").exists()

@@ -2,6 +2,7 @@
 student trained in this test run (tests/students/shipped.py), their teacher, and an ONNX export; values
 checked against `Student.predict`; in-process and on Beam (FnApiRunner) the same rows."""
 import json
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -189,3 +190,27 @@ def test_predict_files_reports_progress_with_an_eta(models, inputs, tmp_path, mo
                           total=N + 2, progress=False)
     assert stats["predicted"] == N and stats["input_lines"] == N + 2
     assert any(f"of {N + 2} rows" in line and "ETA" in line for line in lines)
+
+
+@pytest.mark.parametrize("runner", ([], ["--runner", "FnApiRunner"]))
+def test_model_inputs_and_output_on_a_remote_scheme(runner, models, inputs, tmp_path, monkeypatch, capsys):
+    """tsfake:// (tests/fake_remote.py) stands for gs://: the same rows as from local paths, in-process and on Beam."""
+    import shutil
+
+    import fake_remote
+
+    monkeypatch.setenv("TRANSFERSET_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)  # a URL taken for a local path would show up here as ./tsfake:/
+    fake_remote.use_root(str(tmp_path / "bucket"))
+    tsv = next(p for p in inputs[0] if p.endswith(".tsv"))
+    shutil.copytree(models["bilstm"], fake_remote.local(fake_remote.url("models/bilstm")))
+    shutil.copy(tsv, fake_remote.local(fake_remote.url("in.tsv")))
+    assert main(["predict", "--model", fake_remote.url("models/bilstm"), "--input", fake_remote.url("in.tsv"),
+                 "--output", fake_remote.url("out"), *runner]) == 0
+    assert main(["predict", "--model", models["bilstm"], "--input", tsv, "--output", str(tmp_path / "here")]) == 0
+    capsys.readouterr()
+    remote = Path(fake_remote.local(fake_remote.url("out")))
+    key = lambda r: (r["id"], r["text"])  # noqa: E731
+    assert sorted(_read_output(remote), key=key) == sorted(_read_output(tmp_path / "here"), key=key)
+    assert (remote / schema.COMPLETE_MARKER).exists() and len(list((remote / schema.REJECTS_DIR).iterdir())) == 1
+    assert not (tmp_path / "tsfake:").exists()
