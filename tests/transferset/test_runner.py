@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 
 from transferset import schema, transfer
 from transferset.app.cli import main
-from transferset.errors import UserError
+from transferset.errors import ConfigError, UserError
 from transferset.config import AugmentConfig, RunConfig, ScoreConfig, StudentConfig, TeacherConfig
 from transferset.app.runner import STAGE_FILE, load_config, resolve_data, run_pipeline
 
@@ -194,7 +194,7 @@ def test_demo_config_runs_end_to_end_reduced(sst2_dir, tmp_path, capsys):
 def test_invalid_yaml_is_one_message_on_the_command_line(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text("students: {s: [\n")
-    assert main(["run", "--config", str(bad)]) == 1
+    assert main(["run", "--config", str(bad)]) == 2
     err = capsys.readouterr().err
     assert f"transferset run: error: {bad}: not valid YAML" in err and "Traceback" not in err
 
@@ -236,3 +236,28 @@ def test_a_test_split_is_reported_for_every_model_and_never_reaches_the_transfer
     assert not texts & test_texts
     stats = json.loads((run_dir / "transfer" / schema.STATS_FILE).read_text())
     assert stats["excluded_dropped"] >= 1
+
+
+def test_a_run_dir_owned_by_another_run_is_refused_before_anything_is_written(tmp_path, sst2_dir, capsys):
+    import socket
+    import time as _time
+
+    from transferset.fs.lock import LockInfo
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    owner = LockInfo(host="another-machine", pid=4242, started=_time.time(), command="run", token="t")
+    (run_dir / schema.LOCK_FILE).write_bytes(owner.to_json())
+    assert socket.gethostname() != "another-machine"
+    rc = main(["run", "--config", "configs/demo.yaml", f"run_dir={run_dir}", f"data={sst2_dir}"])
+    err = capsys.readouterr().err
+    assert rc == 1 and f"{run_dir} is in use by pid 4242 on host another-machine" in err
+    assert sorted(p.name for p in run_dir.iterdir()) == [schema.LOCK_FILE]  # no config.yaml, no stage
+
+
+def test_file_urls_and_unknown_schemes_in_a_run_config(tmp_path, sst2_dir):
+    cfg = load_config("configs/demo.yaml", [f"run_dir=file://{tmp_path}/r", f"data=file://{sst2_dir}",
+                                            f"test=file://{sst2_dir}/dev.tsv"])
+    assert (cfg.run_dir, cfg.data, cfg.test) == (f"{tmp_path}/r", str(sst2_dir), f"{sst2_dir}/dev.tsv")
+    with pytest.raises(ConfigError, match="run_dir.*nosuch"):
+        load_config("configs/demo.yaml", ["run_dir=nosuch://bucket/r"])

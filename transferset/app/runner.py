@@ -31,9 +31,10 @@ from transferset import fs, schema, transfer, typed
 from transferset.augment import check_ops
 from transferset.app.report import write_report
 from transferset.config import AugmentConfig, BeamConfig, RunConfig
-from transferset.errors import UserError
+from transferset.errors import ConfigError, UserError
 from transferset.evalset import write_eval_set
 from transferset.fs import remote
+from transferset.fs.lock import output_lock
 from transferset.splits import LABELED_FILE, SPLIT_STATS_FILE, UNLABELED_FILE, VALIDATION_FILE, split_data
 from transferset.teacher.train import train as train_teacher
 
@@ -56,12 +57,12 @@ examples:
 def apply_override(raw: dict, item: str) -> None:
     """`a.b.c=value` (a YAML value) into the raw config mapping."""
     if "=" not in item:
-        raise UserError(f"override {item!r}: expected key=value, e.g. teacher.epochs=1")
+        raise ConfigError(f"override {item!r}: expected key=value, e.g. teacher.epochs=1")
     key, text = item.split("=", 1)
     try:
         value = yaml.safe_load(text) if text else None
     except yaml.YAMLError as exc:
-        raise UserError(f"override {item!r}: the value is not valid YAML: {exc}") from None
+        raise ConfigError(f"override {item!r}: the value is not valid YAML: {exc}") from None
     node = raw
     parts = key.split(".")
     for i, p in enumerate(parts[:-1]):
@@ -69,7 +70,7 @@ def apply_override(raw: dict, item: str) -> None:
             node[p] = {}
         elif not isinstance(node[p], dict):
             where = ".".join(parts[:i + 1])
-            raise UserError(f"override {item!r}: {where} is {node[p]!r}, not a section, so it has no "
+            raise ConfigError(f"override {item!r}: {where} is {node[p]!r}, not a section, so it has no "
                             f"setting {parts[i + 1]!r}; set {where}=VALUE instead")
         node = node[p]
     node[parts[-1]] = value
@@ -82,7 +83,9 @@ def load_config(path: str, overrides: Sequence[str] = ()) -> RunConfig:
         apply_override(raw, item)
     cfg = typed.load(RunConfig, raw, where=path)
     check_ops(cfg.augment, where=f"{path}: augment")
-    return cfg
+    # file:// URLs become local paths here, once; an unknown scheme is a usage error naming the setting.
+    return replace(cfg, run_dir=fs.normalize(cfg.run_dir, "run_dir"),
+                   **{k: fs.normalize(getattr(cfg, k), k) for k in ("data", "test", "teacher_path") if getattr(cfg, k)})
 
 
 @dataclass(frozen=True)
@@ -103,7 +106,7 @@ def resolve_data(data: Optional[str], test: Optional[str] = None) -> DataFiles:
         train, dev = fs.join(data, "train.tsv"), fs.join(data, "dev.tsv")
         for p in (train, dev):
             if not fs.exists(p):
-                raise UserError(f"data={data}: {p} not found (expected a folder with train.tsv and dev.tsv)")
+                raise ConfigError(f"data={data}: {p} not found (expected a folder with train.tsv and dev.tsv)")
         folder_test = fs.join(data, "test.tsv")
         return DataFiles(train, dev, test or (folder_test if fs.exists(folder_test) else None))
     if os.path.exists(os.path.join(SHARED_SST2, "train.tsv")):
@@ -184,11 +187,15 @@ def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=T
     `test` file or the data folder's test.tsv; with `validation`, dev) is scored by every model at the
     end and by nothing else. Both are kept out of the transfer set by the leak guard.
     """
-    run_dir = cfg.run_dir
-    beams = stage_beam(cfg)
     files = resolve_data(cfg.data, cfg.test)
     if cfg.test and not fs.exists(cfg.test):
-        raise UserError(f"test={cfg.test}: no such file")
+        raise ConfigError(f"test={cfg.test}: no such file")
+    with output_lock(cfg.run_dir, command="run"):  # one run at a time owns run_dir
+        return _run_stages(cfg, files, log)
+
+
+def _run_stages(cfg: RunConfig, files: DataFiles, log) -> dict:
+    run_dir, beams = cfg.run_dir, stage_beam(cfg)
     fs.makedirs(run_dir)
     fs.write_text(fs.join(run_dir, "config.yaml"), yaml.safe_dump(typed.to_dict(cfg), sort_keys=False))
     split = cfg.lowres is not None or cfg.unlabeled_rows is not None or cfg.validation is not None

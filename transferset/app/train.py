@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 
 from students.trainer import train
@@ -9,6 +10,7 @@ from transferset import fs, schema, typed
 from transferset.app import flags
 from transferset.config import StudentConfig
 from transferset.errors import UserError
+from transferset.fs.lock import output_lock
 from transferset.fs.remote import local_output
 
 EPILOG = """\
@@ -35,7 +37,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def load_config(args: argparse.Namespace) -> StudentConfig:
     base = typed.read_yaml(args.config, "--config") if args.config else None
-    return flags.from_args(StudentConfig, args, base=base, where=args.config or "command line")
+    cfg = flags.from_args(StudentConfig, args, base=base, where=args.config or "command line")
+    # Paths a --config YAML sets are normalised as the command line's are (file:// URLs, unknown schemes).
+    return dataclasses.replace(cfg, **{k: fs.normalize(getattr(cfg, k), k)
+                                       for k in ("teacher", "tokenizer") if getattr(cfg, k)})
 
 
 def run(args: argparse.Namespace, extra) -> int:
@@ -44,7 +49,7 @@ def run(args: argparse.Namespace, extra) -> int:
     if fs.is_remote(args.output) and fs.exists(fs.join(args.output, schema.STUDENT_MODEL_DIR)) and not args.overwrite:
         raise UserError(f"{fs.join(args.output, schema.STUDENT_MODEL_DIR)} already exists; pass --overwrite "
                         "or choose another --output")
-    with local_output(args.output) as out:
+    with output_lock(args.output, command="train"), local_output(args.output) as out:
         metrics = train(cfg, args.transfer, args.dev, out, overwrite=args.overwrite,
                         progress=not args.no_progress)
     summary = {k: metrics[k] for k in ("student", "schedule", "dev_accuracy", "dev_majority_baseline",
