@@ -23,7 +23,7 @@ from pipelines import runtime as opts
 from transferset import predictions, schema
 from transferset.config import BeamConfig
 from transferset.errors import UserError
-from transferset.predictions import PredictConfig
+from transferset.config import PredictConfig
 from transferset.progress import Progress
 from transferset.sources import Reject, read_source
 

@@ -17,7 +17,7 @@ from students.student import Predictor, Student
 from transferset import fs, predictions, schema
 from transferset.errors import UserError
 from transferset.fs.remote import local_teacher
-from transferset.predictions import PredictConfig
+from transferset.config import PredictConfig
 from transferset.progress import Progress
 from transferset.sources import Example, Reject, read_source
 

@@ -28,6 +28,8 @@ DEFAULT_TEACHER_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 DEFAULT_RUNNER = "FnApiRunner"
 # Tokens per row wherever no setting or recorded value says otherwise (teacher, scoring, students, report).
 DEFAULT_MAX_LENGTH = 128
+DEFAULT_MAX_CHARS = 5000  # longer rows are rejected (augment, predict)
+PREDICTION_FORMATS = ("parquet", "jsonl")  # PredictConfig.format
 POOLINGS = ("cls", "mean")  # ScoreConfig.hidden
 # Named op sequences; `AugmentConfig.recipe` picks one unless `ops` is given. The op names are checked
 # against the registry by transferset.augment.check_ops, which every augment entry point calls.
@@ -75,7 +77,7 @@ class AugmentConfig:
     label_column: str = "label"  # label column of --input files
     text_b_column: Optional[str] = None  # second text column, for sentence pairs
     labels: Optional[Names] = None  # the label set in class order, e.g. neg,pos (None: the first input's labels)
-    max_chars: int = 5000  # reject rows whose text is longer
+    max_chars: int = DEFAULT_MAX_CHARS  # reject rows whose text is longer
     limit: Optional[int] = None  # read only the first N rows of each input
     # augmentation
     recipe: str = "tang"  # tang: mask-or-POS per word, then n-gram (Tang et al. 2019); tinybert: MLM replacement
@@ -272,6 +274,27 @@ class BeamConfig:
 
     def __post_init__(self):
         _at_least(self, workers=1)
+
+
+@with_config(_STRICT)
+@dataclass(frozen=True)
+class PredictConfig:
+    """`transferset predict`'s settings (what is not a path or a one-off switch)."""
+
+    format: str = "parquet"  # parquet (zstd) or jsonl
+    text_column: Optional[str] = None  # text column of the inputs (None: sentence, else text)
+    text_b_column: Optional[str] = None  # second text column: sentence pairs (written as text_b)
+    max_chars: int = DEFAULT_MAX_CHARS  # longer rows are rejected, as augment rejects them
+    batch_size: int = 256  # rows per forward pass
+    max_length: Optional[int] = None  # tokens per row (None: the model's own)
+    threads: Optional[int] = None  # torch and onnxruntime CPU threads (None: torch's setting; per worker on Beam)
+    # inputs of at least this many rows run on Apache Beam, fewer in this process (--beam, --runner or
+    # --workers: Beam whatever the size)
+    beam_above: int = 100_000
+
+    def __post_init__(self):
+        _one_of(self, format=PREDICTION_FORMATS)
+        _at_least(self, batch_size=1, max_chars=1, beam_above=1, max_length=1, threads=1)
 
 
 @with_config(_STRICT)

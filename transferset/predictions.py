@@ -25,48 +25,13 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 import pyarrow as pa
-from pydantic import ConfigDict, with_config
 
 from transferset import fs, schema
 from transferset.errors import UserError
-from transferset.sources import DEFAULT_MAX_CHARS, Example, SourceSpec, detect_format
+from transferset.config import PredictConfig
+from transferset.sources import Example, SourceSpec, detect_format
 
-# Column names of the predictions (schema.ID, TEXT and TEXT_B are the transfer set's own).
-PREDICTED_LABEL = "predicted_label"
-PROB_PREFIX = "prob_"
-META_MODEL = schema.META_PREFIX + "model"  # the --model the predictions came from
-FORMATS = ("parquet", "jsonl")
 DATA_PREFIX = "part"
-
-
-def prob_column(label_name: str) -> str:
-    return PROB_PREFIX + str(label_name)
-
-
-@with_config(ConfigDict(extra="forbid"))
-@dataclass(frozen=True)
-class PredictConfig:
-    """`transferset predict`'s settings (what is not a path or a one-off switch)."""
-
-    format: str = "parquet"  # parquet (zstd) or jsonl
-    text_column: Optional[str] = None  # text column of the inputs (None: sentence, else text)
-    text_b_column: Optional[str] = None  # second text column: sentence pairs (written as text_b)
-    max_chars: int = DEFAULT_MAX_CHARS  # longer rows are rejected, as augment rejects them
-    batch_size: int = 256  # rows per forward pass
-    max_length: Optional[int] = None  # tokens per row (None: the model's own)
-    threads: Optional[int] = None  # torch and onnxruntime CPU threads (None: torch's setting; per worker on Beam)
-    # inputs of at least this many rows run on Apache Beam, fewer in this process (--beam, --runner or
-    # --workers: Beam whatever the size)
-    beam_above: int = 100_000
-
-    def __post_init__(self):
-        # ValueError, as transferset.config's checks raise: typed.load reports it with the setting's name.
-        if self.format not in FORMATS:
-            raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {self.format!r}")
-        for name in ("batch_size", "max_chars", "beam_above", "max_length", "threads"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ValueError(f"{name} must be at least 1, got {value}")
 
 
 def source_spec(path: str, cfg: PredictConfig) -> SourceSpec:
@@ -79,10 +44,10 @@ def output_schema(label_names: Sequence[str], pairs: bool, model: str = "") -> p
     fields = [pa.field(schema.ID, pa.string(), nullable=False), pa.field(schema.TEXT, pa.string(), nullable=False)]
     if pairs:
         fields.append(pa.field(schema.TEXT_B, pa.string()))
-    fields.append(pa.field(PREDICTED_LABEL, pa.string(), nullable=False))
-    fields += [pa.field(prob_column(n), pa.float32(), nullable=False) for n in label_names]
+    fields.append(pa.field(schema.PREDICTED_LABEL, pa.string(), nullable=False))
+    fields += [pa.field(schema.prob_column(n), pa.float32(), nullable=False) for n in label_names]
     return pa.schema(fields, metadata=schema.encode_metadata({schema.META_LABEL_NAMES: list(label_names),
-                                                              META_MODEL: model}))
+                                                              schema.META_MODEL: model}))
 
 
 def check_label_names(label_names: Sequence[str]) -> None:
@@ -97,7 +62,7 @@ def rows_of(examples: Sequence[Any], labels: Sequence[str], probabilities, label
     """Output rows for `examples` and their predictions: an Example gives its id; a dict ({text, text_b},
     on Beam, where the id travels as the key) gives none."""
     out = []
-    columns = [prob_column(n) for n in label_names]
+    columns = [schema.prob_column(n) for n in label_names]
     for i, ex in enumerate(examples):
         if isinstance(ex, Example):
             row = {schema.ID: ex.source_id, schema.TEXT: ex.text}
@@ -107,7 +72,7 @@ def rows_of(examples: Sequence[Any], labels: Sequence[str], probabilities, label
             text_b = ex.get(schema.TEXT_B)
         if pairs:
             row[schema.TEXT_B] = text_b
-        row[PREDICTED_LABEL] = labels[i]
+        row[schema.PREDICTED_LABEL] = labels[i]
         row.update(zip(columns, (float(p) for p in probabilities[i])))
         out.append(row)
     return out

@@ -26,6 +26,11 @@ TEACHER_LOGITS = "teacher_logits"
 TEACHER_HIDDEN = "teacher_hidden"
 TEACHER_HIDDEN_LAYER_PREFIX = "teacher_hidden_l"
 
+# `transferset predict`'s output (with ID, TEXT and TEXT_B): the predicted name and one float32
+# probability column per label name, in class order
+PREDICTED_LABEL = "predicted_label"
+PROB_PREFIX = "prob_"
+
 TRANSFER_COLUMNS = (ID, SOURCE_ID, TEXT, TEXT_B, OPS, LABEL)
 TEACHER_COLUMNS = (TEACHER_LABEL, TEACHER_LOGITS, TEACHER_HIDDEN)
 
@@ -51,6 +56,7 @@ META_MAX_LENGTH = META_PREFIX + "max_length"
 # the scored set's input: {"path", "files", "rows", "fingerprint"} (a digest of its shards' names,
 # sizes and row counts), so --resume refuses a different input before scoring anything
 META_INPUT = META_PREFIX + "input"
+META_MODEL = META_PREFIX + "model"  # predictions: the --model they came from
 
 # --- keys of the META_HIDDEN_SPEC value (what teacher_hidden and teacher_hidden_l{k} hold) ------
 HIDDEN_POOLING = "pooling"              # cls | mean
@@ -75,6 +81,11 @@ CURVES_FILE = "curves.png"           # DIR/curves.png
 HF_CONFIG_FILE = "config.json"       # a Hugging Face model directory's config (id2label, architecture)
 WEIGHTS_FILE = "model.safetensors"   # the weights, in a student's and in a Hugging Face directory
 STUDENT_SIDECAR_FILE = "transferset.json"  # family, label names and tokens of a transferset student
+
+
+def prob_column(label_name: str) -> str:
+    """The predictions' probability column of one class."""
+    return PROB_PREFIX + str(label_name)
 
 
 def hidden_layer_column(layer: int) -> str:

@@ -12,7 +12,7 @@ import pytest
 from pipelines import predict
 from transferset import predictions, schema
 from transferset.errors import UserError
-from transferset.predictions import PredictConfig
+from transferset.config import PredictConfig
 from transferset.sources import source_id_for
 
 Out = namedtuple("Out", "labels probabilities label_names")

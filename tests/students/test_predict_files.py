@@ -14,7 +14,7 @@ from students.predict import predict_files
 from students.student import Student
 from transferset import predictions, schema
 from transferset.app.cli import main
-from transferset.predictions import PredictConfig
+from transferset.config import PredictConfig
 from transferset.sources import source_id_for
 
 N = 30  # SST-2 dev rows per file
@@ -62,9 +62,9 @@ def _read_output(out) -> list[dict]:
 def _check_against(rows: list[dict], model: Student, texts_b=None):
     texts = [r[schema.TEXT] for r in rows]
     ref = model.predict(texts, [r[schema.TEXT_B] for r in rows] if texts_b else None)
-    got = np.array([[r[predictions.prob_column(n)] for n in ref.label_names] for r in rows])
+    got = np.array([[r[schema.prob_column(n)] for n in ref.label_names] for r in rows])
     np.testing.assert_allclose(got, ref.probabilities, atol=1e-5, rtol=0)
-    assert [r[predictions.PREDICTED_LABEL] for r in rows] == ref.labels
+    assert [r[schema.PREDICTED_LABEL] for r in rows] == ref.labels
     assert len(set(np.round(got[:, 0], 4))) > 10  # a row mix-up would show
 
 

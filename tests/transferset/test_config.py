@@ -7,10 +7,10 @@ import pytest
 from transferset import typed
 from transferset.app import flags
 from transferset.errors import ConfigError
-from transferset.config import (AugmentConfig, BeamConfig, RunConfig, ScoreConfig, StudentConfig,
+from transferset.config import (AugmentConfig, BeamConfig, PredictConfig, RunConfig, ScoreConfig, StudentConfig,
                                 TeacherConfig)
 
-STAGES = (AugmentConfig, TeacherConfig, ScoreConfig, StudentConfig, BeamConfig)
+STAGES = (AugmentConfig, TeacherConfig, ScoreConfig, StudentConfig, BeamConfig, PredictConfig)
 
 
 @pytest.mark.parametrize("cls", STAGES, ids=lambda c: c.__name__)

@@ -9,7 +9,7 @@ import pytest
 
 from transferset import predictions, schema, typed
 from transferset.errors import ConfigError, UserError
-from transferset.predictions import PredictConfig
+from transferset.config import PredictConfig
 from transferset.sources import Example, SourceSpec, read_source
 
 
@@ -48,7 +48,7 @@ def test_rows_and_schema():
     assert table.schema.names == ["id", "text", "text_b", "predicted_label", "prob_neg", "prob_pos"]
     assert table.schema.field("prob_pos").type == pa.float32()
     assert schema.decode_metadata(sch.metadata)[schema.META_LABEL_NAMES] == ["neg", "pos"]
-    assert json.loads(sch.metadata[predictions.META_MODEL.encode()]) == "m"
+    assert json.loads(sch.metadata[schema.META_MODEL.encode()]) == "m"
     assert predictions.output_schema(["a", "b"], pairs=False).names == ["id", "text", "predicted_label", "prob_a",
                                                                         "prob_b"]
     # On Beam the id travels as the key: dict rows get none.
@@ -58,7 +58,7 @@ def test_rows_and_schema():
 def test_settings_are_checked():
     assert typed.load(PredictConfig, {"format": "jsonl", "beam_above": 5}, "flags") == \
         PredictConfig(format="jsonl", beam_above=5)
-    for bad, message in (({"format": "xml"}, "format must be one of parquet, jsonl"),
+    for bad, message in (({"format": "xml"}, r"format must be one of \['parquet', 'jsonl'\], got 'xml'"),
                          ({"batch_size": 0}, "batch_size must be at least 1"),
                          ({"threads": 0}, "threads must be at least 1"),
                          ({"beam": True}, "beam")):

@@ -18,7 +18,7 @@ from transferset.app import flags
 from transferset.app.flags import add_runner_arguments
 from transferset.config import BeamConfig
 from transferset.errors import ConfigError, UserError
-from transferset.predictions import PredictConfig
+from transferset.config import PredictConfig
 from transferset.sources import HF_PREFIX, check_readable, detect_format
 
 EPILOG = """examples:
