@@ -10,6 +10,7 @@ import time
 from typing import Mapping, Optional, Sequence
 
 import apache_beam as beam
+from apache_beam.io.filesystem import FileSystem
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
@@ -51,8 +52,6 @@ def pipeline_options(beam_cfg: BeamConfig, extra: Sequence[str] = ()) -> Pipelin
 
 def beam_schemes() -> set[str]:
     """URL schemes Beam's FileSystems can open here (gs, s3, hdfs, azfs... as installed)."""
-    from apache_beam.io.filesystem import FileSystem
-
     return {cls.scheme() for cls in FileSystem.get_all_subclasses() if cls.scheme()}
 
 

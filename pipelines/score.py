@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 from apache_beam.metrics import Metrics
 from apache_beam.ml.inference.base import KeyedModelHandler, ModelHandler, RunInference
+from apache_beam.options.pipeline_options import DirectOptions
 from apache_beam.transforms.window import GlobalWindows
 
 from pipelines import runtime as opts
@@ -125,6 +126,7 @@ class TeacherModelHandler(ModelHandler):
         self.loader = loader
 
     def load_model(self) -> scoring.Teacher:
+        # On the worker, once: the launcher that builds the graph (e.g. for Dataflow) never needs torch.
         import torch
         from transformers.utils import logging as hf_logging
 
@@ -212,8 +214,6 @@ def _sum(pcoll, label: str):
 
 
 def _local_workers(pipeline: beam.Pipeline) -> int:
-    from apache_beam.options.pipeline_options import DirectOptions
-
     return max(1, int(pipeline.options.view_as(DirectOptions).direct_num_workers or 1))
 
 
@@ -280,8 +280,6 @@ def build(pipeline: beam.Pipeline, job: ScoreJob, p: Optional[Plan] = None) -> P
 
 # --- the stage function ----------------------------------------------------------------------------
 def default_threads(options) -> Optional[int]:
-    from apache_beam.options.pipeline_options import DirectOptions
-
     workers = options.view_as(DirectOptions).direct_num_workers or 1
     if workers <= 1:
         return None

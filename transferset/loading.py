@@ -1,5 +1,8 @@
 """Finding and safely loading teacher models.
 
+transformers is imported inside the three loaders: it takes seconds to import, and most callers of this
+module (the weights checks, the URL cache, the score plan on a Beam launcher) never load a model.
+
 Pickle checkpoints (`pytorch_model.bin`, `*.pt`) can run arbitrary code when loaded, and
 `trust_remote_code` runs Python shipped with the model: both are refused unless asked for.
 """
@@ -9,6 +12,8 @@ import hashlib
 import json
 import os
 from typing import Any, Optional, Sequence
+
+from safetensors import safe_open
 
 from transferset.config import DEFAULT_TEACHER_MODEL
 from transferset.errors import UserError
@@ -24,6 +29,8 @@ SAFE_WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
 PICKLE_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.bin", "model.pt", "model.pth")
 # Files whose `auto_map` makes transformers import Python shipped with the model.
 REMOTE_CODE_FILES = ("config.json", "tokenizer_config.json")
+# What a refusal of shipped code tells the user to do, where the command has --trust-remote-code.
+TRUST_REMEDY = "pass --trust-remote-code only if you trust its source"
 
 class TeacherLoadError(UserError, ValueError):
     """A model directory cannot be used as a teacher (missing, unsafe, or inconsistent)."""
@@ -65,8 +72,6 @@ def check_safetensors(path: str) -> int:
     """Number of tensors in a .safetensors file, after safetensors itself has checked that its header
     is whole and that the file holds every tensor's bytes; only the header is read, so this is cheap
     for any model size."""
-    from safetensors import safe_open
-
     try:
         with safe_open(path, framework="pt") as fh:
             return len(list(fh.keys()))
@@ -143,8 +148,10 @@ def find_auto_maps(directory: str) -> dict[str, Any]:
     return found
 
 
-def check_remote_code(path: str, *, trust_remote_code: bool) -> dict[str, Any]:
+def check_remote_code(path: str, *, trust_remote_code: bool, remedy: str = TRUST_REMEDY) -> dict[str, Any]:
     """Refuse a local model directory with any auto_map unless `trust_remote_code`; returns what was found.
+
+    `remedy` ends the message: what the caller can do (a command without --trust-remote-code says so).
 
     transformers only asks for trust_remote_code when the model type is unknown to it: with an
     auto_map next to a built-in model_type (bert) it silently loads the built-in class, so the
@@ -163,49 +170,52 @@ def check_remote_code(path: str, *, trust_remote_code: bool) -> dict[str, Any]:
         also = "".join(f" (also {f}: auto_map {entries(m)})" for f, m in others)
         raise TeacherLoadError(
             f"{first}: the model ships its own Python code (auto_map {entries(auto_map)}){also}, which is "
-            "not run by default, and loading a built-in class in its place would score with another model "
-            "than the one shipped; pass --trust-remote-code only if you trust its source"
+            f"not run by default, and loading a built-in class in its place would run another model than the "
+            f"one shipped; {remedy}"
         )
     return found
 
 
-def _remote_code_refused(path: str, exc: Exception) -> Optional[TeacherLoadError]:
+def _remote_code_refused(path: str, exc: Exception, remedy: str = TRUST_REMEDY) -> Optional[TeacherLoadError]:
     if "trust_remote_code" in str(exc):
-        return TeacherLoadError(f"{path}: the model ships its own Python code, which is not run by default; "
-                                "pass --trust-remote-code only if you trust its source")
+        return TeacherLoadError(f"{path}: the model ships its own Python code, which is not run by default; {remedy}")
     return None
 
 
-def load_config(path: str, *, trust_remote_code: bool = False):
+def load_config(path: str, *, trust_remote_code: bool = False, remedy: str = TRUST_REMEDY):
     from transformers import AutoConfig
 
-    check_remote_code(path, trust_remote_code=trust_remote_code)
+    check_remote_code(path, trust_remote_code=trust_remote_code, remedy=remedy)
     try:
         return AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
     except ValueError as exc:
-        raise (_remote_code_refused(path, exc) or exc) from exc
+        raise (_remote_code_refused(path, exc, remedy) or exc) from exc
 
 
-def load_tokenizer(path: str, *, trust_remote_code: bool = False):
+def load_tokenizer(path: str, *, trust_remote_code: bool = False, remedy: str = TRUST_REMEDY,
+                   local_files_only: bool = False):
     from transformers import AutoTokenizer
 
-    check_remote_code(path, trust_remote_code=trust_remote_code)
+    check_remote_code(path, trust_remote_code=trust_remote_code, remedy=remedy)
     try:
-        return AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+        return AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code,
+                                             local_files_only=local_files_only)
     except ValueError as exc:
-        raise (_remote_code_refused(path, exc) or exc) from exc
+        raise (_remote_code_refused(path, exc, remedy) or exc) from exc
 
 
 def load_classifier(path: str, *, allow_pickle: bool = False, trust_remote_code: bool = False,
-                    num_labels: Optional[int] = None, label_names: Optional[Sequence[str]] = None):
+                    num_labels: Optional[int] = None, label_names: Optional[Sequence[str]] = None,
+                    remedy: str = TRUST_REMEDY):
     """AutoModelForSequenceClassification from a local directory or hub name, safetensors only by default.
 
-    With `label_names`, a new classification head of that size is created (fine-tuning).
+    With `label_names`, a new classification head of that size is created (fine-tuning). `remedy`: what
+    the message refusing shipped code tells the user to do (see check_remote_code).
     """
     from transformers import AutoModelForSequenceClassification
 
     kwargs: dict = {"trust_remote_code": trust_remote_code}
-    check_remote_code(path, trust_remote_code=trust_remote_code)
+    check_remote_code(path, trust_remote_code=trust_remote_code, remedy=remedy)
     if os.path.isdir(path):
         check_weights(path, allow_pickle=allow_pickle)
     if not allow_pickle:
@@ -221,7 +231,7 @@ def load_classifier(path: str, *, allow_pickle: bool = False, trust_remote_code:
     try:
         return AutoModelForSequenceClassification.from_pretrained(path, **kwargs)
     except ValueError as exc:
-        raise (_remote_code_refused(path, exc) or exc) from exc
+        raise (_remote_code_refused(path, exc, remedy) or exc) from exc
     except OSError as exc:
         raise TeacherLoadError(
             f"{path}: cannot load a model ({exc}); pass a local model directory "

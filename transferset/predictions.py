@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from transferset import fs, schema
 from transferset.errors import UserError
@@ -90,8 +91,6 @@ def count_lines(path: str, opener: Callable[[str], Any] = fs.open) -> Optional[i
         return None
     try:
         if fmt == "parquet":
-            import pyarrow.parquet as pq
-
             with opener(path) as fh:
                 return int(pq.ParquetFile(fh).metadata.num_rows)
         n, last = 0, b"\n"

@@ -11,6 +11,8 @@ import sys
 import time
 from typing import Callable, Optional
 
+from tqdm.auto import tqdm
+
 EVERY_S = 30.0  # often enough to show a stage is alive, rare enough to keep a log readable
 
 
@@ -50,8 +52,6 @@ class Progress:
             bar = bool(isatty and isatty())
         self.bar = None
         if bar:
-            from tqdm.auto import tqdm
-
             self.bar = tqdm(total=total, desc=what, unit=unit, file=self.stream)
 
     def line(self, now: Optional[float] = None) -> str:

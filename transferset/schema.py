@@ -6,10 +6,14 @@ through these constants, never through string literals.
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Mapping, Sequence, Union
+from typing import Annotated, Any, Iterable, Mapping, Sequence, Union
 
 import pyarrow as pa
+import pydantic
+from pydantic import Field, StringConstraints, TypeAdapter
+from typing_extensions import NotRequired, TypedDict
 
+from transferset import __version__
 from transferset.errors import UserError
 
 SCHEMA_VERSION = "1"
@@ -139,11 +143,6 @@ def cut(value: Any, limit: int = SHOWN_CHARS) -> str:
 
 def _metadata_types() -> dict[str, Any]:
     """The pydantic type of each known metadata key (strict: "5" is not an int, True is not a number)."""
-    from typing import Annotated
-
-    from pydantic import Field, StringConstraints
-    from typing_extensions import NotRequired, TypedDict
-
     def text(n: int) -> Any:
         return Annotated[str, StringConstraints(max_length=n)]
 
@@ -183,8 +182,6 @@ _ADAPTERS: dict[str, Any] = {}
 
 def _adapter(key: str):
     if not _ADAPTERS:
-        from pydantic import TypeAdapter
-
         _ADAPTERS.update({k: TypeAdapter(tp) for k, tp in _metadata_types().items()})
     return _ADAPTERS.get(key)
 
@@ -211,8 +208,6 @@ def _refuse(where: str, key: str, value: Any, problem: str, writing: bool = Fals
 
 def check_metadata_value(key: str, value: Any, *, where: str, writing: bool = False) -> Any:
     """`value` when it fits the contract for `key` (known keys by type and size), else a SchemaError."""
-    import pydantic
-
     if _depth(value) > MAX_META_DEPTH:
         raise _refuse(where, key, value, f"nested deeper than {MAX_META_DEPTH} levels", writing)
     adapter = _adapter(key)
@@ -263,8 +258,6 @@ def decode_metadata(raw: Mapping[bytes, bytes] | None, *, where: str = "Parquet 
 
 
 def base_metadata(label_names: Sequence[str], **extra: Any) -> dict[str, Any]:
-    from transferset import __version__
-
     meta = {
         META_SCHEMA_VERSION: SCHEMA_VERSION,
         META_LIBRARY_VERSION: __version__,

@@ -16,6 +16,10 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional, Sequence, Union
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from transferset import schema
 from transferset.config import AugmentConfig  # the defaults live there
 from transferset.errors import UserError
 
@@ -49,8 +53,6 @@ class Reject:
     reason: str
 
     def to_dict(self) -> dict:
-        from transferset import schema
-
         return {
             schema.REJECT_FILE: self.file,
             schema.REJECT_LINE: self.line,
@@ -63,8 +65,6 @@ class Reject:
 
         The rejects files keep the whole row; a summary stays small however long a bad line is.
         """
-        from transferset import schema
-
         limit = SAMPLE_RAW_CHARS if max_chars is None else max_chars
         out = self.to_dict()
         if len(self.raw) > limit:
@@ -319,7 +319,6 @@ def _iter_raw_rows(path: str, fmt: str, opener: Opener) -> Iterator[tuple[int, U
                     continue
                 yield line_no, obj
     elif fmt == "parquet":
-        import pyarrow as pa
 
         with opener(path) as fh:
             pf = _parquet_file(path, fh)
@@ -337,7 +336,7 @@ def _iter_raw_rows(path: str, fmt: str, opener: Opener) -> Iterator[tuple[int, U
                     row += 1
                     yield row, rec
     elif fmt == "hf":
-        import datasets
+        import datasets  # seconds to import; only hf: inputs need it
 
         name, config, split = parse_hf_spec(path)
         ds = datasets.load_dataset(name, config, split=split)
@@ -348,8 +347,6 @@ def _iter_raw_rows(path: str, fmt: str, opener: Opener) -> Iterator[tuple[int, U
 
 
 def _parquet_file(path: str, fh):
-    import pyarrow as pa
-    import pyarrow.parquet as pq
 
     try:
         return pq.ParquetFile(fh)
@@ -363,7 +360,6 @@ def _batch_rows(path: str, batch, start: int) -> list[Union[dict, Reject]]:
         return batch.to_pylist()
     except UnicodeDecodeError:
         pass
-    import pyarrow as pa
 
     out: list[Union[dict, Reject]] = []
     for i in range(batch.num_rows):

@@ -134,7 +134,7 @@ def fixed_list_to_numpy(column, dtype=np.float32) -> np.ndarray:
 
 def to_dataset(directory: str, columns: Optional[Sequence[str]] = None):
     """The transfer set as a Hugging Face `datasets.Dataset` (memory-mapped Arrow, not loaded in RAM)."""
-    import datasets
+    import datasets  # seconds to import; only this reader needs it
 
     # `datasets` fails on the empty shards Beam can write, so they are left out.
     files = [p for p in data_files(directory) if shard_rows(p)]

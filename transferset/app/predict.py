@@ -80,7 +80,7 @@ def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
     # and the Beam graph needs its label names for the output schema.
     predictor = load_predictor(args.model, cfg.max_length, cfg.threads)
     if on_beam:
-        from pipelines.predict import PredictJob, run_predict
+        from pipelines.predict import PredictJob, run_predict  # Beam only for inputs that need it
 
         job = PredictJob(model=args.model, label_names=tuple(predictor.label_names), inputs=tuple(args.input),
                          output=args.output, cfg=cfg, total=total,

@@ -12,9 +12,11 @@ import json
 import os
 import posixpath
 import re
+import shutil
 from typing import IO, Any, Iterable, Optional, Sequence
 
 import fsspec
+from fsspec.registry import known_implementations, registry
 
 from transferset.errors import ConfigError, UserError
 
@@ -31,8 +33,6 @@ def scheme(path: str) -> Optional[str]:
 
 def known_schemes() -> set[str]:
     """Schemes fsspec can open here or knows a package for (gs, s3, memory, hf...)."""
-    from fsspec.registry import known_implementations, registry
-
     return set(registry) | set(known_implementations)
 
 
@@ -188,8 +188,6 @@ def write_json(path: str, value: Any, **kwargs: Any) -> None:
 
 def copy_file(src: str, dst: str) -> None:
     """Copy one file between any two filesystems (local ↔ URL), streaming."""
-    import shutil
-
     with open(src, "rb") as fin, open(dst, "wb") as fout:
         shutil.copyfileobj(fin, fout, length=1 << 22)
 
