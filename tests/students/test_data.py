@@ -1,12 +1,18 @@
-"""Evaluation data and the streamed, shuffled training batches."""
+"""Evaluation data, the streamed, shuffled training batches, and counting a set's rows."""
+import re
+import shutil
+
 import pytest
 import torch
 
 from students import data
 from students.losses import TEACHER_LAYERS
 from students.build import setup
+from students.data import count_rows
 from transferset import schema
+from transferset.app.cli import main
 from transferset.config import StudentConfig
+from transferset.errors import UserError
 
 
 @pytest.fixture(scope="module")
@@ -67,3 +73,38 @@ def test_read_eval_data_of_a_scored_set_has_teacher_labels(tiny_scored_dir, tiny
     assert len(got.texts) == 128 and got.texts[0] == tiny_scored["examples"][0].text
     assert got.teacher_labels.tolist() == tiny_scored["logits"].argmax(1).tolist()
     assert (got.labels == -1).sum() == 32
+
+
+def _with_a_shard_written_again(tmp_path, scored_dir, copies: int = 1):
+    """A copy of `scored_dir` with its second shard written again under other names, as two `score` runs
+    into one folder once did."""
+    scored = tmp_path / "scored"
+    shutil.copytree(scored_dir, scored)
+    data = scored / schema.DATA_DIR
+    for i in range(copies):
+        shutil.copy(data / "part-00001.parquet", data / f"part-00001-again{i}.parquet")
+    return scored
+
+
+def test_count_rows_counts_a_set_whose_ids_are_unique(tiny_scored_dir):
+    assert count_rows(tiny_scored_dir) == (128, 96)
+
+
+def test_count_rows_refuses_ids_that_repeat(tmp_path, tiny_scored_dir):
+    scored = _with_a_shard_written_again(tmp_path, tiny_scored_dir, copies=2)
+    with pytest.raises(UserError, match=rf"^{re.escape(str(scored))}: id r\d+ appears 3 times \(64 repeated ids\); "
+                                        "the set was written twice — rescore it into an empty folder$"):
+        count_rows(str(scored))
+
+
+def test_train_refuses_a_scored_set_whose_ids_repeat(tmp_path, tiny_scored_dir, sst2_dev200, capsys):
+    scored = _with_a_shard_written_again(tmp_path, tiny_scored_dir)
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("threads: 1\nembed_init: random\nmodel: {embed_dim: 8, hidden: 8}\n")
+    rc = main(["train", "--transfer", str(scored), "--dev", sst2_dev200, "--output", str(tmp_path / "run"),
+               "--config", str(cfg), "--epochs", "1", "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "Traceback" not in err
+    assert re.search(rf"{re.escape(str(scored))}: id r\d+ appears twice \(64 repeated ids\); the set was written "
+                     "twice — rescore it into an empty folder", err), err
+    assert not (tmp_path / "run" / schema.STUDENT_MODEL_DIR).exists()
