@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch.func import functional_call
 
 from students.data import iter_texts
-from students.family import Batch, Built, Context, model_values
+from students.family import RESAVE, Batch, Built, Context, StudentFileError, model_values
 from students.teacher_files import no_teacher_dir
 from students.tokens import (WordPieceTokens, WordTokens, load_tokens, pca_project, teacher_input_embeddings,
                              teacher_wordpiece, word_vectors_from_wordpiece)
@@ -200,10 +200,26 @@ def save(model_dir: str, model: BiLSTM, tokens) -> dict:
 
 
 def load(model_dir: str, sidecar: dict):
-    """→ (model, tokens, config) of a directory written by `save`."""
+    """→ (model, tokens, config) of a directory written by `save` (`sidecar`: its checked sidecar)."""
     from safetensors.torch import load_file
 
-    config = BiLSTMConfig(**sidecar["model"])
-    model = BiLSTM(config)
-    model.load_state_dict(load_file(os.path.join(model_dir, schema.WEIGHTS_FILE)))
+    where = os.path.join(model_dir, schema.STUDENT_SIDECAR_FILE)
+    settings = sidecar["model"]
+    if not isinstance(settings, dict):
+        raise StudentFileError(f"{where}: model is {schema.cut(settings, 100)}, where a BiLSTM student records its "
+                               f"model settings (an object); {RESAVE}")
+    try:
+        config = BiLSTMConfig(**settings)
+        model = BiLSTM(config)
+    except (TypeError, ValueError) as exc:  # unknown or missing settings, a bad pool / head_act
+        raise StudentFileError(f"{where}: the model settings {schema.cut(settings, 200)} do not fit a BiLSTM "
+                               f"student ({exc}); was it saved by another version of transferset? {RESAVE}") from exc
+    weights = os.path.join(model_dir, schema.WEIGHTS_FILE)
+    if not os.path.isfile(weights):
+        raise StudentFileError(f"{weights}: missing; {RESAVE}")
+    try:
+        model.load_state_dict(load_file(weights))
+    except RuntimeError as exc:  # missing tensors, or shapes other than the settings give
+        raise StudentFileError(f"{weights}: the weights do not fit the settings in {where} "
+                               f"({schema.cut(str(exc), 300)}); {RESAVE}") from exc
     return model, load_tokens(model_dir, sidecar["tokens"]), config

@@ -16,6 +16,29 @@ import torch.nn as nn
 from transferset.config import StudentConfig
 from transferset.errors import UserError
 
+
+class StudentFileError(UserError, ValueError):
+    """A saved student's files (its sidecar, config.json, tokenizer) cannot be read: damaged, or not a student's."""
+
+
+# What to do about a saved student whose files are damaged: its messages end with this.
+RESAVE = "train the student again (`transferset train`), or copy its folder again"
+
+# A JSON value's kind, for messages about a file that holds another kind than it should.
+JSON_KINDS = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number",
+              float: "a number", type(None): "null"}
+
+
+def json_kind(value: Any) -> str:
+    return JSON_KINDS.get(type(value), type(value).__name__)
+
+
+def json_phrase(value: Any) -> str:
+    """"a JSON list", "a JSON string", "JSON null": what a file holds instead of an object."""
+    kind = json_kind(value)
+    return "JSON null" if value is None else kind.replace(" ", " JSON ", 1)
+
+
 Batch = dict  # str → tensor (and the batch's texts), as made by students.data.make_batch
 
 # Parameter groups, bottom-up, as every family's param_groups names them: progressive unfreezing

@@ -29,7 +29,9 @@ import numpy as np
 import torch
 
 from students.build import HF_FAMILY, Family, Setup, family
+from students.family import JSON_KINDS, RESAVE, StudentFileError, json_kind, json_phrase
 from students.losses import NO_LABEL
+from students.teacher_files import NO_CODE_LOAD
 from students.transformer import load_hf_classifier
 from transferset import __version__, schema
 from transferset.errors import UserError
@@ -129,8 +131,11 @@ class Student(Predictor):
     @torch.inference_mode()
     def _batch_logits(self, texts: list[str], texts_b: Optional[list[Optional[str]]]) -> np.ndarray:
         ids, mask, types = self.tokens.encode(texts, texts_b)
-        batch = {"ids": ids, "mask": mask, "type_ids": types}
-        return self.family.forward(self.model, batch)["logits"].float().numpy()
+        # The tokens are made on the CPU; a model moved to an accelerator gets them there, and its
+        # logits come back to the CPU for numpy.
+        device = next(self.model.parameters(), torch.empty(0)).device
+        batch = {"ids": ids.to(device), "mask": mask.to(device), "type_ids": types.to(device)}
+        return self.family.forward(self.model, batch)["logits"].float().detach().cpu().numpy()
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.model.parameters())
@@ -166,13 +171,16 @@ class Student(Predictor):
             return OnnxStudent.from_dir(model_dir, max_length)
         sidecar_path = os.path.join(model_dir, schema.STUDENT_SIDECAR_FILE)
         if os.path.isfile(sidecar_path):
-            with open(sidecar_path, encoding="utf-8") as fh:
-                sidecar = json.load(fh)
-            fam = family(sidecar.get("family"), sidecar_path)
+            sidecar = read_sidecar(sidecar_path)
+            fam = family(sidecar["family"], sidecar_path)
             for name in sorted(os.listdir(model_dir)):
                 if name.endswith(".safetensors"):  # a damaged file: one clear message, not a loader traceback
                     check_safetensors(os.path.join(model_dir, name))
             model, tokens, config = fam.load(model_dir, sidecar)
+            classes = _num_classes(model, config)
+            if classes is not None and classes != len(sidecar["label_names"]):
+                raise StudentFileError(f"{sidecar_path}: {len(sidecar['label_names'])} label names for a model of "
+                                       f"{classes} classes; {RESAVE}")
             if max_length is not None:
                 tokens.max_length = max_length
             return cls(model.eval(), tokens, sidecar["label_names"], fam, config, sidecar.get("teacher_id"))
@@ -183,6 +191,52 @@ class Student(Predictor):
                         f"{schema.HF_CONFIG_FILE} nor {ONNX_FILE}; pass the --output directory of `transferset "
                         "train`, a Hugging Face model directory (e.g. the output of `transferset teacher`) or "
                         "the --output directory of `transferset export`")
+
+
+# A sidecar's entries that loading needs, with their JSON types (the model's settings are checked by its
+# family; a transformer's are null when it was not trained by transferset).
+SIDECAR_KEYS = {"family": (str,), "label_names": (list,), "tokens": (dict,), "model": (dict, type(None))}
+
+
+def read_sidecar(path: str) -> dict:
+    """A student's sidecar (transferset.json), checked for what loading needs; a damaged one is one
+    StudentFileError naming the file, never a KeyError or a JSON traceback from deep in a loader."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            sidecar = json.load(fh)
+    except (OSError, ValueError) as exc:  # ValueError: not JSON, or not UTF-8
+        raise StudentFileError(f"{path}: not a JSON file ({exc}); {RESAVE}") from exc
+    if not isinstance(sidecar, dict):
+        raise StudentFileError(f"{path}: holds {json_phrase(sidecar)}, not an object "
+                               f"({schema.cut(sidecar, 100)}; a student's sidecar holds {', '.join(SIDECAR_KEYS)}); "
+                               f"{RESAVE}")
+    if isinstance(sidecar.get("family"), str):
+        family(sidecar["family"], path)  # first: another family's sidecar (a newer version's) may hold other keys
+    missing = [k for k in SIDECAR_KEYS if k not in sidecar]
+    if missing:
+        raise StudentFileError(f"{path}: lacks {', '.join(repr(k) for k in missing)} (a student's sidecar holds "
+                               f"{', '.join(SIDECAR_KEYS)}); {RESAVE}")
+    for key, kinds in SIDECAR_KEYS.items():
+        if not isinstance(sidecar[key], kinds):
+            raise StudentFileError(f"{path}: {key} is {json_kind(sidecar[key])} ({schema.cut(sidecar[key], 100)}), "
+                                   f"not {' or '.join(JSON_KINDS[k] for k in kinds)}; {RESAVE}")
+    names = sidecar["label_names"]
+    if not names or not all(isinstance(n, str) for n in names):
+        raise StudentFileError(f"{path}: label_names {schema.cut(names, 100)} is not a list of label names; {RESAVE}")
+    tokens = sidecar["tokens"]
+    length = tokens.get("max_length")
+    if not isinstance(tokens.get("kind"), str) or type(length) is not int or length < 1:
+        raise StudentFileError(f"{path}: tokens {schema.cut(tokens, 100)} needs kind (a string) and max_length (a "
+                               f"positive integer); {RESAVE}")
+    return sidecar
+
+
+def _num_classes(model: torch.nn.Module, config: Any) -> Optional[int]:
+    """How many classes a loaded model predicts, where its config says."""
+    if hasattr(config, "num_classes"):
+        return int(config.num_classes)
+    hf = getattr(model, "config", None)
+    return int(hf.num_labels) if hf is not None and hasattr(hf, "num_labels") else None
 
 
 class OnnxStudent(Predictor):
@@ -215,12 +269,18 @@ class OnnxStudent(Predictor):
             with open(config_path, encoding="utf-8") as fh:
                 config = json.load(fh)
         except (OSError, ValueError) as exc:
-            raise UserError(f"{config_path}: cannot read the export's config ({exc}); export the model again "
-                            "with `transferset export`") from exc
+            raise StudentFileError(f"{config_path}: cannot read the export's config ({exc}); export the model "
+                                   "again with `transferset export`") from exc
+        if not isinstance(config, dict):
+            raise StudentFileError(f"{config_path}: holds {json_phrase(config)}, not an object "
+                                   f"({schema.cut(config, 100)}); export the model again with `transferset export`")
         info = config.get(EXPORT_KEY) or {}
+        if not isinstance(info, dict):
+            raise StudentFileError(f"{config_path}: {EXPORT_KEY} is {json_kind(info)}, not an object; export the "
+                                   "model again with `transferset export`")
         label_names = label_names_of(SimpleNamespace(id2label=config.get("id2label") or {},
                                                      num_labels=config.get("num_labels")))
-        tokenizer = load_tokenizer(model_dir)
+        tokenizer = load_tokenizer(model_dir, remedy=NO_CODE_LOAD)
         options = ort.SessionOptions()
         options.intra_op_num_threads = int(threads or torch.get_num_threads())
         options.inter_op_num_threads = 1

@@ -9,7 +9,20 @@ from typing import Any, Optional, Sequence
 from transferset import fs, schema
 from transferset.config import StudentConfig
 from transferset.errors import UserError
-from transferset.loading import load_config, resolve_model
+from transferset.loading import check_remote_code, load_config, resolve_model
+
+# Students have no opt-in to a model's own Python code (StudentConfig has no trust_remote_code field): a
+# directory with an auto_map is refused by transferset.loading's check, and its message ends with these.
+NO_CODE_TRAIN = ("students do not run a model's own code: use a tokenizer and teacher directory without auto_map, "
+                 "or train with `tokens: words` and `embed_init: random`, which read no file of the teacher")
+NO_CODE_PRETRAINED = "students do not run a model's own code: start from a checkpoint without auto_map"
+NO_CODE_LOAD = "students do not run a model's own code: evaluate, predict and export take models without auto_map"
+
+
+def refuse_remote_code(directory: str, remedy: str = NO_CODE_TRAIN) -> None:
+    """Refuse a teacher directory whose files are read without transformers (its weights) when it ships code:
+    its tensors belong to that code, not to the built-in architecture the student assumes."""
+    check_remote_code(directory, trust_remote_code=False, remedy=remedy)
 
 
 def _existing_dir(value: Any, sha256: Optional[str] = None) -> Optional[str]:
@@ -76,7 +89,7 @@ def teacher_depth(meta: dict, teacher: Optional[str]) -> Optional[int]:
     if isinstance(spec, dict) and spec.get(schema.HIDDEN_NUM_LAYERS):
         return int(spec[schema.HIDDEN_NUM_LAYERS])
     if teacher is not None:
-        return int(load_config(teacher).num_hidden_layers)
+        return int(load_config(teacher, remedy=NO_CODE_TRAIN).num_hidden_layers)
     return None
 
 

@@ -21,9 +21,11 @@ from typing import Iterable, Optional, Sequence
 import torch
 
 from students import teacher_files
+from students.family import RESAVE, StudentFileError
 from transferset import schema
 from transferset.config import StudentConfig
 from transferset.errors import UserError
+from transferset.loading import check_remote_code, load_tokenizer
 
 WORDS_FILE = "vocab.json"
 TOKENIZER_DIR = "tokenizer"
@@ -60,11 +62,14 @@ class WordPieceTokens:
         return seen
 
     @classmethod
-    def from_dir(cls, path: str, max_length: int, keep: Optional[Sequence[int]] = None) -> "WordPieceTokens":
-        from transformers import AutoTokenizer
-
+    def from_dir(cls, path: str, max_length: int, keep: Optional[Sequence[int]] = None, *,
+                 remedy: str = teacher_files.NO_CODE_TRAIN) -> "WordPieceTokens":
+        """The tokenizer at `path`, through the safe loader: one that ships Python code (auto_map) is
+        refused, its message ending in `remedy`."""
         try:
-            tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+            tok = load_tokenizer(path, local_files_only=True, remedy=remedy)
+        except UserError:
+            raise
         except (OSError, ValueError) as exc:
             raise UserError(f"cannot load the teacher's tokenizer from {path!r}: {exc}; set `tokenizer: PATH` "
                             "in the --config YAML to a directory holding tokenizer.json or vocab.txt") from exc
@@ -100,11 +105,9 @@ class PretrainedTokens(WordPieceTokens):
     def from_pretrained(cls, path: str, max_length: int, name: Optional[str] = None) -> "PretrainedTokens":
         """The tokenizer of the checkpoint at `path` (a directory or hub name; `name`: how the settings call it),
         through the safe loader (a tokenizer that ships Python code is refused)."""
-        from transferset.loading import load_tokenizer
-
         name = name or path
         try:
-            tok = load_tokenizer(path)
+            tok = load_tokenizer(path, remedy=teacher_files.NO_CODE_PRETRAINED)
         except UserError:
             raise
         except (OSError, ValueError) as exc:
@@ -170,19 +173,32 @@ def teacher_wordpiece(cfg: StudentConfig, meta: dict, max_length: int) -> WordPi
 
 
 def load_tokens(model_dir: str, spec: dict):
+    """The tokens of a saved student (`spec`: its sidecar's checked `tokens` entry)."""
     if spec["kind"] == WordPieceTokens.kind:
-        return WordPieceTokens.from_dir(os.path.join(model_dir, TOKENIZER_DIR), spec["max_length"], spec.get("keep"))
+        path = os.path.join(model_dir, TOKENIZER_DIR)
+        check_remote_code(path, trust_remote_code=False, remedy=teacher_files.NO_CODE_LOAD)
+        try:
+            return WordPieceTokens.from_dir(path, spec["max_length"], spec.get("keep"),
+                                            remedy=teacher_files.NO_CODE_LOAD)
+        except (UserError, ValueError, TypeError, IndexError) as exc:  # TypeError, IndexError: a bad `keep` list
+            raise StudentFileError(f"{path}: cannot load the student's tokenizer ({exc}); {RESAVE}") from exc
     if spec["kind"] == WordTokens.kind:
-        with open(os.path.join(model_dir, WORDS_FILE), encoding="utf-8") as fh:
-            return WordTokens(json.load(fh), spec["max_length"])
-    raise UserError(f"{model_dir}: unknown token kind {spec['kind']!r} in {schema.STUDENT_SIDECAR_FILE} (known: "
-                    f"{WordPieceTokens.kind}, {WordTokens.kind}); was it saved by another version of transferset?")
+        path = os.path.join(model_dir, WORDS_FILE)
+        try:
+            with open(path, encoding="utf-8") as fh:
+                return WordTokens(json.load(fh), spec["max_length"])
+        except (OSError, ValueError, TypeError) as exc:
+            raise StudentFileError(f"{path}: cannot read the student's word vocabulary ({exc}); {RESAVE}") from exc
+    raise StudentFileError(f"{model_dir}: unknown token kind {spec['kind']!r} in {schema.STUDENT_SIDECAR_FILE} "
+                           f"(known: {WordPieceTokens.kind}, {WordTokens.kind}); was it saved by another version of "
+                           "transferset?")
 
 
 def teacher_state(teacher_dir: str) -> dict[str, torch.Tensor]:
     """The teacher's weights (safetensors only: a pickle could run code)."""
     from safetensors.torch import load_file
 
+    teacher_files.refuse_remote_code(teacher_dir)
     path = os.path.join(teacher_dir, schema.WEIGHTS_FILE)
     if not os.path.isfile(path):
         raise UserError(f"{teacher_dir}: no model.safetensors; initialising from the teacher needs its "
@@ -194,6 +210,7 @@ def teacher_input_embeddings(teacher_dir: str) -> torch.Tensor:
     """The teacher's WordPiece input embedding table, (V, H)."""
     from safetensors import safe_open
 
+    teacher_files.refuse_remote_code(teacher_dir)
     path = os.path.join(teacher_dir, schema.WEIGHTS_FILE)
     if not os.path.isfile(path):
         teacher_state(teacher_dir)  # raises the explanatory error

@@ -20,16 +20,21 @@ from __future__ import annotations
 
 import copy
 import inspect
+import json
+import os
 from dataclasses import dataclass, fields
 from typing import Mapping, Optional, Sequence
 
 import torch
 import torch.nn as nn
 
-from students.family import GROUPS, Batch, Built, Context, model_values, projection
-from students.teacher_files import checkpoint, no_teacher_dir, pkd_columns, teacher_depth
+from students.family import GROUPS, Batch, Built, Context, StudentFileError, json_phrase, model_values, projection
+from students.teacher_files import (NO_CODE_LOAD, NO_CODE_PRETRAINED, NO_CODE_TRAIN, checkpoint, no_teacher_dir,
+                                    pkd_columns, teacher_depth)
 from students.tokens import PretrainedTokens, WordPieceTokens, teacher_state, teacher_wordpiece
+from transferset import schema
 from transferset.errors import UserError
+from transferset.loading import check_remote_code
 
 
 @dataclass
@@ -182,7 +187,7 @@ def build(ctx: Context) -> Built:
         raise no_teacher_dir(ctx.meta, "the transformer student (built from the teacher's config.json)", "")
     # The teacher's whole vocabulary (`trim_vocab` does not apply): the saved directory stays a plain HF model.
     tokens = teacher_wordpiece(cfg, ctx.meta, ctx.max_length)
-    tconf = load_config(ctx.teacher_dir)
+    tconf = load_config(ctx.teacher_dir, remedy=NO_CODE_TRAIN)
     fixed = {"teacher_layers": int(tconf.num_hidden_layers)}
     config = TransformerConfig(**model_values({}, cfg, config_fields(), "transformer", fixed))
     try:
@@ -229,7 +234,7 @@ def build_pretrained(ctx: Context) -> Built:
     tokens = PretrainedTokens.from_pretrained(path, ctx.max_length, name)
     try:
         # A fresh head for the task's labels (ignore_mismatched_sizes when the checkpoint has another one).
-        model = load_classifier(path, label_names=ctx.label_names)
+        model = load_classifier(path, label_names=ctx.label_names, remedy=NO_CODE_PRETRAINED)
     except UserError as exc:
         raise UserError(f"model: pretrained {name!r}: {exc}") from exc
     rows = model.get_input_embeddings().num_embeddings
@@ -269,15 +274,60 @@ def save(model_dir: str, model: nn.Module, tokens: WordPieceTokens) -> dict:
     return {"tokens": {"kind": tokens.kind, "max_length": tokens.max_length}}
 
 
+RESAVE_HF = "re-save the model with `save_pretrained`, or copy it again"
+
+
+def check_hf_config(model_dir: str) -> dict:
+    """config.json of a classifier directory, checked before transformers reads it: JSON, an object, no
+    auto_map (transferset.loading's check; students have no opt-in) and a model_type transformers knows.
+    Each mistake is one StudentFileError naming the file, not a ValueError from inside transformers."""
+    import transformers
+    from transformers import CONFIG_MAPPING
+
+    path = os.path.join(model_dir, schema.HF_CONFIG_FILE)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            values = json.load(fh)
+    except (OSError, ValueError) as exc:  # ValueError: not JSON, or not UTF-8
+        raise StudentFileError(f"{path}: not a JSON file ({exc}); {RESAVE_HF}") from exc
+    if not isinstance(values, dict):
+        raise StudentFileError(f"{path}: holds {json_phrase(values)}, not an object ({schema.cut(values, 100)}; a "
+                               f"Hugging Face config.json holds model_type, id2label, ...); {RESAVE_HF}")
+    # Before model_type: a model that ships its own code names a model_type only that code defines.
+    check_remote_code(model_dir, trust_remote_code=False, remedy=NO_CODE_LOAD)
+    model_type = values.get("model_type")
+    if model_type is not None and (not isinstance(model_type, str) or model_type not in CONFIG_MAPPING):
+        raise StudentFileError(f"{path}: model_type {schema.cut(model_type, 100)} is not a model type that "
+                               f"transformers {transformers.__version__} knows; upgrade transformers, or re-save "
+                               "the model with `save_pretrained` as a model type it knows")
+    return values
+
+
 def load_hf_classifier(model_dir: str, max_length: Optional[int] = None):
     """Any Hugging Face sequence-classifier directory → (model, tokens, label names).
 
-    Goes through the teacher's loader: safetensors only, shipped Python code (auto_map) refused.
+    Goes through the teacher's loader: safetensors only, shipped Python code (auto_map) refused, and
+    refused for good (students have no opt-in, see students.teacher_files.NO_CODE_LOAD).
     """
     from transferset.loading import label_names_of, load_classifier, load_tokenizer
 
-    model = load_classifier(model_dir).eval()
-    tokenizer = load_tokenizer(model_dir)
+    check_hf_config(model_dir)
+    try:
+        model = load_classifier(model_dir, remedy=NO_CODE_LOAD).eval()
+    except UserError:
+        raise
+    except ValueError as exc:  # what transformers refuses past the checks above (e.g. no model_type)
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise StudentFileError(f"{os.path.join(model_dir, schema.HF_CONFIG_FILE)}: transformers cannot load a "
+                               f"classifier from it ({first}); {RESAVE_HF}") from exc
+    try:
+        tokenizer = load_tokenizer(model_dir, remedy=NO_CODE_LOAD)
+    except UserError:
+        raise
+    except (OSError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise StudentFileError(f"{model_dir}: cannot load the model's tokenizer ({first}); save it beside the model "
+                               "(`tokenizer.save_pretrained(DIR)`)") from exc
     if max_length is None:
         # A tokenizer without a recorded limit reports a huge model_max_length.
         limit = getattr(model.config, "max_position_embeddings", 512) or 512

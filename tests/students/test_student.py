@@ -166,3 +166,52 @@ def test_from_pretrained_refuses_a_directory_that_is_neither(tmp_path, capsys):
     (tmp_path / schema.STUDENT_SIDECAR_FILE).write_text(json.dumps({"family": "cnn"}))
     assert main(["evaluate", "--model", str(tmp_path), "--data", str(tmp_path)]) == 1
     assert "unknown student family 'cnn'; known: bilstm, transformer" in capsys.readouterr().err
+
+
+class _OnDevice:
+    """Stands in for a tensor on an accelerator: numpy() fails as torch's does until .cpu() brings it back."""
+
+    def __init__(self, tensor, on_cpu=False):
+        self.tensor, self.on_cpu = tensor, on_cpu
+
+    def float(self):
+        return _OnDevice(self.tensor.float(), self.on_cpu)
+
+    def detach(self):
+        return _OnDevice(self.tensor.detach(), self.on_cpu)
+
+    def cpu(self):
+        return _OnDevice(self.tensor, True)
+
+    def numpy(self):
+        if not self.on_cpu:
+            raise TypeError("can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the "
+                            "tensor to host memory first.")
+        return self.tensor.numpy()
+
+
+def _small_bilstm(scored_dir):
+    from students.build import setup as build_setup
+
+    return Student.from_setup(build_setup(StudentConfig(threads=1, embed_init="random",
+                                                        model={"embed_dim": 8, "hidden": 8}), scored_dir))
+
+
+def test_logits_are_brought_back_to_the_cpu(tiny_scored_dir, sst2_dev_texts):
+    import dataclasses
+
+    student = _small_bilstm(tiny_scored_dir)
+    expected = student.logits(sst2_dev_texts[:20])
+    forward = student.family.forward
+    student.family = dataclasses.replace(
+        student.family, forward=lambda model, batch: {k: _OnDevice(v) for k, v in forward(model, batch).items()})
+    assert np.array_equal(student.logits(sst2_dev_texts[:20]), expected)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_student_on_the_gpu_predicts_as_on_the_cpu(tiny_scored_dir, sst2_dev_texts):
+    student = _small_bilstm(tiny_scored_dir)
+    expected = student.logits(sst2_dev_texts)
+    student.model.to("cuda")
+    np.testing.assert_allclose(student.logits(sst2_dev_texts), expected, atol=1e-4)
+    assert student.predict(sst2_dev_texts).labels == [student.label_names[i] for i in expected.argmax(-1)]

@@ -2,6 +2,7 @@
 a traceback: exit 2 for usage errors, 1 for work that cannot be done."""
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -65,3 +66,71 @@ def test_a_working_student_still_evaluates(small_student, sst2_dev200, capsys):
     assert main(["evaluate", "--model", str(small_student), "--data", sst2_dev200, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["rows"] == 200 and 0.0 <= out["accuracy"] <= 1.0
+
+
+def _damaged_copy(tmp_path, model_dir, name: str, text: str):
+    """A copy of `model_dir` whose file `name` holds `text`; → (the copy, that file)."""
+    import shutil
+
+    copy = tmp_path / "model"
+    shutil.copytree(model_dir, copy)
+    target = copy / schema.STUDENT_MODEL_DIR / name if (copy / schema.STUDENT_MODEL_DIR).is_dir() else copy / name
+    target.write_text(text, encoding="utf-8")
+    return copy, target
+
+
+def _sidecar(small_student, **changes) -> str:
+    values = json.loads((small_student / schema.STUDENT_MODEL_DIR / schema.STUDENT_SIDECAR_FILE).read_text())
+    for key, value in changes.items():
+        if value is None:
+            del values[key]
+        else:
+            values[key] = value
+    return json.dumps(values)
+
+
+@pytest.mark.parametrize("content, says", [
+    ("{oops", "not a JSON file"),
+    ("[1, 2]", "a JSON list, not an object"),
+    ('"x"', "a JSON string, not an object"),
+    ("{}", "lacks"),
+    ("label_names", "lacks 'label_names'"),
+    ("tokens", "lacks 'tokens'"),
+    ("model", "lacks 'model'"),
+    ("bad_tokens", "tokens"),
+    ("bad_model", "model settings"),
+])
+def test_a_damaged_sidecar_is_one_clear_message(tmp_path, small_student, sst2_dev200, content, says, capsys):
+    content = {"label_names": _sidecar(small_student, label_names=None),
+               "tokens": _sidecar(small_student, tokens=None),
+               "model": _sidecar(small_student, model=None),
+               "bad_tokens": _sidecar(small_student, tokens={"kind": "words"}),
+               "bad_model": _sidecar(small_student, model={"no_such_setting": 1})}.get(content, content)
+    copy, sidecar = _damaged_copy(tmp_path, small_student, schema.STUDENT_SIDECAR_FILE, content)
+    rc, err = _call(["evaluate", "--model", str(copy), "--data", sst2_dev200], capsys)
+    assert rc == 1 and str(sidecar) in err and says in err, err
+    assert "train the student again" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("content, says", [
+    ("{not json", "not a JSON file"),
+    ("[1, 2]", "a JSON list, not an object"),
+    ("nosuchmodel", "model_type 'nosuchmodel'"),
+])
+def test_a_hugging_face_config_that_cannot_load_is_one_clear_message(tmp_path, tiny_teacher4, sst2_dev200,
+                                                                      content, says, capsys):
+    if content == "nosuchmodel":
+        config = json.loads((Path(tiny_teacher4) / schema.HF_CONFIG_FILE).read_text())
+        content = json.dumps({**config, "model_type": "nosuchmodel"})
+    copy, config_file = _damaged_copy(tmp_path, tiny_teacher4, schema.HF_CONFIG_FILE, content)
+    rc, err = _call(["evaluate", "--model", str(copy), "--data", sst2_dev200], capsys)
+    assert rc == 1 and str(config_file) in err and says in err, err
+    assert "save_pretrained" in err and len(err.strip().splitlines()) == 1
+
+
+def test_an_onnx_export_whose_config_is_not_an_object_is_one_clear_message(tmp_path, sst2_dev200, capsys):
+    pytest.importorskip("onnxruntime")
+    (tmp_path / "model.onnx").write_bytes(b"not a graph")
+    (tmp_path / schema.HF_CONFIG_FILE).write_text("[1, 2]")
+    rc, err = _call(["evaluate", "--model", str(tmp_path), "--data", sst2_dev200], capsys)
+    assert rc == 1 and str(tmp_path / schema.HF_CONFIG_FILE) in err and "not an object" in err, err
