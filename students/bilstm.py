@@ -100,6 +100,13 @@ class BiLSTM(nn.Module):
         Both run on padded tensors: ~1.5× faster on a CPU than a packed sequence, same values.
         """
         B, T, _ = x.shape
+        if not self.training and bool((lengths == T).all()):
+            # No row is padded (always so at batch 1): nn.LSTM's own bidirectional call gives the same
+            # values without the reversal gathers, ~2x faster per call on a CPU. Training keeps the path
+            # below, whose dropout draws between layers are the ones every seed was measured with.
+            out, _ = self.lstm(x)                                                      # (B, T, 2H)
+            H = self.config.hidden
+            return out, torch.cat([out[:, -1, :H], out[:, 0, H:]], dim=-1)             # (B, 2H)
         t = torch.arange(T, device=x.device).unsqueeze(0)                           # (1, T)
         # Reverses positions 0..L-1 of each row, leaves the padding in place; its own inverse.
         rev = torch.where(t < lengths.unsqueeze(1), lengths.unsqueeze(1) - 1 - t, t)  # (B, T)

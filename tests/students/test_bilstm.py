@@ -62,3 +62,23 @@ def test_the_state_dict_is_that_of_a_bidirectional_nn_lstm():
     assert set(model.state_dict()) == ({"embed.weight", "head.weight", "head.bias", "classifier.weight",
                                         "classifier.bias"} | {f"lstm.{k}" for k in reference.state_dict()})
     assert sum(p.numel() for p in model.parameters()) == sum(t.numel() for t in model.state_dict().values())
+
+
+@pytest.mark.parametrize("layers", [1, 2])
+def test_rows_without_padding_take_nn_lstm_own_call_with_the_same_values(layers):
+    """Eval on unpadded rows (batch 1 always) runs self.lstm directly: the padded path's values exactly."""
+    torch.manual_seed(0)
+    # no dropout: the training-mode check below compares values, not dropout draws
+    model = bilstm.BiLSTM(bilstm.BiLSTMConfig(vocab_size=40, embed_dim=8, hidden=6, layers=layers, dropout=0.0)).eval()
+    x = torch.randn(3, 5, 8)
+    full = torch.tensor([5, 5, 5])
+    padded = torch.cat([x, torch.full((3, 2, 8), 7.0)], dim=1)  # two padding steps: the general path
+    with torch.no_grad():
+        out, last = model.encode(x, full)
+        ref_out, ref_last = model.encode(padded, full)
+    torch.testing.assert_close(out, ref_out[:, :5], atol=1e-6, rtol=0)
+    torch.testing.assert_close(last, ref_last, atol=1e-6, rtol=0)
+    # Training keeps the general path (its dropout draws between layers): the same values here.
+    model.train()
+    with torch.no_grad():
+        torch.testing.assert_close(model.encode(x, full)[1], ref_last, atol=1e-6, rtol=0)
