@@ -48,18 +48,6 @@ class Scores:
         return self.logits.argmax(axis=1).astype(np.int32)  # (N,)
 
 
-def parse_layers(spec: str | Sequence[int]) -> list[int]:
-    """'-1,3' -> [-1, 3]. The last layer (-1) always feeds `teacher_hidden`; others add columns."""
-    if isinstance(spec, str):
-        try:
-            layers = [int(p) for p in spec.split(",") if p.strip()]
-        except ValueError:
-            raise UserError(f"--layers {spec!r}: expected comma-separated integers such as -1 or -1,3") from None
-    else:
-        layers = [int(k) for k in spec]
-    return layers or [-1]
-
-
 def normalize_layers(layers: Sequence[int], num_hidden_layers: int) -> list[int]:
     """Map negative layer indices to 0..L (0 = embeddings, L = last layer); refuse out-of-range ones.
 
@@ -73,32 +61,6 @@ def normalize_layers(layers: Sequence[int], num_hidden_layers: int) -> list[int]
                             f"(use 0..{num_hidden_layers}, or -1 for the last)")
         if idx not in out:
             out.append(idx)
-    return out
-
-
-def pad_batch(features: Sequence[dict[str, list[int]]], pad_values: dict[str, int], padding_side: str = "right"):
-    """Pad token-id lists to the longest in this batch; returns torch tensors (B, T)."""
-    import torch
-
-    longest = max(len(f["input_ids"]) for f in features)
-    out = {}
-    for key in features[0]:
-        arr = np.full((len(features), longest), pad_values.get(key, 0), dtype=np.int64)
-        for i, f in enumerate(features):
-            seq = f[key]
-            if padding_side == "left":
-                arr[i, longest - len(seq):] = seq
-            else:
-                arr[i, :len(seq)] = seq
-        out[key] = torch.from_numpy(arr)
-    mask = np.zeros((len(features), longest), dtype=np.int64)
-    for i, f in enumerate(features):
-        n = len(f["input_ids"])
-        if padding_side == "left":
-            mask[i, longest - n:] = 1
-        else:
-            mask[i, :n] = 1
-    out["attention_mask"] = torch.from_numpy(mask)
     return out
 
 
@@ -153,10 +115,6 @@ class Teacher:
         self.forward_rows = int(rows if forward_rows is None else forward_rows)
         self.forward_tokens = int(tokens if forward_tokens is None else forward_tokens)
         self._sha256 = sha256
-        self._pad_values = {
-            "input_ids": tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0,
-            "token_type_ids": getattr(tokenizer, "pad_token_type_id", 0) or 0,
-        }
         self._model_inputs = set(getattr(tokenizer, "model_input_names", ["input_ids", "attention_mask"]))
 
     # --- construction ---------------------------------------------------------------
@@ -262,7 +220,12 @@ class Teacher:
 
     def _forward_padded(self, feats: Sequence[dict]):
         """The model's own forward on one batch padded to its longest row; same return as _forward_packed."""
-        batch = pad_batch(feats, self._pad_values, getattr(self.tokenizer, "padding_side", "right"))
+        from transformers.data.data_collator import pad_without_fast_tokenizer_warning
+
+        # Tokenized once, sorted by length, then padded per batch: the warning that calling the
+        # fast tokenizer on the texts would be faster does not apply.
+        batch = pad_without_fast_tokenizer_warning(self.tokenizer, list(feats), padding=True,
+                                                   return_attention_mask=True, return_tensors="pt")
         if self.device.type != "cpu":
             batch = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
         out = self.model(**batch, output_hidden_states=True, return_dict=True)

@@ -8,10 +8,11 @@ import pytest
 from transferset.app import cli
 from transferset.errors import UserError
 import builders as testing
-from transferset import loading
+from transferset import loading, progress
+from transferset.schema import METRICS_FILE
 from transferset.teacher import scoring
 from transferset.config import TeacherConfig
-from transferset.teacher.train import METRICS_FILE, train
+from transferset.teacher.train import total_steps, train, training_arguments
 
 POSITIVE = ["great", "brilliant", "best", "love", "funny"]
 NEGATIVE = ["awful", "terrible", "worst", "hate", "boring"]
@@ -49,11 +50,15 @@ def trained(tmp_path_factory):
     dev_tsv = _write_tsv(tmp / "dev.tsv", _rows(40, 1), extra_lines=["\t1", "great film\t7"])
     cfg = TeacherConfig(model=base, epochs=5, lr=1e-2, batch_size=16, max_length=32, seed=0, progress=False)
     out = str(tmp / "teacher")
-    return (cfg, out), train(cfg, train=train_tsv, dev=dev_tsv, output=out, log=lambda msg: None)
+    messages = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(progress, "EVERY_S", 0.0)  # a progress line after every step instead of every 30 s
+        metrics = train(cfg, train=train_tsv, dev=dev_tsv, output=out, log=messages.append)
+    return (cfg, out), metrics, {"train": train_tsv, "dev": dev_tsv, "messages": messages}
 
 
 def test_fine_tuning_learns_and_keeps_best_checkpoint(trained):
-    (cfg, output), metrics = trained
+    (cfg, output), metrics, _ = trained
     history = metrics["history"]
     assert [h["epoch"] for h in history] == [1, 2, 3, 4, 5]
     assert [h["step"] for h in history] == [6, 12, 18, 24, 30]  # 96 rows / batch 16
@@ -72,7 +77,7 @@ def test_fine_tuning_learns_and_keeps_best_checkpoint(trained):
 
 
 def test_saved_directory_is_a_safe_teacher(trained):
-    (cfg, output), metrics = trained
+    (cfg, output), metrics, _ = trained
     names = set(os.listdir(output))
     assert {"config.json", "model.safetensors", "tokenizer_config.json", METRICS_FILE} <= names
     assert not any(n.endswith(".bin") for n in names)
@@ -84,7 +89,7 @@ def test_saved_directory_is_a_safe_teacher(trained):
 
 
 def test_rejected_rows_are_reported(trained):
-    (cfg, output), metrics = trained
+    (cfg, output), metrics, _ = trained
     assert metrics["rejected"] == {"train": 0, "dev": 2}
     assert metrics["dev_rows"] == 40 and metrics["train_rows"] == 96
     with open(os.path.join(output, "rejects", "dev.jsonl")) as fh:
@@ -94,7 +99,7 @@ def test_rejected_rows_are_reported(trained):
 
 
 def test_existing_output_refused(trained):
-    (cfg, output), _ = trained
+    (cfg, output), _, _ = trained
     with pytest.raises(UserError, match="already holds a model.*--overwrite"):
         train(cfg, train="unused.tsv", dev="unused.tsv", output=output, log=lambda msg: None)
 
@@ -132,21 +137,45 @@ def test_teacher_help(capsys):
     assert loading.DEFAULT_MODEL in text
 
 
-def test_length_bucketed_batches_cover_every_row_once_and_pad_little():
-    import random
+def test_metrics_record_the_input_files(trained):
+    _, metrics, inputs = trained
+    assert metrics["train"] == inputs["train"]
+    assert metrics["dev"] == inputs["dev"]  # once overwritten by the last epoch's {accuracy, loss}
 
-    import torch
 
-    from transferset.teacher.train import length_bucketed_batches
+def test_output_holds_no_trainer_checkpoints(trained):
+    (_, output), _, _ = trained
+    names = set(os.listdir(output))
+    assert names == {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+                     METRICS_FILE, "rejects"}
 
-    rng = random.Random(0)
-    lengths = [rng.randint(2, 60) for _ in range(1000)]
-    batches = length_bucketed_batches(lengths, 32, torch.Generator().manual_seed(0))
-    flat = [i for b in batches for i in b]
-    assert sorted(flat) == list(range(1000)) and all(len(b) <= 32 for b in batches)
-    padded = sum(max(lengths[i] for i in b) * len(b) for b in batches)
-    shuffled = torch.randperm(1000, generator=torch.Generator().manual_seed(0)).tolist()
-    plain = sum(max(lengths[i] for i in shuffled[k:k + 32]) * len(shuffled[k:k + 32]) for k in range(0, 1000, 32))
-    assert padded < 0.75 * plain  # a random order would pad far more
-    again = length_bucketed_batches(lengths, 32, torch.Generator().manual_seed(1))
-    assert again != batches  # another epoch (another generator state) mixes the rows differently
+
+def test_progress_lines_and_epoch_lines_off_a_terminal(trained):
+    _, metrics, inputs = trained
+    lines = [m for m in inputs["messages"] if m.startswith("[transferset] fine-tuning: ")]
+    assert [m.split(": ")[1].split(" steps")[0] for m in lines] == [f"{k} of 30" for k in range(1, 31)]
+    assert "ETA" in lines[0] and "/s, " in lines[0]
+    epochs = [m for m in inputs["messages"] if m.startswith("epoch ")]
+    assert len(epochs) == 5
+    first = metrics["history"][0]
+    assert epochs[0].startswith(f"epoch 1: train loss {first['train_loss']:.4f}, "
+                                f"dev accuracy {first['dev_accuracy']:.4f}")
+    assert sum("(best so far)" in m for m in epochs) >= 1
+
+
+def test_every_setting_reaches_the_trainer(tmp_path):
+    cfg = TeacherConfig(epochs=3, lr=2e-5, batch_size=8, warmup=0.25, weight_decay=0.05, seed=7, eval_batch_size=64)
+    steps = total_steps(cfg, 100)
+    assert steps == 13 * 3  # ceil(100 / 8) per epoch
+    args = training_arguments(cfg, str(tmp_path), steps)
+    assert (args.num_train_epochs, args.max_steps, args.learning_rate) == (3, 39, 2e-5)
+    assert (args.per_device_train_batch_size, args.per_device_eval_batch_size) == (8, 64)
+    assert (args.warmup_steps, args.weight_decay, args.seed) == (9, 0.05, 7)  # int(0.25 * 39)
+    assert args.train_sampling_strategy == "group_by_length"
+    assert args.load_best_model_at_end and args.metric_for_best_model == "accuracy" and args.greater_is_better
+    assert args.report_to == [] and args.output_dir == str(tmp_path)
+    # max_steps cuts the epochs short but never adds any: the Trainer alone would train on to reach it
+    assert total_steps(TeacherConfig(epochs=3, batch_size=8, max_steps=5), 100) == 5
+    assert total_steps(TeacherConfig(epochs=1, batch_size=8, max_steps=500), 100) == 13
+    # warm-up over every step: transformers would read a float 1.0 as one step
+    assert training_arguments(TeacherConfig(warmup=1.0), str(tmp_path), 40).warmup_steps == 40
