@@ -223,16 +223,8 @@ def build(p: beam.Pipeline, job: AugmentJob) -> dict:
                        | "WriteRejects" >> beam.io.WriteToText(opts.join(job.output, schema.REJECTS_DIR, "rejects"),
                                                                file_name_suffix=".jsonl"))
 
-    per_file = ({"accepted": read.examples | "AcceptedByFile" >> beam.Map(lambda e: (e.file, 1)),
-                 "rejected": rejects | "RejectedByFile" >> beam.Map(lambda r: (r.file, 1))}
-                | "GroupByFile" >> beam.CoGroupByKey()
-                | "CountByFile" >> beam.Map(lambda kv: (kv[0], {"accepted": sum(kv[1]["accepted"]),
-                                                               "rejected": sum(kv[1]["rejected"])}))
-                | "ByFileDict" >> beam.combiners.ToDict())
-    samples = (rejects
-               | "RejectByFile" >> beam.Map(lambda r: (r.file, r.to_sample()))
-               | "FirstRejects" >> beam.combiners.Top.PerKey(3, key=lambda d: -d[schema.REJECT_LINE])
-               | "FirstRejectsDict" >> beam.combiners.ToDict())
+    per_file = opts.rows_by_file(read.examples, rejects, "accepted")
+    samples = opts.first_rejects_by_file(rejects)
     n_accepted = opts.count(read.examples, "CountAccepted")
     n_rejected = opts.count(rejects, "CountRejected")
     n_input = ((n_accepted, n_rejected) | "InputRows" >> beam.Flatten() | "SumInput" >> beam.CombineGlobally(sum))

@@ -29,7 +29,6 @@ from transferset.sources import Reject, read_source
 
 METRICS_NAMESPACE = "transferset_predict"
 ROWS_READ, ROWS_REJECTED, ROWS_PREDICTED = "rows_read", "rows_rejected", "rows_predicted"
-FIRST_REJECTS = 3  # per input, in stats.json
 
 
 @dataclass(frozen=True)
@@ -137,16 +136,8 @@ def build(pipeline: beam.Pipeline, job: PredictJob) -> dict:
                        | "RejectsToJson" >> beam.Map(lambda r: json.dumps(r.to_dict(), ensure_ascii=False))
                        | "WriteRejects" >> beam.io.WriteToText(opts.join(job.output, schema.REJECTS_DIR, "rejects"),
                                                                file_name_suffix=".jsonl"))
-    per_file = ({"predicted": examples | "PredictedByFile" >> beam.Map(lambda e: (e.file, 1)),
-                 "rejected": rejects | "RejectedByFile" >> beam.Map(lambda r: (r.file, 1))}
-                | "GroupByFile" >> beam.CoGroupByKey()
-                | "CountByFile" >> beam.Map(lambda kv: (kv[0], {"predicted": sum(kv[1]["predicted"]),
-                                                               "rejected": sum(kv[1]["rejected"])}))
-                | "ByFileDict" >> beam.combiners.ToDict())
-    samples = (rejects
-               | "RejectByFile" >> beam.Map(lambda r: (r.file, r.to_dict()))
-               | "FirstRejects" >> beam.combiners.Top.PerKey(FIRST_REJECTS, key=lambda d: -d[schema.REJECT_LINE])
-               | "FirstRejectsDict" >> beam.combiners.ToDict())
+    per_file = opts.rows_by_file(examples, rejects, "predicted")
+    samples = opts.first_rejects_by_file(rejects)
     n_predicted = opts.count(rows, "CountPredicted")
     n_rejected = opts.count(rejects, "CountRejected")
     counts = {

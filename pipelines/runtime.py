@@ -137,3 +137,24 @@ class Finalize(beam.PTransform):
 
 def count(pcoll: beam.PCollection, label: str) -> beam.PCollection:
     return pcoll | label >> beam.combiners.Count.Globally()
+
+
+FIRST_REJECTS = 3  # rejects kept per input file in stats.json (their raw rows cut to a sample)
+
+
+def rows_by_file(kept: beam.PCollection, rejects: beam.PCollection, kept_name: str) -> beam.PCollection:
+    """One dict {input file: {kept_name: n, "rejected": n}} for stats.json; `kept` and `rejects` carry `.file`."""
+    return ({kept_name: kept | "KeptByFile" >> beam.Map(lambda e: (e.file, 1)),
+             "rejected": rejects | "RejectedByFile" >> beam.Map(lambda r: (r.file, 1))}
+            | "GroupByFile" >> beam.CoGroupByKey()
+            | "CountByFile" >> beam.Map(lambda kv: (kv[0], {kept_name: sum(kv[1][kept_name]),
+                                                           "rejected": sum(kv[1]["rejected"])}))
+            | "ByFileDict" >> beam.combiners.ToDict())
+
+
+def first_rejects_by_file(rejects: beam.PCollection) -> beam.PCollection:
+    """One dict {input file: its first FIRST_REJECTS rejects}, each raw row cut to a sample with its length."""
+    return (rejects
+            | "RejectByFile" >> beam.Map(lambda r: (r.file, r.to_sample()))
+            | "FirstRejects" >> beam.combiners.Top.PerKey(FIRST_REJECTS, key=lambda d: -d[schema.REJECT_LINE])
+            | "FirstRejectsDict" >> beam.combiners.ToDict())

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from students.build import HF_FAMILY, Family, Setup, family
-from students.family import JSON_KINDS, RESAVE, StudentFileError, json_kind, json_phrase
+from students.family import JSON_KINDS, RESAVE, StudentFileError, json_kind, read_json_object
 from students.losses import NO_LABEL
 from students.teacher_files import NO_CODE_LOAD
 from students.transformer import load_hf_classifier
@@ -201,15 +201,7 @@ SIDECAR_KEYS = {"family": (str,), "label_names": (list,), "tokens": (dict,), "mo
 def read_sidecar(path: str) -> dict:
     """A student's sidecar (transferset.json), checked for what loading needs; a damaged one is one
     StudentFileError naming the file, never a KeyError or a JSON traceback from deep in a loader."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            sidecar = json.load(fh)
-    except (OSError, ValueError) as exc:  # ValueError: not JSON, or not UTF-8
-        raise StudentFileError(f"{path}: not a JSON file ({exc}); {RESAVE}") from exc
-    if not isinstance(sidecar, dict):
-        raise StudentFileError(f"{path}: holds {json_phrase(sidecar)}, not an object "
-                               f"({schema.cut(sidecar, 100)}; a student's sidecar holds {', '.join(SIDECAR_KEYS)}); "
-                               f"{RESAVE}")
+    sidecar = read_json_object(path, holds=f"a student's sidecar holds {', '.join(SIDECAR_KEYS)}", remedy=RESAVE)
     if isinstance(sidecar.get("family"), str):
         family(sidecar["family"], path)  # first: another family's sidecar (a newer version's) may hold other keys
     missing = [k for k in SIDECAR_KEYS if k not in sidecar]
@@ -265,15 +257,8 @@ class OnnxStudent(Predictor):
             raise UserError(f"{model_dir} is an ONNX export: running it needs onnxruntime "
                             "(pip install 'transferset[onnx]')") from exc
         config_path = os.path.join(model_dir, schema.HF_CONFIG_FILE)
-        try:
-            with open(config_path, encoding="utf-8") as fh:
-                config = json.load(fh)
-        except (OSError, ValueError) as exc:
-            raise StudentFileError(f"{config_path}: cannot read the export's config ({exc}); export the model "
-                                   "again with `transferset export`") from exc
-        if not isinstance(config, dict):
-            raise StudentFileError(f"{config_path}: holds {json_phrase(config)}, not an object "
-                                   f"({schema.cut(config, 100)}); export the model again with `transferset export`")
+        config = read_json_object(config_path, holds="an export's config.json holds id2label",
+                                  remedy="export the model again with `transferset export`")
         info = config.get(EXPORT_KEY) or {}
         if not isinstance(info, dict):
             raise StudentFileError(f"{config_path}: {EXPORT_KEY} is {json_kind(info)}, not an object; export the "

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import copy
 import inspect
-import json
 import os
 from dataclasses import dataclass, fields
 from typing import Mapping, Optional, Sequence
@@ -28,7 +27,7 @@ from typing import Mapping, Optional, Sequence
 import torch
 import torch.nn as nn
 
-from students.family import GROUPS, Batch, Built, Context, StudentFileError, json_phrase, model_values, projection
+from students.family import GROUPS, Batch, Built, Context, StudentFileError, model_values, projection, read_json_object
 from students.teacher_files import (NO_CODE_LOAD, NO_CODE_PRETRAINED, NO_CODE_TRAIN, checkpoint, no_teacher_dir,
                                     pkd_columns, teacher_depth)
 from students.tokens import PretrainedTokens, WordPieceTokens, teacher_state, teacher_wordpiece
@@ -285,14 +284,8 @@ def check_hf_config(model_dir: str) -> dict:
     from transformers import CONFIG_MAPPING
 
     path = os.path.join(model_dir, schema.HF_CONFIG_FILE)
-    try:
-        with open(path, encoding="utf-8") as fh:
-            values = json.load(fh)
-    except (OSError, ValueError) as exc:  # ValueError: not JSON, or not UTF-8
-        raise StudentFileError(f"{path}: not a JSON file ({exc}); {RESAVE_HF}") from exc
-    if not isinstance(values, dict):
-        raise StudentFileError(f"{path}: holds {json_phrase(values)}, not an object ({schema.cut(values, 100)}; a "
-                               f"Hugging Face config.json holds model_type, id2label, ...); {RESAVE_HF}")
+    values = read_json_object(path, holds="a Hugging Face config.json holds model_type, id2label, ...",
+                              remedy=RESAVE_HF)
     # Before model_type: a model that ships its own code names a model_type only that code defines.
     check_remote_code(model_dir, trust_remote_code=False, remedy=NO_CODE_LOAD)
     model_type = values.get("model_type")

@@ -1,6 +1,9 @@
 """Readers: input files and Hugging Face datasets → Example records or Reject records.
 
 Every input row becomes exactly one of the two; nothing is dropped silently.
+
+One concern, so one module despite its length (~590 lines): four formats read line by line, each
+with the same reject rules (columns, labels, text checks, Unicode), which must stay side by side.
 Files are opened through an `opener` callable so that Beam pipelines can pass
 `FileSystems.open` (gs://, s3://) while the library itself stays Beam-free.
 """
