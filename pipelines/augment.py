@@ -308,8 +308,4 @@ def run_augment(cfg: AugmentConfig, *, inputs: Sequence[str], output: str, unlab
               file=sys.stderr)
         with beam.Pipeline(options=opts.pipeline_options(beam_cfg, extra)) as p:
             build(p, job)
-        stats = opts.read_json_file(opts.join(job.output, schema.STATS_FILE))
-    if stats.get("problems"):
-        raise UserError("\n".join(stats["problems"]) + f"\n(rejected rows with reasons: "
-                        f"{opts.join(job.output, schema.REJECTS_DIR)}/)")
-    return stats
+    return opts.finished_stats(job.output)

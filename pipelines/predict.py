@@ -171,8 +171,4 @@ def run_predict(job: PredictJob, *, beam_cfg: BeamConfig = BeamConfig(), extra: 
     opts.prepare_output(job.output, overwrite=overwrite)
     with beam.Pipeline(options=opts.pipeline_options(beam_cfg, extra)) as pipeline:
         build(pipeline, job)
-    stats = opts.read_json_file(opts.join(job.output, schema.STATS_FILE))
-    if stats.get("problems"):
-        raise UserError("\n".join(stats["problems"]) + f"\n(rejected rows with reasons: "
-                        f"{opts.join(job.output, schema.REJECTS_DIR)}/)")
-    return stats
+    return opts.finished_stats(job.output)

@@ -158,3 +158,11 @@ def first_rejects_by_file(rejects: beam.PCollection) -> beam.PCollection:
             | "RejectByFile" >> beam.Map(lambda r: (r.file, r.to_sample()))
             | "FirstRejects" >> beam.combiners.Top.PerKey(FIRST_REJECTS, key=lambda d: -d[schema.REJECT_LINE])
             | "FirstRejectsDict" >> beam.combiners.ToDict())
+
+
+def finished_stats(out: str) -> dict:
+    """OUT/stats.json of a finished pipeline; a UserError listing its problems when it recorded any."""
+    stats = read_json_file(join(out, schema.STATS_FILE))
+    if stats.get("problems"):
+        raise UserError("\n".join(stats["problems"]) + f"\n(rejected rows with reasons: {join(out, schema.REJECTS_DIR)}/)")
+    return stats

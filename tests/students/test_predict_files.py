@@ -214,3 +214,17 @@ def test_model_inputs_and_output_on_a_remote_scheme(runner, models, inputs, tmp_
     assert sorted(_read_output(remote), key=key) == sorted(_read_output(tmp_path / "here"), key=key)
     assert (remote / schema.COMPLETE_MARKER).exists() and len(list((remote / schema.REJECTS_DIR).iterdir())) == 1
     assert not (tmp_path / "tsfake:").exists()
+
+
+def test_predict_into_an_output_another_run_owns_is_refused(models, inputs, tmp_path, capsys):
+    from transferset.fs.lock import LockInfo
+
+    out = tmp_path / "owned"
+    out.mkdir()
+    (out / schema.LOCK_FILE).write_bytes(LockInfo(host="another-machine", pid=4242, started=0.0, command="predict",
+                                                  token="t").to_json())
+    tsv = next(p for p in inputs[0] if p.endswith(".tsv"))
+    rc = main(["predict", "--model", models["bilstm"], "--input", tsv, "--output", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 1 and f"{out} is in use by pid 4242 on host another-machine" in err
+    assert sorted(p.name for p in out.iterdir()) == [schema.LOCK_FILE]  # nothing written beside it
