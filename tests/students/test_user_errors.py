@@ -134,3 +134,16 @@ def test_an_onnx_export_whose_config_is_not_an_object_is_one_clear_message(tmp_p
     (tmp_path / schema.HF_CONFIG_FILE).write_text("[1, 2]")
     rc, err = _call(["evaluate", "--model", str(tmp_path), "--data", sst2_dev200], capsys)
     assert rc == 1 and str(tmp_path / schema.HF_CONFIG_FILE) in err and "not an object" in err, err
+
+
+def test_train_into_an_output_another_run_owns_is_refused(tmp_path, tiny_scored_dir, sst2_dev200, capsys):
+    from transferset.fs.lock import LockInfo
+
+    out = tmp_path / "owned"
+    out.mkdir()
+    (out / schema.LOCK_FILE).write_bytes(LockInfo(host="another-machine", pid=4242, started=0.0, command="train",
+                                                  token="t").to_json())
+    rc, err = _call(["train", "--transfer", tiny_scored_dir, "--dev", sst2_dev200, "--output", str(out),
+                     "--epochs", "1"], capsys)
+    assert rc == 1 and f"{out} is in use by pid 4242 on host another-machine" in err
+    assert sorted(p.name for p in out.iterdir()) == [schema.LOCK_FILE]
