@@ -88,7 +88,8 @@ def check_weights(directory: str, *, allow_pickle: bool) -> list[str]:
         raise TeacherLoadError(
             f"{directory}: weights are pickle files ({shown}), which can run arbitrary code when loaded. "
             "Convert them to safetensors (load once in a trusted environment and call "
-            "`model.save_pretrained(DIR)`), or pass --allow-pickle if you trust this file."
+            "`model.save_pretrained(DIR)`), or, in `transferset teacher` and `score`, pass --allow-pickle if you "
+            "trust this file (evaluate, predict, export and train load safetensors only)."
         )
     for path in files:
         if path.endswith(".safetensors"):

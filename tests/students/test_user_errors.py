@@ -147,3 +147,19 @@ def test_train_into_an_output_another_run_owns_is_refused(tmp_path, tiny_scored_
                      "--epochs", "1"], capsys)
     assert rc == 1 and f"{out} is in use by pid 4242 on host another-machine" in err
     assert sorted(p.name for p in out.iterdir()) == [schema.LOCK_FILE]
+
+
+def test_pickle_weights_for_evaluate_name_only_flags_that_exist(tmp_path, tiny_teacher4, sst2_dev200, capsys):
+    """evaluate has no --allow-pickle: the refusal says where that flag exists instead of advising it."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file
+
+    model = tmp_path / "pickled"
+    shutil.copytree(tiny_teacher4, model)
+    torch.save(load_file(str(model / schema.WEIGHTS_FILE)), model / "pytorch_model.bin")
+    (model / schema.WEIGHTS_FILE).unlink()
+    rc, err = _call(["evaluate", "--model", str(model), "--data", sst2_dev200], capsys)
+    assert rc == 1 and "pickle files (pytorch_model.bin)" in err
+    assert "in `transferset teacher` and `score`, pass --allow-pickle" in err and "load safetensors only" in err
