@@ -45,17 +45,7 @@ class AugmentJob:
 # --- DoFns (setup loads models once per worker) ---------------------------------
 
 def _read(spec: SourceSpec):
-    progress = Progress(f"read {spec.path}")
-    read = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "rows_read")
-    rejected = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "rows_rejected")
-    for rec in read_source(spec, opener=FileSystems.open):
-        progress.update()
-        read.inc()
-        if isinstance(rec, Reject):
-            rejected.inc()
-            yield beam.pvalue.TaggedOutput("rejects", rec)
-        else:
-            yield rec
+    return opts.read_rows(spec, METRICS_NAMESPACE, progress=Progress(f"read {spec.path}"))
 
 
 class _Tag(beam.DoFn):

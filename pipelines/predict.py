@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.ml.inference.base import KeyedModelHandler, ModelHandler, RunInference
 
 from pipelines import runtime as opts
@@ -25,10 +24,10 @@ from transferset.config import BeamConfig
 from transferset.errors import UserError
 from transferset.config import PredictConfig
 from transferset.progress import Progress
-from transferset.sources import Reject, read_source
+from transferset.sources import Reject
 
 METRICS_NAMESPACE = "transferset_predict"
-ROWS_READ, ROWS_REJECTED, ROWS_PREDICTED = "rows_read", "rows_rejected", "rows_predicted"
+ROWS_PREDICTED = "rows_predicted"  # rows_read and rows_rejected are counted by runtime.read_rows
 
 
 @dataclass(frozen=True)
@@ -49,14 +48,7 @@ def counter(name: str):
 
 
 def _read(spec):
-    read, rejected = counter(ROWS_READ), counter(ROWS_REJECTED)
-    for rec in read_source(spec, opener=FileSystems.open):
-        read.inc()
-        if isinstance(rec, Reject):
-            rejected.inc()
-            yield beam.pvalue.TaggedOutput("rejects", rec)
-        else:
-            yield rec
+    return opts.read_rows(spec, METRICS_NAMESPACE)
 
 
 class PredictModelHandler(ModelHandler):

@@ -17,6 +17,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from transferset import fs, schema
 from transferset.config import BeamConfig
 from transferset.errors import UserError
+from transferset.sources import Reject, read_source
 
 
 def beam_flags(beam_cfg: BeamConfig) -> list[str]:
@@ -166,3 +167,19 @@ def finished_stats(out: str) -> dict:
     if stats.get("problems"):
         raise UserError("\n".join(stats["problems"]) + f"\n(rejected rows with reasons: {join(out, schema.REJECTS_DIR)}/)")
     return stats
+
+
+def read_rows(spec, namespace: str, progress=None):
+    """A reader's records as a Beam FlatMap: Examples on the main output, Rejects tagged "rejects",
+    counted in `namespace` as rows_read and rows_rejected (and shown by `progress` when given)."""
+    read = beam.metrics.Metrics.counter(namespace, "rows_read")
+    rejected = beam.metrics.Metrics.counter(namespace, "rows_rejected")
+    for rec in read_source(spec, opener=FileSystems.open):
+        if progress is not None:
+            progress.update()
+        read.inc()
+        if isinstance(rec, Reject):
+            rejected.inc()
+            yield beam.pvalue.TaggedOutput("rejects", rec)
+        else:
+            yield rec

@@ -234,19 +234,11 @@ def _create_remote(path: str, info: LockInfo) -> bool:
         return False
 
 
-def _break_remote(path: str, stale: LockInfo) -> None:
+def _delete_remote_if(path: str, owner: LockInfo) -> None:
+    """Delete a URL's lock only while it is still `owner`'s (a stale one broken, or ours released)."""
     data = _read_remote(path)
     try:
-        if data is not None and LockInfo.from_bytes(data).token == stale.token:
-            fs.delete(path)
-    except (ValueError, UnicodeDecodeError):
-        pass
-
-
-def _release_remote(path: str, info: LockInfo) -> None:
-    data = _read_remote(path)
-    try:
-        if data is not None and LockInfo.from_bytes(data).token == info.token:
+        if data is not None and LockInfo.from_bytes(data).token == owner.token:
             fs.delete(path)
     except (ValueError, UnicodeDecodeError):
         pass
@@ -262,7 +254,7 @@ def acquire(out: str, *, command: str = "") -> LockInfo:
     path = lock_path(out)
     info = LockInfo(host=socket.gethostname(), pid=os.getpid(), started=time.time(), command=command,
                     token=uuid.uuid4().hex)
-    create, read, break_ = ((_create_remote, _read_remote, _break_remote) if remote
+    create, read, break_ = ((_create_remote, _read_remote, _delete_remote_if) if remote
                             else (_create_local, _read_local, _break_local))
     for _ in range(5):
         if create(path, info):
@@ -282,7 +274,7 @@ def acquire(out: str, *, command: str = "") -> LockInfo:
 
 def release(out: str, info: LockInfo) -> None:
     """Remove OUT's lock if it is still `info`'s."""
-    (_release_remote if fs.is_remote(out) else _release_local)(lock_path(out), info)
+    (_delete_remote_if if fs.is_remote(out) else _release_local)(lock_path(out), info)
 
 
 @contextlib.contextmanager
