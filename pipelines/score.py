@@ -1,8 +1,16 @@
 """`transferset score`: score a transfer set once with the teacher (Apache Beam).
 
-    input shards ─ReadInputRows─▶ (id, row) ─JoinExistingIds─▶ Route ─┬─▶ ScoreWithTeacher ─▶ WriteScoredShards
-    OUT/data (--resume) ─ReadExistingIds─┘                            └─▶ rejects ─▶ OUT/rejects/*.jsonl
+    input units ─ReadInputIds─▶ (id, position) ─┐
+    OUT/data (--resume) ─ReadExistingIds─▶ (id) ─┴─CountIds─▶ ids to look up (repeated or done) ─┐ side input
+    input units ─ReadInputRows─▶ (id, row) ────────────────────────────────────────────────────▶ Route ─┬─▶ ScoreWithTeacher ─▶ WriteScoredShards
+                                                                                                        └─▶ rejects ─▶ OUT/rejects/*.jsonl
                                            CleanUpShards + rejects ─▶ Finalize (stats.json, _COMPLETE)
+
+The rows themselves never cross a grouping: only ids are counted (a combine), and the rows stream
+from the input, read a second time, through the routing to the teacher and the shards. A local
+runner holds what crosses a grouping in memory, so the ids cost ~0.2 KB per row where whole rows
+cost several KB (benchmarks/scale.py). The input is read in units of 1/16 of its rows
+(1,000 to 50,000 rows; shards.input_units), the work the runner spreads over its workers.
 
 The logic lives in the library and is tested without Beam: the checks before a run in
 transferset.scored.plan, routing and the shard protocol in transferset.scored.shards, the
@@ -71,30 +79,63 @@ class ReadInputRows(beam.DoFn):
     def setup(self):
         self.rows_read = counter(ROWS_READ)
 
-    def process(self, path: str):
-        for item in shards.read_input_rows(path):
+    def process(self, unit):
+        file_index, path, start, stop = unit
+        for item in shards.read_input_rows(path, start, stop, file_index):
             self.rows_read.inc()
             yield item
+
+
+def read_input_ids(unit):
+    file_index, path, start, stop = unit
+    return shards.read_input_ids(path, start, stop, file_index)
 
 
 def read_existing_ids(path: str):
     return ((key, None) for key in shards.read_ids(path))
 
 
+class CountIds(beam.CombineFn):
+    """Per id: scorable input rows, the first one's position, times already in the output (shards.IdCount)."""
+
+    def create_accumulator(self):
+        return shards.NO_ROWS
+
+    def add_input(self, acc, position):
+        return shards.count_id(acc, position)
+
+    def merge_accumulators(self, accs):
+        return shards.merge_counts(accs)
+
+    def extract_output(self, acc):
+        return acc
+
+
+def id_routes(item):
+    key, count = item
+    for tag, value in shards.id_routes(key, count):
+        yield beam.pvalue.TaggedOutput(tag, value)
+    if shards.needs_lookup(count):
+        yield key, count
+
+
 class Route(beam.DoFn):
-    """Per id: skip it when already written (--resume), reject invalid rows and duplicate ids, else score."""
+    """Per row: skip it when already written (--resume), reject invalid rows and duplicate ids, else score."""
 
     REJECT, DONE, STALE, DUPLICATED = shards.REJECT, shards.DONE, shards.STALE, shards.DUPLICATED
+
+    def __init__(self, files: Sequence[str]):
+        self.files = list(files)
 
     def setup(self):
         self.counters = {shards.REJECT: counter(ROWS_REJECTED), shards.DONE: counter(ROWS_ALREADY_SCORED)}
 
-    def process(self, element):
-        key, grouped = element
-        for tag, value in shards.route(key, grouped["input"], grouped["existing"]):
-            if tag in self.counters:
-                self.counters[tag].inc()
-            yield value if tag == shards.SCORE else beam.pvalue.TaggedOutput(tag, value)
+    def process(self, element, lookup):
+        key, (row, path, n, position) = element
+        tag, value = shards.route_row(key, row, path, n, position, lookup.get(key), self.files)
+        if tag in self.counters:
+            self.counters[tag].inc()
+        yield value if tag == shards.SCORE else beam.pvalue.TaggedOutput(tag, value)
 
 
 # --- scoring ------------------------------------------------------------------------------------
@@ -226,16 +267,18 @@ def build(pipeline: beam.Pipeline, job: ScoreJob, p: Optional[Plan] = None) -> P
     cfg = job.cfg
     data_dir = p.data_dir
 
-    rows = (pipeline
-            | "ListInputShards" >> beam.Create(p.input_files)
-            | "ReadInputRows" >> beam.ParDo(ReadInputRows()))
+    units = pipeline | "ListInputUnits" >> beam.Create(p.input_units)
+    positions = units | "ReadInputIds" >> beam.FlatMap(read_input_ids)
     existing = (pipeline
                 | "ListExistingShards" >> beam.Create(p.existing_files)
                 | "ReadExistingIds" >> beam.FlatMap(read_existing_ids))
-    routed = ({"input": rows, "existing": existing}
-              | "JoinExistingIds" >> beam.CoGroupByKey()
-              | "Route" >> beam.ParDo(Route()).with_outputs(Route.REJECT, Route.DONE, Route.STALE,
-                                                               Route.DUPLICATED, main="score"))
+    counted = ((positions, existing)
+               | "InputAndExistingIds" >> beam.Flatten()
+               | "CountIds" >> beam.CombinePerKey(CountIds())
+               | "IdRoutes" >> beam.FlatMap(id_routes).with_outputs(Route.STALE, Route.DUPLICATED, main="lookup"))
+    rows = units | "ReadInputRows" >> beam.ParDo(ReadInputRows())
+    routed = rows | "Route" >> beam.ParDo(Route(p.input_files), lookup=beam.pvalue.AsDict(counted.lookup)
+                                          ).with_outputs(Route.REJECT, Route.DONE, main="score")
 
     handler = KeyedModelHandler(TeacherModelHandler(
         job.teacher, pooling=cfg.hidden, layers=p.layers, max_length=p.max_length,
@@ -269,8 +312,8 @@ def build(pipeline: beam.Pipeline, job: ScoreJob, p: Optional[Plan] = None) -> P
         "scored_this_run": scored_now,
         "already_scored": already,
         "rejected": opts.count(routed[Route.REJECT], "CountRejected"),
-        "existing_ids_not_in_input": opts.count(routed[Route.STALE], "CountStale"),
-        "existing_ids_written_twice": opts.count(routed[Route.DUPLICATED], "CountDuplicatedInOutput"),
+        "existing_ids_not_in_input": opts.count(counted[Route.STALE], "CountStale"),
+        "existing_ids_written_twice": opts.count(counted[Route.DUPLICATED], "CountDuplicatedInOutput"),
         "shards": shards,
     }
     _ = pipeline | "Finalize" >> opts.Finalize(job.output, counts, wait_on=[shards, rejects_written],

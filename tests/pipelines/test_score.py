@@ -528,3 +528,28 @@ def test_plain_rerun_onto_a_killed_output_says_what_it_discards(tmp_path, transf
     assert lines == [("WARNING", f"{out}: discarding 8 row(s) already scored by a run that did not finish (no "
                       f"{schema.COMPLETE_MARKER}); rerun with --resume to keep them and score only the rest")]
     assert json.load(open(os.path.join(out, schema.STATS_FILE)))["scored_this_run"] == 20
+
+
+def test_input_read_in_small_units_scores_and_rejects_the_same_rows(tmp_path, monkeypatch, transfer_dir, teacher_dir,
+                                                                    scored):
+    """Units of 3 rows (the runner spreads units over workers) split the duplicate from the row it repeats."""
+    from transferset.scored import shards
+
+    monkeypatch.setattr(shards, "UNIT_ROWS", 3)
+    monkeypatch.setattr(shards, "MIN_UNIT_ROWS", 3)
+    src, _ = transfer_dir
+    out = str(tmp_path / "scored")
+    assert cli.main(["score", "--input", src, "--teacher", teacher_dir, "--output", out, "--layers=-1,1",
+                     "--batch-size", "8", "--runner", "FnApiRunner", "--workers", "2"]) == 0
+
+    def content(d):
+        table = transfer.read_table(d).sort_by(schema.ID)
+        rejects = sorted(line for name in os.listdir(os.path.join(d, schema.REJECTS_DIR))
+                         for line in open(os.path.join(d, schema.REJECTS_DIR, name)))
+        return (table.column(schema.ID).to_pylist(), table.column(schema.TEXT).to_pylist(),
+                np.asarray(table.column(schema.TEACHER_LOGITS).to_pylist()), rejects)
+
+    ids, texts, logits, rejects = content(out)
+    want_ids, want_texts, want_logits, want_rejects = content(scored)
+    assert (ids, texts, rejects) == (want_ids, want_texts, want_rejects) and len(rejects) == 2
+    np.testing.assert_allclose(logits, want_logits, atol=1e-5)

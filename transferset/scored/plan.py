@@ -60,6 +60,8 @@ class Plan:
     input_rows: int  # from the input's Parquet footers: the progress total
     existing_rows: int  # rows in the shards already written (--resume)
     stats: dict[str, Any] = field(default_factory=dict)
+    # (file index, path, first row, end row): the input split into ranges workers read independently
+    input_units: list[tuple[int, str, int, int]] = field(default_factory=list)
 
     @property
     def data_dir(self) -> str:
@@ -72,15 +74,16 @@ class Plan:
 
 
 # --- the input ------------------------------------------------------------------------------------
-def input_identity(directory: str, files: Sequence[str]) -> dict[str, Any]:
+def input_identity(directory: str, files: Sequence[str], file_rows: Optional[Sequence[int]] = None) -> dict[str, Any]:
     """The input's path and a fingerprint of its shards (names, sizes, footer row counts).
 
-    Footers only: no row is read, so this costs one small read per shard even for gs:// inputs.
+    Footers only: no row is read, so this costs one small read per shard even for gs:// inputs
+    (none when `file_rows`, the footers' row counts, are given).
     """
     entries = []
     rows = 0
-    for path in files:
-        n = transfer.shard_rows(path)
+    for i, path in enumerate(files):
+        n = transfer.shard_rows(path) if file_rows is None else file_rows[i]
         rows += n
         entries.append([fs.basename(path), fs.size(path), n])
     digest = hashlib.sha256(json.dumps(entries).encode("utf-8")).hexdigest()
@@ -183,7 +186,9 @@ def plan(job: ScoreJob) -> Plan:
     normalized = scoring.normalize_layers(cfg.layers, num_layers)
     layers = [num_layers] + [k for k in normalized if k != num_layers]
     hidden_size = int(config.hidden_size)
-    identity = input_identity(job.input, input_files)
+    input_files = sorted(input_files)  # a row's position (file index, row) orders duplicates as (path, row)
+    file_rows = [transfer.shard_rows(p) for p in input_files]
+    identity = input_identity(job.input, input_files, file_rows)
 
     metadata = dict(input_meta)  # keeps the augmentation config and seed of the input
     metadata.update(schema.base_metadata(
@@ -218,4 +223,5 @@ def plan(job: ScoreJob) -> Plan:
         "existing_shards": len(existing), "shard_prefix": prefix,
     }
     return Plan(job, input_files, existing, teacher_labels, len(teacher_labels), hidden_size, layers, max_length,
-                metadata, output_schema, prefix, identity["rows"], existing_rows, stats)
+                metadata, output_schema, prefix, identity["rows"], existing_rows, stats,
+                shards.input_units(input_files, file_rows))

@@ -30,15 +30,56 @@ PARQUET_SUFFIX = ".parquet"
 
 
 # --- reading the input and the shards already written ---------------------------------------------
-def read_input_rows(path: str) -> Iterator[tuple[str, tuple[dict, str, int]]]:
-    """(id, (row, file, row number)) for every row of one input shard; empty shards yield nothing."""
+# Input rows per read unit, the work the runner spreads over its workers: about 1/UNITS of the
+# input (so a small input still feeds every local worker), between MIN_UNIT_ROWS and UNIT_ROWS.
+UNIT_ROWS, MIN_UNIT_ROWS, UNITS = 50_000, 1_000, 16
+
+
+def input_units(files: Sequence[str], file_rows: Sequence[int], unit_rows: Optional[int] = None
+                ) -> list[tuple[int, str, int, int]]:
+    """(file index, path, first row, end row) ranges of at most `unit_rows` rows covering every file."""
+    unit_rows = unit_rows or min(UNIT_ROWS, max(MIN_UNIT_ROWS, -(-sum(file_rows) // UNITS)))
+    return [(i, path, start, min(start + unit_rows, n))
+            for i, (path, n) in enumerate(zip(files, file_rows)) for start in range(0, n, unit_rows)]
+
+
+def _row_range(path: str, start: int, stop: Optional[int], columns: Sequence[str]) -> Iterator[tuple[int, dict]]:
+    """(1-based row number, row) for rows start..stop-1 of one shard, reading only the row groups they are in."""
     with fs.open(path) as fh:
         pf = pq.ParquetFile(fh)
-        n = 0
-        for batch in pf.iter_batches(batch_size=4096, columns=list(schema.TRANSFER_COLUMNS)):
-            for row in batch.to_pylist():
-                n += 1
-                yield row[schema.ID], (row, path, n)
+        offset = 0
+        for g in range(pf.num_row_groups):
+            size = pf.metadata.row_group(g).num_rows
+            lo, hi = max(start - offset, 0), size if stop is None else min(stop - offset, size)
+            if lo < hi:
+                table = pf.read_row_group(g, columns=list(columns)).slice(lo, hi - lo)
+                n = offset + lo
+                for batch in table.to_batches(max_chunksize=4096):
+                    for row in batch.to_pylist():
+                        n += 1
+                        yield n, row
+            offset += size
+            if stop is not None and offset >= stop:
+                break
+
+
+def read_input_rows(path: str, start: int = 0, stop: Optional[int] = None, file_index: int = 0
+                    ) -> Iterator[tuple[str, tuple[dict, str, int, tuple[int, int]]]]:
+    """(id, (row, file, row number, position)) for rows start..stop-1 of one input shard.
+
+    position = (file_index, row number): with the files sorted, it orders rows as (path, row) does.
+    """
+    for n, row in _row_range(path, start, stop, schema.TRANSFER_COLUMNS):
+        yield row[schema.ID], (row, path, n, (file_index, n))
+
+
+def read_input_ids(path: str, start: int = 0, stop: Optional[int] = None, file_index: int = 0
+                   ) -> Iterator[tuple[str, tuple[int, int]]]:
+    """(id, position) of the scorable rows (row_problem is None) of rows start..stop-1 of one input shard."""
+    for n, row in _row_range(path, start, stop, (schema.ID, schema.TEXT, schema.TEXT_B)):
+        key = row[schema.ID]
+        if row_problem(key, row) is None:
+            yield key, (file_index, n)
 
 
 def read_ids(path: str) -> Iterator[str]:
@@ -68,41 +109,106 @@ def reject_record(row: dict, path: str, n: int, reason: str) -> dict:
     return Reject(path, n, raw, reason).to_dict()
 
 
+def row_problem(key: Optional[str], row: dict) -> Optional[str]:
+    """Why a row cannot be scored, whatever other rows hold ("missing id", "empty text"), or None."""
+    if key is None or not str(key).strip():
+        return "missing id"
+    text_b = row.get(schema.TEXT_B)
+    if not (row.get(schema.TEXT) or "").strip() or (text_b is not None and not text_b.strip()):
+        return "empty text"
+    return None
+
+
+# Per id, over the input's scorable rows and the output's shards (--resume):
+# (scorable input rows, position of the first of them or None, times the id is in the output).
+IdCount = tuple[int, Optional[tuple[int, int]], int]
+NO_ROWS: IdCount = (0, None, 0)
+
+
+def count_id(acc: IdCount, position: Optional[tuple[int, int]]) -> IdCount:
+    """Add one input row at `position`, or (None) one time the id is in the output already."""
+    rows, first, existing = acc
+    if position is None:
+        return rows, first, existing + 1
+    return rows + 1, position if first is None else min(first, position), existing
+
+
+def merge_counts(counts: Iterable[IdCount]) -> IdCount:
+    rows, firsts, existing = 0, [], 0
+    for r, f, e in counts:
+        rows, existing = rows + r, existing + e
+        if f is not None:
+            firsts.append(f)
+    return rows, min(firsts) if firsts else None, existing
+
+
+def needs_lookup(count: IdCount) -> bool:
+    """Whether the rows of this id need their count to be routed: a repeated id or one already scored.
+
+    Only these ids travel to the routing step (a side input), so a clean fresh run carries none.
+    """
+    rows, _, existing = count
+    return rows > 1 or existing > 0
+
+
+def id_routes(key: str, count: IdCount) -> list[tuple[str, Any]]:
+    """Routes decided per id: DUPLICATED (in more than one shard of the output), STALE (in the output
+    but not scorable from the input)."""
+    rows, _, existing = count
+    out: list[tuple[str, Any]] = []
+    if existing > 1:
+        out.append((DUPLICATED, key))
+    if rows == 0 and existing:
+        out.append((STALE, key))
+    return out
+
+
+def route_row(key: Optional[str], row: dict, path: str, n: int, position: tuple[int, int],
+              count: Optional[IdCount], files: Sequence[str]) -> tuple[str, Any]:
+    """The route of one input row: SCORE (key, row), REJECT (a reject record), or DONE (key).
+
+    `count` is the id's IdCount when needs_lookup, else None; `files` the input's sorted paths.
+    The first scorable row by (file, row number) wins, so the result does not depend on arrival order.
+    """
+    problem = row_problem(key, row)
+    if problem is not None:
+        return REJECT, reject_record(row, path, n, problem)
+    if count is not None:
+        _, first, existing = count
+        if position != first:
+            kept_file, kept_row = first
+            return REJECT, reject_record(row, path, n, f"duplicate id {key} (kept {files[kept_file]} row {kept_row})")
+        if existing:
+            return DONE, key
+    return SCORE, (key, row)
+
+
 def route(key: Optional[str], input_rows: Iterable[tuple[dict, str, int]],
           existing_ids: Iterable[Any]) -> list[tuple[str, Any]]:
-    """Decide what happens to every row of one id: a list of (route, value).
+    """Every route of one id at once: the composition the pipeline runs in two steps (count the ids,
+    then route each row), for callers and tests that hold all of an id's rows.
 
     `input_rows` are the (row, file, row number) of the input with this id, `existing_ids`
     one entry per time the id is already in the output (--resume). Routes:
       SCORE (the row to score), REJECT (a reject record: missing id, empty text, duplicate id),
       DONE (id already scored), STALE (id in the output but not scorable from the input),
       DUPLICATED (id in more than one shard of the output).
-    The first row by (file, row number) wins, so the result does not depend on arrival order.
     """
-    rows = sorted(input_rows, key=lambda r: (r[1], r[2]))
-    n_existing = sum(1 for _ in existing_ids)
-    out: list[tuple[str, Any]] = []
-    if n_existing > 1:
-        out.append((DUPLICATED, key))
-    kept = None
-    for row, path, n in rows:
-        text_b = row.get(schema.TEXT_B)
-        if key is None or not str(key).strip():
-            out.append((REJECT, reject_record(row, path, n, "missing id")))
-        elif not (row.get(schema.TEXT) or "").strip() or (text_b is not None and not text_b.strip()):
-            out.append((REJECT, reject_record(row, path, n, "empty text")))
-        elif kept is not None:
-            out.append((REJECT, reject_record(row, path, n, f"duplicate id {key} (kept {kept[1]} row {kept[2]})")))
-        else:
-            kept = (row, path, n)
-    if kept is None:
-        if n_existing:
-            out.append((STALE, key))
-    elif n_existing:
-        out.append((DONE, key))
-    else:
-        out.append((SCORE, (key, kept[0])))
-    return out
+    input_rows = list(input_rows)
+    files = sorted({path for _, path, _ in input_rows})
+    positioned = [(row, path, n, (files.index(path), n)) for row, path, n in input_rows]
+    count = NO_ROWS
+    for row, _, _, position in positioned:
+        if row_problem(key, row) is None:
+            count = count_id(count, position)
+    for _ in existing_ids:
+        count = count_id(count, None)
+    per_id = id_routes(key, count)
+    lookup = count if needs_lookup(count) else None
+    routed = [route_row(key, row, path, n, position, lookup, files)
+              for row, path, n, position in sorted(positioned, key=lambda r: r[3])]
+    return ([r for r in per_id if r[0] == DUPLICATED] + sorted(routed, key=lambda r: r[0] != REJECT)
+            + [r for r in per_id if r[0] == STALE])
 
 
 # --- writing --------------------------------------------------------------------------------------

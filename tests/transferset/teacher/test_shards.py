@@ -3,6 +3,7 @@ import json
 import uuid
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -166,3 +167,35 @@ def test_check_stats_refuses_what_does_not_reconcile():
 def test_run_prefixes_differ():
     a, b = shards.run_prefix(lambda: 0.0), shards.run_prefix(lambda: 0.0)
     assert a.startswith("part-19700101T000000-") and a != b
+
+
+def test_input_units_cover_every_row_once_across_row_groups(tmp_path):
+    rows = testing.transfer_rows([f"text {i}" for i in range(10)])
+    path = str(tmp_path / "shard.parquet")
+    sch = schema.transfer_schema(schema.base_metadata(("neg", "pos")))
+    pq.write_table(pa.Table.from_pylist(rows, schema=sch), path, row_group_size=4)
+    assert pq.ParquetFile(path).num_row_groups == 3
+    units = shards.input_units([path, "empty.parquet"], [10, 0], unit_rows=3)
+    assert [(u[2], u[3]) for u in units] == [(0, 3), (3, 6), (6, 9), (9, 10)]  # the empty file: no unit
+    read = [item for u in units for item in shards.read_input_rows(u[1], u[2], u[3], file_index=u[0])]
+    whole = list(shards.read_input_rows(path))
+    assert read == whole and [n for _, (_, _, n, _) in read] == list(range(1, 11))
+    assert [key for key, _ in read] == [r[schema.ID] for r in rows]
+    assert [pos for _, (_, _, _, pos) in read] == [(0, n) for n in range(1, 11)]
+    # ids only skips the rows that cannot be scored
+    assert [key for u in units for key, _ in shards.read_input_ids(u[1], u[2], u[3])] == [r[schema.ID] for r in rows]
+
+
+def test_route_in_two_steps_counts_ids_then_routes_rows():
+    a1, a2 = row("a", "one"), row("a", "two")
+    count = shards.NO_ROWS
+    for position in [(1, 4), (0, 7), None]:  # two input rows in arrival order, once in the output
+        count = shards.count_id(count, position)
+    assert count == (2, (0, 7), 1) and shards.needs_lookup(count)
+    assert shards.merge_counts([(1, (1, 4), 0), (1, (0, 7), 1), shards.NO_ROWS]) == count
+    assert shards.route_row("a", a2, "f0", 7, (0, 7), count, ["f0", "f1"]) == (shards.DONE, "a")
+    tag, reject = shards.route_row("a", a1, "f1", 4, (1, 4), count, ["f0", "f1"])
+    assert tag == shards.REJECT and reject[schema.REJECT_REASON] == "duplicate id a (kept f0 row 7)"
+    assert not shards.needs_lookup((1, (0, 1), 0))  # a clean fresh id never reaches the side input
+    assert shards.route_row("b", row("b"), "f0", 1, (0, 1), None, ["f0"]) == (shards.SCORE, ("b", row("b")))
+    assert shards.id_routes("c", (0, None, 2)) == [(shards.DUPLICATED, "c"), (shards.STALE, "c")]
