@@ -17,7 +17,8 @@ from apache_beam.io.filesystems import FileSystems
 from pipelines import runtime as opts
 from transferset import schema
 from transferset.augment import check_ops, needs, original_row, split_words, variant_rows
-from transferset.augment.dedup import STAT_KEYS, bad_inputs, dedup_key, reconcile, resolve, to_record
+from transferset.augment.dedup import (STAT_KEYS, bad_inputs, dedup_digest, pack, reconcile, resolve, to_record,
+                                      unpack)
 from transferset.augment.mlm import MlmCandidates
 from transferset.augment.pos import PosVocab, Tagger
 from transferset.config import AugmentConfig, BeamConfig
@@ -109,7 +110,7 @@ def _expand(item, cfg: AugmentConfig, pos_vocab=None):
 
 def _resolve(item):
     _, groups = item
-    winner, dups, excluded = resolve(groups["rows"], bool(groups["exclude"]))
+    winner, dups, excluded = resolve(map(unpack, groups["rows"]), bool(groups["exclude"]))
     if dups:
         yield beam.pvalue.TaggedOutput("duplicates", dups)
     if excluded:
@@ -141,13 +142,13 @@ def _guard_sources(item):
 
 
 def _excluded_keys(p, specs: Sequence[SourceSpec]):
-    """(normalized text, True) for every sentence of the evaluation files, once each."""
+    """(digest of the normalized text, True) for every sentence of the evaluation files, once each."""
     if not specs:
         return p | "NoExcludes" >> beam.Create([])
     return (p
             | "ListExcludes" >> beam.Create(list(specs))
             | "ReadExcludes" >> beam.FlatMap(
-                lambda s: (dedup_key(e.text, e.text_b) for e in read_source(s, opener=FileSystems.open)
+                lambda s: (dedup_digest(e.text, e.text_b) for e in read_source(s, opener=FileSystems.open)
                            if isinstance(e, Example)))
             | "DistinctExcludes" >> beam.Distinct()
             | "KeyExcludes" >> beam.Map(lambda k: (k, True)))
@@ -171,7 +172,7 @@ def build(p: beam.Pipeline, job: AugmentJob) -> dict:
     excluded_keys = _excluded_keys(p, job.exclude)
     # Sources equal to an evaluation sentence go before augmentation: their variants would
     # be near-copies of evaluation data.
-    guarded = ({"examples": examples | "KeyExamplesByText" >> beam.Map(lambda e: (dedup_key(e.text, e.text_b), e)),
+    guarded = ({"examples": examples | "KeyExamplesByText" >> beam.Map(lambda e: (dedup_digest(e.text, e.text_b), e)),
                 "exclude": excluded_keys}
                | "GroupSourcesByText" >> beam.CoGroupByKey()
                | "GuardSources" >> beam.FlatMap(_guard_sources).with_outputs("excluded", main="kept"))
@@ -194,7 +195,7 @@ def build(p: beam.Pipeline, job: AugmentJob) -> dict:
     expanded = items | "Augment" >> beam.FlatMap(_expand, cfg, **kwargs).with_outputs("variants", main="originals")
     rows = (expanded.originals, expanded.variants) | "AllRows" >> beam.Flatten()
 
-    keyed_rows = rows | "KeyByText" >> beam.Map(lambda r: (dedup_key(r.text, r.text_b), r))
+    keyed_rows = rows | "KeyByText" >> beam.Map(lambda r: (dedup_digest(r.text, r.text_b), pack(r)))
     resolved = ({"rows": keyed_rows, "exclude": excluded_keys}
                 | "GroupByText" >> beam.CoGroupByKey()
                 | "DedupAndGuard" >> beam.FlatMap(_resolve).with_outputs("duplicates", "excluded", main="kept"))

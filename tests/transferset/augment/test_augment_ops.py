@@ -151,3 +151,20 @@ def test_config_rejects_bad_settings():
     with pytest.raises(ConfigError, match=r"sum to 1.2 > 1 for ops \('mask', 'pos'\)"):
         check_ops(AugmentConfig(p_mask=0.7, p_pos=0.5))
     check_ops(AugmentConfig(p_mask=0.7, p_pos=0.5, ops=("mask", "ngram")))  # pos not used: its p does not count
+
+
+def test_rows_cross_the_dedup_grouping_packed_and_keyed_by_a_digest_of_the_normalized_text():
+    from transferset.augment.compose import original_row
+    from transferset.augment.dedup import dedup_digest, dedup_key, pack, resolve, unpack
+
+    original = original_row("train.tsv:3", "A  Fine film", "and cast", 1)
+    variant = next(iter(variant_rows("train.tsv:3", "a fine film", "and cast", cfg=AugmentConfig(n_iter=1, seed=0),
+                                     context={"tags": ["DET", "ADJ", "NOUN"]})))
+    for row in (original, variant):
+        assert unpack(pack(row)) == row and len(pack(row)) < 200
+    # texts equal once normalized share a key; another text or another second sentence does not
+    assert dedup_digest("A  Fine film", "and cast") == dedup_digest("a fine film", "AND cast")
+    assert len({dedup_digest("a fine film", "and cast"), dedup_digest("a fine film"),
+                dedup_digest("a fine film", "and crew"), dedup_digest("a fine flim", "and cast")}) == 4
+    assert dedup_key("A  Fine film") == "a fine film"
+    assert resolve(map(unpack, [pack(variant), pack(original)]), False) == (original, 1, 0)
