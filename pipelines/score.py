@@ -36,7 +36,7 @@ from apache_beam.options.pipeline_options import DirectOptions
 from apache_beam.transforms.window import GlobalWindows
 
 from pipelines import runtime as opts
-from transferset import fs, schema
+from transferset import fs, heap, schema
 from transferset.config import DEFAULT_MAX_LENGTH, BeamConfig, ScoreConfig
 from transferset.fs import remote
 from transferset.fs.lock import output_lock
@@ -175,6 +175,7 @@ class TeacherModelHandler(ModelHandler):
         # Several workers on one machine must not each use every core.
         if self.torch_threads:
             torch.set_num_threads(int(self.torch_threads))
+        heap.fix_mmap_threshold()  # or the heap grows ~4 KB per row scored (transferset.heap)
         # A gs:// (any remote) teacher: copied once per machine, checked against the planned weights hash.
         local = remote.local_teacher(self.teacher_dir, sha256=self.load_kwargs["sha256"],
                                      allow_pickle=self.load_kwargs["allow_pickle"])

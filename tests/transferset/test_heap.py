@@ -1,0 +1,36 @@
+"""transferset.heap: with the mmap threshold fixed, a freed large block goes back to the system."""
+import subprocess
+import sys
+
+import pytest
+
+PROBE = """
+import ctypes, ctypes.util, sys
+import psutil
+from transferset import heap
+if sys.argv[1] == "fixed":
+    assert heap.fix_mmap_threshold() and heap.fix_mmap_threshold()  # once, then a no-op
+libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+proc = psutil.Process()
+block = libc.malloc(20_000_000)
+libc.free(block)  # glibc raises its mmap threshold to 20 MB here, unless it is fixed
+before = proc.memory_info().rss
+for i in range(5):  # blocks of a few sizes, as a teacher's batches of several shapes
+    block = libc.malloc(10_000_000 + 4096 * i)
+    ctypes.memset(block, 1, 10_000_000)
+    libc.free(block)
+print((proc.memory_info().rss - before) / 2**20)
+"""
+
+
+def kept_mb(mode: str) -> float:
+    out = subprocess.run([sys.executable, "-c", PROBE, mode], capture_output=True, text=True, check=True)
+    return float(out.stdout.strip())
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+def test_a_freed_large_block_goes_back_to_the_system_once_the_threshold_is_fixed():
+    assert kept_mb("default") > 8  # glibc's own behaviour: the 10 MB block stays resident after free
+    assert kept_mb("fixed") < 1
