@@ -15,7 +15,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 from pipelines import runtime as opts
-from transferset import schema
+from transferset import heap, schema
 from transferset.augment import check_ops, needs, original_row, split_words, variant_rows
 from transferset.augment.dedup import (STAT_KEYS, bad_inputs, dedup_digest, pack, reconcile, resolve, to_record,
                                       unpack)
@@ -54,6 +54,7 @@ class _Tag(beam.DoFn):
         self.model, self.batch_size = model, batch_size
 
     def setup(self):
+        heap.fix_mmap_threshold()  # the tagger's arrays of many sizes fragment the heap (transferset.heap)
         self.tagger = Tagger(self.model)
 
     def process(self, batch):
@@ -292,6 +293,7 @@ def run_augment(cfg: AugmentConfig, *, inputs: Sequence[str], output: str, unlab
     if not job.exclude:
         print("transferset augment: warning: no --exclude given; nothing guards against evaluation "
               "sentences leaking into the transfer set", file=sys.stderr)
+    heap.fix_mmap_threshold()  # a local runner groups rows in this process (transferset.heap)
     with output_lock(job.output, command="augment"):
         opts.prepare_output(job.output, overwrite=overwrite)
         print(f"transferset augment: recipe {cfg.recipe} ops {','.join(cfg.ops)}, "
