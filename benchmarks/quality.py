@@ -43,9 +43,12 @@ SETTINGS = ("demo", "lowres")  # `--setting both` runs these; any benchmarks/qua
 
 
 def expand(raw: dict, seeds: int) -> dict:
-    """One student per (variant, seed): NAME_s{k} with `seed: k`."""
-    students = {f"{name}_s{k}": {**(settings or {}), "seed": k}
-                for name, settings in (raw.get("students") or {}).items() for k in range(seeds)}
+    """One student per (variant, seed): NAME_s{k} with `seed: k`; a variant's own `seeds: N` caps its count."""
+    students = {}
+    for name, settings in (raw.get("students") or {}).items():
+        settings = dict(settings or {})
+        for k in range(min(seeds, int(settings.pop("seeds", seeds)))):
+            students[f"{name}_s{k}"] = {**settings, "seed": k}
     return {**raw, "students": students}
 
 
