@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from typing import Optional, Sequence
 
@@ -104,6 +105,14 @@ def _quiet_logging() -> None:
         handler.addFilter(_DropNoise())
     # Our own INFO lines (the inferred label set, the teacher's forward path) are worth a line each.
     logging.getLogger("transferset").setLevel(logging.INFO)
+    if not sys.stderr.isatty():
+        # transformers' "Loading weights" / "Writing model shards" bars are noise in a log file (our own
+        # progress lines are not bars off a terminal either); on a terminal they stay.
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # read when transformers is imported
+        if "transformers" in sys.modules:  # already imported (cli.main called in-process)
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.disable_progress_bar()
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
