@@ -13,8 +13,8 @@ MLM part, default 1, 0 = torch's default), `--repeat N` (runs per measurement, b
 What it measures, all in the same run:
 
 1. The tang recipe (mask-or-POS per word, then n-gram; Tang et al. 2019) through the real Beam
-   pipeline, run as `python -m pipelines.augment ... --runner FnApiRunner` in a subprocess, once
-   with 1 worker and once with `--direct_num_workers 2 --direct_running_mode multi_processing`,
+   pipeline, run as `transferset augment ... --runner FnApiRunner` in a subprocess, once
+   with 1 worker and once with `--workers 2` (FnApiRunner's multi-processing mode),
    each writing to a temporary directory; `--repeat` rounds (default 2, order alternated), best
    wall time kept. Variants per second = variants_generated (stats.json) /
    wall-clock seconds of the whole command (interpreter start, spaCy load, Beam start-up included).
@@ -83,13 +83,13 @@ def read_examples(path: str, limit: int):
 # --- 1. the Beam pipeline ---------------------------------------------------------
 
 def run_pipeline(args, out: str, workers: int) -> dict:
-    cmd = [sys.executable, "-m", "pipelines.augment", "--input", args.data, "--output", out,
+    # `transferset augment` as a user runs it (the pipeline modules have no command line of their own)
+    cmd = [sys.executable, "-c", "from transferset.app.cli import main; raise SystemExit(main())", "augment",
+           "--input", args.data, "--output", out,
            "--limit", str(args.rows), "--n-iter", str(args.n_iter), "--seed", str(args.seed),
-           "--runner", "FnApiRunner"]
+           "--runner", "FnApiRunner", "--workers", str(workers)]
     if args.exclude:
         cmd += ["--exclude", args.exclude]
-    if workers > 1:
-        cmd += ["--direct_num_workers", str(workers), "--direct_running_mode", "multi_processing"]
     log_path = out + ".log"
     t0 = time.perf_counter()
     with open(log_path, "w") as log:
