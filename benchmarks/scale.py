@@ -68,23 +68,13 @@ def peak_rss(cmd: list[str], log: Path, env: dict) -> tuple[float, int, int]:
     return time.perf_counter() - t0, peak, proc.returncode
 
 
-def make_teacher(directory: Path, layers: int) -> str:
-    """The packaged MiniLM with a seeded, untrained 2-class head, cut to its first `layers` layers."""
-    import torch
-
-    from transferset import loading
+def stand_in_teacher(directory: Path, layers: int) -> str:
+    """benchmarks/score.py's MiniLM stand-in cut to `layers` layers, made once per output folder."""
+    from score import make_teacher  # benchmarks/score.py: this script's folder is on sys.path
 
     if (directory / "config.json").exists():
         return str(directory)
-    torch.manual_seed(0)
-    source = loading.resolve_model(loading.DEFAULT_MODEL)
-    model = loading.load_classifier(source, label_names=("0", "1"))
-    if layers < model.config.num_hidden_layers:
-        model.bert.encoder.layer = model.bert.encoder.layer[:layers]
-        model.config.num_hidden_layers = layers
-    model.save_pretrained(directory)
-    loading.load_tokenizer(source).save_pretrained(directory)
-    return str(directory)
+    return make_teacher(str(directory), layers)
 
 
 def stats_rows(directory: Path, key: str) -> int:
@@ -114,7 +104,7 @@ def main(argv=None) -> int:
         ap.error(f"--stages: unknown {sorted(unknown)}; choose from {', '.join(STAGES)}")
     out = (ROOT / args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    teacher = args.teacher or make_teacher(out / f"teacher_l{args.teacher_layers}", args.teacher_layers)
+    teacher = args.teacher or stand_in_teacher(out / f"teacher_l{args.teacher_layers}", args.teacher_layers)
     exe = [sys.executable, "-c", "from transferset.app.cli import main; raise SystemExit(main())"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     results = []

@@ -28,6 +28,7 @@ import os
 import sys
 import tempfile
 import time
+from typing import Optional
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))  # builders
 from pathlib import Path
@@ -90,14 +91,20 @@ def load_rows(n: int) -> list[str]:
     return [r.text for r in sources.read_source(spec) if isinstance(r, sources.Example)]
 
 
-def make_teacher(directory: str) -> str:
-    """MiniLM with a (seeded, untrained) 2-class head: the cost of scoring does not depend on training."""
+def make_teacher(directory: str, layers: Optional[int] = None) -> str:
+    """MiniLM with a (seeded, untrained) 2-class head: the cost of scoring does not depend on training.
+
+    `layers`: keep only the first that many of its 6 layers (a cheaper stand-in, benchmarks/scale.py).
+    """
     import torch
 
     from transferset import loading
 
     torch.manual_seed(0)
     model = loading.load_classifier(loading.resolve_model(loading.DEFAULT_MODEL), label_names=("0", "1"))
+    if layers is not None and layers < model.config.num_hidden_layers:
+        model.bert.encoder.layer = model.bert.encoder.layer[:layers]
+        model.config.num_hidden_layers = layers
     model.save_pretrained(directory)
     loading.load_tokenizer(loading.resolve_model(loading.DEFAULT_MODEL)).save_pretrained(directory)
     return directory

@@ -8,7 +8,7 @@
 
 The rows themselves never cross a grouping: only ids are counted (a combine), and the rows stream
 from the input, read a second time, through the routing to the teacher and the shards. A local
-runner holds what crosses a grouping in memory, so the ids cost ~0.2 KB per row where whole rows
+runner holds what crosses a grouping in memory, so the ids cost ~0.4 KB per row where whole rows
 cost several KB (benchmarks/scale.py). The input is read in units of 1/16 of its rows
 (1,000 to 50,000 rows; shards.input_units), the work the runner spreads over its workers.
 
