@@ -1,0 +1,94 @@
+"""A whole `transferset run`, stage by stage: wall time and peak resident memory of each stage.
+
+    .venv/bin/python benchmarks/full_run.py --config configs/sst2_tang.yaml [key=value ...]
+
+Runs `transferset run --config YAML key=value ...` as it is, samples the summed RSS of its whole
+process tree (the run and every Beam worker it starts) every 0.5 s into RUN_DIR/memory.csv, and when
+the run ends reads each stage's `.stage.json` (its wall seconds, written when the stage ends) to cut
+the samples into stages: per stage, the wall time and the peak RSS inside its window. Then it prints the
+test accuracy of every model (RUN_DIR/test/accuracy.json). A stage reused from an earlier run (no new
+`.stage.json`) is listed as reused. The figures are those of the machine as it was: run it alone.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from transferset.app.runner import STAGE_FILE, TEST_RESULTS_FILE, load_config  # noqa: E402
+
+
+def tree_rss(root: psutil.Process) -> int:
+    total = 0
+    try:
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0
+    for p in procs:
+        try:
+            total += p.memory_info().rss
+        except psutil.Error:
+            pass  # a worker that just exited
+    return total
+
+
+def stage_windows(run_dir: Path, since: float) -> list[tuple[str, float, float]]:
+    """(stage folder relative to run_dir, start, end) for every stage that ran after `since`."""
+    out = []
+    for meta in run_dir.rglob(STAGE_FILE):
+        end = meta.stat().st_mtime
+        if end < since:
+            continue
+        seconds = json.loads(meta.read_text())["seconds"]
+        out.append((str(meta.parent.relative_to(run_dir)) or ".", end - seconds, end))
+    return sorted(out, key=lambda w: w[1])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--interval", type=float, default=0.5, help="seconds between memory samples")
+    ap.add_argument("overrides", nargs="*", metavar="key=value")
+    args = ap.parse_args(argv)
+    cfg = load_config(args.config, args.overrides)
+    run_dir = Path(cfg.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    cmd = [str(Path(sys.executable).parent / "transferset"), "run", "--config", args.config, *args.overrides]
+    print("$", " ".join(cmd), flush=True)
+    started = time.time()
+    samples: list[tuple[float, int]] = []
+    with open(run_dir / "memory.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["unix_time", "rss_bytes"])
+        proc = subprocess.Popen(cmd)
+        root = psutil.Process(proc.pid)
+        while proc.poll() is None:
+            s = (time.time(), tree_rss(root))
+            samples.append(s)
+            w.writerow([f"{s[0]:.1f}", s[1]])
+            f.flush()
+            time.sleep(args.interval)
+    wall = time.time() - started
+    print(f"\nrun exit {proc.returncode}, {wall:.0f} s, peak {max((r for _, r in samples), default=0) / 2**20:,.0f} MB")
+    print("| stage | wall (s) | peak RSS (MB) |\n| --- | --- | --- |")
+    for name, t0, t1 in stage_windows(run_dir, started):
+        peak = max((r for t, r in samples if t0 <= t <= t1), default=0)
+        print(f"| {name} | {t1 - t0:,.0f} | {peak / 2**20:,.0f} |")
+    test = run_dir / "test" / TEST_RESULTS_FILE
+    if test.exists():
+        print("\ntest accuracy:", json.dumps(json.loads(test.read_text()), indent=1))
+    return proc.returncode
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
