@@ -8,7 +8,7 @@ Options: `--rows N` (SST-2 rows through the pipeline, default 2000), `--n-iter N
 `--mlm-sentences N` (default 100), `--mlm-model PATH_OR_NAME` (a real masked LM; default: the
 packaged MiniLM encoder with a newly initialised MLM head), `--threads N` (torch threads for the
 MLM part, default 1, 0 = torch's default), `--repeat N` (runs per measurement, best kept; default 2),
-`--skip-pipeline`, `--skip-mlm`.
+`--skip-pipeline`, `--skip-mlm`, `--breakdown` (adds part 4).
 
 What it measures, all in the same run:
 
@@ -66,6 +66,8 @@ def parse_args(argv=None):
                    help="runs of each pipeline setting and each MLM method (order rotated), best time kept")
     p.add_argument("--skip-pipeline", action="store_true")
     p.add_argument("--skip-mlm", action="store_true")
+    p.add_argument("--breakdown", action="store_true",
+                   help="part 4: marginal cost of generation, dedup and write inside the 1-worker pipeline")
     return p.parse_args(argv)
 
 
@@ -171,6 +173,83 @@ def bench_parts(args) -> dict:
     return {"sentences": len(sentences), "load_s": load_s, "tag_s": tag_s, "vocab_s": vocab_s, "gen_s": gen_s,
             "variants": n_variants, "gen_variants_per_s": n_variants / gen_s, "tag_share": share,
             "nobeam_variants_per_s": n_variants / (tag_s + vocab_s + gen_s)}
+
+
+# --- 4. where the pipeline's time goes -------------------------------------------------
+
+def _cut_graph(p, job, cut: str):
+    """The first part of pipelines.augment.build, ending in a count: "generate" or "dedup"."""
+    import apache_beam as beam
+
+    from pipelines import augment as pa
+    from transferset.augment.dedup import dedup_digest
+
+    from dataclasses import replace
+
+    cfg = job.augment
+    specs = [replace(s, label_names=job.label_names) for s in job.inputs]
+    examples = (p | beam.Create(specs) | "Read" >> beam.FlatMap(pa._read).with_outputs("rejects", main="ex")
+                ).ex | "Spread" >> beam.Reshuffle()
+    if cut == "dedup":
+        excluded = pa._excluded_keys(p, job.exclude)
+        examples = ({"examples": examples | beam.Map(lambda e: (dedup_digest(e.text, e.text_b), e)), "exclude": excluded}
+                    | "GroupSources" >> beam.CoGroupByKey() | "Guard" >> beam.FlatMap(pa._guard_sources))
+    items = (examples | beam.Map(lambda ex: (ex, {}))
+             | beam.BatchElements(min_batch_size=64, max_batch_size=cfg.tag_batch_size)
+             | beam.ParDo(pa._Tag(cfg.spacy_model, cfg.tag_batch_size)))
+    vocab = beam.pvalue.AsSingleton(items | beam.CombineGlobally(pa._PosVocab()))
+    rows = (items | beam.FlatMap(pa._expand, cfg, pos_vocab=vocab).with_outputs("generated", main="rows")).rows
+    if cut == "dedup":
+        rows = ({"rows": rows, "exclude": excluded}
+                | "Dedup" >> beam.CoGroupByKey() | beam.FlatMap(pa._resolve).with_outputs("duplicates", "excluded", main="kept")
+                ).kept
+    rows | beam.combiners.Count.Globally()
+
+
+def _time_graph(args, rows: int, cut: str, tmp: str) -> float:
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipelines import augment as pa
+    from transferset.config import AugmentConfig
+
+    cfg = AugmentConfig(recipe="tang", n_iter=args.n_iter, seed=args.seed, limit=rows)
+    out = os.path.join(tmp, f"cut_{cut}_{rows}")
+    job = pa.make_job(cfg, inputs=[args.data], output=out, exclude=[args.exclude] if args.exclude else [])
+    t0 = time.perf_counter()
+    with beam.Pipeline(runner="FnApiRunner", options=PipelineOptions([])) as p:
+        if cut == "full":
+            pa.build(p, job)
+        else:
+            _cut_graph(p, job, cut)
+    return time.perf_counter() - t0
+
+
+def bench_breakdown(args, tmp: str, parts: dict) -> dict:
+    small = 100
+    walls = {}
+    for cut in ("generate", "dedup", "full"):
+        for n in (small, args.rows):
+            best = min(_time_graph(args, n, cut, tmp) for _ in range(args.repeat))
+            walls[cut, n] = best
+            print(f"[breakdown] {cut:8s} {n:6d} rows: {best:.1f} s", flush=True)
+    variants = parts["variants"]
+    marginal = {cut: walls[cut, args.rows] - walls[cut, small] for cut in ("generate", "dedup", "full")}
+    library = parts["tag_s"] + parts["vocab_s"] + parts["gen_s"]
+    us = lambda s: 1e6 * s / variants  # noqa: E731  per variant generated
+    out = {"fixed_s": walls["full", small], "marginal_s": marginal, "library_s": library,
+           "us_per_variant": {"library (tag + vocab + generate)": us(library),
+                              "Beam around the library (graph a - library)": us(marginal["generate"] - library),
+                              "leak guard + dedup grouping (b - a)": us(marginal["dedup"] - marginal["generate"]),
+                              "Parquet write, rejects, stats (c - b)": us(marginal["full"] - marginal["dedup"])},
+           "marginal_variants_per_s": variants / marginal["full"],
+           "library_share_of_marginal": library / marginal["full"]}
+    for k, v in out["us_per_variant"].items():
+        print(f"  {k}: {v:.1f} µs per variant", flush=True)
+    print(f"  fixed (100-row whole graph, in-process): {out['fixed_s']:.1f} s; marginal whole graph "
+          f"{out['marginal_variants_per_s']:.0f} variants/s = {out['library_share_of_marginal']:.0%} of the library's speed",
+          flush=True)
+    return out
 
 
 # --- 3. MLM candidates: batched vs one position per forward pass ----------------------
@@ -318,6 +397,13 @@ def main(argv=None) -> int:
         if not args.skip_pipeline:
             rows.append(("tagging share of 1-worker wall", f"{pa['tag_s'] / r1['wall_s']:.0%}",
                          f"(+{pa['load_s'] / r1['wall_s']:.0%} spaCy load)"))
+        if args.breakdown:
+            b = bench_breakdown(args, tmp, pa)
+            rows += [(f"breakdown: {k}", f"{v:.1f} µs/variant", "marginal, in-process")
+                     for k, v in b["us_per_variant"].items()]
+            rows += [("breakdown: fixed start-up", f"{b['fixed_s']:.1f} s", "whole graph on 100 rows, in-process"),
+                     ("breakdown: marginal pipeline speed", f"{b['marginal_variants_per_s']:.0f} variants/s",
+                      f"{b['library_share_of_marginal']:.0%} of the library")]
         if not args.skip_mlm:
             m = bench_mlm(args)
             t, n = m["timings"], m["positions"]

@@ -17,8 +17,8 @@ from apache_beam.io.filesystems import FileSystems
 from pipelines import runtime as opts
 from transferset import heap, schema
 from transferset.augment import check_ops, needs, original_row, split_words, variant_rows
-from transferset.augment.dedup import (STAT_KEYS, bad_inputs, dedup_digest, pack, reconcile, resolve, to_record,
-                                      unpack)
+from transferset.augment.dedup import (STAT_KEYS, bad_inputs, collapse, dedup_digest, pack, reconcile, resolve_packed,
+                                      to_record)
 from transferset.augment.mlm import MlmCandidates
 from transferset.augment.pos import PosVocab, Tagger
 from transferset.config import AugmentConfig, BeamConfig
@@ -101,17 +101,21 @@ class _PosVocab(beam.CombineFn):
 
 
 def _expand(item, cfg: AugmentConfig, pos_vocab=None):
+    """An example → its original and variants, keyed by text digest and packed, repeats within it collapsed
+    (dedup.collapse); the number of variants generated goes to the "generated" output, once per example."""
     ex, ctx = item
     if pos_vocab is not None:
         ctx = {**ctx, "pos_vocab": pos_vocab}
-    yield original_row(ex.source_id, ex.text, ex.text_b, ex.label)
-    for row in variant_rows(ex.source_id, ex.text, ex.text_b, cfg=cfg, context=ctx, labeled=ex.label is not None):
-        yield beam.pvalue.TaggedOutput("variants", row)
+    rows = [original_row(ex.source_id, ex.text, ex.text_b, ex.label),
+            *variant_rows(ex.source_id, ex.text, ex.text_b, cfg=cfg, context=ctx, labeled=ex.label is not None)]
+    yield beam.pvalue.TaggedOutput("generated", len(rows) - 1)
+    for digest, row, copies in collapse(rows):
+        yield digest, pack(row, copies)
 
 
 def _resolve(item):
     _, groups = item
-    winner, dups, excluded = resolve(map(unpack, groups["rows"]), bool(groups["exclude"]))
+    winner, dups, excluded = resolve_packed(groups["rows"], bool(groups["exclude"]))
     if dups:
         yield beam.pvalue.TaggedOutput("duplicates", dups)
     if excluded:
@@ -193,11 +197,8 @@ def build(p: beam.Pipeline, job: AugmentJob) -> dict:
                  | "MLMCandidates" >> beam.ParDo(_MlmCandidates(cfg)))
 
     kwargs = {"pos_vocab": pos_vocab} if pos_vocab is not None else {}
-    expanded = items | "Augment" >> beam.FlatMap(_expand, cfg, **kwargs).with_outputs("variants", main="originals")
-    rows = (expanded.originals, expanded.variants) | "AllRows" >> beam.Flatten()
-
-    keyed_rows = rows | "KeyByText" >> beam.Map(lambda r: (dedup_digest(r.text, r.text_b), pack(r)))
-    resolved = ({"rows": keyed_rows, "exclude": excluded_keys}
+    expanded = items | "Augment" >> beam.FlatMap(_expand, cfg, **kwargs).with_outputs("generated", main="rows")
+    resolved = ({"rows": expanded.rows, "exclude": excluded_keys}
                 | "GroupByText" >> beam.CoGroupByKey()
                 | "DedupAndGuard" >> beam.FlatMap(_resolve).with_outputs("duplicates", "excluded", main="kept"))
 
@@ -225,7 +226,7 @@ def build(p: beam.Pipeline, job: AugmentJob) -> dict:
         "accepted_rows": n_accepted,
         "rejected_rows": n_rejected,
         "originals": n_accepted,
-        "variants_generated": opts.count(expanded.variants, "CountVariants"),
+        "variants_generated": _sum(expanded.generated, "SumVariants"),
         "duplicates_dropped": _sum(resolved.duplicates, "SumDuplicates"),
         "excluded_dropped": _sum((guarded.excluded, resolved.excluded) | "AllExcluded" >> beam.Flatten(),
                                  "SumExcluded"),

@@ -155,16 +155,42 @@ def test_config_rejects_bad_settings():
 
 def test_rows_cross_the_dedup_grouping_packed_and_keyed_by_a_digest_of_the_normalized_text():
     from transferset.augment.compose import original_row
-    from transferset.augment.dedup import dedup_digest, dedup_key, pack, resolve, unpack
+    from transferset.augment.dedup import dedup_digest, dedup_key, pack, resolve, resolve_packed, unpack
 
     original = original_row("train.tsv:3", "A  Fine film", "and cast", 1)
     variant = next(iter(variant_rows("train.tsv:3", "a fine film", "and cast", cfg=AugmentConfig(n_iter=1, seed=0),
                                      context={"tags": ["DET", "ADJ", "NOUN"]})))
     for row in (original, variant):
-        assert unpack(pack(row)) == row and len(pack(row)) < 200
+        assert unpack(pack(row)) == (row, 1) and unpack(pack(row, 3)) == (row, 3) and len(pack(row)) < 200
     # texts equal once normalized share a key; another text or another second sentence does not
     assert dedup_digest("A  Fine film", "and cast") == dedup_digest("a fine film", "AND cast")
     assert len({dedup_digest("a fine film", "and cast"), dedup_digest("a fine film"),
                 dedup_digest("a fine film", "and crew"), dedup_digest("a fine flim", "and cast")}) == 4
     assert dedup_key("A  Fine film") == "a fine film"
-    assert resolve(map(unpack, [pack(variant), pack(original)]), False) == (original, 1, 0)
+    assert resolve([variant, original], False) == (original, 1, 0)
+    assert resolve_packed([pack(variant, 2), pack(original)], False) == (original, 2, 0)
+    assert resolve_packed([pack(variant, 2), pack(original)], True) == (None, 0, 3)
+    assert resolve_packed([], False) == (None, 0, 0)
+
+
+def test_collapsing_an_examples_repeats_first_keeps_the_winner_and_every_count():
+    """dedup.collapse then resolve_packed (two rounds) == resolve over all rows at once (one round)."""
+    import random
+
+    from transferset.augment.compose import Row
+    from transferset.augment.dedup import collapse, dedup_digest, pack, resolve, resolve_packed
+
+    rnd = random.Random(0)
+    texts = ["a fine film", "A  fine film", "dull", "a fine", "fine film"]
+    examples = [[Row(f"id{rnd.randrange(10**6)}", f"s{e}", rnd.choice(texts), None, (), None, rnd.choice([-1, 0, 1, 2]))
+                 for _ in range(rnd.randrange(1, 8))] for e in range(40)]
+    everything = [r for rows in examples for r in rows]
+    collapsed = [c for rows in examples for c in collapse(rows)]
+    assert len(collapsed) < len(everything)  # repeats inside an example were collapsed
+    for excluded in (False, True):
+        for text in texts:
+            d = dedup_digest(text)
+            one_round = resolve([r for r in everything if dedup_digest(r.text) == d], excluded)
+            two_rounds = resolve_packed([pack(row, n) for digest, row, n in collapsed if digest == d], excluded)
+            assert two_rounds == one_round
+    assert sum(n for _, _, n in collapse(examples[0])) == len(examples[0])
