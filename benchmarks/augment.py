@@ -24,7 +24,10 @@ What it measures, all in the same run:
 3. MLM candidates (TinyBERT recipe): `MlmCandidates.candidates` (masked positions of many examples
    batched, vocabulary head on masked positions only) against `candidates_one_at_a_time` (the
    public-tools baseline: one masked position per forward pass, head at every token), same model,
-   same sentences; plus `candidates(batch_size=1)` to separate the two effects. Each is run
+   same sentences; plus `candidates(batch_size=1)` to separate the two effects, and the batched
+   candidates on padded batches (`forward="padded"`) against the padding-free default for a BERT MLM.
+   When nlpaug is installed (`pip install nlpaug gdown beautifulsoup4`, not a dependency), its
+   ContextualWordEmbsAug on the same model and sentences is the outside baseline in variants/s. Each is run
    `--repeat` times (default 2) in rotating order and its best time kept. Checks that both give
    the same candidate lists.
 """
@@ -296,9 +299,14 @@ def bench_mlm(args) -> dict:
     real = args.mlm_model is not None
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)  # the new MLM head of the default model is initialised reproducibly
-    mlm = MlmCandidates(model, top_k=AugmentConfig().mlm_top_k, batch_size=args.mlm_batch_size,
-                        max_length=AugmentConfig().mlm_max_length, device="cpu")
+    def load(forward):
+        torch.manual_seed(args.seed)  # the new MLM head of the default model is initialised reproducibly
+        return MlmCandidates(model, top_k=AugmentConfig().mlm_top_k, batch_size=args.mlm_batch_size,
+                             max_length=AugmentConfig().mlm_max_length, device="cpu", forward=forward)
+
+    mlm, mlm_padded = load("auto"), load("padded")
+    print(f"[mlm] candidates() forward path: {mlm.forward_path}"
+          + (f" ({mlm.packed_reason})" if mlm.packed is None else ""), flush=True)
     params = sum(p.numel() for p in mlm.model.parameters()) / 1e6
     cfg_m = mlm.model.config
     note = "" if real else " (encoder weights of the packaged MiniLM; MLM head newly initialised: " \
@@ -316,6 +324,7 @@ def bench_mlm(args) -> dict:
     methods = {
         "one_at_a_time": lambda: mlm.candidates_one_at_a_time(sentences),
         "batched": lambda: mlm.candidates(sentences),
+        "batched_padded": lambda: mlm_padded.candidates(sentences),
         "batched_bs1": lambda: mlm.candidates(sentences, batch_size=1),
     }
     # Each method `--repeat` times, in a rotating order, best time kept: load from other
@@ -340,8 +349,10 @@ def bench_mlm(args) -> dict:
 
     agree = compare_candidates(batched, base)
     agree_bs1 = compare_candidates(batched1, base)
-    res = {"model": model, "real": real, "sentences": len(sentences), "positions": n_pos, "variants": n_variants,
-           "gen_s": gen_s, "timings": timings, "agree": agree, "agree_bs1": agree_bs1, "params_m": params}
+    agree_padded = compare_candidates(batched, results["batched_padded"])
+    res = {"model": model, "real": real, "forward_path": mlm.forward_path, "sentences": len(sentences), "positions": n_pos, "variants": n_variants,
+           "gen_s": gen_s, "timings": timings, "agree": agree, "agree_bs1": agree_bs1, "agree_padded": agree_padded,
+           "params_m": params, "nlpaug": bench_nlpaug(args, model, [" ".join(s) for s in sentences])}
     for k, t in timings.items():
         print(f"  {k:<14} {t:7.2f} s (best of {args.repeat})  {n_pos / t:7.1f} positions/s  "
               f"{n_variants / (t + gen_s):7.1f} variants/s (N={args.n_iter}, generation included)", flush=True)
@@ -351,7 +362,42 @@ def bench_mlm(args) -> dict:
           f"same top-1 {agree['top1']:.1%}, mean Jaccard {agree['jaccard']:.3f} over {agree['positions']} positions")
     print(f"  agreement with baseline (batch 1): identical lists {agree_bs1['exact']:.1%}, "
           f"same set {agree_bs1['same_set']:.1%}", flush=True)
+    print(f"  padding-free vs padded batches: {timings['batched_padded'] / timings['batched']:.2f}x, identical lists "
+          f"{agree_padded['exact']:.1%}", flush=True)
+    if res["nlpaug"]:
+        ours = n_variants / (timings["batched"] + gen_s)
+        print(f"  tinybert recipe {ours:.1f} variants/s vs nlpaug {res['nlpaug']['variants_per_s']:.1f}: "
+              f"{ours / res['nlpaug']['variants_per_s']:.1f}x", flush=True)
     return res
+
+
+def bench_nlpaug(args, model: str, texts: list[str]) -> dict | None:
+    """nlpaug's ContextualWordEmbsAug (substitute, top-k 15, p 0.4: the tinybert recipe's settings) on the
+    same model and sentences, variants per second; None when nlpaug is not installed
+    (`pip install nlpaug gdown beautifulsoup4`: a benchmark-only baseline, not a dependency)."""
+    try:
+        import nlpaug.augmenter.word as naw
+    except ImportError:
+        print("  nlpaug not installed: no nlpaug baseline", flush=True)
+        return None
+    import torch
+    import transformers
+
+    # nlpaug 1.1.11 calls a tokenizer method transformers 5 renamed; the public one does the same.
+    transformers.BertTokenizer._convert_token_to_id = lambda self, token: self.convert_tokens_to_ids(token)
+    torch.manual_seed(args.seed)
+    aug = naw.ContextualWordEmbsAug(model_path=model, model_type="bert", action="substitute", top_k=15, aug_p=0.4,
+                                    device="cpu", batch_size=32)
+    aug.augment(texts[:2])  # warm-up
+    t0 = time.perf_counter()
+    # With a list, nlpaug 1.1.11 makes one variant per sentence (whatever n is) and batches the
+    # sentences' forward passes: its fastest way to N variants per sentence is N such calls (one
+    # sentence per call with n=N measured 30 % slower). Variants/s do not depend on N: 3 rounds.
+    rounds = min(3, args.n_iter)
+    n = sum(len(aug.augment(texts)) for _ in range(rounds))
+    wall = time.perf_counter() - t0
+    print(f"  nlpaug ContextualWordEmbsAug: {n} variants in {wall:.1f} s = {n / wall:.1f} variants/s", flush=True)
+    return {"variants": n, "wall_s": wall, "variants_per_s": n / wall}
 
 
 # --- report ----------------------------------------------------------------------
@@ -411,13 +457,22 @@ def main(argv=None) -> int:
             rows += [
                 (f"{label} one-at-a-time", f"{n / t['one_at_a_time']:.1f} positions/s",
                  f"{m['variants'] / (t['one_at_a_time'] + m['gen_s']):.0f} variants/s; {t['one_at_a_time']:.1f} s"),
-                (f"{label} batched", f"{n / t['batched']:.1f} positions/s",
+                (f"{label} batched, padded", f"{n / t['batched_padded']:.1f} positions/s",
+                 f"{m['variants'] / (t['batched_padded'] + m['gen_s']):.0f} variants/s; {t['batched_padded']:.1f} s"),
+                (f"{label} batched ({m['forward_path']})", f"{n / t['batched']:.1f} positions/s",
                  f"{m['variants'] / (t['batched'] + m['gen_s']):.0f} variants/s; {t['batched']:.1f} s"),
+                ("MLM padding-free vs padded", f"{t['batched_padded'] / t['batched']:.2f}x",
+                 f"identical lists {m['agree_padded']['exact']:.1%}"),
                 ("MLM speed-up batched vs baseline", f"{t['one_at_a_time'] / t['batched']:.1f}x",
                  f"batch 1 (head on mask only): {t['one_at_a_time'] / t['batched_bs1']:.1f}x"),
                 ("MLM identical candidate lists", f"{m['agree']['exact']:.1%}",
                  f"same set {m['agree']['same_set']:.1%}, top-1 {m['agree']['top1']:.1%}, {n} positions"),
             ]
+            if m["nlpaug"]:
+                ours = m["variants"] / (t["batched"] + m["gen_s"])
+                rows += [("nlpaug ContextualWordEmbsAug", f"{m['nlpaug']['variants_per_s']:.1f} variants/s",
+                          "same model and sentences, top-k 15, p 0.4"),
+                         ("tinybert recipe vs nlpaug", f"{ours / m['nlpaug']['variants_per_s']:.1f}x", "variants/s")]
     print(f"\nsummary ({time.perf_counter() - t_all:.0f} s in all; load average now {os.getloadavg()[0]:.2f} "
           f"on {os.cpu_count()} CPUs: other processes skew the figures)")
     print(table(rows))

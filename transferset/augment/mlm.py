@@ -6,10 +6,12 @@ A chosen eligible word is replaced by a candidate drawn uniformly from its top M
 
 Public tools run one masked position per forward pass. Here the masked copies of many
 examples share each forward pass, and the vocabulary head runs only at the masked
-positions, not at every token.
+positions, not at every token. A BERT MLM on a CPU runs padding-free (transferset.teacher.packed:
+the pairs laid end to end, no padding token anywhere); other models on padded, length-sorted batches.
 """
 from __future__ import annotations
 
+import logging
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -39,7 +41,8 @@ class MlmCandidates:
     """Top-M MLM replacement candidates for every eligible word of many sentences at once."""
 
     def __init__(self, model: str, *, top_k: int, batch_size: int, max_length: int,
-                 device: str | None = None, trust_remote_code: bool = False, threads: int | None = None):
+                 device: str | None = None, trust_remote_code: bool = False, threads: int | None = None,
+                 forward: str = "auto"):
         import torch
 
         if threads:
@@ -60,6 +63,20 @@ class MlmCandidates:
         banned.update(i for tok, i in vocab.items() if tok.startswith("##") or not tok.isalpha())
         self.banned = torch.tensor(sorted(banned), dtype=torch.long)
         self._head = self._find_head()
+        # BERT on a CPU: padding-free (transferset.teacher.packed), every matmul on real tokens only;
+        # the padded forward of a length-sorted batch still spends about half its tokens on padding
+        # (the pairs are [CLS] masked [SEP] original [SEP]).
+        self.packed, self.packed_reason = None, f"device {self.device}"
+        if forward not in ("auto", "packed", "padded"):
+            raise ValueError(f"forward: choose auto, packed or padded, not {forward!r}")
+        if forward != "padded" and (forward == "packed" or self.device == "cpu"):
+            from transferset.teacher.packed import PackedMaskedLM
+
+            self.packed, self.packed_reason = PackedMaskedLM.build(self.model, self.tokenizer)
+            if forward == "packed" and self.packed is None:
+                raise ValueError(f"forward packed: not available for {model}: {self.packed_reason}")
+        logging.getLogger("transferset").info("MLM forward pass: %s", self.forward_path if self.packed is not None
+                                              else f"padded ({self.packed_reason})")
 
     def _find_head(self):
         """The vocabulary head, so it can run on masked positions only; None: use the full model."""
@@ -84,8 +101,15 @@ class MlmCandidates:
                 masked = " ".join(mask if j == i else w for j, w in enumerate(words))
                 yield s, i, masked, original, words[i]
 
+    @property
+    def forward_path(self) -> str:
+        """'packed' (padding-free BERT path) or 'padded' (the model's own forward)."""
+        return "packed" if self.packed is not None else "padded"
+
     def _forward(self, masked: list[str], original: list[str]):
         """Logits over the vocabulary at the (first) mask position of each pair: (B, V)."""
+        if self.packed is not None:
+            return self._forward_packed(masked, original)
         torch = self.torch
         enc = self.tokenizer(masked, original, padding=True, truncation="only_second",
                              max_length=self.max_length, return_tensors="pt").to(self.device)
@@ -96,6 +120,20 @@ class MlmCandidates:
             hidden = self.model.base_model(**enc).last_hidden_state  # (B, T, H)
             return self._head(hidden[rows, first])  # (B, V)
         return self.model(**enc).logits[rows, first]  # (B, V)
+
+    def _forward_packed(self, masked: list[str], original: list[str]):
+        """`_forward` on the pairs laid end to end: the same logits, no padding tokens."""
+        torch = self.torch
+        enc = self.tokenizer(masked, original, truncation="only_second", max_length=self.max_length)
+        rows = [{k: enc[k][i] for k in enc} for i in range(len(masked))]
+        mask_id = self.tokenizer.mask_token_id
+        # Rows of equal length adjacent: each run of them is one attention call.
+        order = sorted(range(len(rows)), key=lambda i: len(rows[i]["input_ids"]))
+        first = [rows[i]["input_ids"].index(mask_id) if mask_id in rows[i]["input_ids"] else 0 for i in order]
+        logits = self.packed.logits_at([rows[i] for i in order], first)  # (B, V) in `order`
+        out = torch.empty_like(logits)
+        out[torch.tensor(order, device=logits.device)] = logits
+        return out
 
     def candidates(self, sentences: Sequence[Sequence[str]], *,
                    batch_size: int | None = None) -> list[dict[int, list[str]]]:

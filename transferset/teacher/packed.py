@@ -7,10 +7,12 @@ once over the packed tokens (query, key and value as one matmul), and attention 
 rows of equal length, so there is no padding and no attention mask anywhere.
 
 Only `BertForSequenceClassification` (the default MiniLM teacher and every BERT fine-tune) has
-this path; other architectures use the model's own forward on padded batches. The embeddings,
-LayerNorms, activations, pooler and classifier are the model's own modules; only the batching and
-the attention arithmetic are re-written. `PackedBert.build` checks the result against the model's
-own forward on probe rows and returns None, with the reason, when they differ.
+this path, and `BertForMaskedLM` for the tinybert recipe's MLM candidates (PackedMaskedLM: the
+vocabulary head on the masked tokens only); other architectures use the model's own forward on
+padded batches. The embeddings, LayerNorms, activations, pooler, classifier and MLM head are the
+model's own modules; only the batching and the attention arithmetic are re-written. `build` checks
+the result against the model's own forward on probe rows and returns None, with the reason, when
+they differ.
 """
 from __future__ import annotations
 
@@ -24,17 +26,19 @@ PROBE_PAIR = ("the first part", "and a second one")
 PROBE_ATOL = 1e-4
 
 
-def unsupported(model) -> Optional[str]:
-    """Why `model` has no packed path, or None when it has one."""
+def unsupported(model, kind=None, needs_pooler: bool = True) -> Optional[str]:
+    """Why `model` has no packed path, or None when it has one; `kind`: the class it must be
+    (default BertForSequenceClassification)."""
     import torch
     from transformers import BertForSequenceClassification
 
-    if type(model) is not BertForSequenceClassification:
-        return f"{type(model).__name__} is not BertForSequenceClassification"
+    kind = kind or BertForSequenceClassification
+    if type(model) is not kind:
+        return f"{type(model).__name__} is not {kind.__name__}"
     config = model.config
     if getattr(config, "is_decoder", False) or getattr(config, "add_cross_attention", False):
         return "a decoder BERT (causal or cross attention)"
-    if model.bert.pooler is None:
+    if needs_pooler and model.bert.pooler is None:
         return "the model has no pooler"
     odd = sorted({type(m).__name__ for m in model.modules()
                   if isinstance(m, torch.nn.Linear) and type(m) is not torch.nn.Linear})
@@ -124,16 +128,20 @@ def attention(q, k, v, scale: float):
     return F.scaled_dot_product_attention(q, k, v, scale=scale)
 
 
-class PackedBert:
-    """`forward(input_ids, token_type_ids, lengths, layers, pooling)` on rows packed end to end."""
+def layout(lengths: Sequence[int]) -> tuple[np.ndarray, np.ndarray, list[tuple[int, int, int]]]:
+    """(lengths, offsets, groups of equal length) of rows laid end to end."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    return lengths, offsets, groups_of_equal_length(lengths, offsets)
 
-    def __init__(self, model, *, onednn: bool = False, rows_hint: Optional[int] = None):
+
+class PackedEncoder:
+    """The embeddings and layers of a `BertModel` (`model.bert`) run on rows packed end to end."""
+
+    def __init__(self, bert, *, onednn: bool = False, rows_hint: Optional[int] = None):
         import torch
 
-        bert = model.bert
         self.embeddings = bert.embeddings
-        self.pooler = bert.pooler
-        self.classifier = model.classifier  # dropout before it is a no-op in eval
         self.layers = []
 
         def linear(module, activation=None):
@@ -155,83 +163,46 @@ class PackedBert:
             else "aten"
 
     @classmethod
-    def build(cls, model, tokenizer, rows_hint: Optional[int] = None) -> tuple[Optional["PackedBert"], str]:
-        """(PackedBert, "") when the model has a packed path that matches its own forward, else (None, why).
-
-        oneDNN's fused linear is tried first where available, then plain addmm.
-        """
-        reason = unsupported(model)
-        if reason:
-            return None, reason
+    def _build(cls, model, probe: Callable[["PackedEncoder"], float], atol: float, **kwargs):
+        """(instance, "") when `probe(instance)` (the largest difference from the model's own forward) is
+        within `atol`, oneDNN's fused linear tried first where available, then addmm; else (None, why)."""
         why = []
         device = next(model.parameters()).device
         for onednn in ([True, False] if onednn_linear_available(device) else [False]):
             kernels = "onednn" if onednn else "aten"
             try:
-                packed = cls(model, onednn=onednn, rows_hint=rows_hint)
-                worst = packed.probe_difference(model, tokenizer)
+                packed = cls(model, onednn=onednn, **kwargs)
+                worst = probe(packed)
             except Exception as exc:  # any failure here means: try the next kernels, then the model's own forward
                 why.append(f"the probe forward ({kernels}) failed: {type(exc).__name__}: {exc}")
                 continue
-            if worst <= PROBE_ATOL:
+            if worst <= atol:
                 return packed, ""
-            why.append(f"probe logits ({kernels}) differ from the model's own forward by {worst:.2e} "
-                       f"(> {PROBE_ATOL})")
+            why.append(f"probe logits ({kernels}) differ from the model's own forward by {worst:.2e} (> {atol})")
         return None, "; ".join(why)
-
-    def probe_difference(self, model, tokenizer) -> float:
-        """Largest |logit| difference between this path and model(**row) on a few probe rows."""
-        import torch
-
-        rows = [tokenizer(t) for t in PROBE_TEXTS] + [tokenizer(*PROBE_PAIR)]
-        worst = 0.0
-        with torch.inference_mode():
-            logits, _ = self.score(rows, layers=(), pooling="cls")
-            for i, row in enumerate(rows):
-                alone = {k: torch.tensor([v], device=self.device) for k, v in row.items()}
-                own = model(**alone).logits[0]
-                worst = max(worst, float((own - logits[i]).abs().max()))
-        return worst
 
     @property
     def device(self):
         return self.embeddings.word_embeddings.weight.device
 
-    def score(self, features: Sequence[dict], layers: Sequence[int], pooling: str):
-        """Tokenized rows (dicts with input_ids, maybe token_type_ids) -> `forward` on them packed."""
-        ids, types = pack([f["input_ids"] for f in features], [f.get("token_type_ids") for f in features],
-                          self.device)
-        return self.forward(ids, types, [len(f["input_ids"]) for f in features], layers, pooling)
+    def states(self, input_ids, token_type_ids, lengths: np.ndarray, offsets: np.ndarray, groups):
+        """Yields (k, (T, H) hidden states) for k = 0 (embeddings), 1 .. L (each layer's output).
 
-    def forward(self, input_ids, token_type_ids, lengths: Sequence[int], layers: Sequence[int], pooling: str):
-        """input_ids, token_type_ids: (T,) for rows laid end to end, `lengths` tokens each.
-
-        Returns logits (rows, C) and {layer: (rows, H)} pooled hidden states for `layers`
-        (hidden_states indices: 0 = embeddings). Rows of equal length should be adjacent (sorted
-        rows are): each run of them is one attention call.
+        input_ids, token_type_ids: (T,) for rows laid end to end (`layout(lengths)`). Rows of equal
+        length should be adjacent (sorted rows are): each run of them is one attention call.
         """
         import torch
 
-        lengths = np.asarray(lengths, dtype=np.int64)
-        offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
         positions = torch.from_numpy(np.arange(int(lengths.sum())) - np.repeat(offsets, lengths)).to(self.device)
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         emb = self.embeddings
         x = emb.word_embeddings(input_ids) + emb.token_type_embeddings(token_type_ids)
         x = emb.LayerNorm(x + emb.position_embeddings(positions))  # (T, H), the order BertEmbeddings adds in
-        groups = groups_of_equal_length(lengths, offsets)
-        firsts = torch.from_numpy(offsets).to(self.device)
-        pooled = {}
-        if 0 in layers:
-            pooled[0] = self.pool(x, groups, firsts, pooling)
+        yield 0, x
         for k, layer in enumerate(self.layers, start=1):
             x = self.layer(layer, x, groups)
-            if k in layers:
-                pooled[k] = self.pool(x, groups, firsts, pooling)
-        cls = x.index_select(0, firsts)  # (rows, H): each row's first token, [CLS]
-        logits = self.classifier(self.pooler(cls.unsqueeze(1)))
-        return logits, pooled
+            yield k, x
 
     @staticmethod
     def layer(layer: _Layer, x, groups):
@@ -248,6 +219,66 @@ class PackedBert:
         x = layer.attention_norm(layer.attention_out(context).add_(x))
         return layer.out_norm(layer.out(layer.intermediate(x)).add_(x))
 
+
+class PackedBert(PackedEncoder):
+    """`forward(input_ids, token_type_ids, lengths, layers, pooling)` on rows packed end to end."""
+
+    def __init__(self, model, *, onednn: bool = False, rows_hint: Optional[int] = None):
+        super().__init__(model.bert, onednn=onednn, rows_hint=rows_hint)
+        self.pooler = model.bert.pooler
+        self.classifier = model.classifier  # dropout before it is a no-op in eval
+
+    @classmethod
+    def build(cls, model, tokenizer, rows_hint: Optional[int] = None) -> tuple[Optional["PackedBert"], str]:
+        """(PackedBert, "") when the model has a packed path that matches its own forward, else (None, why).
+
+        oneDNN's fused linear is tried first where available, then plain addmm.
+        """
+        reason = unsupported(model)
+        if reason:
+            return None, reason
+        return cls._build(model, lambda packed: packed.probe_difference(model, tokenizer), PROBE_ATOL,
+                          rows_hint=rows_hint)
+
+    def probe_difference(self, model, tokenizer) -> float:
+        """Largest |logit| difference between this path and model(**row) on a few probe rows."""
+        import torch
+
+        rows = [tokenizer(t) for t in PROBE_TEXTS] + [tokenizer(*PROBE_PAIR)]
+        worst = 0.0
+        with torch.inference_mode():
+            logits, _ = self.score(rows, layers=(), pooling="cls")
+            for i, row in enumerate(rows):
+                alone = {k: torch.tensor([v], device=self.device) for k, v in row.items()}
+                own = model(**alone).logits[0]
+                worst = max(worst, float((own - logits[i]).abs().max()))
+        return worst
+
+    def score(self, features: Sequence[dict], layers: Sequence[int], pooling: str):
+        """Tokenized rows (dicts with input_ids, maybe token_type_ids) -> `forward` on them packed."""
+        ids, types = pack([f["input_ids"] for f in features], [f.get("token_type_ids") for f in features],
+                          self.device)
+        return self.forward(ids, types, [len(f["input_ids"]) for f in features], layers, pooling)
+
+    def forward(self, input_ids, token_type_ids, lengths: Sequence[int], layers: Sequence[int], pooling: str):
+        """input_ids, token_type_ids: (T,) for rows laid end to end, `lengths` tokens each.
+
+        Returns logits (rows, C) and {layer: (rows, H)} pooled hidden states for `layers`
+        (hidden_states indices: 0 = embeddings). Rows of equal length should be adjacent (sorted
+        rows are): each run of them is one attention call.
+        """
+        import torch
+
+        lengths, offsets, groups = layout(lengths)
+        firsts = torch.from_numpy(offsets).to(self.device)
+        pooled = {}
+        for k, x in self.states(input_ids, token_type_ids, lengths, offsets, groups):
+            if k in layers:
+                pooled[k] = self.pool(x, groups, firsts, pooling)
+        cls = x.index_select(0, firsts)  # (rows, H): each row's first token, [CLS]
+        logits = self.classifier(self.pooler(cls.unsqueeze(1)))
+        return logits, pooled
+
     @staticmethod
     def pool(x, groups, firsts, pooling: str):
         """(T, H) packed hidden states -> (rows, H): [CLS] or the mean over each row's tokens."""
@@ -257,6 +288,54 @@ class PackedBert:
             return x.index_select(0, firsts)
         return torch.cat([x[start:start + rows * length].view(rows, length, -1).mean(dim=1)
                           for start, rows, length in groups])
+
+
+class PackedMaskedLM(PackedEncoder):
+    """A `BertForMaskedLM`'s encoder on rows packed end to end, its vocabulary head on chosen tokens only
+    (the MLM candidates of the tinybert recipe: one masked token per row)."""
+
+    PROBE = ("a [MASK] probe sentence", "a short probe sentence")
+
+    def __init__(self, model, *, onednn: bool = False, rows_hint: Optional[int] = None):
+        super().__init__(model.bert, onednn=onednn, rows_hint=rows_hint)
+        self.head = model.cls
+
+    @classmethod
+    def build(cls, model, tokenizer) -> tuple[Optional["PackedMaskedLM"], str]:
+        from transformers import BertForMaskedLM
+
+        reason = unsupported(model, BertForMaskedLM, needs_pooler=False)
+        if reason:
+            return None, reason
+        return cls._build(model, lambda packed: packed.probe_difference(model, tokenizer), PROBE_ATOL)
+
+    def probe_difference(self, model, tokenizer) -> float:
+        """Largest |logit| difference from model(**row) at the first, the masked and the last token of a
+        probe pair, relative to the largest logit (at least 1): vocabulary logits run larger than a
+        classifier's."""
+        import torch
+
+        row = tokenizer(*self.PROBE)
+        ids = row["input_ids"]
+        at = [0, ids.index(tokenizer.mask_token_id) if tokenizer.mask_token_id in ids else 1, len(ids) - 1]
+        with torch.inference_mode():
+            packed = self.logits_at([row] * len(at), at)
+            own = model(**{k: torch.tensor([v], device=self.device) for k, v in row.items()}).logits[0]
+            expect = own[at]
+            scale = max(1.0, float(expect.abs().max()))
+            return float((packed - expect).abs().max()) / scale
+
+    def logits_at(self, features: Sequence[dict], positions: Sequence[int]):
+        """(rows, V): the vocabulary logits at token `positions[i]` of row i (rows of equal length adjacent)."""
+        import torch
+
+        ids, types = pack([f["input_ids"] for f in features], [f.get("token_type_ids") for f in features],
+                          self.device)
+        lengths, offsets, groups = layout([len(f["input_ids"]) for f in features])
+        for _, x in self.states(ids, types, lengths, offsets, groups):
+            pass
+        at = torch.from_numpy(offsets + np.asarray(positions, dtype=np.int64)).to(self.device)
+        return self.head(x.index_select(0, at))
 
 
 def pack(input_ids: Sequence[Sequence[int]], token_type_ids: Sequence[Optional[Sequence[int]]], device):

@@ -38,6 +38,35 @@ def test_batched_candidates_equal_one_position_per_forward(cands):
             assert all(t.isalpha() and not t.startswith("##") for t in toks)
 
 
+def test_padding_free_forward_gives_the_padded_forwards_logits_and_candidates(tiny_mlm_dir):
+    """BertForMaskedLM on a CPU takes the packed path (no padding tokens); same logits, same candidates."""
+    import torch
+
+    packed = MlmCandidates(tiny_mlm_dir, top_k=5, batch_size=4, max_length=64)
+    padded = MlmCandidates(tiny_mlm_dir, top_k=5, batch_size=4, max_length=64, forward="padded")
+    assert (packed.forward_path, padded.forward_path) == ("packed", "padded")
+    # pairs of different lengths in one forward pass, out of length order
+    masked = ["the [MASK] was great and funny", "a [MASK]", "[MASK] boring plot , awful acting"]
+    original = ["the film was great and funny", "a plot", "a boring plot , awful acting"]
+    with torch.inference_mode():
+        a, b = packed._forward(masked, original), padded._forward(masked, original)
+    assert a.shape == b.shape == (3, packed.tokenizer.vocab_size)
+    assert torch.allclose(a, b, atol=1e-4)
+    assert packed.candidates(SENTENCES) == padded.candidates(SENTENCES) == padded.candidates_one_at_a_time(SENTENCES)
+
+
+def test_packed_forward_is_refused_with_the_reason_for_a_model_without_it(tiny_mlm_dir, tiny_teacher):
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from transferset.teacher.packed import PackedMaskedLM
+
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_teacher)
+    packed, why = PackedMaskedLM.build(model, AutoTokenizer.from_pretrained(tiny_teacher))
+    assert packed is None and why == "BertForSequenceClassification is not BertForMaskedLM"
+    with pytest.raises(ValueError, match="choose auto, packed or padded"):
+        MlmCandidates(tiny_mlm_dir, top_k=5, batch_size=4, max_length=64, forward="fast")
+
+
 def test_batch_size_does_not_change_candidates(cands):
     assert cands.candidates(SENTENCES, batch_size=1) == cands.candidates(SENTENCES, batch_size=16)
 
