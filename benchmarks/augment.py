@@ -41,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -186,8 +187,6 @@ def _cut_graph(p, job, cut: str):
 
     from pipelines import augment as pa
     from transferset.augment.dedup import dedup_digest
-
-    from dataclasses import replace
 
     cfg = job.augment
     specs = [replace(s, label_names=job.label_names) for s in job.inputs]

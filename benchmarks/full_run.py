@@ -6,15 +6,14 @@ Runs `transferset run --config YAML key=value ...` as it is, samples the summed 
 process tree (the run and every Beam worker it starts) every 0.5 s into RUN_DIR/memory.csv, and when
 the run ends reads each stage's `.stage.json` (its wall seconds, written when the stage ends) to cut
 the samples into stages: per stage, the wall time and the peak RSS inside its window. Then it prints the
-test accuracy of every model (RUN_DIR/test/accuracy.json). A stage reused from an earlier run (no new
-`.stage.json`) is listed as reused. The figures are those of the machine as it was: run it alone.
+test accuracy of every model (RUN_DIR/test/accuracy.json). A stage reused from an earlier run (its
+`.stage.json` older than this run) is left out of the table. The figures are those of the machine as it was: run it alone.
 """
 from __future__ import annotations
 
 import argparse
 import csv
 import json
-import os
 import subprocess
 import sys
 import time
@@ -25,21 +24,8 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from scale import tree_rss  # noqa: E402  benchmarks/scale.py: this script's folder is on sys.path
 from transferset.app.runner import STAGE_FILE, TEST_RESULTS_FILE, load_config  # noqa: E402
-
-
-def tree_rss(root: psutil.Process) -> int:
-    total = 0
-    try:
-        procs = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return 0
-    for p in procs:
-        try:
-            total += p.memory_info().rss
-        except psutil.Error:
-            pass  # a worker that just exited
-    return total
 
 
 def stage_windows(run_dir: Path, since: float) -> list[tuple[str, float, float]]:

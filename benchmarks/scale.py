@@ -46,6 +46,21 @@ SST2_TRAIN_ROWS = 67349
 STAGES = ("augment", "score", "train")
 
 
+def tree_rss(root: psutil.Process) -> int:
+    """Summed RSS in bytes of `root` and all its descendants (0 when it has just exited)."""
+    try:
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0
+    total = 0
+    for p in procs:
+        try:
+            total += p.memory_info().rss
+        except psutil.Error:
+            pass  # a worker that just exited
+    return total
+
+
 def peak_rss(cmd: list[str], log: Path, env: dict) -> tuple[float, int, int]:
     """Run `cmd`; return (wall seconds, peak summed RSS of its process tree in bytes, exit status)."""
     t0 = time.perf_counter()
@@ -54,16 +69,7 @@ def peak_rss(cmd: list[str], log: Path, env: dict) -> tuple[float, int, int]:
         root = psutil.Process(proc.pid)
         peak = 0
         while proc.poll() is None:
-            total = 0
-            try:
-                for p in [root, *root.children(recursive=True)]:
-                    try:
-                        total += p.memory_info().rss
-                    except psutil.Error:
-                        pass  # a worker that just exited
-            except psutil.Error:
-                pass
-            peak = max(peak, total)
+            peak = max(peak, tree_rss(root))
             time.sleep(0.2)
     return time.perf_counter() - t0, peak, proc.returncode
 

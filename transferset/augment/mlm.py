@@ -43,6 +43,8 @@ class MlmCandidates:
     def __init__(self, model: str, *, top_k: int, batch_size: int, max_length: int,
                  device: str | None = None, trust_remote_code: bool = False, threads: int | None = None,
                  forward: str = "auto"):
+        if forward not in ("auto", "packed", "padded"):  # before the model loads
+            raise ValueError(f"forward: choose auto, packed or padded, not {forward!r}")
         import torch
 
         if threads:
@@ -67,8 +69,6 @@ class MlmCandidates:
         # the padded forward of a length-sorted batch still spends about half its tokens on padding
         # (the pairs are [CLS] masked [SEP] original [SEP]).
         self.packed, self.packed_reason = None, f"device {self.device}"
-        if forward not in ("auto", "packed", "padded"):
-            raise ValueError(f"forward: choose auto, packed or padded, not {forward!r}")
         if forward != "padded" and (forward == "packed" or self.device == "cpu"):
             from transferset.teacher.packed import PackedMaskedLM
 
