@@ -1,16 +1,19 @@
 """`transferset score`: score a transfer set once with the teacher (Apache Beam).
 
-    input units ─ReadInputIds─▶ (id, position) ─┐
-    OUT/data (--resume) ─ReadExistingIds─▶ (id) ─┴─CountIds─▶ ids to look up (repeated or done) ─┐ side input
-    input units ─ReadInputRows─▶ (id, row) ────────────────────────────────────────────────────▶ Route ─┬─▶ ScoreWithTeacher ─▶ WriteScoredShards
-                                                                                                        └─▶ rejects ─▶ OUT/rejects/*.jsonl
-                                           CleanUpShards + rejects ─▶ Finalize (stats.json, _COMPLETE)
+    input units ─HashInputIds─▶ id hashes ─┐
+    OUT/data (--resume) ─HashExistingIds───┴─FindRepeatedIds─▶ sorted hashes seen twice or done ─┐ side input
+    input units ─ReadRepeatedIds (those hashes only)─▶ (id, position) ─┐                          │
+    OUT/data (--resume) ─ReadExistingIds─▶ (id) ───────────────────────┴─CountIds─▶ ids to look up ─┐ side input
+    input units ─ReadAndRoute─┬─▶ ScoreWithTeacher ─▶ WriteScoredShards ─▶ CleanUpShards ─┐
+                              └─▶ rejects ─▶ OUT/rejects/*.jsonl ──────────────────────────┴─▶ Finalize (stats.json, _COMPLETE)
 
-The rows themselves never cross a grouping: only ids are counted (a combine), and the rows stream
-from the input, read a second time, through the routing to the teacher and the shards. A local
-runner holds what crosses a grouping in memory, so the ids cost ~0.4 KB per row where whole rows
-cost several KB (benchmarks/scale.py). The input is read in units of 1/16 of its rows
-(1,000 to 50,000 rows; shards.input_units), the work the runner spreads over its workers.
+Nothing the runner holds grows by more than 8 bytes per input row: the duplicate-id check first
+combines 64-bit id hashes in numpy arrays (shards.suspect_hashes), and only the ids whose hash is
+repeated (or already in the output) are counted by id, a grouping a local runner holds in memory.
+The rows stream from the input, read a second time, straight into the routing and the teacher:
+reading and routing are one step, so no row waits in the runner for the routing's side input.
+The input is read in units of 1/16 of its rows (1,000 to 50,000 rows; shards.input_units), the work
+the runner spreads over its workers. Measured in benchmarks/README.md (scale).
 
 The logic lives in the library and is tested without Beam: the checks before a run in
 transferset.scored.plan, routing and the shard protocol in transferset.scored.shards, the
@@ -74,21 +77,42 @@ ROWS_READ, ROWS_REJECTED, ROWS_ALREADY_SCORED, ROWS_SCORED, ROWS_WRITTEN, SHARDS
     "rows_read", "rows_rejected", "rows_already_scored", "rows_scored", "rows_written", "shards_written")
 
 
-# --- reading ------------------------------------------------------------------------------------
-class ReadInputRows(beam.DoFn):
-    def setup(self):
-        self.rows_read = counter(ROWS_READ)
-
-    def process(self, unit):
-        file_index, path, start, stop = unit
-        for item in shards.read_input_rows(path, start, stop, file_index):
-            self.rows_read.inc()
-            yield item
-
-
-def read_input_ids(unit):
+# --- reading and routing --------------------------------------------------------------------------
+def hash_input_ids(unit):
     file_index, path, start, stop = unit
-    return shards.read_input_ids(path, start, stop, file_index)
+    return "input", shards.read_input_hashes(path, start, stop, file_index)
+
+
+def hash_existing_ids(path: str):
+    return "existing", shards.read_existing_hashes(path)
+
+
+class SuspectIds(beam.CombineFn):
+    """("input" | "existing", id hashes) arrays → one sorted array of the hashes that may need a look-up
+    (shards.suspect_hashes): 8 bytes a row cross the combine, never a Python object per id."""
+
+    def create_accumulator(self):
+        return [], []
+
+    def add_input(self, acc, item):
+        kind, hashes = item
+        acc[0 if kind == "input" else 1].append(hashes)
+        return acc
+
+    def merge_accumulators(self, accs):
+        inputs, existing = [], []
+        for i, e in accs:
+            inputs.extend(i)
+            existing.extend(e)
+        return inputs, existing
+
+    def extract_output(self, acc):
+        return shards.suspect_hashes(*acc)
+
+
+def read_suspect_ids(unit, suspects):
+    file_index, path, start, stop = unit
+    return shards.read_suspect_ids(path, start, stop, file_index, suspects)
 
 
 def read_existing_ids(path: str):
@@ -119,23 +143,35 @@ def id_routes(item):
         yield key, count
 
 
-class Route(beam.DoFn):
-    """Per row: skip it when already written (--resume), reject invalid rows and duplicate ids, else score."""
+class ReadAndRoute(beam.DoFn):
+    """Per input unit: read its rows and route each one: skip it when already written (--resume), reject
+    invalid rows and duplicate ids, else score. The number of rows read goes to the READ output.
 
-    REJECT, DONE, STALE, DUPLICATED = shards.REJECT, shards.DONE, shards.STALE, shards.DUPLICATED
+    Reading and routing are one step so that the rows stream from the file to the teacher: the
+    routing waits for its side input (the ids to look up), and a local runner would hold in memory
+    every row read before that side input is ready (~1 KB a row: benchmarks/README.md, scale).
+    """
+
+    REJECT, DONE, STALE, DUPLICATED, READ = shards.REJECT, shards.DONE, shards.STALE, shards.DUPLICATED, "read"
 
     def __init__(self, files: Sequence[str]):
         self.files = list(files)
 
     def setup(self):
+        self.rows_read = counter(ROWS_READ)
         self.counters = {shards.REJECT: counter(ROWS_REJECTED), shards.DONE: counter(ROWS_ALREADY_SCORED)}
 
-    def process(self, element, lookup):
-        key, (row, path, n, position) = element
-        tag, value = shards.route_row(key, row, path, n, position, lookup.get(key), self.files)
-        if tag in self.counters:
-            self.counters[tag].inc()
-        yield value if tag == shards.SCORE else beam.pvalue.TaggedOutput(tag, value)
+    def process(self, unit, lookup):
+        file_index, path, start, stop = unit
+        n = 0
+        for key, (row, path, row_number, position) in shards.read_input_rows(path, start, stop, file_index):
+            n += 1
+            self.rows_read.inc()
+            tag, value = shards.route_row(key, row, path, row_number, position, lookup.get(key), self.files)
+            if tag in self.counters:
+                self.counters[tag].inc()
+            yield value if tag == shards.SCORE else beam.pvalue.TaggedOutput(tag, value)
+        yield beam.pvalue.TaggedOutput(self.READ, n)
 
 
 # --- scoring ------------------------------------------------------------------------------------
@@ -269,17 +305,25 @@ def build(pipeline: beam.Pipeline, job: ScoreJob, p: Optional[Plan] = None) -> P
     data_dir = p.data_dir
 
     units = pipeline | "ListInputUnits" >> beam.Create(p.input_units)
-    positions = units | "ReadInputIds" >> beam.FlatMap(read_input_ids)
-    existing = (pipeline
-                | "ListExistingShards" >> beam.Create(p.existing_files)
-                | "ReadExistingIds" >> beam.FlatMap(read_existing_ids))
+    existing_files = pipeline | "ListExistingShards" >> beam.Create(p.existing_files)
+    suspects = (((units | "HashInputIds" >> beam.Map(hash_input_ids)),
+                 (existing_files | "HashExistingIds" >> beam.Map(hash_existing_ids)))
+                | "AllIdHashes" >> beam.Flatten()
+                | "FindRepeatedIds" >> beam.CombineGlobally(SuspectIds()))
+    # Each reading step lists the units itself: steps that wait on a side input must not share their
+    # input with the steps that compute it (the local runner would stall on the fused stage).
+    positions = (pipeline | "ListUnitsForIds" >> beam.Create(p.input_units)
+                 | "ReadRepeatedIds" >> beam.FlatMap(read_suspect_ids, beam.pvalue.AsSingleton(suspects)))
+    existing = existing_files | "ReadExistingIds" >> beam.FlatMap(read_existing_ids)
     counted = ((positions, existing)
                | "InputAndExistingIds" >> beam.Flatten()
                | "CountIds" >> beam.CombinePerKey(CountIds())
-               | "IdRoutes" >> beam.FlatMap(id_routes).with_outputs(Route.STALE, Route.DUPLICATED, main="lookup"))
-    rows = units | "ReadInputRows" >> beam.ParDo(ReadInputRows())
-    routed = rows | "Route" >> beam.ParDo(Route(p.input_files), lookup=beam.pvalue.AsDict(counted.lookup)
-                                          ).with_outputs(Route.REJECT, Route.DONE, main="score")
+               | "IdRoutes" >> beam.FlatMap(id_routes).with_outputs(ReadAndRoute.STALE, ReadAndRoute.DUPLICATED,
+                                                                    main="lookup"))
+    routed = (pipeline | "ListUnitsToRoute" >> beam.Create(p.input_units)) | "ReadAndRoute" >> beam.ParDo(ReadAndRoute(p.input_files),
+                                                   lookup=beam.pvalue.AsDict(counted.lookup)
+                                                   ).with_outputs(ReadAndRoute.REJECT, ReadAndRoute.DONE,
+                                                                  ReadAndRoute.READ, main="score")
 
     handler = KeyedModelHandler(TeacherModelHandler(
         job.teacher, pooling=cfg.hidden, layers=p.layers, max_length=p.max_length,
@@ -299,22 +343,22 @@ def build(pipeline: beam.Pipeline, job: ScoreJob, p: Optional[Plan] = None) -> P
               | "StartCleanUp" >> beam.Create([None])
               | "CleanUpShards" >> beam.Map(clean_up_shards, committed=beam.pvalue.AsList(written),
                                             data_dir=data_dir, prefix=p.prefix, out_schema=p.output_schema))
-    rejects_written = (routed[Route.REJECT]
+    rejects_written = (routed[ReadAndRoute.REJECT]
                        | "RejectsToJson" >> beam.Map(lambda r: json.dumps(r, ensure_ascii=False, sort_keys=True))
                        | "WriteRejects" >> beam.io.WriteToText(
                            opts.join(job.output, schema.REJECTS_DIR, "rejects"), file_name_suffix=".jsonl"))
 
     scored_now = _sum(written | "ShardRowCounts" >> beam.Map(lambda w: w[1]), "CountScoredNow")
-    already = opts.count(routed[Route.DONE], "CountAlreadyScored")
+    already = opts.count(routed[ReadAndRoute.DONE], "CountAlreadyScored")
     scored_total = _sum((scored_now, already) | "ScoredParts" >> beam.Flatten(), "CountScored")
     counts = {
-        "input_rows": opts.count(rows, "CountInputRows"),
+        "input_rows": _sum(routed[ReadAndRoute.READ], "CountInputRows"),
         "scored": scored_total,
         "scored_this_run": scored_now,
         "already_scored": already,
-        "rejected": opts.count(routed[Route.REJECT], "CountRejected"),
-        "existing_ids_not_in_input": opts.count(counted[Route.STALE], "CountStale"),
-        "existing_ids_written_twice": opts.count(counted[Route.DUPLICATED], "CountDuplicatedInOutput"),
+        "rejected": opts.count(routed[ReadAndRoute.REJECT], "CountRejected"),
+        "existing_ids_not_in_input": opts.count(counted[ReadAndRoute.STALE], "CountStale"),
+        "existing_ids_written_twice": opts.count(counted[ReadAndRoute.DUPLICATED], "CountDuplicatedInOutput"),
         "shards": shards,
     }
     _ = pipeline | "Finalize" >> opts.Finalize(job.output, counts, wait_on=[shards, rejects_written],

@@ -553,3 +553,25 @@ def test_input_read_in_small_units_scores_and_rejects_the_same_rows(tmp_path, mo
     want_ids, want_texts, want_logits, want_rejects = content(scored)
     assert (ids, texts, rejects) == (want_ids, want_texts, want_rejects) and len(rejects) == 2
     np.testing.assert_allclose(logits, want_logits, atol=1e-5)
+
+
+def test_colliding_id_hashes_change_no_route(tmp_path, monkeypatch, transfer_dir, teacher_dir, scored):
+    """Every id with one hash: each is counted exactly, and the output, rejects and stats are the same."""
+    from transferset.scored import shards
+
+    monkeypatch.setattr(shards, "id_hash", lambda key: 7)
+    src, _ = transfer_dir
+    out = str(tmp_path / "scored")
+    assert cli.main(["score", "--input", src, "--teacher", teacher_dir, "--output", out, "--layers=-1,1",
+                     "--batch-size", "8", "--runner", "FnApiRunner"]) == 0
+
+    def content(d):
+        table = transfer.read_table(d).sort_by(schema.ID)
+        rejects = sorted(line for name in os.listdir(os.path.join(d, schema.REJECTS_DIR))
+                         for line in open(os.path.join(d, schema.REJECTS_DIR, name)))
+        stats = json.load(open(os.path.join(d, schema.STATS_FILE)))
+        counts = {k: stats[k] for k in ("input_rows", "scored", "rejected", "already_scored")}
+        return table.column(schema.ID).to_pylist(), table.column(schema.TEXT).to_pylist(), rejects, counts
+
+    got, want = content(out), content(scored)
+    assert got == want and len(got[2]) == 2 and got[3]["input_rows"] == got[3]["scored"] + 2

@@ -199,3 +199,25 @@ def test_route_in_two_steps_counts_ids_then_routes_rows():
     assert not shards.needs_lookup((1, (0, 1), 0))  # a clean fresh id never reaches the side input
     assert shards.route_row("b", row("b"), "f0", 1, (0, 1), None, ["f0"]) == (shards.SCORE, ("b", row("b")))
     assert shards.id_routes("c", (0, None, 2)) == [(shards.DUPLICATED, "c"), (shards.STALE, "c")]
+
+
+def test_suspect_hashes_are_the_repeated_and_the_done_ids(tmp_path):
+    rows = testing.transfer_rows([f"text {i}" for i in range(6)], ids=["a", "b", "c", "a", "d", "e"])
+    rows.append({**testing.transfer_rows(["   "], ids=["b"])[0]})  # "b" again, but not scorable: no repeat
+    path = str(tmp_path / "shard.parquet")
+    sch = schema.transfer_schema(schema.base_metadata(("neg", "pos")))
+    pq.write_table(pa.Table.from_pylist(rows, schema=sch), path)
+    units = shards.input_units([path], [7], unit_rows=2)  # "a" is repeated across two units
+    hashes = [shards.read_input_hashes(u[1], u[2], u[3], u[0]) for u in units]
+    assert [h.dtype for h in hashes] == [np.uint64] * 4 and sum(map(len, hashes)) == 6  # 8 bytes a scorable row
+    h = shards.id_hash
+    assert h("a") == h("a") != h("b") and 0 <= h("a") < 2 ** 64
+    suspects = shards.suspect_hashes(hashes)
+    assert suspects.tolist() == [h("a")]
+    assert [k for u in units for k, _ in shards.read_suspect_ids(u[1], u[2], u[3], u[0], suspects)] == ["a", "a"]
+    # ids already in the output (--resume) are suspects too, sorted with the repeated ones
+    with_done = shards.suspect_hashes(hashes, [np.array([h("e"), h("zz")], dtype=np.uint64)])
+    assert with_done.tolist() == sorted([h("a"), h("e"), h("zz")])
+    assert [k for u in units for k, _ in shards.read_suspect_ids(u[1], u[2], u[3], u[0], with_done)] == ["a", "a", "e"]
+    assert shards.has_hash(with_done, "e") and not shards.has_hash(with_done, "c")
+    assert shards.suspect_hashes([]).tolist() == [] and not shards.has_hash(shards.suspect_hashes([]), "a")
