@@ -202,9 +202,7 @@ def _cut_graph(p, job, cut: str):
     vocab = beam.pvalue.AsSingleton(items | beam.CombineGlobally(pa._PosVocab()))
     rows = (items | beam.FlatMap(pa._expand, cfg, pos_vocab=vocab).with_outputs("generated", main="rows")).rows
     if cut == "dedup":
-        rows = ({"rows": rows, "exclude": excluded}
-                | "Dedup" >> beam.CoGroupByKey() | beam.FlatMap(pa._resolve).with_outputs("duplicates", "excluded", main="kept")
-                ).kept
+        rows = (rows | "Dedup" >> pa.DedupAndGuard(os.path.join(job.output, "_dedup"), excluded)).kept
     rows | beam.combiners.Count.Globally()
 
 
@@ -242,7 +240,7 @@ def bench_breakdown(args, tmp: str, parts: dict) -> dict:
     out = {"fixed_s": walls["full", small], "marginal_s": marginal, "library_s": library,
            "us_per_variant": {"library (tag + vocab + generate)": us(library),
                               "Beam around the library (graph a - library)": us(marginal["generate"] - library),
-                              "leak guard + dedup grouping (b - a)": us(marginal["dedup"] - marginal["generate"]),
+                              "leak guard + dedup (b - a)": us(marginal["dedup"] - marginal["generate"]),
                               "Parquet write, rejects, stats (c - b)": us(marginal["full"] - marginal["dedup"])},
            "marginal_variants_per_s": variants / marginal["full"],
            "library_share_of_marginal": library / marginal["full"]}

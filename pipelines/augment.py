@@ -13,12 +13,13 @@ from typing import Optional, Sequence
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.transforms.window import GlobalWindows
 
 from pipelines import runtime as opts
-from transferset import heap, schema
+from transferset import fs, heap, schema
 from transferset.augment import check_ops, needs, original_row, split_words, variant_rows
-from transferset.augment.dedup import (STAT_KEYS, bad_inputs, collapse, dedup_digest, pack, reconcile, resolve_packed,
-                                      to_record)
+from transferset.augment.dedup import (SPILL_DIR, STAT_KEYS, SpillWriter, bad_inputs, collapse, dedup_digest,
+                                      dedup_spilled, pack, reconcile, to_record)
 from transferset.augment.mlm import MlmCandidates
 from transferset.augment.pos import PosVocab, Tagger
 from transferset.config import AugmentConfig, BeamConfig
@@ -113,15 +114,57 @@ def _expand(item, cfg: AugmentConfig, pos_vocab=None):
         yield digest, pack(row, copies)
 
 
-def _resolve(item):
-    _, groups = item
-    winner, dups, excluded = resolve_packed(groups["rows"], bool(groups["exclude"]))
-    if dups:
-        yield beam.pvalue.TaggedOutput("duplicates", dups)
-    if excluded:
-        yield beam.pvalue.TaggedOutput("excluded", excluded)
-    if winner is not None:
-        yield winner
+class _Spill(beam.DoFn):
+    """Keyed packed rows → files of one dedup bucket each (dedup.SpillWriter); yields (bucket, file)."""
+
+    def __init__(self, directory: str):
+        self.directory = directory
+
+    def start_bundle(self):
+        self.writer = SpillWriter(self.directory)
+
+    def process(self, item):
+        written = self.writer.add(*item)
+        if written:
+            yield written
+
+    def finish_bundle(self):
+        for written in self.writer.close():
+            yield GlobalWindows.windowed_value(written)
+
+
+def _dedup_bucket(item, excluded):
+    """One bucket's files → its kept rows; the duplicates and excluded counts to their outputs."""
+    _, paths = item
+    excluded = set(excluded)
+    dups = dropped = 0
+    for winner, d, x in dedup_spilled(paths, excluded):
+        dups, dropped = dups + d, dropped + x
+        if winner is not None:
+            yield winner
+    yield beam.pvalue.TaggedOutput("duplicates", dups)
+    yield beam.pvalue.TaggedOutput("excluded", dropped)
+
+
+class DedupAndGuard(beam.PTransform):
+    """(digest, packed row) → one row per normalized text, none equal to an evaluation sentence.
+
+    Outputs: kept rows (main), "duplicates" and "excluded" counts. The rows go through files
+    (dedup.SpillWriter: `spill_dir`, removed by the caller once written), not through a grouping:
+    only the file names are grouped, by bucket, so no runner holds the rows in memory.
+    """
+
+    def __init__(self, spill_dir: str, excluded_keys):
+        super().__init__()
+        self.spill_dir, self.excluded_keys = spill_dir, excluded_keys
+
+    def expand(self, rows):
+        excluded = beam.pvalue.AsList(self.excluded_keys | "ExcludedDigests" >> beam.Keys())
+        return (rows
+                | "SpillByText" >> beam.ParDo(_Spill(self.spill_dir))
+                | "FilesByBucket" >> beam.GroupByKey()
+                | "DedupBuckets" >> beam.FlatMap(_dedup_bucket, excluded).with_outputs(
+                    "duplicates", "excluded", main="kept"))
 
 
 class _ToRecords(beam.DoFn):
@@ -198,9 +241,8 @@ def build(p: beam.Pipeline, job: AugmentJob) -> dict:
 
     kwargs = {"pos_vocab": pos_vocab} if pos_vocab is not None else {}
     expanded = items | "Augment" >> beam.FlatMap(_expand, cfg, **kwargs).with_outputs("generated", main="rows")
-    resolved = ({"rows": expanded.rows, "exclude": excluded_keys}
-                | "GroupByText" >> beam.CoGroupByKey()
-                | "DedupAndGuard" >> beam.FlatMap(_resolve).with_outputs("duplicates", "excluded", main="kept"))
+    spill_dir = opts.join(job.output, SPILL_DIR)
+    resolved = expanded.rows | "DedupAndGuard" >> DedupAndGuard(spill_dir, excluded_keys)
 
     metadata = schema.base_metadata(job.label_names, **{
         schema.META_AUGMENT_CONFIG: json.loads(cfg.to_json()),
@@ -211,6 +253,10 @@ def build(p: beam.Pipeline, job: AugmentJob) -> dict:
                | "WriteParquet" >> beam.io.WriteToParquet(
                    opts.join(job.output, schema.DATA_DIR, "part"), schema.transfer_schema(metadata),
                    codec="zstd", file_name_suffix=".parquet"))
+    spill_removed = (p
+                     | "StartSpillRemoval" >> beam.Create([None])
+                     | "RemoveDedupFiles" >> beam.Map(lambda _, written: fs.delete(spill_dir),
+                                                      written=beam.pvalue.AsList(written)))
     rejects_written = (rejects
                        | "RejectsToJson" >> beam.Map(lambda r: json.dumps(r.to_dict(), ensure_ascii=False))
                        | "WriteRejects" >> beam.io.WriteToText(opts.join(job.output, schema.REJECTS_DIR, "rejects"),
@@ -243,7 +289,7 @@ def build(p: beam.Pipeline, job: AugmentJob) -> dict:
     static = {"recipe": cfg.recipe, "ops": list(cfg.ops), "n_iter": cfg.n_iter,
               "unlabeled_n_iter": cfg.variants_for(False), "seed": cfg.seed,
               "label_names": list(job.label_names)}
-    finished = p | "Finalize" >> opts.Finalize(job.output, counts, wait_on=[written, rejects_written],
+    finished = p | "Finalize" >> opts.Finalize(job.output, counts, wait_on=[written, rejects_written, spill_removed],
                                                static=static, check=check)
     return {"kept": resolved.kept, "rejects": rejects, "stats": finished}
 

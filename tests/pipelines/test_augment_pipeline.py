@@ -209,7 +209,7 @@ def test_the_graph_builds_with_dataflow_options(tmp_path):
     build(p, job)  # constructing the graph must not touch the bucket or need credentials
     proto = p.to_runner_api()
     labels = {t.unique_name for t in proto.components.transforms.values()}
-    for step in ("ReadInputs", "TagPOS", "Augment", "GroupByText", "DedupAndGuard", "WriteParquet",
+    for step in ("ReadInputs", "TagPOS", "Augment", "SpillByText", "DedupBuckets", "WriteParquet",
                  "WriteRejects", "Finalize"):
         assert any(step in l for l in labels), step
 

@@ -30,7 +30,7 @@ DATAFLOW = BeamConfig(runner="DataflowRunner", options={
     "project": "my-project", "region": "europe-west4", "temp_location": "gs://my-bucket/tmp"})
 SCORE_STEPS = ("ListInputUnits", "HashInputIds", "FindRepeatedIds", "ReadRepeatedIds", "CountIds", "ReadAndRoute", "ScoreWithTeacher",
                "WriteScoredShards", "CleanUpShards", "WriteRejects", "Finalize")
-AUGMENT_STEPS = ("ReadInputs", "TagPOS", "Augment", "GroupByText", "DedupAndGuard", "WriteParquet",
+AUGMENT_STEPS = ("ReadInputs", "TagPOS", "Augment", "SpillByText", "DedupBuckets", "WriteParquet",
                  "WriteRejects", "Finalize")
 
 

@@ -3,9 +3,13 @@ from __future__ import annotations
 
 import hashlib
 import pickle
-from typing import Iterable, Optional, Sequence
+import uuid
+from typing import Container, Iterable, Iterator, Optional, Sequence
 
-from transferset import schema
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from transferset import fs, schema
 from transferset.augment.compose import Row
 from transferset.sources import normalize_text
 
@@ -76,6 +80,70 @@ def resolve_packed(values: Iterable[bytes], excluded: bool) -> tuple[Optional[Ro
     if excluded:
         return None, 0, copies
     return resolve(rows, False)[0], copies - 1, 0
+
+
+# --- the dedup through files: memory flat in the rows -------------------------------------------------
+# A local Beam runner holds everything that crosses a grouping in memory, twice when the group is read
+# (~0.8 KB per row: benchmarks/README.md, scale). So the rows cross no grouping: each worker writes them,
+# packed, to files of one bucket each (the first bytes of the text digest pick the bucket), and each bucket
+# is then deduplicated alone, from its files. Memory: one bucket's rows plus the writers' buffers.
+SPILL_DIR = "_dedup"  # under the output folder; removed once the transfer set is written
+SPILL_BUCKETS = 64  # 10 M rows: ~160k rows a bucket
+SPILL_FLUSH_ROWS = 2048  # a bucket's buffered rows are written at this count (at most 64 × 2048 rows held)
+_SPILL_SCHEMA = pa.schema([("digest", pa.binary(16)), ("value", pa.binary())])
+
+
+def bucket_of(digest: bytes, buckets: int = SPILL_BUCKETS) -> int:
+    return int.from_bytes(digest[:4], "little") % buckets
+
+
+class SpillWriter:
+    """(digest, packed row) pairs → Arrow files under `directory`, each holding rows of one bucket.
+
+    add() and close() return the (bucket, path) of each file they wrote; only files returned are
+    read back, so a file of a failed attempt (a retried bundle) is never counted.
+    """
+
+    def __init__(self, directory: str, buckets: int = SPILL_BUCKETS, flush_rows: int = SPILL_FLUSH_ROWS):
+        self.directory, self.flush_rows = directory, flush_rows
+        self.buffers: list[list[tuple[bytes, bytes]]] = [[] for _ in range(buckets)]
+        self.prefix = uuid.uuid4().hex[:12]
+        self.files = 0
+        fs.makedirs(directory)
+
+    def add(self, digest: bytes, value: bytes) -> Optional[tuple[int, str]]:
+        b = bucket_of(digest, len(self.buffers))
+        self.buffers[b].append((digest, value))
+        return self._write(b) if len(self.buffers[b]) >= self.flush_rows else None
+
+    def close(self) -> list[tuple[int, str]]:
+        return [self._write(b) for b, buf in enumerate(self.buffers) if buf]
+
+    def _write(self, b: int) -> tuple[int, str]:
+        rows, self.buffers[b] = self.buffers[b], []
+        table = pa.table([pa.array([d for d, _ in rows], pa.binary(16)), pa.array([v for _, v in rows], pa.binary())],
+                         schema=_SPILL_SCHEMA)
+        self.files += 1
+        path = fs.join(self.directory, f"b{b:03d}-{self.prefix}-{self.files:06d}.arrow")
+        with fs.open(path, "wb") as fh, ipc.new_file(fh, _SPILL_SCHEMA) as writer:
+            writer.write_table(table)
+        return b, path
+
+
+def read_spilled(path: str) -> Iterator[tuple[bytes, bytes]]:
+    with fs.open(path, "rb") as fh:
+        table = ipc.open_file(fh).read_all()
+    yield from zip(table.column("digest").to_pylist(), table.column("value").to_pylist())
+
+
+def dedup_spilled(paths: Iterable[str], excluded: Container[bytes]) -> Iterator[tuple[Optional[Row], int, int]]:
+    """The files of one bucket → resolve_packed per normalized text: (kept row or None, duplicates, excluded)."""
+    groups: dict[bytes, list[bytes]] = {}
+    for path in sorted(paths):
+        for digest, value in read_spilled(path):
+            groups.setdefault(digest, []).append(value)
+    for digest, values in groups.items():
+        yield resolve_packed(values, digest in excluded)
 
 
 def to_record(row: Row) -> dict:

@@ -194,3 +194,34 @@ def test_collapsing_an_examples_repeats_first_keeps_the_winner_and_every_count()
             two_rounds = resolve_packed([pack(row, n) for digest, row, n in collapsed if digest == d], excluded)
             assert two_rounds == one_round
     assert sum(n for _, _, n in collapse(examples[0])) == len(examples[0])
+
+
+def test_dedup_through_bucket_files_equals_resolve_over_all_rows(tmp_path):
+    """SpillWriter then dedup_spilled per bucket == resolve over every row at once, with the counts."""
+    import random
+
+    import pyarrow.ipc as ipc
+
+    from transferset.augment.compose import Row
+    from transferset.augment.dedup import SpillWriter, bucket_of, dedup_digest, dedup_spilled, pack, resolve
+
+    rnd = random.Random(1)
+    texts = [f"text {i}" for i in range(60)]
+    rows = [Row(f"id{i}", f"s{i % 7}", rnd.choice(texts), None, (), None, rnd.choice([-1, 0, 1])) for i in range(500)]
+    writer = SpillWriter(str(tmp_path / "spill"), buckets=4, flush_rows=16)
+    written = [w for row in rows for w in [writer.add(dedup_digest(row.text), pack(row))] if w] + writer.close()
+    assert len(written) == writer.files > 4  # buckets flushed at 16 rows, then the rest at close
+    paths = {}
+    for bucket, path in written:
+        table = ipc.open_file(str(path)).read_all()
+        assert 0 < table.num_rows <= 16 and {bucket_of(d, 4) for d in table.column("digest").to_pylist()} == {bucket}
+        paths.setdefault(bucket, []).append(path)
+    assert sum(ipc.open_file(p).read_all().num_rows for ps in paths.values() for p in ps) == len(rows)
+    excluded = {dedup_digest("text 3"), dedup_digest("text 40")}
+    got = [r for ps in paths.values() for r in dedup_spilled(ps, excluded)]
+    want = [resolve([r for r in rows if r.text == t], dedup_digest(t) in excluded) for t in texts
+            if any(r.text == t for r in rows)]
+    assert sorted(got, key=str) == sorted(want, key=str)
+    kept = [w for w, _, _ in got if w is not None]
+    assert len(kept) + sum(d for _, d, _ in got) + sum(x for _, _, x in got) == len(rows)  # every row accounted for
+    assert sum(x for _, _, x in got) == sum(r.text in ("text 3", "text 40") for r in rows) > 0
