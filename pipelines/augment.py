@@ -18,8 +18,8 @@ from apache_beam.transforms.window import GlobalWindows
 from pipelines import runtime as opts
 from transferset import fs, heap, schema
 from transferset.augment import check_ops, needs, original_row, split_words, variant_rows
-from transferset.augment.dedup import (SPILL_DIR, STAT_KEYS, SpillWriter, bad_inputs, collapse, dedup_digest,
-                                      dedup_spilled, pack, reconcile, to_record)
+from transferset.augment.dedup import (SPILL_DIR, STAT_KEYS, SpillWriter, bad_inputs, bucket_file, collapse,
+                                      dedup_digest, dedup_spilled, pack, reconcile, write_rows)
 from transferset.augment.mlm import MlmCandidates
 from transferset.augment.pos import PosVocab, Tagger
 from transferset.config import AugmentConfig, BeamConfig
@@ -102,20 +102,20 @@ class _PosVocab(beam.CombineFn):
 
 
 def _expand(item, cfg: AugmentConfig, pos_vocab=None):
-    """An example → its original and variants, keyed by text digest and packed, repeats within it collapsed
-    (dedup.collapse); the number of variants generated goes to the "generated" output, once per example."""
+    """An example → the list of its original and variants, keyed by text digest and packed, repeats within
+    it collapsed (dedup.collapse); the number of variants generated goes to the "generated" output."""
     ex, ctx = item
     if pos_vocab is not None:
         ctx = {**ctx, "pos_vocab": pos_vocab}
     rows = [original_row(ex.source_id, ex.text, ex.text_b, ex.label),
             *variant_rows(ex.source_id, ex.text, ex.text_b, cfg=cfg, context=ctx, labeled=ex.label is not None)]
     yield beam.pvalue.TaggedOutput("generated", len(rows) - 1)
-    for digest, row, copies in collapse(rows):
-        yield digest, pack(row, copies)
+    # one element per example, not per row: Beam's cost is per element
+    yield [(digest, pack(row, copies)) for digest, row, copies in collapse(rows)]
 
 
 class _Spill(beam.DoFn):
-    """Keyed packed rows → files of one dedup bucket each (dedup.SpillWriter); yields (bucket, file)."""
+    """Lists of keyed packed rows → files of one dedup bucket each (dedup.SpillWriter); yields (bucket, file)."""
 
     def __init__(self, directory: str):
         self.directory = directory
@@ -123,61 +123,77 @@ class _Spill(beam.DoFn):
     def start_bundle(self):
         self.writer = SpillWriter(self.directory)
 
-    def process(self, item):
-        written = self.writer.add(*item)
-        if written:
-            yield written
+    def process(self, rows):
+        for digest, value in rows:
+            written = self.writer.add(digest, value)
+            if written:
+                yield written
 
     def finish_bundle(self):
         for written in self.writer.close():
             yield GlobalWindows.windowed_value(written)
 
 
-def _dedup_bucket(item, excluded):
-    """One bucket's files → its kept rows; the duplicates and excluded counts to their outputs."""
-    _, paths = item
-    excluded = set(excluded)
-    dups = dropped = 0
-    for winner, d, x in dedup_spilled(paths, excluded):
-        dups, dropped = dups + d, dropped + x
-        if winner is not None:
-            yield winner
-    yield beam.pvalue.TaggedOutput("duplicates", dups)
-    yield beam.pvalue.TaggedOutput("excluded", dropped)
+class _DedupBucket(beam.DoFn):
+    """One bucket's files → its kept rows, written as one Parquet file of the transfer set; yields
+    (path, rows), and the duplicates and excluded counts to their outputs."""
+
+    def __init__(self, data_dir: str, out_schema):
+        self.data_dir, self.out_schema = data_dir, out_schema
+
+    def setup(self):
+        self.written = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "rows_written")
+        self.progress = Progress("rows written (originals and variants)")
+
+    def process(self, item, excluded):
+        bucket, paths = item
+        excluded = set(excluded)
+        kept, dups, dropped = [], 0, 0
+        for winner, d, x in dedup_spilled(paths, excluded):
+            dups, dropped = dups + d, dropped + x
+            if winner is not None:
+                kept.append(winner)
+        if kept:
+            written = write_rows(self.data_dir, bucket_file(bucket), kept, self.out_schema)
+            self.written.inc(written[1])
+            self.progress.update(written[1])
+            yield written
+        yield beam.pvalue.TaggedOutput("duplicates", dups)
+        yield beam.pvalue.TaggedOutput("excluded", dropped)
 
 
 class DedupAndGuard(beam.PTransform):
-    """(digest, packed row) → one row per normalized text, none equal to an evaluation sentence.
+    """(digest, packed row) lists → the transfer set's Parquet files: one row per normalized text, none
+    equal to an evaluation sentence.
 
-    Outputs: kept rows (main), "duplicates" and "excluded" counts. The rows go through files
-    (dedup.SpillWriter: `spill_dir`, removed by the caller once written), not through a grouping:
-    only the file names are grouped, by bucket, so no runner holds the rows in memory.
+    Outputs: (path, rows) per file written (main), "duplicates" and "excluded" counts. The rows go
+    through files (dedup.SpillWriter under `spill_dir`, removed by the caller once written), not through
+    a grouping: only file names are grouped, by bucket, so no runner holds the rows in memory, and each
+    bucket writes its own output file (pyarrow, a column at a time, not a Beam sink's row at a time).
     """
 
-    def __init__(self, spill_dir: str, excluded_keys):
+    def __init__(self, spill_dir: str, excluded_keys, data_dir: str, out_schema):
         super().__init__()
         self.spill_dir, self.excluded_keys = spill_dir, excluded_keys
+        self.data_dir, self.out_schema = data_dir, out_schema
 
     def expand(self, rows):
         excluded = beam.pvalue.AsList(self.excluded_keys | "ExcludedDigests" >> beam.Keys())
         return (rows
                 | "SpillByText" >> beam.ParDo(_Spill(self.spill_dir))
                 | "FilesByBucket" >> beam.GroupByKey()
-                | "DedupBuckets" >> beam.FlatMap(_dedup_bucket, excluded).with_outputs(
-                    "duplicates", "excluded", main="kept"))
+                | "DedupBuckets" >> beam.ParDo(_DedupBucket(self.data_dir, self.out_schema), excluded).with_outputs(
+                    "duplicates", "excluded", main="written"))
 
 
-class _ToRecords(beam.DoFn):
-    def setup(self):
-        self.written = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "rows_written")
-
-    def start_bundle(self):
-        self.progress = Progress("rows written (originals and variants)")
-
-    def process(self, row):
-        self.progress.update()
-        self.written.inc()
-        yield to_record(row)
+def _finish_data(_, written, spill_dir: str, data_dir: str, out_schema) -> int:
+    """Once every bucket is written: remove the dedup files; with no row kept, write one empty file that
+    still carries the schema and metadata (readers need one). Returns the number of data files."""
+    fs.delete(spill_dir)
+    if not written:
+        write_rows(data_dir, bucket_file(0), [], out_schema)
+        return 1
+    return len(written)
 
 
 def _guard_sources(item):
@@ -241,22 +257,17 @@ def build(p: beam.Pipeline, job: AugmentJob) -> dict:
 
     kwargs = {"pos_vocab": pos_vocab} if pos_vocab is not None else {}
     expanded = items | "Augment" >> beam.FlatMap(_expand, cfg, **kwargs).with_outputs("generated", main="rows")
-    spill_dir = opts.join(job.output, SPILL_DIR)
-    resolved = expanded.rows | "DedupAndGuard" >> DedupAndGuard(spill_dir, excluded_keys)
-
     metadata = schema.base_metadata(job.label_names, **{
         schema.META_AUGMENT_CONFIG: json.loads(cfg.to_json()),
         schema.META_SEED: cfg.seed,
     })
-    written = (resolved.kept
-               | "ToRecords" >> beam.ParDo(_ToRecords())
-               | "WriteParquet" >> beam.io.WriteToParquet(
-                   opts.join(job.output, schema.DATA_DIR, "part"), schema.transfer_schema(metadata),
-                   codec="zstd", file_name_suffix=".parquet"))
-    spill_removed = (p
-                     | "StartSpillRemoval" >> beam.Create([None])
-                     | "RemoveDedupFiles" >> beam.Map(lambda _, written: fs.delete(spill_dir),
-                                                      written=beam.pvalue.AsList(written)))
+    out_schema = schema.transfer_schema(metadata)
+    spill_dir, data_dir = opts.join(job.output, SPILL_DIR), opts.join(job.output, schema.DATA_DIR)
+    resolved = expanded.rows | "DedupAndGuard" >> DedupAndGuard(spill_dir, excluded_keys, data_dir, out_schema)
+    written = (p
+               | "StartFinishData" >> beam.Create([None])
+               | "WriteParquet" >> beam.Map(_finish_data, beam.pvalue.AsList(resolved.written), spill_dir=spill_dir,
+                                            data_dir=data_dir, out_schema=out_schema))
     rejects_written = (rejects
                        | "RejectsToJson" >> beam.Map(lambda r: json.dumps(r.to_dict(), ensure_ascii=False))
                        | "WriteRejects" >> beam.io.WriteToText(opts.join(job.output, schema.REJECTS_DIR, "rejects"),
@@ -276,7 +287,7 @@ def build(p: beam.Pipeline, job: AugmentJob) -> dict:
         "duplicates_dropped": _sum(resolved.duplicates, "SumDuplicates"),
         "excluded_dropped": _sum((guarded.excluded, resolved.excluded) | "AllExcluded" >> beam.Flatten(),
                                  "SumExcluded"),
-        "output_rows": opts.count(resolved.kept, "CountOutput"),
+        "output_rows": _sum(resolved.written | "RowsPerFile" >> beam.Map(lambda w: w[1]), "CountOutput"),
         "inputs": per_file,
         "first_rejects": samples,
     }
@@ -289,9 +300,9 @@ def build(p: beam.Pipeline, job: AugmentJob) -> dict:
     static = {"recipe": cfg.recipe, "ops": list(cfg.ops), "n_iter": cfg.n_iter,
               "unlabeled_n_iter": cfg.variants_for(False), "seed": cfg.seed,
               "label_names": list(job.label_names)}
-    finished = p | "Finalize" >> opts.Finalize(job.output, counts, wait_on=[written, rejects_written, spill_removed],
+    finished = p | "Finalize" >> opts.Finalize(job.output, counts, wait_on=[written, rejects_written],
                                                static=static, check=check)
-    return {"kept": resolved.kept, "rejects": rejects, "stats": finished}
+    return {"written": resolved.written, "rejects": rejects, "stats": finished}
 
 
 # --- the stage function -----------------------------------------------------------

@@ -1,5 +1,7 @@
 """The augment pipeline on real SST-2 rows, with the real spaCy tagger and real Beam runners."""
 import json
+import os
+import re
 from pathlib import Path
 
 import apache_beam as beam
@@ -186,17 +188,22 @@ def test_tinybert_recipe_in_a_test_pipeline(tiny_mlm_dir, tmp_path):
                      augment=AugmentConfig(recipe="tinybert", n_iter=10, mlm_model=tiny_mlm_dir, mlm_top_k=4))
     with BeamTestPipeline(runner="FnApiRunner") as p:
         outs = build(p, job)
+        data_dir = str(tmp_path / "out" / schema.DATA_DIR)
 
-        def check(rows):
-            variants = [r for r in rows if not r.is_original]
-            assert len(variants) >= 5 and all(r.ops == ("mlm",) for r in variants)
-            originals = {r.source_id: r.text.split() for r in rows if r.is_original}
-            for r in variants:  # MLM replaces words one for one
-                assert len(r.text.split()) == len(originals[r.source_id])
+        def check(files):  # (path, rows) per bucket file written: rows kept in it, never an empty one
+            assert files and all(n > 0 and os.path.dirname(path) == data_dir for path, n in files)
+            assert len({path for path, _ in files}) == len(files)
 
-        assert_that(outs["kept"], check)
+        assert_that(outs["written"], check)
+    rows = _rows(tmp_path / "out")
+    variants = [r for r in rows if r[schema.OPS]]
+    assert len(variants) >= 5 and all(r[schema.OPS] == ["mlm"] for r in variants)
+    originals = {r[schema.SOURCE_ID]: r[schema.TEXT].split() for r in rows if not r[schema.OPS]}
+    for r in variants:  # MLM replaces words one for one
+        assert len(r[schema.TEXT].split()) == len(originals[r[schema.SOURCE_ID]])
     s = _stats(tmp_path / "out")
-    assert s["variants_generated"] == 20 and s["problems"] == []
+    assert s["variants_generated"] == 20 and s["problems"] == [] and s["output_rows"] == len(rows)
+    assert all(re.fullmatch(r"part-000\d\d-of-00064\.parquet", name) for name in os.listdir(data_dir))
 
 
 def test_the_graph_builds_with_dataflow_options(tmp_path):
@@ -317,3 +324,17 @@ def test_first_rejects_in_stats_keep_a_sample_of_a_long_line_and_its_length(tmp_
     assert whole[schema.REJECT_RAW].startswith(sample[schema.REJECT_RAW][:-1])
     assert sample[schema.REJECT_REASON].startswith("text longer")
     assert (out / schema.STATS_FILE).stat().st_size < 5_000
+
+
+def test_every_source_excluded_leaves_one_empty_readable_file_and_no_dedup_files(tmp_path):
+    src = tmp_path / "in.tsv"
+    src.write_text("sentence\tlabel\na fine film\t1\nawful acting\t0\n")
+    out = tmp_path / "out"
+    assert main(["augment", "--input", str(src), "--exclude", str(src), "--output", str(out), "--n-iter", "3",
+                 "--runner", "FnApiRunner"]) == 0
+    stats = _stats(out)
+    assert (stats["output_rows"], stats["excluded_dropped"], stats["problems"]) == (0, 2, [])
+    assert os.listdir(out / schema.DATA_DIR) == ["part-00000-of-00064.parquet"]
+    assert transfer.read_table(str(out)).num_rows == 0
+    assert transfer.read_metadata(str(out))[schema.META_LABEL_NAMES] == ["0", "1"]
+    assert not (out / "_dedup").exists()  # the bucket files are removed once the set is written

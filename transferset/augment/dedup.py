@@ -8,6 +8,7 @@ from typing import Container, Iterable, Iterator, Optional, Sequence
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
 
 from transferset import fs, schema
 from transferset.augment.compose import Row
@@ -144,6 +145,26 @@ def dedup_spilled(paths: Iterable[str], excluded: Container[bytes]) -> Iterator[
             groups.setdefault(digest, []).append(value)
     for digest, values in groups.items():
         yield resolve_packed(values, digest in excluded)
+
+
+OUTPUT_ROW_GROUP = 16_384  # rows per Parquet row group of the transfer set (score reads it in units)
+
+
+def bucket_file(bucket: int, buckets: int = SPILL_BUCKETS) -> str:
+    return f"part-{bucket:05d}-of-{buckets:05d}.parquet"
+
+
+def write_rows(data_dir: str, name: str, rows: Sequence[Row], out_schema: pa.Schema) -> tuple[str, int]:
+    """Rows (sorted by id, so a bucket's file is the same on any runner) → one zstd Parquet file, written
+    under a temporary name and renamed: a retried bucket replaces its file whole. Returns (path, rows)."""
+    table = pa.Table.from_pylist([to_record(r) for r in sorted(rows, key=lambda r: r.id)], schema=out_schema)
+    path = fs.join(data_dir, name)
+    tmp = fs.join(data_dir, f"_tmp-{uuid.uuid4().hex}.partial")
+    fs.makedirs(data_dir)
+    with fs.open(tmp, "wb") as fh:
+        pq.write_table(table, fh, compression="zstd", row_group_size=OUTPUT_ROW_GROUP)
+    fs.rename(tmp, path)
+    return path, table.num_rows
 
 
 def to_record(row: Row) -> dict:
