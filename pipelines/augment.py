@@ -351,7 +351,7 @@ def run_augment(cfg: AugmentConfig, *, inputs: Sequence[str], output: str, unlab
     if not job.exclude:
         print("transferset augment: warning: no --exclude given; nothing guards against evaluation "
               "sentences leaking into the transfer set", file=sys.stderr)
-    heap.fix_mmap_threshold()  # a local runner groups rows in this process (transferset.heap)
+    heap.fix_mmap_threshold()  # a local runner's groupings (sources, bucket files) run here (transferset.heap)
     with output_lock(job.output, command="augment"):
         opts.prepare_output(job.output, overwrite=overwrite)
         print(f"transferset augment: recipe {cfg.recipe} ops {','.join(cfg.ops)}, "
