@@ -203,6 +203,8 @@ class TeacherModelHandler(ModelHandler):
         self.loader = loader
 
     def load_model(self) -> scoring.Teacher:
+        # Before torch runs anything: oneDNN reads its cache size once (transferset.heap).
+        heap.limit_primitive_cache()
         # On the worker, once: the launcher that builds the graph (e.g. for Dataflow) never needs torch.
         import torch
         from transformers.utils import logging as hf_logging

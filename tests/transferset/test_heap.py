@@ -34,3 +34,27 @@ def kept_mb(mode: str) -> float:
 def test_a_freed_large_block_goes_back_to_the_system_once_the_threshold_is_fixed():
     assert kept_mb("default") > 8  # glibc's own behaviour: the 10 MB block stays resident after free
     assert kept_mb("fixed") < 1
+
+
+def test_primitive_cache_capped_unless_the_user_set_it(monkeypatch):
+    from transferset import heap
+
+    monkeypatch.delenv(heap.ONEDNN_CACHE_ENV, raising=False)
+    assert heap.limit_primitive_cache() == "16" and heap.os.environ[heap.ONEDNN_CACHE_ENV] == "16"
+    monkeypatch.setenv(heap.ONEDNN_CACHE_ENV, "256")
+    assert heap.limit_primitive_cache() == "256"  # a value from the environment wins
+
+
+def test_the_scoring_worker_caps_the_cache_before_loading_the_teacher(monkeypatch, tiny_teacher):
+    from pipelines.score import TeacherModelHandler
+    from transferset import heap
+
+    monkeypatch.delenv(heap.ONEDNN_CACHE_ENV, raising=False)
+    seen = {}
+
+    def loader(path, **kwargs):
+        seen["cache"] = heap.os.environ.get(heap.ONEDNN_CACHE_ENV)
+        return "teacher"
+
+    assert TeacherModelHandler(tiny_teacher, loader=loader).load_model() == "teacher"
+    assert seen["cache"] == str(heap.ONEDNN_CACHE_CAPACITY)
