@@ -7,11 +7,12 @@
     input units ─ReadAndRoute─┬─▶ ScoreWithTeacher ─▶ WriteScoredShards ─▶ CleanUpShards ─┐
                               └─▶ rejects ─▶ OUT/rejects/*.jsonl ──────────────────────────┴─▶ Finalize (stats.json, _COMPLETE)
 
-Nothing the runner holds grows by more than 8 bytes per input row: the duplicate-id check first
-combines 64-bit id hashes in numpy arrays (shards.suspect_hashes), and only the ids whose hash is
-repeated (or already in the output) are counted by id, a grouping a local runner holds in memory.
-The rows stream from the input, read a second time, straight into the routing and the teacher:
-reading and routing are one step, so no row waits in the runner for the routing's side input.
+The duplicate-id check first combines 64-bit id hashes in numpy arrays (8 bytes a row;
+shards.suspect_hashes); only the ids whose hash repeats, or is already in the output (--resume),
+are read again and counted by id, a grouping a local runner holds in memory (~0.4 KB an id), so a
+fresh run with unique ids holds 8 bytes a row. The rows stream from the input, read once more,
+straight into the routing and the teacher: reading and routing are one step, so no row waits in
+the runner for the routing's side input.
 The input is read in units of 1/16 of its rows (1,000 to 50,000 rows; shards.input_units), the work
 the runner spreads over its workers. Measured in benchmarks/README.md (scale).
 
