@@ -187,7 +187,7 @@ def _cut_graph(p, job, cut: str):
 
     from pipelines import augment as pa
     from transferset import schema
-    from transferset.augment.dedup import dedup_digest
+    from transferset.augment.dedup import SPILL_DIR, dedup_digest
 
     cfg = job.augment
     specs = [replace(s, label_names=job.label_names) for s in job.inputs]
@@ -204,8 +204,8 @@ def _cut_graph(p, job, cut: str):
     rows = (items | beam.FlatMap(pa._expand, cfg, pos_vocab=vocab).with_outputs("generated", main="rows")).rows
     if cut == "dedup":
         out_schema = schema.transfer_schema(schema.base_metadata(job.label_names))
-        rows = (rows | "Dedup" >> pa.DedupAndGuard(os.path.join(job.output, "_dedup"), excluded,
-                                                   os.path.join(job.output, "data"), out_schema)).written
+        rows = (rows | "Dedup" >> pa.DedupAndGuard(os.path.join(job.output, SPILL_DIR), excluded,
+                                                   os.path.join(job.output, schema.DATA_DIR), out_schema)).written
     rows | beam.combiners.Count.Globally()
 
 

@@ -323,10 +323,11 @@ def build(pipeline: beam.Pipeline, job: ScoreJob, p: Optional[Plan] = None) -> P
                | "CountIds" >> beam.CombinePerKey(CountIds())
                | "IdRoutes" >> beam.FlatMap(id_routes).with_outputs(ReadAndRoute.STALE, ReadAndRoute.DUPLICATED,
                                                                     main="lookup"))
-    routed = (pipeline | "ListUnitsToRoute" >> beam.Create(p.input_units)) | "ReadAndRoute" >> beam.ParDo(ReadAndRoute(p.input_files),
-                                                   lookup=beam.pvalue.AsDict(counted.lookup)
-                                                   ).with_outputs(ReadAndRoute.REJECT, ReadAndRoute.DONE,
-                                                                  ReadAndRoute.READ, main="score")
+    routed = (pipeline
+              | "ListUnitsToRoute" >> beam.Create(p.input_units)
+              | "ReadAndRoute" >> beam.ParDo(ReadAndRoute(p.input_files), lookup=beam.pvalue.AsDict(counted.lookup)
+                                             ).with_outputs(ReadAndRoute.REJECT, ReadAndRoute.DONE, ReadAndRoute.READ,
+                                                            main="score"))
 
     handler = KeyedModelHandler(TeacherModelHandler(
         job.teacher, pooling=cfg.hidden, layers=p.layers, max_length=p.max_length,

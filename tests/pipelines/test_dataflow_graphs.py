@@ -28,8 +28,8 @@ import builders as testing
 
 DATAFLOW = BeamConfig(runner="DataflowRunner", options={
     "project": "my-project", "region": "europe-west4", "temp_location": "gs://my-bucket/tmp"})
-SCORE_STEPS = ("ListInputUnits", "HashInputIds", "FindRepeatedIds", "ReadRepeatedIds", "CountIds", "ReadAndRoute", "ScoreWithTeacher",
-               "WriteScoredShards", "CleanUpShards", "WriteRejects", "Finalize")
+SCORE_STEPS = ("ListInputUnits", "HashInputIds", "FindRepeatedIds", "ReadRepeatedIds", "CountIds", "ReadAndRoute",
+               "ScoreWithTeacher", "WriteScoredShards", "CleanUpShards", "WriteRejects", "Finalize")
 AUGMENT_STEPS = ("ReadInputs", "TagPOS", "Augment", "SpillByText", "DedupBuckets", "WriteParquet",
                  "WriteRejects", "Finalize")
 

@@ -136,3 +136,19 @@ def test_local_file_copies_a_remote_file_under_its_name(tmp_path, monkeypatch):
     with pytest.raises(UserError, match="missing.tsv: no such file"):
         remote.local_file(fs.join(fs.dirname(url), "missing.tsv"))
     fs.delete(fs.dirname(url))
+
+
+def test_open_atomic_writes_whole_or_leaves_only_a_temporary_file(tmp_path):
+    path = str(tmp_path / "part.bin")
+    with fs.open_atomic(path) as fh:
+        fh.write(b"first")
+    with fs.open_atomic(path) as fh:  # a rewrite replaces the file whole
+        fh.write(b"second")
+    assert open(path, "rb").read() == b"second" and os.listdir(tmp_path) == ["part.bin"]
+    with pytest.raises(RuntimeError):
+        with fs.open_atomic(path) as fh:
+            fh.write(b"half")
+            raise RuntimeError("killed")
+    assert open(path, "rb").read() == b"second"
+    strays = [n for n in os.listdir(tmp_path) if n != "part.bin"]
+    assert len(strays) == 1 and strays[0].startswith(fs.TMP_PREFIX) and strays[0].endswith(".partial")

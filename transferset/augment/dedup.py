@@ -159,11 +159,9 @@ def write_rows(data_dir: str, name: str, rows: Sequence[Row], out_schema: pa.Sch
     under a temporary name and renamed: a retried bucket replaces its file whole. Returns (path, rows)."""
     table = pa.Table.from_pylist([to_record(r) for r in sorted(rows, key=lambda r: r.id)], schema=out_schema)
     path = fs.join(data_dir, name)
-    tmp = fs.join(data_dir, f"_tmp-{uuid.uuid4().hex}.partial")
     fs.makedirs(data_dir)
-    with fs.open(tmp, "wb") as fh:
+    with fs.open_atomic(path) as fh:
         pq.write_table(table, fh, compression="zstd", row_group_size=OUTPUT_ROW_GROUP)
-    fs.rename(tmp, path)
     return path, table.num_rows
 
 

@@ -13,7 +13,9 @@ import os
 import posixpath
 import re
 import shutil
-from typing import IO, Any, Iterable, Optional, Sequence
+import uuid
+from contextlib import contextmanager
+from typing import IO, Any, Iterable, Iterator, Optional, Sequence
 
 import fsspec
 from fsspec.registry import known_implementations, registry
@@ -162,6 +164,20 @@ def rename(src: str, dst: str) -> None:
     """Move src to dst (on object stores: a copy then a delete; a reader sees dst whole or not at all)."""
     fs, p = filesystem(src)
     fs.mv(p, filesystem(dst)[1])
+
+
+TMP_PREFIX = "_tmp-"  # files being written by open_atomic: never read; whoever owns the folder deletes strays
+
+
+@contextmanager
+def open_atomic(path: str) -> Iterator[IO]:
+    """A file object for writing `path` whole or not at all: it writes a temporary file beside it
+    (TMP_PREFIX + a random name + ".partial") and renames it to `path` once the block ends without an
+    error. A failed or killed write leaves only the temporary file; a rewrite replaces `path` whole."""
+    tmp = join(dirname(path), f"{TMP_PREFIX}{uuid.uuid4().hex}.partial")
+    with open(tmp, "wb") as fh:
+        yield fh
+    rename(tmp, path)
 
 
 def write_bytes(path: str, data: bytes) -> None:

@@ -25,7 +25,7 @@ from transferset.sources import Reject
 LOG = logging.getLogger("transferset.score")
 
 SHARD_PREFIX = "part"  # committed shards: part-<run>-<hash of ids>.parquet
-TMP_PREFIX = "_tmp-"  # shards being written; never read, deleted by the clean-up and by --resume
+TMP_PREFIX = fs.TMP_PREFIX  # shards being written (fs.open_atomic); deleted by the clean-up and by --resume
 PARQUET_SUFFIX = ".parquet"
 
 
@@ -293,10 +293,8 @@ def write_shard(data_dir: str, prefix: str, rows: Sequence[dict], out_schema: pa
     """Write rows as one zstd shard, atomically (a temporary name, then a rename); return (path, rows)."""
     table = rows_to_table(rows, out_schema)
     final = fs.join(data_dir, shard_name(prefix, rows))
-    tmp = fs.join(data_dir, f"{TMP_PREFIX}{uuid.uuid4().hex}.partial")
-    with fs.open(tmp, "wb") as fh:
+    with fs.open_atomic(final) as fh:
         pq.write_table(table, fh, compression="zstd")
-    fs.rename(tmp, final)
     return final, table.num_rows
 
 
