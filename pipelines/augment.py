@@ -16,7 +16,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindows
 
 from pipelines import runtime as opts
-from transferset import fs, heap, schema
+from transferset import fs, heap, loading, schema
 from transferset.augment import check_ops, needs, original_row, split_words, variant_rows
 from transferset.augment.dedup import (SPILL_DIR, STAT_KEYS, SpillWriter, bad_inputs, bucket_file, collapse,
                                       dedup_digest, dedup_spilled, pack, reconcile, write_rows)
@@ -71,7 +71,8 @@ class _MlmCandidates(beam.DoFn):
     def setup(self):
         c = self.cfg
         self.mlm = MlmCandidates(c.mlm_model, top_k=c.mlm_top_k, batch_size=c.mlm_batch_size,
-                                 max_length=c.mlm_max_length, threads=c.torch_threads)
+                                 max_length=c.mlm_max_length, threads=c.torch_threads,
+                                 allow_pickle=c.allow_pickle, trust_remote_code=c.trust_remote_code)
 
     def process(self, batch):
         cands = self.mlm.candidates([split_words(ex.text) for ex, _ in batch])
@@ -313,6 +314,10 @@ def make_job(cfg: AugmentConfig, *, inputs: Sequence[str], output: str, unlabele
     if not inputs:
         raise UserError("augment: at least one labeled input is needed (--input)")
     check_ops(cfg)
+    if cfg.makes_variants and needs(cfg, "candidates"):
+        # refused here in one line, not as a traceback from a worker's setup after the inputs were read
+        loading.check_model_dir(cfg.mlm_model, what="--mlm-model", allow_pickle=cfg.allow_pickle,
+                                trust_remote_code=cfg.trust_remote_code)
 
     def spec(path: str, labeled: bool) -> SourceSpec:
         return SourceSpec(path=path, text_column=cfg.text_column,
@@ -347,6 +352,7 @@ def run_augment(cfg: AugmentConfig, *, inputs: Sequence[str], output: str, unlab
     unlabeled = [opts.normalize(p, "--unlabeled") for p in unlabeled]
     exclude = [opts.normalize(p, "--exclude") for p in exclude]
     output = opts.normalize(output, "--output")
+    options = opts.pipeline_options(beam_cfg, extra)  # checked before any input is read or output touched
     job = make_job(cfg, inputs=inputs, output=output, unlabeled=unlabeled, exclude=exclude)
     if not job.exclude:
         print("transferset augment: warning: no --exclude given; nothing guards against evaluation "
@@ -357,6 +363,6 @@ def run_augment(cfg: AugmentConfig, *, inputs: Sequence[str], output: str, unlab
         print(f"transferset augment: recipe {cfg.recipe} ops {','.join(cfg.ops)}, "
               f"{cfg.n_iter} variants per example, labels {list(job.label_names)} → {job.output}",
               file=sys.stderr)
-        with beam.Pipeline(options=opts.pipeline_options(beam_cfg, extra)) as p:
+        with beam.Pipeline(options=options) as p:
             build(p, job)
     return opts.finished_stats(job.output)

@@ -16,7 +16,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from transferset import fs, schema
 from transferset.config import BeamConfig
-from transferset.errors import UserError
+from transferset.errors import ConfigError, UserError
 from transferset.sources import Reject, read_source
 
 
@@ -35,12 +35,86 @@ def beam_flags(beam_cfg: BeamConfig) -> list[str]:
     return out
 
 
+def _beam_parser():
+    """Beam's own parser of every pipeline option it knows (taken from PipelineOptions, public API)."""
+    parsers = []
+    PipelineOptions([]).get_all_options(add_extra_args_fn=parsers.append)
+    parser = parsers[0]
+
+    def refuse(message: str):
+        raise ConfigError(f"Apache Beam pipeline option: {message}")
+
+    parser.error = refuse  # a bad value of a known option: one line, not Beam's usage text and SystemExit
+    return parser
+
+
+def check_beam_args(args: Sequence[str], known: Sequence[str] = (), command: str = "") -> None:
+    """Refuse arguments that no Beam pipeline option takes (a typo, a stray file name), before anything runs.
+
+    Beam discards what it does not know with a log line, so `--n-iterr 0` would run with the default and
+    `--input A B` would read only A. `known`: the command's own flags, offered as close matches.
+    """
+    _, unknown = _beam_parser().parse_known_args(list(args))
+    if not unknown:
+        return
+    import difflib
+
+    flags = [a.split("=", 1)[0] for a in unknown if a.startswith("-")]
+    hints = [m for f in flags for m in difflib.get_close_matches(f, known, n=1, cutoff=0.8)]
+    owner = f"a `transferset {command}` option" if command else "a transferset option"
+    raise ConfigError(f"unrecognized arguments: {' '.join(unknown)} (neither {owner} nor an Apache Beam "
+                      "pipeline option" + (f"; did you mean {', '.join(hints)}?" if hints else "") + ")")
+
+
+def check_runner(runner: str, where: str = "--runner") -> None:
+    """Refuse a runner name Beam cannot create, when the settings load rather than after a stage ran.
+
+    Beam accepts a known name in any case, with or without the `Runner` suffix, or the dotted path of a
+    PipelineRunner class (apache_beam.runners.runner.create_runner).
+    """
+    from apache_beam.options.pipeline_options import StandardOptions
+
+    known = {n.lower() for n in StandardOptions.KNOWN_RUNNER_NAMES}
+    name = str(runner)
+    if name.lower() in known or name.lower() + "runner" in known:
+        return
+    if "." in name:
+        import importlib
+
+        module, _, cls = name.rpartition(".")
+        try:
+            if hasattr(importlib.import_module(module), cls):
+                return
+        except ImportError:
+            pass
+    raise ConfigError(f"{where} {name!r}: not a Beam runner; known: "
+                      f"{', '.join(StandardOptions.KNOWN_RUNNER_NAMES)} (or the dotted path of a PipelineRunner class)")
+
+
+def check_beam(beam_cfg: BeamConfig, extra: Sequence[str] = (), *, where: str = "beam",
+               command: str = "", known: Sequence[str] = ()) -> None:
+    """The Beam settings and pass-through flags as Beam will read them, checked before anything runs.
+
+    `where`: how the settings were given: "--" (command-line flags) or a YAML section such as "run.yaml: beam".
+    """
+    flag_style = where == "--"
+    check_runner(beam_cfg.runner, "--runner" if flag_style else f"{where}.runner")
+    for key, value in beam_cfg.options.items():
+        # False is a store_true flag left at its default: only the flag's name needs to be known
+        flags = [f"--{key}"] if value is False else beam_flags(BeamConfig(options={key: value}))[1:]
+        if _beam_parser().parse_known_args(flags)[1]:
+            raise ConfigError(f"{where}.options.{key}: not an Apache Beam pipeline option "
+                              f"({' '.join(flags)} is unknown to Beam)")
+    check_beam_args(extra, known=known, command=command)
+
+
 def pipeline_options(beam_cfg: BeamConfig, extra: Sequence[str] = ()) -> PipelineOptions:
     """PipelineOptions from the `beam:` settings plus any Beam flags the user passed through.
 
     Asking for several local workers implies the multi-processing mode: in-memory mode
     would run them as threads under one GIL and gain nothing.
     """
+    check_beam(beam_cfg, extra)  # Beam would drop an unknown flag with a log line, and fail late on a bad runner
     flags = list(extra) + beam_flags(beam_cfg)
     runner = beam_cfg.runner
     joined = " ".join(flags)

@@ -3,12 +3,13 @@ recorded in the scored set's metadata, local or on remote storage), its depth an
 its intermediate layers (for PKD); and a pretrained student's own checkpoint."""
 from __future__ import annotations
 
+import json
 import os
 from typing import Any, Optional, Sequence
 
 from transferset import fs, schema
 from transferset.config import StudentConfig
-from transferset.errors import UserError
+from transferset.errors import ConfigError, UserError
 from transferset.loading import check_remote_code, load_config, resolve_model
 
 # Students have no opt-in to a model's own Python code (StudentConfig has no trust_remote_code field): a
@@ -55,6 +56,33 @@ def _local(value: Optional[str]) -> Optional[str]:
     return value
 
 
+def refuse_student_folder(path: Optional[str], role: str, where: Optional[str] = None) -> None:
+    """Refuse a student folder of transferset given as the `role` ("teacher" or "tokenizer") setting.
+
+    A BiLSTM student has no config.json, so transformers would treat its folder as a tokenizer to
+    convert and fail about sentencepiece: say what the folder is instead. A transformer student's
+    model folder is a Hugging Face model, and passes. `where`: the setting's name (default --ROLE).
+    """
+    if not path or fs.is_remote(path) or not os.path.isdir(path):
+        return
+    for model_dir in (path, os.path.join(path, schema.STUDENT_MODEL_DIR)):
+        sidecar = os.path.join(model_dir, schema.STUDENT_SIDECAR_FILE)
+        if os.path.isfile(sidecar) and not os.path.isfile(os.path.join(model_dir, "config.json")):
+            try:
+                with open(sidecar, encoding="utf-8") as fh:
+                    family = json.load(fh).get("family", "")
+            except (OSError, ValueError, AttributeError):
+                family = ""
+            tokenizer = os.path.join(model_dir, "tokenizer")
+            if role == "tokenizer" and os.path.isdir(tokenizer):
+                hint = f"; its tokenizer is {tokenizer}"
+            else:
+                hint = ("; pass the teacher's folder (`transferset teacher` output, the run's teacher/), or leave "
+                        f"{role} unset to use the one the scored set names")
+            raise ConfigError(f"{where or '--' + role} {path}: a {family or 'non-transformer'} student trained by "
+                              f"transferset, not a Hugging Face {'teacher' if role == 'teacher' else 'tokenizer'}{hint}")
+
+
 def checkpoint(value: str) -> str:
     """A pretrained checkpoint named in the settings (`model: {pretrained: ...}`): a URL copied to the local
     cache, a packaged hub name resolved to its offline copy, a directory or another hub name as it is."""
@@ -63,11 +91,13 @@ def checkpoint(value: str) -> str:
 
 def teacher_dir(cfg: StudentConfig, meta: dict) -> Optional[str]:
     """The teacher's local directory: `teacher:` in the settings, else the set's teacher_id when it is one."""
+    refuse_student_folder(cfg.teacher, "teacher", "teacher")
     return _local(cfg.teacher) or _existing_dir(meta.get(schema.META_TEACHER_ID), meta.get(schema.META_TEACHER_SHA256))
 
 
 def tokenizer_dir(cfg: StudentConfig, meta: dict) -> str:
     """The teacher's tokenizer: `tokenizer:` in the settings, else the set's tokenizer, else the teacher's directory."""
+    refuse_student_folder(cfg.tokenizer, "tokenizer", "tokenizer")
     for candidate in (_local(cfg.tokenizer), meta.get(schema.META_TOKENIZER), teacher_dir(cfg, meta)):
         if _existing_dir(candidate):
             return candidate

@@ -91,6 +91,8 @@ class AugmentConfig:
     max_n: int = 5  # n-gram length is uniform in 1..max_n
     p_mlm: float = 0.4  # per eligible word: probability of one of the top-M MLM candidates
     mlm_model: str = "bert-base-uncased"  # any AutoModelForMaskedLM: local directory or hub name
+    allow_pickle: bool = False  # accept pickle weights (pytorch_model.bin) for the MLM: only files you trust
+    trust_remote_code: bool = False  # run Python code shipped with the MLM: only models you trust
     mlm_top_k: int = 15  # M candidates per word
     mlm_max_length: int = DEFAULT_MAX_LENGTH  # MLM input tokens per row (the masked sentence and the original)
     mask_token: str = "[MASK]"  # what the mask op writes
@@ -100,7 +102,8 @@ class AugmentConfig:
     mlm_batch_size: int = 64  # rows per MLM forward pass (their masked copies share it)
     torch_threads: Optional[int] = None  # torch threads per worker for the MLM (None: torch's; use cores / workers)
 
-    EXECUTION = ("tag_batch_size", "mlm_batch_size", "torch_threads")
+    # the safety switches change what may load, not what a loaded model writes
+    EXECUTION = ("tag_batch_size", "mlm_batch_size", "torch_threads", "allow_pickle", "trust_remote_code")
 
     def __post_init__(self):
         if self.ops is None:

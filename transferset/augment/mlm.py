@@ -42,7 +42,7 @@ class MlmCandidates:
 
     def __init__(self, model: str, *, top_k: int, batch_size: int, max_length: int,
                  device: str | None = None, trust_remote_code: bool = False, threads: int | None = None,
-                 forward: str = "auto"):
+                 forward: str = "auto", allow_pickle: bool = False):
         if forward not in ("auto", "packed", "padded"):  # before the model loads
             raise ValueError(f"forward: choose auto, packed or padded, not {forward!r}")
         import torch
@@ -50,11 +50,15 @@ class MlmCandidates:
         if threads:
             # Oversubscribed CPU threads slow a forward pass by an order of magnitude on busy machines.
             torch.set_num_threads(threads)
-        from transformers import AutoModelForMaskedLM, AutoTokenizer
+        from transferset import loading
 
         self.torch = torch
-        self.tokenizer = AutoTokenizer.from_pretrained(model, trust_remote_code=trust_remote_code)
-        self.model = AutoModelForMaskedLM.from_pretrained(model, trust_remote_code=trust_remote_code).eval()
+        # The teacher's refusals (pickle weights, shipped code): an MLM is a model file like any other.
+        model = loading.check_model_dir(model, what="--mlm-model", allow_pickle=allow_pickle,
+                                        trust_remote_code=trust_remote_code)
+        self.tokenizer = loading.load_tokenizer(model, trust_remote_code=trust_remote_code)
+        self.model = loading.load_masked_lm(model, allow_pickle=allow_pickle,
+                                            trust_remote_code=trust_remote_code).eval()
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.model.to(self.device)
         self.top_k, self.batch_size, self.max_length = top_k, batch_size, max_length
