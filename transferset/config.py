@@ -17,9 +17,9 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, Literal, Optional
 
-from pydantic import BeforeValidator, ConfigDict, with_config
+from pydantic import BeforeValidator, ConfigDict, Field, with_config
 
 from transferset.errors import ConfigError
 
@@ -56,6 +56,16 @@ Ints = Annotated[tuple[int, ...], BeforeValidator(_split_commas)]
 
 _STRICT = ConfigDict(extra="forbid")
 
+# Bounds are part of a setting's type: transferset.typed.load checks them with the types, and a refusal
+# names the key, the value and the bound ("augment.n_iter = -1: input should be greater than or equal to 0").
+def AtLeast(low: int) -> Any:
+    return Annotated[int, Field(ge=low)]
+
+
+Probability = Annotated[float, Field(ge=0, le=1)]
+Positive = Annotated[float, Field(gt=0)]
+NonNegative = Annotated[float, Field(ge=0)]
+
 
 def check_forward_options(forward: str, forward_rows: Optional[int], forward_tokens: Optional[int]) -> None:
     """Refuse a --forward choice or forward cap that cannot work (None caps: the path's default)."""
@@ -77,29 +87,29 @@ class AugmentConfig:
     label_column: str = "label"  # label column of --input files
     text_b_column: Optional[str] = None  # second text column, for sentence pairs
     labels: Optional[Names] = None  # the label set in class order, e.g. neg,pos (None: the first input's labels)
-    max_chars: int = DEFAULT_MAX_CHARS  # reject rows whose text is longer
+    max_chars: AtLeast(1) = DEFAULT_MAX_CHARS  # reject rows whose text is longer
     limit: Optional[int] = None  # read only the first N rows of each input
     # augmentation
     recipe: str = "tang"  # tang: mask-or-POS per word, then n-gram (Tang et al. 2019); tinybert: MLM replacement
     ops: Optional[Names] = None  # compose ops by name instead of a recipe, e.g. mask,ngram (None: the recipe's)
-    n_iter: int = 20  # variants sampled per example (Tang et al.: 20; TinyBERT SST-2: 20)
-    unlabeled_n_iter: Optional[int] = None  # variants per unlabeled example (None: n_iter; 0: the text as is)
+    n_iter: AtLeast(0) = 20  # variants sampled per example (Tang et al.: 20; TinyBERT SST-2: 20)
+    unlabeled_n_iter: Optional[AtLeast(0)] = None  # variants per unlabeled example (None: n_iter; 0: the text as is)
     seed: int = 0  # a row depends only on (seed, source id, variant index, settings)
-    p_mask: float = 0.1  # per word: probability of [MASK]
-    p_pos: float = 0.1  # per word: probability of a same-POS word drawn from the corpus unigram distribution
-    p_ng: float = 0.25  # per variant: probability of keeping only a random n-gram
-    max_n: int = 5  # n-gram length is uniform in 1..max_n
-    p_mlm: float = 0.4  # per eligible word: probability of one of the top-M MLM candidates
+    p_mask: Probability = 0.1  # per word: probability of [MASK]
+    p_pos: Probability = 0.1  # per word: probability of a same-POS word drawn from the corpus unigram distribution
+    p_ng: Probability = 0.25  # per variant: probability of keeping only a random n-gram
+    max_n: AtLeast(1) = 5  # n-gram length is uniform in 1..max_n
+    p_mlm: Probability = 0.4  # per eligible word: probability of one of the top-M MLM candidates
     mlm_model: str = "bert-base-uncased"  # any AutoModelForMaskedLM: local directory or hub name
     allow_pickle: bool = False  # accept pickle weights (pytorch_model.bin) for the MLM: only files you trust
     trust_remote_code: bool = False  # run Python code shipped with the MLM: only models you trust
-    mlm_top_k: int = 15  # M candidates per word
-    mlm_max_length: int = DEFAULT_MAX_LENGTH  # MLM input tokens per row (the masked sentence and the original)
+    mlm_top_k: AtLeast(1) = 15  # M candidates per word
+    mlm_max_length: AtLeast(4) = DEFAULT_MAX_LENGTH  # MLM input tokens per row (the masked sentence and the original)
     mask_token: str = "[MASK]"  # what the mask op writes
     spacy_model: str = "en_core_web_sm"  # spaCy pipeline used for POS tags
     # execution (not part of what a row depends on)
-    tag_batch_size: int = 256  # rows per spaCy call
-    mlm_batch_size: int = 64  # rows per MLM forward pass (their masked copies share it)
+    tag_batch_size: AtLeast(1) = 256  # rows per spaCy call
+    mlm_batch_size: AtLeast(1) = 64  # rows per MLM forward pass (their masked copies share it)
     torch_threads: Optional[int] = None  # torch threads per worker for the MLM (None: torch's; use cores / workers)
 
     # the safety switches change what may load, not what a loaded model writes
@@ -110,9 +120,6 @@ class AugmentConfig:
             if self.recipe not in RECIPES:
                 raise ValueError(f"unknown recipe {self.recipe!r}; known: {', '.join(sorted(RECIPES))}")
             object.__setattr__(self, "ops", tuple(RECIPES[self.recipe]))
-        _at_least(self, n_iter=0, unlabeled_n_iter=0, max_n=1, mlm_top_k=1, mlm_max_length=4, max_chars=1,
-                  tag_batch_size=1, mlm_batch_size=1)
-        _probabilities(self, "p_mask", "p_pos", "p_ng", "p_mlm")
 
     def variants_for(self, labeled: bool) -> int:
         """How many variants an example gets: unlabeled text may have its own number."""
@@ -136,16 +143,16 @@ class TeacherConfig:
     """`transferset teacher` and the run's `teacher:` section."""
 
     model: str = DEFAULT_TEACHER_MODEL  # base model: hub name or local directory (the default is packaged offline)
-    epochs: int = 3  # passes over the labeled data; the best dev checkpoint is kept
-    lr: float = 5e-5  # peak learning rate (AdamW, linear warm-up and decay)
-    batch_size: int = 32
-    max_length: int = DEFAULT_MAX_LENGTH  # tokens per row; longer rows are truncated
-    warmup: float = 0.1  # fraction of the steps with a linear warm-up
+    epochs: AtLeast(1) = 3  # passes over the labeled data; the best dev checkpoint is kept
+    lr: Positive = 5e-5  # peak learning rate (AdamW, linear warm-up and decay)
+    batch_size: AtLeast(1) = 32
+    max_length: AtLeast(2) = DEFAULT_MAX_LENGTH  # tokens per row; longer rows are truncated
+    warmup: Probability = 0.1  # fraction of the steps with a linear warm-up
     weight_decay: float = 0.01
-    max_steps: Optional[int] = None  # stop after N optimizer steps in total
+    max_steps: Optional[AtLeast(1)] = None  # stop after N optimizer steps in total
     seed: int = 0
-    eval_batch_size: int = 128
-    limit: Optional[int] = None  # read at most N rows of each input (the run sets it from labeled_limit)
+    eval_batch_size: AtLeast(1) = 128
+    limit: Optional[AtLeast(1)] = None  # read at most N rows of each input (the run sets it from labeled_limit)
     text_column: Optional[str] = None  # text column (None: `sentence`, else `text`)
     text_b_column: Optional[str] = None  # second text column for sentence pairs
     label_column: str = "label"
@@ -154,47 +161,38 @@ class TeacherConfig:
     trust_remote_code: bool = False  # run Python code shipped with the model: only models you trust
     progress: Optional[bool] = None  # a progress bar (None: when stderr is a terminal)
 
-    def __post_init__(self):
-        _at_least(self, epochs=1, batch_size=1, max_length=2, eval_batch_size=1, max_steps=1, limit=1)
-        _positive(self, "lr")
-        _probabilities(self, "warmup")
-
 
 @with_config(_STRICT)
 @dataclass(frozen=True)
 class ScoreConfig:
     """`transferset score` and the run's `score:` section."""
 
-    hidden: str = "cls"  # teacher_hidden pooling of the last layer: cls ([CLS] token) | mean (masked mean)
+    hidden: Literal[POOLINGS] = "cls"  # teacher_hidden pooling of the last layer: cls ([CLS] token) | mean (masked mean)
     # hidden_states layers to store: the last (-1) is always teacher_hidden; each other k adds
     # teacher_hidden_l{k} (0 = embeddings, negative counts from the last). On a command line write --layers=-1,3
     layers: Ints = (-1,)
     # rows per model call (BatchElements maximum); each call is sorted by length, so larger
     # calls pad less: 1,024 rows scored ~10% faster than 256 on SST-2 (benchmarks/score.py)
-    batch_size: int = 1024
-    min_batch_size: Optional[int] = None  # BatchElements minimum (None: batch_size; lower it for streaming inputs)
-    max_length: Optional[int] = None  # tokens per row (None: the teacher's training max_length, else 128)
+    batch_size: AtLeast(1) = 1024
+    min_batch_size: Optional[AtLeast(1)] = None  # BatchElements minimum (None: batch_size; lower it for streaming inputs)
+    max_length: Optional[AtLeast(2)] = None  # tokens per row (None: the teacher's training max_length, else 128)
     # teacher forward pass: packed (padding-free, BERT classifiers; checked against the model's own forward
     # on load), padded (the model's own forward on length-sorted padded batches), auto (packed for BERT on CPU)
     forward: str = "auto"
     forward_rows: Optional[int] = None  # rows per forward pass (None: 1,024 packed, 128 padded)
     forward_tokens: Optional[int] = None  # tokens per forward pass, padding included (None: 4,096 packed, 2,048 padded)
-    shard_rows: int = 10_000  # rows per committed output shard: the unit a resumed run can skip
+    shard_rows: AtLeast(1) = 10_000  # rows per committed output shard: the unit a resumed run can skip
     # also commit a shard once its oldest row has waited this long, so a killed run loses at most
     # about this much scoring (10,000 rows of a large teacher on CPU can take an hour)
-    shard_seconds: float = 60.0
+    shard_seconds: NonNegative = 60.0
     # score an input without its _COMPLETE marker (a killed `augment` run): only to salvage its rows
     allow_incomplete: bool = False
     large_model: bool = False  # one teacher per machine, shared by its worker processes (big teachers)
-    torch_threads: Optional[int] = None  # torch threads per worker (None: cores / local workers)
+    torch_threads: Optional[AtLeast(1)] = None  # torch threads per worker (None: cores / local workers)
     allow_pickle: bool = False  # accept pickle weights (pytorch_model.bin): only files you trust
     trust_remote_code: bool = False  # run Python code shipped with the teacher: only models you trust
 
     def __post_init__(self):
-        if self.hidden not in POOLINGS:
-            raise ValueError(f"hidden must be one of {list(POOLINGS)}, got {self.hidden!r}")
-        _at_least(self, batch_size=1, min_batch_size=1, max_length=2, shard_rows=1, torch_threads=1,
-                   shard_seconds=0)
         check_forward_options(self.forward, self.forward_rows, self.forward_tokens)  # a ValueError too
 
 
@@ -209,34 +207,34 @@ class StudentConfig:
 
     student: str = "bilstm"  # student family: bilstm | transformer
     schedule: str = "joint"  # joint | progressive | distill-then-finetune
-    epochs: int = 5  # at most this many epochs per phase (progressive: per unfreezing step)
-    lr: Optional[float] = None  # None: the family's DEFAULT_LR (BiLSTM 2e-3, transformer 1e-4)
-    batch_size: int = 64  # rows per step
-    patience: int = 2  # epochs without a better dev accuracy before a phase stops
+    epochs: AtLeast(1) = 5  # at most this many epochs per phase (progressive: per unfreezing step)
+    lr: Optional[Positive] = None  # None: the family's DEFAULT_LR (BiLSTM 2e-3, transformer 1e-4)
+    batch_size: AtLeast(1) = 64  # rows per step
+    patience: AtLeast(1) = 2  # epochs without a better dev accuracy before a phase stops
     seed: int = 0  # initialisation, shuffling and dropout all derive from it
-    weight_decay: float = 0.01
-    grad_clip: float = 1.0  # max gradient norm (0: no clipping)
-    max_length: Optional[int] = None  # tokens per row (None: the scored set's max_length, else 128)
-    shuffle_rows: int = 16384  # rows held in memory for shuffling
-    threads: Optional[int] = None  # torch CPU threads (None: leave torch's setting alone)
+    weight_decay: NonNegative = 0.01
+    grad_clip: NonNegative = 1.0  # max gradient norm (0: no clipping)
+    max_length: Optional[AtLeast(2)] = None  # tokens per row (None: the scored set's max_length, else 128)
+    shuffle_rows: AtLeast(1) = 16384  # rows held in memory for shuffling
+    threads: Optional[AtLeast(1)] = None  # torch CPU threads (None: leave torch's setting alone)
     dev_text_b_column: Optional[str] = None  # sentence pairs: the dev file's second text column
     allow_incomplete: bool = False  # train on a scored set whose run did not finish (no _COMPLETE marker)
     # loss weights (of the joint schedule; the other schedules use them where their stage needs one)
-    ce: float = 1.0  # cross-entropy on gold labels (rows with a label)
-    mse: float = 1.0  # MSE on logits (Tang et al. 2019)
-    kd: float = 0.0  # KL(softmax(t/T) || softmax(s/T)) * T^2 (Hinton et al. 2015)
-    repr: float = 0.0  # MSE of the student's representation head to teacher_hidden (XtremeDistil)
-    pkd: float = 0.0  # BERT-PKD: normalised [CLS] of intermediate layers (transformer student)
-    temperature: float = 1.0  # T of the kd loss
+    ce: NonNegative = 1.0  # cross-entropy on gold labels (rows with a label)
+    mse: NonNegative = 1.0  # MSE on logits (Tang et al. 2019)
+    kd: NonNegative = 0.0  # KL(softmax(t/T) || softmax(s/T)) * T^2 (Hinton et al. 2015)
+    repr: NonNegative = 0.0  # MSE of the student's representation head to teacher_hidden (XtremeDistil)
+    pkd: NonNegative = 0.0  # BERT-PKD: normalised [CLS] of intermediate layers (transformer student)
+    temperature: Positive = 1.0  # T of the kd loss
     # tokens and initialisation
-    tokens: str = "wordpiece"  # wordpiece (the teacher's) | words (vocabulary from the transfer set)
-    min_count: int = 1  # words: keep words seen at least this often
-    max_vocab: int = 50000  # words: vocabulary size cap
+    tokens: Literal["wordpiece", "words"] = "wordpiece"  # wordpiece (the teacher's) | words (vocabulary from the transfer set)
+    min_count: AtLeast(1) = 1  # words: keep words seen at least this often
+    max_vocab: AtLeast(2) = 50000  # words: vocabulary size cap
     # bilstm + wordpiece: embed only the WordPiece ids the transfer set uses. Off by default: with the
     # teacher's whole vocabulary, words the transfer set never shows keep their teacher-derived
     # (PCA) vectors instead of becoming [UNK] (+1.6 on SST-2 dev, benchmarks/README.md)
     trim_vocab: bool = False
-    embed_init: str = "teacher"  # teacher (PCA of the teacher's input embeddings) | random
+    embed_init: Literal["teacher", "random"] = "teacher"  # teacher (PCA of the teacher's input embeddings) | random
     # keep the embedding table fixed in every phase ("static" embeddings): words the transfer set
     # never shows keep teacher-derived vectors in the same space as the rest, and an epoch is ~3x
     # faster with the whole vocabulary. None: frozen for a BiLSTM whose embeddings come from the teacher
@@ -246,17 +244,8 @@ class StudentConfig:
     preset: Optional[str] = None  # bilstm presets: tang | xtremedistil
     model: dict[str, Any] = field(default_factory=dict)  # the student model's own settings, e.g. {hidden: 150}
     # reporting
-    latency_examples: int = 256  # dev rows timed for the latency figures
-    agreement_rows: int = 5000  # transfer rows used for teacher agreement when dev has no teacher columns
-
-    def __post_init__(self):
-        _at_least(self, epochs=1, batch_size=1, patience=1, shuffle_rows=1, max_length=2, threads=1,
-                  min_count=1, max_vocab=2, latency_examples=1, agreement_rows=1)
-        _positive(self, "lr", "temperature")
-        for name in ("ce", "mse", "kd", "repr", "pkd", "weight_decay", "grad_clip"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        _one_of(self, tokens=("wordpiece", "words"), embed_init=("teacher", "random"))
+    latency_examples: AtLeast(1) = 256  # dev rows timed for the latency figures
+    agreement_rows: AtLeast(1) = 5000  # transfer rows used for teacher agreement when dev has no teacher columns
 
     def frozen_embeddings(self) -> bool:
         """Whether the embedding table stays fixed (`freeze_embeddings`, None: a teacher-initialised BiLSTM)."""
@@ -271,12 +260,9 @@ class BeamConfig:
     """The run's `beam:` section: where the augment and score pipelines run."""
 
     runner: str = DEFAULT_RUNNER  # FnApiRunner runs locally and offline; DataflowRunner for Google Cloud Dataflow
-    workers: int = 1  # local worker processes (FnApiRunner's direct_num_workers, multi-processing)
+    workers: AtLeast(1) = 1  # local worker processes (FnApiRunner's direct_num_workers, multi-processing)
     # any other Beam pipeline option, e.g. {project: P, region: europe-west4, temp_location: gs://B/tmp}
     options: dict[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self):
-        _at_least(self, workers=1)
 
 
 @with_config(_STRICT)
@@ -284,20 +270,16 @@ class BeamConfig:
 class PredictConfig:
     """`transferset predict`'s settings (what is not a path or a one-off switch)."""
 
-    format: str = "parquet"  # parquet (zstd) or jsonl
+    format: Literal[PREDICTION_FORMATS] = "parquet"  # parquet (zstd) or jsonl
     text_column: Optional[str] = None  # text column of the inputs (None: sentence, else text)
     text_b_column: Optional[str] = None  # second text column: sentence pairs (written as text_b)
-    max_chars: int = DEFAULT_MAX_CHARS  # longer rows are rejected, as augment rejects them
-    batch_size: int = 256  # rows per forward pass
-    max_length: Optional[int] = None  # tokens per row (None: the model's own)
-    threads: Optional[int] = None  # torch and onnxruntime CPU threads (None: torch's setting; per worker on Beam)
+    max_chars: AtLeast(1) = DEFAULT_MAX_CHARS  # longer rows are rejected, as augment rejects them
+    batch_size: AtLeast(1) = 256  # rows per forward pass
+    max_length: Optional[AtLeast(1)] = None  # tokens per row (None: the model's own)
+    threads: Optional[AtLeast(1)] = None  # torch and onnxruntime CPU threads (None: torch's setting; per worker on Beam)
     # inputs of at least this many rows run on Apache Beam, fewer in this process (--beam, --runner or
     # --workers: Beam whatever the size)
-    beam_above: int = 100_000
-
-    def __post_init__(self):
-        _one_of(self, format=PREDICTION_FORMATS)
-        _at_least(self, batch_size=1, max_chars=1, beam_above=1, max_length=1, threads=1)
+    beam_above: AtLeast(1) = 100_000
 
 
 @with_config(_STRICT)
@@ -305,11 +287,8 @@ class PredictConfig:
 class LowResConfig:
     """k labeled rows per class (seeded), the rest of train, labels dropped, as unlabeled text."""
 
-    per_class: int = 500
+    per_class: AtLeast(1) = 500
     seed: int = 0
-
-    def __post_init__(self):
-        _at_least(self, per_class=1)
 
 
 @with_config(_STRICT)
@@ -317,11 +296,8 @@ class LowResConfig:
 class ValidationConfig:
     """A validation split carved from train (seeded): every choice is made on it, the dev file becomes the test."""
 
-    rows: int = 2000
+    rows: AtLeast(1) = 2000
     seed: int = 0
-
-    def __post_init__(self):
-        _at_least(self, rows=1)
 
 
 @with_config(_STRICT)
@@ -337,10 +313,10 @@ class RunConfig:
     # carve a validation split from train for early stopping and the teacher's best epoch: the dev file
     # then becomes the test split (for tasks whose labeled test split is not public, as SST-2's)
     validation: Optional[ValidationConfig] = None
-    labeled_limit: Optional[int] = None  # the first N train rows as labeled data
-    unlabeled_rows: Optional[int] = None  # the next N train rows, labels dropped, as unlabeled text (-1: all the rest)
+    labeled_limit: Optional[AtLeast(1)] = None  # the first N train rows as labeled data
+    unlabeled_rows: Optional[AtLeast(-1)] = None  # the next N train rows, labels dropped, as unlabeled text (-1: all the rest)
     lowres: Optional[LowResConfig] = None  # k labeled rows per class, the rest of train as unlabeled text
-    unlabeled_limit: Optional[int] = None  # at most N unlabeled rows
+    unlabeled_limit: Optional[AtLeast(0)] = None  # at most N unlabeled rows
     teacher_path: Optional[str] = None  # reuse this fine-tuned teacher instead of training one
     teacher: TeacherConfig = field(default_factory=TeacherConfig)
     augment: AugmentConfig = field(default_factory=AugmentConfig)
@@ -349,39 +325,7 @@ class RunConfig:
     beam: BeamConfig = field(default_factory=BeamConfig)
 
     def __post_init__(self):
-        _at_least(self, labeled_limit=1, unlabeled_limit=0)
-        if self.unlabeled_rows is not None and self.unlabeled_rows < -1:
-            raise ValueError(f"unlabeled_rows must be -1 (all) or >= 0, got {self.unlabeled_rows}")
         if self.lowres is not None and self.unlabeled_rows is not None:
             raise ValueError("lowres and unlabeled_rows both choose the unlabeled text: set one of them")
         if not self.students:
             raise ValueError("no students: add e.g. students: {distilled: {student: bilstm}}")
-
-
-# --- checks shared by the __post_init__ methods ------------------------------------------------
-
-def _at_least(obj, **minimums: int) -> None:
-    for name, low in minimums.items():
-        value = getattr(obj, name)
-        if value is not None and value < low:
-            raise ValueError(f"{name} must be at least {low}, got {value}")
-
-
-def _positive(obj, *names: str) -> None:
-    for name in names:
-        value = getattr(obj, name)
-        if value is not None and not value > 0:
-            raise ValueError(f"{name} must be positive, got {value}")
-
-
-def _probabilities(obj, *names: str) -> None:
-    for name in names:
-        value = getattr(obj, name)
-        if not 0 <= value <= 1:
-            raise ValueError(f"{name} must be a probability in [0, 1], got {value}")
-
-
-def _one_of(obj, **choices: tuple[str, ...]) -> None:
-    for name, allowed in choices.items():
-        if getattr(obj, name) not in allowed:
-            raise ValueError(f"{name} must be one of {list(allowed)}, got {getattr(obj, name)!r}")

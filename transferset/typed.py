@@ -23,6 +23,8 @@ def _type_name(tp: Any) -> str:
     origin = typing.get_origin(tp)
     if origin is Annotated:
         return _type_name(typing.get_args(tp)[0])
+    if origin is typing.Literal:
+        return " or ".join(repr(a) for a in typing.get_args(tp))
     if origin is Union:
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         inner = " or ".join(_type_name(a) for a in args)
@@ -85,7 +87,8 @@ def format_errors(cls: type, exc: pydantic.ValidationError, where: str, flag_sty
             message = str(err.get("ctx", {}).get("error") or err["msg"])
             lines.append(f"{where}: {key or cls.__name__}: {message}")
             continue
-        expected = _expected(cls, loc)
+        # a choice's message already lists the choices
+        expected = None if err["type"] == "literal_error" else _expected(cls, loc)
         value = err.get("input")
         lines.append(f"{where}: {key} = {value!r}: {err['msg'].lower()}"
                      + (f" (expected {expected})" if expected else ""))

@@ -47,3 +47,67 @@ def test_no_transformers_bars_in_a_log_file_but_the_result_is_there(tiny_teacher
     assert out.returncode == 0, out.stderr
     assert "accuracy" in out.stdout + out.stderr
     assert "Loading weights" not in out.stderr and "it/s]" not in out.stderr
+
+
+def _head(src, dst, n):
+    with open(src, encoding="utf-8") as fh:
+        dst.write_text("".join(fh.readlines()[:n + 1]))
+    return str(dst)
+
+
+def test_augment_reads_every_input_given_after_one_flag(sst2_dir, tmp_path, capsys):
+    """Issue 25 item 3: `--input T.tsv D.tsv` read T only (D's rows passed to Beam and dropped), exit 0."""
+    import json
+
+    t = _head(sst2_dir / "train.tsv", tmp_path / "T.tsv", 5)
+    d = _head(sst2_dir / "dev.tsv", tmp_path / "D.tsv", 3)
+    out = tmp_path / "out"
+    assert main(["augment", "--input", t, d, "--output", str(out), "--n-iter", "0"]) == 0
+    stats = json.loads((out / "stats.json").read_text())
+    # Each row's file is recorded: the per-file counts, and rejects carry file and line.
+    assert stats["inputs"] == {t: {"accepted": 5, "rejected": 0}, d: {"accepted": 3, "rejected": 0}}
+    assert stats["output_rows"] == 8
+
+
+@pytest.mark.parametrize("command, args, says", [
+    ("augment", ["--n-iterr", "0"], "unrecognized arguments: --n-iterr 0 (neither a `transferset augment` option "
+                                    "nor an Apache Beam pipeline option; did you mean --n-iter?)"),
+    ("augment", ["--direct_running_mode", "bogus"], "argument --direct_running_mode: invalid choice: 'bogus'"),
+    ("score", ["--teacher", "T", "stray.tsv"], "unrecognized arguments: stray.tsv"),
+    ("score", ["--teacher", "T", "--batch-sise", "8"], "did you mean --batch-size?"),
+])
+def test_arguments_neither_we_nor_beam_know_are_refused_before_anything_runs(command, args, says, tmp_path, capsys):
+    """Issue 25 item 3: `--n-iterr 0` ran with the default n_iter, a stray path was ignored; exit 0."""
+    src = tmp_path / "a.tsv"
+    src.write_text("sentence\tlabel\nx\t0\n")
+    out = tmp_path / "o"
+    assert main([command, "--input", str(src), "--output", str(out), *args]) == 2
+    err = capsys.readouterr().err
+    assert says in err and len(err.strip().splitlines()) == 1, err
+    assert not out.exists()
+
+
+def test_beam_pipeline_options_still_pass_through():
+    from pipelines.runtime import check_beam_args
+
+    check_beam_args(["--direct_num_workers", "2", "--project=p", "--temp_location", "gs://b/t", "--save_main_session"])
+
+
+@pytest.mark.parametrize("runner", ["NoSuchRunner", "FnApi Runner", "apache_beam.runners.NoSuch"])
+def test_a_runner_beam_cannot_create_is_refused_listing_the_known_ones(runner, tmp_path, capsys):
+    """Issue 25 item 7: a bad --runner was a 19-41-line Beam traceback."""
+    src = tmp_path / "a.tsv"
+    src.write_text("sentence\tlabel\nx\t0\n")
+    out = tmp_path / "o"
+    assert main(["augment", "--input", str(src), "--output", str(out), "--runner", runner]) == 2
+    err = capsys.readouterr().err
+    assert f"--runner {runner!r}: not a Beam runner; known: " in err and "FnApiRunner" in err, err
+    assert len(err.strip().splitlines()) == 1 and not out.exists()
+
+
+@pytest.mark.parametrize("runner", ["FnApiRunner", "fnapirunner", "DirectRunner", "direct", "DataflowRunner",
+                                    "apache_beam.runners.portability.fn_api_runner.FnApiRunner"])
+def test_runner_names_beam_accepts_pass(runner):
+    from pipelines.runtime import check_runner
+
+    check_runner(runner)

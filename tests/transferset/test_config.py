@@ -62,8 +62,12 @@ def test_values_round_trip_through_plain_dicts():
 
 
 @pytest.mark.parametrize("values, message", [
-    ({"teacher": {"epochs": 0}}, "teacher: epochs must be at least 1, got 0"),
-    ({"augment": {"n_iter": -1}}, "augment: n_iter must be at least 0, got -1"),
+    ({"teacher": {"epochs": 0}}, "teacher.epochs = 0: input should be greater than or equal to 1 (expected int)"),
+    ({"augment": {"n_iter": -1}}, "augment.n_iter = -1: input should be greater than or equal to 0 (expected int)"),
+    ({"augment": {"p_mlm": 1.5}}, "augment.p_mlm = 1.5: input should be less than or equal to 1 (expected float)"),
+    ({"unlabeled_rows": -2}, "unlabeled_rows = -2: input should be greater than or equal to -1 (expected int or null)"),
+    ({"score": {"hidden": "max"}}, "score.hidden = 'max': input should be 'cls' or 'mean'"),
+    ({"students": {"s": {"temperature": 0}}}, "students.s.temperature = 0: input should be greater than 0"),
     ({"lowres": {"per_class": 5}, "unlabeled_rows": 10}, "lowres and unlabeled_rows both choose"),
     ({"students": {}}, "no students"),
     ({"beam": {"workers": "two"}}, "beam.workers = 'two': input should be a valid integer"),

@@ -58,9 +58,9 @@ def test_rows_and_schema():
 def test_settings_are_checked():
     assert typed.load(PredictConfig, {"format": "jsonl", "beam_above": 5}, "flags") == \
         PredictConfig(format="jsonl", beam_above=5)
-    for bad, message in (({"format": "xml"}, r"format must be one of \['parquet', 'jsonl'\], got 'xml'"),
-                         ({"batch_size": 0}, "batch_size must be at least 1"),
-                         ({"threads": 0}, "threads must be at least 1"),
+    for bad, message in (({"format": "xml"}, r"format = 'xml': input should be 'parquet' or 'jsonl'"),
+                         ({"batch_size": 0}, r"batch_size = 0: input should be greater than or equal to 1 \(expected int\)"),
+                         ({"threads": 0}, "threads = 0: input should be greater than or equal to 1"),
                          ({"beam": True}, "beam")):
         with pytest.raises(ConfigError, match=message):
             typed.load(PredictConfig, bad, "flags")

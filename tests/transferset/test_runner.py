@@ -44,14 +44,14 @@ def test_overrides_and_defaults_written_once():
     ("augment.n_iter=abc", "augment.n_iter = 'abc': input should be a valid integer"),
     ("teacher.epochs=abc", "teacher.epochs = 'abc': input should be a valid integer"),
     ("teacher.lr=fast", "teacher.lr = 'fast': input should be a valid number"),
-    ("augment.p_mask=1.5", "augment: p_mask must be a probability in [0, 1], got 1.5"),
+    ("augment.p_mask=1.5", "augment.p_mask = 1.5: input should be less than or equal to 1 (expected float)"),
     ("students.distilled.epochz=3", "students.distilled.epochz: unknown setting; known: student, schedule, epochs"),
     ("teachr.epochs=3", "teachr: unknown setting; known: run_dir, data"),
     ("score.forward=fast", "score: --forward 'fast': choose one of ['auto', 'packed', 'padded']"),
     ("augment.recipe=eda", "augment: unknown recipe 'eda'; known: tang, tinybert"),
     ("augment.ops=mask,swap", "augment: ops: unknown augmenter 'swap'; known: mask, mlm, ngram, pos"),
     ("augment.p_pos=0.95", "augment: word-op probabilities sum to 1.05 > 1 for ops ('mask', 'pos')"),
-    ("students.distilled.tokens=chars", "tokens must be one of ['wordpiece', 'words']"),
+    ("students.distilled.tokens=chars", "students.distilled.tokens = 'chars': input should be 'wordpiece' or 'words'"),
 ])
 def test_bad_settings_refused_with_key_value_and_type(override, message):
     with pytest.raises(UserError) as exc:
@@ -261,3 +261,56 @@ def test_file_urls_and_unknown_schemes_in_a_run_config(tmp_path, sst2_dir):
     assert (cfg.run_dir, cfg.data, cfg.test) == (f"{tmp_path}/r", str(sst2_dir), f"{sst2_dir}/dev.tsv")
     with pytest.raises(ConfigError, match="run_dir.*nosuch"):
         load_config("configs/demo.yaml", ["run_dir=nosuch://bucket/r"])
+
+
+@pytest.mark.parametrize("overrides, says", [
+    (["teacher.model=nosuch://x/y"], "teacher.model nosuch://x/y: unknown URL scheme nosuch://"),
+    (["augment.mlm_model=nosuch://m"], "augment.mlm_model nosuch://m: unknown URL scheme nosuch://"),
+    (["students.distilled.tokenizer=nosuch://t"], "students.distilled.tokenizer nosuch://t: unknown URL scheme"),
+    (["students.distilled.teacher=nosuch://t"], "students.distilled.teacher nosuch://t: unknown URL scheme"),
+    (["teacher.model=/no/such/model"], "teacher.model /no/such/model: no such model directory"),
+    (["augment.recipe=tinybert", "augment.mlm_model=./no/such/mlm"], "augment.mlm_model ./no/such/mlm: no such model"),
+    (["students.distilled.tokenizer=/no/such/tok"], "students.distilled.tokenizer=/no/such/tok: no such directory"),
+    (["teacher_path=/no/such/teacher"], "teacher_path=/no/such/teacher: no such directory"),
+    (["beam.runner=NoSuchRunner"], "beam.runner 'NoSuchRunner': not a Beam runner; known: DataflowRunner"),
+    (["beam.options={projct: p}"], "beam.options.projct: not an Apache Beam pipeline option"),
+])
+def test_every_path_model_and_runner_setting_is_checked_before_any_stage(overrides, says, tmp_path, sst2_dir,
+                                                                         capsys):
+    """Issue 25 items 7 and 8: a bad teacher.model tracebacked after the data stage, augment.mlm_model after a
+    247-line traceback, students.NAME.tokenizer exited 1 after scoring, beam.runner was a Beam traceback."""
+    run_dir = tmp_path / "run"
+    rc = main(["run", "--config", "configs/demo.yaml", f"run_dir={run_dir}", f"data={sst2_dir}", *overrides])
+    err = capsys.readouterr().err
+    assert rc == 2 and says in err, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert not run_dir.exists()
+
+
+def test_a_bilstm_student_as_a_students_teacher_is_refused_before_any_stage(tmp_path, sst2_dir, capsys):
+    """Issue 25 item 11: the folder of a BiLSTM student as `teacher` talked about sentencepiece, after scoring."""
+    student = tmp_path / "bilstm"
+    (student / schema.STUDENT_MODEL_DIR).mkdir(parents=True)
+    (student / schema.STUDENT_MODEL_DIR / schema.STUDENT_SIDECAR_FILE).write_text(json.dumps({"family": "bilstm"}))
+    run_dir = tmp_path / "run"
+    rc = main(["run", "--config", "configs/demo.yaml", f"run_dir={run_dir}", f"data={sst2_dir}",
+               f"students.distilled.teacher={student}"])
+    err = capsys.readouterr().err
+    assert rc == 2 and (f"students.distilled.teacher {student}: a bilstm student trained by transferset, "
+                        "not a Hugging Face teacher") in err, err
+    assert not run_dir.exists()
+
+
+def test_a_missing_config_and_a_python_tag_in_an_override_are_one_line_usage_errors(tmp_path, capsys):
+    """Issue 25 item 11: `run --config nosuch.yaml` exited 1; a !!python tag in an override printed 4 lines."""
+    assert main(["run", "--config", str(tmp_path / "nosuch.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'nosuch.yaml'}: no such config file" in err and len(err.strip().splitlines()) == 1
+    run_dir = tmp_path / "run"
+    assert main(["run", "--config", "configs/demo.yaml", f"run_dir={run_dir}",
+                 "teacher.model=!!python/object/apply:os.system ['touch pwned']"]) == 2
+    err = capsys.readouterr().err
+    assert "could not determine a constructor for the tag" in err and "no !!python tags" in err, err
+    assert len(err.strip().splitlines()) == 1 and not run_dir.exists() and not Path("pwned").exists()
+    assert main(["run", "--config", "configs/demo.yaml", f"run_dir={run_dir}", "teacher.epochs=[1"]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1

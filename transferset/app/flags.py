@@ -61,6 +61,9 @@ def _logical_lines(source: str) -> list[tuple[str, str]]:
 
 
 def _metavar(tp: Any) -> str:
+    choices = typing.get_args(_unwrap(tp)) if typing.get_origin(_unwrap(tp)) is typing.Literal else ()
+    if choices:
+        return "{" + ",".join(map(str, choices)) + "}"
     name = _type_name(tp)
     if name.startswith("list of"):
         return "A,B"

@@ -6,6 +6,7 @@ from transferset.augment import generate
 from transferset.config import AugmentConfig
 from transferset.augment.mlm import MlmCandidates, mlm
 from transferset.augment.seeding import rng_for
+from transferset.errors import UserError
 
 SENTENCES = [
     "the film was great and funny".split(),
@@ -94,3 +95,60 @@ def test_mlm_op_is_seeded():
     a = mlm(words=["w", "v"], positions=np.array([0]), rng=rng_for(1, "s", 0), candidates=table)
     b = mlm(words=["w", "v"], positions=np.array([0]), rng=rng_for(1, "s", 0), candidates=table)
     assert a == b and a[0] in table[0] and a[1] == "v"
+
+
+@pytest.fixture(scope="module")
+def pickled_mlm(tiny_mlm_dir, tmp_path_factory):
+    """The tiny MLM with its weights as a pickle (pytorch_model.bin) instead of safetensors."""
+    import shutil
+
+    import torch
+    from transformers import AutoModelForMaskedLM
+
+    d = tmp_path_factory.mktemp("pickled_mlm")
+    for name in ("config.json", "vocab.txt", "tokenizer_config.json"):
+        shutil.copy(f"{tiny_mlm_dir}/{name}", d / name)
+    torch.save(AutoModelForMaskedLM.from_pretrained(tiny_mlm_dir).state_dict(), d / "pytorch_model.bin")
+    return str(d)
+
+
+def _augment_mlm(mlm_dir, tmp_path, capsys, *more):
+    from transferset.app.cli import main
+
+    src = tmp_path / "a.tsv"
+    src.write_text("sentence\tlabel\nthe film was great\t1\n")
+    out = tmp_path / "o"
+    rc = main(["augment", "--input", str(src), "--output", str(out), "--recipe", "tinybert", "--n-iter", "1",
+               "--mlm-model", mlm_dir, *more])
+    return rc, capsys.readouterr().err, out
+
+
+def test_pickle_mlm_weights_refused_in_one_line_before_the_pipeline(pickled_mlm, tmp_path, capsys):
+    """Issue 25 item 6: `augment --mlm-model` loaded pickle weights (stopped only by torch, in a Beam traceback)."""
+    rc, err, out = _augment_mlm(pickled_mlm, tmp_path, capsys)
+    assert rc == 1 and "weights are pickle files (pytorch_model.bin)" in err and "--allow-pickle" in err, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1 and not out.exists()
+    with pytest.raises(UserError, match="pickle files"):
+        MlmCandidates(pickled_mlm, top_k=5, batch_size=4, max_length=64)
+
+
+def test_pickle_mlm_loads_when_allowed_with_the_same_candidates(pickled_mlm, tiny_mlm_dir):
+    allowed = MlmCandidates(pickled_mlm, top_k=5, batch_size=4, max_length=64, allow_pickle=True)
+    safe = MlmCandidates(tiny_mlm_dir, top_k=5, batch_size=4, max_length=64)
+    assert allowed.candidates(SENTENCES) == safe.candidates(SENTENCES)
+
+
+def test_mlm_with_auto_map_refused_in_one_line(tiny_mlm_dir, tmp_path, capsys):
+    """Issue 25 item 6: an auto_map next to model_type bert silently loaded the built-in class."""
+    import json
+    import shutil
+
+    d = tmp_path / "mlm_code"
+    shutil.copytree(tiny_mlm_dir, d)
+    cfg = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps({**cfg, "auto_map": {"AutoModelForMaskedLM": "mine.Evil"}}))
+    rc, err, out = _augment_mlm(str(d), tmp_path, capsys)
+    assert rc == 1 and "ships its own Python code (auto_map AutoModelForMaskedLM -> mine.Evil)" in err, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1 and not out.exists()
+    with pytest.raises(UserError, match="auto_map"):
+        MlmCandidates(str(d), top_k=5, batch_size=4, max_length=64)
