@@ -176,3 +176,7 @@ def test_a_bilstm_student_given_as_teacher_says_what_it_is(tmp_path, tiny_scored
         assert "a bilstm student trained by transferset, not a Hugging Face teacher" in err, err
         assert "sentencepiece" not in err.lower() and len(err.strip().splitlines()) == 1, err
         assert not (tmp_path / "o").exists()
+    rc, err = _call(["train", "--transfer", tiny_scored_dir, "--dev", sst2_dev200, "--output", str(tmp_path / "o"),
+                     "--tokenizer", str(small_student / "model")], capsys)
+    assert rc == 2 and "a bilstm student trained by transferset, not a Hugging Face tokenizer" in err, err
+    assert f"its tokenizer is {small_student / 'model' / 'tokenizer'}" in err and not (tmp_path / "o").exists()
