@@ -202,8 +202,13 @@ def make_batch(tokens, arrays: dict[str, Any], idx: Sequence[int]) -> dict[str, 
 
 def iter_train_batches(transfer_dir: str, tokens, seed: Union[int, np.random.SeedSequence], *, batch_size: int,
                        shuffle_rows: int, pkd_columns: Sequence[str] = (),
-                       labeled_only: bool = False) -> Iterator[dict[str, torch.Tensor]]:
+                       labeled_only: bool = False, rank: int = 0,
+                       world: int = 1) -> Iterator[dict[str, torch.Tensor]]:
     """One epoch of shuffled minibatches of `batch_size` rows, streamed; `seed` is the epoch's shuffle stream.
+
+    With `world` processes, this one (`rank`) keeps every world-th row of the stream (the shards'
+    order is drawn from the same seed on every rank): the ranks train on disjoint rows and their
+    counts differ by at most one.
 
     Rows are shuffled within a buffer of `shuffle_rows` (and shards are visited in a shuffled
     order); inside the buffer, rows of similar length share a minibatch (less padding: the
@@ -214,7 +219,7 @@ def iter_train_batches(transfer_dir: str, tokens, seed: Union[int, np.random.See
     rng = np.random.default_rng(seed)
     shard_rng = random.Random(int(rng.integers(2 ** 63)))
     buffer: list[pa.RecordBatch] = []
-    held = 0
+    held = seen = 0
 
     def drain() -> Iterator[dict[str, torch.Tensor]]:
         arrays = table_arrays(pa.Table.from_batches(buffer), pkd_columns)
@@ -233,6 +238,10 @@ def iter_train_batches(transfer_dir: str, tokens, seed: Union[int, np.random.See
     for rb in transfer.iter_batches(transfer_dir, columns, batch_size=min(shuffle_rows, 8192), rng=shard_rng):
         if labeled_only:
             rb = rb.filter(pc.is_valid(rb.column(schema.LABEL)))
+        if world > 1:
+            first = (rank - seen) % world  # the stream's row `seen` is this batch's row 0
+            seen += rb.num_rows
+            rb = rb.take(pa.array(np.arange(first, rb.num_rows, world)))
         if rb.num_rows == 0:
             continue
         buffer.append(rb)

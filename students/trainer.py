@@ -7,12 +7,13 @@ Every random stream derives from the run's seed (students/seeds.py).
 """
 from __future__ import annotations
 
-import copy
 import json
 import math
 import os
+import sys
 import time
 from dataclasses import asdict
+from typing import Optional
 
 import numpy as np
 import torch
@@ -20,7 +21,7 @@ from tqdm import tqdm
 
 from students import seeds
 from students.build import Setup, setup
-from students.data import EvalData, iter_train_batches, read_eval_data
+from students.data import iter_train_batches, read_eval_data
 from students.family import project
 from students.losses import NO_LABEL, LossWeights, combine
 from students.plots import plot_curves
@@ -29,6 +30,10 @@ from students.student import Student, accuracy, latency_ms
 from transferset import fs, schema, sources, transfer, typed
 from transferset.config import DEFAULT_LR, StudentConfig
 from transferset.errors import UserError
+from transferset.training import Checkpoints, Engine, PhaseSpec, Recipe
+
+# OUTPUT/checkpoint/: where a killed run resumes from (`resume: true`); removed once model/ is written.
+CHECKPOINT_DIR = "checkpoint"
 
 
 # --------------------------------------------------------------------------- loss step
@@ -60,9 +65,30 @@ def make_optimizer(s: Setup, params: list[torch.nn.Parameter]) -> torch.optim.Op
     return torch.optim.AdamW(params, lr=lr, weight_decay=s.cfg.weight_decay)
 
 
+class Trained(torch.nn.Module):
+    """The student and its width projection as one module: what DDP wraps, what a batch goes through."""
+
+    def __init__(self, s: Setup):
+        super().__init__()
+        self.model, self.projection, self.family = s.model, s.projection, s.family
+
+    def forward(self, batch) -> dict:
+        return project(self.family.forward(self.model, batch), self.projection)
+
+
+def loss_step(net: torch.nn.Module, batch, weights: LossWeights) -> tuple[torch.Tensor, dict]:
+    """batch → (loss, {term: value}): the one place a student's training loss is computed.
+
+    `net` is `Trained` (or DDP around it). Losses that need more than the cached teacher columns
+    (a teacher run alongside, token-level targets) plug in here.
+    """
+    return combine(net(batch), batch, weights)
+
+
 def train_step(s: Setup, optimizer, batch, weights: LossWeights) -> tuple[float, dict]:
+    """One optimizer step outside the recipe (benchmarks/train.py times the steps alone with it)."""
     s.model.train()
-    loss, parts = combine(project(s.family.forward(s.model, batch), s.projection), batch, weights)
+    loss, parts = loss_step(Trained(s), batch, weights)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     if s.cfg.grad_clip:
@@ -71,67 +97,38 @@ def train_step(s: Setup, optimizer, batch, weights: LossWeights) -> tuple[float,
     return float(loss.detach()), parts
 
 
-def train_batches(s: Setup, transfer_dir: str, seed, labeled_only: bool = False):
-    """One epoch of the run's minibatches (students.data.iter_train_batches with its settings)."""
+def train_batches(s: Setup, transfer_dir: str, seed, labeled_only: bool = False, rank: int = 0, world: int = 1):
+    """One epoch of the run's minibatches (students.data.iter_train_batches with its settings): with
+    several processes, this rank's rows of it."""
     return iter_train_batches(transfer_dir, s.tokens, seed, batch_size=s.cfg.batch_size,
                               shuffle_rows=s.cfg.shuffle_rows, pkd_columns=s.pkd_columns,
-                              labeled_only=labeled_only)
+                              labeled_only=labeled_only, rank=rank, world=world)
 
 
 # --------------------------------------------------------------------------- train
 
 
-def train_phase(s: Setup, student: Student, phase: Phase, p_index: int, transfer_dir: str, dev: EvalData,
-                history: list[dict], progress: bool) -> dict:
-    """Train one phase (epochs, early stopping on dev); append its epochs to `history`; → its log entry."""
-    cfg = s.cfg
-    optimizer = make_optimizer(s, set_trainable(s, phase))
-    best_acc, best_state, bad, run, start_acc = -1.0, None, 0, 0, None
-    if phase.early_stop:
-        # The model as it enters the step competes too: a step that never beats it on dev
-        # leaves it unchanged rather than keep its least bad epoch.
-        start_acc = accuracy(student.predict_ids(dev.texts, dev.texts_b), dev.labels)
-        best_acc, best_state = start_acc, copy.deepcopy(s.model.state_dict())
+def train_phase(s: Setup, recipe: Recipe, phase: Phase, p_index: int, transfer_dir: str, evaluate) -> Optional[dict]:
+    """One phase of the schedule as one run of the recipe (students.schedules decides what learns)."""
+    cfg, eng = s.cfg, recipe.engine
     rows = s.num_labeled if phase.labeled_only else s.num_rows
-    for epoch in range(phase.epochs):
-        t0 = time.perf_counter()
-        total, parts_sum, n, seen = 0.0, {}, 0, 0
-        batches = train_batches(s, transfer_dir, seeds.stream(cfg.seed, seeds.SHUFFLE, p_index, epoch),
-                                labeled_only=phase.labeled_only)
-        bar = tqdm(batches, total=math.ceil(rows / cfg.batch_size), desc=f"{phase.name} ep {epoch + 1}/{phase.epochs}",
-                   disable=None if progress else True, leave=False, dynamic_ncols=True)  # None: no bar off a terminal
-        for batch in bar:
-            loss, parts = train_step(s, optimizer, batch, phase.weights)
-            total, n, seen = total + loss, n + 1, seen + len(batch[schema.LABEL])
-            for k, v in parts.items():
-                parts_sum[k] = parts_sum.get(k, 0.0) + v
-            if n % 10 == 0:
-                bar.set_postfix(loss=f"{total / n:.4f}")
-        bar.close()
-        train_seconds = time.perf_counter() - t0
-        dev_acc = accuracy(student.predict_ids(dev.texts, dev.texts_b), dev.labels)
-        run += 1
-        record = {"phase": phase.name, "stage": phase.stage, "epoch": epoch + 1,
-                  "train_loss": total / max(1, n), "losses": {k: v / max(1, n) for k, v in parts_sum.items()},
-                  "dev_accuracy": dev_acc, "seconds": time.perf_counter() - t0, "rows": seen,
-                  "rows_per_second": seen / max(train_seconds, 1e-9), "trainable": list(phase.trainable)}
-        history.append(record)
-        if progress:
-            tqdm.write(f"{phase.name} epoch {epoch + 1}: loss {record['train_loss']:.4f} "
-                       f"dev acc {dev_acc:.4f} ({record['seconds']:.1f}s)")
-        if not phase.early_stop:
-            continue
-        if dev_acc > best_acc:
-            best_acc, bad, best_state = dev_acc, 0, copy.deepcopy(s.model.state_dict())
-        else:
-            bad += 1
-            if bad >= cfg.patience:
-                break
-    if best_state is not None:
-        s.model.load_state_dict(best_state)  # each step keeps its best dev checkpoint
-    return {"phase": phase.name, "stage": phase.stage, "epochs_run": run, "start_dev_accuracy": start_acc,
-            "best_dev_accuracy": best_acc if phase.early_stop else None,
-            "trainable": list(phase.trainable), "losses": phase.weights.active()}
+    spec = PhaseSpec(phase.name, phase.epochs, keep_best=phase.early_stop,
+                     patience=cfg.patience if phase.early_stop else None, start_competes=phase.early_stop,
+                     grad_clip=cfg.grad_clip, steps_per_epoch=math.ceil(rows / eng.world / cfg.batch_size))
+
+    def batches(epoch: int):
+        return train_batches(s, transfer_dir, seeds.stream(cfg.seed, seeds.SHUFFLE, p_index, epoch),
+                             labeled_only=phase.labeled_only, rank=eng.rank, world=eng.world)
+
+    def new_optimizer():
+        return make_optimizer(s, set_trainable(s, phase)), None
+
+    entry = recipe.run(p_index, spec, Trained(s), lambda net, batch: loss_step(net, batch, phase.weights),
+                       batches, evaluate, new_optimizer,
+                       describe={"stage": phase.stage, "trainable": list(phase.trainable)})
+    if entry is not None:
+        entry["losses"] = phase.weights.active()
+    return entry
 
 
 # --------------------------------------------------------------------------- evaluate
@@ -193,7 +190,11 @@ def require_input(path: str, flag: str) -> None:
 
 def train(cfg: StudentConfig, transfer_dir: str, dev_path: str, output: str, *, overwrite: bool = False,
           progress: bool = True) -> dict:
-    """Train a student; write OUTPUT/model/, OUTPUT/metrics.json, OUTPUT/curves.png; return the metrics."""
+    """Train a student; write OUTPUT/model/, OUTPUT/metrics.json, OUTPUT/curves.png; return the metrics.
+
+    Under `torchrun` / `accelerate launch` every process trains on its own rows and rank 0 alone
+    evaluates and writes; the other ranks return {"rank": r}.
+    """
     model_dir = os.path.join(output, schema.STUDENT_MODEL_DIR)
     if os.path.exists(model_dir) and not overwrite:
         raise UserError(f"{model_dir} already exists; pass --overwrite or choose another --output")
@@ -210,24 +211,37 @@ def train(cfg: StudentConfig, transfer_dir: str, dev_path: str, output: str, *, 
         plan = phases(cfg.schedule, LossWeights.of(cfg), cfg.epochs, s.family.param_groups(s.model).keys())
     except ValueError as exc:
         raise UserError(str(exc)) from exc
+    engine = Engine.create(device=cfg.device, bf16=cfg.bf16, report_to=cfg.report_to,
+                           project_dir=os.path.join(output, "logs"), progress_bar=None if progress else False,
+                           log=(lambda msg: tqdm.write(msg, file=sys.stderr)) if progress else (lambda msg: None))
+    checkpoints = Checkpoints(os.path.join(output, CHECKPOINT_DIR), fingerprint(cfg, transfer_dir, dev_path, engine),
+                              every_steps=cfg.checkpoint_steps)
+
+    def evaluate() -> dict:
+        return {"accuracy": accuracy(student.predict_ids(dev.texts, dev.texts_b), dev.labels)}
 
     # ---- train
-    history: list[dict] = []
-    phase_log: list[dict] = []
     started = time.perf_counter()
-    # Dropout draws from torch's global generator: seed it from the run's stream, and give the
-    # caller's random state back afterwards.
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seeds.torch_seed(seeds.stream(cfg.seed, seeds.DROPOUT)))
+    # Dropout draws from torch's global generator: seeded from the run's stream (the caller's random
+    # state is given back afterwards), carried on by checkpoints.
+    with engine.seeded(seeds.torch_seed(seeds.stream(cfg.seed, seeds.DROPOUT))):
+        recipe = Recipe(engine, checkpoints, resume=cfg.resume)
+        engine.start_tracking("transferset-train", typed.to_dict(cfg))
         for p_index, phase in enumerate(plan):
             if phase.labeled_only and s.num_labeled == 0:
-                phase_log.append({"phase": phase.name, "stage": phase.stage,
-                                  "skipped": "the transfer set has no row with a gold label"})
+                recipe.skip(p_index, {"phase": phase.name, "stage": phase.stage,
+                                      "skipped": "the transfer set has no row with a gold label"})
                 continue
-            phase_log.append(train_phase(s, student, phase, p_index, transfer_dir, dev, history, progress))
+            train_phase(s, recipe, phase, p_index, transfer_dir, evaluate)
+        recipe.restore_finished(Trained(s))
     train_seconds = time.perf_counter() - started
+    history, phase_log = recipe.history, recipe.phase_log
     for p in s.model.parameters():
         p.requires_grad_(True)
+    s.model.cpu()  # saved and timed on the CPU, as it will be served
+    if not engine.is_main:
+        recipe.finish()
+        return {"rank": engine.rank}
 
     # ---- evaluate
     metrics = evaluate_run(s, student, transfer_dir, dev)
@@ -236,7 +250,7 @@ def train(cfg: StudentConfig, transfer_dir: str, dev_path: str, output: str, *, 
     step_seconds = sum(h["rows"] / h["rows_per_second"] for h in history if h["rows"])
     metrics.update(train_seconds=train_seconds, train_rows=trained,
                    train_rows_per_second=trained / step_seconds if step_seconds else None,
-                   phases=phase_log, history=history)
+                   processes=engine.world, device=str(engine.device), phases=phase_log, history=history)
 
     # ---- save
     os.makedirs(output, exist_ok=True)
@@ -245,4 +259,14 @@ def train(cfg: StudentConfig, transfer_dir: str, dev_path: str, output: str, *, 
         json.dump(metrics, fh, indent=2)
     if history:
         plot_curves(history, os.path.join(output, schema.CURVES_FILE))
+    recipe.finish()
     return metrics
+
+
+def fingerprint(cfg: StudentConfig, transfer_dir: str, dev_path: str, engine: Engine) -> dict:
+    """What a checkpoint must share with the run resuming it: the settings that decide the steps, the
+    inputs, and the process count (each rank's rows depend on it)."""
+    ignored = {"resume", "device", "report_to", "checkpoint_steps", "threads", "latency_examples", "agreement_rows"}
+    settings = {k: v for k, v in typed.to_dict(cfg).items() if k not in ignored}
+    return {"settings": json.dumps(settings, sort_keys=True, default=str), "transfer": transfer_dir, "dev": dev_path,
+            "processes": engine.world}

@@ -245,6 +245,13 @@ class StudentConfig:
     # reporting
     latency_examples: int = 256  # dev rows timed for the latency figures
     agreement_rows: int = 5000  # transfer rows used for teacher agreement when dev has no teacher columns
+    # engine (transferset/training.py, on Accelerate); processes come from the launcher:
+    # `torchrun --nproc_per_node N -m transferset.app.cli train ...` (DDP, gloo on CPU)
+    device: str = "auto"  # cpu | cuda | auto (cuda when torch sees one)
+    bf16: bool = False  # bfloat16 mixed precision (autocast): for GPUs, and CPUs with AMX / AVX512-BF16
+    report_to: str = "none"  # experiment tracking: none | tensorboard | mlflow | wandb (its package installed)
+    resume: bool = False  # go on from OUTPUT/checkpoint/ of a killed run with the same settings
+    checkpoint_steps: Optional[int] = None  # also write the checkpoint every N optimizer steps (None: per epoch)
 
     def __post_init__(self):
         _at_least(self, epochs=1, batch_size=1, patience=1, shuffle_rows=1, max_length=2, threads=1,
@@ -253,7 +260,9 @@ class StudentConfig:
         for name in ("ce", "mse", "kd", "repr", "pkd", "weight_decay", "grad_clip"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        _one_of(self, tokens=("wordpiece", "words"), embed_init=("teacher", "random"))
+        _one_of(self, tokens=("wordpiece", "words"), embed_init=("teacher", "random"),
+                device=("auto", "cpu", "cuda"), report_to=("none", "tensorboard", "mlflow", "wandb"))
+        _at_least(self, checkpoint_steps=1)
 
     def frozen_embeddings(self) -> bool:
         """Whether the embedding table stays fixed (`freeze_embeddings`, None: a teacher-initialised BiLSTM)."""

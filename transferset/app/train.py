@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
+import os
 
 from students.trainer import train
 from transferset import fs, schema, typed
@@ -49,9 +51,14 @@ def run(args: argparse.Namespace, extra) -> int:
     if fs.is_remote(args.output) and fs.exists(fs.join(args.output, schema.STUDENT_MODEL_DIR)) and not args.overwrite:
         raise UserError(f"{fs.join(args.output, schema.STUDENT_MODEL_DIR)} already exists; pass --overwrite "
                         "or choose another --output")
-    with output_lock(args.output, command="train"), local_output(args.output) as out:
+    # Under torchrun / accelerate launch, rank 0 owns the output; the other ranks write nothing there.
+    rank = int(os.environ.get("RANK", "0"))
+    lock = output_lock(args.output, command="train") if rank == 0 else contextlib.nullcontext()
+    with lock, local_output(args.output) as out:
         metrics = train(cfg, args.transfer, args.dev, out, overwrite=args.overwrite,
                         progress=not args.no_progress)
+    if "rank" in metrics:
+        return 0
     summary = {k: metrics[k] for k in ("student", "schedule", "dev_accuracy", "dev_majority_baseline",
                                         "teacher_agreement", "parameters", "latency_ms_per_example")}
     summary["output"] = args.output
