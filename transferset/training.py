@@ -92,7 +92,10 @@ class Engine:
         # Parameters that a phase's loss leaves without a gradient (the width projection outside a
         # repr / pkd loss, the classifier under the repr loss) would stall DDP's reducer otherwise.
         ddp = DistributedDataParallelKwargs(find_unused_parameters=find_unused_parameters)
-        acc = Accelerator(cpu=device == "cpu", mixed_precision="bf16" if bf16 else "no",
+        # `cpu` also decides the process group: Accelerate starts gloo for N CPU processes only when told
+        # the run is on the CPU, so `auto` without a GPU says so.
+        on_cpu = device == "cpu" or (device == "auto" and not torch.cuda.is_available())
+        acc = Accelerator(cpu=on_cpu, mixed_precision="bf16" if bf16 else "no",
                           log_with=None if report_to == "none" else report_to, project_dir=project_dir,
                           kwargs_handlers=[ddp])
         return cls(acc, log or (lambda msg: print(msg, file=sys.stderr, flush=True)), progress_bar)
