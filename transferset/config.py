@@ -150,6 +150,7 @@ class TeacherConfig:
     allow_pickle: bool = False  # accept pickle weights (pytorch_model.bin) for the base model: only files you trust
     trust_remote_code: bool = False  # run Python code shipped with the model: only models you trust
     progress: Optional[bool] = None  # a progress bar (None: when stderr is a terminal)
+    resume: bool = False  # go on from OUTPUT/checkpoint/ of a killed fine-tuning with the same settings
 
     def __post_init__(self):
         _at_least(self, epochs=1, batch_size=1, max_length=2, eval_batch_size=1, max_steps=1, limit=1)

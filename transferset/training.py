@@ -316,7 +316,8 @@ class Recipe:
         if spec.max_steps and total_steps:
             total_steps = min(total_steps, spec.max_steps)
         progress = Progress(spec.name, unit="steps", total=total_steps, bar=eng.progress_bar, log=eng.log)
-        progress.update(phase_step)
+        if phase_step:  # a resumed phase: the steps before the kill
+            progress.update(phase_step)
         epochs_run = first_epoch
         stopped = False
         for epoch in range(first_epoch, spec.epochs):
@@ -403,7 +404,7 @@ class Recipe:
             else:
                 bad += 1
             loss_text = "n/a" if record["train_loss"] is None else f"{record['train_loss']:.4f}"
-            eng.log(f"{'' if spec.name == 'fine-tuning' else spec.name + ' '}epoch {epoch + 1}: "
+            eng.log(f"{spec.name} epoch {epoch + 1}: "
                     f"train loss {loss_text}, dev accuracy {dev_acc:.4f}"
                     + (" (best so far)" if improved else "") + f" ({record['seconds']:.1f}s)")
             eng.track({"dev/accuracy": dev_acc, "train/epoch_loss": record["train_loss"] or 0.0}, self.global_step)
