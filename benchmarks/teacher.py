@@ -1,4 +1,5 @@
-"""Benchmark: the teacher's fine-tuning with `transformers.Trainer` against the hand-written loop it replaced.
+"""Benchmark: the teacher's fine-tuning (`trainer`: transferset.teacher.train, on transformers.Trainer until
+the shared recipe of transferset/training.py replaced it) against the hand-written loop it replaced.
 
 Same data, same settings, same run, interleaved (loop, Trainer, Trainer, loop, ... so a machine
 that gets busier or quieter during the run shifts both alike): each round is a whole

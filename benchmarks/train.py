@@ -8,6 +8,12 @@ per example (batch 1 and 64, tokenization included) and size.
     .venv/bin/python benchmarks/train.py                       # MiniLM teacher, 2,000 SST-2 rows
     .venv/bin/python benchmarks/train.py --preset tang              # Tang et al.'s smaller BiLSTM
     .venv/bin/python benchmarks/train.py --teacher runs/teacher --rows 5000 --threads 2
+    .venv/bin/python benchmarks/train.py --recipe-only --rounds 3   # rows/s of students.trainer.train alone
+
+`recipe_rows_per_second` times whole `students.trainer.train` runs (joint schedule, every epoch run,
+dev evaluation excluded from the rate): the training loop as a user runs it. It reads only
+`students.trainer.train(cfg, transfer, dev, output)`, so this script, copied into a checkout of an
+older commit, measures that commit's loop on the same rows (benchmarks/README.md: before/after).
 
 Without --teacher, the packaged MiniLM encoder with an untrained classification head stands in:
 its cost is a fine-tuned MiniLM's (the figures are timings; no accuracy is reported).
@@ -77,6 +83,7 @@ def write_scored(out: Path, examples, teacher: Teacher, teacher_dir: str) -> flo
     ], schema=sch)
     (out / schema.DATA_DIR).mkdir(parents=True)
     pq.write_table(table, out / schema.DATA_DIR / "part-00000.parquet", compression="zstd")
+    (out / schema.COMPLETE_MARKER).write_text("")  # as `score` ends: the trainer refuses a set without it
     return seconds
 
 
@@ -98,6 +105,14 @@ def epoch(s, scored: str, seed: int, teacher: Teacher | None) -> tuple[float, fl
     return time.perf_counter() - t0, t_teacher
 
 
+def recipe_rows_per_second(scored: str, dev_tsv: str, out: str, cfg: StudentConfig) -> float:
+    """Rows per second of the training steps of one whole `trainer.train` run (from its metrics)."""
+    import shutil
+
+    shutil.rmtree(out, ignore_errors=True)
+    return float(trainer.train(cfg, scored, dev_tsv, out, progress=False)["train_rows_per_second"])
+
+
 def teacher_latency_ms(teacher: Teacher, texts, batch_size: int, limit: int) -> float:
     return ms_per_example(teacher.predict, texts, batch_size, limit)
 
@@ -112,6 +127,9 @@ def main(argv=None) -> int:
     ap.add_argument("--max-length", type=int, default=64)
     ap.add_argument("--preset", default=None, help="BiLSTM preset (tang, xtremedistil); default: BiLSTMConfig's")
     ap.add_argument("--output", default=None, help="also write the figures to this JSON file")
+    ap.add_argument("--recipe-only", action="store_true",
+                    help="time only whole students.trainer.train runs (no online teacher, no latency)")
+    ap.add_argument("--rounds", type=int, default=1, help="students.trainer.train runs timed")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
 
@@ -126,6 +144,21 @@ def main(argv=None) -> int:
         scored = os.path.join(tmp, "scored")
         score_seconds = write_scored(Path(scored), examples, teacher, teacher_dir)
         cfg = StudentConfig(student="bilstm", threads=args.threads, max_length=args.max_length, preset=args.preset)
+        dev_small = os.path.join(tmp, "dev.tsv")
+        with open(dev_tsv, encoding="utf-8") as src, open(dev_small, "w", encoding="utf-8") as dst:
+            dst.writelines(src.readlines()[:201])  # 200 dev rows: the per-epoch evaluation is not timed
+        recipe_cfg = StudentConfig(student="bilstm", threads=args.threads, max_length=args.max_length,
+                                   preset=args.preset, epochs=args.epochs, patience=args.epochs + 1,
+                                   latency_examples=16)
+        recipe = [recipe_rows_per_second(scored, dev_small, os.path.join(tmp, "recipe"), recipe_cfg)
+                  for _ in range(args.rounds)]
+        if args.recipe_only:
+            res = {"rows": len(examples), "threads": args.threads, "epochs": args.epochs,
+                   "load_average_1min": os.getloadavg()[0], "recipe_rows_per_second": recipe}
+            print(json.dumps(res, indent=2))
+            if args.output:
+                Path(args.output).write_text(json.dumps(res, indent=2))
+            return 0
         s = setup(cfg, scored)
         cached, online, online_teacher = [], [], []
         for e in range(args.epochs):
@@ -153,6 +186,7 @@ def main(argv=None) -> int:
         "epoch_seconds_cached": cached, "epoch_seconds_online": online,
         "online_teacher_seconds": online_teacher,
         "speedup_cached_vs_online": float(np.median(online) / np.median(cached)),
+        "recipe_rows_per_second": recipe,
         "latency_ms_per_example": lat,
         "latency_speedup_batch_1": lat["teacher_batch_1"] / lat["student_batch_1"],
         "latency_speedup_batch_64": lat["teacher_batch_64"] / lat["student_batch_64"],
