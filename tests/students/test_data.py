@@ -108,3 +108,16 @@ def test_train_refuses_a_scored_set_whose_ids_repeat(tmp_path, tiny_scored_dir, 
     assert re.search(rf"{re.escape(str(scored))}: id r\d+ appears twice \(64 repeated ids\); the set was written "
                      "twice — rescore it into an empty folder", err), err
     assert not (tmp_path / "run" / schema.STUDENT_MODEL_DIR).exists()
+
+
+@pytest.mark.parametrize("world, labeled_only", [(2, False), (3, False), (2, True)])
+def test_each_rank_streams_its_own_rows(tiny_setup, tiny_scored_dir, world, labeled_only):
+    rows = []
+    for rank in range(world):
+        logits = [b[schema.TEACHER_LOGITS] for b in data.iter_train_batches(
+            tiny_scored_dir, tiny_setup.tokens, seed=1, batch_size=8, shuffle_rows=20, labeled_only=labeled_only,
+            rank=rank, world=world)]
+        rows.append({tuple(r.tolist()) for r in torch.cat(logits)})
+    total = 96 if labeled_only else 128
+    assert sum(len(r) for r in rows) == total and len(set.union(*rows)) == total  # disjoint, none left out
+    assert max(map(len, rows)) - min(map(len, rows)) <= 1
