@@ -92,6 +92,13 @@ class Engine:
         # Parameters that a phase's loss leaves without a gradient (the width projection outside a
         # repr / pkd loss, the classifier under the repr loss) would stall DDP's reducer otherwise.
         ddp = DistributedDataParallelKwargs(find_unused_parameters=find_unused_parameters)
+        # Accelerate keeps its settings in process-wide singletons that refuse a change ("already
+        # initialized"): `run` trains several models in one process, each with its own device and
+        # precision. Reset them; under a launcher the process group (PartialState) stays.
+        from accelerate.state import AcceleratorState, GradientState
+
+        AcceleratorState._reset_state(reset_partial_state=not torch.distributed.is_initialized())
+        GradientState._reset_state()
         # `cpu` also decides the process group: Accelerate starts gloo for N CPU processes only when told
         # the run is on the CPU, so `auto` without a GPU says so.
         on_cpu = device == "cpu" or (device == "auto" and not torch.cuda.is_available())
@@ -295,12 +302,12 @@ class Recipe:
             module.to(eng.device)
         best_acc, best_state, bad, start_acc = -1.0, None, 0, None
         first_epoch, skip_batches, partial, phase_step = 0, 0, None, 0
-        if r is not None and index == r["phase"]:
+        if r is not None:  # index >= r["phase"]: phases skipped by the caller may lie in between
             module.load_state_dict(r["model"])
             _set_rng_state(r["rng"], eng.device)
             self.resumed = None
-            if r["optimizer"] is None:
-                r = None  # saved as the previous phase ended: this one starts afresh from that model
+            if r["optimizer"] is None or index > r["phase"]:
+                r = None  # saved as an earlier phase ended: this one starts afresh from that model
         if r is not None:
             optimizer.load_state_dict(r["optimizer"])
             if scheduler is not None and r.get("scheduler") is not None:

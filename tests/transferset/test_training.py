@@ -117,3 +117,16 @@ def test_settings_the_engine_cannot_honour_are_refused():
     if not is_tensorboard_available():
         with pytest.raises(UserError, match="report_to tensorboard: the tensorboard package is not installed"):
             Engine.create(device="cpu", report_to="tensorboard")
+
+
+def test_each_training_in_a_process_gets_its_own_precision_and_device():
+    # `run` trains the teacher and several students in one process: Accelerate's process-wide state
+    # would otherwise refuse the second setting ("already initialized").
+    first = Engine.create(device="cpu", bf16=True, log=lambda msg: None)
+    assert first.acc.mixed_precision == "bf16" and first.device.type == "cpu"
+    second = Engine.create(device="cpu", bf16=False, log=lambda msg: None)
+    assert second.acc.mixed_precision == "no"
+    module = Linear()
+    recipe = Recipe(Engine.create(device="cpu", bf16=True, log=lambda msg: None))
+    _run(recipe, PhaseSpec("bf16", epochs=1, keep_best=False), module, lambda: {"accuracy": 0.5})
+    assert recipe.history[0]["train_loss"] > 0 and module.fc.weight.dtype == torch.float32  # autocast, fp32 weights
