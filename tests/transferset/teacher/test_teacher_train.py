@@ -196,3 +196,42 @@ def test_length_grouped_batches_cover_every_row_once_with_similar_lengths():
     spread = np.mean([max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in batches])
     assert spread < 10  # random batches of 10 spread over ~80
     assert batches != length_grouped(lengths, 10, np.random.default_rng(2))  # the epoch's stream decides the order
+
+
+@pytest.mark.filterwarnings("ignore:Seems like `optimizer.step\\(\\)` has been overridden")  # the kill's wrapper
+def test_a_killed_fine_tuning_resumes_from_its_checkpoint(tmp_path, tiny_teacher, monkeypatch):
+    from transferset.teacher import train as teacher_train
+
+    train_tsv = _write_tsv(tmp_path / "train.tsv", _rows(48, 4))
+    dev_tsv = _write_tsv(tmp_path / "dev.tsv", _rows(16, 5))
+    cfg = TeacherConfig(model=tiny_teacher, epochs=2, lr=1e-3, batch_size=8, max_length=32, seed=1, progress=False)
+    whole = train(cfg, train=train_tsv, dev=dev_tsv, output=str(tmp_path / "whole"), log=lambda msg: None)
+
+    made = teacher_train.optimizer_and_schedule
+
+    def dies_on_step_9(*args):  # the kill: in the second epoch (6 steps an epoch), after its checkpoint
+        optimizer, schedule = made(*args)
+        step, calls = optimizer.step, {"n": 0}
+
+        def counted(*a, **k):
+            calls["n"] += 1
+            if calls["n"] == 9:
+                raise KeyboardInterrupt
+            return step(*a, **k)
+
+        optimizer.step = counted
+        return optimizer, schedule
+
+    out = tmp_path / "killed"
+    with monkeypatch.context() as mp:
+        mp.setattr(teacher_train, "optimizer_and_schedule", dies_on_step_9)
+        with pytest.raises(KeyboardInterrupt):
+            train(cfg, train=train_tsv, dev=dev_tsv, output=str(out), log=lambda msg: None)
+    assert (out / "checkpoint" / "state.pt").exists() and not (out / "config.json").exists()
+    messages = []
+    resumed = train(TeacherConfig(**{**cfg.__dict__, "resume": True}), train=train_tsv, dev=dev_tsv,
+                    output=str(out), log=messages.append)
+    assert any("resuming from" in m and "epoch 2" in m for m in messages)
+    assert resumed["weights_sha256"] == whole["weights_sha256"]  # the same weights, bit for bit
+    assert [h["dev_accuracy"] for h in resumed["history"]] == [h["dev_accuracy"] for h in whole["history"]]
+    assert not (out / "checkpoint").exists()
