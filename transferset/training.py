@@ -26,6 +26,7 @@ stops every rank with a UserError that names the phase, epoch and step.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import sys
 import time
@@ -337,10 +338,7 @@ class Recipe:
                 next(it, None)
             skip_batches, partial = 0, None
             module.train()
-            while True:
-                if spec.max_steps is not None and phase_step >= spec.max_steps:
-                    stopped = True
-                    break
+            while not stopped:
                 batch = next(it, None)
                 if not eng.all_true(batch is not None):
                     break
@@ -349,7 +347,7 @@ class Recipe:
                 with eng.acc.autocast():
                     loss, parts = loss_step(net, batch)
                 value = float(loss.detach())
-                if not eng.all_true(bool(torch.isfinite(loss.detach()).item())):
+                if not eng.all_true(math.isfinite(value)):
                     where = f"phase {spec.name!r}, epoch {epoch + 1}, step {phase_step + 1} of the phase"
                     terms = ", ".join(f"{k} {v:.4g}" for k, v in parts.items())
                     raise UserError(
@@ -368,6 +366,8 @@ class Recipe:
                 phase_step += 1
                 self.global_step += 1
                 done_batches += 1
+                # max_steps ends the phase after this step's epoch is evaluated, never past it
+                stopped = spec.max_steps is not None and phase_step >= spec.max_steps
                 acc_loss, n, rows = acc_loss + value, n + 1, rows + _rows(batch)
                 for k, v in parts.items():
                     acc_parts[k] = acc_parts.get(k, 0.0) + v

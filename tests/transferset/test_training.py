@@ -130,3 +130,11 @@ def test_each_training_in_a_process_gets_its_own_precision_and_device():
     recipe = Recipe(Engine.create(device="cpu", bf16=True, log=lambda msg: None))
     _run(recipe, PhaseSpec("bf16", epochs=1, keep_best=False), module, lambda: {"accuracy": 0.5})
     assert recipe.history[0]["train_loss"] > 0 and module.fc.weight.dtype == torch.float32  # autocast, fp32 weights
+
+
+@pytest.mark.parametrize("max_steps, steps", [(6, [4, 6]), (8, [4, 8])])
+def test_max_steps_ends_the_phase_with_an_evaluated_epoch_and_no_empty_one(engine, max_steps, steps):
+    recipe = Recipe(engine)
+    _run(recipe, PhaseSpec("p", epochs=3, max_steps=max_steps), Linear(), lambda: {"accuracy": 0.5})
+    assert [h["step"] for h in recipe.history] == steps
+    assert [h["rows"] for h in recipe.history] == [32, 8 * (steps[1] - 4)]
