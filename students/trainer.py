@@ -4,6 +4,11 @@ The teacher never runs here: its logits and hidden states come from the Parquet 
 (students/data.py). What differs between students (the model, its parameter groups, what it is
 initialised from, how it is saved) is looked up in the family registry (students/build.py).
 Every random stream derives from the run's seed (students/seeds.py).
+
+The loop is the recipe the teacher trains with too (transferset/training.py, on Accelerate): each
+phase of the schedule (students/schedules.py) is one run of it, with its own optimizer over the
+parameter groups that phase trains. Device, bf16, tracking, checkpoints and `resume` come from the
+StudentConfig; the process count from the launcher (`torchrun`), each rank streaming its own rows.
 """
 from __future__ import annotations
 
