@@ -52,7 +52,7 @@ def _read(spec):
 
 
 class PredictModelHandler(ModelHandler):
-    """Rows ({text, text_b}) → rows with predicted_label and prob_<name> (transferset.predictions.rows_of)."""
+    """Input rows (predictions.input_row) → output rows with predicted_label and prob_<name> (predictions.rows_of)."""
 
     def __init__(self, model: str, loader: Callable[[str], Any], *, label_names: Sequence[str], pairs: bool,
                  batch_size: int, large_model: bool = False):
@@ -85,7 +85,7 @@ class PredictModelHandler(ModelHandler):
 
 
 class ToRows(beam.DoFn):
-    """(id, row) → the output row, id first; counts rows and reports progress against `total`."""
+    """(id, row) → the output row (which holds its id); counts rows and reports progress against `total`."""
 
     def __init__(self, total: Optional[int]):
         self.total = total
@@ -95,10 +95,10 @@ class ToRows(beam.DoFn):
         self.predicted = counter(ROWS_PREDICTED)
 
     def process(self, element):
-        key, row = element
+        _, row = element
         self.predicted.inc()
         self.progress.update()
-        yield {schema.ID: key, **row}
+        yield row
 
 
 def build(pipeline: beam.Pipeline, job: PredictJob) -> dict:
@@ -113,7 +113,7 @@ def build(pipeline: beam.Pipeline, job: PredictJob) -> dict:
                                                     batch_size=cfg.batch_size))
     rows = (examples
             | "SpreadExamples" >> beam.Reshuffle()
-            | "KeyById" >> beam.Map(lambda e: (e.source_id, {schema.TEXT: e.text, schema.TEXT_B: e.text_b}))
+            | "KeyById" >> beam.Map(predictions.keyed_input_row)
             | "Predict" >> RunInference(handler)
             | "ToRows" >> beam.ParDo(ToRows(job.total)))
     data = opts.join(job.output, schema.DATA_DIR, predictions.DATA_PREFIX)

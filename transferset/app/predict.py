@@ -27,7 +27,8 @@ EPILOG = """examples:
   transferset predict --model runs/sst2/onnx/bilstm --input hf:glue:sst2:validation --output runs/preds_onnx
   transferset predict --model M --input big.parquet --output OUT --runner FnApiRunner --workers 2
 
-OUT/data/part-*.parquet (zstd; .jsonl with --format jsonl): id, text (text_b with --text-b-column),
+OUT/data/part-*.parquet (zstd; .jsonl with --format jsonl): id (unique per input row), file and line
+(where the row was read), source_id (the text's id), text (text_b with --text-b-column),
 predicted_label, and prob_<label name> per class (float32; the label names in class order are also in
 the Parquet metadata, transferset.label_names). OUT/rejects/*.jsonl: each row that could not be read,
 with its reason. OUT/stats.json: input_rows = predicted + rejected, per input; then OUT/_COMPLETE."""
