@@ -48,6 +48,7 @@ from transferset.progress import Progress
 from transferset.scored import plan as score_plan
 from transferset.scored import shards
 from transferset.teacher import scoring
+from transferset.threads import set_torch_threads
 
 EPILOG = (
     "Example:\n"
@@ -207,13 +208,10 @@ class TeacherModelHandler(ModelHandler):
         # Before torch runs anything: oneDNN reads its cache size once (transferset.heap).
         heap.limit_primitive_cache()
         # On the worker, once: the launcher that builds the graph (e.g. for Dataflow) never needs torch.
-        import torch
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()  # one bar per worker is noise in pipeline logs
-        # Several workers on one machine must not each use every core.
-        if self.torch_threads:
-            torch.set_num_threads(int(self.torch_threads))
+        set_torch_threads(self.torch_threads)  # several workers on one machine must not each use every core
         heap.fix_mmap_threshold()  # or the heap grows ~4 KB per row scored (transferset.heap)
         # A gs:// (any remote) teacher: copied once per machine, checked against the planned weights hash.
         local = remote.local_teacher(self.teacher_dir, sha256=self.load_kwargs["sha256"],

@@ -18,6 +18,7 @@ from students.schedules import SCHEDULES
 from transferset import schema, transfer
 from transferset.config import DEFAULT_MAX_LENGTH, StudentConfig
 from transferset.errors import UserError
+from transferset.threads import set_torch_threads
 
 FAMILIES: dict[str, Family] = {
     "bilstm": Family("bilstm", build=bilstm.build, forward=bilstm.forward_batch,
@@ -70,8 +71,7 @@ def setup(cfg: StudentConfig, transfer_dir: str) -> Setup:
     num_rows, num_labeled = count_rows(transfer_dir)
     if num_rows == 0:
         raise UserError(f"{transfer_dir}: the transfer set has no rows")
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    set_torch_threads(cfg.threads)
 
     max_length = cfg.max_length or int(meta.get(schema.META_MAX_LENGTH) or DEFAULT_MAX_LENGTH)
     init_seed = seeds.torch_seed(seeds.stream(cfg.seed, seeds.INIT))

@@ -11,14 +11,13 @@ from typing import Optional, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import torch
-
 from students.student import Predictor, Student
 from transferset import fs, predictions, schema
 from transferset.errors import UserError
 from transferset.fs.remote import local_teacher
 from transferset.config import PredictConfig
 from transferset.progress import Progress
+from transferset.threads import set_torch_threads
 from transferset.sources import Example, Reject, read_source
 
 CHUNK_ROWS = 4096  # rows read, predicted and written at a time (one Parquet row group)
@@ -30,8 +29,7 @@ def load_predictor(model: str, max_length: Optional[int] = None, threads: Option
     once into the local cache). `threads` pins torch's (and so onnxruntime's) CPU threads.
 
     Module-level so Beam workers load the model by reference (pipelines/predict.py gets it injected)."""
-    if threads:
-        torch.set_num_threads(int(threads))
+    set_torch_threads(threads)
     return Student.from_pretrained(local_teacher(model) if fs.is_remote(model) else model, max_length=max_length)
 
 

@@ -36,7 +36,6 @@ from students.transformer import load_hf_classifier
 from transferset import __version__, schema
 from transferset.errors import UserError
 from transferset.loading import check_safetensors, label_names_of, load_tokenizer
-from transferset.timing import ms_per_example
 
 
 @dataclass
@@ -287,8 +286,3 @@ class OnnxStudent(Predictor):
 def accuracy(pred: np.ndarray, labels: np.ndarray) -> float:
     keep = labels != NO_LABEL
     return float((pred[keep] == labels[keep]).mean()) if keep.any() else float("nan")
-
-
-def latency_ms(student: Student, texts: Sequence[str], batch_size: int, limit: int) -> float:
-    """CPU milliseconds per example, tokenization included, at a fixed batch size."""
-    return ms_per_example(lambda chunk: student.logits(chunk, batch_size=batch_size), texts, batch_size, limit)

@@ -25,8 +25,8 @@ from students.family import project
 from students.losses import NO_LABEL, LossWeights, combine
 from students.plots import plot_curves
 from students.schedules import Phase, phases
-from students.student import Student, accuracy, latency_ms
-from transferset import fs, schema, sources, transfer, typed
+from students.student import Student, accuracy
+from transferset import fs, schema, sources, timing, transfer, typed
 from transferset.config import DEFAULT_LR, StudentConfig
 from transferset.errors import UserError
 
@@ -150,8 +150,13 @@ def teacher_agreement_on_transfer(student: Student, transfer_dir: str, limit: in
     return float((pred == np.asarray(teacher)).mean()), len(texts)
 
 
+TRAINING_LATENCY_NOTE = ("CPU ms per example, tokenization included, this student alone at training time; "
+                         "compare models with the run report (report.html, results.json): it times them together")
+
+
 def evaluate_run(s: Setup, student: Student, transfer_dir: str, dev: EvalData) -> dict:
     cfg = s.cfg
+    timed = timing.measure({"student": student.logits}, dev.texts[:cfg.latency_examples])
     dev_pred = student.predict_ids(dev.texts, dev.texts_b)
     if dev.teacher_labels is not None:
         agreement, agreement_on = float((dev_pred == dev.teacher_labels).mean()), f"dev ({len(dev.texts)} rows)"
@@ -169,11 +174,10 @@ def evaluate_run(s: Setup, student: Student, transfer_dir: str, dev: EvalData) -
         "teacher_agreement": agreement,
         "teacher_agreement_on": agreement_on,
         "parameters": student.num_parameters(),
-        "latency_ms_per_example": {
-            "batch_1": latency_ms(student, dev.texts, 1, min(cfg.latency_examples, 128)),
-            "batch_64": latency_ms(student, dev.texts, 64, cfg.latency_examples),
-        },
-        "latency_note": f"CPU, {torch.get_num_threads()} torch thread(s), tokenization included",
+        # This student alone, at training time, with the load it ran under: not a figure to set against
+        # another model's taken at another time (the run report times every model together).
+        "latency_ms_per_example": {key: cell["median"] for key, cell in timed["latency"]["student"].items()},
+        "latency_conditions": {**timed["conditions"], "note": TRAINING_LATENCY_NOTE},
         "transfer": {"dir": transfer_dir, "rows": s.num_rows, "labeled_rows": s.num_labeled,
                      "teacher_id": s.meta.get(schema.META_TEACHER_ID)},
         "config": typed.to_dict(cfg),

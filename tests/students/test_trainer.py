@@ -49,6 +49,27 @@ def test_a_run_writes_model_metrics_and_curves(tmp_path, tiny_scored_dir, sst2_d
     assert {schema.WEIGHTS_FILE, schema.STUDENT_SIDECAR_FILE, "tokenizer"} <= files
 
 
+def test_the_training_time_latency_says_what_it_was_taken_under(tmp_path, tiny_scored_dir, sst2_dev200, capsys):
+    """Issue 26 item 5: metrics.json recorded a latency on the training threads with no load, which the
+    report no longer trusted; it is now taken the report's way (one thread) and carries its conditions."""
+    import torch
+
+    threads = torch.get_num_threads()
+    out, m = _run(tmp_path, tiny_scored_dir, sst2_dev200, "--epochs", "1", threads=2,
+                  model={"embed_dim": 16, "hidden": 16})
+    assert set(m["latency_ms_per_example"]) == {"batch_1", "batch_64"}
+    assert all(v > 0 for v in m["latency_ms_per_example"].values())
+    cond = m["latency_conditions"]
+    assert cond["threads"] == 1 and cond["cpu_count"] >= 1 and isinstance(cond["busy"], bool)
+    assert len(cond["load_average_before"]) == 3 and cond["cpu_share"] > 0
+    assert "alone at training time" in cond["note"] and "run report" in cond["note"]
+    assert "latency_note" not in m
+    printed = json.loads(capsys.readouterr().out)  # `transferset train` prints them with the figures
+    assert printed["latency_conditions"] == cond
+    assert torch.get_num_threads() == 2  # the training's setting again after the timing
+    torch.set_num_threads(threads)
+
+
 def test_the_seed_fixes_the_run(tmp_path, tiny_scored_dir, sst2_dev200):
     settings = dict(model={"embed_dim": 16, "hidden": 16}, embed_init="random")
     runs = [_run(tmp_path / str(i), tiny_scored_dir, sst2_dev200, "--epochs", "1", "--seed", str(seed), **settings)[1]

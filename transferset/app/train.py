@@ -53,7 +53,8 @@ def run(args: argparse.Namespace, extra) -> int:
         metrics = train(cfg, args.transfer, args.dev, out, overwrite=args.overwrite,
                         progress=not args.no_progress)
     summary = {k: metrics[k] for k in ("student", "schedule", "dev_accuracy", "dev_majority_baseline",
-                                        "teacher_agreement", "parameters", "latency_ms_per_example")}
+                                        "teacher_agreement", "parameters", "latency_ms_per_example",
+                                        "latency_conditions")}
     summary["output"] = args.output
     print(json.dumps(summary, indent=2))
     return 0

@@ -47,9 +47,9 @@ class MlmCandidates:
             raise ValueError(f"forward: choose auto, packed or padded, not {forward!r}")
         import torch
 
-        if threads:
-            # Oversubscribed CPU threads slow a forward pass by an order of magnitude on busy machines.
-            torch.set_num_threads(threads)
+        from transferset.threads import set_torch_threads
+
+        set_torch_threads(threads)  # oversubscribed threads slow a forward pass tenfold on a busy machine
         from transformers import AutoModelForMaskedLM, AutoTokenizer
 
         self.torch = torch
