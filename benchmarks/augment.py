@@ -291,14 +291,14 @@ def bench_mlm(args) -> dict:
     from transferset.augment import split_words, variant_rows
     from transferset.config import AugmentConfig
     from transferset.augment.mlm import MlmCandidates
+    from transferset.threads import set_torch_threads
 
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
     logging.getLogger("transformers").setLevel(logging.ERROR)
     model = args.mlm_model or default_mlm_dir()
     real = args.mlm_model is not None
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
+    set_torch_threads(args.threads)  # 0: torch's default
     def load(forward):
         torch.manual_seed(args.seed)  # the new MLM head of the default model is initialised reproducibly
         return MlmCandidates(model, top_k=AugmentConfig().mlm_top_k, batch_size=args.mlm_batch_size,

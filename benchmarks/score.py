@@ -177,9 +177,9 @@ def main(argv=None) -> int:
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from transferset.teacher import scoring
+    from transferset.threads import set_torch_threads
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    set_torch_threads(args.threads)
     texts = load_rows(args.rows)
     workdir = tempfile.mkdtemp(prefix="bench_score_")
     teacher_dir = make_teacher(os.path.join(workdir, "teacher"))

@@ -38,6 +38,7 @@ from transferset import loading, schema, sources, typed  # noqa: E402
 from transferset.config import TeacherConfig  # noqa: E402
 from transferset.teacher import train as trainer_version  # noqa: E402
 from transferset.teacher.train import encode, read_split, write_rejects  # noqa: E402
+from transferset.threads import set_torch_threads  # noqa: E402
 
 SST2 = ROOT.parent / "shared" / "data" / "sst2"
 
@@ -224,7 +225,7 @@ def main(argv=None) -> int:
     import torch
 
     if args.threads:
-        torch.set_num_threads(args.threads)
+        set_torch_threads(args.threads)
 
     cfg = TeacherConfig(epochs=args.epochs, batch_size=args.batch_size, max_length=args.max_length, lr=args.lr,
                         seed=args.seed, progress=False)
