@@ -33,7 +33,7 @@ from students.teacher_files import (NO_CODE_LOAD, NO_CODE_PRETRAINED, NO_CODE_TR
 from students.tokens import PretrainedTokens, WordPieceTokens, teacher_state, teacher_wordpiece
 from transferset import schema
 from transferset.errors import UserError
-from transferset.loading import check_remote_code
+from transferset.loading import check_remote_code, quiet_transformers
 
 
 @dataclass
@@ -265,7 +265,8 @@ def forward_batch(model: nn.Module, batch: Batch) -> dict[str, torch.Tensor]:
 
 def save(model_dir: str, model: nn.Module, tokens: WordPieceTokens) -> dict:
     """save_pretrained of the model and the tokenizer; → the sidecar's entries."""
-    model.save_pretrained(model_dir)
+    with quiet_transformers():  # a "Writing model shards" bar for one file says nothing
+        model.save_pretrained(model_dir)
     # A plain HF directory: the tokenizer sits next to config.json, and its model_max_length is
     # the truncation the student was trained with, so `pipeline` truncates the same way.
     tokens.tokenizer.model_max_length = tokens.max_length

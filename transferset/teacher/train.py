@@ -246,10 +246,12 @@ def train(cfg: TeacherConfig, *, train: str, dev: str, output: str, overwrite: b
                                    data_collator=DataCollatorWithPadding(tokenizer), compute_metrics=_accuracy,
                                    callbacks=[history, progress])
         trainer.remove_callback(PrinterCallback)  # it prints every log dict on stdout, where the CLI writes JSON
-        trainer.train()
+        with loading.quiet_transformers(warnings=False):  # a "Writing model shards" bar per checkpoint
+            trainer.train()
         best_step = trainer.state.best_global_step
         # --- save ---
-        trainer.model.save_pretrained(output)  # the best epoch's weights; id2label travels in config.json
+        with loading.quiet_transformers():
+            trainer.model.save_pretrained(output)  # the best epoch's weights; id2label travels in config.json
         tokenizer.save_pretrained(output)
     finally:
         shutil.rmtree(work_dir, ignore_errors=True)
