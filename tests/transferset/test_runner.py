@@ -171,6 +171,11 @@ def test_demo_config_runs_end_to_end_reduced(sst2_dir, tmp_path, capsys):
     for r in results["rows"]:
         assert 0.0 <= r["dev_accuracy"] <= 1.0 and r["parameters"] > 0
     assert "| teacher |" in out.out
+    # Latency on one thread, with the load it was taken under; on a busy machine no speed-up is printed.
+    cond = results["latency_conditions"]
+    assert cond["threads"] == 1 and isinstance(cond["busy"], bool) and cond["cpu_count"] >= 1
+    assert all((r["speedup_64"] is None) == cond["busy"] for r in results["rows"][1:])
+    assert ("(busy)" in out.out) == cond["busy"] and "Latency: CPU ms per example" in out.out
     stats = json.loads((run_dir / "transfer" / schema.STATS_FILE).read_text())
     # 300 labeled rows (2 variants each) and the next 200 train rows as unlabeled text, as they are.
     assert stats["accepted_rows"] == 500 and stats["n_iter"] == 2 and stats["unlabeled_n_iter"] == 0
