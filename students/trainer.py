@@ -1,8 +1,9 @@
 """Train a student from a scored transfer set: setup → loss step → train → evaluate → save.
 
-The teacher never runs here: its logits and hidden states come from the Parquet cache
-(students/data.py). What differs between students (the model, its parameter groups, what it is
-initialised from, how it is saved) is looked up in the family registry (students/build.py).
+The teacher's logits and hidden states come from the Parquet cache (students/data.py); it runs
+alongside the student only for the token-level layer losses (students/online.py). What differs
+between students (the model, its parameter groups, what it is initialised from, how it is saved) is
+looked up in the family registry (students/build.py).
 Every random stream derives from the run's seed (students/seeds.py).
 """
 from __future__ import annotations
