@@ -259,15 +259,16 @@ def test_presets_set_their_recipe_under_the_given_settings():
     assert set(STUDENT_PRESETS) == {"tinybert", "mobilebert", "minilm", "distilbert", "pkd"}
 
 
-@pytest.mark.parametrize("preset", sorted(STUDENT_PRESETS))
-def test_each_preset_runs_end_to_end_on_the_tiny_teacher(preset, tmp_path, tiny_scored_dir, sst2_dev200):
+@pytest.mark.parametrize("preset, shape", [(p, {"n_layer": 2}) for p in sorted(STUDENT_PRESETS)]
+                         + [("tinybert", NARROW)], ids=[*sorted(STUDENT_PRESETS), "tinybert-narrow"])
+def test_each_preset_runs_end_to_end_on_the_tiny_teacher(preset, shape, tmp_path, tiny_scored_dir, sst2_dev200):
     import yaml
 
     from transferset.app.cli import main
 
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(yaml.safe_dump({"preset": preset, "threads": 1, "latency_examples": 8, "epochs": 1,
-                                   "batch_size": 32, "lr": 1e-3, "model": {"n_layer": 2}}))
+                                   "batch_size": 32, "lr": 1e-3, "model": shape}))
     out = tmp_path / "run"
     assert main(["train", "--transfer", tiny_scored_dir, "--dev", sst2_dev200, "--output", str(out),
                  "--config", str(cfg), "--no-progress"]) == 0
@@ -277,8 +278,9 @@ def test_each_preset_runs_end_to_end_on_the_tiny_teacher(preset, tmp_path, tiny_
     assert seen == expected
     assert all(math.isfinite(v) for h in m["history"] for v in h["losses"].values())
     assert m["config"]["preset"] == preset and m["model_config"]["n_layer"] == 2
-    # The saved student is a plain 2-layer model: no W_h, no teacher.
+    # The saved student is a plain 2-layer model of its own width: no W_h, no teacher.
     from transformers import AutoModelForSequenceClassification
 
     model = AutoModelForSequenceClassification.from_pretrained(out / schema.STUDENT_MODEL_DIR)
     assert model.config.num_hidden_layers == 2 and m["parameters"] == sum(p.numel() for p in model.parameters())
+    assert model.config.hidden_size == shape.get("hidden_size", 32)
