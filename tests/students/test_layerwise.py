@@ -284,3 +284,25 @@ def test_each_preset_runs_end_to_end_on_the_tiny_teacher(preset, shape, tmp_path
     model = AutoModelForSequenceClassification.from_pretrained(out / schema.STUDENT_MODEL_DIR)
     assert model.config.num_hidden_layers == 2 and m["parameters"] == sum(p.numel() for p in model.parameters())
     assert model.config.hidden_size == shape.get("hidden_size", 32)
+
+
+# --------------------------------------------------------------------------- integration: the packaged MiniLM
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("losses", [{"emb_mse": 1.0, "hidden_mse": 1.0, "att_mse": 1.0},
+                                    {"att_kl": 1.0, "value_kl": 1.0, "layer_map": "last-1"}],
+                         ids=["tinybert", "minilm"])
+def test_a_narrow_student_of_minilm_learns_the_layer_losses(small_scored_dir, losses):
+    """MiniLM (6 × 384, 12 heads) teaching a random 3 × 192 student: the layer losses fall on a repeated batch."""
+    s = setup(_cfg(model={"n_layer": 3, "hidden_size": 192, "num_attention_heads": 12, "intermediate_size": 384},
+                   ce=0.0, mse=0.0, lr=1e-3, **losses), small_scored_dir)
+    assert s.online.pairs == ([(1, 2), (2, 4), (3, 6)] if "hidden_mse" in losses else [(3, 6)])
+    (phase,) = phases("joint", LossWeights.of(s.cfg), 1, s.family.param_groups(s.model).keys())
+    optimizer = make_optimizer(s, set_trainable(s, phase))
+    batch = next(iter(train_batches(s, small_scored_dir, 0)))
+    first = train_step(s, optimizer, dict(batch), phase.weights)[1]
+    for _ in range(4):
+        last = train_step(s, optimizer, dict(batch), phase.weights)[1]
+    assert set(last) == {k for k in losses if k != "layer_map"}
+    assert all(last[k] < first[k] for k in last), (first, last)
