@@ -227,7 +227,9 @@ def with_preset(values: Any) -> Any:
 
 
 def _layer_map(value: Any) -> Any:
-    # YAML `layer_map: [2, 4, 6]` means the string "2,4,6" that flags take.
+    # YAML `layer_map: [2, 4, 6]` (or `6` for a 1-layer student) means the string "2,4,6" that flags take.
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
     return ",".join(str(v) for v in value) if isinstance(value, (list, tuple)) else value
 
 

@@ -46,8 +46,8 @@ def test_layer_pairs_refuses_maps_that_do_not_fit(spec, message):
 
 
 def test_layer_map_in_yaml_takes_a_list():
-    cfg = typed.load(StudentConfig, {"layer_map": [2, 4]}, "test")
-    assert cfg.layer_map == "2,4"
+    assert typed.load(StudentConfig, {"layer_map": [2, 4]}, "test").layer_map == "2,4"
+    assert typed.load(StudentConfig, {"layer_map": 6}, "test").layer_map == "6"
 
 
 # --------------------------------------------------------------------------- captured attention states
