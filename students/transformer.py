@@ -277,7 +277,9 @@ def capture_attention(model: nn.Module, layers: Sequence[int]):
 
     Forward hooks on the projections, so the attention kernel (eager, SDPA, ...) stays the model's own and
     nothing is computed twice; scores Q·Kᵀ/√d_k are formed only where a loss needs them
-    (students.layer_losses.States). The tensors keep their autograd graph.
+    (students.layer_losses.States). The tensors keep their autograd graph. `output_attentions` would not
+    do: in transformers 5 it needs eager attention and returns probabilities after the softmax (and after
+    attention dropout while training), not TinyBERT's scores.
     """
     heads = int(model.config.num_attention_heads)
     found: dict[int, list] = {}
