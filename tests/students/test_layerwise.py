@@ -167,6 +167,8 @@ def test_the_online_teacher_adds_its_states_and_w_h_learns(tiny_scored_dir, tiny
     ({"att_kl": 1.0, "model": {**NARROW, "num_attention_heads": 4}}, "the student has 4 heads, the teacher 2"),
     ({"hidden_mse": 1.0, "schedule": "pkt", "layer_map": "last-1"}, r"maps no teacher layer to student layers \[1\]"),
     ({"hidden_mse": 1.0, "layer_map": "1,2,3"}, "3 teacher layers for a 2-layer student"),
+    ({"hidden_mse": 1.0, "emb_mse": 1.0, "schedule": "pkt", "freeze_embeddings": True},
+     "freeze_embeddings keeps them fixed"),
 ])
 def test_combinations_that_cannot_work_are_refused(tiny_scored_dir, values, message):
     values = {"model": {"n_layer": 2}, **values}
