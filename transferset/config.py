@@ -199,7 +199,8 @@ class ScoreConfig:
 DEFAULT_LR = {"bilstm": 2e-3, "transformer": 1e-4}
 
 # Transformer presets (`preset: NAME`): a published recipe's settings, under the ones given (a setting in
-# the YAML or on the command line wins). Paper settings and what differs here: README.md, "Presets".
+# the YAML or on the command line wins). Paper settings and what differs here: README.md, "Layer-wise
+# transfer with the teacher online, and the presets".
 STUDENT_PRESETS: dict[str, dict[str, Any]] = {
     # Jiao et al. 2020, task distillation: embedding, hidden and attention-score MSE, then soft CE (T = 1).
     "tinybert": {"student": "transformer", "schedule": "two-step", "layer_map": "uniform", "emb_mse": 1.0,
