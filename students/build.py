@@ -11,7 +11,7 @@ from typing import Any, Optional
 import torch
 import torch.nn as nn
 
-from students import bilstm, seeds, teacher_files, transformer
+from students import bilstm, online, seeds, teacher_files, transformer
 from students.data import count_rows
 from students.family import Context, Family
 from students.schedules import SCHEDULES
@@ -50,6 +50,8 @@ class Setup:
     num_labeled: int
     # repr / pkd across widths: student → teacher width, trained with the student, never saved (family.projection)
     projection: Optional[nn.Module] = None
+    # The teacher run alongside for the layer losses, with W_h (students/online.py); None when none is set.
+    online: Optional[nn.Module] = None
 
 
 def setup(cfg: StudentConfig, transfer_dir: str) -> Setup:
@@ -81,9 +83,10 @@ def setup(cfg: StudentConfig, transfer_dir: str) -> Setup:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(init_seed)
         built = fam.build(ctx)
+        online_teacher = online.make(ctx, built)
     if (cfg.repr or cfg.schedule == "progressive") and built.repr_width != hidden_width and built.projection is None:
         raise UserError(f"the representation loss (repr, and stage 1 of the progressive schedule) needs the "
                         f"student's head width ({built.repr_width}) to equal the teacher's hidden width "
                         f"({hidden_width}); drop the head_dim / preset override, or set repr: 0")
     return Setup(cfg, fam, built.model, built.config, built.tokens, label_names, meta, built.pkd_columns,
-                 num_rows, num_labeled, built.projection)
+                 num_rows, num_labeled, built.projection, online_teacher)

@@ -1,8 +1,9 @@
 """Train a student from a scored transfer set: setup → loss step → train → evaluate → save.
 
-The teacher never runs here: its logits and hidden states come from the Parquet cache
-(students/data.py). What differs between students (the model, its parameter groups, what it is
-initialised from, how it is saved) is looked up in the family registry (students/build.py).
+The teacher's logits and hidden states come from the Parquet cache (students/data.py); it runs
+alongside the student only for the token-level layer losses (students/online.py). What differs
+between students (the model, its parameter groups, what it is initialised from, how it is saved) is
+looked up in the family registry (students/build.py).
 Every random stream derives from the run's seed (students/seeds.py).
 """
 from __future__ import annotations
@@ -18,7 +19,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from students import seeds
+from students import online, seeds
 from students.build import Setup, setup
 from students.data import EvalData, iter_train_batches, read_eval_data
 from students.family import project
@@ -50,7 +51,7 @@ def set_trainable(s: Setup, phase: Phase) -> list[torch.nn.Parameter]:
     if s.projection is not None:
         # It learns in every phase; only a repr / pkd loss gives it a gradient (AdamW skips the rest).
         learn += list(s.projection.parameters())
-    return learn
+    return learn + online.parameters(s)  # W_h of the layer losses, likewise
 
 
 def make_optimizer(s: Setup, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
@@ -62,7 +63,8 @@ def make_optimizer(s: Setup, params: list[torch.nn.Parameter]) -> torch.optim.Op
 
 def train_step(s: Setup, optimizer, batch, weights: LossWeights) -> tuple[float, dict]:
     s.model.train()
-    loss, parts = combine(project(s.family.forward(s.model, batch), s.projection), batch, weights)
+    # With a layer loss active, the student's token-level states and the online teacher's (students/online.py).
+    loss, parts = combine(project(online.forward(s, batch, weights), s.projection), batch, weights)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     if s.cfg.grad_clip:

@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Optional
 
-from pydantic import BeforeValidator, ConfigDict, with_config
+from pydantic import BeforeValidator, ConfigDict, model_validator, with_config
 
 from transferset.errors import ConfigError
 
@@ -198,6 +198,41 @@ class ScoreConfig:
 # StudentConfig.lr when it is None, per student family: AdamW's peak learning rate.
 DEFAULT_LR = {"bilstm": 2e-3, "transformer": 1e-4}
 
+# Transformer presets (`preset: NAME`): a published recipe's settings, under the ones given (a setting in
+# the YAML or on the command line wins). Paper settings and what differs here: README.md, "Layer-wise
+# transfer with the teacher online, and the presets".
+STUDENT_PRESETS: dict[str, dict[str, Any]] = {
+    # Jiao et al. 2020, task distillation: embedding, hidden and attention-score MSE, then soft CE (T = 1).
+    "tinybert": {"student": "transformer", "schedule": "two-step", "layer_map": "uniform", "emb_mse": 1.0,
+                 "hidden_mse": 1.0, "att_mse": 1.0, "kd": 1.0, "temperature": 1.0, "ce": 0.0, "mse": 0.0},
+    # Sun et al. 2020: feature-map and attention transfer, progressive (layer by layer), then prediction KD.
+    "mobilebert": {"student": "transformer", "schedule": "pkt", "layer_map": "uniform", "hidden_mse": 1.0,
+                   "att_kl": 1.0, "kd": 1.0, "temperature": 1.0, "ce": 0.0, "mse": 0.0},
+    # Wang et al. 2020: the last layer's attention and value-relation KL, then prediction KD.
+    "minilm": {"student": "transformer", "schedule": "two-step", "layer_map": "last-1", "att_kl": 1.0,
+               "value_kl": 1.0, "kd": 1.0, "temperature": 1.0, "ce": 0.0, "mse": 0.0},
+    # Sanh et al. 2019 without the MLM term: 5·KD(T = 2) + 1·cosine of the last hidden states, skip init.
+    "distilbert": {"student": "transformer", "schedule": "joint", "kd": 5.0, "temperature": 2.0, "cos": 1.0,
+                   "ce": 0.0, "mse": 0.0},
+    # Sun et al. 2019 (PKD-skip): (1 - α)·CE + α·KD(T) + β·PKD with α = 0.7, T = 5, β = 100.
+    "pkd": {"student": "transformer", "schedule": "joint", "ce": 0.3, "kd": 0.7, "temperature": 5.0,
+            "pkd": 100.0, "mse": 0.0},
+}
+
+
+def with_preset(values: Any) -> Any:
+    """StudentConfig settings with a transformer preset's values under the given ones (other values as they are)."""
+    if isinstance(values, dict) and values.get("preset") in STUDENT_PRESETS:
+        return {**STUDENT_PRESETS[values["preset"]], **values}
+    return values
+
+
+def _layer_map(value: Any) -> Any:
+    # YAML `layer_map: [2, 4, 6]` (or `6` for a 1-layer student) means the string "2,4,6" that flags take.
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return ",".join(str(v) for v in value) if isinstance(value, (list, tuple)) else value
+
 
 @with_config(_STRICT)
 @dataclass(frozen=True)
@@ -205,7 +240,7 @@ class StudentConfig:
     """`transferset train` (flags or --config YAML) and each entry of the run's `students:` section."""
 
     student: str = "bilstm"  # student family: bilstm | transformer
-    schedule: str = "joint"  # joint | progressive | distill-then-finetune
+    schedule: str = "joint"  # joint | progressive | distill-then-finetune | two-step | pkt
     epochs: int = 5  # at most this many epochs per phase (progressive: per unfreezing step)
     lr: Optional[float] = None  # None: the family's DEFAULT_LR (BiLSTM 2e-3, transformer 1e-4)
     batch_size: int = 64  # rows per step
@@ -224,6 +259,15 @@ class StudentConfig:
     kd: float = 0.0  # KL(softmax(t/T) || softmax(s/T)) * T^2 (Hinton et al. 2015)
     repr: float = 0.0  # MSE of the student's representation head to teacher_hidden (XtremeDistil)
     pkd: float = 0.0  # BERT-PKD: normalised [CLS] of intermediate layers (transformer student)
+    # layer losses against the teacher run alongside (transformer student, the teacher's tokenizer)
+    emb_mse: float = 0.0  # TinyBERT: MSE of the embedding layer's output (through W_h across widths)
+    hidden_mse: float = 0.0  # TinyBERT / MobileBERT: per-token MSE of mapped layers' hidden states
+    att_mse: float = 0.0  # TinyBERT: MSE of mapped layers' attention scores (before softmax)
+    att_kl: float = 0.0  # MobileBERT / MiniLM: KL of mapped layers' attention distributions
+    value_kl: float = 0.0  # MiniLM: KL of mapped layers' value relations softmax(V·V^T/sqrt(d_k))
+    cos: float = 0.0  # DistilBERT: 1 - cosine of the last hidden states, per token
+    # student layer -> teacher layer for the layer losses: uniform | first | last | last-K | 2,4,6 | 3:6,4:12
+    layer_map: Annotated[str, BeforeValidator(_layer_map)] = "uniform"
     temperature: float = 1.0  # T of the kd loss
     # tokens and initialisation
     tokens: str = "wordpiece"  # wordpiece (the teacher's) | words (vocabulary from the transfer set)
@@ -240,7 +284,9 @@ class StudentConfig:
     freeze_embeddings: Optional[bool] = None
     teacher: Optional[str] = None  # teacher directory (None: the set's teacher_id metadata when a directory)
     tokenizer: Optional[str] = None  # tokenizer directory (None: the set's tokenizer metadata, else the teacher's)
-    preset: Optional[str] = None  # bilstm presets: tang | xtremedistil
+    # bilstm presets: tang | xtremedistil; transformer presets (settings of a published recipe, under the ones
+    # given; applied where settings are read): tinybert | mobilebert | minilm | distilbert | pkd
+    preset: Optional[str] = None
     model: dict[str, Any] = field(default_factory=dict)  # the student model's own settings, e.g. {hidden: 150}
     # reporting
     latency_examples: int = 256  # dev rows timed for the latency figures
@@ -250,10 +296,16 @@ class StudentConfig:
         _at_least(self, epochs=1, batch_size=1, patience=1, shuffle_rows=1, max_length=2, threads=1,
                   min_count=1, max_vocab=2, latency_examples=1, agreement_rows=1)
         _positive(self, "lr", "temperature")
-        for name in ("ce", "mse", "kd", "repr", "pkd", "weight_decay", "grad_clip"):
+        for name in ("ce", "mse", "kd", "repr", "pkd", "emb_mse", "hidden_mse", "att_mse", "att_kl", "value_kl",
+                     "cos", "weight_decay", "grad_clip"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         _one_of(self, tokens=("wordpiece", "words"), embed_init=("teacher", "random"))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _preset(cls, values: Any) -> Any:
+        return with_preset(values)
 
     def frozen_embeddings(self) -> bool:
         """Whether the embedding table stays fixed (`freeze_embeddings`, None: a teacher-initialised BiLSTM)."""
