@@ -14,7 +14,7 @@ from transferset import typed
 from transferset.app.runner import (STAGE_FILE, StageFunctions, load_config, plan_stages, resolve_data,
                                     run_pipeline, stage_key)
 
-CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml"))
+CONFIGS = sorted((Path(__file__).resolve().parents[3] / "configs").glob("*.yaml"))
 
 
 def test_there_are_configs():
