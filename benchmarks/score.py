@@ -9,7 +9,7 @@ MKL and oneDNN),
 the naive loop (batches of 32 in file order, padded to the longest, `no_grad`, hidden states on)
 and `Teacher.predict` (what the Beam handler calls) on both of its forward paths: `score_path`,
 `--forward` (default auto: for this BERT teacher on CPU the padding-free packed path,
-teacher/packed.py; on a GPU auto means padded, so pass --forward packed there to compare) and
+transferset/packed.py; on a GPU auto means padded, so pass --forward packed there to compare) and
 `padded_path` (`--forward padded`: length-sorted, dynamically padded batches through the model's own
 forward, what every non-BERT teacher gets). All paths alternate for --repeats rounds and the
 best round of each is reported, so a busy machine penalises them alike. Teacher cost: 2 × non-embedding
@@ -56,7 +56,7 @@ def matmul_peak(device: str, n: int = 2048, reps: int = 10, rounds: int = 5) -> 
     """
     import torch
 
-    from transferset.teacher import packed
+    from transferset import packed
 
     a = torch.randn(n, n, device=device)
     b = torch.randn(n, n, device=device)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Optional, Sequence
 
@@ -17,11 +16,10 @@ from apache_beam.transforms.window import GlobalWindows
 
 from pipelines import runtime as opts
 from transferset import fs, heap, schema
-from transferset.augment import check_ops, needs, original_row, split_words, variant_rows
+from transferset.augment import check_ops, original_row, split_words, variant_rows
+from transferset.augment.context import CorpusContext, RowContext, contexts_for
 from transferset.augment.dedup import (SPILL_DIR, STAT_KEYS, SpillWriter, bad_inputs, bucket_file, collapse,
                                       dedup_digest, dedup_spilled, pack, reconcile, write_rows)
-from transferset.augment.mlm import MlmCandidates
-from transferset.augment.pos import PosVocab, Tagger
 from transferset.config import AugmentConfig, BeamConfig
 from transferset.errors import UserError
 from transferset.fs.lock import output_lock
@@ -50,63 +48,71 @@ def _read(spec: SourceSpec):
     return opts.read_rows(spec, METRICS_NAMESPACE, progress=Progress(f"read {spec.path}"))
 
 
-class _Tag(beam.DoFn):
-    def __init__(self, model: str, batch_size: int):
-        self.model, self.batch_size = model, batch_size
+class _RowContext(beam.DoFn):
+    """Batches of (example, context) → the same, with one more row context (augment.context.RowContext)
+    added by its model, loaded once per worker."""
+
+    def __init__(self, context: RowContext, cfg: AugmentConfig):
+        self.context, self.cfg = context, cfg
 
     def setup(self):
-        heap.fix_mmap_threshold()  # the tagger's arrays of many sizes fragment the heap (transferset.heap)
-        self.tagger = Tagger(self.model)
+        self.model = self.context.load(self.cfg)
 
     def process(self, batch):
-        tags = self.tagger.tag([split_words(ex.text) for ex, _ in batch], batch_size=self.batch_size)
-        for (ex, ctx), t in zip(batch, tags):
-            yield ex, {**ctx, "tags": t}
+        values = self.context.compute(self.model, [split_words(ex.text) for ex, _ in batch], self.cfg)
+        for (ex, ctx), value in zip(batch, values):
+            yield ex, {**ctx, self.context.name: value}
 
 
-class _MlmCandidates(beam.DoFn):
-    def __init__(self, cfg: AugmentConfig):
-        self.cfg = cfg
+class _CorpusContext(beam.CombineFn):
+    """(example, context) items → one value for the whole input (augment.context.CorpusContext)."""
 
-    def setup(self):
-        c = self.cfg
-        self.mlm = MlmCandidates(c.mlm_model, top_k=c.mlm_top_k, batch_size=c.mlm_batch_size,
-                                 max_length=c.mlm_max_length, threads=c.torch_threads)
-
-    def process(self, batch):
-        cands = self.mlm.candidates([split_words(ex.text) for ex, _ in batch])
-        for (ex, ctx), c in zip(batch, cands):
-            yield ex, {**ctx, "candidates": c}
-
-
-class _PosVocab(beam.CombineFn):
-    """Corpus unigram counts per (tag, word) → PosVocab, built once from the originals."""
+    def __init__(self, context: CorpusContext):
+        self.context = context
 
     def create_accumulator(self):
-        return Counter()
+        return self.context.create()
 
     def add_input(self, acc, item):
         ex, ctx = item
-        acc.update(zip(ctx["tags"], split_words(ex.text)))
-        return acc
+        return self.context.add(acc, split_words(ex.text), ctx)
 
     def merge_accumulators(self, accs):
         accs = iter(accs)
         out = next(accs)
         for a in accs:
-            out.update(a)
+            out = self.context.merge(out, a)
         return out
 
     def extract_output(self, acc):
-        return PosVocab.from_counts(acc)
+        return self.context.build(acc)
 
 
-def _expand(item, cfg: AugmentConfig, pos_vocab=None):
+def _with_contexts(items, cfg: AugmentConfig) -> tuple:
+    """(example, {}) items → (example, row contexts) and the corpus contexts as side inputs, for the
+    contexts the configured ops need; with no variants to make (n_iter 0: unlabeled text as is), none."""
+    corpus = {}
+    if not cfg.makes_variants:
+        return items, corpus
+    for c in contexts_for(cfg.ops):
+        if isinstance(c, RowContext):
+            size = getattr(cfg, c.batch_size)
+            items = (items
+                     | f"BatchFor{c.label}" >> beam.BatchElements(min_batch_size=min(c.min_batch_size, size),
+                                                                 max_batch_size=size)
+                     | c.label >> beam.ParDo(_RowContext(c, cfg)))
+        else:
+            corpus[c.name] = beam.pvalue.AsSingleton(items | c.label >> beam.CombineGlobally(_CorpusContext(c)))
+    return items, corpus
+
+
+def _expand(item, cfg: AugmentConfig, **corpus):
     """An example → the list of its original and variants, keyed by text digest and packed, repeats within
-    it collapsed (dedup.collapse); the number of variants generated goes to the "generated" output."""
+    it collapsed (dedup.collapse); the number of variants generated goes to the "generated" output.
+    `corpus`: the corpus contexts (e.g. pos_vocab), beside the example's own row contexts."""
     ex, ctx = item
-    if pos_vocab is not None:
-        ctx = {**ctx, "pos_vocab": pos_vocab}
+    if corpus:
+        ctx = {**ctx, **corpus}
     rows = [original_row(ex.source_id, ex.text, ex.text_b, ex.label),
             *variant_rows(ex.source_id, ex.text, ex.text_b, cfg=cfg, context=ctx, labeled=ex.label is not None)]
     yield beam.pvalue.TaggedOutput("generated", len(rows) - 1)
@@ -240,23 +246,8 @@ def build(p: beam.Pipeline, job: AugmentJob) -> dict:
                 "exclude": excluded_keys}
                | "GroupSourcesByText" >> beam.CoGroupByKey()
                | "GuardSources" >> beam.FlatMap(_guard_sources).with_outputs("excluded", main="kept"))
-    items = guarded.kept | "NoContext" >> beam.Map(lambda ex: (ex, {}))
-    pos_vocab = None
-    # With no variants to make (n_iter 0: unlabeled text as is), tagging and the MLM are skipped.
-    if cfg.makes_variants and needs(cfg, "tags"):
-        items = (items
-                 | "BatchForTagger" >> beam.BatchElements(min_batch_size=min(64, cfg.tag_batch_size),
-                                                         max_batch_size=cfg.tag_batch_size)
-                 | "TagPOS" >> beam.ParDo(_Tag(cfg.spacy_model, cfg.tag_batch_size)))
-        pos_vocab = beam.pvalue.AsSingleton(items | "PosVocabulary" >> beam.CombineGlobally(_PosVocab()))
-    if cfg.makes_variants and needs(cfg, "candidates"):
-        items = (items
-                 | "BatchForMLM" >> beam.BatchElements(min_batch_size=min(8, cfg.mlm_batch_size),
-                                                       max_batch_size=cfg.mlm_batch_size)
-                 | "MLMCandidates" >> beam.ParDo(_MlmCandidates(cfg)))
-
-    kwargs = {"pos_vocab": pos_vocab} if pos_vocab is not None else {}
-    expanded = items | "Augment" >> beam.FlatMap(_expand, cfg, **kwargs).with_outputs("generated", main="rows")
+    items, corpus = _with_contexts(guarded.kept | "NoContext" >> beam.Map(lambda ex: (ex, {})), cfg)
+    expanded = items | "Augment" >> beam.FlatMap(_expand, cfg, **corpus).with_outputs("generated", main="rows")
     metadata = schema.base_metadata(job.label_names, **{
         schema.META_AUGMENT_CONFIG: json.loads(cfg.to_json()),
         schema.META_SEED: cfg.seed,

@@ -1,6 +1,10 @@
 """Typed configuration: one dataclass per stage and the run that composes them.
 
-This module is the only place a default is written. Command-line flags
+This module is the only place a default is written, but for three kinds it takes from their owner:
+each augment op's settings (a dataclass in its module, transferset/augment/OP.py: AugmentConfig is
+composed of them), the readers' label column and row-length limit (transferset.sources) and the
+teacher's default model (transferset.loading, which finds it offline): config is imported by the
+augment package's neighbours, so those cannot import config. Command-line flags
 (`transferset augment --n-iter 20`) and run-YAML sections (`augment: {n_iter: 20}`) map onto
 the fields one to one: transferset/app/flags.py builds the flags and their `--help` (the comment
 after each field) from these dataclasses, and transferset/typed.py type-checks every value with
@@ -21,14 +25,17 @@ from typing import Annotated, Any, Optional
 
 from pydantic import BeforeValidator, ConfigDict, model_validator, with_config
 
+from transferset import augment  # importing it registers every op, whose settings AugmentConfig is made of
 from transferset.errors import ConfigError
+from transferset.loading import DEFAULT_TEACHER_MODEL  # the packaged model loading finds offline
+from transferset.sources import DEFAULT_LABEL_COLUMN, DEFAULT_MAX_CHARS
+from transferset.typed import at_least as _at_least, probabilities as _probabilities
 
 # Values that travel through several modules but are defaults of settings, written once here.
-DEFAULT_TEACHER_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 DEFAULT_RUNNER = "FnApiRunner"
 # Tokens per row wherever no setting or recorded value says otherwise (teacher, scoring, students, report).
 DEFAULT_MAX_LENGTH = 128
-DEFAULT_MAX_CHARS = 5000  # longer rows are rejected (augment, predict)
+# DEFAULT_MAX_CHARS (longer rows are rejected: augment, predict) is the readers' (transferset.sources).
 PREDICTION_FORMATS = ("parquet", "jsonl")  # PredictConfig.format
 POOLINGS = ("cls", "mean")  # ScoreConfig.hidden
 # Named op sequences; `AugmentConfig.recipe` picks one unless `ops` is given. The op names are checked
@@ -67,14 +74,13 @@ def check_forward_options(forward: str, forward_rows: Optional[int], forward_tok
 
 # --- stages ----------------------------------------------------------------------------------
 
-@with_config(_STRICT)
 @dataclass(frozen=True)
-class AugmentConfig:
-    """`transferset augment` and the run's `augment:` section."""
+class _AugmentCommon:
+    """The augment settings no single op owns; each op's own come from its module (transferset.augment)."""
 
     # reading
     text_column: Optional[str] = None  # text column of the inputs (None: `sentence`, else `text`)
-    label_column: str = "label"  # label column of --input files
+    label_column: str = DEFAULT_LABEL_COLUMN  # label column of --input files
     text_b_column: Optional[str] = None  # second text column, for sentence pairs
     labels: Optional[Names] = None  # the label set in class order, e.g. neg,pos (None: the first input's labels)
     max_chars: int = DEFAULT_MAX_CHARS  # reject rows whose text is longer
@@ -85,31 +91,30 @@ class AugmentConfig:
     n_iter: int = 20  # variants sampled per example (Tang et al.: 20; TinyBERT SST-2: 20)
     unlabeled_n_iter: Optional[int] = None  # variants per unlabeled example (None: n_iter; 0: the text as is)
     seed: int = 0  # a row depends only on (seed, source id, variant index, settings)
-    p_mask: float = 0.1  # per word: probability of [MASK]
-    p_pos: float = 0.1  # per word: probability of a same-POS word drawn from the corpus unigram distribution
-    p_ng: float = 0.25  # per variant: probability of keeping only a random n-gram
-    max_n: int = 5  # n-gram length is uniform in 1..max_n
-    p_mlm: float = 0.4  # per eligible word: probability of one of the top-M MLM candidates
-    mlm_model: str = "bert-base-uncased"  # any AutoModelForMaskedLM: local directory or hub name
-    mlm_top_k: int = 15  # M candidates per word
-    mlm_max_length: int = DEFAULT_MAX_LENGTH  # MLM input tokens per row (the masked sentence and the original)
-    mask_token: str = "[MASK]"  # what the mask op writes
-    spacy_model: str = "en_core_web_sm"  # spaCy pipeline used for POS tags
-    # execution (not part of what a row depends on)
-    tag_batch_size: int = 256  # rows per spaCy call
-    mlm_batch_size: int = 64  # rows per MLM forward pass (their masked copies share it)
-    torch_threads: Optional[int] = None  # torch threads per worker for the MLM (None: torch's; use cores / workers)
 
-    EXECUTION = ("tag_batch_size", "mlm_batch_size", "torch_threads")
+
+# Each registered op's settings class (transferset/augment/OP.py) adds its fields after the common
+# ones: its defaults and comments are written there once, and become flags, --help and YAML keys here.
+_OP_SETTINGS = augment.settings_classes()
+
+
+@with_config(_STRICT)
+@dataclass(frozen=True)
+class AugmentConfig(*reversed(_OP_SETTINGS), _AugmentCommon):
+    """`transferset augment` and the run's `augment:` section: the common settings, then every op's."""
+
+    # settings no row depends on (left out of to_json and of the run's stage key)
+    EXECUTION = tuple(name for cls in _OP_SETTINGS for name in getattr(cls, "EXECUTION", ()))
 
     def __post_init__(self):
         if self.ops is None:
             if self.recipe not in RECIPES:
                 raise ValueError(f"unknown recipe {self.recipe!r}; known: {', '.join(sorted(RECIPES))}")
             object.__setattr__(self, "ops", tuple(RECIPES[self.recipe]))
-        _at_least(self, n_iter=0, unlabeled_n_iter=0, max_n=1, mlm_top_k=1, mlm_max_length=4, max_chars=1,
-                  tag_batch_size=1, mlm_batch_size=1)
-        _probabilities(self, "p_mask", "p_pos", "p_ng", "p_mlm")
+        _at_least(self, n_iter=0, unlabeled_n_iter=0, max_chars=1)
+        for cls in _OP_SETTINGS:  # each op checks its own settings
+            if "__post_init__" in vars(cls):
+                cls.__post_init__(self)
 
     def variants_for(self, labeled: bool) -> int:
         """How many variants an example gets: unlabeled text may have its own number."""
@@ -407,27 +412,13 @@ class RunConfig:
             raise ValueError("no students: add e.g. students: {distilled: {student: bilstm}}")
 
 
-# --- checks shared by the __post_init__ methods ------------------------------------------------
-
-def _at_least(obj, **minimums: int) -> None:
-    for name, low in minimums.items():
-        value = getattr(obj, name)
-        if value is not None and value < low:
-            raise ValueError(f"{name} must be at least {low}, got {value}")
-
+# --- checks shared by the __post_init__ methods (at_least and probabilities: transferset.typed) ---------
 
 def _positive(obj, *names: str) -> None:
     for name in names:
         value = getattr(obj, name)
         if value is not None and not value > 0:
             raise ValueError(f"{name} must be positive, got {value}")
-
-
-def _probabilities(obj, *names: str) -> None:
-    for name in names:
-        value = getattr(obj, name)
-        if not 0 <= value <= 1:
-            raise ValueError(f"{name} must be a probability in [0, 1], got {value}")
 
 
 def _one_of(obj, **choices: tuple[str, ...]) -> None:

@@ -17,9 +17,12 @@ from typing import Any, Iterator, Optional, Sequence
 
 from safetensors import safe_open
 
-from transferset.config import DEFAULT_TEACHER_MODEL
 from transferset.errors import UserError
 
+# The teacher's default base model: the one this module finds offline (PACKAGED_MODELS); written here
+# once and taken by transferset.config (which cannot be imported here: it is made of the augment ops,
+# whose dedup writes through transferset.fs, whose URL cache hashes weights with this module).
+DEFAULT_TEACHER_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 DEFAULT_MODEL = DEFAULT_TEACHER_MODEL
 
 # Hub names that have an offline copy inside an installed package: name -> (module, subdirectory).

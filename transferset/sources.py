@@ -23,14 +23,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from transferset import schema
-from transferset.config import AugmentConfig  # the defaults live there
 from transferset.errors import UserError
 
 Opener = Callable[[str], Any]  # path -> binary file object
 
 DEFAULT_TEXT_COLUMNS = ("sentence", "text")
-DEFAULT_LABEL_COLUMN = AugmentConfig.label_column
-DEFAULT_MAX_CHARS = AugmentConfig.max_chars
+# The readers' defaults, written here once; transferset.config takes them from here (the augment package,
+# which config derives its settings from, reads through this module, so it cannot read config).
+DEFAULT_LABEL_COLUMN = "label"
+DEFAULT_MAX_CHARS = 5000  # longer rows are rejected (augment, predict)
 HF_PREFIX = "hf:"
 RARE_LABEL_ROWS = 5
 SAMPLE_RAW_CHARS = 300  # characters of a raw row shown in summaries (stats.json first_rejects)  # an inferred label with fewer rows than this is probably a typo, not a class

@@ -20,7 +20,16 @@ T = TypeVar("T")
 
 
 def field_help(cls: type) -> dict[str, str]:
-    """The comment on (or just above) each field: the dataclass's own documentation."""
+    """The comment on (or just above) each field: the dataclass's own documentation, found in the class
+    that declares the field (AugmentConfig's op settings are declared by the ops' settings classes)."""
+    out: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if dataclasses.is_dataclass(klass):
+            out.update(_own_field_help(klass))
+    return out
+
+
+def _own_field_help(cls: type) -> dict[str, str]:
     try:
         lines, _ = inspect.getsourcelines(cls)
     except (OSError, TypeError):

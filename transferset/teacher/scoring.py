@@ -20,7 +20,7 @@ from transferset import schema
 from transferset.errors import UserError
 from transferset import loading
 from transferset.config import DEFAULT_MAX_LENGTH, FORWARDS, POOLINGS, check_forward_options
-from transferset.teacher import packed as packed_path
+from transferset import packed as packed_path
 from transferset.threads import set_torch_threads
 
 # Forward passes after sorting by length: at most this many rows and tokens (padded tokens on the
