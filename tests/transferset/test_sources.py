@@ -1,4 +1,5 @@
 import json
+import re
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -336,3 +337,40 @@ def test_a_carriage_return_inside_a_line_does_not_split_it(tmp_path):
     assert [r.line for r in recs] == [2, 3, 4]
     assert [isinstance(r, Example) for r in recs] == [True, False, True]
     assert recs[1].reason == "a carriage return (\\r) inside the line: not a TSV row"
+
+
+@pytest.fixture
+def hub_offline(monkeypatch):
+    """The Hugging Face Hub unreachable at once, as on a machine without network (no 25 s of retries)."""
+    import datasets
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+
+
+def test_an_unknown_hf_dataset_offline_is_one_message(hub_offline):
+    """Issue 25 item 9: an unknown dataset offline was a ConnectionError traceback."""
+    from transferset.sources import check_readable
+
+    for call in (lambda p: check_readable(p), lambda p: list(read_source(SourceSpec(path=p, label_names=LABELS))),
+                 infer_label_names):
+        with pytest.raises(SourceError, match=r"^hf:nosuch-user/nosuch-set:train: 'nosuch-user/nosuch-set' is not a "
+                                              r"local folder and the Hugging Face Hub cannot be reached \(.*\); offline, "
+                                              r"point hf: at a local folder"):
+            call("hf:nosuch-user/nosuch-set:train")
+
+
+def test_an_hf_folder_of_files_that_are_not_utf8_is_one_message(tmp_path, hub_offline):
+    """Issue 25 item 9: `hf:` on a folder of non-UTF-8 files was a UnicodeDecodeError traceback."""
+    from transferset.sources import check_readable
+
+    d = tmp_path / "latin1"
+    d.mkdir()
+    (d / "train.csv").write_bytes("sentence,label\nun café noir,1\n".encode("latin-1"))
+    for call in (lambda p: check_readable(p), lambda p: list(read_source(SourceSpec(path=p, label_names=LABELS)))):
+        with pytest.raises(SourceError, match=rf"^hf:{re.escape(str(d))}:train: the files of .* are not UTF-8 text "
+                                              r"\('utf-8' codec can't decode byte 0xe9"):
+            call(f"hf:{d}:train")
+    with pytest.raises(SourceError, match=r"split 'nosuch'"):
+        check_readable(f"hf:{tmp_path / 'empty'}:nosuch")
