@@ -1,3 +1,5 @@
+import logging
+
 import pytest
 
 from transferset.app.cli import COMMANDS, main
@@ -58,6 +60,9 @@ def test_an_hf_input_that_does_not_load_stops_before_any_output(command, tmp_pat
 
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    # `datasets` binds its log handler to the sys.stderr of its first use, a test's captured stream closed
+    # since: without it, its own error line ("Failed to read file ...") reaches this test's stderr.
+    monkeypatch.setattr(logging.getLogger("datasets"), "handlers", [])
     d = tmp_path / "latin1"
     d.mkdir()
     (d / "train.csv").write_bytes("sentence,label\nun café noir,1\n".encode("latin-1"))
