@@ -113,16 +113,16 @@ def count_rows(directory: str, num_classes: Optional[int] = None) -> tuple[int, 
     Every id must occur once: a set written twice into one folder (two `score` runs once wrote every
     id twice) would train on each row twice. The ids are checked on the way as 64-bit hashes in one
     array, not as a set of strings: 8 bytes a row, 16 while the batches' arrays are joined (~1.6 GB for
-    100 million rows). With `num_classes`, the same pass checks every value a student trains on
-    (transfer.check_values: labels within the set, finite logits and hidden states of every layer), so
-    a bad row stops the run before its first step, naming the file and the row.
+    100 million rows). With `num_classes`, the same pass checks the values every student trains on
+    (transfer.check_values: labels within the set, finite teacher_logits and teacher_hidden), so a bad
+    row stops the run before its first step, naming the file and the row; the layers only PKD reads
+    (teacher_hidden_l*) are checked as the epochs read them (iter_train_batches).
     """
     total = labeled = 0
     hashes = []
     columns = [schema.ID, schema.LABEL]
     if num_classes is not None:
-        names = transfer.read_schema(transfer.data_files(directory)[0]).names
-        columns += [c for c in transfer.value_columns(names) if c not in columns]
+        columns += [schema.TEACHER_LABEL, schema.TEACHER_LOGITS, schema.TEACHER_HIDDEN]
     for rb in transfer.iter_batches(directory, columns, batch_size=65536, num_classes=num_classes):
         total += rb.num_rows
         labeled += rb.num_rows - rb.column(1).null_count
@@ -224,6 +224,9 @@ def iter_train_batches(transfer_dir: str, tokens, seed: Union[int, np.random.See
     `labeled_only` keeps the rows with a gold label.
     """
     columns = list(TRAIN_COLUMNS) + [c for c in pkd_columns if c not in TRAIN_COLUMNS]
+    # What the batches hold is checked as it is read (a few % of reading; see count_rows for the pass before).
+    first = transfer.read_schema(transfer.data_files(transfer_dir)[0])
+    num_classes = first.field(schema.TEACHER_LOGITS).type.list_size
     rng = np.random.default_rng(seed)
     shard_rng = random.Random(int(rng.integers(2 ** 63)))
     buffer: list[pa.RecordBatch] = []
@@ -243,7 +246,8 @@ def iter_train_batches(transfer_dir: str, tokens, seed: Union[int, np.random.See
         for j in rng.permutation(len(batches)):
             yield make_batch(tokens, arrays, batches[j])
 
-    for rb in transfer.iter_batches(transfer_dir, columns, batch_size=min(shuffle_rows, 8192), rng=shard_rng):
+    for rb in transfer.iter_batches(transfer_dir, columns, batch_size=min(shuffle_rows, 8192), rng=shard_rng,
+                                    num_classes=num_classes):
         if labeled_only:
             rb = rb.filter(pc.is_valid(rb.column(schema.LABEL)))
         if rb.num_rows == 0:

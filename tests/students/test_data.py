@@ -139,7 +139,6 @@ def _with_a_bad_value(tmp_path, scored_dir, column: str, row: int, value):
 @pytest.mark.parametrize("column, value, says", [
     (schema.TEACHER_LOGITS, float("nan"), "teacher_logits holds nan (position 1)"),
     (schema.TEACHER_HIDDEN, float("inf"), "teacher_hidden holds inf (position 1)"),
-    ("teacher_hidden_l2", float("-inf"), "teacher_hidden_l2 holds -inf (position 1)"),
     (schema.LABEL, 7, "label 7 is not a class of the set's 2 labels (0..1)"),
     (schema.TEACHER_LABEL, 99, "teacher_label 99 is not a class of the set's 2 labels (0..1)"),
     (schema.TEACHER_LABEL, -1, "teacher_label -1 is not a class of the set's 2 labels (0..1)"),
@@ -150,6 +149,18 @@ def test_count_rows_refuses_a_value_no_student_can_train_on(tmp_path, tiny_score
     with pytest.raises(UserError, match=rf"^{re.escape(str(shard))}, row 6 \(id 'r69'\): {re.escape(says)}; "
                                         r"a scored set must hold finite teacher values"):
         count_rows(str(scored), num_classes=2)
+
+
+def test_training_batches_refuse_a_bad_value_of_a_layer_only_pkd_reads(tmp_path, tiny_setup, tiny_scored_dir):
+    """The count pass checks what every student reads; a PKD layer column is checked as an epoch reads it."""
+    scored, shard = _with_a_bad_value(tmp_path, tiny_scored_dir, "teacher_hidden_l2", 5, float("-inf"))
+    assert count_rows(str(scored), num_classes=2) == (128, 96)
+    assert sum(len(b[schema.LABEL]) for b in data.iter_train_batches(str(scored), tiny_setup.tokens, seed=0,
+                                                                     batch_size=32, shuffle_rows=64)) == 128
+    with pytest.raises(UserError, match=rf"^{re.escape(str(shard))}, row 6 \(id 'r69'\): teacher_hidden_l2 holds "
+                                        r"-inf \(position 1\)"):
+        list(data.iter_train_batches(str(scored), tiny_setup.tokens, seed=0, batch_size=32, shuffle_rows=64,
+                                     pkd_columns=["teacher_hidden_l2"]))
 
 
 def test_train_refuses_nan_logits_before_its_first_step(tmp_path, tiny_scored_dir, sst2_dev200, capsys):
