@@ -147,7 +147,8 @@ def _value_problem(batch: pa.RecordBatch, num_classes: int) -> Optional[tuple[in
             bad = pc.or_(pc.less(col, 0), pc.greater_equal(col, num_classes))
             if pc.any(bad).as_py():
                 i = _first(bad)
-                return i, f"{name} {col[i].as_py()} is not a class of the set's {num_classes} labels (0..{num_classes - 1})"
+                return i, (f"{name} {col[i].as_py()} is not a class of the set's {num_classes} labels "
+                           f"(0..{num_classes - 1})")
             continue
         if not (pa.types.is_fixed_size_list(kind) and pa.types.is_floating(kind.value_type)):
             return 0, f"column {name} has type {kind}, not a fixed-size list of floats"
