@@ -1,6 +1,8 @@
 """Random bytes and random Unicode (lone surrogates included) through every reader format, every
 registered augmenter and the metadata check: no traceback, and every line is counted
-(kept + rejected == lines). Kept small (max_examples) so the file runs in seconds."""
+(kept + rejected == lines). Random labels (huge, negative, float-like) never make a class, and random
+scored-set values (NaN, inf, labels out of range) are refused by file and row. Kept small
+(max_examples) so the file runs in seconds."""
 import io
 import json
 import os
