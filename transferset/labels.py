@@ -98,9 +98,10 @@ def key(value: Any) -> str:
 
 
 @functools.lru_cache(maxsize=64)
-def _lookup(names: tuple[str, ...]) -> dict[str, int]:
+def _lookup(names: tuple[Any, ...]) -> dict[str, int]:
     """key → class index for one label set: names map to their position; a set of integers maps each
     integer to its position ("0","1","5": 5 → 2), any other set also takes indices (1 → "pos")."""
+    names = tuple(str(n) for n in names)
     table: dict[str, int] = {}
     for k, n in enumerate(names):
         table.setdefault(n.strip(), k)
@@ -117,7 +118,8 @@ def resolve(value: Any, names: Sequence[str]) -> tuple[Optional[int], Optional[s
     why = problem(value)
     if why is not None:
         return None, why
-    index = _lookup(tuple(str(n) for n in names)).get(key(value))
+    # Cached per label set: a row costs one dict lookup (and hashing the tuple), not one pass over the names.
+    index = _lookup(names if isinstance(names, tuple) else tuple(names)).get(key(value))
     if index is None:
         return None, f"label {schema.cut(value)} outside the label set {schema.cut(list(names), 300)}"
     return index, None
