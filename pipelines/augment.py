@@ -314,8 +314,8 @@ def make_job(cfg: AugmentConfig, *, inputs: Sequence[str], output: str, unlabele
         detect_format(path)
         if not path.startswith("hf:") and not FileSystems.exists(path):
             raise UserError(f"{path}: no such file")
-        if not path.startswith("hf:"):
-            check_readable(path, opener=FileSystems.open)  # a broken header or footer: one message, here
+        # A broken header or footer, an hf: split that does not load: one message, here, before the output.
+        check_readable(path, opener=FileSystems.open)
     labels = cfg.labels or infer_label_names(inputs[0], cfg.label_column, opener=FileSystems.open, limit=cfg.limit)
     schema.base_metadata(labels)  # a label set readers would refuse (too many, too long) stops here, not after the run
     return AugmentJob(

@@ -70,7 +70,7 @@ def setup(cfg: StudentConfig, transfer_dir: str) -> Setup:
         raise UserError(f"{transfer_dir}: teacher_logits has {logits_width} classes but the set names "
                         f"{len(label_names)} labels {label_names}; it was scored by a teacher for another task")
     hidden_width = file_schema.field(schema.TEACHER_HIDDEN).type.list_size
-    num_rows, num_labeled = count_rows(transfer_dir)
+    num_rows, num_labeled = count_rows(transfer_dir, num_classes=len(label_names))
     if num_rows == 0:
         raise UserError(f"{transfer_dir}: the transfer set has no rows")
     set_torch_threads(cfg.threads)

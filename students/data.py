@@ -69,7 +69,14 @@ def read_eval_data(path: str, label_names: Sequence[str], *, text_column: Option
             with fs.open(f) as fh:
                 return pq.read_table(fh, columns=columns)
 
-        table = pa.concat_tables(read(f) for f in files)
+        tables = []
+        for f in files:  # a gold label 7 of 2 classes would be scored as a miss, silently
+            t, row = read(f), 0
+            for batch in t.to_batches():
+                transfer.check_values(batch, len(label_names), path=f, first_row=row)
+                row += batch.num_rows
+            tables.append(t)
+        table = pa.concat_tables(tables)
         labels = table.column(schema.LABEL).fill_null(NO_LABEL).to_numpy().astype(np.int64)
         texts_b = table.column(schema.TEXT_B).to_pylist()
         return EvalData(texts=table.column(schema.TEXT).to_pylist(),
@@ -100,17 +107,23 @@ def read_eval_data(path: str, label_names: Sequence[str], *, text_column: Option
     return EvalData(texts, texts_b if text_b_column else None, np.asarray(labels, dtype=np.int64), None, path)
 
 
-def count_rows(directory: str) -> tuple[int, int]:
+def count_rows(directory: str, num_classes: Optional[int] = None) -> tuple[int, int]:
     """→ (rows, rows with a gold label) of a transfer set; refuses a set whose ids repeat.
 
     Every id must occur once: a set written twice into one folder (two `score` runs once wrote every
     id twice) would train on each row twice. The ids are checked on the way as 64-bit hashes in one
     array, not as a set of strings: 8 bytes a row, 16 while the batches' arrays are joined (~1.6 GB for
-    100 million rows).
+    100 million rows). With `num_classes`, the same pass checks the values every student trains on
+    (transfer.check_values: labels within the set, finite teacher_logits and teacher_hidden), so a bad
+    row stops the run before its first step, naming the file and the row; the layers only PKD reads
+    (teacher_hidden_l*) are checked as the epochs read them (iter_train_batches).
     """
     total = labeled = 0
     hashes = []
-    for rb in transfer.iter_batches(directory, [schema.ID, schema.LABEL], batch_size=65536):
+    columns = [schema.ID, schema.LABEL]
+    if num_classes is not None:
+        columns += [schema.TEACHER_LABEL, schema.TEACHER_LOGITS, schema.TEACHER_HIDDEN]
+    for rb in transfer.iter_batches(directory, columns, batch_size=65536, num_classes=num_classes):
         total += rb.num_rows
         labeled += rb.num_rows - rb.column(1).null_count
         hashes.append(_id_hashes(rb.column(0)))
@@ -209,6 +222,9 @@ def iter_train_batches(transfer_dir: str, tokens, seed: Union[int, np.random.See
     `labeled_only` keeps the rows with a gold label.
     """
     columns = list(TRAIN_COLUMNS) + [c for c in pkd_columns if c not in TRAIN_COLUMNS]
+    # What the batches hold is checked as it is read (a few % of reading; see count_rows for the pass before).
+    first = transfer.read_schema(transfer.data_files(transfer_dir)[0])
+    num_classes = first.field(schema.TEACHER_LOGITS).type.list_size
     rng = np.random.default_rng(seed)
     shard_rng = random.Random(int(rng.integers(2 ** 63)))
     buffer: list[pa.RecordBatch] = []
@@ -228,7 +244,8 @@ def iter_train_batches(transfer_dir: str, tokens, seed: Union[int, np.random.See
         for j in rng.permutation(len(batches)):
             yield make_batch(tokens, arrays, batches[j])
 
-    for rb in transfer.iter_batches(transfer_dir, columns, batch_size=min(shuffle_rows, 8192), rng=shard_rng):
+    for rb in transfer.iter_batches(transfer_dir, columns, batch_size=min(shuffle_rows, 8192), rng=shard_rng,
+                                    num_classes=num_classes):
         if labeled_only:
             rb = rb.filter(pc.is_valid(rb.column(schema.LABEL)))
         if rb.num_rows == 0:

@@ -23,9 +23,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Optional
 
-from pydantic import BeforeValidator, ConfigDict, model_validator, with_config
+from pydantic import AfterValidator, BeforeValidator, ConfigDict, model_validator, with_config
 
 from transferset import augment  # importing it registers every op, whose settings AugmentConfig is made of
+from transferset import labels as label_rule
 from transferset.errors import ConfigError
 from transferset.loading import DEFAULT_TEACHER_MODEL  # the packaged model loading finds offline
 from transferset.sources import DEFAULT_LABEL_COLUMN, DEFAULT_MAX_CHARS
@@ -59,6 +60,8 @@ def _split_commas(value: Any) -> Any:
 
 
 Names = Annotated[tuple[str, ...], BeforeValidator(_split_commas)]
+# A label set by the one label rule (transferset.labels): what one command accepts, every command does.
+LabelNames = Annotated[Names, AfterValidator(lambda names: label_rule.check_names(names, where=""))]
 Ints = Annotated[tuple[int, ...], BeforeValidator(_split_commas)]
 
 _STRICT = ConfigDict(extra="forbid")
@@ -82,7 +85,7 @@ class _AugmentCommon:
     text_column: Optional[str] = None  # text column of the inputs (None: `sentence`, else `text`)
     label_column: str = DEFAULT_LABEL_COLUMN  # label column of --input files
     text_b_column: Optional[str] = None  # second text column, for sentence pairs
-    labels: Optional[Names] = None  # the label set in class order, e.g. neg,pos (None: the first input's labels)
+    labels: Optional[LabelNames] = None  # the label set in class order, e.g. neg,pos (None: the first input's labels)
     max_chars: int = DEFAULT_MAX_CHARS  # reject rows whose text is longer
     limit: Optional[int] = None  # read only the first N rows of each input
     # augmentation
@@ -151,7 +154,7 @@ class TeacherConfig:
     text_column: Optional[str] = None  # text column (None: `sentence`, else `text`)
     text_b_column: Optional[str] = None  # second text column for sentence pairs
     label_column: str = "label"
-    labels: Optional[Names] = None  # label names in class order (None: the train file's labels)
+    labels: Optional[LabelNames] = None  # label names in class order (None: the train file's labels)
     allow_pickle: bool = False  # accept pickle weights (pytorch_model.bin) for the base model: only files you trust
     trust_remote_code: bool = False  # run Python code shipped with the model: only models you trust
     progress: Optional[bool] = None  # a progress bar (None: when stderr is a terminal)

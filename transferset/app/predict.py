@@ -60,10 +60,9 @@ def check_inputs(inputs: Sequence[str]) -> Optional[int]:
     total: Optional[int] = 0
     for path in inputs:
         detect_format(path)
-        if not path.startswith(HF_PREFIX):
-            if not fs.exists(path):
-                raise UserError(f"--input {path}: no such file")
-            check_readable(path, opener=fs.open)
+        if not path.startswith(HF_PREFIX) and not fs.exists(path):
+            raise UserError(f"--input {path}: no such file")
+        check_readable(path, opener=fs.open)  # an hf: split that does not load too: before any output
         n = predictions.count_lines(path)
         total = None if n is None or total is None else total + n
     return total

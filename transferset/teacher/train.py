@@ -207,6 +207,7 @@ def train(cfg: TeacherConfig, *, train: str, dev: str, output: str, overwrite: b
     for flag, path in (("--train", train), ("--dev", dev)):
         if not path.startswith(sources.HF_PREFIX) and not os.path.isfile(path):
             raise UserError(f"{flag} {path}: no such file")
+        sources.check_readable(path)  # a broken header, an hf: split that does not load: before any output
     os.makedirs(output, exist_ok=True)
 
     # --- setup ---------------------------------------------------------------------------
