@@ -156,7 +156,7 @@ def test_predict_refuses_clearly(models, inputs, tmp_path, capsys):
     # A complete output is kept unless --overwrite.
     assert main(["predict", "--model", models["bilstm"], "--input", tsv, "--output", str(out)]) == 1
     err = capsys.readouterr().err
-    assert "already holds complete predictions" in err and "pass --overwrite" in err
+    assert "already holds a complete run of `transferset predict` (predictions)" in err and "pass --overwrite" in err
     # A text column the file lacks: every row rejected, said once with the first reasons; no _COMPLETE.
     bad = tmp_path / "bad"
     assert main(["predict", "--model", models["bilstm"], "--input", tsv, "--output", str(bad),

@@ -6,12 +6,9 @@ import dataclasses
 import json
 
 from students.trainer import train
-from transferset import fs, schema, typed
+from transferset import fs, typed
 from transferset.app import flags
 from transferset.config import StudentConfig
-from transferset.errors import UserError
-from transferset.fs.lock import output_lock
-from transferset.fs.remote import local_output
 
 EPILOG = """\
 --config takes a YAML mapping of StudentConfig settings (transferset/config.py; the same keys as an
@@ -45,13 +42,9 @@ def load_config(args: argparse.Namespace) -> StudentConfig:
 
 def run(args: argparse.Namespace, extra) -> int:
     cfg = load_config(args)
-    # A remote --output: train into a local folder, then upload it whole.
-    if fs.is_remote(args.output) and fs.exists(fs.join(args.output, schema.STUDENT_MODEL_DIR)) and not args.overwrite:
-        raise UserError(f"{fs.join(args.output, schema.STUDENT_MODEL_DIR)} already exists; pass --overwrite "
-                        "or choose another --output")
-    with output_lock(args.output, command="train"), local_output(args.output) as out:
-        metrics = train(cfg, args.transfer, args.dev, out, overwrite=args.overwrite,
-                        progress=not args.no_progress)
+    # train() owns --output (a remote one is trained into a local folder, then uploaded whole).
+    metrics = train(cfg, args.transfer, args.dev, args.output, overwrite=args.overwrite,
+                    progress=not args.no_progress)
     summary = {k: metrics[k] for k in ("student", "schedule", "dev_accuracy", "dev_majority_baseline",
                                         "teacher_agreement", "parameters", "latency_ms_per_example")}
     summary["output"] = args.output
