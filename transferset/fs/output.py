@@ -101,6 +101,15 @@ def _inside(path: str, folder: str) -> bool:
     return a == b or a.startswith(b.rstrip(os.sep) + os.sep)
 
 
+def _looks_like(names: Sequence[str]) -> str:
+    """What a folder of others' files seems to be, for the message that refuses it."""
+    if "config.yaml" in names and {"data", "teacher", "transfer", "scored", "students"} & set(names):
+        return " (a `transferset run` directory)"
+    if schema.HF_CONFIG_FILE in names:
+        return " (a model folder)"
+    return ""
+
+
 @dataclass
 class State:
     """What an output folder holds, from the point of view of the command about to write it."""
@@ -237,15 +246,15 @@ class Output:
         st = self.state()
         if st.foreign:
             clash = [n for n in st.foreign if self._writes(n)]
-            if clash:
-                raise UserError(
-                    f"{self.path} holds {self._shown(clash)}, which transferset did not write and which "
-                    f"`transferset {self.command}` would write over; transferset never deletes files it did not "
-                    f"write, even with --overwrite: move them away or choose another {self.option}")
-            if not self.overwrite:
-                raise UserError(
-                    f"{self.path} holds {self._shown(st.foreign)}, which transferset did not write; choose an "
-                    f"empty or new {self.option}, or pass --overwrite to write beside them (they are kept)")
+            if clash or not self.overwrite:
+                held = f"{self.path} holds {self._shown(st.foreign)}{_looks_like(st.foreign)}, which transferset did not write"
+                if clash:
+                    names = ", ".join(n + ("/" if fs.isdir(self.join(n)) else "") for n in sorted(clash)[:SHOWN])
+                    raise UserError(f"{held}; `transferset {self.command}` writes {names} there, and transferset never "
+                                    "deletes files it did not write, even with --overwrite: move them away or choose "
+                                    f"another {self.option}")
+                raise UserError(f"{held}; choose an empty or new {self.option}, or pass --overwrite to write beside "
+                                "them (they are kept)")
         if st.command is not None:
             other = st.command != self.command
             if st.complete and not self.overwrite and not (self.resume and not other):
