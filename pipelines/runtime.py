@@ -72,8 +72,16 @@ def join(*parts: str) -> str:
 
 
 def output(path: str, command: str, **kwargs) -> Output:
-    """The output folder of a pipeline (transferset.fs.output), its URL checked against Beam's schemes too."""
-    return Output(path, command, schemes=beam_schemes(), **kwargs)
+    """The output folder of a pipeline (transferset.fs.output), its URL checked against Beam's schemes too,
+    and listed with Beam's FileSystems where fsspec has no backend for it."""
+    return Output(path, command, schemes=beam_schemes(), lister=_beam_listing, **kwargs)
+
+
+def _beam_listing(path: str) -> list[str]:
+    try:
+        return [m.path for m in FileSystems.match([join(path, "**")])[0].metadata_list]
+    except Exception:  # noqa: BLE001 - no such folder, or a store that refuses the pattern: nothing found
+        return []
 
 
 def _write_bytes(path: str, data: bytes) -> None:

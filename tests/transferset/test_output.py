@@ -146,3 +146,29 @@ def test_a_url_output_follows_the_same_protocol(tmp_path):
         Output(url, "eval-set").check()
     again = Output(f"file://{tmp_path}/local", "eval-set")
     assert again.path == f"{tmp_path}/local"  # normalised once, where the output is made
+
+
+def test_an_output_fsspec_cannot_read_is_written_only_when_empty(tmp_path, monkeypatch, caplog):
+    """gs:// written by Beam where gcsfs is not installed: what is there cannot be told apart, so only an
+    empty output is written (Beam's FileSystems list it: `lister`)."""
+    from transferset import fs
+
+    out = tmp_path / "out"
+    real = fs.filesystem
+
+    def no_backend(path):
+        if str(path).startswith(str(out)):
+            raise UserError(f"{path}: cannot open beamonly:// paths; install its fsspec backend")
+        return real(path)
+
+    monkeypatch.setattr(fs, "filesystem", no_backend)
+    listing = lambda path: [str(p) for p in out.rglob("*")] if out.exists() else []  # noqa: E731
+    empty = Output(str(out), "augment", lister=listing)
+    assert empty.check() is None and "not checked for earlier results" in caplog.text
+    empty.prepare()  # nothing to clear, no record written
+    assert not out.exists()
+    out.mkdir()
+    (out / "keep.tsv").write_text("mine")
+    with pytest.raises(UserError, match=r"is not empty .* and cannot be checked here for what transferset wrote"):
+        Output(str(out), "augment", lister=listing, overwrite=True).check()
+    assert (out / "keep.tsv").read_text() == "mine"

@@ -130,17 +130,20 @@ class Output:
 
     `inputs`: every path the run reads (files, folders, models); an output containing one is refused.
     `names`: fnmatch patterns of the top-level entries the command writes; an entry of another's with
-    such a name is never written over. `schemes`: URL schemes known besides fsspec's (Beam's).
+    such a name is never written over. `schemes`: URL schemes known besides fsspec's (Beam's), and
+    `lister(path)` the paths under such a URL: an output fsspec cannot read is written only when empty.
     """
 
     def __init__(self, path: str, command: str, *, inputs: Iterable[Optional[str]] = (),
                  names: Sequence[str] = DATA_NAMES, overwrite: bool = False, resume: bool = False,
-                 option: str = "--output", schemes: Iterable[str] = ()):
+                 option: str = "--output", schemes: Iterable[str] = (),
+                 lister: Optional[Callable[[str], list[str]]] = None):
         schemes = tuple(schemes)
         self.path = fs.normalize(path, option, schemes=schemes)  # once, here
         self.command, self.names, self.option = command, tuple(names), option
         self.overwrite, self.resume = overwrite, resume
         self.inputs = [fs.normalize(p, schemes=schemes) for p in inputs if p]
+        self.lister = lister  # what is under a URL fsspec cannot read (Beam's FileSystems); [] when nothing
         self._checked: Optional[State] = None
         self._unchecked = False  # fsspec has no backend for the URL: a warning said so
 
@@ -184,8 +187,11 @@ class Output:
         if schema.COMPLETE_MARKER not in entries or not set(entries) <= set(DATA_NAMES):
             return False
         for folder, suffixes in ((schema.DATA_DIR, (".parquet", ".jsonl")), (schema.REJECTS_DIR, (".jsonl",))):
-            for path in fs.listdir(self.join(folder)):
-                if fs.isdir(path) or not fs.basename(path).endswith(suffixes):
+            fsys, p = fs.filesystem(self.join(folder))
+            if not fsys.isdir(p):
+                continue
+            for entry in fsys.ls(p, detail=True):  # one listing with the types: no request per shard
+                if entry.get("type") == "directory" or not entry["name"].rstrip("/").endswith(suffixes):
                     return False
         return True
 
@@ -240,6 +246,11 @@ class Output:
         except ConfigError:
             raise
         except UserError as exc:  # a URL only Beam can write (no fsspec backend here)
+            # What is there cannot be told apart, so only an empty output is written: nothing to delete or mix.
+            held = self.lister(self.path) if self.lister is not None else []
+            if held:
+                raise UserError(f"{self.path} is not empty ({held[0]}...) and cannot be checked here for what "
+                                f"transferset wrote ({exc}); choose an empty {self.option}, or install that backend")
             LOG.warning("%s: not checked for earlier results or others' files (%s)", self.path, exc)
             self._unchecked = True
             return None

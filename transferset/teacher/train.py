@@ -201,17 +201,16 @@ def train(cfg: TeacherConfig, *, train: str, dev: str, output: str, overwrite: b
                 raise UserError(f"{flag} {path}: no such file")
         out.prepare()
         with out.local() as work:
-            metrics = _fine_tune(cfg, train=train, dev=dev, out=out, work=work, log=log)
+            metrics = _fine_tune(cfg, train=train, dev=dev, out=out, output=work, log=log)
         out.finish()
     return metrics
 
 
-def _fine_tune(cfg: TeacherConfig, *, train: str, dev: str, out: Output, work: str, log) -> dict:
-    """The fine-tuning itself, writing the model and metrics.json into the local folder `work`."""
+def _fine_tune(cfg: TeacherConfig, *, train: str, dev: str, out: Output, output: str, log) -> dict:
+    """The fine-tuning itself: rejects through `out`, the model and metrics.json into the local folder `output`."""
     import torch
     from transformers import DataCollatorWithPadding, PrinterCallback
 
-    output = work
     # --- setup ---------------------------------------------------------------------------
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
