@@ -6,6 +6,7 @@ import json
 
 from transferset.app import flags
 from transferset.config import DEFAULT_TEACHER_MODEL, TeacherConfig
+from transferset.fs.output import OVERWRITE_HELP
 from transferset.fs.remote import local_file
 from transferset.teacher.train import train
 
@@ -26,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dev", required=True,
                         help="labeled dev file; the checkpoint with the best accuracy on it is kept")
     parser.add_argument("--output", required=True, help="directory for the fine-tuned teacher")
-    parser.add_argument("--overwrite", action="store_true", help="replace a model already in --output")
+    parser.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     flags.add_arguments(parser, TeacherConfig, title="settings")
 
 

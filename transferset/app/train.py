@@ -9,6 +9,7 @@ from students.trainer import train
 from transferset import fs, typed
 from transferset.app import flags
 from transferset.config import StudentConfig
+from transferset.fs.output import OVERWRITE_HELP
 
 EPILOG = """\
 --config takes a YAML mapping of StudentConfig settings (transferset/config.py; the same keys as an
@@ -27,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dev", required=True, help="labeled dev data (TSV/CSV/JSONL/Parquet or a scored set) for early stopping and metrics")
     parser.add_argument("--output", required=True, help="run directory: model/, metrics.json, curves.png")
     parser.add_argument("--config", default=None, metavar="YAML", help="YAML file of student settings (see below)")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing OUTPUT/model")
+    parser.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     flags.add_arguments(parser, StudentConfig, title="settings (StudentConfig; also keys of --config)")
 

@@ -54,6 +54,8 @@ MODEL_NAMES = ("*",)
 STUDENT_NAMES = (schema.STUDENT_MODEL_DIR, schema.METRICS_FILE, schema.CURVES_FILE, schema.REJECTS_DIR,
                  schema.COMPLETE_MARKER)
 REJECTS_FILE = "rejects.jsonl"
+OVERWRITE_HELP = ("replace what an earlier transferset run wrote in the output (a complete one, or another "
+                  "command's); files transferset did not write are never deleted")
 SHOWN = 5  # entries named in a message
 
 # What each command's folder holds, for messages that say what a folder really is.
