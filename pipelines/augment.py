@@ -332,8 +332,9 @@ def run_augment(cfg: AugmentConfig, *, inputs: Sequence[str], output: str, unlab
                 overwrite: bool = False) -> dict:
     """Build the transfer set in `output`; return its stats. Raises UserError when the stats show a problem.
 
-    Paths may be file:// URLs (read as local paths). The run owns `output` while it writes
-    (transferset.fs.lock): a second run on it is refused instead of mixing its rows in.
+    Paths may be file:// URLs (read as local paths). The run owns `output` while it writes and clears
+    only what transferset wrote there (transferset.fs.output): a second run on it is refused instead of
+    mixing its rows in, and others' files are never deleted.
     """
     inputs = [opts.normalize(p, "--input") for p in inputs]
     unlabeled = [opts.normalize(p, "--unlabeled") for p in unlabeled]

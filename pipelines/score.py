@@ -374,7 +374,7 @@ def run_score(cfg: ScoreConfig, *, input: str, teacher: str, output: str, beam_c
     """Score `input` with `teacher` into `output`; return the stats.
 
     Paths may be file:// URLs (read as local paths). The run owns `output` from its first check
-    to its last write (transferset.fs.lock): a second run on it is refused before it reads anything.
+    to its last write (transferset.fs.output): a second run on it is refused before it reads anything.
     """
     # Everything here also goes through transferset.fs (fsspec): Beam-only schemes would not do.
     input = fs.normalize(input, "--input")
