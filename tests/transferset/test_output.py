@@ -172,3 +172,14 @@ def test_an_output_fsspec_cannot_read_is_written_only_when_empty(tmp_path, monke
     with pytest.raises(UserError, match=r"is not empty .* and cannot be checked here for what transferset wrote"):
         Output(str(out), "augment", lister=listing, overwrite=True).check()
     assert (out / "keep.tsv").read_text() == "mine"
+
+
+@pytest.mark.parametrize("record", ['{"command": "augment", "written": 5, "kept": []}', '{"command": "augment"}',
+                                    "[1, 2]", "not json", '{"command": 3, "kept": []}'])
+def test_a_damaged_record_makes_nothing_ours(tmp_path, record):
+    out = tmp_path / "out"
+    (out / schema.DATA_DIR).mkdir(parents=True)
+    (out / schema.DATA_DIR / "keep.tsv").write_text("mine")
+    (out / schema.MANIFEST_FILE).write_text(record)
+    with pytest.raises(UserError, match=r"holds data/ \(keep.tsv\), which transferset did not write"):
+        Output(str(out), "augment", overwrite=True).check()

@@ -175,7 +175,13 @@ class Output:
         except (ValueError, UnicodeDecodeError, OSError):
             LOG.warning("%s cannot be read: the folder's entries count as another's", path)
             return None
-        return value if isinstance(value, dict) else None
+        if value is None:
+            return None
+        if not (isinstance(value, dict) and isinstance(value.get("command"), str) and _names(value.get("kept")) is not None
+                and ("written" not in value or _names(value["written"]) is not None)):
+            LOG.warning("%s is not a record transferset wrote: the folder's entries count as another's", path)
+            return None
+        return value
 
     def _empty(self, name: str) -> bool:
         path = self.join(name)
@@ -202,9 +208,9 @@ class Output:
         manifest = self.manifest()
         command: Optional[str] = None
         if manifest is not None:
-            written, kept = manifest.get("written"), set(manifest.get("kept") or [])
-            ours = [n for n in entries if (n in written if isinstance(written, list) else n not in kept)]
-            command = str(manifest.get("command", "")) or None
+            written, kept = _names(manifest.get("written")), set(manifest["kept"])
+            ours = [n for n in entries if (n in written if written is not None else n not in kept)]
+            command = manifest["command"][:50] or None
         elif self._earlier_layout(entries):
             ours, command = list(entries), ""
         else:
@@ -325,13 +331,20 @@ class Output:
         if self._unchecked:
             return
         manifest = self.manifest() or {"command": self.command, "kept": []}
-        kept = set(manifest.get("kept") or [])
+        kept = set(manifest["kept"])
         manifest["written"] = sorted(n for n in self._entries() if n not in kept)
         fs.write_json(self.join(MANIFEST_FILE), manifest, indent=2, sort_keys=True)
 
     @property
     def complete(self) -> bool:
         return fs.exists(self.join(schema.COMPLETE_MARKER))
+
+
+def _names(value: Any) -> Optional[list[str]]:
+    """A manifest's list of entry names; None when it is not one (absent, or damaged)."""
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return value
+    return None
 
 
 def _write_line(fh: IO, reject: Any) -> None:
