@@ -22,7 +22,6 @@ from transferset.augment.dedup import (SPILL_DIR, STAT_KEYS, SpillWriter, bad_in
                                       dedup_digest, dedup_spilled, pack, reconcile, write_rows)
 from transferset.config import AugmentConfig, BeamConfig
 from transferset.errors import UserError
-from transferset.fs.lock import output_lock
 from transferset.progress import Progress
 from transferset.sources import (Example, Reject, SourceSpec, check_readable, detect_format, infer_label_names,
                                  read_source)
@@ -224,10 +223,6 @@ def _excluded_keys(p, specs: Sequence[SourceSpec]):
             | "KeyExcludes" >> beam.Map(lambda k: (k, True)))
 
 
-def _sum(pcoll, label):
-    return pcoll | label >> beam.CombineGlobally(sum)
-
-
 # --- the pipeline ---------------------------------------------------------------
 
 def build(p: beam.Pipeline, job: AugmentJob) -> dict:
@@ -259,26 +254,23 @@ def build(p: beam.Pipeline, job: AugmentJob) -> dict:
                | "StartFinishData" >> beam.Create([None])
                | "WriteParquet" >> beam.Map(_finish_data, beam.pvalue.AsList(resolved.written), spill_dir=spill_dir,
                                             data_dir=data_dir, out_schema=out_schema))
-    rejects_written = (rejects
-                       | "RejectsToJson" >> beam.Map(lambda r: json.dumps(r.to_dict(), ensure_ascii=False))
-                       | "WriteRejects" >> beam.io.WriteToText(opts.join(job.output, schema.REJECTS_DIR, "rejects"),
-                                                               file_name_suffix=".jsonl"))
+    rejects_written = rejects | "WriteRejects" >> opts.WriteRejects(job.output)
 
     per_file = opts.rows_by_file(read.examples, rejects, "accepted")
     samples = opts.first_rejects_by_file(rejects)
     n_accepted = opts.count(read.examples, "CountAccepted")
     n_rejected = opts.count(rejects, "CountRejected")
-    n_input = ((n_accepted, n_rejected) | "InputRows" >> beam.Flatten() | "SumInput" >> beam.CombineGlobally(sum))
+    n_input = opts.total((n_accepted, n_rejected) | "InputRows" >> beam.Flatten(), "SumInput")
     counts = {
         "input_rows": n_input,
         "accepted_rows": n_accepted,
         "rejected_rows": n_rejected,
         "originals": n_accepted,
-        "variants_generated": _sum(expanded.generated, "SumVariants"),
-        "duplicates_dropped": _sum(resolved.duplicates, "SumDuplicates"),
-        "excluded_dropped": _sum((guarded.excluded, resolved.excluded) | "AllExcluded" >> beam.Flatten(),
+        "variants_generated": opts.total(expanded.generated, "SumVariants"),
+        "duplicates_dropped": opts.total(resolved.duplicates, "SumDuplicates"),
+        "excluded_dropped": opts.total((guarded.excluded, resolved.excluded) | "AllExcluded" >> beam.Flatten(),
                                  "SumExcluded"),
-        "output_rows": _sum(resolved.written | "RowsPerFile" >> beam.Map(lambda w: w[1]), "CountOutput"),
+        "output_rows": opts.total(resolved.written | "RowsPerFile" >> beam.Map(lambda w: w[1]), "CountOutput"),
         "inputs": per_file,
         "first_rejects": samples,
     }
@@ -331,23 +323,25 @@ def run_augment(cfg: AugmentConfig, *, inputs: Sequence[str], output: str, unlab
                 overwrite: bool = False) -> dict:
     """Build the transfer set in `output`; return its stats. Raises UserError when the stats show a problem.
 
-    Paths may be file:// URLs (read as local paths). The run owns `output` while it writes
-    (transferset.fs.lock): a second run on it is refused instead of mixing its rows in.
+    Paths may be file:// URLs (read as local paths). The run owns `output` while it writes and clears
+    only what transferset wrote there (transferset.fs.output): a second run on it is refused instead of
+    mixing its rows in, and others' files are never deleted.
     """
     inputs = [opts.normalize(p, "--input") for p in inputs]
     unlabeled = [opts.normalize(p, "--unlabeled") for p in unlabeled]
     exclude = [opts.normalize(p, "--exclude") for p in exclude]
-    output = opts.normalize(output, "--output")
-    job = make_job(cfg, inputs=inputs, output=output, unlabeled=unlabeled, exclude=exclude)
+    out = opts.output(output, "augment", inputs=[*inputs, *unlabeled, *exclude], overwrite=overwrite)
+    job = make_job(cfg, inputs=inputs, output=out.path, unlabeled=unlabeled, exclude=exclude)
     if not job.exclude:
         print("transferset augment: warning: no --exclude given; nothing guards against evaluation "
               "sentences leaking into the transfer set", file=sys.stderr)
     heap.fix_mmap_threshold()  # a local runner's groupings (sources, bucket files) run here (transferset.heap)
-    with output_lock(job.output, command="augment"):
-        opts.prepare_output(job.output, overwrite=overwrite)
+    with out.open():
+        out.prepare()
         print(f"transferset augment: recipe {cfg.recipe} ops {','.join(cfg.ops)}, "
               f"{cfg.n_iter} variants per example, labels {list(job.label_names)} → {job.output}",
               file=sys.stderr)
         with beam.Pipeline(options=opts.pipeline_options(beam_cfg, extra)) as p:
             build(p, job)
+        out.record()
     return opts.finished_stats(job.output)

@@ -30,6 +30,7 @@ from students.student import Student, accuracy
 from transferset import fs, schema, sources, timing, transfer, typed
 from transferset.config import DEFAULT_LR, StudentConfig
 from transferset.errors import UserError
+from transferset.fs.output import STUDENT_NAMES, Output
 
 
 # --------------------------------------------------------------------------- loss step
@@ -199,10 +200,16 @@ def require_input(path: str, flag: str) -> None:
 
 def train(cfg: StudentConfig, transfer_dir: str, dev_path: str, output: str, *, overwrite: bool = False,
           progress: bool = True) -> dict:
-    """Train a student; write OUTPUT/model/, OUTPUT/metrics.json, OUTPUT/curves.png; return the metrics."""
-    model_dir = os.path.join(output, schema.STUDENT_MODEL_DIR)
-    if os.path.exists(model_dir) and not overwrite:
-        raise UserError(f"{model_dir} already exists; pass --overwrite or choose another --output")
+    """Train a student; write OUTPUT/model/, OUTPUT/metrics.json, OUTPUT/curves.png, then OUTPUT/_COMPLETE;
+    return the metrics. OUTPUT (local or a URL) is written as transferset.fs.output says: owned while the
+    run lasts, refused when complete (without `overwrite`) or holding others' files, touched only at save."""
+    out = Output(output, "train", names=STUDENT_NAMES, overwrite=overwrite, inputs=[transfer_dir, dev_path])
+    with out.open():
+        out.check()
+        return _train(cfg, transfer_dir, dev_path, out, progress)
+
+
+def _train(cfg: StudentConfig, transfer_dir: str, dev_path: str, out: Output, progress: bool) -> dict:
     # ---- setup: a set whose scoring did not finish is refused; the dev data is checked against
     # the set's label names before the (longer) setup.
     transfer.data_files(transfer_dir)  # a folder holding no transfer set at all says so first
@@ -244,11 +251,13 @@ def train(cfg: StudentConfig, transfer_dir: str, dev_path: str, output: str, *, 
                    train_rows_per_second=trained / step_seconds if step_seconds else None,
                    phases=phase_log, history=history)
 
-    # ---- save
-    os.makedirs(output, exist_ok=True)
-    student.save_pretrained(model_dir)
-    with open(os.path.join(output, schema.METRICS_FILE), "w", encoding="utf-8") as fh:
-        json.dump(metrics, fh, indent=2)
-    if history:
-        plot_curves(history, os.path.join(output, schema.CURVES_FILE))
+    # ---- save: only now is anything under the output changed (transferset.fs.output)
+    out.prepare()
+    with out.local() as output:
+        student.save_pretrained(os.path.join(output, schema.STUDENT_MODEL_DIR))
+        with open(os.path.join(output, schema.METRICS_FILE), "w", encoding="utf-8") as fh:
+            json.dump(metrics, fh, indent=2)
+        if history:
+            plot_curves(history, os.path.join(output, schema.CURVES_FILE))
+    out.finish()
     return metrics

@@ -81,6 +81,7 @@ REJECTS_DIR = "rejects"
 STATS_FILE = "stats.json"
 COMPLETE_MARKER = "_COMPLETE"
 LOCK_FILE = ".transferset.lock"  # the run writing into a folder (transferset.fs.lock); absent when none
+MANIFEST_FILE = ".transferset-output.json"  # which command wrote the folder, and what it wrote (transferset.fs.output)
 
 # --- a trained student (`transferset train --output DIR`) --------------------
 STUDENT_MODEL_DIR = "model"          # DIR/model: the student, loadable with `transferset evaluate`

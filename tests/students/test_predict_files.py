@@ -162,7 +162,7 @@ def test_predict_refuses_clearly(models, inputs, tmp_path, capsys):
     # A complete output is kept unless --overwrite.
     assert main(["predict", "--model", models["bilstm"], "--input", tsv, "--output", str(out)]) == 1
     err = capsys.readouterr().err
-    assert "already holds complete predictions" in err and "pass --overwrite" in err
+    assert "already holds a complete run of `transferset predict` (predictions)" in err and "pass --overwrite" in err
     # A text column the file lacks: every row rejected, said once with the first reasons; no _COMPLETE.
     bad = tmp_path / "bad"
     assert main(["predict", "--model", models["bilstm"], "--input", tsv, "--output", str(bad),
@@ -281,3 +281,67 @@ def test_in_process_and_beam_rows_say_where_they_were_read_the_same_way(tmp_path
             (str(b), 1, "same words")]
         assert len({r["id"] for r in rows}) == 4
         assert sorted(_read_output(there), key=lambda r: r["id"]) == sorted(rows, key=lambda r: r["id"])
+
+
+def _tree(root: Path) -> dict:
+    """Every file and folder under `root` → its bytes (None for a folder)."""
+    return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None) for p in sorted(root.rglob("*"))}
+
+
+@pytest.mark.parametrize("runner", ([], ["--beam"]))
+def test_predict_into_the_folder_of_its_input_is_refused_and_deletes_nothing(runner, models, inputs, tmp_path,
+                                                                             monkeypatch, capsys):
+    """Issue 25 item 1: `predict --input data/sst2/train.tsv --output .` deleted its own input (the data/ of
+    any output without _COMPLETE was cleared first), then stopped with a traceback."""
+    import shutil
+
+    tsv = next(p for p in inputs[0] if p.endswith(".tsv"))
+    (tmp_path / "data" / "sst2").mkdir(parents=True)
+    shutil.copy(tsv, tmp_path / "data" / "sst2" / "train.tsv")
+    monkeypatch.chdir(tmp_path)
+    before = _tree(tmp_path)
+    for flags in ([], ["--overwrite"]):
+        rc = main(["predict", "--model", models["bilstm"], "--input", "data/sst2/train.tsv", "--output", ".",
+                   *runner, *flags])
+        err = capsys.readouterr().err
+        assert rc == 2 and "--output . contains the input data/sst2/train.tsv" in err
+    assert _tree(tmp_path) == before
+
+
+def test_predict_into_a_run_directory_keeps_its_stages(models, inputs, tmp_path, capsys):
+    """Issue 25 item 1: `predict --output RUN` deleted the run's data/ stage (labeled, unlabeled and
+    validation rows), which the run's later stages read."""
+    run = tmp_path / "run"
+    files = {"config.yaml": "run_dir: run\n", "data/labeled.jsonl": '{"text": "a fine film", "label": 1}\n',
+             "data/unlabeled.jsonl": '{"text": "a film"}\n', "data/split.json": "{}\n",
+             "data/.stage.json": '{"key": "k1"}\n', "teacher/config.json": "{}\n", "teacher/.stage.json": '{"key": "k2"}\n'}
+    for rel, text in files.items():
+        (run / rel).parent.mkdir(parents=True, exist_ok=True)
+        (run / rel).write_text(text)
+    before = _tree(run)
+    tsv = next(p for p in inputs[0] if p.endswith(".tsv"))
+    rc = main(["predict", "--model", models["bilstm"], "--input", tsv, "--output", str(run)])
+    err = capsys.readouterr().err
+    assert rc == 1 and (f"{run} holds config.yaml, data/ (.stage.json, labeled.jsonl, 2 more), teacher/ "
+                        "(.stage.json, config.json) (a `transferset run` directory), which transferset did not write; "
+                        "`transferset predict` writes data/ there") in err
+    assert "never deletes files it did not write, even with --overwrite" in err
+    assert main(["predict", "--model", models["bilstm"], "--input", tsv, "--output", str(run), "--overwrite"]) == 1
+    assert "never deletes files it did not write, even with --overwrite" in capsys.readouterr().err
+    assert _tree(run) == before
+
+
+def test_predict_onto_a_transfer_set_says_what_the_folder_holds(models, inputs, tmp_path, capsys):
+    """Issue 25 item 11: `predict --output` onto a transfer set said it "already holds complete predictions"."""
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"text": "a fine film", "label": 1}\n{"text": "a dull film", "label": 0}\n')
+    transfer_set = tmp_path / "transfer"
+    assert main(["augment", "--input", str(src), "--output", str(transfer_set), "--n-iter", "0"]) == 0
+    before = _tree(transfer_set)
+    capsys.readouterr()
+    tsv = next(p for p in inputs[0] if p.endswith(".tsv"))
+    rc = main(["predict", "--model", models["bilstm"], "--input", tsv, "--output", str(transfer_set)])
+    err = capsys.readouterr().err
+    assert rc == 1 and "predictions" not in err
+    assert f"{transfer_set} already holds a complete run of `transferset augment` (a transfer set)" in err
+    assert _tree(transfer_set) == before

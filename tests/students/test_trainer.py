@@ -143,11 +143,42 @@ def test_refuses_unknown_settings_and_an_existing_output(tmp_path, tiny_scored_d
     rc, err = _train(args + ["--schedule", "progressive"], capsys)
     assert rc == 1 and "head width (200) to equal the teacher's hidden width (32)" in err
     (tmp_path / "o" / schema.STUDENT_MODEL_DIR).mkdir(parents=True)
+    (tmp_path / "o" / schema.STUDENT_MODEL_DIR / "notes.txt").write_text("mine")
     cfg.write_text("epochs: 1\n")
-    rc, err = _train(args, capsys)
-    assert rc == 1 and re.search(r"model already exists; pass --overwrite", err)
+    for flags in ([], ["--overwrite"]):  # model/ is the trainer's: another's files there are never deleted
+        rc, err = _train(args + flags, capsys)
+        assert rc == 1 and re.search(r"o holds model/ \(notes.txt\), which transferset did not write", err)
+    assert (tmp_path / "o" / schema.STUDENT_MODEL_DIR / "notes.txt").read_text() == "mine"
     rc, err = _train(["--transfer", str(tmp_path), "--dev", sst2_dev200, "--output", str(tmp_path / "p")], capsys)
     assert rc == 1 and "no Parquet files" in err
+
+
+def test_a_killed_train_is_redone_without_overwrite(tmp_path, tiny_scored_dir, sst2_dev200, capsys, monkeypatch):
+    """Issue 25 item 10: a `train` killed after creating model/ blocked its own rerun ("model already exists")
+    although model/ was empty: an unfinished output of the same command is ours to redo."""
+    import students.trainer
+
+    small = {"model": {"embed_dim": 16, "hidden": 16}}
+    out = tmp_path / "run"
+    (out / schema.STUDENT_MODEL_DIR).mkdir(parents=True)  # what a killed run of the released version left
+    _run(tmp_path, tiny_scored_dir, sst2_dev200, "--epochs", "1", **small)
+    assert (out / schema.COMPLETE_MARKER).exists()
+    assert (out / schema.STUDENT_MODEL_DIR / schema.STUDENT_SIDECAR_FILE).exists()
+
+    def killed(*args, **kwargs):  # killed while saving: model/ and metrics.json written, no _COMPLETE
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(students.trainer, "plot_curves", killed)
+    args = ["train", "--transfer", tiny_scored_dir, "--dev", sst2_dev200, "--output", str(out), "--no-progress",
+            "--config", _config(tmp_path / "cfg.yaml", **small), "--epochs", "1"]
+    assert main(args + ["--overwrite"]) == 130
+    assert (out / schema.STUDENT_MODEL_DIR).is_dir() and not (out / schema.COMPLETE_MARKER).exists()
+    monkeypatch.undo()
+    capsys.readouterr()
+    assert main(args) == 0  # no --overwrite needed: the folder holds only what the killed run wrote
+    assert (out / schema.COMPLETE_MARKER).exists() and (out / schema.CURVES_FILE).exists()
+    assert main(args) == 1  # complete now: kept unless --overwrite
+    assert "already holds a complete run of `transferset train` (a trained student)" in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------- integration: MiniLM teacher

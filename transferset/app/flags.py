@@ -14,6 +14,7 @@ import typing
 from typing import Any, Mapping, Optional, TypeVar
 
 from transferset.config import BeamConfig
+from transferset.fs.output import OVERWRITE_HELP
 from transferset.typed import _type_name, _unwrap, load
 
 T = TypeVar("T")
@@ -127,4 +128,4 @@ def add_runner_arguments(parser: argparse.ArgumentParser) -> None:
     """The `beam:` settings as flags, and --overwrite, for the pipeline commands."""
     g = parser.add_argument_group("Beam")
     add_arguments(g, BeamConfig)
-    g.add_argument("--overwrite", action="store_true", help="replace an existing complete output directory")
+    g.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)

@@ -18,7 +18,6 @@ from transferset.app import flags
 from transferset.app.flags import add_runner_arguments
 from transferset.config import BeamConfig, PredictConfig
 from transferset.errors import ConfigError, UserError
-from transferset.fs.lock import output_lock
 from transferset.sources import HF_PREFIX, check_readable, detect_format
 
 EPILOG = """examples:
@@ -79,18 +78,18 @@ def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
     # Loaded here in both cases: a model that does not load stops the command before a pipeline starts,
     # and the Beam graph needs its label names for the output schema.
     predictor = load_predictor(args.model, cfg.max_length, cfg.threads)
-    with output_lock(args.output, command="predict"):  # one run at a time writes into OUT
-        if on_beam:
-            from pipelines.predict import PredictJob, run_predict  # Beam only for inputs that need it
+    # Each runner owns OUT while it writes (transferset.fs.output): one run at a time, nothing of another's deleted.
+    if on_beam:
+        from pipelines.predict import PredictJob, run_predict  # Beam only for inputs that need it
 
-            job = PredictJob(model=args.model, label_names=tuple(predictor.label_names), inputs=tuple(args.input),
-                             output=args.output, cfg=cfg, total=total,
-                             loader=functools.partial(load_predictor, max_length=cfg.max_length, threads=cfg.threads))
-            del predictor  # the workers load their own
-            stats = run_predict(job, beam_cfg=flags.from_args(BeamConfig, args), extra=extra, overwrite=args.overwrite)
-        else:
-            stats = predict_files(predictor, args.input, args.output, cfg, model=args.model, total=total,
-                                  overwrite=args.overwrite, progress=None if args.progress else False)
+        job = PredictJob(model=args.model, label_names=tuple(predictor.label_names), inputs=tuple(args.input),
+                         output=args.output, cfg=cfg, total=total,
+                         loader=functools.partial(load_predictor, max_length=cfg.max_length, threads=cfg.threads))
+        del predictor  # the workers load their own
+        stats = run_predict(job, beam_cfg=flags.from_args(BeamConfig, args), extra=extra, overwrite=args.overwrite)
+    else:
+        stats = predict_files(predictor, args.input, args.output, cfg, model=args.model, total=total,
+                              overwrite=args.overwrite, progress=None if args.progress else False)
     elapsed = time.time() - started
     where = "Beam" if on_beam else "in-process"
     print(f"transferset predict: {stats['input_rows']:,} rows read, {stats['predicted']:,} predicted, "
