@@ -39,11 +39,12 @@ sys.path.insert(0, str(ROOT))
 from students import trainer  # noqa: E402
 from students.losses import LossWeights  # noqa: E402
 from students.build import setup  # noqa: E402
-from students.student import Student, latency_ms  # noqa: E402
+from students.student import Student  # noqa: E402
 from transferset.config import StudentConfig  # noqa: E402
 from transferset import schema, sources  # noqa: E402
 from transferset.teacher.scoring import Teacher  # noqa: E402
-from transferset.timing import ms_per_example  # noqa: E402
+from transferset.threads import set_torch_threads  # noqa: E402
+from transferset.timing import measure  # noqa: E402
 
 SST2 = ROOT.parent / "shared" / "data" / "sst2"
 
@@ -113,10 +114,6 @@ def recipe_rows_per_second(scored: str, dev_tsv: str, out: str, cfg: StudentConf
     return float(trainer.train(cfg, scored, dev_tsv, out, progress=False)["train_rows_per_second"])
 
 
-def teacher_latency_ms(teacher: Teacher, texts, batch_size: int, limit: int) -> float:
-    return ms_per_example(teacher.predict, texts, batch_size, limit)
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--teacher", default=None, help="fine-tuned teacher directory (default: packaged MiniLM)")
@@ -131,7 +128,7 @@ def main(argv=None) -> int:
                     help="time only whole students.trainer.train runs (no online teacher, no latency)")
     ap.add_argument("--rounds", type=int, default=1, help="students.trainer.train runs timed")
     args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
+    set_torch_threads(args.threads)
 
     train_tsv, dev_tsv = os.path.join(args.data, "train.tsv"), os.path.join(args.data, "dev.tsv")
     spec = sources.SourceSpec(path=train_tsv, label_names=("0", "1"), limit=args.rows)
@@ -172,12 +169,9 @@ def main(argv=None) -> int:
 
     teacher_params = sum(p.numel() for p in teacher.model.parameters())
     teacher_bytes = sum(p.numel() * p.element_size() for p in teacher.model.parameters())
-    lat = {
-        "student_batch_1": latency_ms(student, dev, 1, 128),
-        "student_batch_64": latency_ms(student, dev, 64, 512),
-        "teacher_batch_1": teacher_latency_ms(teacher, dev, 1, 128),
-        "teacher_batch_64": teacher_latency_ms(teacher, dev, 64, 512),
-    }
+    # Both models timed together, interleaved, on one thread (transferset.timing), with the load recorded.
+    timed = measure({"student": student.logits, "teacher": teacher.predict}, dev[:512])
+    lat = {f"{name}_{key}": cell["median"] for name, by_bs in timed["latency"].items() for key, cell in by_bs.items()}
     res = {
         "rows": len(examples), "threads": args.threads, "max_length": args.max_length,
         "load_average_1min": os.getloadavg()[0],
@@ -187,9 +181,9 @@ def main(argv=None) -> int:
         "online_teacher_seconds": online_teacher,
         "speedup_cached_vs_online": float(np.median(online) / np.median(cached)),
         "recipe_rows_per_second": recipe,
-        "latency_ms_per_example": lat,
-        "latency_speedup_batch_1": lat["teacher_batch_1"] / lat["student_batch_1"],
-        "latency_speedup_batch_64": lat["teacher_batch_64"] / lat["student_batch_64"],
+        "latency_ms_per_example": lat, "latency_conditions": timed["conditions"],
+        "latency_speedup_batch_1": None if timed["conditions"]["busy"] else lat["teacher_batch_1"] / lat["student_batch_1"],
+        "latency_speedup_batch_64": None if timed["conditions"]["busy"] else lat["teacher_batch_64"] / lat["student_batch_64"],
         "parameters": {"student": student.num_parameters(), "teacher": teacher_params},
         "weights_mb": {"student": student_bytes / 2**20, "teacher": teacher_bytes / 2**20},
     }

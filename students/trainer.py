@@ -1,8 +1,9 @@
 """Train a student from a scored transfer set: setup → loss step → train → evaluate → save.
 
-The teacher never runs here: its logits and hidden states come from the Parquet cache
-(students/data.py). What differs between students (the model, its parameter groups, what it is
-initialised from, how it is saved) is looked up in the family registry (students/build.py).
+The teacher's logits and hidden states come from the Parquet cache (students/data.py); it runs
+alongside the student only for the token-level layer losses (students/online.py). What differs
+between students (the model, its parameter groups, what it is initialised from, how it is saved) is
+looked up in the family registry (students/build.py).
 Every random stream derives from the run's seed (students/seeds.py).
 
 The loop is the recipe the teacher trains with too (transferset/training.py, on Accelerate): each
@@ -24,21 +25,24 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from students import seeds
+from students import online, seeds
 from students.build import Setup, setup
-from students.data import iter_train_batches, read_eval_data
+from students.data import EvalData, iter_train_batches, read_eval_data
 from students.family import project
 from students.losses import NO_LABEL, LossWeights, combine
 from students.plots import plot_curves
 from students.schedules import Phase, phases
-from students.student import Student, accuracy, latency_ms
-from transferset import fs, schema, sources, transfer, typed
+from students.student import Student, accuracy
+from transferset import fs, schema, sources, timing, transfer, typed
 from transferset.config import DEFAULT_LR, StudentConfig
 from transferset.errors import UserError
+from transferset.fs.output import STUDENT_NAMES, Output
 from transferset.training import Checkpoints, Engine, PhaseSpec, Recipe
 
 # OUTPUT/checkpoint/: where a killed run resumes from (`resume: true`); removed once model/ is written.
 CHECKPOINT_DIR = "checkpoint"
+# OUTPUT/logs/: the experiment tracker's folder (`report_to`).
+LOGS_DIR = "logs"
 
 
 # --------------------------------------------------------------------------- loss step
@@ -60,7 +64,7 @@ def set_trainable(s: Setup, phase: Phase) -> list[torch.nn.Parameter]:
     if s.projection is not None:
         # It learns in every phase; only a repr / pkd loss gives it a gradient (AdamW skips the rest).
         learn += list(s.projection.parameters())
-    return learn
+    return learn + online.parameters(s)  # W_h of the layer losses, likewise
 
 
 def make_optimizer(s: Setup, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
@@ -71,13 +75,18 @@ def make_optimizer(s: Setup, params: list[torch.nn.Parameter]) -> torch.optim.Op
 
 
 class Trained(torch.nn.Module):
-    """The student and its width projection as one module: what DDP wraps, what a batch goes through."""
+    """The student, its width projection and the online teacher's W_h (students/online.py) as one module:
+    what DDP wraps, what a batch goes through."""
 
     def __init__(self, s: Setup):
         super().__init__()
         self.model, self.projection, self.family = s.model, s.projection, s.family
+        self.online = getattr(s, "online", None)  # holds the teacher outside its parameters
 
-    def forward(self, batch) -> dict:
+    def forward(self, batch, weights: Optional[LossWeights] = None) -> dict:
+        if self.online is not None and weights is not None and weights.layer_active():
+            # A layer loss is active: the student's token-level states, and the teacher's added to `batch`.
+            return project(self.online(self.model, batch, weights), self.projection)
         return project(self.family.forward(self.model, batch), self.projection)
 
 
@@ -87,7 +96,7 @@ def loss_step(net: torch.nn.Module, batch, weights: LossWeights) -> tuple[torch.
     `net` is `Trained` (or DDP around it). Losses that need more than the cached teacher columns
     (a teacher run alongside, token-level targets) plug in here.
     """
-    return combine(net(batch), batch, weights)
+    return combine(net(batch, weights), batch, weights)
 
 
 def train_step(s: Setup, optimizer, batch, weights: LossWeights) -> tuple[float, dict]:
@@ -152,8 +161,13 @@ def teacher_agreement_on_transfer(student: Student, transfer_dir: str, limit: in
     return float((pred == np.asarray(teacher)).mean()), len(texts)
 
 
+TRAINING_LATENCY_NOTE = ("CPU ms per example, tokenization included, this student alone at training time; "
+                         "compare models with the run report (report.html, results.json): it times them together")
+
+
 def evaluate_run(s: Setup, student: Student, transfer_dir: str, dev: EvalData) -> dict:
     cfg = s.cfg
+    timed = timing.measure({"student": student.logits}, dev.texts[:cfg.latency_examples])
     dev_pred = student.predict_ids(dev.texts, dev.texts_b)
     if dev.teacher_labels is not None:
         agreement, agreement_on = float((dev_pred == dev.teacher_labels).mean()), f"dev ({len(dev.texts)} rows)"
@@ -171,11 +185,10 @@ def evaluate_run(s: Setup, student: Student, transfer_dir: str, dev: EvalData) -
         "teacher_agreement": agreement,
         "teacher_agreement_on": agreement_on,
         "parameters": student.num_parameters(),
-        "latency_ms_per_example": {
-            "batch_1": latency_ms(student, dev.texts, 1, min(cfg.latency_examples, 128)),
-            "batch_64": latency_ms(student, dev.texts, 64, cfg.latency_examples),
-        },
-        "latency_note": f"CPU, {torch.get_num_threads()} torch thread(s), tokenization included",
+        # This student alone, at training time, with the load it ran under: not a figure to set against
+        # another model's taken at another time (the run report times every model together).
+        "latency_ms_per_example": {key: cell["median"] for key, cell in timed["latency"]["student"].items()},
+        "latency_conditions": {**timed["conditions"], "note": TRAINING_LATENCY_NOTE},
         "transfer": {"dir": transfer_dir, "rows": s.num_rows, "labeled_rows": s.num_labeled,
                      "teacher_id": s.meta.get(schema.META_TEACHER_ID)},
         "config": typed.to_dict(cfg),
@@ -195,14 +208,30 @@ def require_input(path: str, flag: str) -> None:
 
 def train(cfg: StudentConfig, transfer_dir: str, dev_path: str, output: str, *, overwrite: bool = False,
           progress: bool = True) -> dict:
-    """Train a student; write OUTPUT/model/, OUTPUT/metrics.json, OUTPUT/curves.png; return the metrics.
+    """Train a student; write OUTPUT/model/, OUTPUT/metrics.json, OUTPUT/curves.png, then OUTPUT/_COMPLETE;
+    return the metrics. OUTPUT (local or a URL) is written as transferset.fs.output says: owned while the
+    run lasts, refused when complete (without `overwrite`) or holding others' files; what an earlier run
+    wrote is cleared once every check passed, just before training (a resumed run keeps its checkpoint/).
 
-    Under `torchrun` / `accelerate launch` every process trains on its own rows and rank 0 alone
-    evaluates and writes; the other ranks return {"rank": r}.
+    Under `torchrun` / `accelerate launch` every process trains on its own rows and rank 0 alone owns
+    the output, evaluates and writes; the other ranks return {"rank": r}.
     """
-    model_dir = os.path.join(output, schema.STUDENT_MODEL_DIR)
-    if os.path.exists(model_dir) and not overwrite:
-        raise UserError(f"{model_dir} already exists; pass --overwrite or choose another --output")
+    if int(os.environ.get("RANK", "0")) != 0:
+        return _train(cfg, transfer_dir, dev_path, None, output, progress)
+    out = Output(output, "train", names=(*STUDENT_NAMES, CHECKPOINT_DIR, LOGS_DIR), overwrite=overwrite,
+                 inputs=[transfer_dir, dev_path])
+    with out.open():
+        out.check()
+        # A URL is trained into a local staging folder (checkpoints too), uploaded whole at the end.
+        with out.local() as work:
+            metrics = _train(cfg, transfer_dir, dev_path, out, work, progress)
+        out.finish()
+    return metrics
+
+
+def _train(cfg: StudentConfig, transfer_dir: str, dev_path: str, out: Optional[Output], output: str,
+           progress: bool) -> dict:
+    """The training itself, writing into the local folder `output`; `out` is None on ranks other than 0."""
     # ---- setup: a set whose scoring did not finish is refused; the dev data is checked against
     # the set's label names before the (longer) setup.
     transfer.data_files(transfer_dir)  # a folder holding no transfer set at all says so first
@@ -216,8 +245,11 @@ def train(cfg: StudentConfig, transfer_dir: str, dev_path: str, output: str, *, 
         plan = phases(cfg.schedule, LossWeights.of(cfg), cfg.epochs, s.family.param_groups(s.model).keys())
     except ValueError as exc:
         raise UserError(str(exc)) from exc
+    if out is not None:
+        # Every check passed: clear what an earlier run wrote here (a resumed run keeps its checkpoints).
+        out.prepare(keep=[CHECKPOINT_DIR] if cfg.resume else [])
     engine = Engine.create(device=cfg.device, bf16=cfg.bf16, report_to=cfg.report_to,
-                           project_dir=os.path.join(output, "logs"), progress_bar=None if progress else False,
+                           project_dir=os.path.join(output, LOGS_DIR), progress_bar=None if progress else False,
                            log=(lambda msg: tqdm.write(msg, file=sys.stderr)) if progress else (lambda msg: None))
     checkpoints = Checkpoints(os.path.join(output, CHECKPOINT_DIR), fingerprint(cfg, transfer_dir, dev_path, engine),
                               every_steps=cfg.checkpoint_steps)
@@ -258,8 +290,7 @@ def train(cfg: StudentConfig, transfer_dir: str, dev_path: str, output: str, *, 
                    processes=engine.world, device=str(engine.device), phases=phase_log, history=history)
 
     # ---- save
-    os.makedirs(output, exist_ok=True)
-    student.save_pretrained(model_dir)
+    student.save_pretrained(os.path.join(output, schema.STUDENT_MODEL_DIR))
     with open(os.path.join(output, schema.METRICS_FILE), "w", encoding="utf-8") as fh:
         json.dump(metrics, fh, indent=2)
     if history:

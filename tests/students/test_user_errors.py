@@ -163,3 +163,25 @@ def test_pickle_weights_for_evaluate_name_only_flags_that_exist(tmp_path, tiny_t
     rc, err = _call(["evaluate", "--model", str(model), "--data", sst2_dev200], capsys)
     assert rc == 1 and "pickle files (pytorch_model.bin)" in err
     assert "in `transferset teacher` and `score`, pass --allow-pickle" in err and "load safetensors only" in err
+
+
+def test_a_student_with_nan_weights_is_refused_by_evaluate_and_predict(tmp_path, small_student, sst2_dev200, capsys):
+    """Issue 25 item 5: a student trained on NaN logits had NaN weights, and `predict` wrote NaN
+    probabilities with exit 0."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    copy = tmp_path / "student"
+    shutil.copytree(small_student, copy)
+    weights = copy / schema.STUDENT_MODEL_DIR / schema.WEIGHTS_FILE
+    tensors = load_file(str(weights))
+    name = sorted(k for k, t in tensors.items() if t.is_floating_point())[-1]
+    tensors[name].view(-1)[0] = float("nan")
+    save_file(tensors, str(weights))
+    says = f"{weights}: weight {name} holds NaN or infinite values"
+    rc, err = _call(["evaluate", "--model", str(copy), "--data", sst2_dev200], capsys)
+    assert rc == 1 and says in err, err
+    rc, err = _call(["predict", "--model", str(copy), "--input", sst2_dev200, "--output", str(tmp_path / "p")], capsys)
+    assert rc == 1 and says in err, err
+    assert not (tmp_path / "p").exists()

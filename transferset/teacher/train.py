@@ -24,6 +24,7 @@ from transferset import typed
 from transferset import schema, sources
 from transferset.config import TeacherConfig
 from transferset.errors import UserError
+from transferset.fs.output import MODEL_NAMES, Output
 from transferset.sources import Example, Reject, SourceSpec
 from transferset import loading
 from transferset.training import Checkpoints, Engine, PhaseSpec, Recipe
@@ -48,17 +49,6 @@ def read_split(path: str, cfg: TeacherConfig, label_names: Sequence[str]) -> Dat
             raise UserError(sources.summarize_rejects(path, data.rejects))
         raise UserError(f"{path}: no rows")
     return data
-
-
-def write_rejects(out_dir: str, name: str, rejects: Sequence[Reject]) -> Optional[str]:
-    if not rejects:
-        return None
-    os.makedirs(os.path.join(out_dir, schema.REJECTS_DIR), exist_ok=True)
-    path = os.path.join(out_dir, schema.REJECTS_DIR, f"{name}.jsonl")
-    with open(path, "w", encoding="utf-8") as fh:
-        for r in rejects:
-            fh.write(json.dumps(r.to_dict(), ensure_ascii=False) + "\n")
-    return path
 
 
 def encode(tokenizer, examples: Sequence[Example], max_length: int) -> list[dict]:
@@ -112,18 +102,31 @@ def length_grouped(lengths: Sequence[int], batch_size: int, rng: np.random.Gener
 
 
 def train(cfg: TeacherConfig, *, train: str, dev: str, output: str, overwrite: bool = False, log=None) -> dict:
-    """Fine-tune on `train`; keep the best `dev` checkpoint in `output`; return the metrics written to metrics.json."""
+    """Fine-tune on `train`; keep the best `dev` checkpoint in `output`; return the metrics written to metrics.json.
+
+    `train` and `dev` are local files; `output` a local folder or a URL (trained in a local staging folder,
+    then uploaded), written as transferset.fs.output says: owned while written, _COMPLETE last.
+    """
+    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    out = Output(output, "teacher", names=MODEL_NAMES, overwrite=overwrite,
+                 inputs=[train, dev, cfg.model if os.path.exists(cfg.model) else None])
+    with out.open():
+        out.check()
+        for flag, path in (("--train", train), ("--dev", dev)):
+            if not path.startswith(sources.HF_PREFIX) and not os.path.isfile(path):
+                raise UserError(f"{flag} {path}: no such file")
+            sources.check_readable(path)  # a broken header, an hf: split that does not load: before any output
+        out.prepare(keep=[CHECKPOINT_DIR] if cfg.resume else [])  # a resumed fine-tuning keeps its checkpoints
+        with out.local() as work:
+            metrics = _fine_tune(cfg, train=train, dev=dev, out=out, output=work, log=log)
+        out.finish()
+    return metrics
+
+
+def _fine_tune(cfg: TeacherConfig, *, train: str, dev: str, out: Output, output: str, log) -> dict:
+    """The fine-tuning itself: rejects through `out`, the model and metrics.json into the local folder `output`."""
     import torch
     from transformers import DataCollatorWithPadding
-
-    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    if os.path.exists(os.path.join(output, "config.json")) and not overwrite:
-        raise UserError(f"{output} already holds a model (config.json present); "
-                        "pass --overwrite to replace it or choose another --output")
-    for flag, path in (("--train", train), ("--dev", dev)):
-        if not path.startswith(sources.HF_PREFIX) and not os.path.isfile(path):
-            raise UserError(f"{flag} {path}: no such file")
-    os.makedirs(output, exist_ok=True)
 
     # --- setup ---------------------------------------------------------------------------
     random.seed(cfg.seed)
@@ -135,7 +138,7 @@ def train(cfg: TeacherConfig, *, train: str, dev: str, output: str, overwrite: b
     # --- data ------------------------------------------------------------------------------
     train_data = read_split(train, cfg, label_names)
     dev_data = read_split(dev, cfg, label_names)
-    reject_files = {name: write_rejects(output, name, d.rejects)
+    reject_files = {name: out.write_rejects(d.rejects, f"{name}.jsonl") if d.rejects else None
                     for name, d in (("train", train_data), ("dev", dev_data))}
     for name, d in (("train", train_data), ("dev", dev_data)):
         if d.rejects:
@@ -190,7 +193,8 @@ def train(cfg: TeacherConfig, *, train: str, dev: str, output: str, overwrite: b
         recipe.restore_finished(model)
     history = recipe.history
     # --- save ---
-    model.cpu().save_pretrained(output)  # the best epoch's weights; id2label travels in config.json
+    with loading.quiet_transformers():  # no "Writing model shards" bar
+        model.cpu().save_pretrained(output)  # the best epoch's weights; id2label travels in config.json
     tokenizer.save_pretrained(output)
     recipe.finish()
     best = max(history, key=lambda r: r["dev_accuracy"])  # max keeps the first of equal bests, as the recipe

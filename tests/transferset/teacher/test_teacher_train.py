@@ -8,7 +8,7 @@ import pytest
 from transferset.app import cli
 from transferset.errors import UserError
 import builders as testing
-from transferset import loading, progress
+from transferset import loading, progress, schema
 from transferset.schema import METRICS_FILE
 from transferset.teacher import scoring
 from transferset.config import TeacherConfig
@@ -100,7 +100,7 @@ def test_rejected_rows_are_reported(trained):
 
 def test_existing_output_refused(trained):
     (cfg, output), _, _ = trained
-    with pytest.raises(UserError, match="already holds a model.*--overwrite"):
+    with pytest.raises(UserError, match=r"already holds a complete run of `transferset teacher` \(a fine-tuned teacher model\).*--overwrite"):
         train(cfg, train="unused.tsv", dev="unused.tsv", output=output, log=lambda msg: None)
 
 
@@ -147,7 +147,7 @@ def test_output_holds_no_trainer_checkpoints(trained):
     (_, output), _, _ = trained
     names = set(os.listdir(output))
     assert names == {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-                     METRICS_FILE, "rejects"}
+                     METRICS_FILE, "rejects", schema.COMPLETE_MARKER, schema.MANIFEST_FILE}
 
 
 def test_progress_lines_and_epoch_lines_off_a_terminal(trained):
