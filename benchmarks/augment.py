@@ -197,11 +197,8 @@ def _cut_graph(p, job, cut: str):
         excluded = pa._excluded_keys(p, job.exclude)
         examples = ({"examples": examples | beam.Map(lambda e: (dedup_digest(e.text, e.text_b), e)), "exclude": excluded}
                     | "GroupSources" >> beam.CoGroupByKey() | "Guard" >> beam.FlatMap(pa._guard_sources))
-    items = (examples | beam.Map(lambda ex: (ex, {}))
-             | beam.BatchElements(min_batch_size=64, max_batch_size=cfg.tag_batch_size)
-             | beam.ParDo(pa._Tag(cfg.spacy_model, cfg.tag_batch_size)))
-    vocab = beam.pvalue.AsSingleton(items | beam.CombineGlobally(pa._PosVocab()))
-    rows = (items | beam.FlatMap(pa._expand, cfg, pos_vocab=vocab).with_outputs("generated", main="rows")).rows
+    items, corpus = pa._with_contexts(examples | beam.Map(lambda ex: (ex, {})), cfg)  # tags and pos_vocab
+    rows = (items | beam.FlatMap(pa._expand, cfg, **corpus).with_outputs("generated", main="rows")).rows
     if cut == "dedup":
         out_schema = schema.transfer_schema(schema.base_metadata(job.label_names))
         rows = (rows | "Dedup" >> pa.DedupAndGuard(os.path.join(job.output, SPILL_DIR), excluded,
@@ -291,14 +288,14 @@ def bench_mlm(args) -> dict:
     from transferset.augment import split_words, variant_rows
     from transferset.config import AugmentConfig
     from transferset.augment.mlm import MlmCandidates
+    from transferset.threads import set_torch_threads
 
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
     logging.getLogger("transformers").setLevel(logging.ERROR)
     model = args.mlm_model or default_mlm_dir()
     real = args.mlm_model is not None
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
+    set_torch_threads(args.threads)  # 0: torch's default
     def load(forward):
         torch.manual_seed(args.seed)  # the new MLM head of the default model is initialised reproducibly
         return MlmCandidates(model, top_k=AugmentConfig().mlm_top_k, batch_size=args.mlm_batch_size,

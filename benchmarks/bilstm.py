@@ -23,6 +23,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from students import bilstm  # noqa: E402
 from transferset.loading import resolve_model  # noqa: E402
+from transferset.threads import set_torch_threads  # noqa: E402
 
 
 def packed_forward(model: bilstm.BiLSTM, ids, mask):
@@ -66,7 +67,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
+    set_torch_threads(args.threads)
     data = batches(args.rows, args.batch_size)
     tokens = sum(int(m.sum()) for _, m in data)
     print(f"{args.rows} SST-2 rows, {tokens} real tokens, batch {args.batch_size}, {args.threads} thread(s), "

@@ -1,6 +1,6 @@
 """Latency of a run's teacher and students on PyTorch and on ONNX Runtime, measured so it holds still.
 
-Every model on both runtimes is timed in the same rounds, interleaved (students.latency: each round
+Every model on both runtimes is timed in the same rounds, interleaved (transferset.timing: each round
 times every model once per batch size, in an order rotated each round), threads pinned, tokenization
 included. Printed: the median ms per example and its spread (quartiles) at batch 1 and 64, and the
 speed-up over the teacher on the same runtime. For each BiLSTM student, where its time goes at batch
@@ -29,9 +29,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from students.bilstm import BiLSTM  # noqa: E402
 from students.export import export  # noqa: E402
-from students.latency import interleaved_latency, pin_threads, ratios  # noqa: E402
 from students.student import ONNX_FILE, OnnxStudent, Student  # noqa: E402
 from transferset import schema  # noqa: E402
+from transferset.timing import describe, measure, ratios  # noqa: E402
+from transferset.threads import set_torch_threads  # noqa: E402
 from transferset.config import DEFAULT_MAX_LENGTH  # noqa: E402
 from transferset.sources import read_texts  # noqa: E402
 
@@ -156,7 +157,7 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="also write every sample as JSON here")
     args = ap.parse_args()
     runtimes = [r for r in args.runtimes.split(",") if r]
-    pin_threads(args.threads)
+    set_torch_threads(args.threads)  # before loading: an ONNX session takes its threads when it is made
     texts = list(read_texts(args.texts))[:512]
     models = models_of(args.run_dir)
     with tempfile.TemporaryDirectory() as tmp:
@@ -166,9 +167,10 @@ def main() -> None:
         print(f"{len(models)} models x {len(runtimes)} runtimes, {args.threads} thread(s), {args.rounds} interleaved "
               f"rounds, load average {os.getloadavg()[0]:.1f}, texts {args.texts}", file=sys.stderr)
         t0 = time.perf_counter()
-        result = interleaved_latency({name: m.logits for name, m in loaded.items()}, texts, batch_sizes=(1, 64),
-                                     rounds=args.rounds, log=lambda msg: print(msg, file=sys.stderr))
-        print(f"measured in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+        timed = measure({name: m.logits for name, m in loaded.items()}, texts, batch_sizes=(1, 64),
+                        rounds=args.rounds, threads=args.threads, log=lambda msg: print(msg, file=sys.stderr))
+        result, conditions = timed["latency"], timed["conditions"]
+        print(f"measured in {time.perf_counter() - t0:.0f} s: {describe(conditions)}", file=sys.stderr)
         print(table(result, params))
         breakdown = {}
         if args.breakdown:
@@ -184,6 +186,7 @@ def main() -> None:
     if args.out:
         with open(args.out, "w", encoding="utf-8") as fh:
             json.dump({"threads": args.threads, "rounds": args.rounds, "texts": args.texts, "latency": result,
+                       "conditions": conditions,
                        "parameters": params, "breakdown": breakdown}, fh, indent=2)
 
 

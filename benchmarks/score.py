@@ -9,7 +9,7 @@ MKL and oneDNN),
 the naive loop (batches of 32 in file order, padded to the longest, `no_grad`, hidden states on)
 and `Teacher.predict` (what the Beam handler calls) on both of its forward paths: `score_path`,
 `--forward` (default auto: for this BERT teacher on CPU the padding-free packed path,
-teacher/packed.py; on a GPU auto means padded, so pass --forward packed there to compare) and
+transferset/packed.py; on a GPU auto means padded, so pass --forward packed there to compare) and
 `padded_path` (`--forward padded`: length-sorted, dynamically padded batches through the model's own
 forward, what every non-BERT teacher gets). All paths alternate for --repeats rounds and the
 best round of each is reported, so a busy machine penalises them alike. Teacher cost: 2 × non-embedding
@@ -56,7 +56,7 @@ def matmul_peak(device: str, n: int = 2048, reps: int = 10, rounds: int = 5) -> 
     """
     import torch
 
-    from transferset.teacher import packed
+    from transferset import packed
 
     a = torch.randn(n, n, device=device)
     b = torch.randn(n, n, device=device)
@@ -177,9 +177,9 @@ def main(argv=None) -> int:
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from transferset.teacher import scoring
+    from transferset.threads import set_torch_threads
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    set_torch_threads(args.threads)
     texts = load_rows(args.rows)
     workdir = tempfile.mkdtemp(prefix="bench_score_")
     teacher_dir = make_teacher(os.path.join(workdir, "teacher"))

@@ -1,4 +1,5 @@
-"""Benchmark: the teacher's fine-tuning with `transformers.Trainer` against the hand-written loop it replaced.
+"""Benchmark: the teacher's fine-tuning (`trainer`: transferset.teacher.train, on transformers.Trainer until
+the shared recipe of transferset/training.py replaced it) against the hand-written loop it replaced.
 
 Same data, same settings, same run, interleaved (loop, Trainer, Trainer, loop, ... so a machine
 that gets busier or quieter during the run shifts both alike): each round is a whole
@@ -37,7 +38,9 @@ sys.path.insert(0, str(ROOT))
 from transferset import loading, schema, sources, typed  # noqa: E402
 from transferset.config import TeacherConfig  # noqa: E402
 from transferset.teacher import train as trainer_version  # noqa: E402
-from transferset.teacher.train import encode, read_split, write_rejects  # noqa: E402
+from transferset.fs.output import Output  # noqa: E402
+from transferset.teacher.train import encode, read_split  # noqa: E402
+from transferset.threads import set_torch_threads  # noqa: E402
 
 SST2 = ROOT.parent / "shared" / "data" / "sst2"
 
@@ -121,7 +124,8 @@ def loop_train(cfg: TeacherConfig, *, train: str, dev: str, output: str, log=Non
     train_data = read_split(train, cfg, label_names)
     dev_data = read_split(dev, cfg, label_names)
     for name, d in (("train", train_data), ("dev", dev_data)):
-        write_rejects(output, name, d.rejects)
+        if d.rejects:
+            Output(output, "teacher").write_rejects(d.rejects, f"{name}.jsonl")
     tokenizer = loading.load_tokenizer(model_path, trust_remote_code=cfg.trust_remote_code)
     model = loading.load_classifier(model_path, allow_pickle=cfg.allow_pickle,
                                     trust_remote_code=cfg.trust_remote_code, label_names=label_names)
@@ -224,7 +228,7 @@ def main(argv=None) -> int:
     import torch
 
     if args.threads:
-        torch.set_num_threads(args.threads)
+        set_torch_threads(args.threads)
 
     cfg = TeacherConfig(epochs=args.epochs, batch_size=args.batch_size, max_length=args.max_length, lr=args.lr,
                         seed=args.seed, progress=False)

@@ -8,6 +8,12 @@ per example (batch 1 and 64, tokenization included) and size.
     .venv/bin/python benchmarks/train.py                       # MiniLM teacher, 2,000 SST-2 rows
     .venv/bin/python benchmarks/train.py --preset tang              # Tang et al.'s smaller BiLSTM
     .venv/bin/python benchmarks/train.py --teacher runs/teacher --rows 5000 --threads 2
+    .venv/bin/python benchmarks/train.py --recipe-only --rounds 3   # rows/s of students.trainer.train alone
+
+`recipe_rows_per_second` times whole `students.trainer.train` runs (joint schedule, every epoch run,
+dev evaluation excluded from the rate): the training loop as a user runs it. It reads only
+`students.trainer.train(cfg, transfer, dev, output)`, so this script, copied into a checkout of an
+older commit, measures that commit's loop on the same rows (benchmarks/README.md: before/after).
 
 Without --teacher, the packaged MiniLM encoder with an untrained classification head stands in:
 its cost is a fine-tuned MiniLM's (the figures are timings; no accuracy is reported).
@@ -33,11 +39,12 @@ sys.path.insert(0, str(ROOT))
 from students import trainer  # noqa: E402
 from students.losses import LossWeights  # noqa: E402
 from students.build import setup  # noqa: E402
-from students.student import Student, latency_ms  # noqa: E402
+from students.student import Student  # noqa: E402
 from transferset.config import StudentConfig  # noqa: E402
 from transferset import schema, sources  # noqa: E402
 from transferset.teacher.scoring import Teacher  # noqa: E402
-from transferset.timing import ms_per_example  # noqa: E402
+from transferset.threads import set_torch_threads  # noqa: E402
+from transferset.timing import measure  # noqa: E402
 
 SST2 = ROOT.parent / "shared" / "data" / "sst2"
 
@@ -77,6 +84,7 @@ def write_scored(out: Path, examples, teacher: Teacher, teacher_dir: str) -> flo
     ], schema=sch)
     (out / schema.DATA_DIR).mkdir(parents=True)
     pq.write_table(table, out / schema.DATA_DIR / "part-00000.parquet", compression="zstd")
+    (out / schema.COMPLETE_MARKER).write_text("")  # as `score` ends: the trainer refuses a set without it
     return seconds
 
 
@@ -98,8 +106,12 @@ def epoch(s, scored: str, seed: int, teacher: Teacher | None) -> tuple[float, fl
     return time.perf_counter() - t0, t_teacher
 
 
-def teacher_latency_ms(teacher: Teacher, texts, batch_size: int, limit: int) -> float:
-    return ms_per_example(teacher.predict, texts, batch_size, limit)
+def recipe_rows_per_second(scored: str, dev_tsv: str, out: str, cfg: StudentConfig) -> float:
+    """Rows per second of the training steps of one whole `trainer.train` run (from its metrics)."""
+    import shutil
+
+    shutil.rmtree(out, ignore_errors=True)
+    return float(trainer.train(cfg, scored, dev_tsv, out, progress=False)["train_rows_per_second"])
 
 
 def main(argv=None) -> int:
@@ -112,8 +124,11 @@ def main(argv=None) -> int:
     ap.add_argument("--max-length", type=int, default=64)
     ap.add_argument("--preset", default=None, help="BiLSTM preset (tang, xtremedistil); default: BiLSTMConfig's")
     ap.add_argument("--output", default=None, help="also write the figures to this JSON file")
+    ap.add_argument("--recipe-only", action="store_true",
+                    help="time only whole students.trainer.train runs (no online teacher, no latency)")
+    ap.add_argument("--rounds", type=int, default=1, help="students.trainer.train runs timed")
     args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
+    set_torch_threads(args.threads)
 
     train_tsv, dev_tsv = os.path.join(args.data, "train.tsv"), os.path.join(args.data, "dev.tsv")
     spec = sources.SourceSpec(path=train_tsv, label_names=("0", "1"), limit=args.rows)
@@ -126,6 +141,21 @@ def main(argv=None) -> int:
         scored = os.path.join(tmp, "scored")
         score_seconds = write_scored(Path(scored), examples, teacher, teacher_dir)
         cfg = StudentConfig(student="bilstm", threads=args.threads, max_length=args.max_length, preset=args.preset)
+        dev_small = os.path.join(tmp, "dev.tsv")
+        with open(dev_tsv, encoding="utf-8") as src, open(dev_small, "w", encoding="utf-8") as dst:
+            dst.writelines(src.readlines()[:201])  # 200 dev rows: the per-epoch evaluation is not timed
+        recipe_cfg = StudentConfig(student="bilstm", threads=args.threads, max_length=args.max_length,
+                                   preset=args.preset, epochs=args.epochs, patience=args.epochs + 1,
+                                   latency_examples=16)
+        recipe = [recipe_rows_per_second(scored, dev_small, os.path.join(tmp, "recipe"), recipe_cfg)
+                  for _ in range(args.rounds)]
+        if args.recipe_only:
+            res = {"rows": len(examples), "threads": args.threads, "epochs": args.epochs,
+                   "load_average_1min": os.getloadavg()[0], "recipe_rows_per_second": recipe}
+            print(json.dumps(res, indent=2))
+            if args.output:
+                Path(args.output).write_text(json.dumps(res, indent=2))
+            return 0
         s = setup(cfg, scored)
         cached, online, online_teacher = [], [], []
         for e in range(args.epochs):
@@ -139,12 +169,9 @@ def main(argv=None) -> int:
 
     teacher_params = sum(p.numel() for p in teacher.model.parameters())
     teacher_bytes = sum(p.numel() * p.element_size() for p in teacher.model.parameters())
-    lat = {
-        "student_batch_1": latency_ms(student, dev, 1, 128),
-        "student_batch_64": latency_ms(student, dev, 64, 512),
-        "teacher_batch_1": teacher_latency_ms(teacher, dev, 1, 128),
-        "teacher_batch_64": teacher_latency_ms(teacher, dev, 64, 512),
-    }
+    # Both models timed together, interleaved, on one thread (transferset.timing), with the load recorded.
+    timed = measure({"student": student.logits, "teacher": teacher.predict}, dev[:512])
+    lat = {f"{name}_{key}": cell["median"] for name, by_bs in timed["latency"].items() for key, cell in by_bs.items()}
     res = {
         "rows": len(examples), "threads": args.threads, "max_length": args.max_length,
         "load_average_1min": os.getloadavg()[0],
@@ -153,9 +180,10 @@ def main(argv=None) -> int:
         "epoch_seconds_cached": cached, "epoch_seconds_online": online,
         "online_teacher_seconds": online_teacher,
         "speedup_cached_vs_online": float(np.median(online) / np.median(cached)),
-        "latency_ms_per_example": lat,
-        "latency_speedup_batch_1": lat["teacher_batch_1"] / lat["student_batch_1"],
-        "latency_speedup_batch_64": lat["teacher_batch_64"] / lat["student_batch_64"],
+        "recipe_rows_per_second": recipe,
+        "latency_ms_per_example": lat, "latency_conditions": timed["conditions"],
+        "latency_speedup_batch_1": None if timed["conditions"]["busy"] else lat["teacher_batch_1"] / lat["student_batch_1"],
+        "latency_speedup_batch_64": None if timed["conditions"]["busy"] else lat["teacher_batch_64"] / lat["student_batch_64"],
         "parameters": {"student": student.num_parameters(), "teacher": teacher_params},
         "weights_mb": {"student": student_bytes / 2**20, "teacher": teacher_bytes / 2**20},
     }

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Optional, Sequence
 
@@ -18,13 +17,11 @@ from apache_beam.transforms.window import GlobalWindows
 from pipelines import runtime as opts
 from transferset import fs, heap, loading, schema
 from transferset.augment import check_ops, needs, original_row, split_words, variant_rows
+from transferset.augment.context import CorpusContext, RowContext, contexts_for
 from transferset.augment.dedup import (SPILL_DIR, STAT_KEYS, SpillWriter, bad_inputs, bucket_file, collapse,
                                       dedup_digest, dedup_spilled, pack, reconcile, write_rows)
-from transferset.augment.mlm import MlmCandidates
-from transferset.augment.pos import PosVocab, Tagger
 from transferset.config import AugmentConfig, BeamConfig
 from transferset.errors import UserError
-from transferset.fs.lock import output_lock
 from transferset.progress import Progress
 from transferset.sources import (Example, Reject, SourceSpec, check_readable, detect_format, infer_label_names,
                                  read_source)
@@ -50,64 +47,71 @@ def _read(spec: SourceSpec):
     return opts.read_rows(spec, METRICS_NAMESPACE, progress=Progress(f"read {spec.path}"))
 
 
-class _Tag(beam.DoFn):
-    def __init__(self, model: str, batch_size: int):
-        self.model, self.batch_size = model, batch_size
+class _RowContext(beam.DoFn):
+    """Batches of (example, context) → the same, with one more row context (augment.context.RowContext)
+    added by its model, loaded once per worker."""
+
+    def __init__(self, context: RowContext, cfg: AugmentConfig):
+        self.context, self.cfg = context, cfg
 
     def setup(self):
-        heap.fix_mmap_threshold()  # the tagger's arrays of many sizes fragment the heap (transferset.heap)
-        self.tagger = Tagger(self.model)
+        self.model = self.context.load(self.cfg)
 
     def process(self, batch):
-        tags = self.tagger.tag([split_words(ex.text) for ex, _ in batch], batch_size=self.batch_size)
-        for (ex, ctx), t in zip(batch, tags):
-            yield ex, {**ctx, "tags": t}
+        values = self.context.compute(self.model, [split_words(ex.text) for ex, _ in batch], self.cfg)
+        for (ex, ctx), value in zip(batch, values):
+            yield ex, {**ctx, self.context.name: value}
 
 
-class _MlmCandidates(beam.DoFn):
-    def __init__(self, cfg: AugmentConfig):
-        self.cfg = cfg
+class _CorpusContext(beam.CombineFn):
+    """(example, context) items → one value for the whole input (augment.context.CorpusContext)."""
 
-    def setup(self):
-        c = self.cfg
-        self.mlm = MlmCandidates(c.mlm_model, top_k=c.mlm_top_k, batch_size=c.mlm_batch_size,
-                                 max_length=c.mlm_max_length, threads=c.torch_threads,
-                                 allow_pickle=c.allow_pickle, trust_remote_code=c.trust_remote_code)
-
-    def process(self, batch):
-        cands = self.mlm.candidates([split_words(ex.text) for ex, _ in batch])
-        for (ex, ctx), c in zip(batch, cands):
-            yield ex, {**ctx, "candidates": c}
-
-
-class _PosVocab(beam.CombineFn):
-    """Corpus unigram counts per (tag, word) → PosVocab, built once from the originals."""
+    def __init__(self, context: CorpusContext):
+        self.context = context
 
     def create_accumulator(self):
-        return Counter()
+        return self.context.create()
 
     def add_input(self, acc, item):
         ex, ctx = item
-        acc.update(zip(ctx["tags"], split_words(ex.text)))
-        return acc
+        return self.context.add(acc, split_words(ex.text), ctx)
 
     def merge_accumulators(self, accs):
         accs = iter(accs)
         out = next(accs)
         for a in accs:
-            out.update(a)
+            out = self.context.merge(out, a)
         return out
 
     def extract_output(self, acc):
-        return PosVocab.from_counts(acc)
+        return self.context.build(acc)
 
 
-def _expand(item, cfg: AugmentConfig, pos_vocab=None):
+def _with_contexts(items, cfg: AugmentConfig) -> tuple:
+    """(example, {}) items → (example, row contexts) and the corpus contexts as side inputs, for the
+    contexts the configured ops need; with no variants to make (n_iter 0: unlabeled text as is), none."""
+    corpus = {}
+    if not cfg.makes_variants:
+        return items, corpus
+    for c in contexts_for(cfg.ops):
+        if isinstance(c, RowContext):
+            size = getattr(cfg, c.batch_size)
+            items = (items
+                     | f"BatchFor{c.label}" >> beam.BatchElements(min_batch_size=min(c.min_batch_size, size),
+                                                                 max_batch_size=size)
+                     | c.label >> beam.ParDo(_RowContext(c, cfg)))
+        else:
+            corpus[c.name] = beam.pvalue.AsSingleton(items | c.label >> beam.CombineGlobally(_CorpusContext(c)))
+    return items, corpus
+
+
+def _expand(item, cfg: AugmentConfig, **corpus):
     """An example → the list of its original and variants, keyed by text digest and packed, repeats within
-    it collapsed (dedup.collapse); the number of variants generated goes to the "generated" output."""
+    it collapsed (dedup.collapse); the number of variants generated goes to the "generated" output.
+    `corpus`: the corpus contexts (e.g. pos_vocab), beside the example's own row contexts."""
     ex, ctx = item
-    if pos_vocab is not None:
-        ctx = {**ctx, "pos_vocab": pos_vocab}
+    if corpus:
+        ctx = {**ctx, **corpus}
     rows = [original_row(ex.source_id, ex.text, ex.text_b, ex.label),
             *variant_rows(ex.source_id, ex.text, ex.text_b, cfg=cfg, context=ctx, labeled=ex.label is not None)]
     yield beam.pvalue.TaggedOutput("generated", len(rows) - 1)
@@ -219,10 +223,6 @@ def _excluded_keys(p, specs: Sequence[SourceSpec]):
             | "KeyExcludes" >> beam.Map(lambda k: (k, True)))
 
 
-def _sum(pcoll, label):
-    return pcoll | label >> beam.CombineGlobally(sum)
-
-
 # --- the pipeline ---------------------------------------------------------------
 
 def build(p: beam.Pipeline, job: AugmentJob) -> dict:
@@ -241,23 +241,8 @@ def build(p: beam.Pipeline, job: AugmentJob) -> dict:
                 "exclude": excluded_keys}
                | "GroupSourcesByText" >> beam.CoGroupByKey()
                | "GuardSources" >> beam.FlatMap(_guard_sources).with_outputs("excluded", main="kept"))
-    items = guarded.kept | "NoContext" >> beam.Map(lambda ex: (ex, {}))
-    pos_vocab = None
-    # With no variants to make (n_iter 0: unlabeled text as is), tagging and the MLM are skipped.
-    if cfg.makes_variants and needs(cfg, "tags"):
-        items = (items
-                 | "BatchForTagger" >> beam.BatchElements(min_batch_size=min(64, cfg.tag_batch_size),
-                                                         max_batch_size=cfg.tag_batch_size)
-                 | "TagPOS" >> beam.ParDo(_Tag(cfg.spacy_model, cfg.tag_batch_size)))
-        pos_vocab = beam.pvalue.AsSingleton(items | "PosVocabulary" >> beam.CombineGlobally(_PosVocab()))
-    if cfg.makes_variants and needs(cfg, "candidates"):
-        items = (items
-                 | "BatchForMLM" >> beam.BatchElements(min_batch_size=min(8, cfg.mlm_batch_size),
-                                                       max_batch_size=cfg.mlm_batch_size)
-                 | "MLMCandidates" >> beam.ParDo(_MlmCandidates(cfg)))
-
-    kwargs = {"pos_vocab": pos_vocab} if pos_vocab is not None else {}
-    expanded = items | "Augment" >> beam.FlatMap(_expand, cfg, **kwargs).with_outputs("generated", main="rows")
+    items, corpus = _with_contexts(guarded.kept | "NoContext" >> beam.Map(lambda ex: (ex, {})), cfg)
+    expanded = items | "Augment" >> beam.FlatMap(_expand, cfg, **corpus).with_outputs("generated", main="rows")
     metadata = schema.base_metadata(job.label_names, **{
         schema.META_AUGMENT_CONFIG: json.loads(cfg.to_json()),
         schema.META_SEED: cfg.seed,
@@ -269,26 +254,23 @@ def build(p: beam.Pipeline, job: AugmentJob) -> dict:
                | "StartFinishData" >> beam.Create([None])
                | "WriteParquet" >> beam.Map(_finish_data, beam.pvalue.AsList(resolved.written), spill_dir=spill_dir,
                                             data_dir=data_dir, out_schema=out_schema))
-    rejects_written = (rejects
-                       | "RejectsToJson" >> beam.Map(lambda r: json.dumps(r.to_dict(), ensure_ascii=False))
-                       | "WriteRejects" >> beam.io.WriteToText(opts.join(job.output, schema.REJECTS_DIR, "rejects"),
-                                                               file_name_suffix=".jsonl"))
+    rejects_written = rejects | "WriteRejects" >> opts.WriteRejects(job.output)
 
     per_file = opts.rows_by_file(read.examples, rejects, "accepted")
     samples = opts.first_rejects_by_file(rejects)
     n_accepted = opts.count(read.examples, "CountAccepted")
     n_rejected = opts.count(rejects, "CountRejected")
-    n_input = ((n_accepted, n_rejected) | "InputRows" >> beam.Flatten() | "SumInput" >> beam.CombineGlobally(sum))
+    n_input = opts.total((n_accepted, n_rejected) | "InputRows" >> beam.Flatten(), "SumInput")
     counts = {
         "input_rows": n_input,
         "accepted_rows": n_accepted,
         "rejected_rows": n_rejected,
         "originals": n_accepted,
-        "variants_generated": _sum(expanded.generated, "SumVariants"),
-        "duplicates_dropped": _sum(resolved.duplicates, "SumDuplicates"),
-        "excluded_dropped": _sum((guarded.excluded, resolved.excluded) | "AllExcluded" >> beam.Flatten(),
+        "variants_generated": opts.total(expanded.generated, "SumVariants"),
+        "duplicates_dropped": opts.total(resolved.duplicates, "SumDuplicates"),
+        "excluded_dropped": opts.total((guarded.excluded, resolved.excluded) | "AllExcluded" >> beam.Flatten(),
                                  "SumExcluded"),
-        "output_rows": _sum(resolved.written | "RowsPerFile" >> beam.Map(lambda w: w[1]), "CountOutput"),
+        "output_rows": opts.total(resolved.written | "RowsPerFile" >> beam.Map(lambda w: w[1]), "CountOutput"),
         "inputs": per_file,
         "first_rejects": samples,
     }
@@ -328,8 +310,8 @@ def make_job(cfg: AugmentConfig, *, inputs: Sequence[str], output: str, unlabele
         detect_format(path)
         if not path.startswith("hf:") and not FileSystems.exists(path):
             raise UserError(f"{path}: no such file")
-        if not path.startswith("hf:"):
-            check_readable(path, opener=FileSystems.open)  # a broken header or footer: one message, here
+        # A broken header or footer, an hf: split that does not load: one message, here, before the output.
+        check_readable(path, opener=FileSystems.open)
     labels = cfg.labels or infer_label_names(inputs[0], cfg.label_column, opener=FileSystems.open, limit=cfg.limit)
     schema.base_metadata(labels)  # a label set readers would refuse (too many, too long) stops here, not after the run
     return AugmentJob(
@@ -345,24 +327,26 @@ def run_augment(cfg: AugmentConfig, *, inputs: Sequence[str], output: str, unlab
                 overwrite: bool = False) -> dict:
     """Build the transfer set in `output`; return its stats. Raises UserError when the stats show a problem.
 
-    Paths may be file:// URLs (read as local paths). The run owns `output` while it writes
-    (transferset.fs.lock): a second run on it is refused instead of mixing its rows in.
+    Paths may be file:// URLs (read as local paths). The run owns `output` while it writes and clears
+    only what transferset wrote there (transferset.fs.output): a second run on it is refused instead of
+    mixing its rows in, and others' files are never deleted.
     """
     inputs = [opts.normalize(p, "--input") for p in inputs]
     unlabeled = [opts.normalize(p, "--unlabeled") for p in unlabeled]
     exclude = [opts.normalize(p, "--exclude") for p in exclude]
-    output = opts.normalize(output, "--output")
     options = opts.pipeline_options(beam_cfg, extra)  # checked before any input is read or output touched
-    job = make_job(cfg, inputs=inputs, output=output, unlabeled=unlabeled, exclude=exclude)
+    out = opts.output(output, "augment", inputs=[*inputs, *unlabeled, *exclude], overwrite=overwrite)
+    job = make_job(cfg, inputs=inputs, output=out.path, unlabeled=unlabeled, exclude=exclude)
     if not job.exclude:
         print("transferset augment: warning: no --exclude given; nothing guards against evaluation "
               "sentences leaking into the transfer set", file=sys.stderr)
     heap.fix_mmap_threshold()  # a local runner's groupings (sources, bucket files) run here (transferset.heap)
-    with output_lock(job.output, command="augment"):
-        opts.prepare_output(job.output, overwrite=overwrite)
+    with out.open():
+        out.prepare()
         print(f"transferset augment: recipe {cfg.recipe} ops {','.join(cfg.ops)}, "
               f"{cfg.n_iter} variants per example, labels {list(job.label_names)} → {job.output}",
               file=sys.stderr)
         with beam.Pipeline(options=options) as p:
             build(p, job)
+        out.record()
     return opts.finished_stats(job.output)

@@ -11,8 +11,7 @@ never import the students. Rows and schema come from transferset.predictions, as
 """
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional, Sequence
 
 import apache_beam as beam
@@ -52,7 +51,7 @@ def _read(spec):
 
 
 class PredictModelHandler(ModelHandler):
-    """Rows ({text, text_b}) → rows with predicted_label and prob_<name> (transferset.predictions.rows_of)."""
+    """Input rows (predictions.input_row) → output rows with predicted_label and prob_<name> (predictions.rows_of)."""
 
     def __init__(self, model: str, loader: Callable[[str], Any], *, label_names: Sequence[str], pairs: bool,
                  batch_size: int, large_model: bool = False):
@@ -85,7 +84,7 @@ class PredictModelHandler(ModelHandler):
 
 
 class ToRows(beam.DoFn):
-    """(id, row) → the output row, id first; counts rows and reports progress against `total`."""
+    """(id, row) → the output row (which holds its id); counts rows and reports progress against `total`."""
 
     def __init__(self, total: Optional[int]):
         self.total = total
@@ -95,10 +94,10 @@ class ToRows(beam.DoFn):
         self.predicted = counter(ROWS_PREDICTED)
 
     def process(self, element):
-        key, row = element
+        _, row = element
         self.predicted.inc()
         self.progress.update()
-        yield {schema.ID: key, **row}
+        yield row
 
 
 def build(pipeline: beam.Pipeline, job: PredictJob) -> dict:
@@ -113,7 +112,7 @@ def build(pipeline: beam.Pipeline, job: PredictJob) -> dict:
                                                     batch_size=cfg.batch_size))
     rows = (examples
             | "SpreadExamples" >> beam.Reshuffle()
-            | "KeyById" >> beam.Map(lambda e: (e.source_id, {schema.TEXT: e.text, schema.TEXT_B: e.text_b}))
+            | "KeyById" >> beam.Map(predictions.keyed_input_row)
             | "Predict" >> RunInference(handler)
             | "ToRows" >> beam.ParDo(ToRows(job.total)))
     data = opts.join(job.output, schema.DATA_DIR, predictions.DATA_PREFIX)
@@ -124,16 +123,13 @@ def build(pipeline: beam.Pipeline, job: PredictJob) -> dict:
         written = (rows
                    | "RowsToJson" >> beam.Map(predictions.json_line)
                    | "WriteJsonl" >> beam.io.WriteToText(data, file_name_suffix=".jsonl"))
-    rejects_written = (rejects
-                       | "RejectsToJson" >> beam.Map(lambda r: json.dumps(r.to_dict(), ensure_ascii=False))
-                       | "WriteRejects" >> beam.io.WriteToText(opts.join(job.output, schema.REJECTS_DIR, "rejects"),
-                                                               file_name_suffix=".jsonl"))
+    rejects_written = rejects | "WriteRejects" >> opts.WriteRejects(job.output)
     per_file = opts.rows_by_file(examples, rejects, "predicted")
     samples = opts.first_rejects_by_file(rejects)
     n_predicted = opts.count(rows, "CountPredicted")
     n_rejected = opts.count(rejects, "CountRejected")
     counts = {
-        "input_rows": (n_predicted, n_rejected) | "InputRows" >> beam.Flatten() | "SumInput" >> beam.CombineGlobally(sum),
+        "input_rows": opts.total((n_predicted, n_rejected) | "InputRows" >> beam.Flatten(), "SumInput"),
         "predicted": n_predicted,
         "rejected": n_rejected,
         "inputs": per_file,
@@ -159,8 +155,14 @@ def build(pipeline: beam.Pipeline, job: PredictJob) -> dict:
 
 def run_predict(job: PredictJob, *, beam_cfg: BeamConfig = BeamConfig(), extra: Sequence[str] = (),
                 overwrite: bool = False) -> dict:
-    """Run `job` on Beam; → the stats. Raises UserError when the stats show a problem."""
-    opts.prepare_output(job.output, overwrite=overwrite)
-    with beam.Pipeline(options=opts.pipeline_options(beam_cfg, extra)) as pipeline:
-        build(pipeline, job)
-    return opts.finished_stats(job.output)
+    """Run `job` on Beam; → the stats. Raises UserError when the stats show a problem.
+
+    The run owns `job.output` while it writes (transferset.fs.output), which may not contain an input or the model.
+    """
+    out = opts.output(job.output, "predict", inputs=[*job.inputs, job.model], overwrite=overwrite)
+    with out.open():
+        out.prepare()
+        with beam.Pipeline(options=opts.pipeline_options(beam_cfg, extra)) as pipeline:
+            build(pipeline, replace(job, output=out.path))
+        out.record()
+    return opts.finished_stats(out.path)

@@ -1,5 +1,6 @@
-"""What both pipelines share at run time: Beam options from the `beam:` settings, output folders
-on any Beam filesystem, and `Finalize` (stats.json, then the completion marker, once every branch ends)."""
+"""What the pipelines share at run time: Beam options from the `beam:` settings, their output folders
+(transferset.fs.output), and the two transforms that write into them: `WriteRejects` (OUT/rejects/*.jsonl)
+and `Finalize` (stats.json, then the completion marker, once every branch ends)."""
 from __future__ import annotations
 
 import json
@@ -17,6 +18,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from transferset import fs, schema
 from transferset.config import BeamConfig
 from transferset.errors import ConfigError, UserError
+from transferset.fs.output import Output, reject_line, write_finish
 from transferset.sources import Reject, read_source
 
 
@@ -143,30 +145,23 @@ def join(*parts: str) -> str:
     return os.path.join(*parts)
 
 
-def is_complete(out: str) -> bool:
-    return FileSystems.exists(join(out, schema.COMPLETE_MARKER))
+def output(path: str, command: str, **kwargs) -> Output:
+    """The output folder of a pipeline (transferset.fs.output), its URL checked against Beam's schemes too,
+    and listed with Beam's FileSystems where fsspec has no backend for it."""
+    return Output(path, command, schemes=beam_schemes(), lister=_beam_listing, **kwargs)
 
 
-def prepare_output(out: str, *, overwrite: bool, resume: bool = False) -> None:
-    """Refuse a complete output unless overwriting; clear stale shards of an interrupted run."""
-    if is_complete(out) and not overwrite and not resume:
-        raise UserError(f"{out} already holds a complete run ({schema.COMPLETE_MARKER} present); "
-                        "pass --overwrite to replace it or choose another --output")
-    if resume:
-        if FileSystems.exists(join(out, schema.COMPLETE_MARKER)):
-            FileSystems.delete([join(out, schema.COMPLETE_MARKER)])
-        return
-    for name in (schema.DATA_DIR, schema.REJECTS_DIR, schema.STATS_FILE, schema.COMPLETE_MARKER):
-        path = join(out, name)
-        if FileSystems.exists(path):
-            FileSystems.delete([path])
-    if "://" not in out:
-        os.makedirs(out, exist_ok=True)
+def _beam_listing(path: str) -> list[str]:
+    try:
+        return [m.path for m in FileSystems.match([join(path, "**")])[0].metadata_list]
+    except Exception:  # noqa: BLE001 - no such folder, or a store that refuses the pattern: nothing found
+        return []
 
 
-def write_text_file(path: str, text: str) -> None:
+def _write_bytes(path: str, data: bytes) -> None:
+    # Beam's FileSystems: a worker writes where the runner can, whether or not fsspec knows the URL.
     with FileSystems.create(path) as fh:
-        fh.write(text.encode("utf-8"))
+        fh.write(data)
 
 
 def read_json_file(path: str) -> dict:
@@ -199,9 +194,7 @@ class Finalize(beam.PTransform):
             stats.update({k: v for k, v in kwargs.items() if not k.startswith("_wait")})
             stats["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
             ok = True if check is None else check(stats) is not False
-            write_text_file(join(out, schema.STATS_FILE), json.dumps(stats, indent=2, sort_keys=True) + "\n")
-            if ok:
-                write_text_file(join(out, schema.COMPLETE_MARKER), "")
+            write_finish(out, stats, ok, write=_write_bytes)
             logging.getLogger("transferset").info("wrote %s", join(out, schema.STATS_FILE))
             return stats
 
@@ -210,8 +203,28 @@ class Finalize(beam.PTransform):
                 | "WriteStatsAndMarker" >> beam.Map(_write, **side, **waits))
 
 
+class WriteRejects(beam.PTransform):
+    """Rejected rows (transferset.sources.Reject, or their dicts) → OUT/rejects/rejects-*.jsonl, one JSON
+    line each (transferset.fs.output.reject_line); the output is the names of the files written."""
+
+    def __init__(self, out: str):
+        super().__init__()
+        self.out = out
+
+    def expand(self, rejects):
+        return (rejects
+                | "RejectsToJson" >> beam.Map(reject_line)
+                | "WriteJsonLines" >> beam.io.WriteToText(join(self.out, schema.REJECTS_DIR, "rejects"),
+                                                          file_name_suffix=".jsonl"))
+
+
 def count(pcoll: beam.PCollection, label: str) -> beam.PCollection:
     return pcoll | label >> beam.combiners.Count.Globally()
+
+
+def total(pcoll: beam.PCollection, label: str) -> beam.PCollection:
+    """The sum of a PCollection of numbers, as one element."""
+    return pcoll | label >> beam.CombineGlobally(sum)
 
 
 FIRST_REJECTS = 3  # rejects kept per input file in stats.json (their raw rows cut to a sample)

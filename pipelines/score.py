@@ -24,7 +24,6 @@ so a killed run leaves whole shards behind and `--resume` scores only the ids no
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -43,11 +42,11 @@ from pipelines import runtime as opts
 from transferset import fs, heap, schema
 from transferset.config import DEFAULT_MAX_LENGTH, BeamConfig, ScoreConfig
 from transferset.fs import remote
-from transferset.fs.lock import output_lock
 from transferset.progress import Progress
 from transferset.scored import plan as score_plan
 from transferset.scored import shards
 from transferset.teacher import scoring
+from transferset.threads import set_torch_threads
 
 EPILOG = (
     "Example:\n"
@@ -207,13 +206,10 @@ class TeacherModelHandler(ModelHandler):
         # Before torch runs anything: oneDNN reads its cache size once (transferset.heap).
         heap.limit_primitive_cache()
         # On the worker, once: the launcher that builds the graph (e.g. for Dataflow) never needs torch.
-        import torch
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()  # one bar per worker is noise in pipeline logs
-        # Several workers on one machine must not each use every core.
-        if self.torch_threads:
-            torch.set_num_threads(int(self.torch_threads))
+        set_torch_threads(self.torch_threads)  # several workers on one machine must not each use every core
         heap.fix_mmap_threshold()  # or the heap grows ~4 KB per row scored (transferset.heap)
         # A gs:// (any remote) teacher: copied once per machine, checked against the planned weights hash.
         local = remote.local_teacher(self.teacher_dir, sha256=self.load_kwargs["sha256"],
@@ -290,10 +286,6 @@ def clean_up_shards(_, committed: Sequence[tuple[str, int]], data_dir: str, pref
     return shards.clean_up_shards([path for path, _ in committed], data_dir, prefix, out_schema)
 
 
-def _sum(pcoll, label: str):
-    return pcoll | label >> beam.CombineGlobally(sum)
-
-
 def _local_workers(pipeline: beam.Pipeline) -> int:
     return max(1, int(pipeline.options.view_as(DirectOptions).direct_num_workers or 1))
 
@@ -347,16 +339,13 @@ def build(pipeline: beam.Pipeline, job: ScoreJob, p: Optional[Plan] = None) -> P
               | "StartCleanUp" >> beam.Create([None])
               | "CleanUpShards" >> beam.Map(clean_up_shards, committed=beam.pvalue.AsList(written),
                                             data_dir=data_dir, prefix=p.prefix, out_schema=p.output_schema))
-    rejects_written = (routed[ReadAndRoute.REJECT]
-                       | "RejectsToJson" >> beam.Map(lambda r: json.dumps(r, ensure_ascii=False, sort_keys=True))
-                       | "WriteRejects" >> beam.io.WriteToText(
-                           opts.join(job.output, schema.REJECTS_DIR, "rejects"), file_name_suffix=".jsonl"))
+    rejects_written = routed[ReadAndRoute.REJECT] | "WriteRejects" >> opts.WriteRejects(job.output)
 
-    scored_now = _sum(written | "ShardRowCounts" >> beam.Map(lambda w: w[1]), "CountScoredNow")
+    scored_now = opts.total(written | "ShardRowCounts" >> beam.Map(lambda w: w[1]), "CountScoredNow")
     already = opts.count(routed[ReadAndRoute.DONE], "CountAlreadyScored")
-    scored_total = _sum((scored_now, already) | "ScoredParts" >> beam.Flatten(), "CountScored")
+    scored_total = opts.total((scored_now, already) | "ScoredParts" >> beam.Flatten(), "CountScored")
     counts = {
-        "input_rows": _sum(routed[ReadAndRoute.READ], "CountInputRows"),
+        "input_rows": opts.total(routed[ReadAndRoute.READ], "CountInputRows"),
         "scored": scored_total,
         "scored_this_run": scored_now,
         "already_scored": already,
@@ -383,20 +372,22 @@ def run_score(cfg: ScoreConfig, *, input: str, teacher: str, output: str, beam_c
     """Score `input` with `teacher` into `output`; return the stats.
 
     Paths may be file:// URLs (read as local paths). The run owns `output` from its first check
-    to its last write (transferset.fs.lock): a second run on it is refused before it reads anything.
+    to its last write (transferset.fs.output): a second run on it is refused before it reads anything.
     """
     # Everything here also goes through transferset.fs (fsspec): Beam-only schemes would not do.
     input = fs.normalize(input, "--input")
     teacher = fs.normalize(teacher, "--teacher")
-    output = fs.normalize(output, "--output")
+    out = score_plan.output(output, input=input, teacher=teacher, resume=resume, overwrite=overwrite)
+    output = out.path
     options = opts.pipeline_options(beam_cfg, extra)
     if cfg.torch_threads is None:
         threads = default_threads(options)
         if threads is not None:
             cfg = replace(cfg, torch_threads=threads)
     job = ScoreJob(input=input, teacher=teacher, output=output, cfg=cfg, resume=resume, overwrite=overwrite)
-    with output_lock(output, command="score"):
+    with out.open():
         with beam.Pipeline(options=options) as pipeline:
             build(pipeline, job)
+        out.record()
         return opts.read_json_file(opts.join(output, schema.STATS_FILE))
 

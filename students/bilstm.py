@@ -22,6 +22,7 @@ from students.teacher_files import no_teacher_dir
 from students.tokens import (WordPieceTokens, WordTokens, load_tokens, pca_project, teacher_input_embeddings,
                              teacher_wordpiece, word_vectors_from_wordpiece)
 from transferset import schema
+from transferset.config import STUDENT_PRESETS
 from transferset.errors import UserError
 
 
@@ -169,7 +170,9 @@ def build(ctx: Context) -> Built:
     """The BiLSTM and its tokens, its embeddings initialised from the teacher's unless `embed_init: random`."""
     cfg = ctx.cfg
     if cfg.preset and cfg.preset not in PRESETS:
-        raise UserError(f"unknown bilstm preset {cfg.preset!r}; known: {', '.join(PRESETS)}")
+        raise UserError(f"unknown bilstm preset {cfg.preset!r}; known: {', '.join(PRESETS)}"
+                        + (" (it is a transformer preset: drop `student: bilstm`)" if cfg.preset in STUDENT_PRESETS
+                           else ""))
     if cfg.pkd:
         raise UserError("pkd loss needs a transformer student (`--student transformer`)")
     tokens, wordpiece = _tokens(ctx)

@@ -11,13 +11,14 @@ from typing import Any, Optional
 import torch
 import torch.nn as nn
 
-from students import bilstm, seeds, teacher_files, transformer
+from students import bilstm, online, seeds, teacher_files, transformer
 from students.data import count_rows
 from students.family import Context, Family
 from students.schedules import SCHEDULES
 from transferset import schema, transfer
 from transferset.config import DEFAULT_MAX_LENGTH, StudentConfig
 from transferset.errors import UserError
+from transferset.threads import set_torch_threads
 
 FAMILIES: dict[str, Family] = {
     "bilstm": Family("bilstm", build=bilstm.build, forward=bilstm.forward_batch,
@@ -49,6 +50,8 @@ class Setup:
     num_labeled: int
     # repr / pkd across widths: student → teacher width, trained with the student, never saved (family.projection)
     projection: Optional[nn.Module] = None
+    # The teacher run alongside for the layer losses, with W_h (students/online.py); None when none is set.
+    online: Optional[nn.Module] = None
 
 
 def setup(cfg: StudentConfig, transfer_dir: str) -> Setup:
@@ -67,11 +70,10 @@ def setup(cfg: StudentConfig, transfer_dir: str) -> Setup:
         raise UserError(f"{transfer_dir}: teacher_logits has {logits_width} classes but the set names "
                         f"{len(label_names)} labels {label_names}; it was scored by a teacher for another task")
     hidden_width = file_schema.field(schema.TEACHER_HIDDEN).type.list_size
-    num_rows, num_labeled = count_rows(transfer_dir)
+    num_rows, num_labeled = count_rows(transfer_dir, num_classes=len(label_names))
     if num_rows == 0:
         raise UserError(f"{transfer_dir}: the transfer set has no rows")
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    set_torch_threads(cfg.threads)
 
     max_length = cfg.max_length or int(meta.get(schema.META_MAX_LENGTH) or DEFAULT_MAX_LENGTH)
     init_seed = seeds.torch_seed(seeds.stream(cfg.seed, seeds.INIT))
@@ -81,9 +83,10 @@ def setup(cfg: StudentConfig, transfer_dir: str) -> Setup:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(init_seed)
         built = fam.build(ctx)
+        online_teacher = online.make(ctx, built)
     if (cfg.repr or cfg.schedule == "progressive") and built.repr_width != hidden_width and built.projection is None:
         raise UserError(f"the representation loss (repr, and stage 1 of the progressive schedule) needs the "
                         f"student's head width ({built.repr_width}) to equal the teacher's hidden width "
                         f"({hidden_width}); drop the head_dim / preset override, or set repr: 0")
     return Setup(cfg, fam, built.model, built.config, built.tokens, label_names, meta, built.pkd_columns,
-                 num_rows, num_labeled, built.projection)
+                 num_rows, num_labeled, built.projection, online_teacher)

@@ -14,7 +14,7 @@ import torch
 from tqdm import tqdm
 
 from students.losses import NO_LABEL, TEACHER_LAYERS
-from transferset import fs, schema, sources, transfer
+from transferset import fs, ids, schema, sources, transfer
 from transferset.errors import UserError
 
 # What a training batch reads of each row; PKD adds the columns of the teacher's intermediate layers.
@@ -69,7 +69,14 @@ def read_eval_data(path: str, label_names: Sequence[str], *, text_column: Option
             with fs.open(f) as fh:
                 return pq.read_table(fh, columns=columns)
 
-        table = pa.concat_tables(read(f) for f in files)
+        tables = []
+        for f in files:  # a gold label 7 of 2 classes would be scored as a miss, silently
+            t, row = read(f), 0
+            for batch in t.to_batches():
+                transfer.check_values(batch, len(label_names), path=f, first_row=row)
+                row += batch.num_rows
+            tables.append(t)
+        table = pa.concat_tables(tables)
         labels = table.column(schema.LABEL).fill_null(NO_LABEL).to_numpy().astype(np.int64)
         texts_b = table.column(schema.TEXT_B).to_pylist()
         return EvalData(texts=table.column(schema.TEXT).to_pylist(),
@@ -100,32 +107,37 @@ def read_eval_data(path: str, label_names: Sequence[str], *, text_column: Option
     return EvalData(texts, texts_b if text_b_column else None, np.asarray(labels, dtype=np.int64), None, path)
 
 
-def count_rows(directory: str) -> tuple[int, int]:
+def count_rows(directory: str, num_classes: Optional[int] = None) -> tuple[int, int]:
     """→ (rows, rows with a gold label) of a transfer set; refuses a set whose ids repeat.
 
     Every id must occur once: a set written twice into one folder (two `score` runs once wrote every
     id twice) would train on each row twice. The ids are checked on the way as 64-bit hashes in one
     array, not as a set of strings: 8 bytes a row, 16 while the batches' arrays are joined (~1.6 GB for
-    100 million rows).
+    100 million rows). With `num_classes`, the same pass checks the values every student trains on
+    (transfer.check_values: labels within the set, finite teacher_logits and teacher_hidden), so a bad
+    row stops the run before its first step, naming the file and the row; the layers only PKD reads
+    (teacher_hidden_l*) are checked as the epochs read them (iter_train_batches).
     """
     total = labeled = 0
     hashes = []
-    for rb in transfer.iter_batches(directory, [schema.ID, schema.LABEL], batch_size=65536):
+    columns = [schema.ID, schema.LABEL]
+    if num_classes is not None:
+        columns += [schema.TEACHER_LABEL, schema.TEACHER_LOGITS, schema.TEACHER_HIDDEN]
+    for rb in transfer.iter_batches(directory, columns, batch_size=65536, num_classes=num_classes):
         total += rb.num_rows
         labeled += rb.num_rows - rb.column(1).null_count
         hashes.append(_id_hashes(rb.column(0)))
     if hashes:
-        _refuse_repeated_ids(directory, np.concatenate(hashes))
+        _refuse_repeated_ids(directory, hashes)
     return total, labeled
 
 
-def _id_hashes(ids: pa.Array) -> np.ndarray:
-    # Python's str hash: salted per process, which is all this needs (the hashes never leave one call of
-    # count_rows), and ~10x faster than a blake2b digest per row (0.09 s against 0.9 s a million ids).
-    return np.fromiter(map(hash, ids.to_pylist()), dtype=np.int64, count=len(ids))
+def _id_hashes(column: pa.Array) -> np.ndarray:
+    # salted per process, which is all this needs: the hashes never leave one call of count_rows
+    return ids.id_hashes(column.to_pylist(), stable=False, count=len(column))
 
 
-def _refuse_repeated_ids(directory: str, hashes: np.ndarray) -> None:
+def _refuse_repeated_ids(directory: str, hashes: list[np.ndarray]) -> None:
     """Refuse the set when an id repeats.
 
     Repeated hashes are confirmed on the ids themselves in a second pass that runs only then, so a hash
@@ -133,20 +145,19 @@ def _refuse_repeated_ids(directory: str, hashes: np.ndarray) -> None:
     repeated hashes read so far. The count of repeated ids is that of repeated hashes (a 64-bit
     collision could add one, about once in 10,000 sets of 100 million rows).
     """
-    hashes.sort()
-    suspects = np.unique(hashes[1:][hashes[1:] == hashes[:-1]])     # sorted
+    suspects = ids.repeated_hashes(hashes)  # sorted
+    del hashes[:]  # the caller's batches: freed before the second pass
     if not len(suspects):
         return
     first: dict[int, Any] = {}  # repeated hash → the first id read with it
     found, times = None, 0      # the first id read again, and how often it occurs
     for rb in transfer.iter_batches(directory, [schema.ID], batch_size=65536):
-        ids, batch = rb.column(0), _id_hashes(rb.column(0))
+        column, batch = rb.column(0), _id_hashes(rb.column(0))
         if found is not None:
-            times += sum(ids[int(i)].as_py() == found[1] for i in np.flatnonzero(batch == found[0]))
+            times += sum(column[int(i)].as_py() == found[1] for i in np.flatnonzero(batch == found[0]))
             continue
-        at = np.minimum(np.searchsorted(suspects, batch), len(suspects) - 1)
-        for i in np.flatnonzero(suspects[at] == batch):
-            h, value = int(batch[i]), ids[int(i)].as_py()
+        for i in np.flatnonzero(ids.in_sorted(suspects, batch)):
+            h, value = int(batch[i]), column[int(i)].as_py()
             if found is not None:
                 times += h == found[0] and value == found[1]
             elif h not in first:
@@ -202,8 +213,13 @@ def make_batch(tokens, arrays: dict[str, Any], idx: Sequence[int]) -> dict[str, 
 
 def iter_train_batches(transfer_dir: str, tokens, seed: Union[int, np.random.SeedSequence], *, batch_size: int,
                        shuffle_rows: int, pkd_columns: Sequence[str] = (),
-                       labeled_only: bool = False) -> Iterator[dict[str, torch.Tensor]]:
+                       labeled_only: bool = False, rank: int = 0,
+                       world: int = 1) -> Iterator[dict[str, torch.Tensor]]:
     """One epoch of shuffled minibatches of `batch_size` rows, streamed; `seed` is the epoch's shuffle stream.
+
+    With `world` processes, this one (`rank`) keeps every world-th row of the stream (the shards'
+    order is drawn from the same seed on every rank): the ranks train on disjoint rows and their
+    counts differ by at most one.
 
     Rows are shuffled within a buffer of `shuffle_rows` (and shards are visited in a shuffled
     order); inside the buffer, rows of similar length share a minibatch (less padding: the
@@ -211,10 +227,13 @@ def iter_train_batches(transfer_dir: str, tokens, seed: Union[int, np.random.See
     `labeled_only` keeps the rows with a gold label.
     """
     columns = list(TRAIN_COLUMNS) + [c for c in pkd_columns if c not in TRAIN_COLUMNS]
+    # What the batches hold is checked as it is read (a few % of reading; see count_rows for the pass before).
+    first = transfer.read_schema(transfer.data_files(transfer_dir)[0])
+    num_classes = first.field(schema.TEACHER_LOGITS).type.list_size
     rng = np.random.default_rng(seed)
     shard_rng = random.Random(int(rng.integers(2 ** 63)))
     buffer: list[pa.RecordBatch] = []
-    held = 0
+    held = seen = 0
 
     def drain() -> Iterator[dict[str, torch.Tensor]]:
         arrays = table_arrays(pa.Table.from_batches(buffer), pkd_columns)
@@ -230,9 +249,14 @@ def iter_train_batches(transfer_dir: str, tokens, seed: Union[int, np.random.See
         for j in rng.permutation(len(batches)):
             yield make_batch(tokens, arrays, batches[j])
 
-    for rb in transfer.iter_batches(transfer_dir, columns, batch_size=min(shuffle_rows, 8192), rng=shard_rng):
+    for rb in transfer.iter_batches(transfer_dir, columns, batch_size=min(shuffle_rows, 8192), rng=shard_rng,
+                                    num_classes=num_classes):
         if labeled_only:
             rb = rb.filter(pc.is_valid(rb.column(schema.LABEL)))
+        if world > 1:
+            first = (rank - seen) % world  # the stream's row `seen` is this batch's row 0
+            seen += rb.num_rows
+            rb = rb.take(pa.array(np.arange(first, rb.num_rows, world)))
         if rb.num_rows == 0:
             continue
         buffer.append(rb)

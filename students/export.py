@@ -48,7 +48,8 @@ from students.student import EXPORT_KEY, ONNX_FILE, OnnxStudent, Student
 from students.tokens import WordPieceTokens
 from transferset import __version__, fs, schema
 from transferset.errors import UserError
-from transferset.fs.remote import local_output, local_teacher
+from transferset.fs.output import MODEL_NAMES, Output
+from transferset.fs.remote import local_teacher
 
 FORMATS = ("onnx",)
 OPSET = 17
@@ -183,8 +184,17 @@ def export(model_path: str, output: str, *, format: str = "onnx", opset: int = O
     sequence-classifier directory; local or a URL) to `output` (local or a URL); → what was written."""
     if format not in FORMATS:
         raise UserError(f"export: unknown --format {format!r}; known: {', '.join(FORMATS)}")
-    if fs.exists(fs.join(output, ONNX_FILE)) and not overwrite:
-        raise UserError(f"{output} already holds {ONNX_FILE}; pass --overwrite or choose another --output")
+    # A folder holding a model (a teacher's config.json and tokenizer) is refused like every output.
+    out = Output(output, "export", names=MODEL_NAMES, overwrite=overwrite, inputs=[model_path])
+    with out.open():
+        out.check()
+        result = _export(model_path, out, format=format, opset=opset, max_length=max_length)
+        out.finish()
+    return result
+
+
+def _export(model_path: str, out: Output, *, format: str, opset: int, max_length: Optional[int]) -> dict:
+    output = out.path
     student = Student.from_pretrained(local_teacher(model_path) if fs.is_remote(model_path) else model_path,
                                       max_length=max_length)
     if not isinstance(student, Student):
@@ -219,10 +229,10 @@ def export(model_path: str, output: str, *, format: str = "onnx", opset: int = O
                             f"{model_path} does not export faithfully")
         with open(os.path.join(tmp, schema.HF_CONFIG_FILE), "w", encoding="utf-8") as fh:
             json.dump(_config(student, declared, opset, model_path, diff), fh, indent=2)
-        with local_output(output) as out:
-            os.makedirs(out, exist_ok=True)
+        out.prepare()  # the export was checked: only now is anything under OUT changed
+        with out.local() as work:
             for name in os.listdir(tmp):
-                shutil.copy2(os.path.join(tmp, name), os.path.join(out, name))
+                shutil.copy2(os.path.join(tmp, name), os.path.join(work, name))
     return {"output": output, "format": format, "family": student.family.name, "inputs": declared,
             "output_name": OUTPUT, "opset": opset, "labels": student.label_names,
             "check_max_abs_diff": diff, "onnx_bytes": fs.size(fs.join(output, ONNX_FILE))}

@@ -60,7 +60,8 @@ def read_json_object(path: str, *, holds: str, remedy: str) -> dict:
 Batch = dict  # str → tensor (and the batch's texts), as made by students.data.make_batch
 
 # Parameter groups, bottom-up, as every family's param_groups names them: progressive unfreezing
-# (students/schedules.py) thaws them top-down.
+# (students/schedules.py) thaws them top-down. A family may split "encoder" per layer ("encoder.1", ...:
+# the transformer does, for the pkt schedule); the other schedules fold the parts back into "encoder".
 GROUPS = ("embeddings", "encoder", "head", "classifier")
 
 
@@ -95,7 +96,7 @@ class Family:
     name: str
     build: Callable[[Context], Built]
     forward: Callable[[nn.Module, Batch], dict]                 # → logits (B, C), repr (B, D), ...
-    param_groups: Callable[[nn.Module], dict]                   # GROUPS → parameters
+    param_groups: Callable[[nn.Module], dict]                   # GROUPS (encoder maybe per layer) → parameters
     save: Callable[[str, nn.Module, Any], dict]                 # (dir, model, tokens) → sidecar entries
     load: Callable[[str, dict], tuple[nn.Module, Any, Any]]     # (dir, sidecar) → (model, tokens, config)
 

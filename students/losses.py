@@ -6,11 +6,12 @@ row has none (augmented or unlabeled text): the CE term averages over labeled ro
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 
+from students import layer_losses
 from transferset import schema
 
 NO_LABEL = -1
@@ -25,15 +26,28 @@ class LossWeights:
     kd: float = 0.0        # KL(softmax(t/T) ‖ softmax(s/T))·T² (Hinton et al. 2015)
     repr: float = 0.0      # MSE of the student's representation head to `teacher_hidden`
     pkd: float = 0.0       # BERT-PKD: normalised [CLS] of intermediate layers
+    # Token-level layer losses (students/layer_losses.py), against the teacher run online (students/online.py).
+    emb_mse: float = 0.0   # TinyBERT: embedding-layer MSE
+    hidden_mse: float = 0.0  # TinyBERT / MobileBERT: per-token hidden MSE of mapped layers
+    att_mse: float = 0.0   # TinyBERT: attention scores (before softmax) MSE
+    att_kl: float = 0.0    # MobileBERT / MiniLM: KL of attention distributions
+    value_kl: float = 0.0  # MiniLM: KL of value relations softmax(V·Vᵀ/√d_k)
+    cos: float = 0.0       # DistilBERT: 1 − cos of last hidden states
     temperature: float = 1.0
+    # A progressive-knowledge-transfer stage: only the pairs of these student layers count (None: all).
+    layers: Optional[Tuple[int, ...]] = None
 
     def active(self) -> dict[str, float]:
-        return {k: v for k, v in asdict(self).items() if k != "temperature" and v}
+        return {k: v for k, v in asdict(self).items() if k not in ("temperature", "layers") and v}
+
+    def layer_active(self) -> dict[str, float]:
+        """The active losses that need the teacher's token-level states."""
+        return {k: v for k, v in self.active().items() if k in layer_losses.LAYER_LOSSES}
 
     @classmethod
     def of(cls, cfg) -> "LossWeights":
         """The weights a StudentConfig sets (its fields of the same names)."""
-        return cls(**{f.name: getattr(cfg, f.name) for f in fields(cls)})
+        return cls(**{f.name: getattr(cfg, f.name) for f in fields(cls) if f.name != "layers"})
 
 
 def ce(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -91,6 +105,13 @@ def combine(outputs: Mapping[str, torch.Tensor], batch: Mapping[str, torch.Tenso
         parts["repr"] = repr_mse(outputs["repr"], batch[schema.TEACHER_HIDDEN])
     if "pkd" in w:
         parts["pkd"] = pkd(outputs["cls_layers"], batch[TEACHER_LAYERS])
+    layer = weights.layer_active()
+    if layer:
+        if layer_losses.TEACHER_STATES not in batch:
+            raise ValueError(f"{sorted(layer)} need the teacher's token-level states: none in the batch "
+                             "(students.online.forward adds them)")
+        parts.update(layer_losses.terms(outputs[layer_losses.STUDENT_STATES], batch[layer_losses.TEACHER_STATES],
+                                        outputs[layer_losses.LAYER_PAIRS], batch["mask"], layer, weights.layers))
     if not parts:
         raise ValueError("no loss has a non-zero weight")
     total: Optional[torch.Tensor] = None

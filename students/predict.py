@@ -11,14 +11,14 @@ from typing import Optional, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import torch
-
 from students.student import Predictor, Student
 from transferset import fs, predictions, schema
 from transferset.errors import UserError
+from transferset.fs.output import Output
 from transferset.fs.remote import local_teacher
 from transferset.config import PredictConfig
 from transferset.progress import Progress
+from transferset.threads import set_torch_threads
 from transferset.sources import Example, Reject, read_source
 
 CHUNK_ROWS = 4096  # rows read, predicted and written at a time (one Parquet row group)
@@ -30,20 +30,8 @@ def load_predictor(model: str, max_length: Optional[int] = None, threads: Option
     once into the local cache). `threads` pins torch's (and so onnxruntime's) CPU threads.
 
     Module-level so Beam workers load the model by reference (pipelines/predict.py gets it injected)."""
-    if threads:
-        torch.set_num_threads(int(threads))
+    set_torch_threads(threads)
     return Student.from_pretrained(local_teacher(model) if fs.is_remote(model) else model, max_length=max_length)
-
-
-def prepare_output(output: str, overwrite: bool) -> None:
-    """Refuse a complete output unless overwriting; clear what an earlier run left."""
-    if fs.exists(fs.join(output, schema.COMPLETE_MARKER)) and not overwrite:
-        raise UserError(f"{output} already holds complete predictions ({schema.COMPLETE_MARKER} present); "
-                        "pass --overwrite to replace them or choose another --output")
-    fs.delete([fs.join(output, name) for name in (schema.COMPLETE_MARKER, schema.STATS_FILE, schema.DATA_DIR,
-                                                   schema.REJECTS_DIR)])
-    for name in (schema.DATA_DIR, schema.REJECTS_DIR):
-        fs.makedirs(fs.join(output, name))
 
 
 class _Writer:
@@ -75,14 +63,22 @@ def predict_files(predictor: Predictor, inputs: Sequence[str], output: str, cfg:
     that every row was read. `progress`: a bar (True), lines every 30 s (False), a bar on a terminal (None).
     Raises UserError when an input had rows but every one was rejected (OUT/_COMPLETE is then not written).
     """
+    out = Output(output, "predict", inputs=[*inputs, model], overwrite=overwrite)
+    with out.open():
+        return _predict_files(predictor, inputs, out, cfg, model=model, total=total, progress=progress)
+
+
+def _predict_files(predictor: Predictor, inputs: Sequence[str], out: Output, cfg: PredictConfig, *, model: str,
+                   total: Optional[int], progress: Optional[bool]) -> dict:
     started = time.time()
     label_names = list(predictor.label_names)
     predictions.check_label_names(label_names)
     pairs = cfg.text_b_column is not None
     out_schema = predictions.output_schema(label_names, pairs, model)
-    prepare_output(output, overwrite)
+    out.prepare()
+    output = out.path
+    fs.makedirs(out.join(schema.DATA_DIR))
     writer = _Writer(predictions.data_path(output, cfg.format), cfg.format, out_schema)
-    rejects_fh = fs.open(fs.join(output, schema.REJECTS_DIR, "rejects-00000-of-00001.jsonl"), "wb")
     bar = Progress("rows predicted", total=total, bar=progress)
     per_file: dict[str, dict] = {}
     first_rejects: dict[str, list[Reject]] = {}
@@ -90,31 +86,31 @@ def predict_files(predictor: Predictor, inputs: Sequence[str], output: str, cfg:
 
     def flush() -> None:
         if chunk:
-            out = predictor.predict([e.text for e in chunk], [e.text_b for e in chunk] if pairs else None,
-                                    batch_size=cfg.batch_size)
-            writer.write(predictions.rows_of(chunk, out.labels, out.probabilities, label_names, pairs))
+            pred = predictor.predict([e.text for e in chunk], [e.text_b for e in chunk] if pairs else None,
+                                     batch_size=cfg.batch_size)
+            writer.write(predictions.rows_of(chunk, pred.labels, pred.probabilities, label_names, pairs))
             bar.update(len(chunk))
             chunk.clear()
 
     try:
-        for path in inputs:
-            counts = per_file.setdefault(path, {"predicted": 0, "rejected": 0})
-            for rec in read_source(predictions.source_spec(path, cfg), opener=fs.open):
-                if isinstance(rec, Reject):
-                    counts["rejected"] += 1
-                    rejects_fh.write((predictions.json_line(rec.to_dict()) + "\n").encode("utf-8"))
-                    if len(first_rejects.setdefault(path, [])) < SHOWN_REJECTS:
-                        first_rejects[path].append(rec)
-                    bar.update()
-                    continue
-                counts["predicted"] += 1
-                chunk.append(rec)
-                if len(chunk) >= CHUNK_ROWS:
-                    flush()
-        flush()
+        with out.rejects("rejects-00000-of-00001.jsonl") as write_reject:
+            for path in inputs:
+                counts = per_file.setdefault(path, {"predicted": 0, "rejected": 0})
+                for rec in read_source(predictions.source_spec(path, cfg), opener=fs.open):
+                    if isinstance(rec, Reject):
+                        counts["rejected"] += 1
+                        write_reject(rec)
+                        if len(first_rejects.setdefault(path, [])) < SHOWN_REJECTS:
+                            first_rejects[path].append(rec)
+                        bar.update()
+                        continue
+                    counts["predicted"] += 1
+                    chunk.append(rec)
+                    if len(chunk) >= CHUNK_ROWS:
+                        flush()
+            flush()
     finally:
         writer.close()
-        rejects_fh.close()
         bar.close()
     predicted = sum(c["predicted"] for c in per_file.values())
     rejected = sum(c["rejected"] for c in per_file.values())
@@ -127,8 +123,7 @@ def predict_files(predictor: Predictor, inputs: Sequence[str], output: str, cfg:
     problems += [predictions.every_row_rejected(path, c["rejected"], first_rejects[path])
                  for path, c in per_file.items() if c["predicted"] == 0 and c["rejected"] > 0]
     stats["problems"] = problems
-    fs.write_json(fs.join(output, schema.STATS_FILE), stats, indent=2)
+    out.finish(stats, complete=not problems)
     if problems:
         raise UserError("\n".join(problems) + f"\n(rejected rows with reasons: {fs.join(output, schema.REJECTS_DIR)}/)")
-    fs.write_text(fs.join(output, schema.COMPLETE_MARKER), "")
     return stats

@@ -11,6 +11,16 @@ own what is trainable. Parameter groups are named bottom-up, as every family nam
   each step trained until dev accuracy stops improving; stage 3 CE on gold labels with the same
   top-down unfreezing.
 - distill-then-finetune: the distillation losses, then CE on gold labels, every parameter.
+- two-step (TinyBERT's task distillation, Jiao et al. 2020): the intermediate layers first (the layer
+  losses, and repr / pkd; embeddings and encoder learn), then the prediction layer (ce / mse / kd, every
+  parameter, early stopping).
+- pkt (MobileBERT's progressive knowledge transfer, Sun et al. 2020): one stage per encoder layer, bottom-up,
+  in which only that layer learns, on its own pairs' per-layer losses (the layers below stay frozen; an
+  emb_mse weight adds a first stage for the embeddings, cos joins the last layer's stage); then prediction
+  distillation with every parameter.
+
+A family may split a group per layer ("encoder.1", "encoder.2", ...: the transformer does, for pkt); the
+other schedules treat those as one "encoder" group.
 """
 from __future__ import annotations
 
@@ -20,7 +30,9 @@ from typing import Sequence
 from students.family import GROUPS
 from students.losses import LossWeights
 
-SCHEDULES = ("joint", "progressive", "distill-then-finetune")
+SCHEDULES = ("joint", "progressive", "distill-then-finetune", "two-step", "pkt")
+PREDICTION = ("ce", "mse", "kd")                             # the prediction-layer losses
+PER_LAYER = ("hidden_mse", "att_mse", "att_kl", "value_kl")  # layer losses of each mapped layer pair
 
 
 @dataclass(frozen=True)
@@ -42,6 +54,22 @@ def top_down(groups: Sequence[str] = GROUPS) -> list[tuple[str, ...]]:
     return [groups[i:] for i in range(len(groups) - 2, -1, -1)]
 
 
+def coarse(groups: Sequence[str]) -> tuple[str, ...]:
+    """The groups with per-layer parts ("encoder.1", "encoder.2") folded into one ("encoder"), in order."""
+    return tuple(dict.fromkeys(g.split(".")[0] for g in groups))
+
+
+def expand(chosen: Sequence[str], groups: Sequence[str]) -> tuple[str, ...]:
+    """The family's groups (per-layer parts included) that belong to the `chosen` coarse groups."""
+    return tuple(g for g in groups if g.split(".")[0] in chosen)
+
+
+def _prediction(w: LossWeights) -> LossWeights:
+    # The prediction layer's losses as configured; KD alone when the config sets none (TinyBERT's soft CE).
+    kept = {k: getattr(w, k) for k in PREDICTION if getattr(w, k)}
+    return LossWeights(**(kept or {"kd": 1.0}), temperature=w.temperature)
+
+
 def _logits_only(w: LossWeights) -> LossWeights:
     # Stage 2 is the "logits loss": KD if that is what the config asks for, else MSE (Tang et al.).
     if w.kd and not w.mse:
@@ -54,6 +82,8 @@ def phases(schedule: str, weights: LossWeights, epochs: int, groups: Sequence[st
     if epochs < 1:
         raise ValueError(f"epochs must be at least 1, got {epochs}")
     everything = tuple(groups)
+    fine = everything
+    groups = coarse(everything)
     if schedule == "joint":
         if not weights.active():
             raise ValueError("joint schedule: every loss weight is zero")
@@ -64,13 +94,14 @@ def phases(schedule: str, weights: LossWeights, epochs: int, groups: Sequence[st
         names = ["a", "b", "c", "d", "e"]
         # Stage 1 trains everything the representation depends on; the classifier gets no gradient
         # from it, so it stays frozen rather than drift under weight decay.
-        out = [Phase(1, "1 repr", LossWeights(repr=weights.repr or 1.0), everything[:-1], epochs, early_stop=False)]
+        out = [Phase(1, "1 repr", LossWeights(repr=weights.repr or 1.0), expand(groups[:-1], fine), epochs,
+                     early_stop=False)]
         for i, step in enumerate(top_down(groups)):
-            out.append(Phase(2, f"2{names[i]} logits: {'+'.join(step)}", _logits_only(weights), step, epochs,
-                             early_stop=True))
+            out.append(Phase(2, f"2{names[i]} logits: {'+'.join(step)}", _logits_only(weights), expand(step, fine),
+                             epochs, early_stop=True))
         for i, step in enumerate(top_down(groups)):
-            out.append(Phase(3, f"3{names[i]} gold CE: {'+'.join(step)}", LossWeights(ce=weights.ce or 1.0), step,
-                             epochs, early_stop=True, labeled_only=True))
+            out.append(Phase(3, f"3{names[i]} gold CE: {'+'.join(step)}", LossWeights(ce=weights.ce or 1.0),
+                             expand(step, fine), epochs, early_stop=True, labeled_only=True))
         return out
     if schedule == "distill-then-finetune":
         distill = replace(weights, ce=0.0)
@@ -81,4 +112,32 @@ def phases(schedule: str, weights: LossWeights, epochs: int, groups: Sequence[st
             Phase(2, "2 gold CE", LossWeights(ce=weights.ce or 1.0), everything, epochs, early_stop=True,
                   labeled_only=True),
         ]
+    if schedule == "two-step":
+        kept = {k: v for k, v in weights.active().items() if k not in PREDICTION}
+        if not kept:
+            raise ValueError("two-step schedule: its first step trains the intermediate layers on the layer losses "
+                             "(emb_mse, hidden_mse, att_mse, att_kl, value_kl, cos) or repr / pkd; set one of them")
+        # The pooler and classifier get no gradient from the layer losses: frozen, not drifting under weight decay.
+        return [Phase(1, "1 intermediate layers", LossWeights(**kept), expand(("embeddings", "encoder"), fine),
+                      epochs, early_stop=False),
+                Phase(2, "2 prediction layer", _prediction(weights), fine, epochs, early_stop=True)]
+    if schedule == "pkt":
+        per_layer = {k: getattr(weights, k) for k in PER_LAYER if getattr(weights, k)}
+        if not per_layer:
+            raise ValueError("pkt schedule: each stage trains one layer on its per-layer losses; set hidden_mse, "
+                             "att_mse, att_kl or value_kl")
+        layers = [g for g in fine if g.startswith("encoder.")]
+        if not layers:
+            raise ValueError("pkt schedule: it trains one encoder layer at a time, and this student has no "
+                             "per-layer parameter groups (a transformer student has)")
+        out = []
+        if weights.emb_mse:
+            out.append(Phase(1, "1 pkt embeddings", LossWeights(emb_mse=weights.emb_mse), ("embeddings",), epochs,
+                             early_stop=False))
+        for i, group in enumerate(layers, start=1):
+            extra = {"cos": weights.cos} if weights.cos and i == len(layers) else {}
+            out.append(Phase(1, f"1 pkt layer {i}", LossWeights(**per_layer, **extra, layers=(i,)), (group,), epochs,
+                             early_stop=False))
+        out.append(Phase(2, "2 prediction", _prediction(weights), fine, epochs, early_stop=True))
+        return out
     raise ValueError(f"unknown schedule {schedule!r}; known: {', '.join(SCHEDULES)}")

@@ -36,7 +36,6 @@ from students.transformer import load_hf_classifier
 from transferset import __version__, schema
 from transferset.errors import UserError
 from transferset.loading import check_safetensors, label_names_of, load_tokenizer
-from transferset.timing import ms_per_example
 
 
 @dataclass
@@ -177,6 +176,7 @@ class Student(Predictor):
                 if name.endswith(".safetensors"):  # a damaged file: one clear message, not a loader traceback
                     check_safetensors(os.path.join(model_dir, name))
             model, tokens, config = fam.load(model_dir, sidecar)
+            refuse_non_finite(model, os.path.join(model_dir, schema.WEIGHTS_FILE))
             classes = _num_classes(model, config)
             if classes is not None and classes != len(sidecar["label_names"]):
                 raise StudentFileError(f"{sidecar_path}: {len(sidecar['label_names'])} label names for a model of "
@@ -186,11 +186,20 @@ class Student(Predictor):
             return cls(model.eval(), tokens, sidecar["label_names"], fam, config, sidecar.get("teacher_id"))
         if os.path.isfile(os.path.join(model_dir, schema.HF_CONFIG_FILE)):
             model, tokens, label_names = load_hf_classifier(model_dir, max_length)
+            refuse_non_finite(model, os.path.join(model_dir, schema.WEIGHTS_FILE))
             return cls(model, tokens, label_names, HF_FAMILY)
         raise UserError(f"{path}: neither {schema.STUDENT_MODEL_DIR}/{schema.STUDENT_SIDECAR_FILE} nor "
                         f"{schema.HF_CONFIG_FILE} nor {ONNX_FILE}; pass the --output directory of `transferset "
                         "train`, a Hugging Face model directory (e.g. the output of `transferset teacher`) or "
                         "the --output directory of `transferset export`")
+
+
+def refuse_non_finite(model: torch.nn.Module, where: str) -> None:
+    """Refuse weights holding NaN or infinity: such a model predicts NaN probabilities for every row."""
+    for name, tensor in model.state_dict().items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise StudentFileError(f"{where}: weight {name} holds NaN or infinite values, so every prediction "
+                                   "would be NaN: the training that wrote it diverged; train the model again")
 
 
 # A sidecar's entries that loading needs, with their JSON types (the model's settings are checked by its
@@ -287,8 +296,3 @@ class OnnxStudent(Predictor):
 def accuracy(pred: np.ndarray, labels: np.ndarray) -> float:
     keep = labels != NO_LABEL
     return float((pred[keep] == labels[keep]).mean()) if keep.any() else float("nan")
-
-
-def latency_ms(student: Student, texts: Sequence[str], batch_size: int, limit: int) -> float:
-    """CPU milliseconds per example, tokenization included, at a fixed batch size."""
-    return ms_per_example(lambda chunk: student.logits(chunk, batch_size=batch_size), texts, batch_size, limit)

@@ -1,34 +1,48 @@
 """Train a student from a scored transfer set: setup → loss step → train → evaluate → save.
 
-The teacher never runs here: its logits and hidden states come from the Parquet cache
-(students/data.py). What differs between students (the model, its parameter groups, what it is
-initialised from, how it is saved) is looked up in the family registry (students/build.py).
+The teacher's logits and hidden states come from the Parquet cache (students/data.py); it runs
+alongside the student only for the token-level layer losses (students/online.py). What differs
+between students (the model, its parameter groups, what it is initialised from, how it is saved) is
+looked up in the family registry (students/build.py).
 Every random stream derives from the run's seed (students/seeds.py).
+
+The loop is the recipe the teacher trains with too (transferset/training.py, on Accelerate): each
+phase of the schedule (students/schedules.py) is one run of it, with its own optimizer over the
+parameter groups that phase trains. Device, bf16, tracking, checkpoints and `resume` come from the
+StudentConfig; the process count from the launcher (`torchrun`), each rank streaming its own rows.
 """
 from __future__ import annotations
 
-import copy
 import json
 import math
 import os
+import sys
 import time
 from dataclasses import asdict
+from typing import Optional
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
-from students import seeds
+from students import online, seeds
 from students.build import Setup, setup
 from students.data import EvalData, iter_train_batches, read_eval_data
 from students.family import project
 from students.losses import NO_LABEL, LossWeights, combine
 from students.plots import plot_curves
 from students.schedules import Phase, phases
-from students.student import Student, accuracy, latency_ms
-from transferset import fs, schema, sources, transfer, typed
+from students.student import Student, accuracy
+from transferset import fs, schema, sources, timing, transfer, typed
 from transferset.config import DEFAULT_LR, StudentConfig
 from transferset.errors import UserError
+from transferset.fs.output import STUDENT_NAMES, Output
+from transferset.training import Checkpoints, Engine, PhaseSpec, Recipe
+
+# OUTPUT/checkpoint/: where a killed run resumes from (`resume: true`); removed once model/ is written.
+CHECKPOINT_DIR = "checkpoint"
+# OUTPUT/logs/: the experiment tracker's folder (`report_to`).
+LOGS_DIR = "logs"
 
 
 # --------------------------------------------------------------------------- loss step
@@ -50,7 +64,7 @@ def set_trainable(s: Setup, phase: Phase) -> list[torch.nn.Parameter]:
     if s.projection is not None:
         # It learns in every phase; only a repr / pkd loss gives it a gradient (AdamW skips the rest).
         learn += list(s.projection.parameters())
-    return learn
+    return learn + online.parameters(s)  # W_h of the layer losses, likewise
 
 
 def make_optimizer(s: Setup, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
@@ -60,9 +74,35 @@ def make_optimizer(s: Setup, params: list[torch.nn.Parameter]) -> torch.optim.Op
     return torch.optim.AdamW(params, lr=lr, weight_decay=s.cfg.weight_decay)
 
 
+class Trained(torch.nn.Module):
+    """The student, its width projection and the online teacher's W_h (students/online.py) as one module:
+    what DDP wraps, what a batch goes through."""
+
+    def __init__(self, s: Setup):
+        super().__init__()
+        self.model, self.projection, self.family = s.model, s.projection, s.family
+        self.online = getattr(s, "online", None)  # holds the teacher outside its parameters
+
+    def forward(self, batch, weights: Optional[LossWeights] = None) -> dict:
+        if self.online is not None and weights is not None and weights.layer_active():
+            # A layer loss is active: the student's token-level states, and the teacher's added to `batch`.
+            return project(self.online(self.model, batch, weights), self.projection)
+        return project(self.family.forward(self.model, batch), self.projection)
+
+
+def loss_step(net: torch.nn.Module, batch, weights: LossWeights) -> tuple[torch.Tensor, dict]:
+    """batch → (loss, {term: value}): the one place a student's training loss is computed.
+
+    `net` is `Trained` (or DDP around it). Losses that need more than the cached teacher columns
+    (a teacher run alongside, token-level targets) plug in here.
+    """
+    return combine(net(batch, weights), batch, weights)
+
+
 def train_step(s: Setup, optimizer, batch, weights: LossWeights) -> tuple[float, dict]:
+    """One optimizer step outside the recipe (benchmarks/train.py times the steps alone with it)."""
     s.model.train()
-    loss, parts = combine(project(s.family.forward(s.model, batch), s.projection), batch, weights)
+    loss, parts = loss_step(Trained(s), batch, weights)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     if s.cfg.grad_clip:
@@ -71,67 +111,38 @@ def train_step(s: Setup, optimizer, batch, weights: LossWeights) -> tuple[float,
     return float(loss.detach()), parts
 
 
-def train_batches(s: Setup, transfer_dir: str, seed, labeled_only: bool = False):
-    """One epoch of the run's minibatches (students.data.iter_train_batches with its settings)."""
+def train_batches(s: Setup, transfer_dir: str, seed, labeled_only: bool = False, rank: int = 0, world: int = 1):
+    """One epoch of the run's minibatches (students.data.iter_train_batches with its settings): with
+    several processes, this rank's rows of it."""
     return iter_train_batches(transfer_dir, s.tokens, seed, batch_size=s.cfg.batch_size,
                               shuffle_rows=s.cfg.shuffle_rows, pkd_columns=s.pkd_columns,
-                              labeled_only=labeled_only)
+                              labeled_only=labeled_only, rank=rank, world=world)
 
 
 # --------------------------------------------------------------------------- train
 
 
-def train_phase(s: Setup, student: Student, phase: Phase, p_index: int, transfer_dir: str, dev: EvalData,
-                history: list[dict], progress: bool) -> dict:
-    """Train one phase (epochs, early stopping on dev); append its epochs to `history`; → its log entry."""
-    cfg = s.cfg
-    optimizer = make_optimizer(s, set_trainable(s, phase))
-    best_acc, best_state, bad, run, start_acc = -1.0, None, 0, 0, None
-    if phase.early_stop:
-        # The model as it enters the step competes too: a step that never beats it on dev
-        # leaves it unchanged rather than keep its least bad epoch.
-        start_acc = accuracy(student.predict_ids(dev.texts, dev.texts_b), dev.labels)
-        best_acc, best_state = start_acc, copy.deepcopy(s.model.state_dict())
+def train_phase(s: Setup, recipe: Recipe, phase: Phase, p_index: int, transfer_dir: str, evaluate) -> Optional[dict]:
+    """One phase of the schedule as one run of the recipe (students.schedules decides what learns)."""
+    cfg, eng = s.cfg, recipe.engine
     rows = s.num_labeled if phase.labeled_only else s.num_rows
-    for epoch in range(phase.epochs):
-        t0 = time.perf_counter()
-        total, parts_sum, n, seen = 0.0, {}, 0, 0
-        batches = train_batches(s, transfer_dir, seeds.stream(cfg.seed, seeds.SHUFFLE, p_index, epoch),
-                                labeled_only=phase.labeled_only)
-        bar = tqdm(batches, total=math.ceil(rows / cfg.batch_size), desc=f"{phase.name} ep {epoch + 1}/{phase.epochs}",
-                   disable=None if progress else True, leave=False, dynamic_ncols=True)  # None: no bar off a terminal
-        for batch in bar:
-            loss, parts = train_step(s, optimizer, batch, phase.weights)
-            total, n, seen = total + loss, n + 1, seen + len(batch[schema.LABEL])
-            for k, v in parts.items():
-                parts_sum[k] = parts_sum.get(k, 0.0) + v
-            if n % 10 == 0:
-                bar.set_postfix(loss=f"{total / n:.4f}")
-        bar.close()
-        train_seconds = time.perf_counter() - t0
-        dev_acc = accuracy(student.predict_ids(dev.texts, dev.texts_b), dev.labels)
-        run += 1
-        record = {"phase": phase.name, "stage": phase.stage, "epoch": epoch + 1,
-                  "train_loss": total / max(1, n), "losses": {k: v / max(1, n) for k, v in parts_sum.items()},
-                  "dev_accuracy": dev_acc, "seconds": time.perf_counter() - t0, "rows": seen,
-                  "rows_per_second": seen / max(train_seconds, 1e-9), "trainable": list(phase.trainable)}
-        history.append(record)
-        if progress:
-            tqdm.write(f"{phase.name} epoch {epoch + 1}: loss {record['train_loss']:.4f} "
-                       f"dev acc {dev_acc:.4f} ({record['seconds']:.1f}s)")
-        if not phase.early_stop:
-            continue
-        if dev_acc > best_acc:
-            best_acc, bad, best_state = dev_acc, 0, copy.deepcopy(s.model.state_dict())
-        else:
-            bad += 1
-            if bad >= cfg.patience:
-                break
-    if best_state is not None:
-        s.model.load_state_dict(best_state)  # each step keeps its best dev checkpoint
-    return {"phase": phase.name, "stage": phase.stage, "epochs_run": run, "start_dev_accuracy": start_acc,
-            "best_dev_accuracy": best_acc if phase.early_stop else None,
-            "trainable": list(phase.trainable), "losses": phase.weights.active()}
+    spec = PhaseSpec(phase.name, phase.epochs, keep_best=phase.early_stop,
+                     patience=cfg.patience if phase.early_stop else None, start_competes=phase.early_stop,
+                     grad_clip=cfg.grad_clip, steps_per_epoch=math.ceil(rows / eng.world / cfg.batch_size))
+
+    def batches(epoch: int):
+        return train_batches(s, transfer_dir, seeds.stream(cfg.seed, seeds.SHUFFLE, p_index, epoch),
+                             labeled_only=phase.labeled_only, rank=eng.rank, world=eng.world)
+
+    def new_optimizer():
+        return make_optimizer(s, set_trainable(s, phase)), None
+
+    entry = recipe.run(p_index, spec, Trained(s), lambda net, batch: loss_step(net, batch, phase.weights),
+                       batches, evaluate, new_optimizer,
+                       describe={"stage": phase.stage, "trainable": list(phase.trainable)})
+    if entry is not None:
+        entry["losses"] = phase.weights.active()
+    return entry
 
 
 # --------------------------------------------------------------------------- evaluate
@@ -150,8 +161,13 @@ def teacher_agreement_on_transfer(student: Student, transfer_dir: str, limit: in
     return float((pred == np.asarray(teacher)).mean()), len(texts)
 
 
+TRAINING_LATENCY_NOTE = ("CPU ms per example, tokenization included, this student alone at training time; "
+                         "compare models with the run report (report.html, results.json): it times them together")
+
+
 def evaluate_run(s: Setup, student: Student, transfer_dir: str, dev: EvalData) -> dict:
     cfg = s.cfg
+    timed = timing.measure({"student": student.logits}, dev.texts[:cfg.latency_examples])
     dev_pred = student.predict_ids(dev.texts, dev.texts_b)
     if dev.teacher_labels is not None:
         agreement, agreement_on = float((dev_pred == dev.teacher_labels).mean()), f"dev ({len(dev.texts)} rows)"
@@ -169,11 +185,10 @@ def evaluate_run(s: Setup, student: Student, transfer_dir: str, dev: EvalData) -
         "teacher_agreement": agreement,
         "teacher_agreement_on": agreement_on,
         "parameters": student.num_parameters(),
-        "latency_ms_per_example": {
-            "batch_1": latency_ms(student, dev.texts, 1, min(cfg.latency_examples, 128)),
-            "batch_64": latency_ms(student, dev.texts, 64, cfg.latency_examples),
-        },
-        "latency_note": f"CPU, {torch.get_num_threads()} torch thread(s), tokenization included",
+        # This student alone, at training time, with the load it ran under: not a figure to set against
+        # another model's taken at another time (the run report times every model together).
+        "latency_ms_per_example": {key: cell["median"] for key, cell in timed["latency"]["student"].items()},
+        "latency_conditions": {**timed["conditions"], "note": TRAINING_LATENCY_NOTE},
         "transfer": {"dir": transfer_dir, "rows": s.num_rows, "labeled_rows": s.num_labeled,
                      "teacher_id": s.meta.get(schema.META_TEACHER_ID)},
         "config": typed.to_dict(cfg),
@@ -193,10 +208,30 @@ def require_input(path: str, flag: str) -> None:
 
 def train(cfg: StudentConfig, transfer_dir: str, dev_path: str, output: str, *, overwrite: bool = False,
           progress: bool = True) -> dict:
-    """Train a student; write OUTPUT/model/, OUTPUT/metrics.json, OUTPUT/curves.png; return the metrics."""
-    model_dir = os.path.join(output, schema.STUDENT_MODEL_DIR)
-    if os.path.exists(model_dir) and not overwrite:
-        raise UserError(f"{model_dir} already exists; pass --overwrite or choose another --output")
+    """Train a student; write OUTPUT/model/, OUTPUT/metrics.json, OUTPUT/curves.png, then OUTPUT/_COMPLETE;
+    return the metrics. OUTPUT (local or a URL) is written as transferset.fs.output says: owned while the
+    run lasts, refused when complete (without `overwrite`) or holding others' files; what an earlier run
+    wrote is cleared once every check passed, just before training (a resumed run keeps its checkpoint/).
+
+    Under `torchrun` / `accelerate launch` every process trains on its own rows and rank 0 alone owns
+    the output, evaluates and writes; the other ranks return {"rank": r}.
+    """
+    if int(os.environ.get("RANK", "0")) != 0:
+        return _train(cfg, transfer_dir, dev_path, None, output, progress)
+    out = Output(output, "train", names=(*STUDENT_NAMES, CHECKPOINT_DIR, LOGS_DIR), overwrite=overwrite,
+                 inputs=[transfer_dir, dev_path])
+    with out.open():
+        out.check()
+        # A URL is trained into a local staging folder (checkpoints too), uploaded whole at the end.
+        with out.local() as work:
+            metrics = _train(cfg, transfer_dir, dev_path, out, work, progress)
+        out.finish()
+    return metrics
+
+
+def _train(cfg: StudentConfig, transfer_dir: str, dev_path: str, out: Optional[Output], output: str,
+           progress: bool) -> dict:
+    """The training itself, writing into the local folder `output`; `out` is None on ranks other than 0."""
     # ---- setup: a set whose scoring did not finish is refused; the dev data is checked against
     # the set's label names before the (longer) setup.
     transfer.data_files(transfer_dir)  # a folder holding no transfer set at all says so first
@@ -210,24 +245,40 @@ def train(cfg: StudentConfig, transfer_dir: str, dev_path: str, output: str, *, 
         plan = phases(cfg.schedule, LossWeights.of(cfg), cfg.epochs, s.family.param_groups(s.model).keys())
     except ValueError as exc:
         raise UserError(str(exc)) from exc
+    if out is not None:
+        # Every check passed: clear what an earlier run wrote here (a resumed run keeps its checkpoints).
+        out.prepare(keep=[CHECKPOINT_DIR] if cfg.resume else [])
+    engine = Engine.create(device=cfg.device, bf16=cfg.bf16, report_to=cfg.report_to,
+                           project_dir=os.path.join(output, LOGS_DIR), progress_bar=None if progress else False,
+                           log=(lambda msg: tqdm.write(msg, file=sys.stderr)) if progress else (lambda msg: None))
+    checkpoints = Checkpoints(os.path.join(output, CHECKPOINT_DIR), fingerprint(cfg, transfer_dir, dev_path, engine),
+                              every_steps=cfg.checkpoint_steps)
+
+    def evaluate() -> dict:
+        return {"accuracy": accuracy(student.predict_ids(dev.texts, dev.texts_b), dev.labels)}
 
     # ---- train
-    history: list[dict] = []
-    phase_log: list[dict] = []
     started = time.perf_counter()
-    # Dropout draws from torch's global generator: seed it from the run's stream, and give the
-    # caller's random state back afterwards.
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seeds.torch_seed(seeds.stream(cfg.seed, seeds.DROPOUT)))
+    # Dropout draws from torch's global generator: seeded from the run's stream (the caller's random
+    # state is given back afterwards), carried on by checkpoints.
+    with engine.seeded(seeds.torch_seed(seeds.stream(cfg.seed, seeds.DROPOUT))):
+        recipe = Recipe(engine, checkpoints, resume=cfg.resume)
+        engine.start_tracking("transferset-train", typed.to_dict(cfg))
         for p_index, phase in enumerate(plan):
             if phase.labeled_only and s.num_labeled == 0:
-                phase_log.append({"phase": phase.name, "stage": phase.stage,
-                                  "skipped": "the transfer set has no row with a gold label"})
+                recipe.skip(p_index, {"phase": phase.name, "stage": phase.stage,
+                                      "skipped": "the transfer set has no row with a gold label"})
                 continue
-            phase_log.append(train_phase(s, student, phase, p_index, transfer_dir, dev, history, progress))
+            train_phase(s, recipe, phase, p_index, transfer_dir, evaluate)
+        recipe.restore_finished(Trained(s))
     train_seconds = time.perf_counter() - started
+    history, phase_log = recipe.history, recipe.phase_log
     for p in s.model.parameters():
         p.requires_grad_(True)
+    s.model.cpu()  # saved and timed on the CPU, as it will be served
+    if not engine.is_main:
+        recipe.finish()
+        return {"rank": engine.rank}
 
     # ---- evaluate
     metrics = evaluate_run(s, student, transfer_dir, dev)
@@ -236,13 +287,22 @@ def train(cfg: StudentConfig, transfer_dir: str, dev_path: str, output: str, *, 
     step_seconds = sum(h["rows"] / h["rows_per_second"] for h in history if h["rows"])
     metrics.update(train_seconds=train_seconds, train_rows=trained,
                    train_rows_per_second=trained / step_seconds if step_seconds else None,
-                   phases=phase_log, history=history)
+                   processes=engine.world, device=str(engine.device), phases=phase_log, history=history)
 
     # ---- save
-    os.makedirs(output, exist_ok=True)
-    student.save_pretrained(model_dir)
+    student.save_pretrained(os.path.join(output, schema.STUDENT_MODEL_DIR))
     with open(os.path.join(output, schema.METRICS_FILE), "w", encoding="utf-8") as fh:
         json.dump(metrics, fh, indent=2)
     if history:
         plot_curves(history, os.path.join(output, schema.CURVES_FILE))
+    recipe.finish()
     return metrics
+
+
+def fingerprint(cfg: StudentConfig, transfer_dir: str, dev_path: str, engine: Engine) -> dict:
+    """What a checkpoint must share with the run resuming it: the settings that decide the steps, the
+    inputs, and the process count (each rank's rows depend on it)."""
+    ignored = {"resume", "device", "report_to", "checkpoint_steps", "threads", "latency_examples", "agreement_rows"}
+    settings = {k: v for k, v in typed.to_dict(cfg).items() if k not in ignored}
+    return {"settings": json.dumps(settings, sort_keys=True, default=str), "transfer": transfer_dir, "dev": dev_path,
+            "processes": engine.world}

@@ -18,6 +18,7 @@ student's layers onto the teacher's by the skip rule, with the teacher's depth f
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 import os
@@ -27,13 +28,14 @@ from typing import Mapping, Optional, Sequence
 import torch
 import torch.nn as nn
 
-from students.family import GROUPS, Batch, Built, Context, StudentFileError, model_values, projection, read_json_object
+from students.family import Batch, Built, Context, StudentFileError, model_values, projection, read_json_object
 from students.teacher_files import (NO_CODE_LOAD, NO_CODE_PRETRAINED, NO_CODE_TRAIN, checkpoint, no_teacher_dir,
                                     pkd_columns, teacher_depth)
 from students.tokens import PretrainedTokens, WordPieceTokens, teacher_state, teacher_wordpiece
 from transferset import schema
+from transferset.config import STUDENT_PRESETS
 from transferset.errors import UserError
-from transferset.loading import check_remote_code
+from transferset.loading import check_remote_code, quiet_transformers
 
 
 @dataclass
@@ -47,11 +49,18 @@ class TransformerConfig:
     # sentence-transformers/all-MiniLM-L6-v2): its own layers, width and tokenizer; n_layer is then
     # recorded from it, and init / copy_classifier / dropout, which describe a copy of the teacher, are refused
     pretrained: Optional[str] = None
+    # A narrower student built from the teacher's config (e.g. TinyBERT4: hidden_size 312, 12 heads,
+    # intermediate_size 1200); None: the teacher's. Another width than the teacher's means random init.
+    hidden_size: Optional[int] = None
+    num_attention_heads: Optional[int] = None
+    intermediate_size: Optional[int] = None
 
 
 INITS = ("skip", "first", "random")
 # Settings of a student copied from the teacher, which a pretrained checkpoint does not take.
-TEACHER_COPY = ("n_layer", "init", "copy_classifier", "dropout")
+TEACHER_COPY = ("n_layer", "init", "copy_classifier", "dropout", "hidden_size", "num_attention_heads",
+                "intermediate_size")
+SHAPE = ("hidden_size", "num_attention_heads", "intermediate_size")  # settings that change the teacher's shapes
 
 
 def config_fields() -> set[str]:
@@ -71,6 +80,62 @@ def teacher_layer_map(n_layer: int, teacher_layers: int, init: str) -> list[int]
     return [m * (j + 1) for j in range(n_layer)]
 
 
+# StudentConfig.layer_map: which student layer the layer losses compare with which teacher layer.
+LAYER_MAPS = ("uniform", "skip", "first", "last", "last-K", "a list of teacher layers, one per student layer",
+              "student:teacher pairs")
+
+
+def layer_pairs(spec, n_layer: int, teacher_layers: int) -> list[tuple[int, int]]:
+    """(student layer, teacher layer) pairs, 1-based, for the layer losses.
+
+    uniform (= skip, TinyBERT's g(m) = m·T/n): as `teacher_layer_map`; first: layer j ↔ j; last: the student's
+    layers onto the teacher's top n; last-K: the student's top K layers onto the teacher's top K (MiniLM:
+    last-1); "2,4,6" (or a list): teacher layer of each student layer; "3:6,4:12": explicit pairs.
+    """
+    if isinstance(spec, (list, tuple)):
+        spec = ",".join(str(v) for v in spec)
+    spec = str(spec).strip()
+    if teacher_layers < 1:
+        raise ValueError("the teacher's depth is unknown; the layer map needs it")
+    if spec in ("uniform", "skip", "first"):
+        chosen = teacher_layer_map(n_layer, teacher_layers, "first" if spec == "first" else "skip")
+        return [(j + 1, t) for j, t in enumerate(chosen)]
+    if spec == "last" or spec.startswith("last-"):
+        k = n_layer if spec == "last" else _int(spec[5:], spec)
+        if not 1 <= k <= min(n_layer, teacher_layers):
+            raise ValueError(f"layer map {spec!r}: K must be between 1 and {min(n_layer, teacher_layers)} "
+                             f"(a {n_layer}-layer student, a {teacher_layers}-layer teacher)")
+        return [(n_layer - k + i, teacher_layers - k + i) for i in range(1, k + 1)]
+    items = [p.strip() for p in spec.split(",") if p.strip()]
+    if not items:
+        raise ValueError(f"layer map {spec!r}: choose one of {', '.join(LAYER_MAPS)}")
+    if all(":" in p for p in items):
+        pairs = [(_int(a, spec), _int(b, spec)) for a, b in (p.split(":", 1) for p in items)]
+    elif any(":" in p for p in items):
+        raise ValueError(f"layer map {spec!r}: give either teacher layers or student:teacher pairs, not both")
+    else:
+        pairs = [(j + 1, _int(t, spec)) for j, t in enumerate(items)]
+        if len(items) != n_layer:
+            raise ValueError(f"layer map {spec!r}: {len(items)} teacher layers for a {n_layer}-layer student "
+                             "(one per student layer, or student:teacher pairs)")
+    bad = [(s, t) for s, t in pairs if not (1 <= s <= n_layer and 1 <= t <= teacher_layers)]
+    if bad:
+        raise ValueError(f"layer map {spec!r}: pairs {bad} out of range (student layers 1..{n_layer}, "
+                         f"teacher layers 1..{teacher_layers})")
+    students = [s for s, _ in pairs]
+    if len(set(students)) != len(students):
+        raise ValueError(f"layer map {spec!r}: a student layer appears twice")
+    return sorted(pairs)
+
+
+def _int(text: str, spec: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"layer map {spec!r}: {text!r} is not a layer number; choose one of "
+                         f"{', '.join(LAYER_MAPS)}") from None
+
+
 def make_model(teacher_config, config: TransformerConfig, label_names: Sequence[str]) -> nn.Module:
     """A randomly initialised k-layer copy of the teacher's architecture with a head for `label_names`."""
     from transformers import AutoModelForSequenceClassification
@@ -83,7 +148,19 @@ def make_model(teacher_config, config: TransformerConfig, label_names: Sequence[
     c.architectures = None  # from_config sets the sequence-classification class on save
     if config.dropout is not None:
         c.hidden_dropout_prob = c.attention_probs_dropout_prob = config.dropout
+    for name in SHAPE:
+        if getattr(config, name) is not None:
+            setattr(c, name, int(getattr(config, name)))
+    if c.hidden_size % c.num_attention_heads:
+        raise ValueError(f"hidden_size {c.hidden_size} is not a multiple of num_attention_heads "
+                         f"{c.num_attention_heads}")
     return AutoModelForSequenceClassification.from_config(c)
+
+
+def reshaped(config: TransformerConfig, teacher_config) -> list[str]:
+    """The shape settings in which the student differs from the teacher (it cannot start from its weights)."""
+    return [n for n in SHAPE if getattr(config, n) is not None and int(getattr(config, n)) != int(getattr(
+        teacher_config, n))]
 
 
 def _teacher_key(state: Mapping[str, torch.Tensor], prefix: str, rest: str) -> Optional[str]:
@@ -138,33 +215,112 @@ def load_teacher(model: nn.Module, state: Mapping[str, torch.Tensor], layers: Se
 
 
 def param_groups(model: nn.Module) -> dict[str, list[nn.Parameter]]:
-    """students.family.GROUPS → parameters: embeddings / encoder / head (the pooler and anything else of
-    the base model) / classifier."""
+    """Parameter groups, bottom-up: embeddings / encoder.1 ... encoder.n (one per layer, for the pkt schedule;
+    the other schedules fold them into students.family.GROUPS' "encoder") / head (the pooler and anything else
+    of the base model) / classifier."""
     prefix = model.base_model_prefix + "."
-    groups: dict[str, list[nn.Parameter]] = {g: [] for g in GROUPS}
+    try:
+        layers = len(encoder_layers(model))
+    except ValueError:
+        layers = 0  # another layout: one "encoder" group
+    encoder = [f"encoder.{k}" for k in range(1, layers + 1)] or ["encoder"]
+    groups: dict[str, list[nn.Parameter]] = {"embeddings": [], **{g: [] for g in encoder}, "head": [],
+                                             "classifier": []}
     for name, p in model.named_parameters():
+        rest = name[len(prefix):]
         if not name.startswith(prefix):
             groups["classifier"].append(p)
-        elif name[len(prefix):].startswith("embeddings."):
+        elif rest.startswith("embeddings."):
             groups["embeddings"].append(p)
-        elif name[len(prefix):].startswith(("encoder.", "transformer.")):  # transformer.: DistilBERT's layers
-            groups["encoder"].append(p)
+        elif layers and rest.startswith(("encoder.layer.", "transformer.layer.")):  # transformer.: DistilBERT's
+            groups[f"encoder.{int(rest.split('.')[2]) + 1}"].append(p)
+        elif rest.startswith(("encoder.", "transformer.")):
+            groups[encoder[0] if not layers else encoder[-1]].append(p)  # encoder-wide parameters: with the top layer
         else:
             groups["head"].append(p)
     return groups
 
 
+# The query / key / value projections of a self-attention block, by architecture (BERT and its kin; DistilBERT).
+QKV_NAMES = (("query", "key", "value"), ("q_lin", "k_lin", "v_lin"))
+
+
+def encoder_layers(model: nn.Module) -> nn.ModuleList:
+    """The encoder's layer list of a Hugging Face encoder (BERT-like: encoder.layer; DistilBERT: transformer.layer)."""
+    base = model.base_model
+    for path in ("encoder.layer", "transformer.layer"):
+        obj = base
+        for part in path.split("."):
+            obj = getattr(obj, part, None)
+        if isinstance(obj, nn.ModuleList):
+            return obj
+    raise ValueError(f"{type(model).__name__}: no encoder.layer / transformer.layer list; the layer losses take "
+                     "BERT-like encoders")
+
+
+def qkv_modules(layer: nn.Module) -> tuple[nn.Module, nn.Module, nn.Module]:
+    """The Linear modules that make a layer's queries, keys and values."""
+    named = dict(layer.named_modules())
+    for names in QKV_NAMES:
+        found = [m for n, m in named.items() if n.split(".")[-1] in names]
+        if len(found) == 3:
+            by = {n.split(".")[-1]: m for n, m in named.items() if n.split(".")[-1] in names}
+            return by[names[0]], by[names[1]], by[names[2]]
+    raise ValueError(f"{type(layer).__name__}: no query/key/value projections found; the attention losses take "
+                     "BERT-like self-attention")
+
+
+@contextlib.contextmanager
+def capture_attention(model: nn.Module, layers: Sequence[int]):
+    """Within the block, each forward of `model` records the query, key and value projections of its 1-based
+    `layers` in the yielded dict: {k: (q, k, v)}, each (B, heads, L, d_k).
+
+    Forward hooks on the projections, so the attention kernel (eager, SDPA, ...) stays the model's own and
+    nothing is computed twice; scores Q·Kᵀ/√d_k are formed only where a loss needs them
+    (students.layer_losses.States). The tensors keep their autograd graph. `output_attentions` would not
+    do: in transformers 5 it needs eager attention and returns probabilities after the softmax (and after
+    attention dropout while training), not TinyBERT's scores.
+    """
+    heads = int(model.config.num_attention_heads)
+    found: dict[int, list] = {}
+    handles = []
+    blocks = encoder_layers(model)
+    try:
+        for k in sorted(set(layers)):
+            if not 1 <= k <= len(blocks):
+                raise ValueError(f"layer {k}: the model has {len(blocks)} layers")
+            for slot, module in enumerate(qkv_modules(blocks[k - 1])):
+                def hook(_module, _inputs, output, k=k, slot=slot):
+                    b, length, width = output.shape
+                    found.setdefault(k, [None, None, None])[slot] = (
+                        output.view(b, length, heads, width // heads).transpose(1, 2))
+                handles.append(module.register_forward_hook(hook))
+        yield found
+    finally:
+        for h in handles:
+            h.remove()
+
+
 def forward(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor,
-            type_ids: Optional[torch.Tensor] = None) -> dict[str, torch.Tensor]:
-    """Any Hugging Face sequence classifier → logits, repr and the [CLS] state of every layer."""
+            type_ids: Optional[torch.Tensor] = None, states: Optional[Sequence[int]] = None) -> dict:
+    """Any Hugging Face sequence classifier → logits, repr and the [CLS] state of every layer.
+
+    With `states` (1-based layers, possibly empty), also "hidden_states" (embeddings and every layer, each
+    (B, L, H)) and "qkv" ({layer: (q, k, v)} of those layers, see capture_attention): what the layer losses
+    compare (students/online.py).
+    """
     kwargs = {"input_ids": ids, "attention_mask": mask.long(), "output_hidden_states": True}
     # DistilBERT-like models take no token types; a pair's types only matter to models that have them.
     if type_ids is not None and "token_type_ids" in inspect.signature(model.forward).parameters:
         kwargs["token_type_ids"] = type_ids
-    out = model(**kwargs)
+    with (capture_attention(model, states) if states else contextlib.nullcontext({})) as qkv:
+        out = model(**kwargs)
     cls = torch.stack([h[:, 0] for h in out.hidden_states[1:]], dim=1)  # (B, L, H)
     # repr: [CLS] of the last layer, what `transferset score` stores as teacher_hidden by default.
-    return {"logits": out.logits, "repr": cls[:, -1], "cls_layers": cls}   # (B, C), (B, H), (B, L, H)
+    result = {"logits": out.logits, "repr": cls[:, -1], "cls_layers": cls}   # (B, C), (B, H), (B, L, H)
+    if states is not None:
+        result.update(hidden_states=out.hidden_states, qkv={k: tuple(v) for k, v in qkv.items()})
+    return result
 
 
 # --------------------------------------------------------------------------- the family: build, save, load
@@ -180,8 +336,9 @@ def build(ctx: Context) -> Built:
         return build_pretrained(ctx)
     if cfg.tokens == "words":
         raise UserError("the transformer student uses the teacher's WordPiece tokens; drop `tokens: words`")
-    if cfg.preset:
-        raise UserError(f"preset {cfg.preset!r} is a BiLSTM preset; the transformer takes `model:` settings")
+    if cfg.preset and cfg.preset not in STUDENT_PRESETS:
+        raise UserError(f"preset {cfg.preset!r} is a BiLSTM preset; the transformer takes `model:` settings or "
+                        f"one of its presets: {', '.join(STUDENT_PRESETS)}")
     if ctx.teacher_dir is None:
         raise no_teacher_dir(ctx.meta, "the transformer student (built from the teacher's config.json)", "")
     # The teacher's whole vocabulary (`trim_vocab` does not apply): the saved directory stays a plain HF model.
@@ -189,6 +346,13 @@ def build(ctx: Context) -> Built:
     tconf = load_config(ctx.teacher_dir, remedy=NO_CODE_TRAIN)
     fixed = {"teacher_layers": int(tconf.num_hidden_layers)}
     config = TransformerConfig(**model_values({}, cfg, config_fields(), "transformer", fixed))
+    other = reshaped(config, tconf)
+    if other:
+        # Another shape than the teacher's: random weights (the teacher's architecture and vocabulary only).
+        if "init" in cfg.model and config.init != "random":
+            raise UserError(f"model: {other} differ from the teacher's, so the student cannot start from its "
+                            f"weights (init {config.init!r}); set init: random, or drop {other}")
+        config.init = "random"
     try:
         layer_map = teacher_layer_map(config.n_layer, config.teacher_layers, config.init)
         model = make_model(tconf, config, ctx.label_names)
@@ -196,14 +360,13 @@ def build(ctx: Context) -> Built:
             load_teacher(model, teacher_state(ctx.teacher_dir), layer_map, config.copy_classifier)
     except ValueError as exc:
         raise UserError(f"transformer student: {exc}") from exc
-    width = int(tconf.hidden_size)
+    width = int(model.config.hidden_size)
     columns: list[str] = []
     if cfg.pkd:
-        if width != ctx.hidden_width:
-            raise UserError(f"pkd compares [CLS] states: the student's width {width} must equal "
-                            f"the teacher's {ctx.hidden_width}")
         columns = pkd_columns(ctx.transfer_dir, ctx.column_names, ctx.meta, layer_map)
-    return Built(model, tokens, config, width, columns)
+    # repr / pkd of a narrower student compare through a projection, as a pretrained student's do.
+    proj = projection(width, ctx.hidden_width) if uses_teacher_hidden(cfg) else None
+    return Built(model, tokens, config, width, columns, proj)
 
 
 def uses_teacher_hidden(cfg) -> bool:
@@ -223,8 +386,9 @@ def build_pretrained(ctx: Context) -> Built:
     if cfg.tokens == "words" or cfg.tokenizer:
         raise UserError(f"model: pretrained {name!r} tokenizes with the checkpoint's own tokenizer; drop "
                         + ("`tokens: words`" if cfg.tokens == "words" else f"`tokenizer: {cfg.tokenizer}`"))
-    if cfg.preset:
-        raise UserError(f"preset {cfg.preset!r} is a BiLSTM preset; the transformer takes `model:` settings")
+    if cfg.preset and cfg.preset not in STUDENT_PRESETS:
+        raise UserError(f"preset {cfg.preset!r} is a BiLSTM preset; the transformer takes `model:` settings or "
+                        f"one of its presets: {', '.join(STUDENT_PRESETS)}")
     copy_only = [k for k in TEACHER_COPY if k in cfg.model]
     if copy_only:
         raise UserError(f"model: {copy_only} describe a student copied from the teacher; a pretrained student "
@@ -265,7 +429,8 @@ def forward_batch(model: nn.Module, batch: Batch) -> dict[str, torch.Tensor]:
 
 def save(model_dir: str, model: nn.Module, tokens: WordPieceTokens) -> dict:
     """save_pretrained of the model and the tokenizer; → the sidecar's entries."""
-    model.save_pretrained(model_dir)
+    with quiet_transformers():  # a "Writing model shards" bar for one file says nothing
+        model.save_pretrained(model_dir)
     # A plain HF directory: the tokenizer sits next to config.json, and its model_max_length is
     # the truncation the student was trained with, so `pipeline` truncates the same way.
     tokens.tokenizer.model_max_length = tokens.max_length

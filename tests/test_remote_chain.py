@@ -170,4 +170,4 @@ def test_teacher_fine_tunes_from_and_to_a_remote_scheme(places, capsys):
     # A second run into the same remote output is refused, as it is locally.
     assert main(["teacher", "--train", f"{url_root}sst2/train.tsv", "--dev", f"{url_root}sst2/dev.tsv",
                  "--output", f"{url_root}fine_tuned", "--model", os.path.join(local_root, "teacher")]) == 1
-    assert "already holds a model" in capsys.readouterr().err
+    assert "already holds a complete run of `transferset teacher`" in capsys.readouterr().err

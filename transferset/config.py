@@ -1,6 +1,10 @@
 """Typed configuration: one dataclass per stage and the run that composes them.
 
-This module is the only place a default is written. Command-line flags
+This module is the only place a default is written, but for three kinds it takes from their owner:
+each augment op's settings (a dataclass in its module, transferset/augment/OP.py: AugmentConfig is
+composed of them), the readers' label column and row-length limit (transferset.sources) and the
+teacher's default model (transferset.loading, which finds it offline): config is imported by the
+augment package's neighbours, so those cannot import config. Command-line flags
 (`transferset augment --n-iter 20`) and run-YAML sections (`augment: {n_iter: 20}`) map onto
 the fields one to one: transferset/app/flags.py builds the flags and their `--help` (the comment
 after each field) from these dataclasses, and transferset/typed.py type-checks every value with
@@ -19,16 +23,19 @@ import json
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, Optional
 
-from pydantic import BeforeValidator, ConfigDict, Field, with_config
+from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, model_validator, with_config
 
+from transferset import augment  # importing it registers every op, whose settings AugmentConfig is made of
+from transferset import labels as label_rule
 from transferset.errors import ConfigError
+from transferset.loading import DEFAULT_TEACHER_MODEL  # the packaged model loading finds offline
+from transferset.sources import DEFAULT_LABEL_COLUMN, DEFAULT_MAX_CHARS
 
 # Values that travel through several modules but are defaults of settings, written once here.
-DEFAULT_TEACHER_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 DEFAULT_RUNNER = "FnApiRunner"
 # Tokens per row wherever no setting or recorded value says otherwise (teacher, scoring, students, report).
 DEFAULT_MAX_LENGTH = 128
-DEFAULT_MAX_CHARS = 5000  # longer rows are rejected (augment, predict)
+# DEFAULT_MAX_CHARS (longer rows are rejected: augment, predict) is the readers' (transferset.sources).
 PREDICTION_FORMATS = ("parquet", "jsonl")  # PredictConfig.format
 POOLINGS = ("cls", "mean")  # ScoreConfig.hidden
 # Named op sequences; `AugmentConfig.recipe` picks one unless `ops` is given. The op names are checked
@@ -52,6 +59,8 @@ def _split_commas(value: Any) -> Any:
 
 
 Names = Annotated[tuple[str, ...], BeforeValidator(_split_commas)]
+# A label set by the one label rule (transferset.labels): what one command accepts, every command does.
+LabelNames = Annotated[Names, AfterValidator(lambda names: label_rule.check_names(names, where=""))]
 Ints = Annotated[tuple[int, ...], BeforeValidator(_split_commas)]
 
 _STRICT = ConfigDict(extra="forbid")
@@ -77,16 +86,15 @@ def check_forward_options(forward: str, forward_rows: Optional[int], forward_tok
 
 # --- stages ----------------------------------------------------------------------------------
 
-@with_config(_STRICT)
 @dataclass(frozen=True)
-class AugmentConfig:
-    """`transferset augment` and the run's `augment:` section."""
+class _AugmentCommon:
+    """The augment settings no single op owns; each op's own come from its module (transferset.augment)."""
 
     # reading
     text_column: Optional[str] = None  # text column of the inputs (None: `sentence`, else `text`)
-    label_column: str = "label"  # label column of --input files
+    label_column: str = DEFAULT_LABEL_COLUMN  # label column of --input files
     text_b_column: Optional[str] = None  # second text column, for sentence pairs
-    labels: Optional[Names] = None  # the label set in class order, e.g. neg,pos (None: the first input's labels)
+    labels: Optional[LabelNames] = None  # the label set in class order, e.g. neg,pos (None: the first input's labels)
     max_chars: AtLeast(1) = DEFAULT_MAX_CHARS  # reject rows whose text is longer
     limit: Optional[int] = None  # read only the first N rows of each input
     # augmentation
@@ -95,31 +103,29 @@ class AugmentConfig:
     n_iter: AtLeast(0) = 20  # variants sampled per example (Tang et al.: 20; TinyBERT SST-2: 20)
     unlabeled_n_iter: Optional[AtLeast(0)] = None  # variants per unlabeled example (None: n_iter; 0: the text as is)
     seed: int = 0  # a row depends only on (seed, source id, variant index, settings)
-    p_mask: Probability = 0.1  # per word: probability of [MASK]
-    p_pos: Probability = 0.1  # per word: probability of a same-POS word drawn from the corpus unigram distribution
-    p_ng: Probability = 0.25  # per variant: probability of keeping only a random n-gram
-    max_n: AtLeast(1) = 5  # n-gram length is uniform in 1..max_n
-    p_mlm: Probability = 0.4  # per eligible word: probability of one of the top-M MLM candidates
-    mlm_model: str = "bert-base-uncased"  # any AutoModelForMaskedLM: local directory or hub name
-    allow_pickle: bool = False  # accept pickle weights (pytorch_model.bin) for the MLM: only files you trust
-    trust_remote_code: bool = False  # run Python code shipped with the MLM: only models you trust
-    mlm_top_k: AtLeast(1) = 15  # M candidates per word
-    mlm_max_length: AtLeast(4) = DEFAULT_MAX_LENGTH  # MLM input tokens per row (the masked sentence and the original)
-    mask_token: str = "[MASK]"  # what the mask op writes
-    spacy_model: str = "en_core_web_sm"  # spaCy pipeline used for POS tags
-    # execution (not part of what a row depends on)
-    tag_batch_size: AtLeast(1) = 256  # rows per spaCy call
-    mlm_batch_size: AtLeast(1) = 64  # rows per MLM forward pass (their masked copies share it)
-    torch_threads: Optional[int] = None  # torch threads per worker for the MLM (None: torch's; use cores / workers)
 
-    # the safety switches change what may load, not what a loaded model writes
-    EXECUTION = ("tag_batch_size", "mlm_batch_size", "torch_threads", "allow_pickle", "trust_remote_code")
+
+# Each registered op's settings class (transferset/augment/OP.py) adds its fields after the common
+# ones: its defaults and comments are written there once, and become flags, --help and YAML keys here.
+_OP_SETTINGS = augment.settings_classes()
+
+
+@with_config(_STRICT)
+@dataclass(frozen=True)
+class AugmentConfig(*reversed(_OP_SETTINGS), _AugmentCommon):
+    """`transferset augment` and the run's `augment:` section: the common settings, then every op's."""
+
+    # settings no row depends on (left out of to_json and of the run's stage key)
+    EXECUTION = tuple(name for cls in _OP_SETTINGS for name in getattr(cls, "EXECUTION", ()))
 
     def __post_init__(self):
         if self.ops is None:
             if self.recipe not in RECIPES:
                 raise ValueError(f"unknown recipe {self.recipe!r}; known: {', '.join(sorted(RECIPES))}")
             object.__setattr__(self, "ops", tuple(RECIPES[self.recipe]))
+        for cls in _OP_SETTINGS:  # each op checks its own settings
+            if "__post_init__" in vars(cls):
+                cls.__post_init__(self)
 
     def variants_for(self, labeled: bool) -> int:
         """How many variants an example gets: unlabeled text may have its own number."""
@@ -156,10 +162,11 @@ class TeacherConfig:
     text_column: Optional[str] = None  # text column (None: `sentence`, else `text`)
     text_b_column: Optional[str] = None  # second text column for sentence pairs
     label_column: str = "label"
-    labels: Optional[Names] = None  # label names in class order (None: the train file's labels)
+    labels: Optional[LabelNames] = None  # label names in class order (None: the train file's labels)
     allow_pickle: bool = False  # accept pickle weights (pytorch_model.bin) for the base model: only files you trust
     trust_remote_code: bool = False  # run Python code shipped with the model: only models you trust
     progress: Optional[bool] = None  # a progress bar (None: when stderr is a terminal)
+    resume: bool = False  # go on from OUTPUT/checkpoint/ of a killed fine-tuning with the same settings
 
 
 @with_config(_STRICT)
@@ -199,6 +206,41 @@ class ScoreConfig:
 # StudentConfig.lr when it is None, per student family: AdamW's peak learning rate.
 DEFAULT_LR = {"bilstm": 2e-3, "transformer": 1e-4}
 
+# Transformer presets (`preset: NAME`): a published recipe's settings, under the ones given (a setting in
+# the YAML or on the command line wins). Paper settings and what differs here: README.md, "Layer-wise
+# transfer with the teacher online, and the presets".
+STUDENT_PRESETS: dict[str, dict[str, Any]] = {
+    # Jiao et al. 2020, task distillation: embedding, hidden and attention-score MSE, then soft CE (T = 1).
+    "tinybert": {"student": "transformer", "schedule": "two-step", "layer_map": "uniform", "emb_mse": 1.0,
+                 "hidden_mse": 1.0, "att_mse": 1.0, "kd": 1.0, "temperature": 1.0, "ce": 0.0, "mse": 0.0},
+    # Sun et al. 2020: feature-map and attention transfer, progressive (layer by layer), then prediction KD.
+    "mobilebert": {"student": "transformer", "schedule": "pkt", "layer_map": "uniform", "hidden_mse": 1.0,
+                   "att_kl": 1.0, "kd": 1.0, "temperature": 1.0, "ce": 0.0, "mse": 0.0},
+    # Wang et al. 2020: the last layer's attention and value-relation KL, then prediction KD.
+    "minilm": {"student": "transformer", "schedule": "two-step", "layer_map": "last-1", "att_kl": 1.0,
+               "value_kl": 1.0, "kd": 1.0, "temperature": 1.0, "ce": 0.0, "mse": 0.0},
+    # Sanh et al. 2019 without the MLM term: 5·KD(T = 2) + 1·cosine of the last hidden states, skip init.
+    "distilbert": {"student": "transformer", "schedule": "joint", "kd": 5.0, "temperature": 2.0, "cos": 1.0,
+                   "ce": 0.0, "mse": 0.0},
+    # Sun et al. 2019 (PKD-skip): (1 - α)·CE + α·KD(T) + β·PKD with α = 0.7, T = 5, β = 100.
+    "pkd": {"student": "transformer", "schedule": "joint", "ce": 0.3, "kd": 0.7, "temperature": 5.0,
+            "pkd": 100.0, "mse": 0.0},
+}
+
+
+def with_preset(values: Any) -> Any:
+    """StudentConfig settings with a transformer preset's values under the given ones (other values as they are)."""
+    if isinstance(values, dict) and values.get("preset") in STUDENT_PRESETS:
+        return {**STUDENT_PRESETS[values["preset"]], **values}
+    return values
+
+
+def _layer_map(value: Any) -> Any:
+    # YAML `layer_map: [2, 4, 6]` (or `6` for a 1-layer student) means the string "2,4,6" that flags take.
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return ",".join(str(v) for v in value) if isinstance(value, (list, tuple)) else value
+
 
 @with_config(_STRICT)
 @dataclass(frozen=True)
@@ -206,7 +248,7 @@ class StudentConfig:
     """`transferset train` (flags or --config YAML) and each entry of the run's `students:` section."""
 
     student: str = "bilstm"  # student family: bilstm | transformer
-    schedule: str = "joint"  # joint | progressive | distill-then-finetune
+    schedule: str = "joint"  # joint | progressive | distill-then-finetune | two-step | pkt
     epochs: AtLeast(1) = 5  # at most this many epochs per phase (progressive: per unfreezing step)
     lr: Optional[Positive] = None  # None: the family's DEFAULT_LR (BiLSTM 2e-3, transformer 1e-4)
     batch_size: AtLeast(1) = 64  # rows per step
@@ -225,6 +267,15 @@ class StudentConfig:
     kd: NonNegative = 0.0  # KL(softmax(t/T) || softmax(s/T)) * T^2 (Hinton et al. 2015)
     repr: NonNegative = 0.0  # MSE of the student's representation head to teacher_hidden (XtremeDistil)
     pkd: NonNegative = 0.0  # BERT-PKD: normalised [CLS] of intermediate layers (transformer student)
+    # layer losses against the teacher run alongside (transformer student, the teacher's tokenizer)
+    emb_mse: NonNegative = 0.0  # TinyBERT: MSE of the embedding layer's output (through W_h across widths)
+    hidden_mse: NonNegative = 0.0  # TinyBERT / MobileBERT: per-token MSE of mapped layers' hidden states
+    att_mse: NonNegative = 0.0  # TinyBERT: MSE of mapped layers' attention scores (before softmax)
+    att_kl: NonNegative = 0.0  # MobileBERT / MiniLM: KL of mapped layers' attention distributions
+    value_kl: NonNegative = 0.0  # MiniLM: KL of mapped layers' value relations softmax(V·V^T/sqrt(d_k))
+    cos: NonNegative = 0.0  # DistilBERT: 1 - cosine of the last hidden states, per token
+    # student layer -> teacher layer for the layer losses: uniform | first | last | last-K | 2,4,6 | 3:6,4:12
+    layer_map: Annotated[str, BeforeValidator(_layer_map)] = "uniform"
     temperature: Positive = 1.0  # T of the kd loss
     # tokens and initialisation
     tokens: Literal["wordpiece", "words"] = "wordpiece"  # wordpiece (the teacher's) | words (vocabulary from the transfer set)
@@ -241,11 +292,26 @@ class StudentConfig:
     freeze_embeddings: Optional[bool] = None
     teacher: Optional[str] = None  # teacher directory (None: the set's teacher_id metadata when a directory)
     tokenizer: Optional[str] = None  # tokenizer directory (None: the set's tokenizer metadata, else the teacher's)
-    preset: Optional[str] = None  # bilstm presets: tang | xtremedistil
+    # bilstm presets: tang | xtremedistil; transformer presets (settings of a published recipe, under the ones
+    # given; applied where settings are read): tinybert | mobilebert | minilm | distilbert | pkd
+    preset: Optional[str] = None
     model: dict[str, Any] = field(default_factory=dict)  # the student model's own settings, e.g. {hidden: 150}
     # reporting
     latency_examples: AtLeast(1) = 256  # dev rows timed for the latency figures
     agreement_rows: AtLeast(1) = 5000  # transfer rows used for teacher agreement when dev has no teacher columns
+    # engine (transferset/training.py, on Accelerate); processes come from the launcher:
+    # `torchrun --nproc_per_node N -m transferset.app.cli train ...` (DDP, gloo on CPU)
+    device: Literal["auto", "cpu", "cuda"] = "auto"  # cpu | cuda | auto (cuda when torch sees one)
+    bf16: bool = False  # bfloat16 mixed precision (autocast): for GPUs, and CPUs with AMX / AVX512-BF16
+    # experiment tracking: none | tensorboard | mlflow | wandb (its package installed)
+    report_to: Literal["none", "tensorboard", "mlflow", "wandb"] = "none"
+    resume: bool = False  # go on from OUTPUT/checkpoint/ of a killed run with the same settings
+    checkpoint_steps: Optional[AtLeast(1)] = None  # also write the checkpoint every N optimizer steps (None: per epoch)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _preset(cls, values: Any) -> Any:
+        return with_preset(values)
 
     def frozen_embeddings(self) -> bool:
         """Whether the embedding table stays fixed (`freeze_embeddings`, None: a teacher-initialised BiLSTM)."""

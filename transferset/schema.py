@@ -30,8 +30,12 @@ TEACHER_LOGITS = "teacher_logits"
 TEACHER_HIDDEN = "teacher_hidden"
 TEACHER_HIDDEN_LAYER_PREFIX = "teacher_hidden_l"
 
-# `transferset predict`'s output (with ID, TEXT and TEXT_B): the predicted name and one float32
-# probability column per label name, in class order
+# `transferset predict`'s output (with ID, SOURCE_ID, TEXT and TEXT_B): where each row was read, the
+# predicted name and one float32 probability column per label name, in class order. INPUT_FILE is the
+# input as given on the command line; INPUT_LINE its line there as `sed -n Np` counts (a TSV/CSV's header
+# is line 1), or the row number from 1 in a Parquet file or hf: dataset: the same two fields as a reject's.
+INPUT_FILE = "file"
+INPUT_LINE = "line"
 PREDICTED_LABEL = "predicted_label"
 PROB_PREFIX = "prob_"
 
@@ -39,8 +43,8 @@ TRANSFER_COLUMNS = (ID, SOURCE_ID, TEXT, TEXT_B, OPS, LABEL)
 TEACHER_COLUMNS = (TEACHER_LABEL, TEACHER_LOGITS, TEACHER_HIDDEN)
 
 # --- reject records (OUT/rejects/*.jsonl) ------------------------------------
-REJECT_FILE = "file"
-REJECT_LINE = "line"
+REJECT_FILE = INPUT_FILE
+REJECT_LINE = INPUT_LINE
 REJECT_RAW = "raw"
 REJECT_REASON = "reason"
 REJECT_RAW_CHARS = "raw_chars"  # in stats.json's first_rejects: the length of a raw row cut to a sample
@@ -77,6 +81,7 @@ REJECTS_DIR = "rejects"
 STATS_FILE = "stats.json"
 COMPLETE_MARKER = "_COMPLETE"
 LOCK_FILE = ".transferset.lock"  # the run writing into a folder (transferset.fs.lock); absent when none
+MANIFEST_FILE = ".transferset-output.json"  # which command wrote the folder, and what it wrote (transferset.fs.output)
 
 # --- a trained student (`transferset train --output DIR`) --------------------
 STUDENT_MODEL_DIR = "model"          # DIR/model: the student, loadable with `transferset evaluate`

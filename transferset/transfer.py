@@ -12,6 +12,7 @@ from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from transferset import fs, schema
@@ -93,11 +94,13 @@ def label_names(directory: str, *, scored: bool = False) -> list[str]:
 
 
 def iter_batches(directory: str, columns: Optional[Sequence[str]] = None,
-                 batch_size: int = 1024, rng: Optional[random.Random] = None) -> Iterator[pa.RecordBatch]:
+                 batch_size: int = 1024, rng: Optional[random.Random] = None, *,
+                 num_classes: Optional[int] = None) -> Iterator[pa.RecordBatch]:
     """Stream record batches over all shards: memory stays flat however large the set is.
 
     With `rng`, shards are visited in an order drawn from it (a shuffle at shard granularity
-    that costs no memory; the trainer shuffles rows within a bounded buffer on top).
+    that costs no memory; the trainer shuffles rows within a bounded buffer on top). With
+    `num_classes`, the values of each batch are checked (`check_values`) before it is yielded.
     """
     files = data_files(directory)
     if rng is not None:
@@ -107,7 +110,75 @@ def iter_batches(directory: str, columns: Optional[Sequence[str]] = None,
             pf = pq.ParquetFile(fh)
             if pf.metadata.num_rows == 0:
                 continue
-            yield from pf.iter_batches(batch_size=batch_size, columns=list(columns) if columns else None)
+            row = 0
+            for batch in pf.iter_batches(batch_size=batch_size, columns=list(columns) if columns else None):
+                if num_classes is not None:
+                    check_values(batch, num_classes, path=path, first_row=row)
+                row += batch.num_rows
+                yield batch
+
+
+# --- values on read: a scored set is trained on, so what it holds is checked, not trusted ---------------
+
+def value_columns(names: Sequence[str]) -> list[str]:
+    """The columns of `names` whose values `check_values` checks: labels, logits, hidden states."""
+    checked = (schema.LABEL, schema.TEACHER_LABEL, schema.TEACHER_LOGITS, schema.TEACHER_HIDDEN)
+    return [n for n in names if n in checked or n.startswith(schema.TEACHER_HIDDEN_LAYER_PREFIX)]
+
+
+def _first(mask: pa.Array) -> int:
+    """Index of the first true value of a boolean array (nulls count as false)."""
+    return int(np.flatnonzero(mask.fill_null(False).to_numpy(zero_copy_only=False))[0])
+
+
+def _value_problem(batch: pa.RecordBatch, num_classes: int) -> Optional[tuple[int, str]]:
+    """(row of the batch, what is wrong) for the first row of the first bad column, or None.
+
+    Vectorised: one pass of Arrow compute per column, so checking costs a fraction of reading.
+    """
+    for name in value_columns(batch.schema.names):
+        col = batch.column(name)
+        kind = col.type
+        if name in (schema.LABEL, schema.TEACHER_LABEL):
+            if not pa.types.is_integer(kind):
+                return 0, f"column {name} has type {kind}, not an integer class index"
+            if name == schema.TEACHER_LABEL and col.null_count:
+                return _first(col.is_null()), f"{name} is null"
+            bad = pc.or_(pc.less(col, 0), pc.greater_equal(col, num_classes))
+            if pc.any(bad).as_py():
+                i = _first(bad)
+                return i, (f"{name} {col[i].as_py()} is not a class of the set's {num_classes} labels "
+                           f"(0..{num_classes - 1})")
+            continue
+        if not (pa.types.is_fixed_size_list(kind) and pa.types.is_floating(kind.value_type)):
+            return 0, f"column {name} has type {kind}, not a fixed-size list of floats"
+        if col.null_count:
+            return _first(col.is_null()), f"{name} is null"
+        values = col.flatten()  # honours the batch's offset; no nulls in the lists themselves either
+        finite = pc.is_finite(values)
+        if values.null_count or not pc.all(finite).as_py():
+            at = _first(pc.invert(finite.fill_null(False)))
+            return at // kind.list_size, f"{name} holds {values[at].as_py()} (position {at % kind.list_size})"
+    return None
+
+
+def check_values(batch: pa.RecordBatch, num_classes: int, *, path: str, first_row: int = 0) -> None:
+    """Refuse a batch of `path` (rows from `first_row`) holding a label outside 0..num_classes-1 or a
+    non-finite teacher value: a NaN logit trains a NaN student, a label 7 of 2 classes breaks training
+    or evaluation. The message names the file, the row and its id."""
+    found = _value_problem(batch, num_classes)
+    if found is None:
+        return
+    i, what = found
+    row = first_row + i
+    if schema.ID in batch.schema.names:
+        row_id = batch.column(schema.ID)[i].as_py()
+    else:  # read again only now, for the message
+        with fs.open(path) as fh:
+            row_id = pq.ParquetFile(fh).read(columns=[schema.ID]).column(0)[row].as_py()
+    raise UserError(f"{path}, row {row + 1} (id {schema.cut(row_id)}): {what}; a scored set must hold finite "
+                    "teacher values and labels of its label set: rebuild it (`transferset augment`, then "
+                    "`transferset score` with a teacher whose outputs are finite) instead of training on it")
 
 
 def num_rows(directory: str) -> int:

@@ -156,3 +156,21 @@ def to_dict(cfg: Any) -> dict[str, Any]:
     return json.loads(json.dumps(dataclasses.asdict(cfg), default=list))
 
 
+
+
+# --- checks of values, for the __post_init__ of settings dataclasses -----------------------------
+
+def at_least(obj: Any, **minimums: int) -> None:
+    """Refuse a setting below its minimum (None passes: "not set")."""
+    for name, low in minimums.items():
+        value = getattr(obj, name)
+        if value is not None and value < low:
+            raise ValueError(f"{name} must be at least {low}, got {value}")
+
+
+def probabilities(obj: Any, *names: str) -> None:
+    """Refuse a setting outside [0, 1]."""
+    for name in names:
+        value = getattr(obj, name)
+        if not 0 <= value <= 1:
+            raise ValueError(f"{name} must be a probability in [0, 1], got {value}")

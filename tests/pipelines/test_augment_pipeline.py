@@ -150,6 +150,47 @@ def test_existing_complete_output_is_refused_without_overwrite(tmp_path, capsys)
     assert main(args + ["--overwrite"]) == 0
 
 
+def test_augment_never_deletes_files_it_did_not_write(tmp_path, sst2_dir, capsys):
+    """Issue 25 item 1: `mkdir -p p/data && cp D.tsv p/data/keep.tsv && transferset augment --input T.tsv
+    --output p --n-iter 0` exited 0 and keep.tsv was gone (data/, rejects/ and stats.json of any output
+    without _COMPLETE were removed before writing, whatever they held)."""
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"text": "a fine film", "label": 1}\n{"text": "a dull film", "label": 0}\n')
+    p = tmp_path / "p"
+    (p / "data").mkdir(parents=True)
+    keep = p / "data" / "keep.tsv"
+    keep.write_bytes((Path(sst2_dir) / "dev.tsv").read_bytes())
+    before = keep.read_bytes()
+    args = ["augment", "--input", str(src), "--output", str(p), "--n-iter", "0"]
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert f"{p} holds data/ (keep.tsv), which transferset did not write" in err
+    # data/ is a folder augment writes: another's files there are never deleted, not even with --overwrite.
+    assert main(args + ["--overwrite"]) == 1
+    assert "never deletes files it did not write, even with --overwrite" in capsys.readouterr().err
+    assert keep.read_bytes() == before and sorted(os.listdir(p)) == ["data"] and os.listdir(p / "data") == ["keep.tsv"]
+    # An input inside the output is refused whatever the flags (a usage error).
+    inside = p / "in.jsonl"
+    inside.write_bytes(src.read_bytes())
+    assert main(["augment", "--input", str(inside), "--output", str(p), "--n-iter", "0", "--overwrite"]) == 2
+    assert f"--output {p} contains the input {inside}" in capsys.readouterr().err
+    # A file of another's under a name augment does not write: kept, the set written beside it with --overwrite.
+    inside.unlink()
+    keep.rename(p / "keep.tsv")
+    (p / "data").rmdir()
+    assert main(args) == 1 and "pass --overwrite to write beside them (they are kept)" in capsys.readouterr().err
+    assert main(args + ["--overwrite"]) == 0
+    assert (p / "keep.tsv").read_bytes() == before and (p / schema.COMPLETE_MARKER).exists()
+    assert len(_rows(p)) == 2
+    # Replacing that set (--overwrite) still keeps keep.tsv; the set's own files are recorded as its own.
+    assert main(args + ["--overwrite"]) == 0
+    assert (p / "keep.tsv").read_bytes() == before and len(_rows(p)) == 2
+    manifest = json.loads((p / schema.MANIFEST_FILE).read_text())
+    assert manifest["command"] == "augment" and manifest["kept"] == ["keep.tsv"]
+    assert set(manifest["written"]) == {schema.DATA_DIR, schema.REJECTS_DIR, schema.STATS_FILE,
+                                        schema.COMPLETE_MARKER}
+
+
 def _augment_with_unlabeled(tmp_path, labeled: str, unlabeled: list[str], *flags: str) -> Path:
     """Augment one labeled TSV row plus unlabeled JSONL texts with the mask op; → the output folder."""
     lab, unl, out = tmp_path / "lab.tsv", tmp_path / "unl.jsonl", tmp_path / "out"

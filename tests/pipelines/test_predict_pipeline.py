@@ -71,10 +71,13 @@ def test_rows_rejects_and_stats(files, tmp_path):
     rows = [r for f in sorted((out / schema.DATA_DIR).iterdir()) for r in pq.read_table(f).to_pylist()]
     assert sorted(r["text"] for r in rows) == ["a much longer sentence here", "medium text", "short"]
     for r in rows:
-        assert r["id"] == source_id_for(r["text"], None)
+        assert r["source_id"] == source_id_for(r["text"], None)
+        assert r["id"] == predictions.row_id(r["file"], r["line"], r["text"], None)
         assert r["prob_pos"] == pytest.approx(expected(r["text"]), abs=1e-6)
         assert r["predicted_label"] == ("pos" if r["prob_pos"] > 0.5 else "neg")
-        assert list(r) == ["id", "text", "predicted_label", "prob_neg", "prob_pos"]
+        assert list(r) == ["id", "file", "line", "source_id", "text", "predicted_label", "prob_neg", "prob_pos"]
+    assert sorted((r["file"], r["line"], r["text"]) for r in rows) == [
+        (str(files[0]), 2, "short"), (str(files[0]), 3, "a much longer sentence here"), (str(files[1]), 1, "medium text")]
     assert {r["text"]: r["predicted_label"] for r in rows}["short"] == "neg"
     rejects = [json.loads(x) for f in (out / schema.REJECTS_DIR).iterdir() for x in f.read_text().splitlines()]
     assert sorted(r[schema.REJECT_REASON].split(":")[0] for r in rejects) == [
@@ -93,10 +96,28 @@ def test_pairs_as_jsonl(tmp_path):
     out = tmp_path / "out"
     stats = run(job([src], out, format="jsonl", text_column="a", text_b_column="b"))
     rows = [json.loads(x) for f in (out / schema.DATA_DIR).iterdir() for x in f.read_text().splitlines()]
-    assert rows == [{"id": source_id_for("first", "second one"), "text": "first", "text_b": "second one",
+    assert rows == [{"id": predictions.row_id(str(src), 2, "first", "second one"), "file": str(src), "line": 2,
+                     "source_id": source_id_for("first", "second one"), "text": "first", "text_b": "second one",
                      "predicted_label": "neg", "prob_neg": pytest.approx(1 - expected("first", "second one")),
                      "prob_pos": pytest.approx(expected("first", "second one"))}]
     assert stats["rejected"] == 1  # an empty second text is rejected, as augment rejects it
+
+
+def test_repeated_sentences_keep_their_own_rows_ids_and_lines(tmp_path):
+    """Issue 25 item 12: 614 rows with 317 distinct ids, because the id was the text's hash; now each
+    row has its own id and says which file and line it came from, and a rule of the text still holds."""
+    a, b = tmp_path / "a.tsv", tmp_path / "b.csv"
+    a.write_text("sentence\nsame words\nother words\nsame words\n")
+    b.write_text("sentence\nsame words\n")
+    out = tmp_path / "out"
+    stats = run(job([a, b], out))
+    rows = sorted((r for f in (out / schema.DATA_DIR).iterdir() for r in pq.read_table(f).to_pylist()),
+                  key=lambda r: (r["file"], r["line"]))
+    assert [(r["file"], r["line"], r["text"]) for r in rows] == [
+        (str(a), 2, "same words"), (str(a), 3, "other words"), (str(a), 4, "same words"), (str(b), 2, "same words")]
+    assert len({r["id"] for r in rows}) == 4 and stats["predicted"] == 4
+    assert len({r["source_id"] for r in rows if r["text"] == "same words"}) == 1
+    assert all(r["prob_pos"] == pytest.approx(expected(r["text"]), abs=1e-6) for r in rows)
 
 
 def test_an_input_whose_every_row_is_rejected_fails_the_run(files, tmp_path):

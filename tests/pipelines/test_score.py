@@ -557,9 +557,9 @@ def test_input_read_in_small_units_scores_and_rejects_the_same_rows(tmp_path, mo
 
 def test_colliding_id_hashes_change_no_route(tmp_path, monkeypatch, transfer_dir, teacher_dir, scored):
     """Every id with one hash: each is counted exactly, and the output, rejects and stats are the same."""
-    from transferset.scored import shards
+    from transferset import ids
 
-    monkeypatch.setattr(shards, "id_hash", lambda key: 7)
+    monkeypatch.setattr(ids, "id_hash", lambda key: 7)
     src, _ = transfer_dir
     out = str(tmp_path / "scored")
     assert cli.main(["score", "--input", src, "--teacher", teacher_dir, "--output", out, "--layers=-1,1",

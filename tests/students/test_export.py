@@ -123,7 +123,9 @@ def test_export_refuses_what_it_cannot_write_faithfully(tmp_path, tmp_path_facto
                                                         capsys):
     # An existing export is kept unless --overwrite.
     rc = main(["export", "--model", model_dirs["bilstm"], "--output", exported["bilstm"]])
-    assert rc == 1 and "already holds model.onnx; pass --overwrite" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert rc == 1 and "already holds a complete run of `transferset export` (an ONNX export)" in err
+    assert "pass --overwrite" in err
     # An export is not a model to export again.
     with pytest.raises(UserError, match="already an ONNX export"):
         export(exported["bilstm"], str(tmp_path / "again"))
@@ -137,6 +139,25 @@ def test_export_refuses_what_it_cannot_write_faithfully(tmp_path, tmp_path_facto
     with pytest.raises(UserError, match="tokens: words"):
         export(str(tmp_path / "words"), str(tmp_path / "words_onnx"))
     assert not (tmp_path / "words_onnx").exists()
+
+
+def test_export_onto_a_model_folder_is_refused_and_leaves_it_as_it_was(tmp_path, model_dirs, capsys):
+    """Issue 25 item 2: `export --model STUDENT --output TEACHER_COPY` only looked for model.onnx, so it replaced
+    the teacher's config.json and tokenizer, and `evaluate` on that folder then ran the student silently."""
+    import shutil
+
+    copy = tmp_path / "teacher_copy"
+    shutil.copytree(model_dirs["teacher"], copy)
+    before = {p.name: p.read_bytes() for p in copy.iterdir()}
+    assert schema.HF_CONFIG_FILE in before
+    # Files transferset did not write are never written over, not even with --overwrite.
+    for flags in ([], ["--overwrite"]):
+        rc = main(["export", "--model", model_dirs["bilstm"], "--output", str(copy), *flags])
+        err = capsys.readouterr().err
+        assert rc == 1 and f"{copy} holds {schema.HF_CONFIG_FILE}" in err and "transferset did not write" in err
+    assert {p.name: p.read_bytes() for p in copy.iterdir()} == before
+    assert Student.from_pretrained(str(copy)).label_names == ["0", "1"]  # still the teacher, not an export
+    assert not isinstance(Student.from_pretrained(str(copy)), OnnxStudent)
 
 
 def test_export_from_and_to_a_remote_scheme(model_dirs, exported, tmp_path, monkeypatch):

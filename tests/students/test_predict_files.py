@@ -78,8 +78,12 @@ def test_predict_reads_every_format_and_writes_the_students_predictions(name, mo
     assert f"{kept + rejected:,} rows read, {kept:,} predicted, {rejected:,} rejected" in line and "in-process" in line
     rows = _read_output(out)
     assert len(rows) == kept and [r[schema.TEXT] for r in rows[:N]] == texts  # in input order
-    assert set(rows[0]) == {"id", "text", "predicted_label", "prob_0", "prob_1"}
-    assert rows[0]["id"] == source_id_for(texts[0], None)
+    assert list(rows[0]) == ["id", "file", "line", "source_id", "text", "predicted_label", "prob_0", "prob_1"]
+    assert rows[0]["source_id"] == source_id_for(texts[0], None)
+    # Each format's rows say where they were read: the TSV's first row is line 2 (after the header).
+    first = {r["file"]: r["line"] for r in reversed(rows)}
+    assert {p: first[p] for p in files} == {p: 2 if p.endswith((".tsv", ".csv")) else 1 for p in files}
+    assert len({r["id"] for r in rows}) == kept  # the same 30 sentences in 5 inputs: 150 ids
     _check_against(rows, Student.from_pretrained(models[name]))
     # Parquet: zstd, float32 probabilities, label names in the metadata.
     f = next((out / schema.DATA_DIR).iterdir())
@@ -113,7 +117,8 @@ def test_predict_pairs_as_jsonl_with_the_teacher_and_its_onnx_export(models, tmp
                      "--text-column", "premise", "--text-b-column", "hypothesis", "--max-length", "64"]) == 0
         rows = _read_output(out)
         assert [(r["text"], r["text_b"]) for r in rows] == list(zip(texts, texts[::-1]))
-        assert rows[0]["id"] == source_id_for(texts[0], texts[-1])
+        assert rows[0]["source_id"] == source_id_for(texts[0], texts[-1])
+        assert (rows[0]["file"], rows[0]["line"]) == (str(pairs), 2)
         assert next((out / schema.DATA_DIR).iterdir()).suffix == ".jsonl"
         _check_against(rows, Student.from_pretrained(models["teacher"], max_length=64), texts_b=True)
     capsys.readouterr()
@@ -128,10 +133,11 @@ def test_beam_writes_the_rows_in_process_writes(models, inputs, tmp_path, capsys
                  "--runner", "FnApiRunner", "--batch-size", "16"]) == 0
     assert "Beam" in capsys.readouterr().out
     a, b = _read_output(here), _read_output(there)
-    key = lambda r: (r["id"], r["text"])  # noqa: E731 - ids repeat: the files hold the same sentences
+    key = lambda r: (r["id"], r["file"], r["line"], r["text"])  # noqa: E731
     a, b = sorted(a, key=key), sorted(b, key=key)
     assert [key(r) for r in a] == [key(r) for r in b] and [r["predicted_label"] for r in a] == \
         [r["predicted_label"] for r in b]
+    assert len({r["id"] for r in a}) == len(a)  # the files hold the same sentences, each row its own id
     np.testing.assert_allclose([r["prob_1"] for r in a], [r["prob_1"] for r in b], atol=1e-5)
     s1, s2 = (json.loads((d / schema.STATS_FILE).read_text()) for d in (here, there))
     assert (s1["input_rows"], s1["predicted"], s1["rejected"]) == (s2["input_rows"], s2["predicted"], s2["rejected"])
@@ -156,7 +162,7 @@ def test_predict_refuses_clearly(models, inputs, tmp_path, capsys):
     # A complete output is kept unless --overwrite.
     assert main(["predict", "--model", models["bilstm"], "--input", tsv, "--output", str(out)]) == 1
     err = capsys.readouterr().err
-    assert "already holds complete predictions" in err and "pass --overwrite" in err
+    assert "already holds a complete run of `transferset predict` (predictions)" in err and "pass --overwrite" in err
     # A text column the file lacks: every row rejected, said once with the first reasons; no _COMPLETE.
     bad = tmp_path / "bad"
     assert main(["predict", "--model", models["bilstm"], "--input", tsv, "--output", str(bad),
@@ -210,8 +216,13 @@ def test_model_inputs_and_output_on_a_remote_scheme(runner, models, inputs, tmp_
     assert main(["predict", "--model", models["bilstm"], "--input", tsv, "--output", str(tmp_path / "here")]) == 0
     capsys.readouterr()
     remote = Path(fake_remote.local(fake_remote.url("out")))
-    key = lambda r: (r["id"], r["text"])  # noqa: E731
-    assert sorted(_read_output(remote), key=key) == sorted(_read_output(tmp_path / "here"), key=key)
+    # The same rows but for where they were read (the input's name, and the ids made from it).
+    def key(r):
+        return {k: v for k, v in r.items() if k not in ("id", "file")}
+
+    there, here = _read_output(remote), _read_output(tmp_path / "here")
+    assert sorted(map(key, there), key=lambda r: r["line"]) == sorted(map(key, here), key=lambda r: r["line"])
+    assert {r["file"] for r in there} == {fake_remote.url("in.tsv")} and {r["file"] for r in here} == {tsv}
     assert (remote / schema.COMPLETE_MARKER).exists() and len(list((remote / schema.REJECTS_DIR).iterdir())) == 1
     assert not (tmp_path / "tsfake:").exists()
 
@@ -228,3 +239,109 @@ def test_predict_into_an_output_another_run_owns_is_refused(models, inputs, tmp_
     err = capsys.readouterr().err
     assert rc == 1 and f"{out} is in use by pid 4242 on host another-machine" in err
     assert sorted(p.name for p in out.iterdir()) == [schema.LOCK_FILE]  # nothing written beside it
+
+
+class _LengthRule:
+    """A stand-in classifier (P(pos) grows with the text's length) for tests of the rows, not of a model."""
+
+    label_names = ["neg", "pos"]
+
+    def predict(self, texts, texts_b=None, batch_size=256):
+        from types import SimpleNamespace
+
+        n = np.array([len(t) for t in texts], dtype=np.float32)
+        p = n / (n + 20.0)
+        return SimpleNamespace(labels=[self.label_names[int(x > 0.5)] for x in p], probabilities=np.stack([1 - p, p], 1))
+
+
+def _load_length_rule(path):
+    return _LengthRule()
+
+
+def test_in_process_and_beam_rows_say_where_they_were_read_the_same_way(tmp_path):
+    """Issue 25 item 12, both paths: a sentence repeated within and across inputs keeps one row per input
+    line, each with its own id, file and line, and the two paths write the same rows."""
+    import apache_beam as beam
+
+    from pipelines.predict import PredictJob, build
+
+    a, b = tmp_path / "a.tsv", tmp_path / "b.jsonl"
+    a.write_text("sentence\nsame words\n\nsame words\na longer sentence than that\n")
+    b.write_text(json.dumps({"text": "same words"}) + "\n")
+    inputs = [str(a), str(b)]
+    for fmt in ("parquet", "jsonl"):
+        here, there = tmp_path / f"here_{fmt}", tmp_path / f"there_{fmt}"
+        predict_files(_LengthRule(), inputs, str(here), PredictConfig(format=fmt), progress=False)
+        with beam.Pipeline(runner="FnApiRunner") as p:
+            build(p, PredictJob(model="rule", loader=_load_length_rule, label_names=("neg", "pos"),
+                                inputs=tuple(inputs), output=str(there), cfg=PredictConfig(format=fmt)))
+        rows = _read_output(here)
+        assert [(r["file"], r["line"], r["text"]) for r in rows] == [
+            (str(a), 2, "same words"), (str(a), 4, "same words"), (str(a), 5, "a longer sentence than that"),
+            (str(b), 1, "same words")]
+        assert len({r["id"] for r in rows}) == 4
+        assert sorted(_read_output(there), key=lambda r: r["id"]) == sorted(rows, key=lambda r: r["id"])
+
+
+def _tree(root: Path) -> dict:
+    """Every file and folder under `root` → its bytes (None for a folder)."""
+    return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None) for p in sorted(root.rglob("*"))}
+
+
+@pytest.mark.parametrize("runner", ([], ["--beam"]))
+def test_predict_into_the_folder_of_its_input_is_refused_and_deletes_nothing(runner, models, inputs, tmp_path,
+                                                                             monkeypatch, capsys):
+    """Issue 25 item 1: `predict --input data/sst2/train.tsv --output .` deleted its own input (the data/ of
+    any output without _COMPLETE was cleared first), then stopped with a traceback."""
+    import shutil
+
+    tsv = next(p for p in inputs[0] if p.endswith(".tsv"))
+    (tmp_path / "data" / "sst2").mkdir(parents=True)
+    shutil.copy(tsv, tmp_path / "data" / "sst2" / "train.tsv")
+    monkeypatch.chdir(tmp_path)
+    before = _tree(tmp_path)
+    for flags in ([], ["--overwrite"]):
+        rc = main(["predict", "--model", models["bilstm"], "--input", "data/sst2/train.tsv", "--output", ".",
+                   *runner, *flags])
+        err = capsys.readouterr().err
+        assert rc == 2 and "--output . contains the input data/sst2/train.tsv" in err
+    assert _tree(tmp_path) == before
+
+
+def test_predict_into_a_run_directory_keeps_its_stages(models, inputs, tmp_path, capsys):
+    """Issue 25 item 1: `predict --output RUN` deleted the run's data/ stage (labeled, unlabeled and
+    validation rows), which the run's later stages read."""
+    run = tmp_path / "run"
+    files = {"config.yaml": "run_dir: run\n", "data/labeled.jsonl": '{"text": "a fine film", "label": 1}\n',
+             "data/unlabeled.jsonl": '{"text": "a film"}\n', "data/split.json": "{}\n",
+             "data/.stage.json": '{"key": "k1"}\n', "teacher/config.json": "{}\n", "teacher/.stage.json": '{"key": "k2"}\n'}
+    for rel, text in files.items():
+        (run / rel).parent.mkdir(parents=True, exist_ok=True)
+        (run / rel).write_text(text)
+    before = _tree(run)
+    tsv = next(p for p in inputs[0] if p.endswith(".tsv"))
+    rc = main(["predict", "--model", models["bilstm"], "--input", tsv, "--output", str(run)])
+    err = capsys.readouterr().err
+    assert rc == 1 and (f"{run} holds config.yaml, data/ (.stage.json, labeled.jsonl, 2 more), teacher/ "
+                        "(.stage.json, config.json) (a `transferset run` directory), which transferset did not write; "
+                        "`transferset predict` writes data/ there") in err
+    assert "never deletes files it did not write, even with --overwrite" in err
+    assert main(["predict", "--model", models["bilstm"], "--input", tsv, "--output", str(run), "--overwrite"]) == 1
+    assert "never deletes files it did not write, even with --overwrite" in capsys.readouterr().err
+    assert _tree(run) == before
+
+
+def test_predict_onto_a_transfer_set_says_what_the_folder_holds(models, inputs, tmp_path, capsys):
+    """Issue 25 item 11: `predict --output` onto a transfer set said it "already holds complete predictions"."""
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"text": "a fine film", "label": 1}\n{"text": "a dull film", "label": 0}\n')
+    transfer_set = tmp_path / "transfer"
+    assert main(["augment", "--input", str(src), "--output", str(transfer_set), "--n-iter", "0"]) == 0
+    before = _tree(transfer_set)
+    capsys.readouterr()
+    tsv = next(p for p in inputs[0] if p.endswith(".tsv"))
+    rc = main(["predict", "--model", models["bilstm"], "--input", tsv, "--output", str(transfer_set)])
+    err = capsys.readouterr().err
+    assert rc == 1 and "predictions" not in err
+    assert f"{transfer_set} already holds a complete run of `transferset augment` (a transfer set)" in err
+    assert _tree(transfer_set) == before

@@ -49,6 +49,27 @@ def test_a_run_writes_model_metrics_and_curves(tmp_path, tiny_scored_dir, sst2_d
     assert {schema.WEIGHTS_FILE, schema.STUDENT_SIDECAR_FILE, "tokenizer"} <= files
 
 
+def test_the_training_time_latency_says_what_it_was_taken_under(tmp_path, tiny_scored_dir, sst2_dev200, capsys):
+    """Issue 26 item 5: metrics.json recorded a latency on the training threads with no load, which the
+    report no longer trusted; it is now taken the report's way (one thread) and carries its conditions."""
+    import torch
+
+    threads = torch.get_num_threads()
+    out, m = _run(tmp_path, tiny_scored_dir, sst2_dev200, "--epochs", "1", threads=2,
+                  model={"embed_dim": 16, "hidden": 16})
+    assert set(m["latency_ms_per_example"]) == {"batch_1", "batch_64"}
+    assert all(v > 0 for v in m["latency_ms_per_example"].values())
+    cond = m["latency_conditions"]
+    assert cond["threads"] == 1 and cond["cpu_count"] >= 1 and isinstance(cond["busy"], bool)
+    assert len(cond["load_average_before"]) == 3 and cond["cpu_share"] > 0
+    assert "alone at training time" in cond["note"] and "run report" in cond["note"]
+    assert "latency_note" not in m
+    printed = json.loads(capsys.readouterr().out)  # `transferset train` prints them with the figures
+    assert printed["latency_conditions"] == cond
+    assert torch.get_num_threads() == 2  # the training's setting again after the timing
+    torch.set_num_threads(threads)
+
+
 def test_the_seed_fixes_the_run(tmp_path, tiny_scored_dir, sst2_dev200):
     settings = dict(model={"embed_dim": 16, "hidden": 16}, embed_init="random")
     runs = [_run(tmp_path / str(i), tiny_scored_dir, sst2_dev200, "--epochs", "1", "--seed", str(seed), **settings)[1]
@@ -122,11 +143,42 @@ def test_refuses_unknown_settings_and_an_existing_output(tmp_path, tiny_scored_d
     rc, err = _train(args + ["--schedule", "progressive"], capsys)
     assert rc == 1 and "head width (200) to equal the teacher's hidden width (32)" in err
     (tmp_path / "o" / schema.STUDENT_MODEL_DIR).mkdir(parents=True)
+    (tmp_path / "o" / schema.STUDENT_MODEL_DIR / "notes.txt").write_text("mine")
     cfg.write_text("epochs: 1\n")
-    rc, err = _train(args, capsys)
-    assert rc == 1 and re.search(r"model already exists; pass --overwrite", err)
+    for flags in ([], ["--overwrite"]):  # model/ is the trainer's: another's files there are never deleted
+        rc, err = _train(args + flags, capsys)
+        assert rc == 1 and re.search(r"o holds model/ \(notes.txt\), which transferset did not write", err)
+    assert (tmp_path / "o" / schema.STUDENT_MODEL_DIR / "notes.txt").read_text() == "mine"
     rc, err = _train(["--transfer", str(tmp_path), "--dev", sst2_dev200, "--output", str(tmp_path / "p")], capsys)
     assert rc == 1 and "no Parquet files" in err
+
+
+def test_a_killed_train_is_redone_without_overwrite(tmp_path, tiny_scored_dir, sst2_dev200, capsys, monkeypatch):
+    """Issue 25 item 10: a `train` killed after creating model/ blocked its own rerun ("model already exists")
+    although model/ was empty: an unfinished output of the same command is ours to redo."""
+    import students.trainer
+
+    small = {"model": {"embed_dim": 16, "hidden": 16}}
+    out = tmp_path / "run"
+    (out / schema.STUDENT_MODEL_DIR).mkdir(parents=True)  # what a killed run of the released version left
+    _run(tmp_path, tiny_scored_dir, sst2_dev200, "--epochs", "1", **small)
+    assert (out / schema.COMPLETE_MARKER).exists()
+    assert (out / schema.STUDENT_MODEL_DIR / schema.STUDENT_SIDECAR_FILE).exists()
+
+    def killed(*args, **kwargs):  # killed while saving: model/ and metrics.json written, no _COMPLETE
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(students.trainer, "plot_curves", killed)
+    args = ["train", "--transfer", tiny_scored_dir, "--dev", sst2_dev200, "--output", str(out), "--no-progress",
+            "--config", _config(tmp_path / "cfg.yaml", **small), "--epochs", "1"]
+    assert main(args + ["--overwrite"]) == 130
+    assert (out / schema.STUDENT_MODEL_DIR).is_dir() and not (out / schema.COMPLETE_MARKER).exists()
+    monkeypatch.undo()
+    capsys.readouterr()
+    assert main(args) == 0  # no --overwrite needed: the folder holds only what the killed run wrote
+    assert (out / schema.COMPLETE_MARKER).exists() and (out / schema.CURVES_FILE).exists()
+    assert main(args) == 1  # complete now: kept unless --overwrite
+    assert "already holds a complete run of `transferset train` (a trained student)" in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------- integration: MiniLM teacher

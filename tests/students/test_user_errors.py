@@ -180,3 +180,25 @@ def test_a_bilstm_student_given_as_teacher_says_what_it_is(tmp_path, tiny_scored
                      "--tokenizer", str(small_student / "model")], capsys)
     assert rc == 2 and "a bilstm student trained by transferset, not a Hugging Face tokenizer" in err, err
     assert f"its tokenizer is {small_student / 'model' / 'tokenizer'}" in err and not (tmp_path / "o").exists()
+
+
+def test_a_student_with_nan_weights_is_refused_by_evaluate_and_predict(tmp_path, small_student, sst2_dev200, capsys):
+    """Issue 25 item 5: a student trained on NaN logits had NaN weights, and `predict` wrote NaN
+    probabilities with exit 0."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    copy = tmp_path / "student"
+    shutil.copytree(small_student, copy)
+    weights = copy / schema.STUDENT_MODEL_DIR / schema.WEIGHTS_FILE
+    tensors = load_file(str(weights))
+    name = sorted(k for k, t in tensors.items() if t.is_floating_point())[-1]
+    tensors[name].view(-1)[0] = float("nan")
+    save_file(tensors, str(weights))
+    says = f"{weights}: weight {name} holds NaN or infinite values"
+    rc, err = _call(["evaluate", "--model", str(copy), "--data", sst2_dev200], capsys)
+    assert rc == 1 and says in err, err
+    rc, err = _call(["predict", "--model", str(copy), "--input", sst2_dev200, "--output", str(tmp_path / "p")], capsys)
+    assert rc == 1 and says in err, err
+    assert not (tmp_path / "p").exists()

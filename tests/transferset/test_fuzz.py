@@ -1,6 +1,8 @@
 """Random bytes and random Unicode (lone surrogates included) through every reader format, every
 registered augmenter and the metadata check: no traceback, and every line is counted
-(kept + rejected == lines). Kept small (max_examples) so the file runs in seconds."""
+(kept + rejected == lines). Random labels (huge, negative, float-like) never make a class, and random
+scored-set values (NaN, inf, labels out of range) are refused by file and row. Kept small
+(max_examples) so the file runs in seconds."""
 import io
 import json
 import os
@@ -213,3 +215,117 @@ def test_the_fuzz_strategies_do_produce_lone_surrogates():
     probe()
     assert any(found)
     assert np.mean(found) < 1
+
+
+# --- labels (transferset.labels): every line accounted for, never a new class -----------------------
+NUMERIC = st.one_of(
+    st.integers(-10**40, 10**40),                                     # huge and negative
+    st.integers(0, 3),                                                # real class indices
+    st.floats(allow_nan=True, allow_infinity=True),                   # 1.0, nan, inf, 1e-300
+    st.from_regex(r"\A[+-]?[0-9]{1,3}(\.[0-9]*)?([eE][+-]?[0-9]{1,2})?\Z"),  # float-like strings
+    st.sampled_from(["01", " 2 ", "1_0", "+1", "-0", "١", "1000", "999", "neg", "pos", "", "NaN", "Infinity"]),
+)
+
+
+def _labels_file(values, fmt: str) -> bytes:
+    if fmt == "jsonl":  # numbers stay numbers in JSON, strings strings
+        return "".join(json.dumps({"sentence": f"s{i}", "label": v}) + "\n" for i, v in enumerate(values)).encode()
+    if fmt == "parquet":
+        buf = io.BytesIO()
+        ints = all(isinstance(v, int) and -2**63 <= v < 2**63 for v in values)
+        column = pa.array(values, pa.int64()) if ints else pa.array([str(v) for v in values])
+        pq.write_table(pa.table({"sentence": [f"s{i}" for i in range(len(values))], "label": column}), buf)
+        return buf.getvalue()
+    sep = "\t" if fmt == "tsv" else ","
+    return (f"sentence{sep}label\n" + "".join(f"s{i}{sep}{v}\n" for i, v in enumerate(values))).encode()
+
+
+@FAST
+@given(values=st.lists(NUMERIC, min_size=1, max_size=15), fmt=st.sampled_from(["tsv", "csv", "jsonl", "parquet"]))
+def test_random_labels_are_classes_or_rejects_never_a_new_class(values, fmt):
+    from transferset import labels
+    from transferset.sources import infer_label_names
+
+    if fmt in ("tsv", "csv"):
+        values = [str(v) for v in values]
+    data = _labels_file(values, fmt)
+    fd, path = tempfile.mkstemp(suffix="." + fmt)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    try:
+        try:
+            names = infer_label_names(path)
+        except SourceError as exc:  # no valid label at all: one message
+            assert "no label values found" in str(exc)
+            assert all(labels.problem(v) is not None for v in values)
+            return
+        valid = [v for v in values if labels.problem(v) is None]
+        assert len(names) <= labels.MAX_CLASSES and all(labels.problem(n) is None for n in names)
+        keys = {labels.key(v) for v in valid}
+        if all(k.isdigit() for k in keys):  # class indices: 0..the largest one in the file, no more
+            assert names == tuple(str(i) for i in range(max(int(k) for k in keys) + 1))
+        else:
+            assert set(names) == keys
+        records = list(read_source(SourceSpec(path=path, label_names=names)))
+        assert len(records) == len(values)  # every line accounted for
+        check_records(records)
+        for rec, value in zip(records, values):
+            if labels.problem(value) is not None:
+                assert isinstance(rec, Reject) and "label" in rec.reason
+            else:
+                assert isinstance(rec, Example) and names[rec.label] == labels.key(value)
+    finally:
+        os.remove(path)
+
+
+# --- scored-set values (transfer.check_values): a bad value is refused by file and row, never trained on --
+def _scored_dir(directory: str, label_col, teacher_col, logits, hidden, num_classes: int) -> None:
+    os.makedirs(os.path.join(directory, schema.DATA_DIR))
+    n = len(label_col)
+    sch = schema.scored_schema(num_classes, hidden.shape[1], metadata=schema.base_metadata(
+        [f"c{k}" for k in range(num_classes)]))
+    cols = {schema.ID: [f"r{i}" for i in range(n)], schema.SOURCE_ID: [f"s{i}" for i in range(n)],
+            schema.TEXT: [f"t{i}" for i in range(n)], schema.TEXT_B: [None] * n, schema.OPS: [[]] * n,
+            schema.LABEL: label_col, schema.TEACHER_LABEL: teacher_col}
+    arrays = [pa.array(cols[f.name], f.type) for f in sch if f.name in cols]
+    arrays += [pa.FixedSizeListArray.from_arrays(pa.array(m.reshape(-1)), m.shape[1]) for m in (logits, hidden)]
+    table = pa.Table.from_arrays(arrays, schema=sch)
+    half = n // 2  # two shards, so rows are counted per file
+    pq.write_table(table.slice(0, half), os.path.join(directory, schema.DATA_DIR, "part-0.parquet"))
+    pq.write_table(table.slice(half), os.path.join(directory, schema.DATA_DIR, "part-1.parquet"))
+
+
+FLOATS = st.one_of(st.floats(-1e4, 1e4, width=16), st.sampled_from([float("nan"), float("inf"), float("-inf")]))
+
+
+@FAST
+@given(num_classes=st.integers(2, 4), data=st.data())
+def test_random_scored_values_are_refused_by_file_and_row_or_read(num_classes, data):
+    import re
+
+    from transferset import transfer
+
+    n = data.draw(st.integers(1, 12))
+    classes = st.integers(-2, num_classes + 2)
+    label_col = data.draw(st.lists(st.one_of(st.none(), classes), min_size=n, max_size=n))
+    teacher_col = data.draw(st.lists(classes, min_size=n, max_size=n))
+    logits = np.array(data.draw(st.lists(st.lists(FLOATS, min_size=num_classes, max_size=num_classes),
+                                         min_size=n, max_size=n)), dtype=np.float32)
+    hidden = np.array(data.draw(st.lists(st.lists(FLOATS, min_size=3, max_size=3), min_size=n, max_size=n)),
+                      dtype=np.float16)
+    bad_rows = {i for i in range(n)
+                if (label_col[i] is not None and not 0 <= label_col[i] < num_classes)
+                or not 0 <= teacher_col[i] < num_classes
+                or not np.isfinite(logits[i]).all() or not np.isfinite(hidden[i]).all()}
+    with tempfile.TemporaryDirectory() as d:
+        _scored_dir(d, label_col, teacher_col, logits, hidden, num_classes)
+        try:
+            rows = sum(b.num_rows for b in transfer.iter_batches(d, num_classes=num_classes))
+        except UserError as exc:
+            m = re.match(r"(.*part-(\d)\.parquet), row (\d+) \(id 'r(\d+)'\): (\w+) ", str(exc))
+            assert m, str(exc)
+            shard, row, row_id, column = int(m.group(2)), int(m.group(3)), int(m.group(4)), m.group(5)
+            assert row_id == row - 1 + (n // 2 if shard else 0) and row_id in bad_rows  # the named row is bad
+            assert column in (schema.LABEL, schema.TEACHER_LABEL, schema.TEACHER_LOGITS, schema.TEACHER_HIDDEN)
+            return
+        assert not bad_rows and rows == n

@@ -41,18 +41,49 @@ def test_rows_and_schema():
     examples = [Example("id1", "a film", None, None, "f", 2), Example("id2", "dull", "b", None, "f", 3)]
     probs = np.array([[0.25, 0.75], [0.9, 0.1]], dtype=np.float32)
     rows = predictions.rows_of(examples, ["pos", "neg"], probs, ["neg", "pos"], pairs=True)
-    assert rows[1] == {"id": "id2", "text": "dull", "text_b": "b", "predicted_label": "neg",
+    assert rows[1] == {"id": predictions.row_id("f", 3, "dull", "b"), "file": "f", "line": 3, "source_id": "id2",
+                       "text": "dull", "text_b": "b", "predicted_label": "neg",
                        "prob_neg": pytest.approx(0.9), "prob_pos": pytest.approx(0.1)}
     sch = predictions.output_schema(["neg", "pos"], pairs=True, model="m")
     table = pa.Table.from_pylist(rows, schema=sch)
-    assert table.schema.names == ["id", "text", "text_b", "predicted_label", "prob_neg", "prob_pos"]
-    assert table.schema.field("prob_pos").type == pa.float32()
+    assert table.schema.names == ["id", "file", "line", "source_id", "text", "text_b", "predicted_label", "prob_neg",
+                                  "prob_pos"]
+    assert list(rows[0]) == table.schema.names  # JSON lines keep the Parquet column order
+    assert table.schema.field("prob_pos").type == pa.float32() and table.schema.field("line").type == pa.int64()
     assert schema.decode_metadata(sch.metadata)[schema.META_LABEL_NAMES] == ["neg", "pos"]
     assert json.loads(sch.metadata[schema.META_MODEL.encode()]) == "m"
-    assert predictions.output_schema(["a", "b"], pairs=False).names == ["id", "text", "predicted_label", "prob_a",
-                                                                        "prob_b"]
-    # On Beam the id travels as the key: dict rows get none.
-    assert "id" not in predictions.rows_of([{"text": "x"}], ["neg"], probs[:1], ["neg", "pos"], pairs=False)[0]
+    assert predictions.output_schema(["a", "b"], pairs=False).names == ["id", "file", "line", "source_id", "text",
+                                                                        "predicted_label", "prob_a", "prob_b"]
+    # On Beam the rows travel as input_rows keyed by their id: the same output rows.
+    key, value = predictions.keyed_input_row(examples[0])
+    assert key == rows[0]["id"] and predictions.rows_of([value], ["pos"], probs[:1], ["neg", "pos"], pairs=True) == rows[:1]
+
+
+def test_every_row_says_where_it_was_read_and_has_an_id_of_its_own(tmp_path):
+    """Issue 25 item 12: the id was a hash of the text alone, so a sentence repeated in a file or across
+    inputs gave rows nobody could tell apart or trace back to a line."""
+    a, b = tmp_path / "a.tsv", tmp_path / "b.jsonl"
+    a.write_text("sentence\nthe same sentence\nanother one\nthe same sentence\n")
+    b.write_text(json.dumps({"text": "the same sentence"}) + "\n\n" + json.dumps({"text": "the same sentence"}) + "\n")
+    examples = [e for p in (a, b) for e in read_source(SourceSpec(path=str(p), label_column=None))
+                if isinstance(e, Example)]
+    probs = np.full((len(examples), 2), 0.5, dtype=np.float32)
+    rows = predictions.rows_of(examples, ["x"] * len(examples), probs, ["x", "y"], pairs=False)
+    where = [(r["file"], r["line"]) for r in rows]
+    assert where == [(str(a), 2), (str(a), 3), (str(a), 4), (str(b), 1), (str(b), 3)]
+    for r in rows:  # the line holds the row's text
+        path = r["file"]
+        line = open(path, encoding="utf-8").read().split("\n")[r["line"] - 1]
+        assert r["text"] in line
+    assert len({r["id"] for r in rows}) == 5  # one id per input row
+    same = [r for r in rows if r["text"] == "the same sentence"]
+    assert len(same) == 4 and len({r["source_id"] for r in same}) == 1  # the content id still joins them
+    # Stable: the same inputs give the same ids (in another run, on Beam: the id depends on nothing else).
+    again = [e for p in (a, b) for e in read_source(SourceSpec(path=str(p), label_column=None)) if isinstance(e, Example)]
+    assert [predictions.input_row(e)["id"] for e in again] == [r["id"] for r in rows]
+    # The text is part of it: a line edited between two runs does not keep the old row's id.
+    assert predictions.row_id("f", 2, "x", None) != predictions.row_id("f", 2, "y", None)
+    assert predictions.row_id("f", 2, "x", None) != predictions.row_id("f", 2, "x", "")
 
 
 def test_settings_are_checked():

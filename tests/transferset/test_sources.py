@@ -1,4 +1,5 @@
 import json
+import re
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -300,7 +301,7 @@ def test_lone_surrogate_is_a_reject_naming_its_position_and_reading_goes_on(tmp_
     assert recs[0].reason == "text is not valid Unicode (lone surrogate at char 1)"
     assert recs[1].reason == "text is not valid Unicode (lone surrogate at char 3)"
     assert recs[2].reason == "text is not valid Unicode (lone surrogate at char 1)"
-    assert "outside the label set" in recs[3].reason
+    assert recs[3].reason == "label '\\ud83d' is not valid Unicode"  # a label name must be storable too
     for r in recs[:4]:  # every reject record is writable as UTF-8 JSON (the rejects files)
         json.dumps(r.to_dict(), ensure_ascii=False).encode("utf-8")
     assert "\\ud83d lone" in recs[0].raw
@@ -336,3 +337,113 @@ def test_a_carriage_return_inside_a_line_does_not_split_it(tmp_path):
     assert [r.line for r in recs] == [2, 3, 4]
     assert [isinstance(r, Example) for r in recs] == [True, False, True]
     assert recs[1].reason == "a carriage return (\\r) inside the line: not a TSV row"
+
+
+@pytest.fixture
+def hub_offline(monkeypatch):
+    """The Hugging Face Hub unreachable at once, as on a machine without network (no 25 s of retries)."""
+    import datasets
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+
+
+def test_an_unknown_hf_dataset_offline_is_one_message(hub_offline):
+    """Issue 25 item 9: an unknown dataset offline was a ConnectionError traceback."""
+    from transferset.sources import check_readable
+
+    for call in (lambda p: check_readable(p), lambda p: list(read_source(SourceSpec(path=p, label_names=LABELS))),
+                 infer_label_names):
+        with pytest.raises(SourceError, match=r"^hf:nosuch-user/nosuch-set:train: 'nosuch-user/nosuch-set' is not a "
+                                              r"local folder and the Hugging Face Hub cannot be reached \(.*\); offline, "
+                                              r"point hf: at a local folder"):
+            call("hf:nosuch-user/nosuch-set:train")
+
+
+def test_an_hf_folder_of_files_that_are_not_utf8_is_one_message(tmp_path, hub_offline):
+    """Issue 25 item 9: `hf:` on a folder of non-UTF-8 files was a UnicodeDecodeError traceback."""
+    from transferset.sources import check_readable
+
+    d = tmp_path / "latin1"
+    d.mkdir()
+    (d / "train.csv").write_bytes("sentence,label\nun café noir,1\n".encode("latin-1"))
+    for call in (lambda p: check_readable(p), lambda p: list(read_source(SourceSpec(path=p, label_names=LABELS)))):
+        with pytest.raises(SourceError, match=rf"^hf:{re.escape(str(d))}:train: the files of .* are not UTF-8 text "
+                                              r"\('utf-8' codec can't decode byte 0xe9"):
+            call(f"hf:{d}:train")
+    with pytest.raises(SourceError, match=r"split 'nosuch'"):
+        check_readable(f"hf:{tmp_path / 'empty'}:nosuch")
+
+
+# --- the label rule (transferset.labels): issue 25 item 4 ------------------------------------------------
+
+@pytest.mark.parametrize("fmt", ["tsv", "csv"])
+def test_float_like_and_negative_labels_are_rejects_that_shift_no_class(tmp_path, sst2_dir, head_tsv, fmt):
+    """In TSV, `1.0` and `-1` became classes and SST-2's `1` became class 2."""
+    rows = (sst2_dir / "train.tsv").read_text(encoding="utf-8").splitlines()[1:21]
+    sep = "\t" if fmt == "tsv" else ","
+    lines = [r.replace(",", " ").replace("\t", sep) for r in rows]
+    path = tmp_path / f"sst2.{fmt}"
+    path.write_text(f"sentence{sep}label\n" + "\n".join(lines[:10] + [f"a float{sep}1.0", f"a negative{sep}-1",
+                                                                     f"an exponent{sep}1e0", f"not a number{sep}nan"]
+                                                          + lines[10:]) + "\n")
+    assert infer_label_names(str(path)) == ("0", "1")
+    recs = _read(path)
+    assert len(recs) == 24
+    kept = [r for r in recs if isinstance(r, Example)]
+    assert [r.label for r in kept] == [int(r.rsplit(sep, 1)[1]) for r in lines]  # SST-2's 1 stays class 1
+    reasons = {r.line: r.reason for r in recs if isinstance(r, Reject)}
+    assert reasons == {
+        12: "label '1.0' is a number that is not a class index; labels must be names or integer class indices (0..999)",
+        13: "label '-1' is a negative number; labels must be names or integer class indices (0..999)",
+        14: "label '1e0' is a number that is not a class index; labels must be names or integer class indices (0..999)",
+        15: "label 'nan' is a number that is not a class index; labels must be names or integer class indices (0..999)",
+    }
+
+
+def test_huge_integer_labels_never_build_a_label_set(tmp_path, caplog):
+    """A JSONL label 10**30 drove augment to 23 GB; a TSV label 20000000 made evaluate run 11 minutes."""
+    jl = _jsonl(tmp_path / "huge.jsonl", [{"text": "a", "label": 0}, {"text": "b", "label": 10**30},
+                                         {"text": "c", "label": 1}, {"text": "d", "label": "9" * 5000}])
+    tsv = tmp_path / "huge.tsv"
+    tsv.write_text("sentence\tlabel\na\t0\nb\t20000000\nc\t1\nd\t999\n")
+    pq_path = tmp_path / "huge.parquet"
+    pq.write_table(pa.table({"sentence": ["a", "b", "c"], "label": pa.array([0, 2**62, 1], pa.int64())}), pq_path)
+    with caplog.at_level("WARNING", logger="transferset"):
+        assert infer_label_names(str(jl)) == ("0", "1")
+        assert infer_label_names(str(pq_path)) == ("0", "1")
+        assert len(infer_label_names(str(tsv))) == 1000  # 999 is the largest class index there can be
+    assert "ignored 2 label value(s)" in caplog.text and "line 2: label 1000000000000000000000000000000 is not " \
+        "a class index: at most 1000 classes (0..999)" in caplog.text
+    recs = _read(jl)
+    assert [type(r).__name__ for r in recs] == ["Example", "Reject", "Example", "Reject"]
+    assert recs[3].reason.startswith("label '9999") and recs[3].reason.endswith(
+        "(5,002 characters) is not a class index: at most 1000 classes (0..999)")
+    assert _read(pq_path)[1].reason == "label 4611686018427387904 is not a class index: at most 1000 classes (0..999)"
+
+
+def test_more_distinct_labels_than_a_set_may_hold_is_one_error(tmp_path):
+    path = tmp_path / "ids.tsv"
+    path.write_text("sentence\tlabel\n" + "".join(f"s{i}\tname{i}\n" for i in range(1001)))
+    with pytest.raises(SourceError, match=r"ids.tsv, line 1002: more than 1000 distinct values in label column "
+                                          r"'label' \(a classification label set holds at most 1000\)"):
+        infer_label_names(str(path))
+
+
+@pytest.mark.parametrize("stage", ["AugmentConfig", "TeacherConfig"])
+@pytest.mark.parametrize("labels, says", [
+    (",".join(str(i) for i in range(5001)), "5,001 labels, more than the 1000 a transfer set may hold"),
+    ("0,1.0", "label '1.0' is a number that is not a class index"),
+    ("neg,-1", "label '-1' is a negative number"),
+    ("neg,pos,neg", "label 'neg' is named twice"),
+    ("1,01", "label '01' is named twice"),  # 01 is 1
+])
+def test_teacher_and_augment_refuse_the_same_label_sets(stage, labels, says):
+    """`teacher` accepted a 5,001-class label set that `augment` refused: one rule for --labels now."""
+    from transferset import config, typed
+    from transferset.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        typed.load(getattr(config, stage), {"labels": labels}, where="--labels")
+    assert typed.load(getattr(config, stage), {"labels": "neg,pos"}, where="--labels").labels == ("neg", "pos")

@@ -7,6 +7,7 @@ import json
 from typing import Sequence
 
 from students.export import FORMATS, OPSET, export
+from transferset.fs.output import OVERWRITE_HELP
 
 EPILOG = """examples:
   transferset export --model runs/sst2/students/bilstm --output runs/sst2/onnx/bilstm --format onnx
@@ -27,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-length", type=int, default=None,
                         help="tokens per row the saved tokenizer truncates at (default: the student's training "
                              "max_length; for another Hugging Face model its tokenizer's limit)")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing export in OUT")
+    parser.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
 
 
 def run(args: argparse.Namespace, extra: Sequence[str]) -> int:

@@ -14,13 +14,23 @@ import typing
 from typing import Any, Mapping, Optional, TypeVar
 
 from transferset.config import BeamConfig
+from transferset.fs.output import OVERWRITE_HELP
 from transferset.typed import _type_name, _unwrap, load
 
 T = TypeVar("T")
 
 
 def field_help(cls: type) -> dict[str, str]:
-    """The comment on (or just above) each field: the dataclass's own documentation."""
+    """The comment on (or just above) each field: the dataclass's own documentation, found in the class
+    that declares the field (AugmentConfig's op settings are declared by the ops' settings classes)."""
+    out: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if dataclasses.is_dataclass(klass):
+            out.update(_own_field_help(klass))
+    return out
+
+
+def _own_field_help(cls: type) -> dict[str, str]:
     try:
         lines, _ = inspect.getsourcelines(cls)
     except (OSError, TypeError):
@@ -121,4 +131,4 @@ def add_runner_arguments(parser: argparse.ArgumentParser) -> None:
     """The `beam:` settings as flags, and --overwrite, for the pipeline commands."""
     g = parser.add_argument_group("Beam")
     add_arguments(g, BeamConfig)
-    g.add_argument("--overwrite", action="store_true", help="replace an existing complete output directory")
+    g.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)

@@ -18,7 +18,6 @@ from transferset.app import flags
 from transferset.app.flags import add_runner_arguments
 from transferset.config import BeamConfig, PredictConfig
 from transferset.errors import ConfigError, UserError
-from transferset.fs.lock import output_lock
 from transferset.sources import HF_PREFIX, check_readable, detect_format
 
 EPILOG = """examples:
@@ -27,7 +26,8 @@ EPILOG = """examples:
   transferset predict --model runs/sst2/onnx/bilstm --input hf:glue:sst2:validation --output runs/preds_onnx
   transferset predict --model M --input big.parquet --output OUT --runner FnApiRunner --workers 2
 
-OUT/data/part-*.parquet (zstd; .jsonl with --format jsonl): id, text (text_b with --text-b-column),
+OUT/data/part-*.parquet (zstd; .jsonl with --format jsonl): id (unique per input row), file and line
+(where the row was read), source_id (the text's id), text (text_b with --text-b-column),
 predicted_label, and prob_<label name> per class (float32; the label names in class order are also in
 the Parquet metadata, transferset.label_names). OUT/rejects/*.jsonl: each row that could not be read,
 with its reason. OUT/stats.json: input_rows = predicted + rejected, per input; then OUT/_COMPLETE."""
@@ -59,10 +59,9 @@ def check_inputs(inputs: Sequence[str]) -> Optional[int]:
     total: Optional[int] = 0
     for path in inputs:
         detect_format(path)
-        if not path.startswith(HF_PREFIX):
-            if not fs.exists(path):
-                raise UserError(f"--input {path}: no such file")
-            check_readable(path, opener=fs.open)
+        if not path.startswith(HF_PREFIX) and not fs.exists(path):
+            raise UserError(f"--input {path}: no such file")
+        check_readable(path, opener=fs.open)  # an hf: split that does not load too: before any output
         n = predictions.count_lines(path)
         total = None if n is None or total is None else total + n
     return total
@@ -79,18 +78,18 @@ def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
     # Loaded here in both cases: a model that does not load stops the command before a pipeline starts,
     # and the Beam graph needs its label names for the output schema.
     predictor = load_predictor(args.model, cfg.max_length, cfg.threads)
-    with output_lock(args.output, command="predict"):  # one run at a time writes into OUT
-        if on_beam:
-            from pipelines.predict import PredictJob, run_predict  # Beam only for inputs that need it
+    # Each runner owns OUT while it writes (transferset.fs.output): one run at a time, nothing of another's deleted.
+    if on_beam:
+        from pipelines.predict import PredictJob, run_predict  # Beam only for inputs that need it
 
-            job = PredictJob(model=args.model, label_names=tuple(predictor.label_names), inputs=tuple(args.input),
-                             output=args.output, cfg=cfg, total=total,
-                             loader=functools.partial(load_predictor, max_length=cfg.max_length, threads=cfg.threads))
-            del predictor  # the workers load their own
-            stats = run_predict(job, beam_cfg=flags.from_args(BeamConfig, args), extra=extra, overwrite=args.overwrite)
-        else:
-            stats = predict_files(predictor, args.input, args.output, cfg, model=args.model, total=total,
-                                  overwrite=args.overwrite, progress=None if args.progress else False)
+        job = PredictJob(model=args.model, label_names=tuple(predictor.label_names), inputs=tuple(args.input),
+                         output=args.output, cfg=cfg, total=total,
+                         loader=functools.partial(load_predictor, max_length=cfg.max_length, threads=cfg.threads))
+        del predictor  # the workers load their own
+        stats = run_predict(job, beam_cfg=flags.from_args(BeamConfig, args), extra=extra, overwrite=args.overwrite)
+    else:
+        stats = predict_files(predictor, args.input, args.output, cfg, model=args.model, total=total,
+                              overwrite=args.overwrite, progress=None if args.progress else False)
     elapsed = time.time() - started
     where = "Beam" if on_beam else "in-process"
     print(f"transferset predict: {stats['input_rows']:,} rows read, {stats['predicted']:,} predicted, "

@@ -14,14 +14,13 @@ from collections import Counter
 from typing import Any, Optional, Sequence
 
 import numpy as np
-import torch
 
-from students.latency import interleaved_latency
 from students.student import Student
-from transferset import fs, schema, transfer
+from transferset import fs, schema, timing, transfer
 from transferset.config import DEFAULT_MAX_LENGTH
 from transferset.fs.remote import local_output, local_teacher
 from transferset.sources import read_texts
+from transferset.threads import torch_threads
 
 REPORT = "report.html"
 FIGURES_DIR = "report_files"
@@ -92,7 +91,7 @@ def confidence_plot(scored_dir: str, out_dir: str) -> dict[str, Any]:
             "mean_confidence_variants": float(c[~o].mean()) if (~o).any() else None}
 
 
-def frontier_plot(rows: list[dict], out_dir: str) -> dict[str, Any]:
+def frontier_plot(rows: list[dict], out_dir: str, busy: bool = False) -> dict[str, Any]:
     """Each model's accuracy (test when the run has a test split, else selection) against its batch-64 latency."""
     split = "test" if all(r.get("test_accuracy") is not None for r in rows) else "selection"
     key = "test_accuracy" if split == "test" else "dev_accuracy"
@@ -103,7 +102,8 @@ def frontier_plot(rows: list[dict], out_dir: str) -> dict[str, Any]:
         ax.annotate(r["name"].replace("student: ", ""), (r["latency_64"], 100 * r[key]), fontsize=7,
                     xytext=(4, 3), textcoords="offset points")
     ax.set_xscale("log")
-    ax.set_xlabel("CPU ms per example at batch 64 (log scale)")
+    ax.set_xlabel("CPU ms per example at batch 64, 1 thread (log scale)"
+                  + (": taken on a busy machine" if busy else ""))
     ax.set_ylabel(f"{split} accuracy (%)")
     ax.set_title("accuracy against latency")
     fig.tight_layout()
@@ -113,34 +113,38 @@ def frontier_plot(rows: list[dict], out_dir: str) -> dict[str, Any]:
     return {"plot": path, "split": split}
 
 
-REPORT_ROUNDS = 5  # interleaved latency rounds at report time (students.latency); the median is shown
+REPORT_ROUNDS = 5  # interleaved latency rounds at report time (transferset.timing); the median is shown
 
 
-def model_latency(models: dict[str, str], texts: Sequence[str], rounds: int = REPORT_ROUNDS) -> dict[str, dict]:
-    """{name: {parameters, latency_1, latency_64, spread_1, spread_64}} for model directories (the teacher, students).
+def model_latency(models: dict[str, str], texts: Sequence[str], rounds: int = REPORT_ROUNDS) -> dict[str, Any]:
+    """{"models": {name: {parameters, latency_1, latency_64, spread_1, spread_64}}, "conditions": ...} for
+    model directories (the teacher, students).
 
-    One interleaved measurement over all of them (students.latency.interleaved_latency): CPU ms per
-    example at batch 1 and 64, tokenization included, the median of `rounds` rounds in which every
-    model is timed in turn, so a busy spell of the machine falls on all alike. The teacher truncates
-    at DEFAULT_MAX_LENGTH, each student at its own training max_length.
+    One measurement over all of them (transferset.timing.measure): CPU ms per example at batch 1 and 64,
+    tokenization included, on one thread, the median of `rounds` rounds in which every model is timed in
+    turn, so a busy spell of the machine falls on all alike; "conditions" holds the load it was taken
+    under and whether the machine was busy. The teacher truncates at DEFAULT_MAX_LENGTH, each student at
+    its own training max_length.
     """
-    loaded = {name: Student.from_pretrained(local_teacher(path) if fs.is_remote(path) else path,
-                                            max_length=DEFAULT_MAX_LENGTH if name == "teacher" else None)
-              for name, path in models.items()}
-    result = interleaved_latency({name: m.logits for name, m in loaded.items()}, texts, batch_sizes=(1, 64),
-                                 rounds=rounds)
+    with torch_threads(timing.THREADS):  # loaded inside too: an ONNX session takes its threads when made
+        loaded = {name: Student.from_pretrained(local_teacher(path) if fs.is_remote(path) else path,
+                                                max_length=DEFAULT_MAX_LENGTH if name == "teacher" else None)
+                  for name, path in models.items()}
+        timed = timing.measure({name: m.logits for name, m in loaded.items()}, texts, batch_sizes=(1, 64),
+                               rounds=rounds)
     out = {}
     for name, m in loaded.items():
-        cells = result[name]
+        cells = timed["latency"][name]
         out[name] = {"parameters": m.num_parameters(),
                      "latency_1": cells["batch_1"]["median"], "latency_64": cells["batch_64"]["median"],
                      "spread_1": [cells["batch_1"]["q1"], cells["batch_1"]["q3"]],
                      "spread_64": [cells["batch_64"]["q1"], cells["batch_64"]["q3"]]}
-    return out
+    return {"models": out, "conditions": timed["conditions"]}
 
 
 HEADER = ("model", "selection accuracy", "test accuracy", "agreement with teacher (selection split)", "parameters",
           "CPU ms/example (batch 1)", "CPU ms/example (batch 64)", "speed-up vs teacher (batch 1 / 64)")
+BUSY = "busy"  # beside a latency taken on a busy machine (see the latency note under the table)
 
 
 def _pct(value: Optional[float]) -> str:
@@ -148,14 +152,33 @@ def _pct(value: Optional[float]) -> str:
 
 
 def _cells(r: dict) -> list[str]:
-    speed = "1.0× / 1.0×" if r["name"] == "teacher" else f"{r['speedup_1']:.1f}× / {r['speedup_64']:.1f}×"
+    busy = r.get("latency_busy", False)
+    if r["name"] == "teacher":
+        speed = "1.0× / 1.0×"
+    elif r.get("speedup_1") is None or r.get("speedup_64") is None:
+        speed = f"- ({BUSY} machine)" if busy else "-"
+    else:
+        speed = f"{r['speedup_1']:.1f}× / {r['speedup_64']:.1f}×"
+    mark = f" ({BUSY})" if busy else ""
     return [r["name"], _pct(r["dev_accuracy"]), _pct(r.get("test_accuracy")), _pct(r.get("agreement")),
-            f"{r['parameters']:,}", f"{r['latency_1']:.2f}", f"{r['latency_64']:.3f}", speed]
+            f"{r['parameters']:,}", f"{r['latency_1']:.2f}{mark}", f"{r['latency_64']:.3f}{mark}", speed]
 
 
-def results_table(rows: list[dict]) -> str:
+def latency_note(cond: dict, rounds: int = REPORT_ROUNDS) -> str:
+    """The sentence under the results table: how the latency was taken, and what a busy machine means."""
+    note = (f"Latency: CPU ms per example, tokenization included, every model timed together in {rounds} "
+            f"interleaved rounds (the median); {timing.describe(cond)}.")
+    if cond.get("busy"):
+        note += (" The speed-ups are left out: time the models again on a quiet machine "
+                 "(`python benchmarks/latency.py RUN_DIR`).")
+    return note
+
+
+def results_table(rows: list[dict], cond: Optional[dict] = None) -> str:
     lines = ["| " + " | ".join(HEADER) + " |", "|" + " --- |" * len(HEADER)]
     lines += ["| " + " | ".join(_cells(r)) + " |" for r in rows]
+    if cond is not None:
+        lines += ["", latency_note(cond)]
     return "\n".join(lines)
 
 
@@ -169,10 +192,12 @@ def write_report(paths: dict, cfg: dict, log=print) -> dict[str, Any]:
     tmetrics = fs.read_json(fs.join(paths["teacher"], schema.METRICS_FILE))
     # Every model timed at report time, interleaved: figures taken at training time, each under its own
     # machine load, made two identical students differ by 2x.
-    lat = model_latency({"teacher": paths["teacher"], **{f"student:{name}": out for name, out in paths["students"].items()}},
-                        _dev_texts(paths["dev"]))
+    timed = model_latency({"teacher": paths["teacher"],
+                           **{f"student:{name}": out for name, out in paths["students"].items()}}, _dev_texts(paths["dev"]))
+    lat, cond = timed["models"], timed["conditions"]
+    busy = cond["busy"]
     tlat = lat["teacher"]
-    log(f"[report] latency: {torch.get_num_threads()} torch thread(s), median of {REPORT_ROUNDS} interleaved rounds")
+    log(f"[report] latency: median of {REPORT_ROUNDS} interleaved rounds, {timing.describe(cond)}")
     tested = fs.read_json(paths["test_results"])["models"] if paths.get("test_results") else {}
 
     def test_accuracy(name: str) -> Optional[float]:
@@ -181,7 +206,7 @@ def write_report(paths: dict, cfg: dict, log=print) -> dict[str, Any]:
     rows = [{"name": "teacher", "dev_accuracy": tmetrics["best_dev_accuracy"], "test_accuracy": test_accuracy("teacher"),
              "agreement": None, "parameters": tlat["parameters"], "latency_1": tlat["latency_1"],
              "latency_64": tlat["latency_64"], "latency_spread_1": tlat["spread_1"],
-             "latency_spread_64": tlat["spread_64"]}]
+             "latency_spread_64": tlat["spread_64"], "latency_busy": busy}]
     metrics = {name: fs.read_json(fs.join(out, schema.METRICS_FILE)) for name, out in paths["students"].items()}
     for name, m in metrics.items():
         slat = lat[f"student:{name}"]
@@ -189,12 +214,14 @@ def write_report(paths: dict, cfg: dict, log=print) -> dict[str, Any]:
                      "test_accuracy": test_accuracy(name), "agreement": m.get("teacher_agreement"),
                      "parameters": slat["parameters"], "latency_1": slat["latency_1"], "latency_64": slat["latency_64"],
                      "latency_spread_1": slat["spread_1"], "latency_spread_64": slat["spread_64"],
-                     "speedup_1": tlat["latency_1"] / slat["latency_1"],
-                     "speedup_64": tlat["latency_64"] / slat["latency_64"],
+                     "latency_busy": busy,
+                     # a ratio of figures a busy machine bent is left out, not printed as a speed-up
+                     "speedup_1": None if busy else tlat["latency_1"] / slat["latency_1"],
+                     "speedup_64": None if busy else tlat["latency_64"] / slat["latency_64"],
                      "transfer_rows": m["transfer"]["rows"], "labeled_rows": m["transfer"]["labeled_rows"]})
     stats = {stage: fs.read_json(fs.join(paths[stage], schema.STATS_FILE)) for stage in ("transfer", "scored")
              if fs.exists(fs.join(paths[stage], schema.STATS_FILE))}
-    table = results_table(rows)
+    table = results_table(rows, cond)
     with local_output(run_dir) as work:
         fig_dir = os.path.join(work, FIGURES_DIR)
         os.makedirs(fig_dir, exist_ok=True)
@@ -206,15 +233,16 @@ def write_report(paths: dict, cfg: dict, log=print) -> dict[str, Any]:
                 fs.copy_file(src, dst)
                 curves.append((name, dst))
         aug = augmentation_plots(paths["transfer"], fig_dir)
-        frontier = frontier_plot(rows, fig_dir) if len(paths["students"]) > 1 else None
+        frontier = frontier_plot(rows, fig_dir, busy) if len(paths["students"]) > 1 else None
         conf = confidence_plot(paths["scored"], fig_dir)
         with open(os.path.join(work, REPORT), "w", encoding="utf-8") as fh:
             fh.write(_html(table_rows=rows, aug=aug, conf=conf, curves=curves, stats=stats, run_dir=work,
-                           title=run_dir, dev=paths["dev"], test=paths.get("test"), frontier=frontier))
+                           title=run_dir, dev=paths["dev"], test=paths.get("test"), frontier=frontier,
+                           latency=latency_note(cond)))
         for part in (aug, conf, *([frontier] if frontier else [])):  # results.json names the plots where they end up
             part["plot"] = fs.join(run_dir, FIGURES_DIR, os.path.basename(part["plot"]))
-        results = {"rows": rows, "augmentation": aug, "teacher_confidence": conf, "frontier": frontier,
-                   "stats": stats, "selection": paths["dev"], "test": paths.get("test"), "config": cfg}
+        results = {"rows": rows, "latency_conditions": cond, "augmentation": aug, "teacher_confidence": conf,
+                   "frontier": frontier, "stats": stats, "selection": paths["dev"], "test": paths.get("test"), "config": cfg}
         with open(os.path.join(work, RESULTS), "w", encoding="utf-8") as fh:
             json.dump(results, fh, indent=2, default=str)
         with open(os.path.join(work, TABLE), "w", encoding="utf-8") as fh:
@@ -228,7 +256,8 @@ def _img(path: str, run_dir: str, alt: str) -> str:
     return f'<img src="{html.escape(os.path.relpath(path, run_dir))}" alt="{html.escape(alt)}">'
 
 
-def _html(*, table_rows, aug, conf, curves, stats, run_dir, dev, test=None, frontier=None, title=None) -> str:
+def _html(*, table_rows, aug, conf, curves, stats, run_dir, dev, test=None, frontier=None, title=None,
+          latency: str = "") -> str:
     trs = ["<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in _cells(r)) + "</tr>" for r in table_rows]
     t = stats.get("transfer", {})
     parts = [
@@ -241,6 +270,7 @@ def _html(*, table_rows, aug, conf, curves, stats, run_dir, dev, test=None, fron
         f"once at the end, no choice saw it): {html.escape(test or 'none')}. "
         f"Generated {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.</p>",
         "<h2>Results</h2><table><tr>" + "".join(f"<th>{h}</th>" for h in HEADER) + "</tr>" + "".join(trs) + "</table>",
+        *([f"<p>{html.escape(latency)}</p>"] if latency else []),
         *(["<h2>Accuracy against latency</h2>", _img(frontier["plot"], run_dir, "accuracy against latency")]
           if frontier else []),
         "<h2>Transfer set</h2>",

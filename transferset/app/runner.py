@@ -13,6 +13,7 @@ uploaded to the run directory; the score workers fetch the teacher from there (t
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import os
@@ -173,6 +174,31 @@ def stage_key(name: str, settings: Any, upstream: Sequence[str]) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
+@dataclass(frozen=True)
+class StageDef:
+    """One stage of a run, declared once: its key is derived from `settings` and its upstream stages' keys.
+
+    A stage whose key is unchanged and whose folder holds `done_file` is reused, not run again.
+    """
+
+    name: str  # as logged, e.g. students.distilled
+    folder: Optional[str]  # where `run` writes (None: a stage with nothing to run and no folder)
+    # what the stage's output depends on besides its upstream stages (JSON values); a callable is
+    # called when the stage is reached: settings that read files an upstream stage writes (the
+    # carved validation split's content, the transfer set's labels) must be one
+    settings: Any
+    upstream: tuple[str, ...] = ()  # names of earlier stages whose keys enter this one's
+    run: Optional[Callable[[str], Any]] = None  # run(output folder); None: an input, only its key counts
+    done_file: str = schema.COMPLETE_MARKER  # relative to folder: exists when the stage finished
+    # run writes local files only: a remote folder is staged in a local folder, then uploaded
+    local: bool = False
+    kind: Optional[str] = None  # the name hashed into the key (None: name); every student hashes "student"
+
+    def key(self, upstream_keys: Sequence[str]) -> str:
+        settings = self.settings() if callable(self.settings) else self.settings
+        return stage_key(self.kind or self.name, settings, upstream_keys)
+
+
 @dataclass
 class Stage:
     name: str
@@ -210,6 +236,33 @@ class Stage:
         return True
 
 
+def run_stages(stages: Sequence[StageDef], log) -> dict[str, str]:
+    """Run the declared stages in order, each reused when current; returns every stage's key by name."""
+    keys: dict[str, str] = {}
+    for s in stages:
+        missing = [u for u in s.upstream if u not in keys]
+        if missing:
+            raise ValueError(f"stage {s.name}: upstream {missing} not declared before it")
+        keys[s.name] = s.key([keys[u] for u in s.upstream])
+        if s.run is not None:
+            Stage(s.name, s.folder, keys[s.name], s.done_file, s.local).run(s.run, log)
+        elif s.folder:
+            log(f"[{s.name}] reusing {s.folder}")
+    return keys
+
+
+@dataclass(frozen=True)
+class StageFunctions:
+    """What the stages call: the subcommands' functions; a test passes its own (a value, not a patch)."""
+
+    teacher: Callable = train_teacher
+    augment: Callable = run_augment
+    score: Callable = run_score
+    student: Callable = train_student
+    evaluate: Callable = evaluate
+    report: Callable = write_report
+
+
 def stage_beam(cfg: RunConfig) -> dict[str, BeamConfig]:
     """The Beam settings each pipeline stage runs with.
 
@@ -219,7 +272,8 @@ def stage_beam(cfg: RunConfig) -> dict[str, BeamConfig]:
     return {"augment": cfg.beam, "score": cfg.beam, "dev.score": BeamConfig()}
 
 
-def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=True)) -> dict:
+def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=True),
+                 functions: StageFunctions = StageFunctions()) -> dict:
     """Every stage of the run, each reused when current; returns the report's table and paths.
 
     Selection and report never share a split: early stopping and the teacher's best epoch use the
@@ -232,113 +286,115 @@ def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=T
         raise ConfigError(f"test={cfg.test}: no such file")
     check_paths(cfg)
     with output_lock(cfg.run_dir, command="run"):  # one run at a time owns run_dir
-        return _run_stages(cfg, files, log)
+        fs.makedirs(cfg.run_dir)
+        fs.write_text(fs.join(cfg.run_dir, "config.yaml"), yaml.safe_dump(typed.to_dict(cfg), sort_keys=False))
+        plan = plan_stages(cfg, files, functions)
+        log(f"data: train {files.train}; selection split {plan.selection}; test split {plan.test or NO_TEST}")
+        run_stages(plan.stages, log)
+        return functions.report(plan.paths, typed.to_dict(cfg), log=log)
 
 
-def _run_stages(cfg: RunConfig, files: DataFiles, log) -> dict:
+NO_TEST = "none: add test.tsv to the data folder, `test: FILE`, or `validation:` to report on a split no choice has seen"
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    stages: list[StageDef]  # in the order they run
+    selection: str  # the split every choice is made on
+    test: Optional[str]  # the split every model is scored on at the end
+    paths: dict  # what the report reads
+
+
+def plan_stages(cfg: RunConfig, files: DataFiles, fn: StageFunctions = StageFunctions()) -> RunPlan:
+    """The run's stages as data: folders, settings, upstream stages and what each one calls."""
     run_dir, beams = cfg.run_dir, stage_beam(cfg)
-    fs.makedirs(run_dir)
-    fs.write_text(fs.join(run_dir, "config.yaml"), yaml.safe_dump(typed.to_dict(cfg), sort_keys=False))
+
+    def d(*parts: str) -> str:
+        return fs.join(run_dir, *parts)
+
     split = cfg.lowres is not None or cfg.unlabeled_rows is not None or cfg.validation is not None
-    data_key = stage_key("data", {"train": fingerprint(files.train),
-                                  "labeled_limit": cfg.labeled_limit, "unlabeled_rows": cfg.unlabeled_rows,
-                                  "lowres": typed.to_dict(cfg.lowres) if cfg.lowres else None,
-                                  "validation": typed.to_dict(cfg.validation) if cfg.validation else None,
-                                  "unlabeled_limit": cfg.unlabeled_limit}, [])
-    labeled, unlabeled, selection = files.train, None, files.dev
-    if split:
-        data_stage = Stage("data", fs.join(run_dir, "data"), data_key, SPLIT_STATS_FILE)
-        data_stage.run(lambda out: split_data(files.train, out, cfg), log)
-        labeled = fs.join(data_stage.directory, LABELED_FILE)
-        unlabeled = fs.join(data_stage.directory, UNLABELED_FILE)
-        if cfg.validation is not None:
-            selection = fs.join(data_stage.directory, VALIDATION_FILE)
+    data_dir = d("data") if split else None
+    labeled = fs.join(data_dir, LABELED_FILE) if split else files.train
+    unlabeled = fs.join(data_dir, UNLABELED_FILE) if split else None
+    selection = fs.join(data_dir, VALIDATION_FILE) if cfg.validation is not None else files.dev
     test = files.test or (files.dev if cfg.validation is not None else None)
-    no_test = ("none: add test.tsv to the data folder, `test: FILE`, or `validation:` to report on a split "
-               "no choice has seen")
-    log(f"data: train {files.train}; selection split {selection}; test split {test or no_test}")
     # Without a split, labeled_limit reads the first N rows of train in every stage.
     limit = None if split else cfg.labeled_limit
+    t = replace(cfg.teacher, limit=limit) if limit else cfg.teacher
+    a = replace(cfg.augment, limit=limit) if limit else cfg.augment
+    guarded = list(dict.fromkeys(p for p in (selection, files.dev, test) if p))  # no evaluation sentence in the set
+    columns = [a.text_column, a.label_column, a.text_b_column]
+    transfer_dir, scored_dir = d("transfer"), d("scored")
+    dev_set, dev_scored = d("dev", "transfer"), d("dev", "scored")
+    labels = functools.cache(lambda: transfer.label_names(transfer_dir))  # every shard's metadata: read once
 
-    # teacher: fine-tune, or reuse a given directory
-    if cfg.teacher_path:
+    # the train file and how it is split: a stage only when a split is asked, an input key always
+    stages = [StageDef(
+        "data", data_dir, {"train": fingerprint(files.train), "labeled_limit": cfg.labeled_limit,
+                           "unlabeled_rows": cfg.unlabeled_rows,
+                           "lowres": typed.to_dict(cfg.lowres) if cfg.lowres else None,
+                           "validation": typed.to_dict(cfg.validation) if cfg.validation else None,
+                           "unlabeled_limit": cfg.unlabeled_limit},
+        run=(lambda out: split_data(files.train, out, cfg)) if split else None, done_file=SPLIT_STATS_FILE)]
+    if cfg.teacher_path:  # a given teacher: its weights are the key
         teacher_dir = cfg.teacher_path  # an existing directory (check_paths)
-        teacher_key = stage_key("teacher", {"path": teacher_dir if fs.is_remote(teacher_dir)
-                                            else os.path.abspath(teacher_dir),
-                                            "weights": [fingerprint(f) for f in fs.listdir(teacher_dir)
-                                                        if f.endswith(".safetensors")]}, [])
-        log(f"[teacher] reusing {teacher_dir}")
+        stages.append(StageDef("teacher", teacher_dir, {
+            "path": teacher_dir if fs.is_remote(teacher_dir) else os.path.abspath(teacher_dir),
+            "weights": [fingerprint(f) for f in fs.listdir(teacher_dir) if f.endswith(".safetensors")]}))
     else:
         # Fine-tuned locally (a staging folder when run_dir is a URL), then uploaded: the score
         # workers copy it from run_dir/teacher (fs.remote.local_teacher).
-        teacher_dir = fs.join(run_dir, "teacher")
-        t = replace(cfg.teacher, limit=limit) if limit else cfg.teacher
-        teacher_key = stage_key("teacher", {"settings": typed.to_dict(t), "selection": fingerprint(selection)},
-                                [data_key])
-        Stage("teacher", teacher_dir, teacher_key, schema.METRICS_FILE, local=True).run(
-            lambda out: train_teacher(t, train=remote.local_file(labeled), dev=remote.local_file(selection),
-                                      output=out, overwrite=True), log)
-
-    # augment: no sentence of an evaluation split may reach the transfer set
-    a = replace(cfg.augment, limit=limit) if limit else cfg.augment
-    guarded = list(dict.fromkeys(p for p in (selection, files.dev, test) if p))
-    transfer_dir = fs.join(run_dir, "transfer")
-    augment_key = stage_key("augment", {"settings": {k: v for k, v in typed.to_dict(a).items()
-                                                     if k not in a.EXECUTION},
-                                        "exclude": [fingerprint(p) for p in guarded]}, [data_key])
-    Stage("augment", transfer_dir, augment_key, schema.COMPLETE_MARKER).run(
-        lambda out: run_augment(a, inputs=[labeled], unlabeled=[unlabeled] if unlabeled else [], exclude=guarded,
-                                output=out, beam_cfg=beams["augment"], overwrite=True), log)
-
-    # score
-    scored_dir = fs.join(run_dir, "scored")
-    score_key = stage_key("score", typed.to_dict(cfg.score), [augment_key, teacher_key])
-    Stage("score", scored_dir, score_key, schema.COMPLETE_MARKER).run(
-        lambda out: run_score(cfg.score, input=transfer_dir, teacher=teacher_dir, output=out,
-                              beam_cfg=beams["score"], overwrite=True), log)
-
-    # the selection split, scored once by the teacher: students stop early on it and report their
-    # agreement with the teacher on rows they never trained on
-    dev_set, dev_scored = fs.join(run_dir, "dev", "transfer"), fs.join(run_dir, "dev", "scored")
-    label_names = transfer.label_names(transfer_dir)  # reads every shard's metadata: once
-    columns = [a.text_column, a.label_column, a.text_b_column]
-    dev_key = stage_key("dev", {"dev": fingerprint(selection), "columns": columns, "labels": label_names}, [])
-    Stage("dev", dev_set, dev_key, schema.COMPLETE_MARKER).run(
-        lambda out: write_eval_set(selection, out, label_names, text_column=a.text_column,
-                                   label_column=a.label_column, text_b_column=a.text_b_column), log)
-    dev_score_key = stage_key("score", typed.to_dict(cfg.score), [dev_key, teacher_key])
-    Stage("dev.score", dev_scored, dev_score_key, schema.COMPLETE_MARKER).run(
-        lambda out: run_score(cfg.score, input=dev_set, teacher=teacher_dir, output=out,
-                              beam_cfg=beams["dev.score"], overwrite=True), log)
-
+        teacher_dir = d("teacher")
+        stages.append(StageDef(
+            "teacher", teacher_dir, lambda: {"settings": typed.to_dict(t), "selection": fingerprint(selection)},
+            ("data",),
+            run=lambda out: fn.teacher(t, train=remote.local_file(labeled), dev=remote.local_file(selection),
+                                       output=out, overwrite=True),
+            done_file=schema.METRICS_FILE, local=True))
+    stages += [
+        StageDef("augment", transfer_dir, lambda: {"settings": {k: v for k, v in typed.to_dict(a).items()
+                                                                if k not in a.EXECUTION},
+                                                   "exclude": [fingerprint(p) for p in guarded]}, ("data",),
+                 run=lambda out: fn.augment(a, inputs=[labeled], unlabeled=[unlabeled] if unlabeled else [],
+                                            exclude=guarded, output=out, beam_cfg=beams["augment"], overwrite=True)),
+        StageDef("score", scored_dir, typed.to_dict(cfg.score), ("augment", "teacher"),
+                 run=lambda out: fn.score(cfg.score, input=transfer_dir, teacher=teacher_dir, output=out,
+                                          beam_cfg=beams["score"], overwrite=True)),
+        # the selection split, scored once by the teacher: students stop early on it and report their
+        # agreement with the teacher on rows they never trained on; its labels are the transfer set's
+        # (read once the augment stage has written them)
+        StageDef("dev", dev_set, lambda: {"dev": fingerprint(selection), "columns": columns, "labels": labels()},
+                 run=lambda out: write_eval_set(selection, out, labels(),
+                                                text_column=a.text_column, label_column=a.label_column,
+                                                text_b_column=a.text_b_column)),
+        StageDef("dev.score", dev_scored, typed.to_dict(cfg.score), ("dev", "teacher"), kind="score",
+                 run=lambda out: fn.score(cfg.score, input=dev_set, teacher=teacher_dir, output=out,
+                                          beam_cfg=beams["dev.score"], overwrite=True)),
+    ]
     # students: trained here from the scored set (streamed from run_dir), saved locally, then uploaded
-    students, student_keys = {}, []
-    for name, s_cfg in cfg.students.items():
-        out = fs.join(run_dir, "students", name)
-        key = stage_key("student", typed.to_dict(s_cfg), [score_key, dev_score_key])
-        Stage(f"students.{name}", out, key, schema.METRICS_FILE, local=True).run(
-            lambda work, s_cfg=s_cfg: train_student(s_cfg, scored_dir, dev_scored, work, overwrite=True), log)
-        students[name], student_keys = out, student_keys + [key]
-
+    students = {name: d("students", name) for name in cfg.students}
+    stages += [StageDef(f"students.{name}", students[name], typed.to_dict(s_cfg), ("score", "dev.score"),
+                        run=lambda work, s_cfg=s_cfg: fn.student(s_cfg, scored_dir, dev_scored, work, overwrite=True),
+                        done_file=schema.METRICS_FILE, local=True, kind="student")
+               for name, s_cfg in cfg.students.items()]
     # test: every model scored once on the held-out split, after every choice was made
-    test_file = None
+    models = {"teacher": teacher_dir, **students}
     if test:
-        test_stage = Stage("test", fs.join(run_dir, "test"), stage_key(
-            "test", {"test": fingerprint(test), "columns": columns, "models": ["teacher", *students]},
-            [teacher_key, *student_keys]), TEST_RESULTS_FILE)
-        test_stage.run(lambda out: evaluate_on_test(test, {"teacher": teacher_dir, **students}, out, a), log)
-        test_file = fs.join(test_stage.directory, TEST_RESULTS_FILE)
-
-    # report
+        stages.append(StageDef(
+            "test", d("test"), {"test": fingerprint(test), "columns": columns, "models": list(models)},
+            ("teacher", *(f"students.{name}" for name in students)),
+            run=lambda out: evaluate_on_test(test, models, out, a, fn.evaluate), done_file=TEST_RESULTS_FILE))
     paths = {"run_dir": run_dir, "teacher": teacher_dir, "transfer": transfer_dir, "scored": scored_dir,
-             "students": students, "dev": selection, "test": test, "test_results": test_file}
-    return write_report(paths, typed.to_dict(cfg), log=log)
+             "students": students, "dev": selection, "test": test,
+             "test_results": d("test", TEST_RESULTS_FILE) if test else None}
+    return RunPlan(stages, selection, test, paths)
 
 
-def evaluate_on_test(test: str, models: dict[str, str], out: str, a: AugmentConfig) -> dict:
+def evaluate_on_test(test: str, models: dict[str, str], out: str, a: AugmentConfig,
+                     evaluate_fn: Callable = evaluate) -> dict:
     """Accuracy of each model on the test file, as `transferset evaluate` computes it."""
-    results = {name: evaluate(path, test, text_column=a.text_column, label_column=a.label_column,
-                              text_b_column=a.text_b_column) for name, path in models.items()}
+    results = {name: evaluate_fn(path, test, text_column=a.text_column, label_column=a.label_column,
+                                 text_b_column=a.text_b_column) for name, path in models.items()}
     doc = {"test": test, "models": results}
     fs.write_json(fs.join(out, TEST_RESULTS_FILE), doc, indent=2)
     return doc

@@ -4,12 +4,10 @@ from __future__ import annotations
 import argparse
 import json
 
-from transferset import fs, schema
 from transferset.app import flags
 from transferset.config import DEFAULT_TEACHER_MODEL, TeacherConfig
-from transferset.errors import UserError
-from transferset.fs.lock import output_lock
-from transferset.fs.remote import local_file, local_output
+from transferset.fs.output import OVERWRITE_HELP
+from transferset.fs.remote import local_file
 from transferset.teacher.train import train
 
 EPILOG = (
@@ -29,21 +27,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dev", required=True,
                         help="labeled dev file; the checkpoint with the best accuracy on it is kept")
     parser.add_argument("--output", required=True, help="directory for the fine-tuned teacher")
-    parser.add_argument("--overwrite", action="store_true", help="replace a model already in --output")
+    parser.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     flags.add_arguments(parser, TeacherConfig, title="settings")
 
 
 def run(args: argparse.Namespace, extra) -> int:
     cfg = flags.from_args(TeacherConfig, args)
-    # Remote files: the inputs are copied in, the teacher is trained locally and then uploaded whole.
-    remote_out = fs.is_remote(args.output)
-    if remote_out and fs.exists(fs.join(args.output, schema.HF_CONFIG_FILE)) and not args.overwrite:
-        raise UserError(f"{args.output} already holds a model ({schema.HF_CONFIG_FILE} present); "
-                        "pass --overwrite to replace it or choose another --output")
-    # The run owns --output (transferset.fs.lock): a second `teacher` on it is refused, not interleaved.
-    with output_lock(args.output, command="teacher"), local_output(args.output) as out:
-        metrics = train(cfg, train=local_file(args.train), dev=local_file(args.dev), output=out,
-                        overwrite=args.overwrite)
+    # Remote inputs are copied in; the teacher owns --output and uploads a remote one whole (train()).
+    metrics = train(cfg, train=local_file(args.train), dev=local_file(args.dev), output=args.output,
+                    overwrite=args.overwrite)
     print(json.dumps({"output": args.output, "best_dev_accuracy": metrics["best_dev_accuracy"],
                       "best_epoch": metrics["best_epoch"], "train_rows": metrics["train_rows"],
                       "dev_rows": metrics["dev_rows"], "rejected": metrics["rejected"]}, indent=2))

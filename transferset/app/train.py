@@ -7,12 +7,10 @@ import json
 
 from students.teacher_files import refuse_student_folder
 from students.trainer import train
-from transferset import fs, schema, typed
+from transferset import fs, typed
 from transferset.app import flags
 from transferset.config import StudentConfig
-from transferset.errors import UserError
-from transferset.fs.lock import output_lock
-from transferset.fs.remote import local_output
+from transferset.fs.output import OVERWRITE_HELP
 
 EPILOG = """\
 --config takes a YAML mapping of StudentConfig settings (transferset/config.py; the same keys as an
@@ -31,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dev", required=True, help="labeled dev data (TSV/CSV/JSONL/Parquet or a scored set) for early stopping and metrics")
     parser.add_argument("--output", required=True, help="run directory: model/, metrics.json, curves.png")
     parser.add_argument("--config", default=None, metavar="YAML", help="YAML file of student settings (see below)")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing OUTPUT/model")
+    parser.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     flags.add_arguments(parser, StudentConfig, title="settings (StudentConfig; also keys of --config)")
 
@@ -49,15 +47,14 @@ def load_config(args: argparse.Namespace) -> StudentConfig:
 
 def run(args: argparse.Namespace, extra) -> int:
     cfg = load_config(args)
-    # A remote --output: train into a local folder, then upload it whole.
-    if fs.is_remote(args.output) and fs.exists(fs.join(args.output, schema.STUDENT_MODEL_DIR)) and not args.overwrite:
-        raise UserError(f"{fs.join(args.output, schema.STUDENT_MODEL_DIR)} already exists; pass --overwrite "
-                        "or choose another --output")
-    with output_lock(args.output, command="train"), local_output(args.output) as out:
-        metrics = train(cfg, args.transfer, args.dev, out, overwrite=args.overwrite,
-                        progress=not args.no_progress)
+    # train() owns --output (a remote one is trained into a local folder, then uploaded whole).
+    metrics = train(cfg, args.transfer, args.dev, args.output, overwrite=args.overwrite,
+                    progress=not args.no_progress)
+    if "rank" in metrics:  # under torchrun / accelerate launch, only rank 0 writes and reports
+        return 0
     summary = {k: metrics[k] for k in ("student", "schedule", "dev_accuracy", "dev_majority_baseline",
-                                        "teacher_agreement", "parameters", "latency_ms_per_example")}
+                                        "teacher_agreement", "parameters", "latency_ms_per_example",
+                                        "latency_conditions")}
     summary["output"] = args.output
     print(json.dumps(summary, indent=2))
     return 0

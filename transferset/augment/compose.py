@@ -7,14 +7,24 @@ p_pos, else kept (Tang et al. 2019). Sequence ops (ngram) then run in order.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, Optional, Sequence
+from typing import Any, Iterator, Mapping, Optional, Protocol, Sequence
 
 import numpy as np
 
 from transferset.augment import registry
 from transferset.augment.seeding import rng_for, row_id, source_int
-from transferset.config import AugmentConfig
 from transferset.errors import ConfigError
+
+
+class AugmentConfig(Protocol):
+    """What composing reads of transferset.config.AugmentConfig, besides each op's own settings (that
+    class is composed of the ops' settings, so this package cannot import it)."""
+
+    ops: tuple[str, ...]
+    n_iter: int
+    seed: int
+
+    def variants_for(self, labeled: bool) -> int: ...
 
 
 @dataclass
@@ -62,13 +72,14 @@ def generate(words: Sequence[str], *, source_id: str, cfg: AugmentConfig,
              context: Optional[Mapping[str, Any]] = None, n_iter: Optional[int] = None) -> Iterator[Variant]:
     """`n_iter` (default `cfg.n_iter`) variants of one example; each depends only on (seed, source_id, index, cfg).
 
-    `context` holds what ops need: tags (per word), pos_vocab, candidates (MLM).
+    `context` holds what ops need (transferset.augment.context): tags (per word), pos_vocab, candidates (MLM).
     Ops that changed nothing are left out of a variant's provenance.
     """
     ctx = dict(context or {})
     ops = [registry.get(n) for n in word_ops(cfg)]
     probs = np.cumsum([getattr(cfg, op.prob) for op in ops]) if ops else np.zeros(0)
-    params = {"p_ng": cfg.p_ng, "max_n": cfg.max_n, "mask_token": cfg.mask_token}
+    seq = [registry.get(n) for n in sequence_ops(cfg)]
+    args = {op.name: _arguments(op, cfg, ctx) for op in ops + seq}
     source_key = source_int(source_id)  # hashed once per example, not once per variant
     for v in range(cfg.n_iter if n_iter is None else n_iter):
         rng = rng_for(cfg.seed, source_key, v)
@@ -81,16 +92,32 @@ def generate(words: Sequence[str], *, source_id: str, cfg: AugmentConfig,
                 positions = np.flatnonzero(choice == j)
                 if positions.size == 0:
                     continue
-                new = op.fn(words=current, positions=positions, rng=rng, **params, **ctx)
+                new = op.fn(words=current, positions=positions, rng=rng, **_ready(op, args[op.name]))
                 if new != current:
                     applied.append(op.name)
                     current = new
-        for name in sequence_ops(cfg):
-            new = registry.get(name).fn(words=current, rng=rng, **params, **ctx)
+        for op in seq:
+            new = op.fn(words=current, rng=rng, **_ready(op, args[op.name]))
             if new != current:
-                applied.append(name)
+                applied.append(op.name)
                 current = new
         yield Variant(v, applied, current)
+
+
+_MISSING = object()
+
+
+def _arguments(op: registry.Augmenter, cfg: AugmentConfig, context: Mapping[str, Any]) -> dict[str, Any]:
+    """Exactly the keyword arguments `op.fn` declares: its settings from cfg, its needs from the context."""
+    return {a: context.get(a, _MISSING) if a in op.needs else getattr(cfg, a) for a in op.arguments}
+
+
+def _ready(op: registry.Augmenter, args: dict[str, Any]) -> dict[str, Any]:
+    missing = [a for a, v in args.items() if v is _MISSING]
+    if missing:
+        raise ValueError(f"augmenter {op.name!r} needs context {missing} that nothing computed; a pipeline "
+                         f"computes what transferset.augment.context.contexts_for(ops) lists")
+    return args
 
 
 @dataclass(frozen=True)

@@ -1,16 +1,26 @@
 """MASK replacement (Tang et al. 2019): chosen words become the mask token."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
+from transferset import typed
 from transferset.augment.registry import WORD, register
 
 
-@register("mask", kind=WORD, prob="p_mask")
-def mask(*, words: Sequence[str], positions: np.ndarray, rng: np.random.Generator,
-         mask_token: str, **_) -> list[str]:
+@dataclass(frozen=True)
+class MaskSettings:
+    p_mask: float = 0.1  # per word: probability of [MASK]
+    mask_token: str = "[MASK]"  # what the mask op writes
+
+    def __post_init__(self):
+        typed.probabilities(self, "p_mask")
+
+
+@register("mask", kind=WORD, settings=MaskSettings, prob="p_mask")
+def mask(*, words: Sequence[str], positions: np.ndarray, rng: np.random.Generator, mask_token: str) -> list[str]:
     out = list(words)
     for i in positions:
         out[int(i)] = mask_token

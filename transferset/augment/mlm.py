@@ -6,22 +6,44 @@ A chosen eligible word is replaced by a candidate drawn uniformly from its top M
 
 Public tools run one masked position per forward pass. Here the masked copies of many
 examples share each forward pass, and the vocabulary head runs only at the masked
-positions, not at every token. A BERT MLM on a CPU runs padding-free (transferset.teacher.packed:
+positions, not at every token. A BERT MLM on a CPU runs padding-free (transferset.packed:
 the pairs laid end to end, no padding token anywhere); other models on padded, length-sorted batches.
 """
 from __future__ import annotations
 
 import logging
-from typing import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
+from transferset import typed
+from transferset.augment.context import RowContext, register_context
 from transferset.augment.registry import WORD, register
 
 
-@register("mlm", kind=WORD, prob="p_mlm", needs=("candidates",))
+@dataclass(frozen=True)
+class MlmSettings:
+    p_mlm: float = 0.4  # per eligible word: probability of one of the top-M MLM candidates
+    mlm_model: str = "bert-base-uncased"  # any AutoModelForMaskedLM: local directory or hub name
+    allow_pickle: bool = False  # accept pickle weights (pytorch_model.bin) for the MLM: only files you trust
+    trust_remote_code: bool = False  # run Python code shipped with the MLM: only models you trust
+    mlm_top_k: int = 15  # M candidates per word
+    mlm_max_length: int = 128  # MLM input tokens per row (the masked sentence and the original)
+    mlm_batch_size: int = 64  # rows per MLM forward pass (their masked copies share it)
+    torch_threads: Optional[int] = None  # torch threads per worker for the MLM (None: torch's; use cores / workers)
+
+    # settings no row depends on; the safety switches change what may load, not what a loaded model writes
+    EXECUTION = ("mlm_batch_size", "torch_threads", "allow_pickle", "trust_remote_code")
+
+    def __post_init__(self):
+        typed.at_least(self, mlm_top_k=1, mlm_max_length=4, mlm_batch_size=1)
+        typed.probabilities(self, "p_mlm")
+
+
+@register("mlm", kind=WORD, settings=MlmSettings, prob="p_mlm", needs=("candidates",))
 def mlm(*, words: Sequence[str], positions: np.ndarray, rng: np.random.Generator,
-        candidates: Mapping[int, Sequence[str]], **_) -> list[str]:
+        candidates: Mapping[int, Sequence[str]]) -> list[str]:
     out = list(words)
     draws = rng.random(len(positions))
     for i, u in zip(positions, draws):
@@ -47,10 +69,10 @@ class MlmCandidates:
             raise ValueError(f"forward: choose auto, packed or padded, not {forward!r}")
         import torch
 
-        if threads:
-            # Oversubscribed CPU threads slow a forward pass by an order of magnitude on busy machines.
-            torch.set_num_threads(threads)
         from transferset import loading
+        from transferset.threads import set_torch_threads
+
+        set_torch_threads(threads)  # oversubscribed threads slow a forward pass tenfold on a busy machine
 
         self.torch = torch
         # The teacher's refusals (pickle weights, shipped code): an MLM is a model file like any other.
@@ -69,12 +91,12 @@ class MlmCandidates:
         banned.update(i for tok, i in vocab.items() if tok.startswith("##") or not tok.isalpha())
         self.banned = torch.tensor(sorted(banned), dtype=torch.long)
         self._head = self._find_head()
-        # BERT on a CPU: padding-free (transferset.teacher.packed), every matmul on real tokens only;
+        # BERT on a CPU: padding-free (transferset.packed), every matmul on real tokens only;
         # the padded forward of a length-sorted batch still spends about half its tokens on padding
         # (the pairs are [CLS] masked [SEP] original [SEP]).
         self.packed, self.packed_reason = None, f"device {self.device}"
         if forward != "padded" and (forward == "packed" or self.device == "cpu"):
-            from transferset.teacher.packed import PackedMaskedLM
+            from transferset.packed import PackedMaskedLM
 
             self.packed, self.packed_reason = PackedMaskedLM.build(self.model, self.tokenizer)
             if forward == "packed" and self.packed is None:
@@ -176,3 +198,14 @@ class MlmCandidates:
                 pos = int((enc["input_ids"][0] == self.tokenizer.mask_token_id).nonzero()[0, 0])
                 self._collect([q], logits[pos:pos + 1].float().clone(), out)
         return out
+
+
+def _load_candidates(s: MlmSettings) -> MlmCandidates:
+    return MlmCandidates(s.mlm_model, top_k=s.mlm_top_k, batch_size=s.mlm_batch_size,
+                         max_length=s.mlm_max_length, threads=s.torch_threads,
+                         allow_pickle=s.allow_pickle, trust_remote_code=s.trust_remote_code)
+
+
+register_context(RowContext("candidates", "MLMCandidates", load=_load_candidates,
+                            compute=lambda model, sentences, s: model.candidates(sentences),
+                            batch_size="mlm_batch_size", min_batch_size=8))

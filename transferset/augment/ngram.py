@@ -1,16 +1,27 @@
 """N-gram sampling (Tang et al. 2019): with p_ng keep one random n-gram, n uniform in 1..max_n."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
+from transferset import typed
 from transferset.augment.registry import SEQUENCE, register
 
 
-@register("ngram", kind=SEQUENCE)
-def ngram(*, words: Sequence[str], rng: np.random.Generator, p_ng: float = 0.25, max_n: int = 5,
-          **_) -> list[str]:
+@dataclass(frozen=True)
+class NgramSettings:
+    p_ng: float = 0.25  # per variant: probability of keeping only a random n-gram
+    max_n: int = 5  # n-gram length is uniform in 1..max_n
+
+    def __post_init__(self):
+        typed.at_least(self, max_n=1)
+        typed.probabilities(self, "p_ng")
+
+
+@register("ngram", kind=SEQUENCE, settings=NgramSettings)
+def ngram(*, words: Sequence[str], rng: np.random.Generator, p_ng: float, max_n: int) -> list[str]:
     # Both draws happen on every call, so one op's randomness never shifts another's.
     apply = rng.random() < p_ng
     n = int(rng.integers(1, max_n + 1))

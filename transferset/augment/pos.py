@@ -12,7 +12,22 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
+from transferset import heap, typed
+from transferset.augment.context import CorpusContext, RowContext, register_context
 from transferset.augment.registry import WORD, register
+
+
+@dataclass(frozen=True)
+class PosSettings:
+    p_pos: float = 0.1  # per word: probability of a same-POS word drawn from the corpus unigram distribution
+    spacy_model: str = "en_core_web_sm"  # spaCy pipeline used for POS tags
+    tag_batch_size: int = 256  # rows per spaCy call
+
+    EXECUTION = ("tag_batch_size",)  # settings no row depends on
+
+    def __post_init__(self):
+        typed.at_least(self, tag_batch_size=1)
+        typed.probabilities(self, "p_pos")
 
 
 @dataclass(frozen=True)
@@ -55,9 +70,9 @@ def build_vocab(tagged: Iterable[tuple[Sequence[str], Sequence[str]]]) -> PosVoc
     return PosVocab.from_counts(total)
 
 
-@register("pos", kind=WORD, prob="p_pos", needs=("tags", "pos_vocab"))
+@register("pos", kind=WORD, settings=PosSettings, prob="p_pos", needs=("tags", "pos_vocab"))
 def pos(*, words: Sequence[str], positions: np.ndarray, rng: np.random.Generator,
-        tags: Sequence[str], pos_vocab: PosVocab, **_) -> list[str]:
+        tags: Sequence[str], pos_vocab: PosVocab) -> list[str]:
     out = list(words)
     draws = rng.random(len(positions))
     for i, u in zip(positions, draws):
@@ -89,7 +104,7 @@ def load_spacy(name: str):
 class Tagger:
     """Fine-grained POS tags for pre-split words (whitespace tokens are kept as they are)."""
 
-    def __init__(self, model: str):  # AugmentConfig.spacy_model
+    def __init__(self, model: str):  # PosSettings.spacy_model
         self.nlp = load_spacy(model)
 
     def tag(self, sentences: Sequence[Sequence[str]], batch_size: int = 256) -> list[list[str]]:
@@ -97,3 +112,26 @@ class Tagger:
 
         docs = (Doc(self.nlp.vocab, words=list(ws)) for ws in sentences)
         return [[t.tag_ for t in d] for d in self.nlp.pipe(docs, batch_size=batch_size)]
+
+
+def _load_tagger(settings: PosSettings) -> Tagger:
+    heap.fix_mmap_threshold()  # the tagger's arrays of many sizes fragment the heap (transferset.heap)
+    return Tagger(settings.spacy_model)
+
+
+def _add_counts(acc: Counter, words: Sequence[str], context: Mapping) -> Counter:
+    acc.update(zip(context["tags"], words))
+    return acc
+
+
+def _merge_counts(a: Counter, b: Counter) -> Counter:
+    a.update(b)
+    return a
+
+
+# Each original sentence is tagged once; the vocabulary is counted over the originals of the whole input.
+register_context(RowContext("tags", "TagPOS", load=_load_tagger,
+                            compute=lambda tagger, sentences, s: tagger.tag(sentences, batch_size=s.tag_batch_size),
+                            batch_size="tag_batch_size", min_batch_size=64))
+register_context(CorpusContext("pos_vocab", "PosVocabulary", needs=("tags",), add=_add_counts,
+                               build=PosVocab.from_counts, create=Counter, merge=_merge_counts))

@@ -18,6 +18,7 @@ from transferset import fs, loading, schema, transfer
 from transferset.config import DEFAULT_MAX_LENGTH, ScoreConfig
 from transferset.errors import UserError
 from transferset.fs import remote
+from transferset.fs.output import Output
 from transferset.scored import shards
 from transferset.teacher import scoring
 from transferset.teacher.train import trained_max_length
@@ -102,11 +103,9 @@ def _check_labels(teacher_dir: str, teacher_labels: Sequence[str], input_dir: st
 
 
 # --- the output -----------------------------------------------------------------------------------
-def check_output(job: ScoreJob) -> None:
-    """Refuse a complete output unless --overwrite or --resume (nothing is changed here)."""
-    if fs.exists(fs.join(job.output, schema.COMPLETE_MARKER)) and not job.overwrite and not job.resume:
-        raise UserError(f"{job.output} already holds a complete run ({schema.COMPLETE_MARKER} present); "
-                        "pass --overwrite to replace it, --resume to check and complete it, or choose another --output")
+def output(path: str, *, input: str, teacher: str, resume: bool = False, overwrite: bool = False) -> Output:
+    """The score stage's output folder (transferset.fs.output): it may not contain the input or the teacher."""
+    return Output(path, "score", inputs=[input, teacher], resume=resume, overwrite=overwrite)
 
 
 def check_resumable(path: str, expected: dict[str, Any]) -> None:
@@ -139,27 +138,23 @@ def _rows_or_zero(path: str) -> int:
         return 0
 
 
-def prepare_output(job: ScoreJob) -> None:
+def prepare_output(job: ScoreJob, out: Output) -> None:
     """Clear what this run recomputes; called only once every check passed.
 
-    --resume keeps whole shards under data/ and recomputes rejects and stats; otherwise the
-    output is emptied (it is not complete, or --overwrite was given).
+    --resume keeps whole shards under data/ and recomputes rejects and stats; otherwise what an
+    earlier run wrote is cleared (it is not complete, or --overwrite was given).
     """
-    out = job.output
-    data_dir = fs.join(out, schema.DATA_DIR)
-    if not job.resume and not fs.exists(fs.join(out, schema.COMPLETE_MARKER)):
+    data_dir = out.join(schema.DATA_DIR)
+    if not job.resume and not out.complete:
         # A killed run's work is about to go: say how much, and how to keep it (one line).
         rows = sum(_rows_or_zero(p) for p in shards.committed_shards(data_dir))
         if rows:
             LOG.warning("%s: discarding %d row(s) already scored by a run that did not finish (no %s); "
-                        "rerun with --resume to keep them and score only the rest", out, rows,
+                        "rerun with --resume to keep them and score only the rest", out.path, rows,
                         schema.COMPLETE_MARKER)
+    out.prepare(keep=(schema.DATA_DIR,) if job.resume else ())
     if job.resume:
-        fs.delete([fs.join(out, n) for n in (schema.COMPLETE_MARKER, schema.REJECTS_DIR, schema.STATS_FILE)])
         fs.delete(shards.leftover_tmp_files(data_dir))
-    else:
-        fs.delete([fs.join(out, n) for n in (schema.DATA_DIR, schema.REJECTS_DIR, schema.STATS_FILE,
-                                              schema.COMPLETE_MARKER)])
     fs.makedirs(data_dir)
 
 
@@ -204,8 +199,9 @@ def plan(job: ScoreJob) -> Plan:
     ))
     output_schema = schema.scored_schema(len(teacher_labels), hidden_size, layers[1:], metadata)
 
-    check_output(job)
-    data_dir = fs.join(job.output, schema.DATA_DIR)
+    out = output(job.output, input=job.input, teacher=job.teacher, resume=job.resume, overwrite=job.overwrite)
+    out.check()  # a complete output, or files of another's: refused before anything is changed
+    data_dir = out.join(schema.DATA_DIR)
     existing: list[str] = []
     existing_rows = 0
     if job.resume:
@@ -213,7 +209,7 @@ def plan(job: ScoreJob) -> Plan:
         for path in existing:
             check_resumable(path, metadata)
         existing_rows = sum(transfer.shard_rows(p) for p in existing)
-    prepare_output(job)  # every check passed: only now is anything under OUT changed
+    prepare_output(job, out)  # every check passed: only now is anything under OUT changed
 
     prefix = shards.run_prefix()
     stats = {

@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from transferset import fs, schema
+from transferset import fs, ids, schema
 from transferset.sources import Reject
 
 LOG = logging.getLogger("transferset.score")
@@ -85,44 +85,26 @@ def read_input_ids(path: str, start: int = 0, stop: Optional[int] = None, file_i
 # --- which ids need a look-up -----------------------------------------------------------------------
 # Finding the ids repeated in the input (or already in the output) is done in two passes so that no
 # runner holds one entry per row: first every scorable id's 64-bit hash (8 bytes a row, in numpy arrays
-# combined into one sorted array of the hashes seen twice or already in the output: `suspect_hashes`),
-# then an exact count of only the ids with such a hash. A hash collision costs one id an exact count,
-# never a wrong route.
-def id_hash(key: str) -> int:
-    """An id's 64-bit hash, the same in every process and worker (Python's hash() is salted per process)."""
-    return int.from_bytes(hashlib.blake2b(str(key).encode("utf-8"), digest_size=8).digest(), "little")
-
-
-def _hashes(keys: Iterable[str]) -> np.ndarray:
-    return np.fromiter((id_hash(k) for k in keys), dtype=np.uint64)
-
-
+# combined into one sorted array of the hashes seen twice or already in the output: `suspect_hashes`,
+# transferset.ids), then an exact count of only the ids with such a hash.
 def read_input_hashes(path: str, start: int = 0, stop: Optional[int] = None, file_index: int = 0) -> np.ndarray:
     """The id hashes of the scorable rows of rows start..stop-1 of one input shard (uint64, 8 bytes a row)."""
-    return _hashes(key for key, _ in read_input_ids(path, start, stop, file_index))
+    return ids.id_hashes(key for key, _ in read_input_ids(path, start, stop, file_index))
 
 
 def read_existing_hashes(path: str) -> np.ndarray:
     """The id hashes of one shard already in the output (--resume)."""
-    return _hashes(read_ids(path))
+    return ids.id_hashes(read_ids(path))
 
 
 def suspect_hashes(input_hashes: Sequence[np.ndarray], existing_hashes: Sequence[np.ndarray] = ()) -> np.ndarray:
     """Sorted unique hashes that two scorable input rows share, or that an id already in the output has:
     every id that needs a look-up (needs_lookup) has one of them."""
-    values, counts = np.unique(np.concatenate([np.empty(0, np.uint64), *input_hashes]), return_counts=True)
-    repeated = values[counts > 1]
-    if existing_hashes:
-        repeated = np.union1d(repeated, np.concatenate(existing_hashes)).astype(np.uint64)
-    return repeated
+    return ids.repeated_hashes(input_hashes, existing_hashes)
 
 
 def has_hash(sorted_hashes: np.ndarray, key: str) -> bool:
-    if not len(sorted_hashes):
-        return False
-    h = np.uint64(id_hash(key))
-    i = int(np.searchsorted(sorted_hashes, h))
-    return i < len(sorted_hashes) and sorted_hashes[i] == h
+    return bool(ids.in_sorted(sorted_hashes, np.array([ids.id_hash(key)], dtype=np.uint64))[0])
 
 
 def read_suspect_ids(path: str, start: int, stop: Optional[int], file_index: int, suspects: np.ndarray

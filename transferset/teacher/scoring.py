@@ -20,7 +20,8 @@ from transferset import schema
 from transferset.errors import UserError
 from transferset import loading
 from transferset.config import DEFAULT_MAX_LENGTH, FORWARDS, POOLINGS, check_forward_options
-from transferset.teacher import packed as packed_path
+from transferset import packed as packed_path
+from transferset.threads import set_torch_threads
 
 # Forward passes after sorting by length: at most this many rows and tokens (padded tokens on the
 # padded path). Measured with MiniLM on 2 idle CPU cores (benchmarks/score.py, 2,000 SST-2 rows in
@@ -127,8 +128,7 @@ class Teacher:
         """
         import torch
 
-        if num_threads:
-            torch.set_num_threads(int(num_threads))
+        set_torch_threads(num_threads)
         loading.require_local_dir(path)
         model = loading.load_classifier(path, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code)
         model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))

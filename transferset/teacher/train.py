@@ -1,13 +1,12 @@
 """Fine-tuning a Hugging Face encoder as the teacher: setup → data → train → evaluate → save.
 
-The loop is `transformers.Trainer`: length-grouped batches (`group_by_length`), linear warm-up
-and decay, dynamic padding (`DataCollatorWithPadding`), dev accuracy after each epoch and the
-best epoch's weights kept (`load_best_model_at_end`). It replaced a hand-written loop:
-benchmarks/teacher.py ran both on the same data and settings (3,000 SST-2 rows, MiniLM, 2 epochs,
-one torch thread) and the Trainer took 0.85× the loop's time, the gap its fused AdamW makes
-(16 against 118 ms per step), with dev accuracy within seed noise (benchmarks/README.md).
-The Trainer's checkpoints live in a scratch folder that is removed: the output directory holds
-only the model, its tokenizer, metrics.json and the rejected rows.
+The loop is the recipe the students train with (transferset/training.py, on Accelerate): the same
+seeding, early stopping bookkeeping on the selection split (here: every epoch runs and the best
+dev epoch's weights are kept), progress lines and checkpoints (OUTPUT/checkpoint/, removed once
+the model is written; `resume: true` goes on from it after a kill). What is the teacher's own:
+length-grouped batches with dynamic padding (`DataCollatorWithPadding`), fused AdamW with linear
+warm-up and decay, and the Hugging Face model's own loss. It replaced `transformers.Trainer`, which
+had replaced a hand-written loop (benchmarks/teacher.py; benchmarks/README.md).
 """
 from __future__ import annotations
 
@@ -15,12 +14,9 @@ import json
 import math
 import os
 import random
-import shutil
 import sys
-import tempfile
-import time
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -28,9 +24,12 @@ from transferset import typed
 from transferset import schema, sources
 from transferset.config import TeacherConfig
 from transferset.errors import UserError
-from transferset.progress import Progress
+from transferset.fs.output import MODEL_NAMES, Output
 from transferset.sources import Example, Reject, SourceSpec
 from transferset import loading
+from transferset.training import Checkpoints, Engine, PhaseSpec, Recipe
+
+CHECKPOINT_DIR = "checkpoint"  # OUTPUT/checkpoint/: what a killed fine-tuning resumes from
 
 
 @dataclass
@@ -52,17 +51,6 @@ def read_split(path: str, cfg: TeacherConfig, label_names: Sequence[str]) -> Dat
     return data
 
 
-def write_rejects(out_dir: str, name: str, rejects: Sequence[Reject]) -> Optional[str]:
-    if not rejects:
-        return None
-    os.makedirs(os.path.join(out_dir, schema.REJECTS_DIR), exist_ok=True)
-    path = os.path.join(out_dir, schema.REJECTS_DIR, f"{name}.jsonl")
-    with open(path, "w", encoding="utf-8") as fh:
-        for r in rejects:
-            fh.write(json.dumps(r.to_dict(), ensure_ascii=False) + "\n")
-    return path
-
-
 def encode(tokenizer, examples: Sequence[Example], max_length: int) -> list[dict]:
     """Unpadded token ids and the label of each row; the collator pads each batch to its longest row."""
     texts = [e.text for e in examples]
@@ -75,139 +63,70 @@ def encode(tokenizer, examples: Sequence[Example], max_length: int) -> list[dict
 
 
 def total_steps(cfg: TeacherConfig, train_rows: int) -> int:
-    """Optimizer steps of the whole training: `epochs` passes, cut at `max_steps`.
-
-    Computed here because the Trainer lets `max_steps` override `epochs` (it would train past
-    the last epoch to reach it); the config means "at most".
-    """
+    """Optimizer steps of the whole training: `epochs` passes, cut at `max_steps` (which means "at most")."""
     steps = math.ceil(train_rows / cfg.batch_size) * cfg.epochs
     return min(steps, cfg.max_steps) if cfg.max_steps is not None else steps
 
 
-def training_arguments(cfg: TeacherConfig, work_dir: str, steps: int):
-    """The Trainer's settings for `cfg`: every TeacherConfig training setting maps onto one of them."""
+def phase_spec(cfg: TeacherConfig, train_rows: int) -> PhaseSpec:
+    """The teacher's one phase: every epoch runs (no patience), the best dev epoch is kept."""
+    return PhaseSpec("fine-tuning", cfg.epochs, keep_best=True, patience=None, start_competes=False,
+                     max_steps=total_steps(cfg, train_rows), grad_clip=1.0,
+                     steps_per_epoch=math.ceil(train_rows / cfg.batch_size))
+
+
+def optimizer_and_schedule(cfg: TeacherConfig, model, steps: int):
+    """AdamW without weight decay on biases and LayerNorm weights (the 1-d parameters), linear warm-up
+    over `warmup` of the steps and linear decay to 0: the schedule BERT was fine-tuned with."""
     import torch
-    from transformers import TrainingArguments
+    from transformers import get_linear_schedule_with_warmup
 
-    return TrainingArguments(
-        output_dir=work_dir,
-        num_train_epochs=cfg.epochs,
-        max_steps=steps,
-        learning_rate=cfg.lr,
-        lr_scheduler_type="linear",
-        # transformers 5 folded warmup_ratio into warmup_steps, where 1.0 would mean one step:
-        # pass the step count.
-        warmup_steps=int(cfg.warmup * steps),
-        weight_decay=cfg.weight_decay,  # AdamW; biases and LayerNorm weights get none
-        max_grad_norm=1.0,
-        per_device_train_batch_size=cfg.batch_size,
-        per_device_eval_batch_size=cfg.eval_batch_size,
-        # A batch costs what its longest row costs: rows of similar lengths pad little.
-        train_sampling_strategy="group_by_length",
-        seed=cfg.seed,
-        eval_strategy="epoch",
-        # Written only when dev accuracy improves (the first of equal bests is kept), as each
-        # checkpoint of a large teacher costs time and disk.
-        save_strategy="best",
-        save_total_limit=1,
-        save_only_model=True,  # no optimizer state: the checkpoints are never resumed
-        load_best_model_at_end=True,
-        metric_for_best_model="accuracy",
-        greater_is_better=True,
-        logging_strategy="epoch",  # the logged loss is then the epoch's mean training loss
-        report_to=[],
-        disable_tqdm=True,  # our own progress (a bar on a terminal, lines off one)
-        dataloader_pin_memory=torch.cuda.is_available(),  # pinning only speeds up copies to a GPU
-    )
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [{"params": [p for p in params if p.ndim > 1], "weight_decay": cfg.weight_decay},
+              {"params": [p for p in params if p.ndim <= 1], "weight_decay": 0.0}]
+    # The fused kernel: 16 against 118 ms per MiniLM step on one CPU thread (benchmarks/README.md).
+    optimizer = torch.optim.AdamW(groups, lr=cfg.lr, fused=True)
+    return optimizer, get_linear_schedule_with_warmup(optimizer, int(cfg.warmup * steps), steps)
 
 
-def _accuracy(pred) -> dict:
-    return {"accuracy": float((np.argmax(pred.predictions, axis=1) == pred.label_ids).mean())}
-
-
-def _trainer_class():
-    """`Trainer`, evaluating dev rows in the order given (the train rows stay length-grouped).
-
-    With group_by_length the Trainer also groups dev rows by length, but in groups of
-    len(dev) // (4 × eval batch) batches (`get_length_grouped_indices`): for SST-2's 872 dev rows
-    in batches of 128 that is one batch, so every batch padded to about the longest row (1.9× the
-    tokens of sorted batches). Dev is passed sorted by length instead: each batch pads to its own
-    longest row.
-    """
-    from torch.utils.data import SequentialSampler
-    from transformers import Trainer
-
-    class TeacherTrainer(Trainer):
-        def _get_eval_sampler(self, eval_dataset):
-            return SequentialSampler(eval_dataset)
-
-    return TeacherTrainer
-
-
-def _callbacks(cfg: TeacherConfig, log: Callable[[str], None], started: float):
-    """(epoch history recorder, progress driver): Trainer callbacks, built here so that transformers
-    is imported only when training."""
-    from transformers import TrainerCallback
-
-    class History(TrainerCallback):
-        """One record per dev evaluation (one per epoch), with the epoch's mean training loss."""
-
-        def __init__(self):
-            self.records: list[dict] = []
-            self.best: Optional[float] = None
-            self._train_loss: Optional[float] = None
-
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            if logs and "loss" in logs:  # the epoch's training log; eval and summary logs use other keys
-                self._train_loss = float(logs["loss"])
-
-        def on_evaluate(self, args, state, control, metrics=None, **kwargs):
-            record = {"epoch": len(self.records) + 1, "step": state.global_step, "train_loss": self._train_loss,
-                      "dev_accuracy": float(metrics["eval_accuracy"]), "dev_loss": float(metrics["eval_loss"]),
-                      "elapsed_s": round(time.time() - started, 2)}
-            self.records.append(record)
-            improved = self.best is None or record["dev_accuracy"] > self.best  # the Trainer's rule too
-            if improved:
-                self.best = record["dev_accuracy"]
-            loss = "n/a" if record["train_loss"] is None else f"{record['train_loss']:.4f}"
-            log(f"epoch {record['epoch']}: train loss {loss}, dev accuracy {record['dev_accuracy']:.4f}"
-                + (" (best so far)" if improved else ""))
-
-    class ProgressDriver(TrainerCallback):
-        """Optimizer steps into `Progress`: a bar on a terminal, a line every 30 s off one."""
-
-        def __init__(self):
-            self.progress: Optional[Progress] = None
-
-        def on_train_begin(self, args, state, control, **kwargs):
-            self.progress = Progress("fine-tuning", unit="steps", total=state.max_steps, bar=cfg.progress, log=log)
-
-        def on_step_end(self, args, state, control, **kwargs):
-            self.progress.update(state.global_step - self.progress.n)
-
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            if logs and "loss" in logs:
-                self.progress.set_postfix(loss=f"{logs['loss']:.4f}", epoch=round(state.epoch or 0))
-
-        def on_train_end(self, args, state, control, **kwargs):
-            self.progress.close()
-
-    return History(), ProgressDriver()
+def length_grouped(lengths: Sequence[int], batch_size: int, rng: np.random.Generator) -> list[list[int]]:
+    """Batches of rows of similar lengths (a batch costs what its longest row costs): a random order,
+    cut into groups of 50 batches, each group sorted by length (transformers' group_by_length)."""
+    order = rng.permutation(len(lengths))
+    group = batch_size * 50
+    batches = []
+    for start in range(0, len(order), group):
+        part = sorted(order[start:start + group].tolist(), key=lambda i: -lengths[i])
+        batches += [part[i:i + batch_size] for i in range(0, len(part), batch_size)]
+    return batches
 
 
 def train(cfg: TeacherConfig, *, train: str, dev: str, output: str, overwrite: bool = False, log=None) -> dict:
-    """Fine-tune on `train`; keep the best `dev` checkpoint in `output`; return the metrics written to metrics.json."""
-    import torch
-    from transformers import DataCollatorWithPadding, PrinterCallback
+    """Fine-tune on `train`; keep the best `dev` checkpoint in `output`; return the metrics written to metrics.json.
 
+    `train` and `dev` are local files; `output` a local folder or a URL (trained in a local staging folder,
+    then uploaded), written as transferset.fs.output says: owned while written, _COMPLETE last.
+    """
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    if os.path.exists(os.path.join(output, "config.json")) and not overwrite:
-        raise UserError(f"{output} already holds a model (config.json present); "
-                        "pass --overwrite to replace it or choose another --output")
-    for flag, path in (("--train", train), ("--dev", dev)):
-        if not path.startswith(sources.HF_PREFIX) and not os.path.isfile(path):
-            raise UserError(f"{flag} {path}: no such file")
-    os.makedirs(output, exist_ok=True)
+    out = Output(output, "teacher", names=MODEL_NAMES, overwrite=overwrite,
+                 inputs=[train, dev, cfg.model if os.path.exists(cfg.model) else None])
+    with out.open():
+        out.check()
+        for flag, path in (("--train", train), ("--dev", dev)):
+            if not path.startswith(sources.HF_PREFIX) and not os.path.isfile(path):
+                raise UserError(f"{flag} {path}: no such file")
+            sources.check_readable(path)  # a broken header, an hf: split that does not load: before any output
+        out.prepare(keep=[CHECKPOINT_DIR] if cfg.resume else [])  # a resumed fine-tuning keeps its checkpoints
+        with out.local() as work:
+            metrics = _fine_tune(cfg, train=train, dev=dev, out=out, output=work, log=log)
+        out.finish()
+    return metrics
+
+
+def _fine_tune(cfg: TeacherConfig, *, train: str, dev: str, out: Output, output: str, log) -> dict:
+    """The fine-tuning itself: rejects through `out`, the model and metrics.json into the local folder `output`."""
+    import torch
+    from transformers import DataCollatorWithPadding
 
     # --- setup ---------------------------------------------------------------------------
     random.seed(cfg.seed)
@@ -219,7 +138,7 @@ def train(cfg: TeacherConfig, *, train: str, dev: str, output: str, overwrite: b
     # --- data ------------------------------------------------------------------------------
     train_data = read_split(train, cfg, label_names)
     dev_data = read_split(dev, cfg, label_names)
-    reject_files = {name: write_rejects(output, name, d.rejects)
+    reject_files = {name: out.write_rejects(d.rejects, f"{name}.jsonl") if d.rejects else None
                     for name, d in (("train", train_data), ("dev", dev_data))}
     for name, d in (("train", train_data), ("dev", dev_data)):
         if d.rejects:
@@ -232,34 +151,59 @@ def train(cfg: TeacherConfig, *, train: str, dev: str, output: str, overwrite: b
     model = loading.load_classifier(model_path, allow_pickle=cfg.allow_pickle,
                                     trust_remote_code=cfg.trust_remote_code, label_names=label_names)
     train_feats = encode(tokenizer, train_data.examples, cfg.max_length)
+    # Dev in length order: each batch pads to its own longest row.
     dev_feats = sorted(encode(tokenizer, dev_data.examples, cfg.max_length), key=lambda f: len(f["input_ids"]))
+    collate = DataCollatorWithPadding(tokenizer)
+    lengths = [len(f["input_ids"]) for f in train_feats]
 
-    # --- train, evaluate -----------------------------------------------------------------------
-    started = time.time()
-    history, progress = _callbacks(cfg, log, started)
-    # Checkpoints go to a scratch folder beside the output (same disk, which the user chose for
-    # model-sized files) and are removed whatever happens.
-    work_dir = tempfile.mkdtemp(prefix=".trainer-", dir=output)
-    try:
-        args = training_arguments(cfg, work_dir, total_steps(cfg, len(train_feats)))
-        trainer = _trainer_class()(model=model, args=args, train_dataset=train_feats, eval_dataset=dev_feats,
-                                   data_collator=DataCollatorWithPadding(tokenizer), compute_metrics=_accuracy,
-                                   callbacks=[history, progress])
-        trainer.remove_callback(PrinterCallback)  # it prints every log dict on stdout, where the CLI writes JSON
-        trainer.train()
-        best_step = trainer.state.best_global_step
-        # --- save ---
-        trainer.model.save_pretrained(output)  # the best epoch's weights; id2label travels in config.json
-        tokenizer.save_pretrained(output)
-    finally:
-        shutil.rmtree(work_dir, ignore_errors=True)
-    best = next(r for r in history.records if r["step"] == best_step)
+    # --- train, evaluate (transferset/training.py: the recipe the students train with) ---------
+    spec = phase_spec(cfg, len(train_feats))
+    engine = Engine.create(device="auto", log=log, progress_bar=cfg.progress)
+    checkpoints = Checkpoints(os.path.join(output, CHECKPOINT_DIR),
+                              {"settings": json.dumps({k: v for k, v in typed.to_dict(cfg).items()
+                                                       if k not in ("progress", "resume")}, sort_keys=True,
+                                                      default=str),
+                               "train": train, "dev": dev})
+
+    def batches(epoch: int):
+        rng = np.random.default_rng([cfg.seed, epoch])
+        for idx in length_grouped(lengths, cfg.batch_size, rng):
+            yield collate([train_feats[i] for i in idx])
+
+    def loss_step(net, batch):
+        return net(**batch).loss, {}
+
+    @torch.inference_mode()
+    def evaluate() -> dict:
+        model.eval()
+        right, loss_sum = 0, 0.0
+        for start in range(0, len(dev_feats), cfg.eval_batch_size):
+            batch = engine.to_device(collate(dev_feats[start:start + cfg.eval_batch_size]))
+            with engine.acc.autocast():
+                out = model(**batch)
+            right += int((out.logits.argmax(-1) == batch["labels"]).sum())
+            loss_sum += float(out.loss) * len(batch["labels"])
+        return {"accuracy": right / len(dev_feats), "loss": loss_sum / len(dev_feats)}
+
+    with engine.seeded(cfg.seed):
+        recipe = Recipe(engine, checkpoints, resume=cfg.resume)
+        engine.start_tracking("transferset-teacher", typed.to_dict(cfg))
+        recipe.run(0, spec, model, loss_step, batches, evaluate,
+                   lambda: optimizer_and_schedule(cfg, model, spec.max_steps))
+        recipe.restore_finished(model)
+    history = recipe.history
+    # --- save ---
+    with loading.quiet_transformers():  # no "Writing model shards" bar
+        model.cpu().save_pretrained(output)  # the best epoch's weights; id2label travels in config.json
+    tokenizer.save_pretrained(output)
+    recipe.finish()
+    best = max(history, key=lambda r: r["dev_accuracy"])  # max keeps the first of equal bests, as the recipe
 
     metrics = {
         "best_dev_accuracy": best["dev_accuracy"],
         "best_epoch": best["epoch"],
         "best_step": best["step"],
-        "history": history.records,
+        "history": history,
         "label_names": list(label_names),
         "train_rows": len(train_data.examples),
         "dev_rows": len(dev_data.examples),

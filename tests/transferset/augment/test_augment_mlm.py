@@ -59,7 +59,7 @@ def test_padding_free_forward_gives_the_padded_forwards_logits_and_candidates(ti
 def test_packed_forward_is_refused_with_the_reason_for_a_model_without_it(tiny_mlm_dir, tiny_teacher):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from transferset.teacher.packed import PackedMaskedLM
+    from transferset.packed import PackedMaskedLM
 
     model = AutoModelForSequenceClassification.from_pretrained(tiny_teacher)
     packed, why = PackedMaskedLM.build(model, AutoTokenizer.from_pretrained(tiny_teacher))

@@ -3,7 +3,8 @@ import pytest
 import torch
 
 from transferset.errors import UserError
-from transferset.teacher import packed, scoring
+from transferset import packed
+from transferset.teacher import scoring
 
 TEXTS = [
     "the movie was great",

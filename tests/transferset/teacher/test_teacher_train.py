@@ -8,11 +8,11 @@ import pytest
 from transferset.app import cli
 from transferset.errors import UserError
 import builders as testing
-from transferset import loading, progress
+from transferset import loading, progress, schema
 from transferset.schema import METRICS_FILE
 from transferset.teacher import scoring
 from transferset.config import TeacherConfig
-from transferset.teacher.train import total_steps, train, training_arguments
+from transferset.teacher.train import length_grouped, optimizer_and_schedule, phase_spec, total_steps, train
 
 POSITIVE = ["great", "brilliant", "best", "love", "funny"]
 NEGATIVE = ["awful", "terrible", "worst", "hate", "boring"]
@@ -100,7 +100,7 @@ def test_rejected_rows_are_reported(trained):
 
 def test_existing_output_refused(trained):
     (cfg, output), _, _ = trained
-    with pytest.raises(UserError, match="already holds a model.*--overwrite"):
+    with pytest.raises(UserError, match=r"already holds a complete run of `transferset teacher` \(a fine-tuned teacher model\).*--overwrite"):
         train(cfg, train="unused.tsv", dev="unused.tsv", output=output, log=lambda msg: None)
 
 
@@ -147,7 +147,7 @@ def test_output_holds_no_trainer_checkpoints(trained):
     (_, output), _, _ = trained
     names = set(os.listdir(output))
     assert names == {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-                     METRICS_FILE, "rejects"}
+                     METRICS_FILE, "rejects", schema.COMPLETE_MARKER, schema.MANIFEST_FILE}
 
 
 def test_progress_lines_and_epoch_lines_off_a_terminal(trained):
@@ -155,27 +155,83 @@ def test_progress_lines_and_epoch_lines_off_a_terminal(trained):
     lines = [m for m in inputs["messages"] if m.startswith("[transferset] fine-tuning: ")]
     assert [m.split(": ")[1].split(" steps")[0] for m in lines] == [f"{k} of 30" for k in range(1, 31)]
     assert "ETA" in lines[0] and "/s, " in lines[0]
-    epochs = [m for m in inputs["messages"] if m.startswith("epoch ")]
+    epochs = [m for m in inputs["messages"] if m.startswith("fine-tuning epoch ")]  # the students' format too
     assert len(epochs) == 5
     first = metrics["history"][0]
-    assert epochs[0].startswith(f"epoch 1: train loss {first['train_loss']:.4f}, "
+    assert epochs[0].startswith(f"fine-tuning epoch 1: train loss {first['train_loss']:.4f}, "
                                 f"dev accuracy {first['dev_accuracy']:.4f}")
     assert sum("(best so far)" in m for m in epochs) >= 1
 
 
-def test_every_setting_reaches_the_trainer(tmp_path):
+def test_every_setting_reaches_the_recipe():
+    import torch
+
     cfg = TeacherConfig(epochs=3, lr=2e-5, batch_size=8, warmup=0.25, weight_decay=0.05, seed=7, eval_batch_size=64)
     steps = total_steps(cfg, 100)
     assert steps == 13 * 3  # ceil(100 / 8) per epoch
-    args = training_arguments(cfg, str(tmp_path), steps)
-    assert (args.num_train_epochs, args.max_steps, args.learning_rate) == (3, 39, 2e-5)
-    assert (args.per_device_train_batch_size, args.per_device_eval_batch_size) == (8, 64)
-    assert (args.warmup_steps, args.weight_decay, args.seed) == (9, 0.05, 7)  # int(0.25 * 39)
-    assert args.train_sampling_strategy == "group_by_length"
-    assert args.load_best_model_at_end and args.metric_for_best_model == "accuracy" and args.greater_is_better
-    assert args.report_to == [] and args.output_dir == str(tmp_path)
-    # max_steps cuts the epochs short but never adds any: the Trainer alone would train on to reach it
+    spec = phase_spec(cfg, 100)
+    assert (spec.epochs, spec.max_steps, spec.steps_per_epoch, spec.grad_clip) == (3, 39, 13, 1.0)
+    assert spec.keep_best and spec.patience is None and not spec.start_competes  # every epoch runs, the best is kept
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
+    opt, schedule = optimizer_and_schedule(cfg, model, steps)
+    decay, no_decay = opt.param_groups
+    assert [p.shape for p in decay["params"]] == [(4, 4)] and decay["weight_decay"] == 0.05
+    assert len(no_decay["params"]) == 3 and no_decay["weight_decay"] == 0.0  # biases and the LayerNorm weight
+    assert opt.defaults["lr"] == 2e-5 and opt.defaults["fused"]
+    lrs = []
+    for _ in range(steps):
+        lrs.append(schedule.get_last_lr()[0])
+        opt.step()
+        schedule.step()
+    assert lrs[0] == 0.0 and lrs[9] == pytest.approx(2e-5) and lrs[-1] < lrs[10]  # int(0.25 * 39) = 9 warm-up steps
+    # max_steps cuts the epochs short but never adds any
     assert total_steps(TeacherConfig(epochs=3, batch_size=8, max_steps=5), 100) == 5
     assert total_steps(TeacherConfig(epochs=1, batch_size=8, max_steps=500), 100) == 13
-    # warm-up over every step: transformers would read a float 1.0 as one step
-    assert training_arguments(TeacherConfig(warmup=1.0), str(tmp_path), 40).warmup_steps == 40
+
+
+def test_length_grouped_batches_cover_every_row_once_with_similar_lengths():
+    lengths = list(np.random.default_rng(0).integers(1, 100, size=1000))
+    batches = length_grouped(lengths, 10, np.random.default_rng(1))
+    assert sorted(i for b in batches for i in b) == list(range(1000)) and len(batches) == 100
+    spread = np.mean([max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in batches])
+    assert spread < 10  # random batches of 10 spread over ~80
+    assert batches != length_grouped(lengths, 10, np.random.default_rng(2))  # the epoch's stream decides the order
+
+
+@pytest.mark.filterwarnings("ignore:Seems like `optimizer.step\\(\\)` has been overridden")  # the kill's wrapper
+def test_a_killed_fine_tuning_resumes_from_its_checkpoint(tmp_path, tiny_teacher, monkeypatch):
+    from transferset.teacher import train as teacher_train
+
+    train_tsv = _write_tsv(tmp_path / "train.tsv", _rows(48, 4))
+    dev_tsv = _write_tsv(tmp_path / "dev.tsv", _rows(16, 5))
+    cfg = TeacherConfig(model=tiny_teacher, epochs=2, lr=1e-3, batch_size=8, max_length=32, seed=1, progress=False)
+    whole = train(cfg, train=train_tsv, dev=dev_tsv, output=str(tmp_path / "whole"), log=lambda msg: None)
+
+    made = teacher_train.optimizer_and_schedule
+
+    def dies_on_step_9(*args):  # the kill: in the second epoch (6 steps an epoch), after its checkpoint
+        optimizer, schedule = made(*args)
+        step, calls = optimizer.step, {"n": 0}
+
+        def counted(*a, **k):
+            calls["n"] += 1
+            if calls["n"] == 9:
+                raise KeyboardInterrupt
+            return step(*a, **k)
+
+        optimizer.step = counted
+        return optimizer, schedule
+
+    out = tmp_path / "killed"
+    with monkeypatch.context() as mp:
+        mp.setattr(teacher_train, "optimizer_and_schedule", dies_on_step_9)
+        with pytest.raises(KeyboardInterrupt):
+            train(cfg, train=train_tsv, dev=dev_tsv, output=str(out), log=lambda msg: None)
+    assert (out / "checkpoint" / "state.pt").exists() and not (out / "config.json").exists()
+    messages = []
+    resumed = train(TeacherConfig(**{**cfg.__dict__, "resume": True}), train=train_tsv, dev=dev_tsv,
+                    output=str(out), log=messages.append)
+    assert any("resuming from" in m and "epoch 2" in m for m in messages)
+    assert resumed["weights_sha256"] == whole["weights_sha256"]  # the same weights, bit for bit
+    assert [h["dev_accuracy"] for h in resumed["history"]] == [h["dev_accuracy"] for h in whole["history"]]
+    assert not (out / "checkpoint").exists()

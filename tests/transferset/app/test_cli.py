@@ -1,3 +1,5 @@
+import logging
+
 import pytest
 
 from transferset.app.cli import COMMANDS, main
@@ -111,3 +113,30 @@ def test_runner_names_beam_accepts_pass(runner):
     from pipelines.runtime import check_runner
 
     check_runner(runner)
+
+
+@pytest.mark.parametrize("command", ["augment", "predict", "teacher"])
+def test_an_hf_input_that_does_not_load_stops_before_any_output(command, tmp_path, capsys, monkeypatch):
+    """Issue 25 item 9: `hf:` on a folder of non-UTF-8 files was a traceback that left a partial output;
+    an unknown dataset offline a ConnectionError traceback."""
+    import datasets
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    # `datasets` binds its log handler to the sys.stderr of its first use, a test's captured stream closed
+    # since: without it, its own error line ("Failed to read file ...") reaches this test's stderr.
+    monkeypatch.setattr(logging.getLogger("datasets"), "handlers", [])
+    d = tmp_path / "latin1"
+    d.mkdir()
+    (d / "train.csv").write_bytes("sentence,label\nun café noir,1\n".encode("latin-1"))
+    for source, says in ((f"hf:{d}:train", "are not UTF-8 text"),
+                         ("hf:nosuch-user/nosuch-set:train", "the Hugging Face Hub cannot be reached")):
+        out = tmp_path / f"out-{len(says)}"
+        args = {"augment": ["augment", "--input", source, "--output", str(out)],
+                "predict": ["predict", "--model", str(tmp_path / "no-model"), "--input", source, "--output", str(out)],
+                "teacher": ["teacher", "--train", source, "--dev", source, "--output", str(out)]}[command]
+        assert main(args) == 1
+        err = capsys.readouterr().err
+        assert says in err and "Traceback" not in err, err
+        assert not out.exists()

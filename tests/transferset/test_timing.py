@@ -1,9 +1,9 @@
-"""students/latency.py: interleaved rounds, medians and spread; and the run report's speed-up column,
-which uses it over the teacher and every student at report time."""
+"""transferset/timing.py: interleaved rounds, medians and spread, on one thread, with the load the figures
+were taken under; the one latency measurement of the run report, training and the benchmarks."""
 import pytest
 
-from shipped import scored, trained
-from students.latency import interleaved_latency, ratios
+from transferset import timing
+from transferset.timing import interleaved_latency, measure, ratios
 
 
 class FakeClock:
@@ -68,14 +68,36 @@ def test_few_texts_are_repeated_and_no_texts_refused():
         interleaved_latency({"m": lambda t: None}, [], rounds=1)
 
 
-def test_the_report_times_teacher_and_students_together(tmp_path_factory, sst2_dir, sst2_dev200, sst2_dev_texts):
-    from transferset.app.report import model_latency
+def test_a_timing_records_its_threads_and_load_and_says_when_the_machine_was_busy():
+    """Issue 25 item 13: the report timed on 2 threads under a parallel job and printed speed-ups of
+    1.4-4.3x for 12-18x; a figure now carries the load it was taken under and says when it was busy."""
+    import torch
 
-    teacher, scored_dir = scored(tmp_path_factory, sst2_dir)
-    student = str(trained(tmp_path_factory, "bilstm", scored_dir, sst2_dev200))
-    out = model_latency({"teacher": teacher, "student:bilstm": student}, sst2_dev_texts, rounds=2)
-    for name in ("teacher", "student:bilstm"):
-        row = out[name]
-        assert row["latency_1"] > 0 and row["latency_64"] > 0 and row["parameters"] > 0
-        assert row["spread_1"][0] <= row["latency_1"] <= row["spread_1"][1]
-    assert out["student:bilstm"]["parameters"] != out["teacher"]["parameters"]
+    def run(load, cpu_per_wall):
+        clock, cpu = FakeClock(), FakeClock()
+        seen = []
+
+        def predict(texts):
+            seen.append(torch.get_num_threads())
+            clock.now += 0.001 * len(texts)
+            cpu.now += cpu_per_wall * 0.001 * len(texts)
+        return measure({"m": predict}, ["x"], batch_sizes=(1,), rounds=2, clock=clock, cpu_clock=cpu,
+                       load=lambda: list(load), cpu_count=2), seen
+
+    before = torch.get_num_threads()
+    quiet, threads_seen = run([0.9, 0.8, 0.7], 1.0)
+    assert set(threads_seen) == {1} and torch.get_num_threads() == before  # one thread, then the caller's again
+    assert quiet["latency"]["m"]["batch_1"]["median"] == pytest.approx(1.0)
+    assert quiet["conditions"] == {"threads": 1, "cpu_count": 2, "load_average_before": [0.9, 0.8, 0.7],
+                                   "load_average_after": [0.9, 0.8, 0.7], "cpu_share": 1.0, "busy": False,
+                                   "busy_because": None}
+    assert "busy" not in timing.describe(quiet["conditions"])
+    loaded, _ = run([7.3, 6.0, 5.0], 1.0)  # more runnable threads than cores
+    assert loaded["conditions"]["busy"] and "load average 7.30 on 2 CPUs" in loaded["conditions"]["busy_because"]
+    starved, _ = run([1.0, 1.0, 1.0], 0.45)  # the load average lags; the thread's share of a core does not
+    assert starved["conditions"]["busy"] and starved["conditions"]["busy_because"] == "the timed thread got 45% of a core"
+    line = timing.describe(starved["conditions"])
+    assert line.startswith("1 thread, load average 1.00 on 2 CPUs, 45% of a core for the timed thread: the machine "
+                           "was busy") and "ratios between models are not reliable" in line
+    no_load = timing.conditions(threads=1, cpu_count=4, load_before=None, load_after=None, cpu_share=None)
+    assert no_load["busy"] is False and timing.describe(no_load) == "1 thread, 4 CPUs"  # an OS without getloadavg

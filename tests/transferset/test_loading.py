@@ -1,5 +1,6 @@
 import hashlib
 import json
+import logging
 import os
 
 import pytest
@@ -85,6 +86,82 @@ def test_new_label_set_gets_a_fresh_head(tmp_path):
     model = loading.load_classifier(three, label_names=("neg", "pos"))
     assert model.classifier.weight.shape == (2, 32)
     assert loading.label_names_of(model.config) == ["neg", "pos"]
+
+
+class _Records(logging.Handler):
+    """What transformers' own logger emits (it does not propagate to pytest's caplog)."""
+
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+@pytest.fixture
+def transformers_log():
+    from transformers.utils import logging as hf_logging
+
+    records = _Records()
+    hf_logging.get_logger().addHandler(records)  # the library's root logger, "transformers"
+    yield records
+    hf_logging.get_logger().removeHandler(records)
+
+
+def test_a_fresh_head_is_said_in_one_line_of_ours(tmp_path, transformers_log, caplog, capfd):
+    """Issue 25 item 13: every demo showed transformers' "LOAD REPORT ... MISSING classifier" table and
+    its progress bars when the teacher's head was made: expected for fine-tuning, alarming to a newcomer."""
+    from transformers.utils import logging as hf_logging
+
+    three = testing.tiny_classifier(str(tmp_path / "three"), label_names=("a", "b", "c"))
+    capfd.readouterr()
+    switches = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    caplog.set_level(logging.INFO, logger="transferset")
+    loading.load_classifier(three, label_names=("neg", "pos"))
+    assert [r.getMessage() for r in caplog.records if r.name == "transferset"] == [
+        f"{three}: a new classifier head for 2 labels (neg, pos) is initialised, as expected for fine-tuning"]
+    assert not any("LOAD REPORT" in m for m in transformers_log.messages)
+    err = capfd.readouterr().err
+    assert "LOAD REPORT" not in err and "Loading weights" not in err
+    assert (hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()) == switches  # as they were
+
+
+def test_weights_a_checkpoint_lacks_are_still_a_warning(tmp_path, transformers_log, caplog):
+    """Quieting transformers must not hide a damaged model: encoder weights missing from a saved
+    classifier are named in a warning of ours."""
+    from safetensors.torch import load_file, save_file
+
+    path = testing.tiny_classifier(str(tmp_path / "damaged"))
+    weights = os.path.join(path, "model.safetensors")
+    state = load_file(weights)
+    lost = sorted(k for k in state if ".layer.1." in k)
+    save_file({k: v for k, v in state.items() if k not in lost}, weights, metadata={"format": "pt"})
+    caplog.set_level(logging.INFO, logger="transferset")
+    loading.load_classifier(path)
+    warned = [r.getMessage() for r in caplog.records if r.name == "transferset" and r.levelno == logging.WARNING]
+    assert len(warned) == 1 and f"{len(lost)} weight(s) the checkpoint lacks were initialised at random" in warned[0]
+    assert "bert.encoder.layer.1." in warned[0] and "not the saved model's" in warned[0]
+    assert not transformers_log.messages
+
+
+def test_quiet_transformers_silences_a_save_and_restores_the_switches(tmp_path, capfd):
+    from transformers.utils import logging as hf_logging
+
+    model = loading.load_classifier(testing.tiny_classifier(str(tmp_path / "m")))
+    capfd.readouterr()
+    before = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.enable_progress_bar()
+    try:
+        with loading.quiet_transformers():
+            assert hf_logging.get_verbosity() == logging.ERROR and not hf_logging.is_progress_bar_enabled()
+            model.save_pretrained(str(tmp_path / "saved"))
+        assert "Writing model shards" not in capfd.readouterr().err and hf_logging.is_progress_bar_enabled()
+        with loading.quiet_transformers(warnings=False):
+            assert hf_logging.get_verbosity() == before[0] and not hf_logging.is_progress_bar_enabled()
+    finally:
+        (hf_logging.enable_progress_bar if before[1] else hf_logging.disable_progress_bar)()
+    assert hf_logging.get_verbosity() == before[0]
 
 
 # --- hardening (issue #12) ----------------------------------------------------------------------

@@ -3,8 +3,18 @@ import random
 
 import numpy as np
 import pyarrow as pa
+import pytest
 
-from transferset import schema, transfer
+from transferset import schema, testing, transfer
+
+
+@pytest.fixture(scope="module")
+def tiny_scored_dir(tmp_path_factory):
+    """128 scored rows, r0..r127, in two shards of 64 and an empty one."""
+    rng = np.random.default_rng(0)
+    return testing.write_scored_set(str(tmp_path_factory.mktemp("scored")), [f"text {i}" for i in range(128)],
+                                    rng.normal(size=(128, 2)), rng.normal(size=(128, 8)),
+                                    ids=[f"r{i}" for i in range(128)])
 
 
 def test_fixed_list_to_numpy_honours_slices_and_chunking():

@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from transferset import fs, schema
+from transferset import fs, ids, schema
 import builders as testing
 from transferset.scored import shards
 
@@ -210,7 +210,7 @@ def test_suspect_hashes_are_the_repeated_and_the_done_ids(tmp_path):
     units = shards.input_units([path], [7], unit_rows=2)  # "a" is repeated across two units
     hashes = [shards.read_input_hashes(u[1], u[2], u[3], u[0]) for u in units]
     assert [h.dtype for h in hashes] == [np.uint64] * 4 and sum(map(len, hashes)) == 6  # 8 bytes a scorable row
-    h = shards.id_hash
+    h = ids.id_hash
     assert h("a") == h("a") != h("b") and 0 <= h("a") < 2 ** 64
     suspects = shards.suspect_hashes(hashes)
     assert suspects.tolist() == [h("a")]

@@ -10,9 +10,11 @@ from transferset import schema, transfer
 from transferset.app.cli import main
 from transferset.errors import ConfigError, UserError
 from transferset.config import AugmentConfig, RunConfig, ScoreConfig, StudentConfig, TeacherConfig
-from transferset.app.runner import STAGE_FILE, load_config, resolve_data, run_pipeline
+from transferset import typed
+from transferset.app.runner import (STAGE_FILE, StageFunctions, load_config, plan_stages, resolve_data,
+                                    run_pipeline, stage_key)
 
-CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml"))
+CONFIGS = sorted((Path(__file__).resolve().parents[3] / "configs").glob("*.yaml"))
 
 
 def test_there_are_configs():
@@ -85,46 +87,48 @@ def test_yaml_and_override_syntax_errors(tmp_path):
         resolve_data(str(tmp_path))
 
 
-def test_run_passes_typed_settings_from_yaml_to_each_stage(tmp_path, monkeypatch, sst2_dir):
-    """The stage functions are replaced by recorders: the runner's wiring is what is under test."""
-    from transferset.app import runner
+class RecordingStages:
+    """Stage functions that record their arguments and write what the real ones mark as done."""
 
-    seen = {}
+    def __init__(self):
+        self.seen = {}
 
-    def teacher(cfg, *, train, dev, output, overwrite):
-        seen["teacher"] = (cfg, train, dev)
+    def functions(self) -> StageFunctions:
+        return StageFunctions(teacher=self.teacher, augment=self.augment, score=self.score, student=self.student,
+                              evaluate=self.evaluate, report=lambda paths, cfg, log: {"paths": paths})
+
+    def teacher(self, cfg, *, train, dev, output, overwrite):
+        self.seen["teacher"] = (cfg, train, dev)
         (Path(output) / "metrics.json").write_text("{}")
 
-    def augment(cfg, *, inputs, output, unlabeled, exclude, beam_cfg, overwrite):
-        seen["augment"] = (cfg, inputs, unlabeled, exclude, beam_cfg)
+    def augment(self, cfg, *, inputs, output, unlabeled, exclude, beam_cfg, overwrite):
+        self.seen["augment"] = (cfg, inputs, unlabeled, exclude, beam_cfg)
         (Path(output) / schema.DATA_DIR).mkdir()
         pq.write_table(schema.transfer_schema(schema.base_metadata(["0", "1"])).empty_table(),
                        Path(output) / schema.DATA_DIR / "p.parquet")
         (Path(output) / schema.COMPLETE_MARKER).write_text("")
 
-    def score(cfg, *, input, teacher, output, beam_cfg, overwrite):
-        seen.setdefault("score", []).append((cfg, input, teacher, beam_cfg))
+    def score(self, cfg, *, input, teacher, output, beam_cfg, overwrite):
+        self.seen.setdefault("score", []).append((cfg, input, teacher, beam_cfg))
         (Path(output) / schema.COMPLETE_MARKER).write_text("")
 
-    def student(cfg, transfer_dir, dev, output, overwrite):
-        seen.setdefault("students", []).append((cfg, transfer_dir, dev))
+    def student(self, cfg, transfer_dir, dev, output, overwrite):
+        self.seen.setdefault("students", []).append((cfg, transfer_dir, dev))
         (Path(output) / "metrics.json").write_text("{}")
 
-    monkeypatch.setattr(runner, "train_teacher", teacher)
-    monkeypatch.setattr(runner, "run_augment", augment)
-    monkeypatch.setattr(runner, "run_score", score)
-    monkeypatch.setattr(runner, "train_student", student)
-    monkeypatch.setattr(runner, "write_report", lambda paths, cfg, log: {"paths": paths})
-
-    def evaluate(model, data, **columns):
-        seen.setdefault("test", []).append((model, data))
+    def evaluate(self, model, data, **columns):
+        self.seen.setdefault("test", []).append((model, data))
         return {"accuracy": 0.5}
 
-    monkeypatch.setattr(runner, "evaluate", evaluate)
+
+def test_run_passes_typed_settings_from_yaml_to_each_stage(tmp_path, sst2_dir):
+    """The stage functions are recorders passed to the runner: its wiring is what is under test."""
+    rec = RecordingStages()
     cfg = load_config("configs/demo.yaml", [f"run_dir={tmp_path / 'r'}", f"data={sst2_dir}", "augment.p_mask=0.3",
                                             "score.batch_size=64", "students.distilled.lr=0.003",
                                             "beam.workers=2", "unlabeled_rows=50"])
-    run_pipeline(cfg, log=lambda m: None)
+    run_pipeline(cfg, log=lambda m: None, functions=rec.functions())
+    seen = rec.seen
     t_cfg, labeled, dev = seen["teacher"]
     assert isinstance(t_cfg, TeacherConfig) and t_cfg.epochs == cfg.teacher.epochs and t_cfg.max_length == 64
     a_cfg, inputs, unlabeled, exclude, beam_cfg = seen["augment"]
@@ -152,6 +156,44 @@ def test_run_passes_typed_settings_from_yaml_to_each_stage(tmp_path, monkeypatch
     assert accuracy["test"] == official_dev and set(accuracy["models"]) == {"teacher", "labels_only", "distilled"}
 
 
+def test_stages_are_declared_once_with_their_upstream(tmp_path, sst2_dir):
+    cfg = load_config("configs/demo.yaml", [f"run_dir={tmp_path / 'r'}", f"data={sst2_dir}"])
+    plan = plan_stages(cfg, resolve_data(cfg.data, cfg.test))
+    assert [(s.name, s.upstream) for s in plan.stages] == [
+        ("data", ()), ("teacher", ("data",)), ("augment", ("data",)), ("score", ("augment", "teacher")),
+        ("dev", ()), ("dev.score", ("dev", "teacher")), ("students.labels_only", ("score", "dev.score")),
+        ("students.distilled", ("score", "dev.score")),
+        ("test", ("teacher", "students.labels_only", "students.distilled"))]
+    assert {s.name: s.folder for s in plan.stages}["students.distilled"] == str(tmp_path / "r" / "students" / "distilled")
+
+
+def test_a_rerun_reuses_every_current_stage_and_redoes_what_changed_downstream(tmp_path, sst2_dir):
+    """Keys come from the declarations: a changed student setting redoes that student and the test stage
+    only; a changed score setting redoes score, dev.score, both students and the test."""
+    base = [f"run_dir={tmp_path / 'r'}", f"data={sst2_dir}", "labeled_limit=200", "unlabeled_rows=20",
+            "validation.rows=50"]
+
+    def run(*overrides) -> list[str]:
+        log = []
+        run_pipeline(load_config("configs/demo.yaml", [*base, *overrides]), log=log.append,
+                     functions=RecordingStages().functions())
+        return [m.split("]")[0][1:] for m in log if "] running → " in m]
+
+    everything = ["data", "teacher", "augment", "score", "dev", "dev.score", "students.labels_only",
+                  "students.distilled", "test"]
+    assert run() == everything
+    keys = {s: json.loads((tmp_path / "r" / f / STAGE_FILE).read_text())["key"]
+            for s, f in [("data", "data"), ("augment", "transfer"), ("teacher", "teacher"), ("score", "scored")]}
+    assert run() == []
+    assert run("students.distilled.lr=0.003") == ["students.distilled", "test"]
+    assert run("students.distilled.lr=0.003", "score.batch_size=64") == [
+        "score", "dev.score", "students.labels_only", "students.distilled", "test"]
+    # The derived keys are the ones the hand-written chain wrote before stages were data, so the run
+    # directories made then are reused, not redone.
+    score = load_config("configs/demo.yaml", base).score
+    assert keys["score"] == stage_key("score", typed.to_dict(score), [keys["augment"], keys["teacher"]])
+
+
 @pytest.mark.integration
 def test_demo_config_runs_end_to_end_reduced(sst2_dir, tmp_path, capsys):
     run_dir = tmp_path / "demo"
@@ -171,6 +213,11 @@ def test_demo_config_runs_end_to_end_reduced(sst2_dir, tmp_path, capsys):
     for r in results["rows"]:
         assert 0.0 <= r["dev_accuracy"] <= 1.0 and r["parameters"] > 0
     assert "| teacher |" in out.out
+    # Latency on one thread, with the load it was taken under; on a busy machine no speed-up is printed.
+    cond = results["latency_conditions"]
+    assert cond["threads"] == 1 and isinstance(cond["busy"], bool) and cond["cpu_count"] >= 1
+    assert all((r["speedup_64"] is None) == cond["busy"] for r in results["rows"][1:])
+    assert ("(busy)" in out.out) == cond["busy"] and "Latency: CPU ms per example" in out.out
     stats = json.loads((run_dir / "transfer" / schema.STATS_FILE).read_text())
     # 300 labeled rows (2 variants each) and the next 200 train rows as unlabeled text, as they are.
     assert stats["accepted_rows"] == 500 and stats["n_iter"] == 2 and stats["unlabeled_n_iter"] == 0

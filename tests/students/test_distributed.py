@@ -1,0 +1,95 @@
+"""Students on several processes (DDP through the launcher, gloo on CPU) and on a GPU.
+
+Each 2-process test starts `python -m torch.distributed.run` (what `torchrun` is) on
+tests/students/ddp_worker.py, which trains through `students.trainer.train` and records the texts its
+rank trained on and its weights at the end.
+"""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from students.student import Student
+from transferset import schema
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _launch(tmp_path, transfer, dev, config: dict, processes: int = 2):
+    record = tmp_path / "record"
+    record.mkdir()
+    spec = {"config": {"threads": 1, "latency_examples": 16, **config}, "transfer": transfer, "dev": dev,
+            "output": str(tmp_path / "out"), "record": str(record)}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                           f"--nproc_per_node={processes}", str(ROOT / "tests" / "students" / "ddp_worker.py"),
+                           str(tmp_path / "spec.json")], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    ranks = [json.loads((record / f"rank{r}.json").read_text()) for r in range(processes)]
+    states = [torch.load(record / f"rank{r}.pt", weights_only=True) for r in range(processes)]
+    return tmp_path / "out", ranks, states
+
+
+def _check(out, ranks, states, rows: int, epochs: int, batch_size: int):
+    assert [r["world"] for r in ranks] == [2, 2]
+    per_epoch = [len(r["texts"]) // epochs for r in ranks]
+    a, b = (r["texts"][:n] for r, n in zip(ranks, per_epoch))
+    # Disjoint rows (the 128 SST-2 texts are distinct), together the whole set but at most a batch per rank.
+    assert not set(a) & set(b)
+    assert rows - 2 * batch_size <= len(a) + len(b) <= rows and abs(len(a) - len(b)) <= batch_size
+    metrics = json.loads((out / schema.METRICS_FILE).read_text())
+    assert metrics["processes"] == 2 and metrics["history"][0]["rows"] == len(a) + len(b)
+    # DDP kept the replicas equal, and rank 0 saved its own.
+    assert states[0].keys() == states[1].keys()
+    assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
+    saved = Student.from_pretrained(str(out)).model.state_dict()
+    assert all(torch.equal(saved[k], states[0][k]) for k in states[0])
+    return metrics
+
+
+@pytest.mark.integration
+def test_two_processes_train_a_bilstm_on_disjoint_rows(tmp_path, tiny_scored_dir, sst2_dev200):
+    out, ranks, states = _launch(tmp_path, tiny_scored_dir, sst2_dev200,
+                                 {"epochs": 2, "batch_size": 16, "patience": 5, "embed_init": "random",
+                                  "model": {"embed_dim": 16, "hidden": 16}})
+    metrics = _check(out, ranks, states, rows=128, epochs=2, batch_size=16)
+    assert [h["epoch"] for h in metrics["history"]] == [1, 2]
+
+
+@pytest.mark.integration
+def test_two_processes_train_a_transformer_student(tmp_path, tiny_scored_dir, sst2_dev200):
+    out, ranks, states = _launch(tmp_path, tiny_scored_dir, sst2_dev200,
+                                 {"student": "transformer", "epochs": 1, "batch_size": 16, "pkd": 1.0,
+                                  "model": {"n_layer": 2, "init": "skip"}})
+    _check(out, ranks, states, rows=128, epochs=1, batch_size=16)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here (the GPU path runs where one is)")
+def test_a_student_trains_on_the_gpu_in_bf16(tmp_path, tiny_scored_dir, sst2_dev200):
+    from students.trainer import train
+    from transferset.config import StudentConfig
+
+    cfg = StudentConfig(device="cuda", bf16=True, epochs=1, threads=1, latency_examples=16,
+                        model={"embed_dim": 16, "hidden": 16}, embed_init="random")
+    m = train(cfg, tiny_scored_dir, sst2_dev200, str(tmp_path / "out"), progress=False)
+    assert m["device"].startswith("cuda") and m["history"][0]["rows"] == 128
+    assert all(torch.isfinite(torch.tensor(h["train_loss"])) for h in m["history"])
+    assert Student.from_pretrained(str(tmp_path / "out")).predict_ids(["a fine film"]).shape == (1,)
+
+
+def test_device_cuda_without_one_is_refused(tmp_path, tiny_scored_dir, sst2_dev200, capsys):
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is visible")
+    from transferset.app.cli import main
+
+    rc = main(["train", "--transfer", tiny_scored_dir, "--dev", sst2_dev200, "--output", str(tmp_path / "o"),
+               "--device", "cuda", "--no-progress"])
+    assert rc == 1
+    err = capsys.readouterr().err
+    assert "device cuda: no CUDA device is visible" in err and "Traceback" not in err
+    assert not (tmp_path / "o" / schema.STUDENT_MODEL_DIR).exists()

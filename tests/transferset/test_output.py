@@ -1,0 +1,185 @@
+"""transferset.fs.output: what an output folder holds, what a run may clear, and the finishing order."""
+import json
+
+import pytest
+
+from transferset import schema
+from transferset.errors import ConfigError, UserError
+from transferset.fs.output import STUDENT_NAMES, Output, reject_line
+from transferset.sources import Reject
+
+
+def _run(path, command, *, finish=True, **kwargs) -> Output:
+    """A run of `command` into `path` that writes data/part-0.parquet (and finishes when asked)."""
+    out = Output(str(path), command, **kwargs)
+    with out.open():
+        out.check()
+        out.prepare()
+        (path / schema.DATA_DIR).mkdir(exist_ok=True)
+        (path / schema.DATA_DIR / "part-0.parquet").write_bytes(b"rows")
+        out.write_rejects([Reject("in.tsv", 3, "x\ty", "bad label")])
+        if finish:
+            out.finish({"output_rows": 1})
+    return out
+
+
+def test_a_finished_run_records_what_it_wrote_and_finishes_with_stats_then_the_marker(tmp_path):
+    out = tmp_path / "out"
+    _run(out, "augment")
+    assert json.loads((out / schema.STATS_FILE).read_text()) == {"output_rows": 1}
+    assert (out / schema.COMPLETE_MARKER).read_bytes() == b""
+    assert (out / schema.STATS_FILE).stat().st_mtime_ns <= (out / schema.COMPLETE_MARKER).stat().st_mtime_ns
+    manifest = json.loads((out / schema.MANIFEST_FILE).read_text())
+    assert manifest["command"] == "augment" and manifest["kept"] == []
+    assert manifest["written"] == sorted([schema.COMPLETE_MARKER, schema.DATA_DIR, schema.REJECTS_DIR,
+                                          schema.STATS_FILE])
+    line = (out / schema.REJECTS_DIR / "rejects.jsonl").read_text()
+    assert json.loads(line) == {"file": "in.tsv", "line": 3, "raw": "x\ty", "reason": "bad label"}
+    assert line == reject_line({"reason": "bad label", "raw": "x\ty", "line": 3, "file": "in.tsv"}) + "\n"
+    assert not (out / schema.LOCK_FILE).exists()
+
+
+def test_a_complete_output_is_kept_unless_overwrite_and_says_what_it_holds(tmp_path):
+    out = tmp_path / "out"
+    _run(out, "augment")
+    for command in ("augment", "predict"):
+        with pytest.raises(UserError, match=r"already holds a complete run of `transferset augment` \(a transfer "
+                                            r"set\), _COMPLETE present; pass --overwrite"):
+            Output(str(out), command).check()
+    _run(out, "predict", overwrite=True)
+    assert json.loads((out / schema.MANIFEST_FILE).read_text())["command"] == "predict"
+
+
+def test_an_unfinished_run_is_ours_to_redo_but_another_commands_needs_overwrite(tmp_path):
+    out = tmp_path / "out"
+    _run(out, "score", finish=False)
+    (out / schema.DATA_DIR / "_tmp-1.partial").write_bytes(b"half")  # a write the kill cut short
+    with pytest.raises(UserError, match=r"holds an unfinished run of `transferset score` \(a scored transfer set\); "
+                                        "pass --overwrite"):
+        Output(str(out), "augment").check()
+    again = Output(str(out), "score")
+    with again.open():
+        again.check()
+        again.prepare()
+    assert sorted(p.name for p in out.iterdir()) == [schema.MANIFEST_FILE]  # the killed run's files, and only them
+
+
+def test_resume_keeps_the_data_and_clears_the_rest(tmp_path):
+    out = tmp_path / "out"
+    _run(out, "score")
+    resumed = Output(str(out), "score", resume=True)
+    resumed.check()
+    resumed.prepare(keep=(schema.DATA_DIR,))
+    assert sorted(p.name for p in out.iterdir()) == [schema.MANIFEST_FILE, schema.DATA_DIR]
+    assert (out / schema.DATA_DIR / "part-0.parquet").read_bytes() == b"rows"
+    other = tmp_path / "other"
+    _run(other, "augment")  # --resume completes a run of score only
+    with pytest.raises(UserError, match="already holds a complete run of `transferset augment`"):
+        Output(str(other), "score", resume=True).check()
+
+
+def test_files_of_others_are_kept_and_never_written_over(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(UserError, match=r"holds notes.txt, which transferset did not write; choose an empty or new "
+                                        r"--output, or pass --overwrite to write beside them \(they are kept\)"):
+        Output(str(out), "augment").check()
+    _run(out, "augment", overwrite=True)
+    _run(out, "augment", overwrite=True)  # replacing our own set keeps them still
+    assert (out / "notes.txt").read_text() == "mine"
+    assert json.loads((out / schema.MANIFEST_FILE).read_text())["kept"] == ["notes.txt"]
+    # A file added to a finished output is another's too, even with a name the command writes.
+    (out / schema.CURVES_FILE).write_text("a plot of mine")
+    with pytest.raises(UserError, match=r"holds curves.png, notes.txt, which .*`transferset train` writes curves.png "
+                                        r"there, and transferset never deletes files it did not write, even with "
+                                        "--overwrite"):
+        Output(str(out), "train", names=STUDENT_NAMES, overwrite=True).check()
+    assert (out / schema.CURVES_FILE).read_text() == "a plot of mine"
+
+
+def test_empty_folders_hold_nothing_to_lose(tmp_path):
+    out = tmp_path / "out"
+    (out / schema.STUDENT_MODEL_DIR / "tokenizer").mkdir(parents=True)  # a killed `train` of an earlier version
+    train = Output(str(out), "train", names=STUDENT_NAMES)
+    assert train.check().foreign == []
+    train.prepare()
+    assert not (out / schema.STUDENT_MODEL_DIR).exists()
+
+
+def test_an_earlier_versions_complete_layout_is_recognised_by_its_names(tmp_path):
+    out = tmp_path / "out"
+    (out / schema.DATA_DIR).mkdir(parents=True)
+    (out / schema.DATA_DIR / "part-00000.parquet").write_bytes(b"rows")
+    (out / schema.STATS_FILE).write_text("{}")
+    (out / schema.COMPLETE_MARKER).write_text("")
+    with pytest.raises(UserError, match=r"already holds a complete run of an earlier transferset version"):
+        Output(str(out), "score").check()
+    _run(out, "score", overwrite=True)
+    # Another's file among them: not that layout, so nothing there is taken for ours.
+    (out / schema.MANIFEST_FILE).unlink()
+    (out / schema.DATA_DIR / "keep.tsv").write_text("mine")
+    with pytest.raises(UserError, match=r"holds _COMPLETE, data/ \(keep.tsv, part-0.parquet\), rejects/ "):
+        Output(str(out), "score", overwrite=True).check()
+
+
+def test_an_output_that_contains_an_input_is_refused_whatever_the_flags(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "train.tsv").write_text("sentence\tlabel\n")
+    for path, output in (("data/train.tsv", "."), ("data/train.tsv", "data"), ("data", "data"),
+                         ("memory://b/out/x.tsv", "memory://b/out/")):
+        with pytest.raises(ConfigError, match=f"--output {output} contains the input {path}: this run could write"):
+            Output(output, "predict", inputs=[path, "hf:glue:sst2:train"], overwrite=True).check()
+    Output("out", "predict", inputs=["data/train.tsv", "outside.tsv"]).check()
+
+
+def test_a_url_output_follows_the_same_protocol(tmp_path):
+    url = f"memory://{tmp_path.name}/out"
+    first = Output(url, "eval-set")
+    with first.open():
+        first.check()
+        first.prepare()
+        first.write_rejects([])
+        first.finish({"rows": 0})
+    with pytest.raises(UserError, match=r"already holds a complete run of `transferset eval-set` \(an evaluation set\)"):
+        Output(url, "eval-set").check()
+    again = Output(f"file://{tmp_path}/local", "eval-set")
+    assert again.path == f"{tmp_path}/local"  # normalised once, where the output is made
+
+
+def test_an_output_fsspec_cannot_read_is_written_only_when_empty(tmp_path, monkeypatch, caplog):
+    """gs:// written by Beam where gcsfs is not installed: what is there cannot be told apart, so only an
+    empty output is written (Beam's FileSystems list it: `lister`)."""
+    from transferset import fs
+
+    out = tmp_path / "out"
+    real = fs.filesystem
+
+    def no_backend(path):
+        if str(path).startswith(str(out)):
+            raise UserError(f"{path}: cannot open beamonly:// paths; install its fsspec backend")
+        return real(path)
+
+    monkeypatch.setattr(fs, "filesystem", no_backend)
+    listing = lambda path: [str(p) for p in out.rglob("*")] if out.exists() else []  # noqa: E731
+    empty = Output(str(out), "augment", lister=listing)
+    assert empty.check() is None and "not checked for earlier results" in caplog.text
+    empty.prepare()  # nothing to clear, no record written
+    assert not out.exists()
+    out.mkdir()
+    (out / "keep.tsv").write_text("mine")
+    with pytest.raises(UserError, match=r"is not empty .* and cannot be checked here for what transferset wrote"):
+        Output(str(out), "augment", lister=listing, overwrite=True).check()
+    assert (out / "keep.tsv").read_text() == "mine"
+
+
+@pytest.mark.parametrize("record", ['{"command": "augment", "written": 5, "kept": []}', '{"command": "augment"}',
+                                    "[1, 2]", "not json", '{"command": 3, "kept": []}'])
+def test_a_damaged_record_makes_nothing_ours(tmp_path, record):
+    out = tmp_path / "out"
+    (out / schema.DATA_DIR).mkdir(parents=True)
+    (out / schema.DATA_DIR / "keep.tsv").write_text("mine")
+    (out / schema.MANIFEST_FILE).write_text(record)
+    with pytest.raises(UserError, match=r"holds data/ \(keep.tsv\), which transferset did not write"):
+        Output(str(out), "augment", overwrite=True).check()

@@ -1,0 +1,35 @@
+"""transferset/app/report.py: what a person reads in the results table about the latency figures."""
+from transferset import timing
+from transferset.app.report import results_table
+
+TEACHER = {"name": "teacher", "dev_accuracy": 0.9, "test_accuracy": 0.88, "agreement": None, "parameters": 22_000_000,
+           "latency_1": 12.5, "latency_64": 1.25}
+STUDENT = {"name": "student: s (bilstm, joint)", "dev_accuracy": 0.85, "test_accuracy": 0.84, "agreement": 0.9,
+           "parameters": 1_000_000, "latency_1": 1.0, "latency_64": 0.1}
+
+
+def _conditions(load: float, share: float) -> dict:
+    return timing.conditions(threads=1, cpu_count=2, load_before=[load] * 3, load_after=[load] * 3, cpu_share=share)
+
+
+def test_a_quiet_machine_gives_figures_and_speed_ups_with_their_conditions():
+    cond = _conditions(0.5, 0.99)
+    table = results_table([TEACHER, {**STUDENT, "speedup_1": 12.5, "speedup_64": 12.5}], cond)
+    assert "| 1.00 | 0.100 | 12.5× / 12.5× |" in table and "busy" not in table
+    assert table.splitlines()[-1] == ("Latency: CPU ms per example, tokenization included, every model timed together "
+                                      "in 5 interleaved rounds (the median); 1 thread, load average 0.50 on 2 CPUs, "
+                                      "99% of a core for the timed thread.")
+
+
+def test_a_busy_machine_is_said_beside_the_figures_and_the_speed_ups_are_left_out():
+    """Issue 25 item 13: under a parallel job the table printed the teacher at 247 ms/example and speed-ups
+    of 1.4-4.3x (12-18x alone), with nothing to say the machine was busy."""
+    cond = _conditions(7.3, 0.4)
+    rows = [{**TEACHER, "latency_busy": True},
+            {**STUDENT, "latency_busy": True, "speedup_1": None, "speedup_64": None}]
+    table = results_table(rows, cond)
+    assert "| 12.50 (busy) | 1.250 (busy) | 1.0× / 1.0× |" in table
+    assert "| 1.00 (busy) | 0.100 (busy) | - (busy machine) |" in table and "12.5×" not in table
+    note = table.splitlines()[-1]
+    assert "the machine was busy (load average 7.30 on 2 CPUs; the timed thread got 40% of a core)" in note
+    assert "The speed-ups are left out" in note and "benchmarks/latency.py" in note

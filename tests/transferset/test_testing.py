@@ -1,0 +1,23 @@
+"""transferset.testing: the builders users' own tests import, without a test framework or torch."""
+import subprocess
+import sys
+
+import builders
+from transferset import schema, testing, transfer
+
+
+def test_importing_the_builders_loads_no_test_framework_and_no_model_library():
+    code = ("import sys, transferset.testing; "
+            "print(sorted(m for m in ('pytest', 'hypothesis', 'torch', 'transformers') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_the_projects_builders_are_the_package_ones(tmp_path):
+    assert builders.write_transfer_set is testing.write_transfer_set and builders.tiny_classifier is testing.tiny_classifier
+    out = testing.write_scored_set(str(tmp_path / "s"), ["a good film", "a dull plot", "fine"], [[0, 1], [2, 0], [0, 3]],
+                                   [[0.5, 1.0], [1.5, 2.0], [0.0, 0.25]], ("neg", "pos"), labels=[1, 0, None])
+    table = transfer.read_table(out)
+    assert table.column(schema.TEACHER_LABEL).to_pylist() == [1, 0, 1]
+    assert table.column(schema.LABEL).to_pylist() == [1, 0, None]
+    assert table.column(schema.TEACHER_HIDDEN).to_pylist()[2] == [0.0, 0.25]

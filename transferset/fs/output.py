@@ -1,0 +1,351 @@
+"""One output folder written by one transferset command: the protocol every writer follows.
+
+    from transferset.fs.output import Output
+
+    out = Output(path, "augment", inputs=[train, dev], overwrite=overwrite)
+    with out.open():           # owns the folder (transferset.fs.lock) until the block ends
+        out.check()            # refuses; changes nothing
+        ...                    # the caller's own checks
+        out.prepare()          # clears what an earlier transferset run wrote here; records this run
+        ...                    # write data/ (or a model: `with out.local() as work`)
+        out.write_rejects(rejects)
+        out.finish(stats)      # stats.json, then _COMPLETE, then the record of what was written
+
+What is ours. Before `prepare` changes anything it writes OUT/.transferset-output.json
+(schema.MANIFEST_FILE): the command, and the entries already there that are not ours and are kept.
+`finish` adds the entries the run wrote. An entry is ours when the manifest lists it as written
+or, for a run that never finished, when it is not among the kept ones (it appeared after the
+manifest). An empty folder holds nothing to lose (a killed `train`'s empty model/). A folder with no
+manifest but exactly the layout an earlier transferset wrote (data/ of Parquet or JSON lines,
+rejects/*.jsonl, stats.json, _COMPLETE) is recognised by those names.
+
+The rules (docs/reliability.md, "Results are never destroyed or mixed"):
+- an output that contains one of the run's inputs is refused, always (a usage error, exit 2);
+- entries transferset did not write are never deleted: without --overwrite a folder holding any is
+  refused, naming them; with --overwrite the run writes beside them, unless one has a name the
+  command writes (data/, a model's config.json...): that is refused whatever the flags;
+- a complete output is replaced only with --overwrite (`score --resume` completes its own), and so
+  is the output of another command; an unfinished output of the same command is ours to redo.
+"""
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import IO, Any, Callable, Iterable, Iterator, Optional, Sequence
+
+from transferset import __version__, fs, schema
+from transferset.errors import ConfigError, UserError
+from transferset.fs import remote
+from transferset.fs.lock import LOCK_FILE, output_lock
+
+LOG = logging.getLogger("transferset.output")
+
+MANIFEST_FILE = schema.MANIFEST_FILE
+# What a data command writes at the top of its folder (augment, score, predict, an evaluation set).
+DATA_NAMES = (schema.DATA_DIR, schema.REJECTS_DIR, schema.STATS_FILE, schema.COMPLETE_MARKER)
+# A Hugging Face model folder (teacher, export): save_pretrained's names depend on the model, so every
+# name is one it may write.
+MODEL_NAMES = ("*",)
+STUDENT_NAMES = (schema.STUDENT_MODEL_DIR, schema.METRICS_FILE, schema.CURVES_FILE, schema.REJECTS_DIR,
+                 schema.COMPLETE_MARKER)
+REJECTS_FILE = "rejects.jsonl"
+OVERWRITE_HELP = ("replace what an earlier transferset run wrote in the output (a complete one, or another "
+                  "command's); files transferset did not write are never deleted")
+SHOWN = 5  # entries named in a message
+
+# What each command's folder holds, for messages that say what a folder really is.
+WHAT = {
+    "augment": "a transfer set",
+    "score": "a scored transfer set",
+    "predict": "predictions",
+    "eval-set": "an evaluation set",
+    "teacher": "a fine-tuned teacher model",
+    "train": "a trained student",
+    "export": "an ONNX export",
+}
+
+
+def reject_line(reject: Any) -> str:
+    """One rejected row as the JSON line every rejects file holds (a Reject, or its dict)."""
+    value = reject.to_dict() if hasattr(reject, "to_dict") else reject
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def stats_bytes(stats: dict) -> bytes:
+    return (json.dumps(stats, indent=2, sort_keys=True, default=list) + "\n").encode("utf-8")
+
+
+def write_finish(out: str, stats: Optional[dict], complete: bool,
+                 write: Callable[[str, bytes], None] = fs.write_bytes) -> None:
+    """stats.json, then the completion marker (only when `complete`): the last two writes of a run.
+
+    `write(path, data)` writes a whole file: fsspec here, Beam's FileSystems on a pipeline's worker.
+    """
+    if stats is not None:
+        write(fs.join(out, schema.STATS_FILE), stats_bytes(stats))
+    if complete:
+        write(fs.join(out, schema.COMPLETE_MARKER), b"")
+
+
+def _inside(path: str, folder: str) -> bool:
+    """Whether `path` is `folder` or lies under it (local paths resolved, symbolic links followed)."""
+    if not path or path.startswith("hf:") or fs.is_remote(path) != fs.is_remote(folder):
+        return False
+    if fs.is_remote(path):
+        a, b = path.rstrip("/"), folder.rstrip("/")
+        return a == b or a.startswith(b + "/")
+    a, b = os.path.realpath(path), os.path.realpath(folder)
+    return a == b or a.startswith(b.rstrip(os.sep) + os.sep)
+
+
+def _looks_like(names: Sequence[str]) -> str:
+    """What a folder of others' files seems to be, for the message that refuses it."""
+    if "config.yaml" in names and {"data", "teacher", "transfer", "scored", "students"} & set(names):
+        return " (a `transferset run` directory)"
+    if schema.HF_CONFIG_FILE in names:
+        return " (a model folder)"
+    return ""
+
+
+@dataclass
+class State:
+    """What an output folder holds, from the point of view of the command about to write it."""
+
+    ours: list[str]  # top-level entries an earlier transferset run wrote (or empty folders)
+    foreign: list[str]  # the other entries: never deleted
+    command: Optional[str]  # the command that wrote ours ("" an earlier version's layout; None: nothing)
+    complete: bool  # ours holds the completion marker
+
+    def what(self) -> str:
+        if self.command:
+            return f"`transferset {self.command}` ({WHAT.get(self.command, 'its output')})"
+        return "an earlier transferset version (data/, _COMPLETE; no record of the command)"
+
+
+class Output:
+    """The output folder of one run of `command` (see the module docstring for the protocol).
+
+    `inputs`: every path the run reads (files, folders, models); an output containing one is refused.
+    `names`: fnmatch patterns of the top-level entries the command writes; an entry of another's with
+    such a name is never written over. `schemes`: URL schemes known besides fsspec's (Beam's), and
+    `lister(path)` the paths under such a URL: an output fsspec cannot read is written only when empty.
+    """
+
+    def __init__(self, path: str, command: str, *, inputs: Iterable[Optional[str]] = (),
+                 names: Sequence[str] = DATA_NAMES, overwrite: bool = False, resume: bool = False,
+                 option: str = "--output", schemes: Iterable[str] = (),
+                 lister: Optional[Callable[[str], list[str]]] = None):
+        schemes = tuple(schemes)
+        self.path = fs.normalize(path, option, schemes=schemes)  # once, here
+        self.command, self.names, self.option = command, tuple(names), option
+        self.overwrite, self.resume = overwrite, resume
+        self.inputs = [fs.normalize(p, schemes=schemes) for p in inputs if p]
+        self.lister = lister  # what is under a URL fsspec cannot read (Beam's FileSystems); [] when nothing
+        self._checked: Optional[State] = None
+        self._unchecked = False  # fsspec has no backend for the URL: a warning said so
+
+    def __repr__(self) -> str:
+        return f"Output({self.path!r}, {self.command!r})"
+
+    def join(self, *parts: str) -> str:
+        return fs.join(self.path, *parts)
+
+    # --- owning the folder ------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def open(self) -> Iterator["Output"]:
+        """Own the folder for the block (transferset.fs.lock): a second run on it is refused."""
+        with output_lock(self.path, command=self.command):
+            yield self
+
+    # --- what the folder holds ------------------------------------------------------------------------
+    def _entries(self) -> list[str]:
+        return [fs.basename(p) for p in fs.listdir(self.path)
+                if not fs.basename(p).startswith(LOCK_FILE) and fs.basename(p) != MANIFEST_FILE]
+
+    def manifest(self) -> Optional[dict]:
+        """OUT's record of the run that wrote it; None when there is none (or it cannot be read)."""
+        path = self.join(MANIFEST_FILE)
+        try:
+            value = fs.read_json(path) if fs.exists(path) else None
+        except (ValueError, UnicodeDecodeError, OSError):
+            LOG.warning("%s cannot be read: the folder's entries count as another's", path)
+            return None
+        if value is None:
+            return None
+        if not (isinstance(value, dict) and isinstance(value.get("command"), str) and _names(value.get("kept")) is not None
+                and ("written" not in value or _names(value["written"]) is not None)):
+            LOG.warning("%s is not a record transferset wrote: the folder's entries count as another's", path)
+            return None
+        return value
+
+    def _empty(self, name: str) -> bool:
+        path = self.join(name)
+        if not fs.isdir(path):
+            return False
+        fsys, p = fs.filesystem(path)
+        return not fsys.find(p)
+
+    def _earlier_layout(self, entries: Sequence[str]) -> bool:
+        """The folder of an augment, score or predict run of a transferset that kept no manifest."""
+        if schema.COMPLETE_MARKER not in entries or not set(entries) <= set(DATA_NAMES):
+            return False
+        for folder, suffixes in ((schema.DATA_DIR, (".parquet", ".jsonl")), (schema.REJECTS_DIR, (".jsonl",))):
+            fsys, p = fs.filesystem(self.join(folder))
+            if not fsys.isdir(p):
+                continue
+            for entry in fsys.ls(p, detail=True):  # one listing with the types: no request per shard
+                if entry.get("type") == "directory" or not entry["name"].rstrip("/").endswith(suffixes):
+                    return False
+        return True
+
+    def state(self) -> State:
+        entries = self._entries()
+        manifest = self.manifest()
+        command: Optional[str] = None
+        if manifest is not None:
+            written, kept = _names(manifest.get("written")), set(manifest["kept"])
+            ours = [n for n in entries if (n in written if written is not None else n not in kept)]
+            command = manifest["command"][:50] or None
+        elif self._earlier_layout(entries):
+            ours, command = list(entries), ""
+        else:
+            ours = []
+        if not ours:
+            command = None
+        ours += [n for n in entries if n not in ours and self._empty(n)]
+        foreign = [n for n in entries if n not in ours]
+        return State(ours=ours, foreign=foreign, command=command,
+                     complete=schema.COMPLETE_MARKER in ours and command is not None)
+
+    def _writes(self, name: str) -> bool:
+        return any(fnmatch.fnmatchcase(name, pattern) for pattern in self.names)
+
+    def _shown(self, names: Sequence[str]) -> str:
+        shown = []
+        for name in sorted(names)[:SHOWN]:
+            path = self.join(name)
+            if fs.isdir(path):
+                fsys, p = fs.filesystem(path)
+                inside = sorted(fs.basename(f) for f in fsys.find(p))
+                more = f", {len(inside) - 2} more" if len(inside) > 2 else ""
+                shown.append(f"{name}/ ({', '.join(inside[:2])}{more})")
+            else:
+                shown.append(name)
+        rest = len(names) - SHOWN
+        return ", ".join(shown) + (f" and {rest} more" if rest > 0 else "")
+
+    # --- the protocol -----------------------------------------------------------------------------------
+    def check(self) -> Optional[State]:
+        """Refuse this run's output when writing it could destroy or mix results; nothing is changed.
+
+        Returns what the folder holds (None where fsspec cannot read the URL: a warning says so).
+        """
+        for path in self.inputs:
+            if _inside(path, self.path):
+                raise ConfigError(f"{self.option} {self.path} contains the input {path}: this run could write "
+                                  f"over what it reads; choose an {self.option} folder outside its inputs")
+        try:
+            fs.filesystem(self.path)
+        except ConfigError:
+            raise
+        except UserError as exc:  # a URL only Beam can write (no fsspec backend here)
+            # What is there cannot be told apart, so only an empty output is written: nothing to delete or mix.
+            held = self.lister(self.path) if self.lister is not None else []
+            if held:
+                raise UserError(f"{self.path} is not empty ({held[0]}...) and cannot be checked here for what "
+                                f"transferset wrote ({exc}); choose an empty {self.option}, or install that backend")
+            LOG.warning("%s: not checked for earlier results or others' files (%s)", self.path, exc)
+            self._unchecked = True
+            return None
+        st = self.state()
+        if st.foreign:
+            clash = [n for n in st.foreign if self._writes(n)]
+            if clash or not self.overwrite:
+                held = f"{self.path} holds {self._shown(st.foreign)}{_looks_like(st.foreign)}, which transferset did not write"
+                if clash:
+                    names = ", ".join(n + ("/" if fs.isdir(self.join(n)) else "") for n in sorted(clash)[:SHOWN])
+                    raise UserError(f"{held}; `transferset {self.command}` writes {names} there, and transferset never "
+                                    "deletes files it did not write, even with --overwrite: move them away or choose "
+                                    f"another {self.option}")
+                raise UserError(f"{held}; choose an empty or new {self.option}, or pass --overwrite to write beside "
+                                "them (they are kept)")
+        if st.command is not None:
+            other = st.command != self.command
+            if st.complete and not self.overwrite and not (self.resume and not other):
+                resume = ", --resume to check and complete it" if self.command == "score" and not other else ""
+                raise UserError(f"{self.path} already holds a complete run of {st.what()}, "
+                                f"{schema.COMPLETE_MARKER} present; pass --overwrite to replace it{resume} or "
+                                f"choose another {self.option}")
+            if other and not self.overwrite:
+                raise UserError(f"{self.path} holds an unfinished run of {st.what()}; pass --overwrite to replace "
+                                f"it or choose another {self.option}")
+        self._checked = st
+        return st
+
+    def prepare(self, keep: Sequence[str] = ()) -> None:
+        """Record this run in the manifest, then delete what earlier transferset runs wrote here (but
+        `keep`: score --resume keeps its data/). Call once every check passed."""
+        st = self._checked if self._checked is not None else self.check()
+        if self._unchecked:
+            return
+        fs.makedirs(self.path)
+        # Written first: a run killed while clearing still leaves a folder recognised as ours.
+        fs.write_json(self.join(MANIFEST_FILE), {
+            "command": self.command, "kept": sorted(st.foreign), "library_version": __version__,
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=2, sort_keys=True)
+        fs.delete([self.join(n) for n in st.ours if n not in keep])
+
+    @contextlib.contextmanager
+    def local(self) -> Iterator[str]:
+        """A local folder for code that writes local files only: OUT itself, or for a URL a staging
+        folder uploaded into OUT when the block ends without an error."""
+        with remote.local_output(self.path) as work:
+            yield work
+
+    @contextlib.contextmanager
+    def rejects(self, name: str = REJECTS_FILE) -> Iterator[Callable[[Any], None]]:
+        """OUT/rejects/NAME opened for the block: call the yielded function with each reject."""
+        fs.makedirs(self.join(schema.REJECTS_DIR))
+        with fs.open(self.join(schema.REJECTS_DIR, name), "wb") as fh:
+            yield lambda reject: _write_line(fh, reject)
+
+    def write_rejects(self, rejects: Iterable[Any], name: str = REJECTS_FILE) -> str:
+        """OUT/rejects/NAME: one JSON line per reject (file, line, raw row, reason); → its path."""
+        with self.rejects(name) as write:
+            for reject in rejects:
+                write(reject)
+        return self.join(schema.REJECTS_DIR, name)
+
+    def finish(self, stats: Optional[dict] = None, complete: bool = True) -> None:
+        """stats.json (when given), then _COMPLETE (when `complete`), then the record of what was written."""
+        write_finish(self.path, stats, complete)
+        self.record()
+
+    def record(self) -> None:
+        """Add the entries this run wrote to the manifest (after a Beam pipeline wrote its own finish)."""
+        if self._unchecked:
+            return
+        manifest = self.manifest() or {"command": self.command, "kept": []}
+        kept = set(manifest["kept"])
+        manifest["written"] = sorted(n for n in self._entries() if n not in kept)
+        fs.write_json(self.join(MANIFEST_FILE), manifest, indent=2, sort_keys=True)
+
+    @property
+    def complete(self) -> bool:
+        return fs.exists(self.join(schema.COMPLETE_MARKER))
+
+
+def _names(value: Any) -> Optional[list[str]]:
+    """A manifest's list of entry names; None when it is not one (absent, or damaged)."""
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return value
+    return None
+
+
+def _write_line(fh: IO, reject: Any) -> None:
+    fh.write((reject_line(reject) + "\n").encode("utf-8"))
