@@ -39,6 +39,7 @@ from students.build import setup  # noqa: E402
 from students.losses import LossWeights  # noqa: E402
 from transferset import sources, typed  # noqa: E402
 from transferset.config import StudentConfig  # noqa: E402
+from transferset.threads import set_torch_threads  # noqa: E402
 
 MODES = {
     "logits": {"ce": 0.0, "mse": 0.0, "kd": 1.0},
@@ -59,7 +60,7 @@ def main(argv=None) -> int:
     ap.add_argument("--max-length", type=int, default=64)
     ap.add_argument("--output", default=None, help="also write the figures to this JSON file")
     args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
+    set_torch_threads(args.threads)
     spec = sources.SourceSpec(path=os.path.join(args.data, "train.tsv"), label_names=("0", "1"), limit=args.rows)
     examples = [r for r in sources.read_source(spec) if isinstance(r, sources.Example)]
     teacher, teacher_dir = load_teacher(args.teacher, args.max_length)
