@@ -23,13 +23,14 @@ import json
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, Optional
 
-from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, model_validator, with_config
+from pydantic import AfterValidator, BeforeValidator, ConfigDict, model_validator, with_config
 
 from transferset import augment  # importing it registers every op, whose settings AugmentConfig is made of
 from transferset import labels as label_rule
 from transferset.errors import ConfigError
 from transferset.loading import DEFAULT_TEACHER_MODEL  # the packaged model loading finds offline
 from transferset.sources import DEFAULT_LABEL_COLUMN, DEFAULT_MAX_CHARS
+from transferset.typed import AtLeast, NonNegative, Positive, Probability
 
 # Values that travel through several modules but are defaults of settings, written once here.
 DEFAULT_RUNNER = "FnApiRunner"
@@ -65,15 +66,7 @@ Ints = Annotated[tuple[int, ...], BeforeValidator(_split_commas)]
 
 _STRICT = ConfigDict(extra="forbid")
 
-# Bounds are part of a setting's type: transferset.typed.load checks them with the types, and a refusal
-# names the key, the value and the bound ("augment.n_iter = -1: input should be greater than or equal to 0").
-def AtLeast(low: int) -> Any:
-    return Annotated[int, Field(ge=low)]
-
-
-Probability = Annotated[float, Field(ge=0, le=1)]
-Positive = Annotated[float, Field(gt=0)]
-NonNegative = Annotated[float, Field(ge=0)]
+# Bounds are part of a setting's type (transferset.typed: AtLeast, Probability, Positive, NonNegative).
 
 
 def check_forward_options(forward: str, forward_rows: Optional[int], forward_tokens: Optional[int]) -> None:

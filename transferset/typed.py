@@ -158,19 +158,15 @@ def to_dict(cfg: Any) -> dict[str, Any]:
 
 
 
-# --- checks of values, for the __post_init__ of settings dataclasses -----------------------------
+# --- bounds as part of a setting's type ----------------------------------------------------------
+# `load` checks them with the types, and a refusal names the key, the value and the bound
+# ("augment.n_iter = -1: input should be greater than or equal to 0"). Settings classes of the
+# config and of the augment ops use them alike.
 
-def at_least(obj: Any, **minimums: int) -> None:
-    """Refuse a setting below its minimum (None passes: "not set")."""
-    for name, low in minimums.items():
-        value = getattr(obj, name)
-        if value is not None and value < low:
-            raise ValueError(f"{name} must be at least {low}, got {value}")
+def AtLeast(low: int) -> Any:
+    return Annotated[int, pydantic.Field(ge=low)]
 
 
-def probabilities(obj: Any, *names: str) -> None:
-    """Refuse a setting outside [0, 1]."""
-    for name in names:
-        value = getattr(obj, name)
-        if not 0 <= value <= 1:
-            raise ValueError(f"{name} must be a probability in [0, 1], got {value}")
+Probability = Annotated[float, pydantic.Field(ge=0, le=1)]
+Positive = Annotated[float, pydantic.Field(gt=0)]
+NonNegative = Annotated[float, pydantic.Field(ge=0)]

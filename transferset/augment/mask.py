@@ -6,17 +6,15 @@ from typing import Sequence
 
 import numpy as np
 
-from transferset import typed
+from transferset.typed import Probability
 from transferset.augment.registry import WORD, register
 
 
 @dataclass(frozen=True)
 class MaskSettings:
-    p_mask: float = 0.1  # per word: probability of [MASK]
+    p_mask: Probability = 0.1  # per word: probability of [MASK]
     mask_token: str = "[MASK]"  # what the mask op writes
 
-    def __post_init__(self):
-        typed.probabilities(self, "p_mask")
 
 
 @register("mask", kind=WORD, settings=MaskSettings, prob="p_mask")

@@ -17,28 +17,25 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
-from transferset import typed
+from transferset.typed import AtLeast, Probability
 from transferset.augment.context import RowContext, register_context
 from transferset.augment.registry import WORD, register
 
 
 @dataclass(frozen=True)
 class MlmSettings:
-    p_mlm: float = 0.4  # per eligible word: probability of one of the top-M MLM candidates
+    p_mlm: Probability = 0.4  # per eligible word: probability of one of the top-M MLM candidates
     mlm_model: str = "bert-base-uncased"  # any AutoModelForMaskedLM: local directory or hub name
     allow_pickle: bool = False  # accept pickle weights (pytorch_model.bin) for the MLM: only files you trust
     trust_remote_code: bool = False  # run Python code shipped with the MLM: only models you trust
-    mlm_top_k: int = 15  # M candidates per word
-    mlm_max_length: int = 128  # MLM input tokens per row (the masked sentence and the original)
-    mlm_batch_size: int = 64  # rows per MLM forward pass (their masked copies share it)
+    mlm_top_k: AtLeast(1) = 15  # M candidates per word
+    mlm_max_length: AtLeast(4) = 128  # MLM input tokens per row (the masked sentence and the original)
+    mlm_batch_size: AtLeast(1) = 64  # rows per MLM forward pass (their masked copies share it)
     torch_threads: Optional[int] = None  # torch threads per worker for the MLM (None: torch's; use cores / workers)
 
     # settings no row depends on; the safety switches change what may load, not what a loaded model writes
     EXECUTION = ("mlm_batch_size", "torch_threads", "allow_pickle", "trust_remote_code")
 
-    def __post_init__(self):
-        typed.at_least(self, mlm_top_k=1, mlm_max_length=4, mlm_batch_size=1)
-        typed.probabilities(self, "p_mlm")
 
 
 @register("mlm", kind=WORD, settings=MlmSettings, prob="p_mlm", needs=("candidates",))

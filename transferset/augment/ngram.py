@@ -6,18 +6,15 @@ from typing import Sequence
 
 import numpy as np
 
-from transferset import typed
+from transferset.typed import AtLeast, Probability
 from transferset.augment.registry import SEQUENCE, register
 
 
 @dataclass(frozen=True)
 class NgramSettings:
-    p_ng: float = 0.25  # per variant: probability of keeping only a random n-gram
-    max_n: int = 5  # n-gram length is uniform in 1..max_n
+    p_ng: Probability = 0.25  # per variant: probability of keeping only a random n-gram
+    max_n: AtLeast(1) = 5  # n-gram length is uniform in 1..max_n
 
-    def __post_init__(self):
-        typed.at_least(self, max_n=1)
-        typed.probabilities(self, "p_ng")
 
 
 @register("ngram", kind=SEQUENCE, settings=NgramSettings)

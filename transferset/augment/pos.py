@@ -12,22 +12,20 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from transferset import heap, typed
+from transferset import heap
+from transferset.typed import AtLeast, Probability
 from transferset.augment.context import CorpusContext, RowContext, register_context
 from transferset.augment.registry import WORD, register
 
 
 @dataclass(frozen=True)
 class PosSettings:
-    p_pos: float = 0.1  # per word: probability of a same-POS word drawn from the corpus unigram distribution
+    p_pos: Probability = 0.1  # per word: probability of a same-POS word drawn from the corpus unigram distribution
     spacy_model: str = "en_core_web_sm"  # spaCy pipeline used for POS tags
-    tag_batch_size: int = 256  # rows per spaCy call
+    tag_batch_size: AtLeast(1) = 256  # rows per spaCy call
 
     EXECUTION = ("tag_batch_size",)  # settings no row depends on
 
-    def __post_init__(self):
-        typed.at_least(self, tag_batch_size=1)
-        typed.probabilities(self, "p_pos")
 
 
 @dataclass(frozen=True)

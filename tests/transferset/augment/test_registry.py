@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 import yaml
 
-from transferset import augment
+from transferset import augment, typed
 from transferset.augment import registry
 from transferset.augment.context import contexts_for
 from transferset.config import AugmentConfig
+from transferset.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -106,10 +107,12 @@ def test_config_fields_are_the_common_settings_and_each_ops_own_defaults():
     cfg = AugmentConfig()
     assert (cfg.p_mask, cfg.mask_token) == (MaskSettings().p_mask, MaskSettings().mask_token) == (0.1, "[MASK]")
     assert cfg.mlm_top_k == MlmSettings().mlm_top_k == 15
-    assert set(AugmentConfig.EXECUTION) == {"tag_batch_size", "mlm_batch_size", "torch_threads"}
+    assert set(AugmentConfig.EXECUTION) == {"tag_batch_size", "mlm_batch_size", "torch_threads", "allow_pickle",
+                                            "trust_remote_code"}
     assert "mlm_batch_size" not in json.loads(cfg.to_json()) and "mlm_top_k" in json.loads(cfg.to_json())
-    with pytest.raises(ValueError, match="mlm_top_k must be at least 1, got 0"):  # the op's own check
-        AugmentConfig(mlm_top_k=0)
+    # The op's bound is part of its field's type: settings read from YAML or flags are checked against it.
+    with pytest.raises(ConfigError, match=r"mlm_top_k = 0: input should be greater than or equal to 1"):
+        typed.load(AugmentConfig, {"mlm_top_k": 0}, where="run.yaml")
 
 
 def test_ops_need_only_the_contexts_they_declare():
