@@ -82,11 +82,11 @@ class OnlineTeacher(nn.Module):
         return out
 
 
-def forward(s, batch: dict, weights: LossWeights) -> dict:
+def forward(s, batch: dict, weights: Optional[LossWeights]) -> dict:
     """The loss step's forward: the family's, plus the layer states when a layer loss of `weights` is active
-    (the teacher's added to `batch`). `s` is the run's Setup."""
+    (the teacher's added to `batch`). `s` is the run's Setup, or anything with its model, family and online."""
     online = getattr(s, "online", None)
-    if online is None or not weights.layer_active():
+    if online is None or weights is None or not weights.layer_active():
         return s.family.forward(s.model, batch)
     return online(s.model, batch, weights)
 

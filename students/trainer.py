@@ -84,10 +84,9 @@ class Trained(torch.nn.Module):
         self.online = getattr(s, "online", None)  # holds the teacher outside its parameters
 
     def forward(self, batch, weights: Optional[LossWeights] = None) -> dict:
-        if self.online is not None and weights is not None and weights.layer_active():
-            # A layer loss is active: the student's token-level states, and the teacher's added to `batch`.
-            return project(self.online(self.model, batch, weights), self.projection)
-        return project(self.family.forward(self.model, batch), self.projection)
+        # students.online.forward decides: the family's forward, or with a layer loss active the
+        # token-level states (the teacher's added to `batch`); `self` has the Setup's model/family/online.
+        return project(online.forward(self, batch, weights), self.projection)
 
 
 def loss_step(net: torch.nn.Module, batch, weights: LossWeights) -> tuple[torch.Tensor, dict]:
