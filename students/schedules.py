@@ -25,7 +25,7 @@ other schedules treat those as one "encoder" group.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import Optional, Sequence
 
 from students.family import GROUPS
 from students.losses import LossWeights
@@ -77,10 +77,18 @@ def _logits_only(w: LossWeights) -> LossWeights:
     return LossWeights(mse=w.mse or 1.0)
 
 
-def phases(schedule: str, weights: LossWeights, epochs: int, groups: Sequence[str] = GROUPS) -> list[Phase]:
-    """The phases of `schedule` for a model whose parameter groups are `groups` (bottom-up)."""
+def phases(schedule: str, weights: LossWeights, epochs: int, groups: Sequence[str] = GROUPS,
+           layer_epochs: Optional[int] = None) -> list[Phase]:
+    """The phases of `schedule` for a model whose parameter groups are `groups` (bottom-up).
+
+    `layer_epochs`: the epochs of each layer-loss phase of two-step and pkt (TinyBERT trains its
+    intermediate step far longer than its prediction step); None: `epochs`.
+    """
     if epochs < 1:
         raise ValueError(f"epochs must be at least 1, got {epochs}")
+    if layer_epochs is not None and layer_epochs < 1:
+        raise ValueError(f"layer_epochs must be at least 1, got {layer_epochs}")
+    layer_epochs = epochs if layer_epochs is None else layer_epochs
     everything = tuple(groups)
     fine = everything
     groups = coarse(everything)
@@ -119,7 +127,7 @@ def phases(schedule: str, weights: LossWeights, epochs: int, groups: Sequence[st
                              "(emb_mse, hidden_mse, att_mse, att_kl, value_kl, cos) or repr / pkd; set one of them")
         # The pooler and classifier get no gradient from the layer losses: frozen, not drifting under weight decay.
         return [Phase(1, "1 intermediate layers", LossWeights(**kept), expand(("embeddings", "encoder"), fine),
-                      epochs, early_stop=False),
+                      layer_epochs, early_stop=False),
                 Phase(2, "2 prediction layer", _prediction(weights), fine, epochs, early_stop=True)]
     if schedule == "pkt":
         per_layer = {k: getattr(weights, k) for k in PER_LAYER if getattr(weights, k)}
@@ -132,11 +140,11 @@ def phases(schedule: str, weights: LossWeights, epochs: int, groups: Sequence[st
                              "per-layer parameter groups (a transformer student has)")
         out = []
         if weights.emb_mse:
-            out.append(Phase(1, "1 pkt embeddings", LossWeights(emb_mse=weights.emb_mse), ("embeddings",), epochs,
+            out.append(Phase(1, "1 pkt embeddings", LossWeights(emb_mse=weights.emb_mse), ("embeddings",), layer_epochs,
                              early_stop=False))
         for i, group in enumerate(layers, start=1):
             extra = {"cos": weights.cos} if weights.cos and i == len(layers) else {}
-            out.append(Phase(1, f"1 pkt layer {i}", LossWeights(**per_layer, **extra, layers=(i,)), (group,), epochs,
+            out.append(Phase(1, f"1 pkt layer {i}", LossWeights(**per_layer, **extra, layers=(i,)), (group,), layer_epochs,
                              early_stop=False))
         out.append(Phase(2, "2 prediction", _prediction(weights), fine, epochs, early_stop=True))
         return out

@@ -241,7 +241,8 @@ def _train(cfg: StudentConfig, transfer_dir: str, dev_path: str, out: Optional[O
     s = setup(cfg, transfer_dir)
     student = Student.from_setup(s)
     try:
-        plan = phases(cfg.schedule, LossWeights.of(cfg), cfg.epochs, s.family.param_groups(s.model).keys())
+        plan = phases(cfg.schedule, LossWeights.of(cfg), cfg.epochs, s.family.param_groups(s.model).keys(),
+                      cfg.layer_epochs)
     except ValueError as exc:
         raise UserError(str(exc)) from exc
     if out is not None:

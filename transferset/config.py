@@ -243,6 +243,8 @@ class StudentConfig:
     student: str = "bilstm"  # student family: bilstm | transformer
     schedule: str = "joint"  # joint | progressive | distill-then-finetune | two-step | pkt
     epochs: AtLeast(1) = 5  # at most this many epochs per phase (progressive: per unfreezing step)
+    # two-step / pkt: epochs of each layer-loss phase (TinyBERT: 20 intermediate, 3 prediction); unset: epochs
+    layer_epochs: Optional[AtLeast(1)] = None
     lr: Optional[Positive] = None  # None: the family's DEFAULT_LR (BiLSTM 2e-3, transformer 1e-4)
     batch_size: AtLeast(1) = 64  # rows per step
     patience: AtLeast(1) = 2  # epochs without a better dev accuracy before a phase stops

@@ -207,6 +207,16 @@ def test_two_step_trains_the_intermediate_layers_then_the_prediction_layer():
         phases("two-step", LossWeights(kd=1.0), 1, FINE)
 
 
+def test_layer_epochs_lengthen_the_layer_phases_only():
+    w = LossWeights(emb_mse=1.0, hidden_mse=1.0, kd=1.0)
+    assert [p.epochs for p in phases("two-step", w, 3, FINE, layer_epochs=10)] == [10, 3]
+    assert [p.epochs for p in phases("two-step", w, 3, FINE)] == [3, 3]
+    assert [p.epochs for p in phases("pkt", w, 2, FINE, layer_epochs=5)] == [5, 5, 5, 5, 2]
+    assert [p.epochs for p in phases("joint", w, 2, FINE, layer_epochs=5)] == [2]
+    with pytest.raises(ValueError, match="layer_epochs must be at least 1, got 0"):
+        phases("two-step", w, 3, FINE, layer_epochs=0)
+
+
 def test_pkt_trains_one_layer_at_a_time_bottom_up_then_predicts():
     w = LossWeights(hidden_mse=1.0, att_kl=1.0, emb_mse=0.5, cos=1.0, kd=2.0)
     plan = phases("pkt", w, 2, FINE)
@@ -269,8 +279,10 @@ def test_each_preset_runs_end_to_end_on_the_tiny_teacher(preset, shape, tmp_path
     from transferset.app.cli import main
 
     cfg = tmp_path / "cfg.yaml"
+    layered = STUDENT_PRESETS[preset]["schedule"] in ("two-step", "pkt")
     cfg.write_text(yaml.safe_dump({"preset": preset, "threads": 1, "latency_examples": 8, "epochs": 1,
-                                   "batch_size": 32, "lr": 1e-3, "model": shape}))
+                                   "batch_size": 32, "lr": 1e-3, "model": shape,
+                                   **({"layer_epochs": 2} if layered else {})}))
     out = tmp_path / "run"
     assert main(["train", "--transfer", tiny_scored_dir, "--dev", sst2_dev200, "--output", str(out),
                  "--config", str(cfg), "--no-progress"]) == 0
@@ -280,6 +292,8 @@ def test_each_preset_runs_end_to_end_on_the_tiny_teacher(preset, shape, tmp_path
     assert seen == expected
     assert all(math.isfinite(v) for h in m["history"] for v in h["losses"].values())
     assert m["config"]["preset"] == preset and m["model_config"]["n_layer"] == 2
+    # layer_epochs lengthens the layer-loss phases (not early-stopped), the prediction phase keeps `epochs`
+    assert [p["epochs_run"] for p in m["phases"]] == ([2] * (len(m["phases"]) - 1) + [1] if layered else [1])
     # The saved student is a plain 2-layer model of its own width: no W_h, no teacher.
     from transformers import AutoModelForSequenceClassification
 
