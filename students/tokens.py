@@ -221,16 +221,22 @@ def teacher_input_embeddings(teacher_dir: str) -> torch.Tensor:
         return fh.get_tensor(keys[0]).float()
 
 
+def pca_basis(table: torch.Tensor, dim: int) -> torch.Tensor:
+    """The top-min(dim, H) principal axes of the rows of `table` (V, H), as columns (H, k), largest variance first."""
+    x = table - table.mean(0, keepdim=True)                       # (V, H)
+    cov = x.T @ x / max(1, x.shape[0] - 1)                       # (H, H)
+    _, vecs = torch.linalg.eigh(cov)                             # ascending eigenvalues
+    return vecs[:, -min(dim, x.shape[1]):].flip(-1)
+
+
 def pca_project(table: torch.Tensor, dim: int, seed: int = 0) -> torch.Tensor:
     """Rows of `table` (V, H) on its top-`dim` principal axes, scaled to unit overall std, (V, dim).
 
     When dim > H the extra columns are random: the teacher has no more directions to give.
     """
     x = table - table.mean(0, keepdim=True)                       # (V, H)
-    cov = x.T @ x / max(1, x.shape[0] - 1)                       # (H, H)
-    _, vecs = torch.linalg.eigh(cov)                             # ascending eigenvalues
     k = min(dim, x.shape[1])
-    out = x @ vecs[:, -k:].flip(-1)                              # (V, k), largest variance first
+    out = x @ pca_basis(table, dim)                               # (V, k), largest variance first
     out = out / out.std().clamp(min=1e-8)
     if dim > k:
         g = torch.Generator().manual_seed(seed)

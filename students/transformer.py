@@ -31,7 +31,7 @@ import torch.nn as nn
 from students.family import Batch, Built, Context, StudentFileError, model_values, projection, read_json_object
 from students.teacher_files import (NO_CODE_LOAD, NO_CODE_PRETRAINED, NO_CODE_TRAIN, checkpoint, no_teacher_dir,
                                     pkd_columns, teacher_depth)
-from students.tokens import PretrainedTokens, WordPieceTokens, teacher_state, teacher_wordpiece
+from students.tokens import PretrainedTokens, WordPieceTokens, pca_basis, teacher_state, teacher_wordpiece
 from transferset import schema
 from transferset.config import STUDENT_PRESETS
 from transferset.errors import UserError
@@ -155,6 +155,38 @@ def make_model(teacher_config, config: TransformerConfig, label_names: Sequence[
         raise ValueError(f"hidden_size {c.hidden_size} is not a multiple of num_attention_heads "
                          f"{c.num_attention_heads}")
     return AutoModelForSequenceClassification.from_config(c)
+
+
+EMBEDDING_TABLES = ("word_embeddings", "position_embeddings", "token_type_embeddings")
+
+
+def project_embeddings(model: nn.Module, state: Mapping[str, torch.Tensor]) -> list[str]:
+    """A narrower student's embedding tables from the teacher's, through one linear map (H_t → H_s).
+
+    The map is the top principal axes of the teacher's word embeddings (tokens.pca_basis). The same map
+    for the word, position and token-type tables keeps their sum (what the embedding LayerNorm sees) the
+    projection of the teacher's sum; the teacher's scale is kept. A random narrow student starts from the
+    directions the teacher's vocabulary varies most along instead of noise (`embed_init: teacher`, as
+    the BiLSTM's). Columns beyond the teacher's width, if any, keep their random init. → the names set.
+    """
+    prefix = model.base_model_prefix
+    own = model.state_dict()
+    names = {t: f"{prefix}.embeddings.{t}.weight" for t in EMBEDDING_TABLES}
+    word = _teacher_key(state, prefix, "embeddings.word_embeddings.weight")
+    if word is None:
+        raise ValueError("the teacher's weights hold no embeddings.word_embeddings.weight to project; "
+                         "set embed_init: random")
+    basis = pca_basis(state[word].float(), own[names["word_embeddings"]].shape[1])  # (H_t, k)
+    done = []
+    with torch.no_grad():
+        for table, name in names.items():
+            theirs = _teacher_key(state, prefix, f"embeddings.{table}.weight")
+            if theirs is None or name not in own or own[name].shape[0] != state[theirs].shape[0]:
+                continue  # a table the teacher lacks (or of another size) keeps its random init
+            param = model.get_parameter(name)
+            param[:, :basis.shape[1]] = state[theirs].float() @ basis
+            done.append(name)
+    return done
 
 
 def reshaped(config: TransformerConfig, teacher_config) -> list[str]:
@@ -358,6 +390,8 @@ def build(ctx: Context) -> Built:
         model = make_model(tconf, config, ctx.label_names)
         if config.init != "random":
             load_teacher(model, teacher_state(ctx.teacher_dir), layer_map, config.copy_classifier)
+        elif other and "hidden_size" in other and cfg.embed_init == "teacher":
+            project_embeddings(model, teacher_state(ctx.teacher_dir))
     except ValueError as exc:
         raise UserError(f"transformer student: {exc}") from exc
     width = int(model.config.hidden_size)

@@ -280,7 +280,8 @@ class StudentConfig:
     # teacher's whole vocabulary, words the transfer set never shows keep their teacher-derived
     # (PCA) vectors instead of becoming [UNK] (+1.6 on SST-2 dev, benchmarks/README.md)
     trim_vocab: bool = False
-    embed_init: Literal["teacher", "random"] = "teacher"  # teacher (PCA of the teacher's input embeddings) | random
+    # teacher (PCA of the teacher's input embeddings: the BiLSTM's table, a narrower transformer's tables) | random
+    embed_init: Literal["teacher", "random"] = "teacher"
     # keep the embedding table fixed in every phase ("static" embeddings): words the transfer set
     # never shows keep teacher-derived vectors in the same space as the rest, and an epoch is ~3x
     # faster with the whole vocabulary. None: frozen for a BiLSTM whose embeddings come from the teacher

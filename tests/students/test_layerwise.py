@@ -126,6 +126,32 @@ def test_a_narrow_student_is_built_from_the_teachers_config_with_random_init(tin
         setup(_cfg(model={**NARROW, "init": "skip"}), tiny_scored_dir)
 
 
+def test_a_narrow_students_embeddings_are_the_teachers_projected_on_its_principal_axes(tiny_scored_dir, tiny_teacher4):
+    from students.tokens import teacher_state
+
+    state = teacher_state(tiny_teacher4)
+    t_word, t_pos, t_type = (state[f"bert.embeddings.{t}.weight"] for t in
+                             ("word_embeddings", "position_embeddings", "token_type_embeddings"))
+    s = setup(_cfg(model=NARROW, hidden_mse=1.0), tiny_scored_dir)
+    emb = s.model.bert.embeddings
+    # One map B (32 → 16): orthonormal columns, the word table's top principal axes, largest variance first.
+    basis = torch.linalg.lstsq(t_word, emb.word_embeddings.weight.detach()).solution
+    assert torch.allclose(t_word @ basis, emb.word_embeddings.weight, atol=1e-5)
+    assert torch.allclose(basis.T @ basis, torch.eye(16), atol=1e-4)
+    variance = ((t_word - t_word.mean(0)) @ basis).var(0)
+    assert torch.all(variance[:-1] >= variance[1:] - 1e-6)
+    top = torch.linalg.eigvalsh(torch.cov(t_word.T)).flip(0)[:16]
+    assert torch.allclose(variance, top, rtol=1e-3)
+    # The same map for the position and token-type tables: their sum is the projection of the teacher's.
+    assert torch.allclose(emb.position_embeddings.weight, t_pos @ basis, atol=1e-5)
+    assert torch.allclose(emb.token_type_embeddings.weight, t_type @ basis, atol=1e-5)
+    # embed_init: random keeps the old random tables.
+    r = setup(_cfg(model=NARROW, hidden_mse=1.0, embed_init="random"), tiny_scored_dir)
+    assert not torch.allclose(r.model.bert.embeddings.word_embeddings.weight, emb.word_embeddings.weight, atol=1e-3)
+    std = float(r.model.bert.embeddings.word_embeddings.weight[1:].std())  # row 0: padding, zero
+    assert std == pytest.approx(r.model.config.initializer_range, rel=0.2)
+
+
 # --------------------------------------------------------------------------- the online teacher
 
 
