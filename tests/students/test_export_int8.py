@@ -88,7 +88,6 @@ def test_the_config_records_int8_its_tolerance_and_the_measured_difference(name,
     assert q["method"] == "onnxruntime.quantization.quantize_dynamic" and q["per_channel"] is True
     assert q["nodes"][INT8_NODE[name]] >= 1
     assert info["fp32_bytes"] > 0 and info["source"] == model_dirs[name]
-    # An export without --quantize says so too.
     assert json.loads(open(os.path.join(d, schema.HF_CONFIG_FILE)).read())["id2label"] == {"0": "0", "1": "1"}
 
 
@@ -111,6 +110,15 @@ def test_int8_export_is_refused_when_it_does_not_agree(model_dirs, tmp_path, mon
     assert "export it in float32 (without --quantize)" in err
     assert not out.exists() or not (out / ONNX_FILE).exists()
     assert "Traceback" not in err
+    # Over a float32 export, even with --overwrite, the refusal leaves it as it was.
+    fp32 = tmp_path / "fp32"
+    assert main(["export", "--model", model_dirs["transformer"], "--output", str(fp32)]) == 0
+    before = {p.name: p.read_bytes() for p in fp32.iterdir() if p.is_file()}
+    rc = main(["export", "--model", model_dirs["transformer"], "--output", str(fp32), "--quantize", "int8",
+               "--overwrite"])
+    assert rc == 1 and "does not agree with the model" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in fp32.iterdir() if p.is_file()} == before
+    assert Student.from_pretrained(str(fp32)).logits(["a film"]).shape == (1, 2)
 
 
 def test_a_label_change_beyond_a_near_tie_is_refused_and_a_tie_is_not():
