@@ -79,7 +79,8 @@ def main() -> None:
     ap.add_argument("--texts", default=None, help="texts timed (default: --data; the first 512)")
     ap.add_argument("--threads", type=int, default=1, help="onnxruntime intra-op threads")
     ap.add_argument("--rounds", type=int, default=9, help="interleaved rounds (the median is reported)")
-    ap.add_argument("--onnx-dir", default=None, help="where the exports go and are reused (default: a temporary folder)")
+    ap.add_argument("--onnx-dir", default=None,
+                    help="where the exports go and are reused (default: a temporary folder)")
     ap.add_argument("--models", default=None, help="comma-separated names to keep (teacher, student names)")
     ap.add_argument("--out", default=None, help="also write the figures as JSON here")
     args = ap.parse_args()

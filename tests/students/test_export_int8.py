@@ -88,6 +88,7 @@ def test_the_config_records_int8_its_tolerance_and_the_measured_difference(name,
     assert q["method"] == "onnxruntime.quantization.quantize_dynamic" and q["per_channel"] is True
     assert q["nodes"][INT8_NODE[name]] >= 1
     assert info["fp32_bytes"] > 0 and info["source"] == model_dirs[name]
+    assert [n for n in os.listdir(d) if n.endswith(".onnx")] == [ONNX_FILE]  # the float32 graph is not shipped
     assert json.loads(open(os.path.join(d, schema.HF_CONFIG_FILE)).read())["id2label"] == {"0": "0", "1": "1"}
 
 
