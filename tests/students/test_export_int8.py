@@ -197,3 +197,15 @@ def test_int8_files_are_a_third_of_float32_or_less(tmp_path, tmp_path_factory, s
         assert int8["fp32_bytes"] == pytest.approx(fp32["onnx_bytes"], rel=0.01)
         assert fp32["onnx_bytes"] > 1_000_000
         assert int8["onnx_bytes"] / fp32["onnx_bytes"] < 0.33, (name, int8["onnx_bytes"], fp32["onnx_bytes"])
+
+
+def test_the_command_prints_its_result_and_no_quantizer_advice(model_dirs, tmp_path):
+    """quantize_dynamic logs advice to run quant_pre_process on the root logger (the graph needs none): the
+    command's stderr stays free of it, in a process of its own where no test framework holds the logger."""
+    out = tmp_path / "int8"
+    proc = subprocess.run([sys.executable, "-m", "transferset.app.cli", "export", "--model", model_dirs["bilstm"],
+                           "--output", str(out), "--quantize", "int8"], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["quantize"] == "int8"
+    assert "pre-processing" not in proc.stderr and "WARNING" not in proc.stderr
