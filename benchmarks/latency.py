@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from students.bilstm import BiLSTM  # noqa: E402
 from students.export import export  # noqa: E402
-from students.student import ONNX_FILE, OnnxStudent, Student  # noqa: E402
+from students.student import EXPORT_KEY, ONNX_FILE, OnnxStudent, Student  # noqa: E402
 from transferset import schema  # noqa: E402
 from transferset.timing import describe, measure, ratios  # noqa: E402
 from transferset.threads import set_torch_threads  # noqa: E402
@@ -52,6 +52,14 @@ def models_of(run_dir: str) -> dict[str, str]:
     return out
 
 
+def _float32_export(out: str) -> bool:
+    config = os.path.join(out, schema.HF_CONFIG_FILE)
+    if not (os.path.isfile(os.path.join(out, ONNX_FILE)) and os.path.isfile(config)):
+        return False
+    with open(config, encoding="utf-8") as fh:
+        return (json.load(fh).get(EXPORT_KEY) or {}).get("quantize") is None
+
+
 def load(models: dict[str, str], runtimes, onnx_dir: str, threads: int) -> dict[str, object]:
     """{"name/runtime": loaded model}; ONNX exports are made in onnx_dir (reused when there)."""
     loaded = {}
@@ -61,7 +69,7 @@ def load(models: dict[str, str], runtimes, onnx_dir: str, threads: int) -> dict[
             loaded[f"{name}/torch"] = Student.from_pretrained(path, max_length=max_length)
         if "onnx" in runtimes:
             out = os.path.join(onnx_dir, name)
-            if not os.path.isfile(os.path.join(out, ONNX_FILE)):
+            if not _float32_export(out):  # an int8 export there (benchmarks/int8.py) is not this row
                 t0 = time.perf_counter()
                 export(path, out, max_length=max_length, overwrite=True)
                 print(f"exported {name} to {out} ({time.perf_counter() - t0:.1f} s)", file=sys.stderr)

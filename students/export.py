@@ -24,6 +24,10 @@ its output is `logits`, so onnxruntime and the tokenizer run it without transfer
 take the directory too (students/student.py: OnnxStudent). Every export is checked before it is
 kept: onnxruntime's logits on a few sentences and pairs must match PyTorch's within TOLERANCE.
 
+`--quantize int8` (INT8 below) quantizes that checked float32 graph with ONNX Runtime's dynamic
+quantization and keeps it as model.onnx in place of the float32 one, so every reader above takes it
+unchanged; it is checked again, against PyTorch, with a tolerance of its own.
+
 Why the legacy TorchScript exporter (dynamo=False): the dynamo exporter needs onnxscript (not a
 dependency), and the traced graphs below run in onnxruntime and match PyTorch to ~1e-6.
 """
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -52,6 +57,7 @@ from transferset.fs.output import MODEL_NAMES, Output
 from transferset.fs.remote import local_teacher
 
 FORMATS = ("onnx",)
+QUANTIZE = ("int8",)
 OPSET = 17
 TOLERANCE = 1e-4  # max |logit difference| between onnxruntime and PyTorch on CHECK_TEXTS, per unit of logit
 TOKENIZER_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
@@ -65,6 +71,31 @@ CHECK_TEXTS = [
     "not bad at all",
 ]
 CHECK_PAIRS = ["the film is good", None, "a short second text", "the story"]
+
+# int8: ONNX Runtime's dynamic quantization (onnxruntime.quantization.quantize_dynamic). Weights int8,
+# per output channel (one scale per row of a weight matrix: per tensor was 3x further from PyTorch on
+# the MiniLM teacher below); activations uint8 with a scale computed per tensor at run time, so no
+# calibration set. reduce_range (7-bit weights): on x86 without VNNI (AVX2, this project's machine)
+# the uint8 x int8 kernel (VPMADDUBSW) sums pairs of products in int16 and saturates with full-range
+# weights; 7 bits cannot overflow. Max |logit difference| on 100 SST-2 dev rows, 8 → 7 bits: the tiny
+# test transformers 0.29 → 0.09 (a 2-layer student), 0.47 → 0.16 (its teacher); the MiniLM teacher
+# below 0.62 → 0.67 (no change beyond noise). ONNX Runtime's own advice for this saturation.
+# Quantized: MatMul (every linear layer of a transformer: MatMulInteger), LSTM (DynamicQuantizeLSTM:
+# its input and recurrent weights in int8), Gather (embedding tables stored in int8, dequantized
+# row by row: most of a BiLSTM's file). Gemm (the BiLSTM's small head), LayerNorm, softmax and
+# the activations stay float32.
+INT8_OPS = ("MatMul", "LSTM", "Gather")
+# The int8 check, against PyTorch on the same probe rows as the float32 one (alone and as pairs,
+# batched and one row at a time: 16 rows), in units of the range of PyTorch's logits there
+# (largest - smallest, at least 1). Measured with the settings above: a MiniLM-L6 SST-2 teacher
+# (dev 87.1) differed by 0.040 of its range (0.22 of 5.4) on the probe rows, 0.116 at worst on 200
+# SST-2 dev rows, with no label changed; the test models 0.001-0.048 (tests/students/
+# test_export_int8.py). INT8_TOLERANCE allows 0.10: above that noise, below what a broken graph
+# does (saturation, a wrong scale: errors the size of the logits themselves). And no probe row may
+# change its label unless PyTorch's margin between its two best classes is under INT8_TIE of the
+# range: a flip on a near tie is quantization noise, a flip beyond it a changed prediction.
+INT8_TOLERANCE = 0.10
+INT8_TIE = 0.02
 
 
 class BiLSTMGraph(nn.Module):
@@ -151,7 +182,8 @@ def _declare_unused_inputs(path: str, declared: Sequence[str], used: Sequence[st
     onnx.save(model, path)
 
 
-def _config(student: Student, declared: Sequence[str], opset: int, source: str, max_abs_diff: float) -> dict:
+def _config(student: Student, declared: Sequence[str], opset: int, source: str, max_abs_diff: float,
+            int8: Optional[dict] = None) -> dict:
     """config.json: Hugging Face's own config for a Hugging Face model, else id2label / label2id; both with
     what the export records (EXPORT_KEY)."""
     names = student.label_names
@@ -162,7 +194,9 @@ def _config(student: Student, declared: Sequence[str], opset: int, source: str, 
     base[EXPORT_KEY] = {"format": "onnx", "file": ONNX_FILE, "family": student.family.name,
                         "max_length": student.tokens.max_length, "inputs": list(declared), "output": OUTPUT,
                         "opset": opset, "source": source, "check_max_abs_diff": max_abs_diff,
-                        "library_version": __version__}
+                        "quantize": None, "library_version": __version__}
+    if int8 is not None:
+        base[EXPORT_KEY].update(int8)
     return base
 
 
@@ -178,22 +212,98 @@ def check_export(student: Student, exported: OnnxStudent) -> tuple[float, float]
     return float(max(diffs)), scale
 
 
+def quantize_int8(src: str, dst: str) -> dict[str, int]:
+    """Quantize the float32 graph at `src` into `dst` (INT8_OPS, dynamic, int8 weights per channel);
+    → how many nodes of each integer kind the graph holds (e.g. {"DynamicQuantizeLSTM": 1})."""
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    # quantize_dynamic logs on the root logger (installing a stderr handler when there is none) its advice to
+    # run quant_pre_process first; the exporter has already folded the graph, and every MatMul and LSTM of
+    # our graphs is quantized without it (the MiniLM teacher: 38 MatMulInteger, all its linear layers).
+    root, null, before = logging.getLogger(), logging.NullHandler(), logging.root.manager.disable
+    root.addHandler(null)
+    logging.disable(logging.WARNING)
+    try:
+        quantize_dynamic(src, dst, op_types_to_quantize=list(INT8_OPS), per_channel=True, reduce_range=True,
+                         weight_type=QuantType.QInt8)
+    finally:
+        logging.disable(before)
+        root.removeHandler(null)
+    kinds: dict[str, int] = {}
+    for node in onnx.load(dst).graph.node:
+        if node.op_type.startswith("DynamicQuantize") or node.op_type in ("MatMulInteger", "DequantizeLinear"):
+            kinds[node.op_type] = kinds.get(node.op_type, 0) + 1
+    return dict(sorted(kinds.items()))
+
+
+def check_int8(student: Student, exported: OnnxStudent) -> dict:
+    """The int8 graph against PyTorch on CHECK_TEXTS (alone and as pairs, batched and one row at a time):
+    max |logit difference|, the range of PyTorch's logits (largest - smallest, over every row and class), and
+    the probe rows whose label changed."""
+    diff, lo, hi, rows, flips = 0.0, float("inf"), float("-inf"), 0, []
+    for texts_b in (None, CHECK_PAIRS):
+        ref = student.logits(CHECK_TEXTS, texts_b)
+        lo, hi = min(lo, float(ref.min())), max(hi, float(ref.max()))
+        # One row at a time, against PyTorch one row at a time: a None beside pairs is an empty second text
+        # in a batch and no second text alone, so the inputs differ from the batched ones.
+        singles = [([t], texts_b and [texts_b[i]]) for i, t in enumerate(CHECK_TEXTS)]
+        ref_one = np.concatenate([student.logits(*row) for row in singles])
+        lo, hi = min(lo, float(ref_one.min())), max(hi, float(ref_one.max()))
+        runs = ((ref, exported.logits(CHECK_TEXTS, texts_b)),
+                (ref_one, np.concatenate([exported.logits(*row) for row in singles])))
+        for ref_run, run in runs:
+            diff = max(diff, float(np.abs(run - ref_run).max()))
+            for i, (r, g) in enumerate(zip(ref_run, run)):
+                rows += 1
+                top = np.sort(r)[::-1]
+                margin = float(top[0] - top[1]) if len(top) > 1 else float("inf")
+                if int(r.argmax()) != int(g.argmax()):
+                    flips.append({"text": CHECK_TEXTS[i], "text_b": texts_b and texts_b[i],
+                                  "pytorch": student.label_names[int(r.argmax())],
+                                  "int8": student.label_names[int(g.argmax())], "margin": margin})
+    return {"max_abs_diff": diff, "range": hi - lo, "rows": rows, "flips": flips}
+
+
+def refuse_int8(model_path: str, check: dict) -> Optional[str]:
+    """Why the int8 graph is not kept (None: it is), from check_int8's result."""
+    unit = max(1.0, check["range"])
+    allowed = INT8_TOLERANCE * unit
+    problems = []
+    if not check["max_abs_diff"] <= allowed:
+        problems.append(f"its logits differ from PyTorch's by up to {check['max_abs_diff']:.3g} where {allowed:.3g} "
+                        f"is allowed ({INT8_TOLERANCE:g} of the check logits' range, {check['range']:.3g})")
+    changed = [f for f in check["flips"] if f["margin"] >= INT8_TIE * unit]
+    if changed:
+        f = changed[0]
+        problems.append(f"{len(changed)} of {check['rows']} check rows change label, e.g. {f['text']!r}"
+                        + (f" / {f['text_b']!r}" if f["text_b"] else "")
+                        + f": {f['pytorch']} in PyTorch (margin {f['margin']:.3g}), {f['int8']} in int8")
+    if not problems:
+        return None
+    return (f"export: the int8 graph of {model_path} does not agree with the model: " + "; ".join(problems)
+            + ". Nothing was written; export it in float32 (without --quantize), which keeps its predictions")
+
+
 def export(model_path: str, output: str, *, format: str = "onnx", opset: int = OPSET,
-           max_length: Optional[int] = None, overwrite: bool = False) -> dict:
+           max_length: Optional[int] = None, quantize: Optional[str] = None, overwrite: bool = False) -> dict:
     """Export the model at `model_path` (a `transferset train` output, its model/, or any Hugging Face
     sequence-classifier directory; local or a URL) to `output` (local or a URL); → what was written."""
     if format not in FORMATS:
         raise UserError(f"export: unknown --format {format!r}; known: {', '.join(FORMATS)}")
+    if quantize is not None and quantize not in QUANTIZE:
+        raise UserError(f"export: unknown --quantize {quantize!r}; known: {', '.join(QUANTIZE)}")
     # A folder holding a model (a teacher's config.json and tokenizer) is refused like every output.
     out = Output(output, "export", names=MODEL_NAMES, overwrite=overwrite, inputs=[model_path])
     with out.open():
         out.check()
-        result = _export(model_path, out, format=format, opset=opset, max_length=max_length)
+        result = _export(model_path, out, format=format, opset=opset, max_length=max_length, quantize=quantize)
         out.finish()
     return result
 
 
-def _export(model_path: str, out: Output, *, format: str, opset: int, max_length: Optional[int]) -> dict:
+def _export(model_path: str, out: Output, *, format: str, opset: int, max_length: Optional[int],
+            quantize: Optional[str] = None) -> dict:
     output = out.path
     student = Student.from_pretrained(local_teacher(model_path) if fs.is_remote(model_path) else model_path,
                                       max_length=max_length)
@@ -227,12 +337,38 @@ def _export(model_path: str, out: Output, *, format: str, opset: int, max_length
             raise UserError(f"export: onnxruntime's logits differ from PyTorch's by {diff:.2e} (logits up to "
                             f"{scale:.2f}; allowed {TOLERANCE} per unit) on the check sentences; the graph of "
                             f"{model_path} does not export faithfully")
+        int8 = None
+        if quantize == "int8":
+            # Quantized from the float32 graph just checked, then checked again: a refusal is the int8 step's.
+            fp32_bytes = os.path.getsize(path)
+            quantized = os.path.join(tmp, "model.int8.onnx")
+            nodes = quantize_int8(path, quantized)
+            os.replace(quantized, path)  # one model.onnx: every reader of an export takes it unchanged
+            check = check_int8(student, OnnxStudent.from_dir(tmp, student.tokens.max_length))
+            reason = refuse_int8(model_path, check)
+            if reason:
+                raise UserError(reason)
+            int8 = {"quantize": "int8", "check_max_abs_diff": check["max_abs_diff"],
+                    "check_tolerance": INT8_TOLERANCE * max(1.0, check["range"]),
+                    "check_tolerance_rule": f"{INT8_TOLERANCE:g} x max(1, range of the check logits); no label "
+                                            f"change where PyTorch's margin >= {INT8_TIE:g} x that",
+                    "check_logit_range": check["range"], "check_rows": check["rows"],
+                    "check_labels_changed": len(check["flips"]), "fp32_check_max_abs_diff": diff,
+                    "fp32_bytes": fp32_bytes,
+                    "quantization": {"method": "onnxruntime.quantization.quantize_dynamic", "weights": "int8",
+                                     "per_channel": True, "reduce_range": True, "activations": "uint8, dynamic",
+                                     "ops": list(INT8_OPS), "nodes": nodes}}
         with open(os.path.join(tmp, schema.HF_CONFIG_FILE), "w", encoding="utf-8") as fh:
-            json.dump(_config(student, declared, opset, model_path, diff), fh, indent=2)
+            json.dump(_config(student, declared, opset, model_path, diff, int8), fh, indent=2)
         out.prepare()  # the export was checked: only now is anything under OUT changed
         with out.local() as work:
             for name in os.listdir(tmp):
                 shutil.copy2(os.path.join(tmp, name), os.path.join(work, name))
-    return {"output": output, "format": format, "family": student.family.name, "inputs": declared,
-            "output_name": OUTPUT, "opset": opset, "labels": student.label_names,
-            "check_max_abs_diff": diff, "onnx_bytes": fs.size(fs.join(output, ONNX_FILE))}
+    result = {"output": output, "format": format, "family": student.family.name, "inputs": declared,
+              "output_name": OUTPUT, "opset": opset, "labels": student.label_names,
+              "check_max_abs_diff": diff, "onnx_bytes": fs.size(fs.join(output, ONNX_FILE)), "quantize": quantize}
+    if int8 is not None:
+        result.update({k: int8[k] for k in ("check_max_abs_diff", "check_tolerance", "check_labels_changed",
+                                            "fp32_check_max_abs_diff", "fp32_bytes")})
+        result["int8_nodes"] = int8["quantization"]["nodes"]
+    return result
