@@ -183,3 +183,36 @@ def test_a_student_trains_on_the_ensemble(ensemble_scored, tmp_path, capsys):
     metrics = json.load(open(out / schema.METRICS_FILE))
     assert metrics["transfer"]["rows"] == len(TEXTS)
     assert metrics["history"][0]["losses"]["mse"] > 0  # trained on the ensemble's logits
+
+
+def test_evaluate_shows_the_ensemble_and_each_member(tmp_path, teachers, capsys):
+    dev = tmp_path / "dev.tsv"
+    dev.write_text("sentence\tlabel\n" + "".join(f"{t}\t{i % 2}\n" for i, t in enumerate(TEXTS)))
+    gold = np.array([i % 2 for i in range(len(TEXTS))])
+    logits = np.array([[plain(t)(text)[0] for text in TEXTS] for t in teachers])  # (K, N, C)
+    assert cli.main(["evaluate", "--model", *teachers, "--data", str(dev), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["accuracy"] == pytest.approx(float((logits.mean(0).argmax(1) == gold).mean()))
+    assert result["combine"] == "mean"
+    assert [m["model"] for m in result["members"]] == teachers
+    assert [m["accuracy"] for m in result["members"]] == pytest.approx(
+        [float((member.argmax(1) == gold).mean()) for member in logits])
+    assert cli.main(["evaluate", "--model", *teachers, "--data", str(dev), "--combine", "1"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith(f"ensemble of 3 (1) accuracy {(logits[1].argmax(1) == gold).mean():.4f}")
+    assert f"member 2: accuracy {(logits[2].argmax(1) == gold).mean():.4f}" in text
+    assert cli.main(["evaluate", "--model", *teachers, "--data", str(dev), "--combine", "5"]) == 2
+    assert "--combine 5: there are 3 teacher(s), so a member index is 0..2 (in the order of --model)" \
+        in capsys.readouterr().err
+
+
+def test_accuracies_read_back_from_a_scored_set(ensemble_scored):
+    from transferset.teacher import ensemble
+
+    rows = [r for r in by_id(ensemble_scored).values() if r[schema.LABEL] is not None]
+    found = ensemble.accuracies(ensemble_scored)
+    assert found["rows"] == len(rows) == 6
+    assert found["teacher"] == pytest.approx(np.mean([r[schema.TEACHER_LABEL] == r[schema.LABEL] for r in rows]))
+    assert found["members"] == pytest.approx(
+        [np.mean([int(np.argmax(r[schema.member_logits_column(k)])) == r[schema.LABEL] for r in rows])
+         for k in range(3)])

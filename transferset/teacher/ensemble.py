@@ -21,20 +21,20 @@ from transferset.teacher.scoring import Scores
 Combine = Union[str, int]  # "mean" | "probs" | a member's index
 
 
-def parse_combine(value: Union[str, int], members: int) -> Combine:
-    """The combine rule for `members` teachers: "mean", "probs" or a member index in 0..members-1."""
+def parse_combine(value: Union[str, int], members: int, flag: str = "--teacher") -> Combine:
+    """The combine rule for `members` teachers (given by `flag`): "mean", "probs" or a member index."""
     if members < 1:
-        raise ConfigError("no teacher: give at least one --teacher (a fine-tuned teacher directory)")
+        raise ConfigError(f"no teacher: give at least one {flag} (a fine-tuned teacher directory)")
     text = str(value)
     if text in COMBINES:
         return text
     if not text.isdigit():
         raise ConfigError(f"--combine {text!r}: choose one of {list(COMBINES)}, or the index of one teacher "
-                        "(0 for the first --teacher)")
+                          f"(0 for the first {flag})")
     k = int(text)
     if not 0 <= k < members:
         raise ConfigError(f"--combine {k}: there are {members} teacher(s), so a member index is 0..{members - 1} "
-                        "(in the order of --teacher)")
+                          f"(in the order of {flag})")
     return k
 
 
