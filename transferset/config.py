@@ -398,6 +398,9 @@ class RunConfig:
     lowres: Optional[LowResConfig] = None  # k labeled rows per class, the rest of train as unlabeled text
     unlabeled_limit: Optional[AtLeast(0)] = None  # at most N unlabeled rows
     teacher_path: Optional[str] = None  # reuse this fine-tuned teacher instead of training one
+    # a teacher ensemble, scored once by each member (score.combine: how their logits become the target):
+    teacher_seeds: Optional[Ints] = None  # fine-tune one teacher per seed with the teacher: section, e.g. [0, 1, 2]
+    teacher_paths: Optional[Names] = None  # or reuse these fine-tuned teachers (same labels; any backbones)
     teacher: TeacherConfig = field(default_factory=TeacherConfig)
     augment: AugmentConfig = field(default_factory=AugmentConfig)
     score: ScoreConfig = field(default_factory=ScoreConfig)
@@ -409,3 +412,12 @@ class RunConfig:
             raise ValueError("lowres and unlabeled_rows both choose the unlabeled text: set one of them")
         if not self.students:
             raise ValueError("no students: add e.g. students: {distilled: {student: bilstm}}")
+        given = [k for k in ("teacher_path", "teacher_seeds", "teacher_paths") if getattr(self, k) is not None]
+        if len(given) > 1:
+            raise ValueError(f"{' and '.join(given)} each choose the teacher: set one of them")
+        for key in ("teacher_seeds", "teacher_paths"):
+            values = getattr(self, key)
+            if values is not None and not values:
+                raise ValueError(f"{key} is empty: an ensemble needs at least one teacher (or leave {key} out)")
+            if values is not None and len(set(values)) != len(values):
+                raise ValueError(f"{key} {list(values)} names a teacher twice: each member must be another teacher")
