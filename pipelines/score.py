@@ -55,7 +55,7 @@ EPILOG = (
     "Writes zstd Parquet under OUT/data/ (the input columns plus teacher_label, teacher_logits and\n"
     "teacher_hidden), rejects under OUT/rejects/, then OUT/stats.json and OUT/_COMPLETE.\n"
     "After an interrupted run, rerun the same command with --resume: only ids not yet written are scored.\n\n"
-    "A teacher ensemble: give --teacher several times (or several paths after one --teacher). Each teacher\n"
+    "A teacher ensemble: give --teacher several times (--teacher A --teacher B ...). Each teacher\n"
     "scores every row once; teacher_logits_0, teacher_logits_1... keep each one's logits, teacher_logits their\n"
     "combination (--combine mean | probs | K) and the metadata names each teacher."
 )

@@ -69,8 +69,8 @@ def by_id(directory):
 def ensemble_scored(tmp_path_factory, transfer_dir, teachers):
     """One run through the command line: three --teacher, the default combination (mean)."""
     out = str(tmp_path_factory.mktemp("scored"))
-    rc = cli.main(["score", "--input", transfer_dir[0], "--teacher", teachers[0], "--teacher", *teachers[1:],
-                   "--output", out, "--layers=-1,1", "--batch-size", "4", "--runner", "FnApiRunner"])
+    rc = cli.main(["score", "--input", transfer_dir[0], "--teacher", teachers[0], "--teacher", teachers[1],
+                   "--teacher", teachers[2], "--output", out, "--layers=-1,1", "--batch-size", "4", "--runner", "FnApiRunner"])
     assert rc == 0
     return out
 
@@ -165,7 +165,8 @@ def test_no_teacher_and_an_index_out_of_range_refused(tmp_path, transfer_dir, te
 
 
 def test_unknown_combine_is_a_usage_error(tmp_path, transfer_dir, teachers, capsys):
-    rc = cli.main(["score", "--input", transfer_dir[0], "--teacher", *teachers, "--output", str(tmp_path / "o"),
+    rc = cli.main(["score", "--input", transfer_dir[0], "--teacher", teachers[0], "--teacher", teachers[1], "--output",
+                   str(tmp_path / "o"),
                    "--combine", "median"])
     assert rc == 2
     assert "--combine 'median': choose one of ['mean', 'probs']" in capsys.readouterr().err
@@ -185,23 +186,27 @@ def test_a_student_trains_on_the_ensemble(ensemble_scored, tmp_path, capsys):
     assert metrics["history"][0]["losses"]["mse"] > 0  # trained on the ensemble's logits
 
 
+def _models(teachers):
+    return [arg for t in teachers for arg in ("--model", t)]
+
+
 def test_evaluate_shows_the_ensemble_and_each_member(tmp_path, teachers, capsys):
     dev = tmp_path / "dev.tsv"
     dev.write_text("sentence\tlabel\n" + "".join(f"{t}\t{i % 2}\n" for i, t in enumerate(TEXTS)))
     gold = np.array([i % 2 for i in range(len(TEXTS))])
     logits = np.array([[plain(t)(text)[0] for text in TEXTS] for t in teachers])  # (K, N, C)
-    assert cli.main(["evaluate", "--model", *teachers, "--data", str(dev), "--json"]) == 0
+    assert cli.main(["evaluate", *_models(teachers), "--data", str(dev), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["accuracy"] == pytest.approx(float((logits.mean(0).argmax(1) == gold).mean()))
     assert result["combine"] == "mean"
     assert [m["model"] for m in result["members"]] == teachers
     assert [m["accuracy"] for m in result["members"]] == pytest.approx(
         [float((member.argmax(1) == gold).mean()) for member in logits])
-    assert cli.main(["evaluate", "--model", *teachers, "--data", str(dev), "--combine", "1"]) == 0
+    assert cli.main(["evaluate", *_models(teachers), "--data", str(dev), "--combine", "1"]) == 0
     text = capsys.readouterr().out
     assert text.startswith(f"ensemble of 3 (1) accuracy {(logits[1].argmax(1) == gold).mean():.4f}")
     assert f"member 2: accuracy {(logits[2].argmax(1) == gold).mean():.4f}" in text
-    assert cli.main(["evaluate", "--model", *teachers, "--data", str(dev), "--combine", "5"]) == 2
+    assert cli.main(["evaluate", *_models(teachers), "--data", str(dev), "--combine", "5"]) == 2
     assert "--combine 5: there are 3 teacher(s), so a member index is 0..2 (in the order of --model)" \
         in capsys.readouterr().err
 

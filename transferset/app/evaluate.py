@@ -18,9 +18,9 @@ accuracy is printed first, then each member's.
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, action="extend", nargs="+", metavar="MODEL",
+    parser.add_argument("--model", required=True, action="append", metavar="MODEL",
                         help="output directory of `transferset train` (or its model/), or any Hugging Face "
-                        "sequence-classifier directory (e.g. of `transferset teacher`); several: an ensemble")
+                        "sequence-classifier directory (e.g. of `transferset teacher`); repeated: a teacher ensemble")
     parser.add_argument("--data", required=True, help="labeled data or a scored transfer set")
     parser.add_argument("--text-column", default=None, help="text column of a labeled file (default sentence, else text)")
     parser.add_argument("--label-column", default=DEFAULT_LABEL_COLUMN, help="label column of a labeled file")

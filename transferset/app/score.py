@@ -16,10 +16,10 @@ from transferset.config import BeamConfig, ScoreConfig
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input", required=True,
                         help="transfer set directory or URL (the output of `transferset augment`)")
-    parser.add_argument("--teacher", required=True, action="extend", nargs="+", metavar="TEACHER",
+    parser.add_argument("--teacher", required=True, action="append", metavar="TEACHER",
                         help="fine-tuned teacher directory (`transferset teacher` output or any save_pretrained dir); "
                              "a gs:// (any fsspec) URL is copied once to a local cache (TRANSFERSET_CACHE). "
-                             "Several (repeat --teacher): an ensemble, combined by --combine")
+                             "Repeated (--teacher A --teacher B ...): an ensemble, combined by --combine")
     parser.add_argument("--output", required=True, help="output directory for the scored transfer set")
     parser.add_argument("--resume", action="store_true", help="keep OUT/data and score only the ids not in it")
     flags.add_arguments(parser, ScoreConfig, title="settings (the run config's score: section)")
