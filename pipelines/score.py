@@ -191,7 +191,8 @@ class TeacherModelHandler(ModelHandler):
     logits are combined by `combine`; `sha256` then lists each member's hash.
     """
 
-    def __init__(self, teacher_dir: Union[str, Sequence[str]], *, combine: str = "mean", pooling: str = "cls", layers: Sequence[int] = (-1,),
+    def __init__(self, teacher_dir: Union[str, Sequence[str]], *, combine: str = "mean", pooling: str = "cls",
+                 layers: Sequence[int] = (-1,),
                  max_length: int = DEFAULT_MAX_LENGTH, min_batch_size: Optional[int] = None,
                  max_batch_size: int = 1024,
                  forward_rows: Optional[int] = None, forward_tokens: Optional[int] = None, forward: str = "auto",
@@ -221,13 +222,17 @@ class TeacherModelHandler(ModelHandler):
         if isinstance(self.teacher_dir, str):
             return self._load(self.teacher_dir, self.load_kwargs["sha256"])
         # An ensemble: every member on this worker, each scoring every row (memory: the sum of the members).
-        return ensemble.Ensemble([self._load(d, h) for d, h in zip(self.teacher_dir, self.load_kwargs["sha256"])],
+        # Only the primary's hidden states are stored: the others pool their last layer only, whatever
+        # their depth (the stored layer indices are the primary's).
+        main = ensemble.primary(ensemble.parse_combine(self.combine, len(self.teacher_dir)))
+        return ensemble.Ensemble([self._load(d, h, **({} if k == main else {"layers": [-1]}))
+                                  for k, (d, h) in enumerate(zip(self.teacher_dir, self.load_kwargs["sha256"]))],
                                  self.combine)
 
-    def _load(self, teacher_dir: str, sha256: Optional[str]) -> scoring.Teacher:
+    def _load(self, teacher_dir: str, sha256: Optional[str], **overrides: Any) -> scoring.Teacher:
         # A gs:// (any remote) teacher: copied once per machine, checked against the planned weights hash.
         local = remote.local_teacher(teacher_dir, sha256=sha256, allow_pickle=self.load_kwargs["allow_pickle"])
-        return (self.loader or load_teacher)(local, **dict(self.load_kwargs, sha256=sha256))
+        return (self.loader or load_teacher)(local, **dict(self.load_kwargs, sha256=sha256, **overrides))
 
     def run_inference(self, batch: Sequence[dict], model: Union[scoring.Teacher, ensemble.Ensemble],
                       inference_args=None) -> list[dict]:
@@ -338,7 +343,8 @@ def build(pipeline: beam.Pipeline, job: ScoreJob, p: Optional[Plan] = None) -> P
 
     teachers = job.teachers
     handler = KeyedModelHandler(TeacherModelHandler(
-        teachers[0] if len(teachers) == 1 else teachers, combine=cfg.combine, pooling=cfg.hidden, layers=p.layers, max_length=p.max_length,
+        teachers[0] if len(teachers) == 1 else teachers, combine=cfg.combine, pooling=cfg.hidden, layers=p.layers,
+        max_length=p.max_length,
         min_batch_size=cfg.min_batch_size or cfg.batch_size, max_batch_size=cfg.batch_size,
         forward_rows=cfg.forward_rows, forward_tokens=cfg.forward_tokens, forward=cfg.forward,
         large_model=cfg.large_model,
@@ -383,8 +389,9 @@ def default_threads(options) -> Optional[int]:
     return max(1, (os.cpu_count() or 1) // workers)
 
 
-def run_score(cfg: ScoreConfig, *, input: str, teacher: Union[str, Sequence[str]], output: str, beam_cfg: BeamConfig = BeamConfig(),
-              extra: Sequence[str] = (), resume: bool = False, overwrite: bool = False) -> dict:
+def run_score(cfg: ScoreConfig, *, input: str, teacher: Union[str, Sequence[str]], output: str,
+              beam_cfg: BeamConfig = BeamConfig(), extra: Sequence[str] = (), resume: bool = False,
+              overwrite: bool = False) -> dict:
     """Score `input` with `teacher` into `output`; return the stats.
 
     `teacher`: one directory, or a list of them (one is the same as a str): an ensemble, scored once by

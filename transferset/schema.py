@@ -124,8 +124,9 @@ def member_logits_column(k: int) -> str:
 
 def member_columns(names: Iterable[str]) -> list[str]:
     """The member logits columns among `names`, in member order."""
-    found = [n for n in names if n.startswith(TEACHER_LOGITS_MEMBER_PREFIX) and n[len(TEACHER_LOGITS_MEMBER_PREFIX):].isdigit()]
-    return sorted(found, key=lambda n: int(n[len(TEACHER_LOGITS_MEMBER_PREFIX):]))
+    start = len(TEACHER_LOGITS_MEMBER_PREFIX)
+    found = [n for n in names if n.startswith(TEACHER_LOGITS_MEMBER_PREFIX) and n[start:].isdigit()]
+    return sorted(found, key=lambda n: int(n[start:]))
 
 
 def transfer_fields() -> list[pa.Field]:

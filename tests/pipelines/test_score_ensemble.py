@@ -70,7 +70,8 @@ def ensemble_scored(tmp_path_factory, transfer_dir, teachers):
     """One run through the command line: three --teacher, the default combination (mean)."""
     out = str(tmp_path_factory.mktemp("scored"))
     rc = cli.main(["score", "--input", transfer_dir[0], "--teacher", teachers[0], "--teacher", teachers[1],
-                   "--teacher", teachers[2], "--output", out, "--layers=-1,1", "--batch-size", "4", "--runner", "FnApiRunner"])
+                   "--teacher", teachers[2], "--output", out, "--layers=-1,1", "--batch-size", "4",
+                   "--runner", "FnApiRunner"])
     assert rc == 0
     return out
 
@@ -221,3 +222,25 @@ def test_accuracies_read_back_from_a_scored_set(ensemble_scored):
     assert found["members"] == pytest.approx(
         [np.mean([int(np.argmax(r[schema.member_logits_column(k)])) == r[schema.LABEL] for r in rows])
          for k in range(3)])
+
+
+def test_members_of_other_depth_and_width_score_beside_the_primary(tmp_path, transfer_dir, teachers):
+    """Only the primary's hidden states are stored: a 1-layer, 16-wide member is asked for its logits only
+    (the primary's layer 2 does not exist in it)."""
+    small = testing.tiny_classifier(str(tmp_path / "small"), hidden_size=16, num_layers=1, seed=5)
+    out = str(tmp_path / "out")
+    job = score.ScoreJob(input=transfer_dir[0], teacher=[teachers[0], small], output=out,
+                         cfg=ScoreConfig(layers=(-1, 1), batch_size=8))
+    with beam.Pipeline(runner="FnApiRunner") as p:
+        score.build(p, job)
+    assert pq.read_schema(transfer.data_files(out)[0]).remove_metadata().equals(
+        schema.scored_schema(2, 32, [1], members=2))
+    refs = [plain(teachers[0]), plain(small)]
+    rows = by_id(out)
+    for src in transfer_dir[1]:
+        row = rows[src[schema.ID]]
+        (big_logits, big_hidden), (small_logits, _) = (ref(src[schema.TEXT]) for ref in refs)
+        np.testing.assert_allclose(row[schema.member_logits_column(1)], small_logits, atol=1e-4, rtol=0)
+        np.testing.assert_allclose(row[schema.TEACHER_LOGITS], (big_logits + small_logits) / 2, atol=1e-4, rtol=0)
+        np.testing.assert_allclose(np.asarray(row[schema.hidden_layer_column(1)], np.float32), big_hidden[1],
+                                   atol=2e-3, rtol=2e-3)

@@ -161,8 +161,8 @@ def _cells(r: dict) -> list[str]:
     else:
         speed = f"{r['speedup_1']:.1f}× / {r['speedup_64']:.1f}×"
     mark = f" ({BUSY})" if busy else ""
-    return [r.get("display", r["name"]), _pct(r["dev_accuracy"]), _pct(r.get("test_accuracy")), _pct(r.get("agreement")),
-            f"{r['parameters']:,}", f"{r['latency_1']:.2f}{mark}", f"{r['latency_64']:.3f}{mark}", speed]
+    return [r.get("display", r["name"]), _pct(r["dev_accuracy"]), _pct(r.get("test_accuracy")),
+            _pct(r.get("agreement")), f"{r['parameters']:,}", f"{r['latency_1']:.2f}{mark}", f"{r['latency_64']:.3f}{mark}", speed]
 
 
 def latency_note(cond: dict, rounds: int = REPORT_ROUNDS) -> str:
