@@ -28,3 +28,21 @@ def test_member_rows_carry_their_accuracy_and_speed_against_the_ensemble():
     # no test split: no test accuracy; a busy machine: no speed-up
     busy = member_rows(["/a", "/b"], lat, [0.8, 0.7], None, busy=True)
     assert busy[0]["test_accuracy"] is None and busy[0]["speedup_1"] is None
+
+
+def test_the_latency_benchmark_times_an_ensemble_runs_first_member_as_the_teacher(tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    from transferset import schema
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "latency.py"
+    spec = importlib.util.spec_from_file_location("latency_benchmark", path)
+    latency = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(latency)
+    for seed in (1, 0):
+        (tmp_path / "teachers" / f"seed{seed}").mkdir(parents=True)
+        (tmp_path / "teachers" / f"seed{seed}" / schema.HF_CONFIG_FILE).write_text("{}")
+    assert latency.models_of(str(tmp_path)) == {"teacher": str(tmp_path / "teachers" / "seed0")}
+    with pytest.raises(SystemExit, match="no teacher/"):
+        latency.models_of(str(tmp_path / "teachers" / "seed0"))
