@@ -41,8 +41,14 @@ RUNTIMES = ("torch", "onnx")
 
 
 def models_of(run_dir: str) -> dict[str, str]:
-    """{name: directory}: RUN/teacher, then every RUN/students/NAME holding a student."""
+    """{name: directory}: RUN/teacher, then every RUN/students/NAME holding a student.
+
+    A teacher-ensemble run (`teacher_seeds`: RUN/teachers/seedS) has no RUN/teacher: its first member folder (by name) is
+    the teacher here, so the speed-ups are against one teacher (the ensemble costs the sum of its members)."""
     out = {"teacher": os.path.join(run_dir, "teacher")}
+    members = os.path.join(run_dir, "teachers")
+    if not os.path.isdir(out["teacher"]) and os.path.isdir(members) and os.listdir(members):
+        out["teacher"] = os.path.join(members, sorted(os.listdir(members))[0])
     if not os.path.isfile(os.path.join(out["teacher"], schema.HF_CONFIG_FILE)):
         sys.exit(f"{run_dir}: no teacher/ with {schema.HF_CONFIG_FILE}; pass a `transferset run` directory")
     students = os.path.join(run_dir, "students")

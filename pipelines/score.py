@@ -28,7 +28,7 @@ import logging
 import os
 import time
 from dataclasses import replace
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, Union
 
 import apache_beam as beam
 import numpy as np
@@ -45,7 +45,7 @@ from transferset.fs import remote
 from transferset.progress import Progress
 from transferset.scored import plan as score_plan
 from transferset.scored import shards
-from transferset.teacher import scoring
+from transferset.teacher import ensemble, scoring
 from transferset.threads import set_torch_threads
 
 EPILOG = (
@@ -54,7 +54,10 @@ EPILOG = (
     "      --runner FnApiRunner --direct_num_workers 2\n\n"
     "Writes zstd Parquet under OUT/data/ (the input columns plus teacher_label, teacher_logits and\n"
     "teacher_hidden), rejects under OUT/rejects/, then OUT/stats.json and OUT/_COMPLETE.\n"
-    "After an interrupted run, rerun the same command with --resume: only ids not yet written are scored."
+    "After an interrupted run, rerun the same command with --resume: only ids not yet written are scored.\n\n"
+    "A teacher ensemble: give --teacher several times (--teacher A --teacher B ...). Each teacher\n"
+    "scores every row once; teacher_logits_0, teacher_logits_1... keep each one's logits, teacher_logits their\n"
+    "combination (--combine mean | probs | K) and the metadata names each teacher."
 )
 
 LOG = logging.getLogger("transferset.score")
@@ -180,12 +183,16 @@ def load_teacher(path: str, **kwargs) -> scoring.Teacher:
 
 
 class TeacherModelHandler(ModelHandler):
-    """Rows (dicts with text, text_b) -> the same rows plus teacher_label, teacher_logits, teacher_hidden.
+    """Rows (dicts with text, text_b) -> the same rows plus teacher_label, teacher_logits, teacher_hidden
+    (and, for an ensemble, each member's teacher_logits_{k}).
 
     Beam's Hugging Face handlers import TensorFlow and split `hidden_states` wrongly, hence this one.
+    `teacher_dir`: one teacher, or a list of them: an ensemble (transferset.teacher.ensemble) whose
+    logits are combined by `combine`; `sha256` then lists each member's hash.
     """
 
-    def __init__(self, teacher_dir: str, *, pooling: str = "cls", layers: Sequence[int] = (-1,),
+    def __init__(self, teacher_dir: Union[str, Sequence[str]], *, combine: str = "mean", pooling: str = "cls",
+                 layers: Sequence[int] = (-1,),
                  max_length: int = DEFAULT_MAX_LENGTH, min_batch_size: Optional[int] = None,
                  max_batch_size: int = 1024,
                  forward_rows: Optional[int] = None, forward_tokens: Optional[int] = None, forward: str = "auto",
@@ -195,6 +202,7 @@ class TeacherModelHandler(ModelHandler):
         super().__init__(min_batch_size=min(min_batch_size or max_batch_size, max_batch_size),
                          max_batch_size=max_batch_size, large_model=large_model)
         self.teacher_dir = teacher_dir
+        self.combine = combine
         self.load_kwargs = dict(pooling=pooling, layers=list(layers), max_length=max_length,
                                 forward_rows=forward_rows, forward_tokens=forward_tokens,
                                 forward=forward, allow_pickle=allow_pickle,
@@ -211,18 +219,30 @@ class TeacherModelHandler(ModelHandler):
         hf_logging.disable_progress_bar()  # one bar per worker is noise in pipeline logs
         set_torch_threads(self.torch_threads)  # several workers on one machine must not each use every core
         heap.fix_mmap_threshold()  # or the heap grows ~4 KB per row scored (transferset.heap)
-        # A gs:// (any remote) teacher: copied once per machine, checked against the planned weights hash.
-        local = remote.local_teacher(self.teacher_dir, sha256=self.load_kwargs["sha256"],
-                                     allow_pickle=self.load_kwargs["allow_pickle"])
-        return (self.loader or load_teacher)(local, **self.load_kwargs)
+        if isinstance(self.teacher_dir, str):
+            return self._load(self.teacher_dir, self.load_kwargs["sha256"])
+        # An ensemble: every member on this worker, each scoring every row (memory: the sum of the members).
+        # Only the primary's hidden states are stored: the others pool their last layer only, whatever
+        # their depth (the stored layer indices are the primary's).
+        main = ensemble.primary(ensemble.parse_combine(self.combine, len(self.teacher_dir)))
+        return ensemble.Ensemble([self._load(d, h, **({} if k == main else {"layers": [-1]}))
+                                  for k, (d, h) in enumerate(zip(self.teacher_dir, self.load_kwargs["sha256"]))],
+                                 self.combine)
 
-    def run_inference(self, batch: Sequence[dict], model: scoring.Teacher, inference_args=None) -> list[dict]:
+    def _load(self, teacher_dir: str, sha256: Optional[str], **overrides: Any) -> scoring.Teacher:
+        # A gs:// (any remote) teacher: copied once per machine, checked against the planned weights hash.
+        local = remote.local_teacher(teacher_dir, sha256=sha256, allow_pickle=self.load_kwargs["allow_pickle"])
+        return (self.loader or load_teacher)(local, **dict(self.load_kwargs, sha256=sha256, **overrides))
+
+    def run_inference(self, batch: Sequence[dict], model: Union[scoring.Teacher, ensemble.Ensemble],
+                      inference_args=None) -> list[dict]:
         texts = [row[schema.TEXT] for row in batch]
         texts_b = [row.get(schema.TEXT_B) for row in batch]
         scores = model.predict(texts, texts_b if any(b is not None for b in texts_b) else None)
         labels = scores.labels
         hidden = scores.hidden.astype(np.float16)  # (N, H): stored as float16; cast once, here
         extra = {schema.hidden_layer_column(k): v.astype(np.float16) for k, v in scores.layers.items()}
+        extra.update({schema.member_logits_column(k): v for k, v in enumerate(scores.members)})
         out = []
         for i, row in enumerate(batch):
             scored = dict(row)
@@ -321,14 +341,16 @@ def build(pipeline: beam.Pipeline, job: ScoreJob, p: Optional[Plan] = None) -> P
                                              ).with_outputs(ReadAndRoute.REJECT, ReadAndRoute.DONE, ReadAndRoute.READ,
                                                             main="score"))
 
+    teachers = job.teachers
     handler = KeyedModelHandler(TeacherModelHandler(
-        job.teacher, pooling=cfg.hidden, layers=p.layers, max_length=p.max_length,
+        teachers[0] if len(teachers) == 1 else teachers, combine=cfg.combine, pooling=cfg.hidden, layers=p.layers,
+        max_length=p.max_length,
         min_batch_size=cfg.min_batch_size or cfg.batch_size, max_batch_size=cfg.batch_size,
         forward_rows=cfg.forward_rows, forward_tokens=cfg.forward_tokens, forward=cfg.forward,
         large_model=cfg.large_model,
         torch_threads=cfg.torch_threads,
         allow_pickle=cfg.allow_pickle, trust_remote_code=cfg.trust_remote_code,
-        sha256=p.metadata[schema.META_TEACHER_SHA256], loader=job.loader))
+        sha256=p.member_sha256 or p.metadata[schema.META_TEACHER_SHA256], loader=job.loader))
     written = (routed.score
                | "ScoreWithTeacher" >> RunInference(handler)
                | "WriteScoredShards" >> beam.ParDo(WriteShards(
@@ -367,16 +389,22 @@ def default_threads(options) -> Optional[int]:
     return max(1, (os.cpu_count() or 1) // workers)
 
 
-def run_score(cfg: ScoreConfig, *, input: str, teacher: str, output: str, beam_cfg: BeamConfig = BeamConfig(),
-              extra: Sequence[str] = (), resume: bool = False, overwrite: bool = False) -> dict:
+def run_score(cfg: ScoreConfig, *, input: str, teacher: Union[str, Sequence[str]], output: str,
+              beam_cfg: BeamConfig = BeamConfig(), extra: Sequence[str] = (), resume: bool = False,
+              overwrite: bool = False) -> dict:
     """Score `input` with `teacher` into `output`; return the stats.
+
+    `teacher`: one directory, or a list of them (one is the same as a str): an ensemble, scored once by
+    each member, whose logits ScoreConfig.combine combines (transferset.teacher.ensemble).
 
     Paths may be file:// URLs (read as local paths). The run owns `output` from its first check
     to its last write (transferset.fs.output): a second run on it is refused before it reads anything.
     """
     # Everything here also goes through transferset.fs (fsspec): Beam-only schemes would not do.
     input = fs.normalize(input, "--input")
-    teacher = fs.normalize(teacher, "--teacher")
+    teachers = [teacher] if isinstance(teacher, str) else list(teacher)
+    teachers = [fs.normalize(t, "--teacher") for t in teachers]
+    teacher = teachers[0] if len(teachers) == 1 else teachers
     out = score_plan.output(output, input=input, teacher=teacher, resume=resume, overwrite=overwrite)
     output = out.path
     options = opts.pipeline_options(beam_cfg, extra)

@@ -48,6 +48,21 @@ RECIPES: dict[str, tuple[str, ...]] = {
 # auto: packed for BERT classifiers on CPU (measured, benchmarks/README.md), padded elsewhere; the
 # packed path is not measured on a GPU yet, where many small attention calls may cost more than padding.
 FORWARDS = ("auto", "packed", "padded")  # ScoreConfig.forward
+# ScoreConfig.combine: with several teachers, teacher_logits is their mean logits, or the log of their mean
+# probabilities (log-probs: a softmax gives that mean back), or one member's logits by its index (from 0)
+COMBINES = ("mean", "probs")
+
+
+def _as_text(value: Any) -> Any:
+    # YAML `combine: 1` (a member's index) means the string "1" that flags take.
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+def check_combine(value: str) -> None:
+    """Refuse a ScoreConfig.combine that is neither a known rule nor a member index (range: at scoring)."""
+    if value not in COMBINES and not value.isdigit():
+        raise ConfigError(f"--combine {value!r}: choose one of {list(COMBINES)}, or the index of one teacher "
+                          "(0 for the first --teacher)")
 
 
 def _split_commas(value: Any) -> Any:
@@ -191,9 +206,13 @@ class ScoreConfig:
     torch_threads: Optional[AtLeast(1)] = None  # torch threads per worker (None: cores / local workers)
     allow_pickle: bool = False  # accept pickle weights (pytorch_model.bin): only files you trust
     trust_remote_code: bool = False  # run Python code shipped with the teacher: only models you trust
+    # several --teacher (an ensemble): teacher_logits holds mean (their mean logits) | probs (log of their
+    # mean probabilities) | K (teacher K's own logits, 0 = the first); each member's are kept beside
+    combine: Annotated[str, BeforeValidator(_as_text)] = "mean"
 
     def __post_init__(self):
         check_forward_options(self.forward, self.forward_rows, self.forward_tokens)  # a ValueError too
+        check_combine(self.combine)
 
 
 # StudentConfig.lr when it is None, per student family: AdamW's peak learning rate.
@@ -380,6 +399,9 @@ class RunConfig:
     lowres: Optional[LowResConfig] = None  # k labeled rows per class, the rest of train as unlabeled text
     unlabeled_limit: Optional[AtLeast(0)] = None  # at most N unlabeled rows
     teacher_path: Optional[str] = None  # reuse this fine-tuned teacher instead of training one
+    # a teacher ensemble, scored once by each member (score.combine: how their logits become the target):
+    teacher_seeds: Optional[Ints] = None  # fine-tune one teacher per seed with the teacher: section, e.g. [0, 1, 2]
+    teacher_paths: Optional[Names] = None  # or reuse these fine-tuned teachers (same labels; any backbones)
     teacher: TeacherConfig = field(default_factory=TeacherConfig)
     augment: AugmentConfig = field(default_factory=AugmentConfig)
     score: ScoreConfig = field(default_factory=ScoreConfig)
@@ -391,3 +413,12 @@ class RunConfig:
             raise ValueError("lowres and unlabeled_rows both choose the unlabeled text: set one of them")
         if not self.students:
             raise ValueError("no students: add e.g. students: {distilled: {student: bilstm}}")
+        given = [k for k in ("teacher_path", "teacher_seeds", "teacher_paths") if getattr(self, k) is not None]
+        if len(given) > 1:
+            raise ValueError(f"{' and '.join(given)} each choose the teacher: set one of them")
+        for key in ("teacher_seeds", "teacher_paths"):
+            values = getattr(self, key)
+            if values is not None and not values:
+                raise ValueError(f"{key} is empty: an ensemble needs at least one teacher (or leave {key} out)")
+            if values is not None and len(set(values)) != len(values):
+                raise ValueError(f"{key} {list(values)} names a teacher twice: each member must be another teacher")

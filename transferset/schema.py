@@ -6,7 +6,7 @@ through these constants, never through string literals.
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Iterable, Mapping, Sequence, Union
+from typing import Annotated, Any, Iterable, Mapping, Optional, Sequence, Union
 
 import pyarrow as pa
 import pydantic
@@ -29,6 +29,9 @@ TEACHER_LABEL = "teacher_label"
 TEACHER_LOGITS = "teacher_logits"
 TEACHER_HIDDEN = "teacher_hidden"
 TEACHER_HIDDEN_LAYER_PREFIX = "teacher_hidden_l"
+# A set scored by a teacher ensemble (several `score --teacher`): teacher_logits_{k} holds member k's raw
+# logits, in the order of META_ENSEMBLE's teachers; teacher_logits holds their combination. Absent with one teacher.
+TEACHER_LOGITS_MEMBER_PREFIX = "teacher_logits_"
 
 # `transferset predict`'s output (with ID, SOURCE_ID, TEXT and TEXT_B): where each row was read, the
 # predicted name and one float32 probability column per label name, in class order. INPUT_FILE is the
@@ -65,6 +68,10 @@ META_MAX_LENGTH = META_PREFIX + "max_length"
 # sizes and row counts), so --resume refuses a different input before scoring anything
 META_INPUT = META_PREFIX + "input"
 META_MODEL = META_PREFIX + "model"  # predictions: the --model they came from
+# a set scored by a teacher ensemble: {combine, primary, teachers: [{id, sha256, dev_accuracy}]} (ENSEMBLE_*
+# keys); absent with one teacher. teacher_id, teacher_weights_sha256, the tokenizer and the hidden spec
+# are the primary member's (the student's online teacher and the source of teacher_hidden)
+META_ENSEMBLE = META_PREFIX + "ensemble"
 
 # --- keys of the META_HIDDEN_SPEC value (what teacher_hidden and teacher_hidden_l{k} hold) ------
 HIDDEN_POOLING = "pooling"              # cls | mean
@@ -74,6 +81,14 @@ HIDDEN_NUM_LAYERS = "num_hidden_layers"  # the teacher's encoder layers
 HIDDEN_SIZE = "hidden_size"
 HIDDEN_DTYPE = "dtype"
 HIDDEN_LAYER_INDEX = "layer_index"      # how to read the indices (0 = embeddings)
+
+# --- keys of the META_ENSEMBLE value ------------------------------------------------------------
+ENSEMBLE_COMBINE = "combine"    # how teacher_logits combines the members: mean | probs | a member's index
+ENSEMBLE_PRIMARY = "primary"    # index of the member whose hidden states, tokenizer and id the set records
+ENSEMBLE_TEACHERS = "teachers"  # one entry per member, in teacher_logits_{k} order:
+MEMBER_ID = "id"                # its directory or URL
+MEMBER_SHA256 = "sha256"        # its weights' hash
+MEMBER_DEV_ACCURACY = "dev_accuracy"  # its best dev accuracy from `transferset teacher`'s metrics.json (None: unknown)
 
 # --- output layout ------------------------------------------------------------
 DATA_DIR = "data"
@@ -102,6 +117,18 @@ def hidden_layer_column(layer: int) -> str:
     return f"{TEACHER_HIDDEN_LAYER_PREFIX}{layer}"
 
 
+def member_logits_column(k: int) -> str:
+    """Column holding ensemble member k's raw logits (e.g. teacher_logits_0)."""
+    return f"{TEACHER_LOGITS_MEMBER_PREFIX}{k}"
+
+
+def member_columns(names: Iterable[str]) -> list[str]:
+    """The member logits columns among `names`, in member order."""
+    start = len(TEACHER_LOGITS_MEMBER_PREFIX)
+    found = [n for n in names if n.startswith(TEACHER_LOGITS_MEMBER_PREFIX) and n[start:].isdigit()]
+    return sorted(found, key=lambda n: int(n[start:]))
+
+
 def transfer_fields() -> list[pa.Field]:
     return [
         pa.field(ID, pa.string(), nullable=False),
@@ -113,7 +140,8 @@ def transfer_fields() -> list[pa.Field]:
     ]
 
 
-def teacher_fields(num_classes: int, hidden_size: int, layers: Sequence[int] = ()) -> list[pa.Field]:
+def teacher_fields(num_classes: int, hidden_size: int, layers: Sequence[int] = (), members: int = 0) -> list[pa.Field]:
+    """`members`: the number of ensemble members (0 or 1: one teacher, no member columns)."""
     fields = [
         pa.field(TEACHER_LABEL, pa.int32(), nullable=False),
         pa.field(TEACHER_LOGITS, pa.list_(pa.float32(), num_classes), nullable=False),
@@ -121,6 +149,9 @@ def teacher_fields(num_classes: int, hidden_size: int, layers: Sequence[int] = (
     ]
     for k in layers:
         fields.append(pa.field(hidden_layer_column(k), pa.list_(pa.float16(), hidden_size), nullable=False))
+    if members > 1:
+        fields += [pa.field(member_logits_column(k), pa.list_(pa.float32(), num_classes), nullable=False)
+                   for k in range(members)]
     return fields
 
 
@@ -164,6 +195,15 @@ def _metadata_types() -> dict[str, Any]:
         HIDDEN_DTYPE: text(32),
         HIDDEN_LAYER_INDEX: NotRequired[text(1_000)],
     })
+    member = TypedDict("EnsembleMember", {
+        MEMBER_ID: text(4_096), MEMBER_SHA256: text(200),
+        MEMBER_DEV_ACCURACY: Optional[Annotated[float, Field(ge=0.0, le=1.0)]],
+    })
+    ensemble = TypedDict("Ensemble", {  # keys: the ENSEMBLE_* constants above
+        ENSEMBLE_COMBINE: Union[text(32), count(0, MAX_LABELS)],
+        ENSEMBLE_PRIMARY: count(0, MAX_LABELS),
+        ENSEMBLE_TEACHERS: Annotated[list[member], Field(min_length=2, max_length=MAX_LABELS)],
+    })
     input_identity = TypedDict("InputIdentity", {
         "path": text(4_096), "files": count(0, 10**12), "rows": count(0, 10**15), "fingerprint": text(200),
     })
@@ -179,6 +219,7 @@ def _metadata_types() -> dict[str, Any]:
         META_HIDDEN_SPEC: hidden_spec,
         META_MAX_LENGTH: count(1, MAX_MAX_LENGTH),
         META_INPUT: input_identity,
+        META_ENSEMBLE: ensemble,
     }
 
 
@@ -287,9 +328,10 @@ def scored_schema(
     hidden_size: int,
     layers: Sequence[int] = (),
     metadata: Mapping[str, Any] | None = None,
+    members: int = 0,
 ) -> pa.Schema:
     return pa.schema(
-        transfer_fields() + teacher_fields(num_classes, hidden_size, layers),
+        transfer_fields() + teacher_fields(num_classes, hidden_size, layers, members),
         metadata=encode_metadata(metadata or {}),
     )
 

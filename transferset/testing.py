@@ -114,9 +114,13 @@ def write_transfer_set(directory: str, shards: Sequence[Sequence[dict]], label_n
 def write_scored_set(directory: str, texts: Sequence[str], logits: Any, hidden: Any,
                      label_names: Sequence[str] = ("0", "1"), *, labels: Optional[Sequence[Optional[int]]] = None,
                      ids: Optional[Sequence[str]] = None, shards: int = 2,
-                     extra_metadata: Optional[Mapping[str, Any]] = None, complete: bool = True) -> str:
+                     extra_metadata: Optional[Mapping[str, Any]] = None, complete: bool = True,
+                     members: Optional[Sequence[Any]] = None) -> str:
     """A scored transfer set: the rows of `transfer_rows` with teacher columns from `logits` (N, C) and
-    `hidden` (N, H), split over `shards` files plus an empty one (as Beam can write)."""
+    `hidden` (N, H), split over `shards` files plus an empty one (as Beam can write).
+
+    `members`: an ensemble's (N, C) logits per member, written as teacher_logits_{k} (`logits` stays the
+    target as given)."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -126,7 +130,8 @@ def write_scored_set(directory: str, texts: Sequence[str], logits: Any, hidden: 
     logits, hidden = np.asarray(logits, dtype=np.float32), np.asarray(hidden, dtype=np.float32)
     rows = transfer_rows(texts, labels, ids=ids)
     sch = schema.scored_schema(len(label_names), hidden.shape[1],
-                               metadata=schema.base_metadata(label_names, **dict(extra_metadata or {})))
+                               metadata=schema.base_metadata(label_names, **dict(extra_metadata or {})),
+                               members=len(members or ()))
 
     def fixed(values, dtype):
         return pa.FixedSizeListArray.from_arrays(pa.array(values.astype(dtype).reshape(-1)), values.shape[1])
@@ -135,6 +140,9 @@ def write_scored_set(directory: str, texts: Sequence[str], logits: Any, hidden: 
     columns[schema.TEACHER_LABEL] = pa.array(logits.argmax(1), type=pa.int32())
     columns[schema.TEACHER_LOGITS] = fixed(logits, np.float32)
     columns[schema.TEACHER_HIDDEN] = fixed(hidden, np.float16)
+    if members is not None and len(members) > 1:
+        for k, member in enumerate(members):
+            columns[schema.member_logits_column(k)] = fixed(np.asarray(member, dtype=np.float32), np.float32)
     table = pa.Table.from_arrays([columns[f.name] for f in sch], schema=sch)
     data = os.path.join(directory, schema.DATA_DIR)
     os.makedirs(data, exist_ok=True)

@@ -121,9 +121,11 @@ def iter_batches(directory: str, columns: Optional[Sequence[str]] = None,
 # --- values on read: a scored set is trained on, so what it holds is checked, not trusted ---------------
 
 def value_columns(names: Sequence[str]) -> list[str]:
-    """The columns of `names` whose values `check_values` checks: labels, logits, hidden states."""
+    """The columns of `names` whose values `check_values` checks: labels, logits (an ensemble's members'
+    too), hidden states."""
     checked = (schema.LABEL, schema.TEACHER_LABEL, schema.TEACHER_LOGITS, schema.TEACHER_HIDDEN)
-    return [n for n in names if n in checked or n.startswith(schema.TEACHER_HIDDEN_LAYER_PREFIX)]
+    members = set(schema.member_columns(names))  # an ensemble's members: trained on too (and combined)
+    return [n for n in names if n in checked or n in members or n.startswith(schema.TEACHER_HIDDEN_LAYER_PREFIX)]
 
 
 def _first(mask: pa.Array) -> int:

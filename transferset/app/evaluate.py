@@ -5,17 +5,22 @@ import argparse
 import json
 
 from students.evaluate import evaluate
+from transferset.config import check_combine
+from transferset.errors import ConfigError
 from transferset.sources import DEFAULT_LABEL_COLUMN
 
 EPILOG = """\
 DATA is a labeled file (TSV/CSV/JSONL/Parquet) or a transferset Parquet set; when it holds teacher
 columns (a scored set), the student's agreement with the teacher's labels is printed too.
+Several --model: a teacher ensemble, its logits combined by --combine as `transferset score` does; its
+accuracy is printed first, then each member's.
 """
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, help="output directory of `transferset train` (or its model/), "
-                        "or any Hugging Face sequence-classifier directory (e.g. of `transferset teacher`)")
+    parser.add_argument("--model", required=True, action="append", metavar="MODEL",
+                        help="output directory of `transferset train` (or its model/), or any Hugging Face "
+                        "sequence-classifier directory (e.g. of `transferset teacher`); repeated: a teacher ensemble")
     parser.add_argument("--data", required=True, help="labeled data or a scored transfer set")
     parser.add_argument("--text-column", default=None, help="text column of a labeled file (default sentence, else text)")
     parser.add_argument("--label-column", default=DEFAULT_LABEL_COLUMN, help="label column of a labeled file")
@@ -24,16 +29,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-length", type=int, default=None,
                         help="tokens per row (default: a student's training max_length; for another Hugging Face "
                         "model its tokenizer's model_max_length, at most its position embeddings)")
+    parser.add_argument("--combine", default="mean", type=_combine,
+                        help="several --model: mean (their mean logits) | probs (their mean probabilities) | K "
+                        "(model K alone, 0 = the first); as `transferset score --combine`")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
 
 
+def _combine(value: str) -> str:
+    try:
+        check_combine(value)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
+
+
 def run(args: argparse.Namespace, extra) -> int:
-    result = evaluate(args.model, args.data, text_column=args.text_column, label_column=args.label_column,
-                      text_b_column=args.text_b_column, batch_size=args.batch_size, max_length=args.max_length)
+    model = args.model[0] if len(args.model) == 1 else args.model
+    result = evaluate(model, args.data, text_column=args.text_column, label_column=args.label_column,
+                      text_b_column=args.text_b_column, batch_size=args.batch_size, max_length=args.max_length,
+                      combine=args.combine)
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    print(f"accuracy {result['accuracy']:.4f} ({result['labeled_rows']} labeled rows of {result['rows']})")
+    what = f"ensemble of {len(args.model)} ({result['combine']}) " if "members" in result else ""
+    print(f"{what}accuracy {result['accuracy']:.4f} ({result['labeled_rows']} labeled rows of {result['rows']})")
     if "teacher_agreement" in result:
         print(f"teacher agreement {result['teacher_agreement']:.4f} ({result['rows']} rows)")
+    for k, m in enumerate(result.get("members", [])):
+        print(f"  member {k}: accuracy {m['accuracy']:.4f}  {m['model']}")
     return 0

@@ -20,6 +20,7 @@ from transferset import fs, schema, timing, transfer
 from transferset.config import DEFAULT_MAX_LENGTH
 from transferset.fs.remote import local_output, local_teacher
 from transferset.sources import read_texts
+from transferset.teacher import ensemble
 from transferset.threads import torch_threads
 
 REPORT = "report.html"
@@ -98,7 +99,7 @@ def frontier_plot(rows: list[dict], out_dir: str, busy: bool = False) -> dict[st
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for r in rows:
-        ax.scatter(r["latency_64"], 100 * r[key], color="tab:red" if r["name"] == "teacher" else "tab:blue")
+        ax.scatter(r["latency_64"], 100 * r[key], color="tab:red" if r["name"].startswith("teacher") else "tab:blue")
         ax.annotate(r["name"].replace("student: ", ""), (r["latency_64"], 100 * r[key]), fontsize=7,
                     xytext=(4, 3), textcoords="offset points")
     ax.set_xscale("log")
@@ -128,7 +129,7 @@ def model_latency(models: dict[str, str], texts: Sequence[str], rounds: int = RE
     """
     with torch_threads(timing.THREADS):  # loaded inside too: an ONNX session takes its threads when made
         loaded = {name: Student.from_pretrained(local_teacher(path) if fs.is_remote(path) else path,
-                                                max_length=DEFAULT_MAX_LENGTH if name == "teacher" else None)
+                                                max_length=DEFAULT_MAX_LENGTH if name.startswith("teacher") else None)
                   for name, path in models.items()}
         timed = timing.measure({name: m.logits for name, m in loaded.items()}, texts, batch_sizes=(1, 64),
                                rounds=rounds)
@@ -160,8 +161,8 @@ def _cells(r: dict) -> list[str]:
     else:
         speed = f"{r['speedup_1']:.1f}× / {r['speedup_64']:.1f}×"
     mark = f" ({BUSY})" if busy else ""
-    return [r["name"], _pct(r["dev_accuracy"]), _pct(r.get("test_accuracy")), _pct(r.get("agreement")),
-            f"{r['parameters']:,}", f"{r['latency_1']:.2f}{mark}", f"{r['latency_64']:.3f}{mark}", speed]
+    return [r.get("display", r["name"]), _pct(r["dev_accuracy"]), _pct(r.get("test_accuracy")),
+            _pct(r.get("agreement")), f"{r['parameters']:,}", f"{r['latency_1']:.2f}{mark}", f"{r['latency_64']:.3f}{mark}", speed]
 
 
 def latency_note(cond: dict, rounds: int = REPORT_ROUNDS) -> str:
@@ -182,6 +183,34 @@ def results_table(rows: list[dict], cond: Optional[dict] = None) -> str:
     return "\n".join(lines)
 
 
+def ensemble_latency(cells: Sequence[dict]) -> dict:
+    """An ensemble's model_latency entry from its members': it runs every member on every row, so its
+    parameters, latencies and quartiles are the sums of theirs."""
+    total = {k: sum(c[k] for c in cells) for k in ("parameters", "latency_1", "latency_64")}
+    for k in ("spread_1", "spread_64"):
+        total[k] = [sum(c[k][0] for c in cells), sum(c[k][1] for c in cells)]
+    return total
+
+
+def member_rows(members: Sequence[str], lat: dict, dev_accuracy: Sequence[Optional[float]],
+                tested: Optional[dict], busy: bool) -> list[dict]:
+    """One results row per ensemble member (timed as "teacher K"), its speed-up against the whole ensemble
+    ("teacher"): dev accuracy from the scored selection split, test accuracy from the ensemble's test result."""
+    whole, rows = lat["teacher"], []
+    tested_members = (tested or {}).get("members") or []
+    for k, path in enumerate(members):
+        m = lat[f"teacher {k}"]
+        rows.append({"name": f"teacher {k}", "display": f"teacher member {k}: {fs.basename(path.rstrip('/'))}",
+                     "dev_accuracy": dev_accuracy[k],
+                     "test_accuracy": tested_members[k]["accuracy"] if k < len(tested_members) else None,
+                     "agreement": None, "parameters": m["parameters"], "latency_1": m["latency_1"],
+                     "latency_64": m["latency_64"], "latency_spread_1": m["spread_1"],
+                     "latency_spread_64": m["spread_64"], "latency_busy": busy,
+                     "speedup_1": None if busy else whole["latency_1"] / m["latency_1"],
+                     "speedup_64": None if busy else whole["latency_64"] / m["latency_64"]})
+    return rows
+
+
 def _dev_texts(dev: str) -> list[str]:
     return list(read_texts(dev, opener=fs.open))
 
@@ -189,12 +218,21 @@ def _dev_texts(dev: str) -> list[str]:
 def write_report(paths: dict, cfg: dict, log=print) -> dict[str, Any]:
     """report.html, results.json and results.md in the run directory (written locally, then uploaded)."""
     run_dir = paths["run_dir"]
-    tmetrics = fs.read_json(fs.join(paths["teacher"], schema.METRICS_FILE))
+    # A teacher ensemble (paths["teachers"]): each member is timed, the ensemble is their sum
+    members = list(paths.get("teachers") or [])
+    teachers = {f"teacher {k}": p for k, p in enumerate(members)} if members else {"teacher": paths["teacher"]}
     # Every model timed at report time, interleaved: figures taken at training time, each under its own
     # machine load, made two identical students differ by 2x.
-    timed = model_latency({"teacher": paths["teacher"],
-                           **{f"student:{name}": out for name, out in paths["students"].items()}}, _dev_texts(paths["dev"]))
+    timed = model_latency({**teachers, **{f"student:{name}": out for name, out in paths["students"].items()}},
+                          _dev_texts(paths["dev"]))
     lat, cond = timed["models"], timed["conditions"]
+    if members:
+        lat["teacher"] = ensemble_latency([lat[name] for name in teachers])
+        # the ensemble's and each member's selection accuracy, read back from the scored selection split
+        selection = ensemble.accuracies(paths["dev_scored"])
+        teacher_dev = selection["teacher"]
+    else:
+        teacher_dev = fs.read_json(fs.join(paths["teacher"], schema.METRICS_FILE))["best_dev_accuracy"]
     busy = cond["busy"]
     tlat = lat["teacher"]
     log(f"[report] latency: median of {REPORT_ROUNDS} interleaved rounds, {timing.describe(cond)}")
@@ -203,10 +241,13 @@ def write_report(paths: dict, cfg: dict, log=print) -> dict[str, Any]:
     def test_accuracy(name: str) -> Optional[float]:
         return tested[name]["accuracy"] if name in tested else None
 
-    rows = [{"name": "teacher", "dev_accuracy": tmetrics["best_dev_accuracy"], "test_accuracy": test_accuracy("teacher"),
+    rows = [{"name": "teacher", "dev_accuracy": teacher_dev, "test_accuracy": test_accuracy("teacher"),
              "agreement": None, "parameters": tlat["parameters"], "latency_1": tlat["latency_1"],
              "latency_64": tlat["latency_64"], "latency_spread_1": tlat["spread_1"],
              "latency_spread_64": tlat["spread_64"], "latency_busy": busy}]
+    if members:
+        rows[0]["display"] = f"teacher: ensemble of {len(members)} ({paths.get('combine', 'mean')})"
+        rows += member_rows(members, lat, selection["members"], tested.get("teacher"), busy)
     metrics = {name: fs.read_json(fs.join(out, schema.METRICS_FILE)) for name, out in paths["students"].items()}
     for name, m in metrics.items():
         slat = lat[f"student:{name}"]

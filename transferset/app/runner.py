@@ -39,6 +39,7 @@ from transferset.evalset import write_eval_set
 from transferset.fs import remote
 from transferset.fs.lock import output_lock
 from transferset.splits import LABELED_FILE, SPLIT_STATS_FILE, UNLABELED_FILE, VALIDATION_FILE, split_data
+from transferset.teacher import ensemble
 from transferset.teacher.train import train as train_teacher
 
 STAGE_FILE = ".stage.json"
@@ -99,15 +100,21 @@ def load_config(path: str, overrides: Sequence[str] = ()) -> RunConfig:
                    teacher=replace(cfg.teacher, model=fs.normalize(cfg.teacher.model, "teacher.model")),
                    augment=replace(cfg.augment, mlm_model=fs.normalize(cfg.augment.mlm_model, "augment.mlm_model")),
                    students=students,
-                   **{k: fs.normalize(getattr(cfg, k), k) for k in ("data", "test", "teacher_path") if getattr(cfg, k)})
+                   **{k: fs.normalize(getattr(cfg, k), k) for k in ("data", "test", "teacher_path") if getattr(cfg, k)},
+                   **({"teacher_paths": tuple(fs.normalize(p, "teacher_paths") for p in cfg.teacher_paths)}
+                      if cfg.teacher_paths else {}))
 
 
 def check_paths(cfg: RunConfig) -> None:
     """Every local directory a setting names exists and holds a model the stage will accept: checked before
     the first stage, so a typo costs no teacher training or scoring (ConfigError: exit 2, nothing written)."""
-    if cfg.teacher_path:
-        if not fs.isdir(cfg.teacher_path):
-            raise ConfigError(f"teacher_path={cfg.teacher_path}: no such directory")
+    members = len(cfg.teacher_paths or cfg.teacher_seeds or [None])
+    ensemble.parse_combine(cfg.score.combine, members, "teacher_seeds / teacher_paths")  # before any stage
+    if cfg.teacher_path or cfg.teacher_paths:
+        for path in cfg.teacher_paths or [cfg.teacher_path]:
+            if not fs.isdir(path):
+                key = "teacher_paths" if cfg.teacher_paths else "teacher_path"
+                raise ConfigError(f"{key}={path}: no such directory")
         models = []
     else:
         models = [("teacher.model", cfg.teacher.model, cfg.teacher.allow_pickle, cfg.teacher.trust_remote_code)]
@@ -336,29 +343,51 @@ def plan_stages(cfg: RunConfig, files: DataFiles, fn: StageFunctions = StageFunc
                            "validation": typed.to_dict(cfg.validation) if cfg.validation else None,
                            "unlabeled_limit": cfg.unlabeled_limit},
         run=(lambda out: split_data(files.train, out, cfg)) if split else None, done_file=SPLIT_STATS_FILE)]
-    if cfg.teacher_path:  # a given teacher: its weights are the key
-        teacher_dir = cfg.teacher_path  # an existing directory (check_paths)
-        stages.append(StageDef("teacher", teacher_dir, {
-            "path": teacher_dir if fs.is_remote(teacher_dir) else os.path.abspath(teacher_dir),
-            "weights": [fingerprint(f) for f in fs.listdir(teacher_dir) if f.endswith(".safetensors")]}))
-    else:
+    def given_teacher(name: str, path: str) -> StageDef:  # a given teacher: its weights are the key
+        return StageDef(name, path, {
+            "path": path if fs.is_remote(path) else os.path.abspath(path),
+            "weights": [fingerprint(f) for f in fs.listdir(path) if f.endswith(".safetensors")]})
+
+    def trained_teacher(name: str, out_dir: str, tc, kind: Optional[str] = None) -> StageDef:
         # Fine-tuned locally (a staging folder when run_dir is a URL), then uploaded: the score
-        # workers copy it from run_dir/teacher (fs.remote.local_teacher).
-        teacher_dir = d("teacher")
-        stages.append(StageDef(
-            "teacher", teacher_dir, lambda: {"settings": typed.to_dict(t), "selection": fingerprint(selection)},
-            ("data",),
-            run=lambda out: fn.teacher(t, train=remote.local_file(labeled), dev=remote.local_file(selection),
+        # workers copy it from run_dir (fs.remote.local_teacher).
+        return StageDef(
+            name, out_dir, lambda: {"settings": typed.to_dict(tc), "selection": fingerprint(selection)}, ("data",),
+            run=lambda out: fn.teacher(tc, train=remote.local_file(labeled), dev=remote.local_file(selection),
                                        output=out, overwrite=True),
-            done_file=schema.METRICS_FILE, local=True))
+            done_file=schema.METRICS_FILE, local=True, kind=kind)
+
+    members: list[str] = []  # an ensemble's teachers, each its own stage (cached), in score.combine's order
+    if cfg.teacher_paths or cfg.teacher_seeds:
+        if cfg.teacher_paths:
+            member_stages = [given_teacher(f"teacher.{i}", p) for i, p in enumerate(cfg.teacher_paths)]
+        else:
+            member_stages = [trained_teacher(f"teacher.seed{seed}", d("teachers", f"seed{seed}"),
+                                             replace(t, seed=seed), kind="teacher") for seed in cfg.teacher_seeds]
+        members = [m.folder for m in member_stages]
+        # "teacher" stands for them all downstream: its key is made of theirs
+        stages += [*member_stages, StageDef("teacher", None, {"members": len(members)},
+                                            tuple(m.name for m in member_stages))]
+        teacher_dir = members[ensemble.primary(ensemble.parse_combine(cfg.score.combine, len(members)))]
+    elif cfg.teacher_path:
+        teacher_dir = cfg.teacher_path  # an existing directory (check_paths)
+        stages.append(given_teacher("teacher", teacher_dir))
+    else:
+        teacher_dir = d("teacher")
+        stages.append(trained_teacher("teacher", teacher_dir, t))
+    # what score and the test stage get: one teacher, or the ensemble's members
+    scorer = members if len(members) > 1 else (members[0] if members else teacher_dir)
+    score_settings = typed.to_dict(cfg.score)
+    if len(members) <= 1:  # one teacher: the key a run made before ensembles existed, so its stages are reused
+        score_settings.pop("combine")
     stages += [
         StageDef("augment", transfer_dir, lambda: {"settings": {k: v for k, v in typed.to_dict(a).items()
                                                                 if k not in a.EXECUTION},
                                                    "exclude": [fingerprint(p) for p in guarded]}, ("data",),
                  run=lambda out: fn.augment(a, inputs=[labeled], unlabeled=[unlabeled] if unlabeled else [],
                                             exclude=guarded, output=out, beam_cfg=beams["augment"], overwrite=True)),
-        StageDef("score", scored_dir, typed.to_dict(cfg.score), ("augment", "teacher"),
-                 run=lambda out: fn.score(cfg.score, input=transfer_dir, teacher=teacher_dir, output=out,
+        StageDef("score", scored_dir, score_settings, ("augment", "teacher"),
+                 run=lambda out: fn.score(cfg.score, input=transfer_dir, teacher=scorer, output=out,
                                           beam_cfg=beams["score"], overwrite=True)),
         # the selection split, scored once by the teacher: students stop early on it and report their
         # agreement with the teacher on rows they never trained on; its labels are the transfer set's
@@ -367,8 +396,8 @@ def plan_stages(cfg: RunConfig, files: DataFiles, fn: StageFunctions = StageFunc
                  run=lambda out: write_eval_set(selection, out, labels(),
                                                 text_column=a.text_column, label_column=a.label_column,
                                                 text_b_column=a.text_b_column)),
-        StageDef("dev.score", dev_scored, typed.to_dict(cfg.score), ("dev", "teacher"), kind="score",
-                 run=lambda out: fn.score(cfg.score, input=dev_set, teacher=teacher_dir, output=out,
+        StageDef("dev.score", dev_scored, score_settings, ("dev", "teacher"), kind="score",
+                 run=lambda out: fn.score(cfg.score, input=dev_set, teacher=scorer, output=out,
                                           beam_cfg=beams["dev.score"], overwrite=True)),
     ]
     # students: trained here from the scored set (streamed from run_dir), saved locally, then uploaded
@@ -378,23 +407,31 @@ def plan_stages(cfg: RunConfig, files: DataFiles, fn: StageFunctions = StageFunc
                         done_file=schema.METRICS_FILE, local=True, kind="student")
                for name, s_cfg in cfg.students.items()]
     # test: every model scored once on the held-out split, after every choice was made
-    models = {"teacher": teacher_dir, **students}
+    models = {"teacher": scorer, **students}  # an ensemble is evaluated as one model, its members beside
+    combine = {"combine": cfg.score.combine} if isinstance(scorer, list) else {}
     if test:
         stages.append(StageDef(
-            "test", d("test"), {"test": fingerprint(test), "columns": columns, "models": list(models)},
+            "test", d("test"), {"test": fingerprint(test), "columns": columns, "models": list(models), **combine},
             ("teacher", *(f"students.{name}" for name in students)),
-            run=lambda out: evaluate_on_test(test, models, out, a, fn.evaluate), done_file=TEST_RESULTS_FILE))
+            run=lambda out: evaluate_on_test(test, models, out, a, fn.evaluate, **combine),
+            done_file=TEST_RESULTS_FILE))
     paths = {"run_dir": run_dir, "teacher": teacher_dir, "transfer": transfer_dir, "scored": scored_dir,
              "students": students, "dev": selection, "test": test,
              "test_results": d("test", TEST_RESULTS_FILE) if test else None}
+    if isinstance(scorer, list):  # the report shows the ensemble and each member
+        paths.update(teachers=scorer, combine=cfg.score.combine, dev_scored=dev_scored)
     return RunPlan(stages, selection, test, paths)
 
 
-def evaluate_on_test(test: str, models: dict[str, str], out: str, a: AugmentConfig,
-                     evaluate_fn: Callable = evaluate) -> dict:
-    """Accuracy of each model on the test file, as `transferset evaluate` computes it."""
+def evaluate_on_test(test: str, models: dict[str, Any], out: str, a: AugmentConfig,
+                     evaluate_fn: Callable = evaluate, **ensemble_kwargs: Any) -> dict:
+    """Accuracy of each model on the test file, as `transferset evaluate` computes it.
+
+    A model given as a list is a teacher ensemble (`ensemble_kwargs`: its combine setting): its result
+    holds each member's too."""
     results = {name: evaluate_fn(path, test, text_column=a.text_column, label_column=a.label_column,
-                                 text_b_column=a.text_b_column) for name, path in models.items()}
+                                 text_b_column=a.text_b_column, **(ensemble_kwargs if isinstance(path, list) else {}))
+               for name, path in models.items()}
     doc = {"test": test, "models": results}
     fs.write_json(fs.join(out, TEST_RESULTS_FILE), doc, indent=2)
     return doc

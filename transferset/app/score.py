@@ -16,9 +16,10 @@ from transferset.config import BeamConfig, ScoreConfig
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input", required=True,
                         help="transfer set directory or URL (the output of `transferset augment`)")
-    parser.add_argument("--teacher", required=True,
+    parser.add_argument("--teacher", required=True, action="append", metavar="TEACHER",
                         help="fine-tuned teacher directory (`transferset teacher` output or any save_pretrained dir); "
-                             "a gs:// (any fsspec) URL is copied once to a local cache (TRANSFERSET_CACHE)")
+                             "a gs:// (any fsspec) URL is copied once to a local cache (TRANSFERSET_CACHE). "
+                             "Repeated (--teacher A --teacher B ...): an ensemble, combined by --combine")
     parser.add_argument("--output", required=True, help="output directory for the scored transfer set")
     parser.add_argument("--resume", action="store_true", help="keep OUT/data and score only the ids not in it")
     flags.add_arguments(parser, ScoreConfig, title="settings (the run config's score: section)")
@@ -30,7 +31,8 @@ def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
     beam_cfg = flags.from_args(BeamConfig, args)
     check_beam(beam_cfg, extra, where="--")
     started = time.time()
-    stats = run_score(cfg, input=args.input, teacher=args.teacher, output=args.output,
+    teacher = args.teacher[0] if len(args.teacher) == 1 else args.teacher
+    stats = run_score(cfg, input=args.input, teacher=teacher, output=args.output,
                       beam_cfg=beam_cfg, extra=extra, resume=args.resume, overwrite=args.overwrite)
     summary = {k: stats.get(k) for k in ("input_rows", "scored", "scored_this_run", "already_scored", "rejected")}
     summary["output"] = args.output

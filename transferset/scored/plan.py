@@ -10,7 +10,7 @@ import json
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, Union
 
 import pyarrow as pa
 
@@ -20,13 +20,14 @@ from transferset.errors import UserError
 from transferset.fs import remote
 from transferset.fs.output import Output
 from transferset.scored import shards
-from transferset.teacher import scoring
+from transferset.teacher import ensemble, scoring
 from transferset.teacher.train import trained_max_length
 
 LOG = logging.getLogger("transferset.score")
 
 # Shard metadata a resumed run must share with the shards already written.
-RESUME_KEYS = (schema.META_TEACHER_SHA256, schema.META_LABEL_NAMES, schema.META_HIDDEN_SPEC, schema.META_MAX_LENGTH)
+RESUME_KEYS = (schema.META_TEACHER_SHA256, schema.META_LABEL_NAMES, schema.META_HIDDEN_SPEC, schema.META_MAX_LENGTH,
+               schema.META_ENSEMBLE)
 
 
 @dataclass
@@ -34,13 +35,17 @@ class ScoreJob:
     """One scoring run: the settings (ScoreConfig) plus where to read and write."""
 
     input: str
-    teacher: str
+    teacher: Union[str, Sequence[str]]  # one teacher, or the members of an ensemble (ScoreConfig.combine)
     output: str
     cfg: ScoreConfig = field(default_factory=ScoreConfig)
     resume: bool = False
     overwrite: bool = False
     # Test hook: a picklable callable (teacher_dir, **Teacher.load kwargs) -> Teacher.
     loader: Optional[Callable[..., Any]] = None
+
+    @property
+    def teachers(self) -> list[str]:
+        return [self.teacher] if isinstance(self.teacher, str) else list(self.teacher)
 
 
 @dataclass
@@ -63,6 +68,8 @@ class Plan:
     stats: dict[str, Any] = field(default_factory=dict)
     # (file index, path, first row, end row): the input split into ranges workers read independently
     input_units: list[tuple[int, str, int, int]] = field(default_factory=list)
+    # an ensemble: each member's weights hash (the workers check the copies they load), in --teacher order
+    member_sha256: list[str] = field(default_factory=list)
 
     @property
     def data_dir(self) -> str:
@@ -102,10 +109,21 @@ def _check_labels(teacher_dir: str, teacher_labels: Sequence[str], input_dir: st
         )
 
 
+def dev_accuracy(teacher_dir: str) -> Optional[float]:
+    """A `transferset teacher` directory's best dev accuracy (its metrics.json), None when it has none."""
+    try:
+        value = fs.read_json(fs.join(teacher_dir, schema.METRICS_FILE)).get("best_dev_accuracy")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
 # --- the output -----------------------------------------------------------------------------------
-def output(path: str, *, input: str, teacher: str, resume: bool = False, overwrite: bool = False) -> Output:
-    """The score stage's output folder (transferset.fs.output): it may not contain the input or the teacher."""
-    return Output(path, "score", inputs=[input, teacher], resume=resume, overwrite=overwrite)
+def output(path: str, *, input: str, teacher: Union[str, Sequence[str]], resume: bool = False,
+           overwrite: bool = False) -> Output:
+    """The score stage's output folder (transferset.fs.output): it may not contain the input or a teacher."""
+    teachers = [teacher] if isinstance(teacher, str) else list(teacher)
+    return Output(path, "score", inputs=[input, *teachers], resume=resume, overwrite=overwrite)
 
 
 def check_resumable(path: str, expected: dict[str, Any]) -> None:
@@ -167,13 +185,20 @@ def plan(job: ScoreJob) -> Plan:
     input_meta = transfer.read_metadata(job.input)
     input_labels = list(input_meta.get(schema.META_LABEL_NAMES) or [])
 
+    teachers = job.teachers
+    combine = ensemble.parse_combine(cfg.combine, len(teachers))  # K = 0 or an index out of range: refused
+    main = ensemble.primary(combine)
     # A remote teacher is copied fresh, so the hash recorded below is the one the workers must find.
-    teacher_dir = remote.local_teacher(job.teacher, refresh=True)
-    loading.require_local_dir(teacher_dir)
-    weights = loading.check_weights(teacher_dir, allow_pickle=cfg.allow_pickle)
-    config = loading.load_config(teacher_dir, trust_remote_code=cfg.trust_remote_code)
-    teacher_labels = loading.label_names_of(config)
-    _check_labels(job.teacher, teacher_labels, job.input, input_labels)
+    teacher_dirs = [remote.local_teacher(t, refresh=True) for t in teachers]
+    hashes, configs = [], []
+    for teacher_dir in teacher_dirs:
+        loading.require_local_dir(teacher_dir)
+        hashes.append(loading.sha256_of_files(loading.check_weights(teacher_dir, allow_pickle=cfg.allow_pickle)))
+        configs.append(loading.load_config(teacher_dir, trust_remote_code=cfg.trust_remote_code))
+    # Members first (their classes must agree), then the set's labels against them.
+    teacher_labels = ensemble.check_members(teachers, [loading.label_names_of(c) for c in configs])
+    _check_labels(teachers[main], teacher_labels, job.input, input_labels)
+    teacher_dir, config = teacher_dirs[main], configs[main]
     tokenizer = loading.load_tokenizer(teacher_dir, trust_remote_code=cfg.trust_remote_code)
 
     max_length = int(cfg.max_length or trained_max_length(teacher_dir) or DEFAULT_MAX_LENGTH)
@@ -185,21 +210,31 @@ def plan(job: ScoreJob) -> Plan:
     file_rows = [transfer.shard_rows(p) for p in input_files]
     identity = input_identity(job.input, input_files, file_rows)
 
+    def where(t: str) -> str:
+        return t if fs.is_remote(t) else os.path.abspath(t)
+
+    extra: dict[str, Any] = {}
+    if len(teachers) > 1:
+        extra[schema.META_ENSEMBLE] = ensemble.ensemble_metadata(combine, [
+            {schema.MEMBER_ID: where(t), schema.MEMBER_SHA256: h, schema.MEMBER_DEV_ACCURACY: dev_accuracy(d)}
+            for t, d, h in zip(teachers, teacher_dirs, hashes)])
     metadata = dict(input_meta)  # keeps the augmentation config and seed of the input
     metadata.update(schema.base_metadata(
         teacher_labels,
         **{
-            schema.META_TEACHER_ID: job.teacher if fs.is_remote(job.teacher) else os.path.abspath(job.teacher),
-            schema.META_TEACHER_SHA256: loading.sha256_of_files(weights),
+            schema.META_TEACHER_ID: where(teachers[main]),
+            schema.META_TEACHER_SHA256: hashes[main],
             schema.META_TOKENIZER: scoring.tokenizer_info(tokenizer),
             schema.META_HIDDEN_SPEC: scoring.hidden_spec(cfg.hidden, layers, hidden_size, num_layers),
             schema.META_MAX_LENGTH: max_length,
             schema.META_INPUT: identity,
+            **extra,
         },
     ))
-    output_schema = schema.scored_schema(len(teacher_labels), hidden_size, layers[1:], metadata)
+    output_schema = schema.scored_schema(len(teacher_labels), hidden_size, layers[1:], metadata,
+                                         members=len(teachers))
 
-    out = output(job.output, input=job.input, teacher=job.teacher, resume=job.resume, overwrite=job.overwrite)
+    out = output(job.output, input=job.input, teacher=teachers, resume=job.resume, overwrite=job.overwrite)
     out.check()  # a complete output, or files of another's: refused before anything is changed
     data_dir = out.join(schema.DATA_DIR)
     existing: list[str] = []
@@ -213,11 +248,12 @@ def plan(job: ScoreJob) -> Plan:
 
     prefix = shards.run_prefix()
     stats = {
-        "input": job.input, "teacher": job.teacher, "teacher_sha256": metadata[schema.META_TEACHER_SHA256],
+        "input": job.input, "teacher": teachers[main], "teacher_sha256": metadata[schema.META_TEACHER_SHA256],
         "input_fingerprint": identity["fingerprint"], "input_rows_in_footers": identity["rows"],
         "hidden": cfg.hidden, "layers": layers, "max_length": max_length, "resumed": job.resume,
         "existing_shards": len(existing), "shard_prefix": prefix,
+        **({"teachers": teachers, "combine": combine} if len(teachers) > 1 else {}),
     }
     return Plan(job, input_files, existing, teacher_labels, len(teacher_labels), hidden_size, layers, max_length,
                 metadata, output_schema, prefix, identity["rows"], existing_rows, stats,
-                shards.input_units(input_files, file_rows))
+                shards.input_units(input_files, file_rows), hashes if len(teachers) > 1 else [])

@@ -43,6 +43,8 @@ class Scores:
     hidden: np.ndarray  # (N, H) float32, pooled last layer
     layers: dict[int, np.ndarray] = field(default_factory=dict)  # layer index -> (N, H) float32
     num_tokens: int = 0  # real (unpadded) tokens, for throughput figures
+    # an ensemble (teacher/ensemble.py): each member's (N, C) logits, combined into `logits`; [] for one teacher
+    members: list[np.ndarray] = field(default_factory=list)
 
     @property
     def labels(self) -> np.ndarray:
