@@ -148,7 +148,7 @@ def test_a_narrow_students_embeddings_are_the_teachers_projected_on_its_principa
     # embed_init: random keeps the old random tables.
     r = setup(_cfg(model=NARROW, hidden_mse=1.0, embed_init="random"), tiny_scored_dir)
     assert not torch.allclose(r.model.bert.embeddings.word_embeddings.weight, emb.word_embeddings.weight, atol=1e-3)
-    std = float(r.model.bert.embeddings.word_embeddings.weight[1:].std())  # row 0: padding, zero
+    std = float(r.model.bert.embeddings.word_embeddings.weight[1:].detach().std())  # row 0: padding, zero
     assert std == pytest.approx(r.model.config.initializer_range, rel=0.2)
 
 
