@@ -1,6 +1,6 @@
 """int8 against float32 on ONNX Runtime, for a run's teacher and students: speed, size and accuracy.
 
-    .venv/bin/python benchmarks/int8.py runs/demo --data ../shared/data/sst2/test.tsv
+    .venv/bin/python benchmarks/int8.py runs/demo --data ../shared/data/sst2/dev.tsv
     .venv/bin/python benchmarks/int8.py runs/demo --data test.tsv --onnx-dir runs/demo/onnx --rounds 15 --out int8.json
 
 For RUN/teacher and every RUN/students/NAME: `transferset export` in float32 (ONNX_DIR/NAME) and with
