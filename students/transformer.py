@@ -390,7 +390,7 @@ def build(ctx: Context) -> Built:
         model = make_model(tconf, config, ctx.label_names)
         if config.init != "random":
             load_teacher(model, teacher_state(ctx.teacher_dir), layer_map, config.copy_classifier)
-        elif other and "hidden_size" in other and cfg.embed_init == "teacher":
+        elif "hidden_size" in other and cfg.embed_init == "teacher":
             project_embeddings(model, teacher_state(ctx.teacher_dir))
     except ValueError as exc:
         raise UserError(f"transformer student: {exc}") from exc

@@ -14,6 +14,9 @@ session's base temp folder are reused by every later module.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 from transferset import schema
@@ -78,3 +81,21 @@ def dev_rows(path: str, n: int) -> tuple[list[str], list[int]]:
             texts.append(text)
             labels.append(int(label))
     return texts, labels
+
+
+def shipped_models(tmp_path_factory, sst2_dir, dev: str, names=("bilstm", "transformer")) -> dict[str, str]:
+    """{name: trained student directory} for `names`, plus "teacher": the tiny teacher that scored their set."""
+    teacher, scored_dir = scored(tmp_path_factory, sst2_dir)
+    out = {name: str(trained(tmp_path_factory, name, scored_dir, dev)) for name in names}
+    out["teacher"] = teacher
+    return out
+
+
+def labels_without_transferset(code: str, cwd) -> list:
+    """Run `code` (which prints a list of labels last) in a fresh Python without transferset on the path;
+    fails unless neither transferset nor students was imported. → the printed labels."""
+    check = "\nimport sys\nassert not [m for m in sys.modules if m.split('.')[0] in ('transferset', 'students')]\n"
+    proc = subprocess.run([sys.executable, "-c", code + check], capture_output=True, text=True, cwd=cwd,
+                          env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1].replace("'", '"'))

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import students.export as export_module
-from shipped import dev_rows, scored, trained
-from students.export import INT8_TIE, INT8_TOLERANCE, export, refuse_int8
+from shipped import dev_rows, labels_without_transferset, scored, shipped_models
+from students.export import INT8_TOLERANCE, export, refuse_int8
 from students.student import EXPORT_KEY, ONNX_FILE, OnnxStudent, Student
 from transferset import schema
 from transferset.app.cli import main
@@ -32,10 +32,7 @@ def _max_length(name):
 
 @pytest.fixture(scope="module")
 def model_dirs(tmp_path_factory, sst2_dir, sst2_dev200):
-    teacher, scored_dir = scored(tmp_path_factory, sst2_dir)
-    out = {name: str(trained(tmp_path_factory, name, scored_dir, sst2_dev200)) for name in ("bilstm", "transformer")}
-    out["teacher"] = teacher
-    return out
+    return shipped_models(tmp_path_factory, sst2_dir, sst2_dev200)
 
 
 @pytest.fixture(scope="module")
@@ -172,11 +169,7 @@ def test_the_int8_folder_runs_with_onnxruntime_alone(name, model_dirs, int8_dirs
 
     texts = sst2_dev_texts[:20]
     code = SNIPPET.format(d=int8_dirs[name], texts=texts)
-    check = "\nimport sys\nassert not [m for m in sys.modules if m.split('.')[0] in ('transferset', 'students')]\n"
-    proc = subprocess.run([sys.executable, "-c", code + check], capture_output=True, text=True, cwd=tmp_path,
-                          env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    labels = json.loads(proc.stdout.strip().splitlines()[-1].replace("'", '"'))
+    labels = labels_without_transferset(code, tmp_path)
     assert labels == Student.from_pretrained(int8_dirs[name]).predict(texts).labels
 
 

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from shipped import dev_rows, scored, trained
+from shipped import dev_rows, shipped_models
 from students.predict import predict_files
 from students.student import Student
 from transferset import predictions, schema
@@ -22,10 +22,7 @@ N = 30  # SST-2 dev rows per file
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory, sst2_dir, sst2_dev200):
-    teacher, scored_dir = scored(tmp_path_factory, sst2_dir)
-    out = {name: str(trained(tmp_path_factory, name, scored_dir, sst2_dev200)) for name in ("bilstm", "transformer")}
-    out["teacher"] = teacher
-    return out
+    return shipped_models(tmp_path_factory, sst2_dir, sst2_dev200)
 
 
 @pytest.fixture(scope="module")
