@@ -379,6 +379,11 @@ class ValidationConfig:
 
     rows: AtLeast(1) = 2000
     seed: int = 0
+    # sentence: rows are drawn among those no other train row contains (whole sentences, when train also
+    # holds their phrases as SST-2 does) and every train row inside a validation row leaves the pools, so
+    # no part of a validation sentence reaches the teacher or the transfer set | row: any row (the pools
+    # lose exact copies only)
+    by: Literal["sentence", "row"] = "sentence"
 
 
 @with_config(_STRICT)

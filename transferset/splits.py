@@ -4,11 +4,14 @@ are held out as the validation split that every choice (early stopping, the teac
 `split_data` writes labeled.jsonl, unlabeled.jsonl and, with `validation`, validation.jsonl from one
 labeled train file. The validation rows are drawn first (seeded), so they are disjoint from both
 pools; a pool row whose text equals a validation sentence (SST-2 repeats many phrases) is left out
-too, so neither the teacher nor the transfer set sees a validation sentence.
+too, and by default (`validation.by: sentence`) the validation rows are whole sentences (rows no
+other row contains) and every pool row inside one of them is left out as well, so neither the
+teacher nor the transfer set sees a validation sentence or a part of one.
 """
 from __future__ import annotations
 
 import json
+from collections import Counter
 from typing import Optional
 
 import numpy as np
@@ -33,18 +36,63 @@ def _write_jsonl(path: str, rows) -> int:
     return n
 
 
-def carve_validation(rows: list[Example], n: int, seed: int) -> tuple[list[int], list[int], int]:
-    """(validation indices, pool indices in file order, pool rows dropped as copies of a validation text)."""
+def _padded(text: str) -> str:
+    # word-bounded containment on normalized texts: " a b " occurs in " x a b y " but not in " x ab y "
+    return f" {normalize_text(text)} "
+
+
+def _sentences(rows: list[Example], order: np.ndarray, n: int) -> list[int]:
+    """The first `n` rows of `order` whose text no other train row contains (its exact copies aside)."""
+    texts = [_padded(r.text) for r in rows]
+    copies = Counter(texts)
+    corpus = "\n".join(texts)
+    chosen: list[int] = []
+    seen: set[str] = set()
+    for i in order:
+        text = texts[int(i)]
+        if text in seen:  # a copy of a row already held out: it would be dropped from the pools anyway
+            continue
+        seen.add(text)
+        if corpus.count(text) <= copies[text]:  # found only in the rows that are this text
+            chosen.append(int(i))
+            if len(chosen) == n:
+                break
+    return chosen
+
+
+def carve_validation(rows: list[Example], n: int, seed: int,
+                     by: str = "sentence") -> tuple[list[int], list[int], dict[str, int]]:
+    """(validation indices, pool indices in file order, pool rows dropped: {"copies": ..., "phrases": ...}).
+
+    by="row": any `n` rows (seeded); pool rows whose text equals a validation text are dropped (copies).
+    by="sentence": the rows are drawn in the same seeded order among rows that no other train row
+    contains, and pool rows contained in a validation text are dropped too (phrases). SST-2's train
+    file holds phrases of its sentences as rows of their own: drawn by row, a quarter of the validation
+    rows sit inside longer train rows, so validation rewards memorising them, and validation rows
+    are phrases (9 words on average) while the test sentences are whole (19).
+    """
     if n >= len(rows):
         raise UserError(f"validation.rows = {n}, but train has only {len(rows)} accepted rows: "
                         "carve fewer rows, or give a labeled test file instead")
     rng = np.random.default_rng(seed)
-    chosen = sorted(int(i) for i in rng.choice(len(rows), size=n, replace=False))
-    held = {normalize_text(rows[i].text) for i in chosen}
+    if by == "row":
+        chosen = sorted(int(i) for i in rng.choice(len(rows), size=n, replace=False))
+    else:
+        chosen = sorted(_sentences(rows, rng.permutation(len(rows)), n))
+        if len(chosen) < n:
+            raise UserError(f"validation.rows = {n}, but train holds only {len(chosen)} rows that no other "
+                            "row contains (whole sentences): carve fewer rows, or set validation.by: row")
+    held = {_padded(rows[i].text) for i in chosen}
     taken = set(chosen)
     pool = [i for i in range(len(rows)) if i not in taken]
-    kept = [i for i in pool if normalize_text(rows[i].text) not in held]
-    return chosen, kept, len(pool) - len(kept)
+    kept = [i for i in pool if _padded(rows[i].text) not in held]
+    dropped = {"copies": len(pool) - len(kept), "phrases": 0}
+    if by == "sentence":
+        corpus = "\n".join(held)
+        inside = [i for i in kept if _padded(rows[i].text) in corpus]
+        dropped["phrases"] = len(inside)
+        kept = sorted(set(kept) - set(inside))
+    return chosen, kept, dropped
 
 
 def split_data(train: str, out_dir: str, cfg: RunConfig) -> dict[str, Optional[str]]:
@@ -59,10 +107,11 @@ def split_data(train: str, out_dir: str, cfg: RunConfig) -> dict[str, Optional[s
     rows = [r for r in read_source(SourceSpec(path=train, label_names=labels), opener=fs.open)
             if isinstance(r, Example)]
     validation_idx: list[int] = []
-    dropped_copies = 0
+    dropped = {"copies": 0, "phrases": 0}
     pool = list(range(len(rows)))
     if cfg.validation is not None:
-        validation_idx, pool, dropped_copies = carve_validation(rows, cfg.validation.rows, cfg.validation.seed)
+        validation_idx, pool, dropped = carve_validation(rows, cfg.validation.rows, cfg.validation.seed,
+                                                         cfg.validation.by)
     if cfg.lowres is not None:
         rng = np.random.default_rng(cfg.lowres.seed)
         chosen: set[int] = set()
@@ -93,6 +142,7 @@ def split_data(train: str, out_dir: str, cfg: RunConfig) -> dict[str, Optional[s
     fs.write_json(fs.join(out_dir, SPLIT_STATS_FILE),
                   {"train": train, "train_rows": len(rows), "labeled_rows": len(labeled_idx),
                    "unlabeled_rows": len(rest), "validation_rows": len(validation_idx),
-                   "pool_rows_dropped_as_validation_copies": dropped_copies, "label_names": list(labels)},
+                   "pool_rows_dropped_as_validation_copies": dropped["copies"],
+                   "pool_rows_dropped_inside_validation_rows": dropped["phrases"], "label_names": list(labels)},
                   indent=2)
     return paths

@@ -37,6 +37,7 @@ def test_validation_is_seeded_and_disjoint_from_both_pools(tmp_path, train_file)
     assert not held & {r["text"] for r in labeled + unlabeled}
     stats = json.loads((tmp_path / "a" / "split.json").read_text())
     dropped = stats["pool_rows_dropped_as_validation_copies"]
+    assert stats["pool_rows_dropped_inside_validation_rows"] == 0  # no row here holds another
     assert len(labeled) == 20 and stats["validation_rows"] == 8
     assert 8 + dropped + len(labeled) + len(unlabeled) == 60  # every train row is accounted for
     assert dropped >= 1  # some held-out texts repeat later in the file
@@ -45,6 +46,48 @@ def test_validation_is_seeded_and_disjoint_from_both_pools(tmp_path, train_file)
     assert _read(again["validation"]) == validation
     other = split_data(train_file, str(tmp_path / "c"), _config(validation={"rows": 8, "seed": 4}, labeled_limit=20))
     assert _read(other["validation"]) != validation
+
+
+@pytest.fixture
+def phrases_file(tmp_path):
+    # SST-2's shape: 20 sentences, and as rows of their own 2 phrases of each (one shared by all)
+    lines = ["sentence\tlabel"]
+    for k in range(20):
+        lines += [f"the film number {k} has good words here\t{k % 2}", f"film number {k}\t{k % 2}",
+                  f"good words here\t{k % 2}"]
+    path = tmp_path / "phrases.tsv"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return str(path)
+
+
+def _inside(text: str, other: str) -> bool:
+    return f" {text} " in f" {other} "
+
+
+def test_validation_by_sentence_holds_out_whole_sentences_and_every_phrase_of_them(tmp_path, phrases_file):
+    cfg = _config(validation={"rows": 5, "seed": 1}, labeled_limit=10, unlabeled_rows=-1)
+    paths = split_data(phrases_file, str(tmp_path / "a"), cfg)
+    validation = [r["text"] for r in _read(paths["validation"])]
+    pools = [r["text"] for r in _read(paths["labeled"]) + _read(paths["unlabeled"])]
+    assert len(validation) == 5 and all(t.startswith("the film number") for t in validation)
+    # no pool row is a validation sentence or a part of one; the other sentences' phrases stay
+    assert not [p for p in pools if any(_inside(p, v) for v in validation)]
+    assert sum(t.startswith("film number") for t in pools) == 15
+    stats = json.loads((tmp_path / "a" / "split.json").read_text())
+    # 5 own phrases + 20 copies of the shared one, every one inside a validation sentence
+    assert stats["pool_rows_dropped_inside_validation_rows"] == 5 + 20
+    assert stats["pool_rows_dropped_as_validation_copies"] == 0
+    assert 5 + 25 + len(pools) == 60  # every train row is accounted for
+
+
+def test_validation_by_row_may_hold_out_phrases_and_by_sentence_refuses_too_many(tmp_path, phrases_file):
+    by_row = split_data(phrases_file, str(tmp_path / "a"), _config(validation={"rows": 30, "by": "row"}))
+    validation = [r["text"] for r in _read(by_row["validation"])]
+    assert sum(not t.startswith("the film number") for t in validation) >= 10  # only 20 sentences exist
+    stats = json.loads((tmp_path / "a" / "split.json").read_text())
+    assert stats["pool_rows_dropped_inside_validation_rows"] == 0
+    with pytest.raises(UserError, match="only 20 rows that no other row contains.*validation.by: row"):
+        split_data(phrases_file, str(tmp_path / "b"), _config(validation={"rows": 30}))
 
 
 def test_lowres_draws_from_the_rows_left_after_validation(tmp_path, train_file):

@@ -340,7 +340,7 @@ def plan_stages(cfg: RunConfig, files: DataFiles, fn: StageFunctions = StageFunc
         "data", data_dir, {"train": fingerprint(files.train), "labeled_limit": cfg.labeled_limit,
                            "unlabeled_rows": cfg.unlabeled_rows,
                            "lowres": typed.to_dict(cfg.lowres) if cfg.lowres else None,
-                           "validation": typed.to_dict(cfg.validation) if cfg.validation else None,
+                           "validation": _validation_key(cfg.validation),
                            "unlabeled_limit": cfg.unlabeled_limit},
         run=(lambda out: split_data(files.train, out, cfg)) if split else None, done_file=SPLIT_STATS_FILE)]
     def given_teacher(name: str, path: str) -> StageDef:  # a given teacher: its weights are the key
@@ -421,6 +421,17 @@ def plan_stages(cfg: RunConfig, files: DataFiles, fn: StageFunctions = StageFunc
     if isinstance(scorer, list):  # the report shows the ensemble and each member
         paths.update(teachers=scorer, combine=cfg.score.combine, dev_scored=dev_scored)
     return RunPlan(stages, selection, test, paths)
+
+
+def _validation_key(validation) -> Optional[dict]:
+    """The carve's settings in the data stage's key; `by: row`, the carve made before `by` existed,
+    keeps the key it had then, so those run directories are reused."""
+    if validation is None:
+        return None
+    settings = typed.to_dict(validation)
+    if settings.get("by") == "row":
+        settings.pop("by")
+    return settings
 
 
 def evaluate_on_test(test: str, models: dict[str, Any], out: str, a: AugmentConfig,

@@ -196,6 +196,16 @@ def test_a_rerun_reuses_every_current_stage_and_redoes_what_changed_downstream(t
     assert keys["score"] == stage_key("score", settings, [keys["augment"], keys["teacher"]])
 
 
+def test_a_validation_carved_by_row_keeps_the_data_key_it_had_before_by_existed(tmp_path, sst2_dir):
+    def data_key(*overrides):
+        cfg = load_config("configs/demo.yaml", [f"run_dir={tmp_path / 'r'}", f"data={sst2_dir}", *overrides])
+        return {s.name: s for s in plan_stages(cfg, resolve_data(cfg.data, cfg.test)).stages}["data"].settings
+
+    by_row, by_sentence = data_key("validation.by=row"), data_key()
+    assert by_row["validation"] == {"rows": 1000, "seed": 0}  # the key's dict before `by` existed
+    assert by_sentence["validation"] == {"rows": 1000, "seed": 0, "by": "sentence"}
+
+
 @pytest.mark.integration
 def test_demo_config_runs_end_to_end_reduced(sst2_dir, tmp_path, capsys):
     run_dir = tmp_path / "demo"
