@@ -206,8 +206,20 @@ def teacher_state(teacher_dir: str) -> dict[str, torch.Tensor]:
     return load_file(path)
 
 
-def teacher_input_embeddings(teacher_dir: str) -> torch.Tensor:
-    """The teacher's WordPiece input embedding table, (V, H)."""
+# The input embedding table of each family's checkpoints, by the end of its name: BERT and its kin
+# (RoBERTa, XLM-R, DeBERTa, DistilBERT, ELECTRA, MPNet: *.embeddings.word_embeddings), ModernBERT
+# (model.embeddings.tok_embeddings), decoder-style names (embed_tokens, wte).
+INPUT_EMBEDDINGS = ("embeddings.word_embeddings.weight", "embeddings.tok_embeddings.weight", "embed_tokens.weight",
+                    "wte.weight")
+
+
+def teacher_input_embeddings(teacher_dir: str, tokens: Optional[int] = None) -> torch.Tensor:
+    """The teacher's input embedding table, (V, H); with `tokens` (the tokenizer's size), its first `tokens` rows.
+
+    Checkpoints pad the table beyond their tokenizer (DeBERTa-v3: 128,100 rows for 128,001 tokens;
+    ModernBERT-base: 50,368 for 50,280) so that its size divides well on accelerators; no token id reaches
+    those rows, and a student's table has one row per token.
+    """
     from safetensors import safe_open
 
     teacher_files.refuse_remote_code(teacher_dir)
@@ -215,10 +227,20 @@ def teacher_input_embeddings(teacher_dir: str) -> torch.Tensor:
     if not os.path.isfile(path):
         teacher_state(teacher_dir)  # raises the explanatory error
     with safe_open(path, framework="pt") as fh:
-        keys = [k for k in fh.keys() if k.endswith("word_embeddings.weight")]
+        names = list(fh.keys())
+        keys = next((sorted(k for k in names if k.endswith(end)) for end in INPUT_EMBEDDINGS
+                     if any(k.endswith(end) for k in names)), [])
         if not keys:
-            raise UserError(f"{path}: no *word_embeddings.weight tensor; set embed_init: random in --config")
-        return fh.get_tensor(keys[0]).float()
+            raise UserError(f"{path}: no input embedding table (a tensor named *{', *'.join(INPUT_EMBEDDINGS)}); "
+                            "set embed_init: random in --config")
+        table = fh.get_tensor(keys[0]).float()
+    if tokens is not None:
+        if table.shape[0] < tokens:
+            raise UserError(f"{path}: the teacher's input embeddings ({keys[0]}) have {table.shape[0]} rows and "
+                            f"the tokenizer {tokens} tokens, so they do not belong together: set `tokenizer:` in "
+                            "--config to the teacher's own tokenizer, or embed_init: random")
+        table = table[:tokens]
+    return table
 
 
 def pca_basis(table: torch.Tensor, dim: int) -> torch.Tensor:
