@@ -47,7 +47,10 @@ class WordPieceTokens:
             # its rows would dominate the student's size and every optimiser step). The rest map to [UNK].
             specials = [tokenizer.pad_token_id, tokenizer.unk_token_id, tokenizer.cls_token_id, tokenizer.sep_token_id]
             self.keep = sorted(set(self.keep) | {int(i) for i in specials if i is not None})
-            self.remap = torch.full((len(tokenizer),), self.keep.index(tokenizer.unk_token_id), dtype=torch.long)
+            # A byte-level BPE may have no unknown token (GPT-2's): unseen pieces then share the padding row,
+            # a zero vector, rather than another piece's meaning.
+            unseen = tokenizer.unk_token_id if tokenizer.unk_token_id is not None else tokenizer.pad_token_id
+            self.remap = torch.full((len(tokenizer),), self.keep.index(int(unseen or 0)), dtype=torch.long)
             self.remap[torch.tensor(self.keep)] = torch.arange(len(self.keep))
         pad = int(tokenizer.pad_token_id or 0)
         self.pad_id = pad if self.remap is None else int(self.remap[pad])
