@@ -1,6 +1,8 @@
 """The transformer student cut from a teacher of each encoder family (transferset.testing.FAMILIES): layers
 copied by the layer map whatever the family calls its layer list, parameter groups per layer, the attention
 capture of the layer losses, dropout and shape settings under each family's own config names."""
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -140,3 +142,29 @@ def test_the_teachers_embedding_rows_beyond_its_tokenizer_are_cut(family, family
     full = teacher_input_embeddings(path)
     assert full.shape[0] > tokens
     torch.testing.assert_close(teacher_input_embeddings(path, tokens), full[:tokens])
+    # Fewer rows than tokens: the tokenizer is not the teacher's, said with the remedy.
+    from transferset.errors import UserError
+
+    with pytest.raises(UserError, match=rf"have {full.shape[0]} rows and the tokenizer {full.shape[0] + 1} tokens.*"
+                                        r"set `tokenizer:`.*embed_init: random"):
+        teacher_input_embeddings(path, full.shape[0] + 1)
+
+
+def test_a_family_whose_layers_cannot_be_found_is_refused_with_what_to_do():
+    class Odd(torch.nn.Module):
+        base_model_prefix = "odd"
+
+        def __init__(self):
+            super().__init__()
+            self.odd = torch.nn.Module()
+            self.odd.blocks = torch.nn.ModuleList([torch.nn.Linear(2, 2)])
+            self.config = SimpleNamespace(num_hidden_layers=1)
+
+        @property
+        def base_model(self):
+            return self.odd
+
+    with pytest.raises(ValueError, match=r"Odd: its layers are in none of encoder.layer, transformer.layer, layers.*"
+                                         r"init: random.*pretrained"):
+        transformer.load_teacher(Odd(), {}, [1])
+    assert list(transformer.param_groups(Odd())) == ["embeddings", "encoder", "head", "classifier"]
