@@ -1,6 +1,7 @@
 """The transformer student cut from a teacher of each encoder family (transferset.testing.FAMILIES): layers
 copied by the layer map whatever the family calls its layer list, parameter groups per layer, the attention
 capture of the layer losses, dropout and shape settings under each family's own config names."""
+import functools
 from types import SimpleNamespace
 
 import pytest
@@ -14,7 +15,9 @@ FAMILIES = tuple(testing.FAMILIES)
 PAIRS = (["a gripping , beautifully acted film", "dull"], ["the story", "not bad at all , really"])
 
 
+@functools.lru_cache(maxsize=None)
 def _teacher(path):
+    """(config, model, tokenizer) of a teacher folder, loaded once: no test changes them."""
     from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
     return (AutoConfig.from_pretrained(path), AutoModelForSequenceClassification.from_pretrained(path).eval(),
