@@ -340,3 +340,20 @@ def tiny_family_classifier(directory: str, family: str, texts: Sequence[str], la
     model.save_pretrained(directory)
     tok.save_pretrained(directory)
     return directory
+
+
+def tiny_family_mlm(directory: str, family: str, texts: Sequence[str], *, hidden_size: int = 32, num_layers: int = 2,
+                    num_heads: int = 2, seed: int = 0, vocab_size: int = 600, max_length: int = 64) -> str:
+    """Write a random `family` masked LM (e.g. RoBERTa's, for the augment `mlm` op) and its trained tokenizer."""
+    import torch
+    from transformers import AutoModelForMaskedLM
+
+    os.makedirs(directory, exist_ok=True)
+    tok = train_tokenizer(family, texts, vocab_size)
+    tok.model_max_length = max_length
+    config = family_config(family, tok, hidden_size=hidden_size, num_layers=num_layers, num_heads=num_heads,
+                           max_length=max_length, initializer_range=0.5)
+    torch.manual_seed(seed)
+    AutoModelForMaskedLM.from_config(config).eval().save_pretrained(directory)
+    tok.save_pretrained(directory)
+    return directory
