@@ -30,8 +30,12 @@ TRIMMED = {f for f, kind in testing.FAMILIES.items() if kind != "wordpiece"}
 STUDENT = {"epochs": 1, "batch_size": 32, "threads": 1, "latency_examples": 1, "agreement_rows": 64,
            "max_length": MAX_LENGTH}
 BILSTM = {**STUDENT, "student": "bilstm", "model": {"embed_dim": 16, "hidden": 16, "head_dim": 16}}
-# A 2-layer student cut from the 4-layer teacher (skip: layers 2 and 4), logits MSE + CE + PKD.
-TRANSFORMER = {**STUDENT, "student": "transformer", "pkd": 1.0, "lr": 1e-3, "model": {"n_layer": 2}}
+# A 2-layer student cut from the 4-layer teacher (skip: layers 2 and 4) on every loss at once, in one phase:
+# TinyBERT's preset (embedding, hidden and attention-score MSE, KD) with MiniLM's attention and value-relation
+# KL, DistilBERT's cosine and PKD, the layer losses against the teacher run alongside.
+LOSSES = {"emb_mse", "hidden_mse", "att_mse", "att_kl", "value_kl", "cos", "kd", "pkd"}
+TRANSFORMER = {**STUDENT, "student": "transformer", "preset": "tinybert", "schedule": "joint", "att_kl": 1.0,
+               "value_kl": 1.0, "cos": 1.0, "pkd": 1.0, "lr": 1e-3, "model": {"n_layer": 2}}
 
 
 def _head(src: Path, dst: Path, n: int) -> str:
@@ -210,7 +214,8 @@ def test_transformer_student_cut_from_each_family_trains_and_predicts(family, da
 
     out = tmp_path / "transformer"
     metrics = _train(scored(family), data["dev"], out, TRANSFORMER)
-    assert np.isfinite(metrics["history"][0]["train_loss"]) and "pkd" in metrics["history"][0]["losses"]
+    assert np.isfinite(metrics["history"][0]["train_loss"]) and set(metrics["history"][0]["losses"]) == LOSSES
+    assert all(np.isfinite(v) for v in metrics["history"][0]["losses"].values())
     # A plain Hugging Face model of the teacher's family with 2 layers, and its tokenizer, beside it.
     model_dir = out / schema.STUDENT_MODEL_DIR
     model = AutoModelForSequenceClassification.from_pretrained(model_dir).eval()
