@@ -22,6 +22,9 @@ import builders as testing
 from transferset import fs, schema, transfer
 from transferset.app.cli import main
 
+# Whole pipelines (augment, score) and training: `integration`, run by `make test` and CI.
+pytestmark = pytest.mark.integration
+
 FAMILIES = tuple(testing.FAMILIES)
 TRAIN_ROWS, DEV_ROWS, MAX_LENGTH = 24, 24, 32
 LAYERS = (-1, 2)  # teacher_hidden and teacher_hidden_l2: the pkd targets of a 2-layer student of a 4-layer teacher
