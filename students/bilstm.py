@@ -186,7 +186,7 @@ def build(ctx: Context) -> Built:
     if cfg.embed_init == "teacher":
         if ctx.teacher_dir is None:
             raise no_teacher_dir(ctx.meta, "embed_init: teacher", "`embed_init: random`")
-        table = teacher_input_embeddings(ctx.teacher_dir)                  # (V_wp, H_t)
+        table = teacher_input_embeddings(ctx.teacher_dir, len(wordpiece.tokenizer))  # (V_wp, H_t)
         if isinstance(tokens, WordTokens):
             table = word_vectors_from_wordpiece(tokens.vocab, wordpiece.tokenizer, table)
         elif tokens.keep is not None:

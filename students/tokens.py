@@ -47,7 +47,10 @@ class WordPieceTokens:
             # its rows would dominate the student's size and every optimiser step). The rest map to [UNK].
             specials = [tokenizer.pad_token_id, tokenizer.unk_token_id, tokenizer.cls_token_id, tokenizer.sep_token_id]
             self.keep = sorted(set(self.keep) | {int(i) for i in specials if i is not None})
-            self.remap = torch.full((len(tokenizer),), self.keep.index(tokenizer.unk_token_id), dtype=torch.long)
+            # A byte-level BPE may have no unknown token (GPT-2's): unseen pieces then share the padding row,
+            # a zero vector, rather than another piece's meaning.
+            unseen = tokenizer.unk_token_id if tokenizer.unk_token_id is not None else tokenizer.pad_token_id
+            self.remap = torch.full((len(tokenizer),), self.keep.index(int(unseen or 0)), dtype=torch.long)
             self.remap[torch.tensor(self.keep)] = torch.arange(len(self.keep))
         pad = int(tokenizer.pad_token_id or 0)
         self.pad_id = pad if self.remap is None else int(self.remap[pad])
@@ -206,8 +209,20 @@ def teacher_state(teacher_dir: str) -> dict[str, torch.Tensor]:
     return load_file(path)
 
 
-def teacher_input_embeddings(teacher_dir: str) -> torch.Tensor:
-    """The teacher's WordPiece input embedding table, (V, H)."""
+# The input embedding table of each family's checkpoints, by the end of its name: BERT and its kin
+# (RoBERTa, XLM-R, DeBERTa, DistilBERT, ELECTRA, MPNet: *.embeddings.word_embeddings), ModernBERT
+# (model.embeddings.tok_embeddings), decoder-style names (embed_tokens, wte).
+INPUT_EMBEDDINGS = ("embeddings.word_embeddings.weight", "embeddings.tok_embeddings.weight", "embed_tokens.weight",
+                    "wte.weight")
+
+
+def teacher_input_embeddings(teacher_dir: str, tokens: Optional[int] = None) -> torch.Tensor:
+    """The teacher's input embedding table, (V, H); with `tokens` (the tokenizer's size), its first `tokens` rows.
+
+    Checkpoints pad the table beyond their tokenizer (DeBERTa-v3: 128,100 rows for 128,001 tokens;
+    ModernBERT-base: 50,368 for 50,280) so that its size divides well on accelerators; no token id reaches
+    those rows, and a student's table has one row per token.
+    """
     from safetensors import safe_open
 
     teacher_files.refuse_remote_code(teacher_dir)
@@ -215,10 +230,20 @@ def teacher_input_embeddings(teacher_dir: str) -> torch.Tensor:
     if not os.path.isfile(path):
         teacher_state(teacher_dir)  # raises the explanatory error
     with safe_open(path, framework="pt") as fh:
-        keys = [k for k in fh.keys() if k.endswith("word_embeddings.weight")]
+        names = list(fh.keys())
+        keys = next((sorted(k for k in names if k.endswith(end)) for end in INPUT_EMBEDDINGS
+                     if any(k.endswith(end) for k in names)), [])
         if not keys:
-            raise UserError(f"{path}: no *word_embeddings.weight tensor; set embed_init: random in --config")
-        return fh.get_tensor(keys[0]).float()
+            raise UserError(f"{path}: no input embedding table (a tensor named *{', *'.join(INPUT_EMBEDDINGS)}); "
+                            "set embed_init: random in --config")
+        table = fh.get_tensor(keys[0]).float()
+    if tokens is not None:
+        if table.shape[0] < tokens:
+            raise UserError(f"{path}: the teacher's input embeddings ({keys[0]}) have {table.shape[0]} rows and "
+                            f"the tokenizer {tokens} tokens, so they do not belong together: set `tokenizer:` in "
+                            "--config to the teacher's own tokenizer, or embed_init: random")
+        table = table[:tokens]
+    return table
 
 
 def pca_basis(table: torch.Tensor, dim: int) -> torch.Tensor:

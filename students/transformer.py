@@ -136,21 +136,50 @@ def _int(text: str, spec: str) -> int:
                          f"{', '.join(LAYER_MAPS)}") from None
 
 
-def make_model(teacher_config, config: TransformerConfig, label_names: Sequence[str]) -> nn.Module:
-    """A randomly initialised k-layer copy of the teacher's architecture with a head for `label_names`."""
+# Each shape setting under the names families give it: DistilBERT's feed-forward width is `hidden_dim` (its
+# config maps hidden_size and num_attention_heads itself, not intermediate_size).
+SHAPE_NAMES = {"intermediate_size": ("intermediate_size", "hidden_dim")}
+# Dropout under each family's names: BERT and its kin; DistilBERT; ModernBERT (embeddings, attention, MLP).
+DROPOUTS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "dropout", "attention_dropout",
+            "embedding_dropout", "mlp_dropout")
+
+
+def _shape_name(config, name: str) -> str:
+    return next((n for n in SHAPE_NAMES.get(name, (name,)) if hasattr(config, n)), name)
+
+
+def shape_value(config, name: str) -> int:
+    """A shape setting (SHAPE) of a Hugging Face config, under whatever name its family uses."""
+    return int(getattr(config, _shape_name(config, name)))
+
+
+def make_model(teacher_config, config: TransformerConfig, label_names: Sequence[str],
+               layers: Optional[Sequence[int]] = None) -> nn.Module:
+    """A randomly initialised k-layer copy of the teacher's architecture with a head for `label_names`.
+
+    `layers`: the teacher layer (1-based) behind each student layer (None: the skip rule). A family whose
+    layers differ by kind (ModernBERT: global attention every third layer, a sliding window on the others)
+    gives each student layer the kind of the teacher layer it copies.
+    """
     from transformers import AutoModelForSequenceClassification
 
     c = copy.deepcopy(teacher_config)  # the teacher's config stays intact
+    teacher_layers = int(c.num_hidden_layers)
     c.num_hidden_layers = config.n_layer
     c.num_labels = len(label_names)
     c.id2label = {i: str(n) for i, n in enumerate(label_names)}
     c.label2id = {str(n): i for i, n in enumerate(label_names)}
     c.architectures = None  # from_config sets the sequence-classification class on save
+    if isinstance(getattr(c, "layer_types", None), (list, tuple)) and len(c.layer_types) == teacher_layers:
+        chosen = layers or teacher_layer_map(config.n_layer, teacher_layers, "skip")
+        c.layer_types = [c.layer_types[k - 1] for k in chosen]
     if config.dropout is not None:
-        c.hidden_dropout_prob = c.attention_probs_dropout_prob = config.dropout
+        for name in DROPOUTS:
+            if hasattr(c, name):
+                setattr(c, name, config.dropout)
     for name in SHAPE:
         if getattr(config, name) is not None:
-            setattr(c, name, int(getattr(config, name)))
+            setattr(c, _shape_name(c, name), int(getattr(config, name)))
     if c.hidden_size % c.num_attention_heads:
         raise ValueError(f"hidden_size {c.hidden_size} is not a multiple of num_attention_heads "
                          f"{c.num_attention_heads}")
@@ -158,6 +187,7 @@ def make_model(teacher_config, config: TransformerConfig, label_names: Sequence[
 
 
 EMBEDDING_TABLES = ("word_embeddings", "position_embeddings", "token_type_embeddings")
+WORD_TABLES = ("word_embeddings", "tok_embeddings")
 
 
 def project_embeddings(model: nn.Module, state: Mapping[str, torch.Tensor]) -> list[str]:
@@ -171,12 +201,14 @@ def project_embeddings(model: nn.Module, state: Mapping[str, torch.Tensor]) -> l
     """
     prefix = model.base_model_prefix
     own = model.state_dict()
-    names = {t: f"{prefix}.embeddings.{t}.weight" for t in EMBEDDING_TABLES}
-    word = _teacher_key(state, prefix, "embeddings.word_embeddings.weight")
+    # ModernBERT calls its word table tok_embeddings; it has no position or token-type tables.
+    word_table = next((t for t in WORD_TABLES if f"{prefix}.embeddings.{t}.weight" in own), WORD_TABLES[0])
+    names = {t: f"{prefix}.embeddings.{t}.weight" for t in (word_table, *EMBEDDING_TABLES[1:])}
+    word = _teacher_key(state, prefix, f"embeddings.{word_table}.weight")
     if word is None:
-        raise ValueError("the teacher's weights hold no embeddings.word_embeddings.weight to project; "
+        raise ValueError(f"the teacher's weights hold no embeddings.{word_table}.weight to project; "
                          "set embed_init: random")
-    basis = pca_basis(state[word].float(), own[names["word_embeddings"]].shape[1])  # (H_t, k)
+    basis = pca_basis(state[word].float(), own[names[word_table]].shape[1])  # (H_t, k)
     done = []
     with torch.no_grad():
         for table, name in names.items():
@@ -191,8 +223,8 @@ def project_embeddings(model: nn.Module, state: Mapping[str, torch.Tensor]) -> l
 
 def reshaped(config: TransformerConfig, teacher_config) -> list[str]:
     """The shape settings in which the student differs from the teacher (it cannot start from its weights)."""
-    return [n for n in SHAPE if getattr(config, n) is not None and int(getattr(config, n)) != int(getattr(
-        teacher_config, n))]
+    return [n for n in SHAPE if getattr(config, n) is not None
+            and int(getattr(config, n)) != shape_value(teacher_config, n)]
 
 
 def _teacher_key(state: Mapping[str, torch.Tensor], prefix: str, rest: str) -> Optional[str]:
@@ -215,15 +247,18 @@ def load_teacher(model: nn.Module, state: Mapping[str, torch.Tensor], layers: Se
         raise ValueError(f"{len(layers)} teacher layers given for {model.config.num_hidden_layers} student layers")
     prefix = model.base_model_prefix
     own = model.state_dict()
+    where = layer_list(model).split(".")  # encoder.layer, transformer.layer (DistilBERT), layers (ModernBERT)
+    n = len(where)
     copied, missing = [], []
     with torch.no_grad():
         for name, param in own.items():
             if name.startswith(prefix + "."):
                 rest = name[len(prefix) + 1:]
                 parts = rest.split(".")
-                if parts[:2] == ["encoder", "layer"]:
-                    parts[2] = str(layers[int(parts[2])] - 1)   # student layer j ← teacher layer layers[j]
-                required = parts[0] in ("embeddings", "encoder")
+                in_layer = parts[:n] == where
+                if in_layer:
+                    parts[n] = str(layers[int(parts[n])] - 1)   # student layer j ← teacher layer layers[j]
+                required = in_layer or parts[0] in ("embeddings", "encoder", "transformer")
                 theirs = _teacher_key(state, prefix, ".".join(parts))
             else:  # the task head (classifier) lives outside the base model
                 required = False
@@ -242,7 +277,7 @@ def load_teacher(model: nn.Module, state: Mapping[str, torch.Tensor], layers: Se
             copied.append(name)
     if missing:
         raise ValueError(f"teacher weights lack {missing[:3]}{' ...' if len(missing) > 3 else ''}; "
-                         "is the teacher a BERT-style encoder?")
+                         f"are they the weights of a {type(model).__name__}?")
     return copied
 
 
@@ -252,54 +287,78 @@ def param_groups(model: nn.Module) -> dict[str, list[nn.Parameter]]:
     of the base model) / classifier."""
     prefix = model.base_model_prefix + "."
     try:
+        where = layer_list(model)
         layers = len(encoder_layers(model))
     except ValueError:
-        layers = 0  # another layout: one "encoder" group
+        where, layers = "", 0  # another layout: one "encoder" group
     encoder = [f"encoder.{k}" for k in range(1, layers + 1)] or ["encoder"]
     groups: dict[str, list[nn.Parameter]] = {"embeddings": [], **{g: [] for g in encoder}, "head": [],
                                              "classifier": []}
+    # What sits beside the layer list (DeBERTa's relative embeddings, MPNet's attention bias, ModernBERT's
+    # final norm) belongs to the encoder; it goes with the top layer.
+    outer = where.rsplit(".", 1)[0] + "." if "." in where else None
     for name, p in model.named_parameters():
         rest = name[len(prefix):]
         if not name.startswith(prefix):
             groups["classifier"].append(p)
-        elif rest.startswith("embeddings."):
+        elif rest.startswith("embeddings"):  # embeddings. and ELECTRA's embeddings_project.
             groups["embeddings"].append(p)
-        elif layers and rest.startswith(("encoder.layer.", "transformer.layer.")):  # transformer.: DistilBERT's
-            groups[f"encoder.{int(rest.split('.')[2]) + 1}"].append(p)
-        elif rest.startswith(("encoder.", "transformer.")):
-            groups[encoder[0] if not layers else encoder[-1]].append(p)  # encoder-wide parameters: with the top layer
+        elif layers and rest.startswith(where + "."):
+            groups[f"encoder.{int(rest[len(where) + 1:].split('.')[0]) + 1}"].append(p)
+        elif (outer and rest.startswith(outer)) or (not layers and rest.startswith(("encoder.", "transformer."))):
+            groups[encoder[-1]].append(p)
+        elif layers and outer is None and rest.startswith("final_norm."):
+            groups[encoder[-1]].append(p)
         else:
             groups["head"].append(p)
     return groups
 
 
-# The query / key / value projections of a self-attention block, by architecture (BERT and its kin; DistilBERT).
-QKV_NAMES = (("query", "key", "value"), ("q_lin", "k_lin", "v_lin"))
+# The query / key / value projections of a self-attention block, by architecture: BERT and its kin (RoBERTa,
+# XLM-R, ELECTRA), DeBERTa-v2/v3, DistilBERT, MPNet; ModernBERT's are one fused Linear (FUSED_QKV).
+QKV_NAMES = (("query", "key", "value"), ("query_proj", "key_proj", "value_proj"), ("q_lin", "k_lin", "v_lin"),
+             ("q", "k", "v"))
+FUSED_QKV = ("Wqkv",)
+# Where each family keeps its list of layers, under the base model: BERT and its kin, DeBERTa, ELECTRA,
+# MPNet: encoder.layer; DistilBERT: transformer.layer; ModernBERT: layers.
+LAYER_LISTS = ("encoder.layer", "transformer.layer", "layers")
 
 
-def encoder_layers(model: nn.Module) -> nn.ModuleList:
-    """The encoder's layer list of a Hugging Face encoder (BERT-like: encoder.layer; DistilBERT: transformer.layer)."""
+def layer_list(model: nn.Module) -> str:
+    """The path of the encoder's layer list under the base model (one of LAYER_LISTS)."""
     base = model.base_model
-    for path in ("encoder.layer", "transformer.layer"):
+    for path in LAYER_LISTS:
         obj = base
         for part in path.split("."):
             obj = getattr(obj, part, None)
         if isinstance(obj, nn.ModuleList):
-            return obj
-    raise ValueError(f"{type(model).__name__}: no encoder.layer / transformer.layer list; the layer losses take "
-                     "BERT-like encoders")
+            return path
+    raise ValueError(f"{type(model).__name__}: its layers are in none of {', '.join(LAYER_LISTS)}; a student cut "
+                     "from this teacher needs them: set init: random (its architecture only), or start from a "
+                     "pretrained checkpoint (model: {pretrained: ...})")
 
 
-def qkv_modules(layer: nn.Module) -> tuple[nn.Module, nn.Module, nn.Module]:
-    """The Linear modules that make a layer's queries, keys and values."""
+def encoder_layers(model: nn.Module) -> nn.ModuleList:
+    """The encoder's layer list of a Hugging Face encoder (LAYER_LISTS)."""
+    obj = model.base_model
+    for part in layer_list(model).split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def qkv_modules(layer: nn.Module) -> tuple[nn.Module, ...]:
+    """The Linear modules that make a layer's queries, keys and values: three, or one fused (Q | K | V)."""
     named = dict(layer.named_modules())
     for names in QKV_NAMES:
-        found = [m for n, m in named.items() if n.split(".")[-1] in names]
-        if len(found) == 3:
-            by = {n.split(".")[-1]: m for n, m in named.items() if n.split(".")[-1] in names}
+        by = {n.split(".")[-1]: m for n, m in named.items() if n.split(".")[-1] in names}
+        if len(by) == 3:
             return by[names[0]], by[names[1]], by[names[2]]
+    fused = [m for n, m in named.items() if n.split(".")[-1] in FUSED_QKV]
+    if len(fused) == 1:
+        return (fused[0],)
     raise ValueError(f"{type(layer).__name__}: no query/key/value projections found; the attention losses take "
-                     "BERT-like self-attention")
+                     f"self-attention with projections named {', '.join('/'.join(n) for n in QKV_NAMES)} or a "
+                     f"fused {'/'.join(FUSED_QKV)}")
 
 
 @contextlib.contextmanager
@@ -321,11 +380,18 @@ def capture_attention(model: nn.Module, layers: Sequence[int]):
         for k in sorted(set(layers)):
             if not 1 <= k <= len(blocks):
                 raise ValueError(f"layer {k}: the model has {len(blocks)} layers")
-            for slot, module in enumerate(qkv_modules(blocks[k - 1])):
-                def hook(_module, _inputs, output, k=k, slot=slot):
+            modules = qkv_modules(blocks[k - 1])
+            for slot, module in enumerate(modules):
+                def hook(_module, _inputs, output, k=k, slot=slot, fused=len(modules) == 1):
+                    states = found.setdefault(k, [None, None, None])
+                    if states[slot] is not None:
+                        # The first call is the tokens' projection; DeBERTa calls the same projections again on
+                        # its relative position embeddings (share_att_key), which are not the layer's Q/K/V.
+                        return
                     b, length, width = output.shape
-                    found.setdefault(k, [None, None, None])[slot] = (
-                        output.view(b, length, heads, width // heads).transpose(1, 2))
+                    parts = output.chunk(3, dim=-1) if fused else (output,)   # fused: Q | K | V along the width
+                    for i, part in enumerate(parts):
+                        states[slot + i] = part.reshape(b, length, heads, part.shape[-1] // heads).transpose(1, 2)
                 handles.append(module.register_forward_hook(hook))
         yield found
     finally:
@@ -387,7 +453,7 @@ def build(ctx: Context) -> Built:
         config.init = "random"
     try:
         layer_map = teacher_layer_map(config.n_layer, config.teacher_layers, config.init)
-        model = make_model(tconf, config, ctx.label_names)
+        model = make_model(tconf, config, ctx.label_names, layer_map)
         if config.init != "random":
             load_teacher(model, teacher_state(ctx.teacher_dir), layer_map, config.copy_classifier)
         elif "hidden_size" in other and cfg.embed_init == "teacher":

@@ -77,3 +77,24 @@ def reference(tiny_teacher):
         return out.logits[0].numpy(), [h[0].numpy() for h in out.hidden_states]  # (C,), [(T, H)] per layer
 
     return run
+
+
+@pytest.fixture(scope="session")
+def sst2_sentences(sst2_dir) -> list[str]:
+    """The first 400 SST-2 train sentences: what the tiny teachers' tokenizers are trained on."""
+    return testing.read_sentences(str(sst2_dir / "train.tsv"), 400)
+
+
+@pytest.fixture(scope="session")
+def family_teacher(tmp_path_factory, sst2_sentences):
+    """family → a tiny random sequence classifier of that family (transferset.testing.FAMILIES) with its
+    tokenizer trained on SST-2 sentences, saved as a teacher folder; each built once per session."""
+    built: dict[str, str] = {}
+
+    def get(family: str) -> str:
+        if family not in built:
+            built[family] = testing.tiny_family_classifier(
+                str(tmp_path_factory.mktemp(f"teacher_{family}")), family, sst2_sentences)
+        return built[family]
+
+    return get

@@ -153,3 +153,207 @@ def write_scored_set(directory: str, texts: Sequence[str], logits: Any, hidden: 
     if complete:
         open(os.path.join(directory, schema.COMPLETE_MARKER), "w").close()
     return directory
+
+
+# --------------------------------------------------------------------------- tiny teachers of every family
+#
+# The encoders users bring, each as a folder a user would give transferset: a random sequence classifier
+# built from its family's config, with a tokenizer of its family's kind trained on the fly on a few hundred
+# sentences (the `tokenizers` library, no download) and wrapped in the transformers class that family's
+# checkpoints use, so AutoTokenizer / AutoModelForSequenceClassification.from_pretrained(folder) load it.
+
+# family → tokenizer kind: WordPiece (## pieces, [UNK]), byte-level BPE (Ġ pieces, no unknown piece) or a
+# SentencePiece-like Unigram (▁ pieces).
+FAMILIES = {
+    "bert": "wordpiece",
+    "roberta": "bpe",
+    "xlm-roberta": "unigram",
+    "deberta-v2": "unigram",     # DeBERTa-v3's tokenizer and architecture
+    "distilbert": "wordpiece",
+    "electra": "wordpiece",
+    "mpnet": "wordpiece",
+    "modernbert": "bpe",
+}
+
+# Special tokens in vocabulary order, as each family's checkpoints have them; `None` marks where the trained
+# pieces go (ModernBERT's specials come after its BPE vocabulary, the mask after XLM-R's and DeBERTa's).
+_SPECIALS = {
+    "bert": ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", None],
+    "distilbert": ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", None],
+    "electra": ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", None],
+    "mpnet": ["<s>", "<pad>", "</s>", "[UNK]", None, "<mask>"],
+    "roberta": ["<s>", "<pad>", "</s>", "<unk>", "<mask>", None],
+    "xlm-roberta": ["<s>", "<pad>", "</s>", "<unk>", None, "<mask>"],
+    "deberta-v2": ["[PAD]", "[CLS]", "[SEP]", "[UNK]", None, "[MASK]"],
+    "modernbert": [None, "[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"],
+}
+
+
+def read_sentences(path: str, n: int = 400) -> list[str]:
+    """The first `n` texts of a TSV with a `sentence` column (SST-2's train.tsv), to train tokenizers on."""
+    import csv
+
+    with open(path, encoding="utf-8", newline="") as fh:
+        rows = csv.DictReader(fh, delimiter="\t", quoting=csv.QUOTE_NONE)
+        return [row["sentence"] for _, row in zip(range(n), rows)]
+
+
+def train_tokenizer(family: str, texts: Sequence[str], vocab_size: int = 600):
+    """A transformers fast tokenizer of `family`'s kind and special tokens, trained on `texts` (a second).
+
+    The trained pieces are handed to the family's own tokenizer class, which builds its normaliser,
+    pre-tokenizer and post-processor as for a real checkpoint (byte-level BPE: Ġ pieces; Unigram: ▁ pieces).
+    """
+    import json
+
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+
+    if family not in FAMILIES:
+        raise ValueError(f"unknown family {family!r}; known: {', '.join(FAMILIES)}")
+    kind, layout = FAMILIES[family], _SPECIALS[family]
+    specials = [t for t in layout if t is not None]
+    lead = layout[:layout.index(None)]   # the specials before the trained pieces get the first ids
+    tail = layout[layout.index(None) + 1:]
+    if kind == "wordpiece":
+        tok = Tokenizer(models.WordPiece(unk_token=next(t for t in specials if "UNK" in t)))
+        tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tok.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=lead,
+                                                                 show_progress=False))
+        vocab = tok.get_vocab()
+        for t in tail:
+            vocab.setdefault(t, len(vocab))
+    elif kind == "bpe":
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=lead,
+                                                           initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                                           show_progress=False))
+        model = json.loads(tok.to_str())["model"]
+        vocab = dict(model["vocab"])
+        merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]]
+        for t in tail:
+            vocab.setdefault(t, len(vocab))
+    else:
+        unk = next(t for t in specials if "unk" in t.lower())
+        tok = Tokenizer(models.Unigram())
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+        tok.train_from_iterator(texts, trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=lead,
+                                                               unk_token=unk, show_progress=False))
+        pieces = [(p, float(s)) for p, s in json.loads(tok.to_str())["model"]["vocab"]]
+        pieces += [(t, 0.0) for t in tail]
+    if family in ("bert", "distilbert", "electra"):
+        from transformers import BertTokenizer, DistilBertTokenizer, ElectraTokenizer
+
+        cls = {"bert": BertTokenizer, "distilbert": DistilBertTokenizer, "electra": ElectraTokenizer}[family]
+        return cls(vocab=vocab, do_lower_case=True)
+    if family == "mpnet":
+        from transformers import MPNetTokenizer
+
+        return MPNetTokenizer(vocab=vocab, do_lower_case=True)
+    if family == "roberta":
+        from transformers import RobertaTokenizer
+
+        return RobertaTokenizer(vocab=vocab, merges=merges)
+    if family == "xlm-roberta":
+        from transformers import XLMRobertaTokenizer
+
+        return XLMRobertaTokenizer(vocab=pieces)
+    if family == "deberta-v2":
+        from transformers import DebertaV2Tokenizer
+
+        return DebertaV2Tokenizer(vocab=pieces)
+    # ModernBERT's checkpoints ship a plain fast tokenizer: byte-level BPE, [CLS] A [SEP] (B [SEP]).
+    from tokenizers import decoders, processors
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = Tokenizer(models.BPE(vocab=vocab, merges=merges))
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    bpe.add_special_tokens(specials)
+    bpe.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])])
+    return PreTrainedTokenizerFast(tokenizer_object=bpe, unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]",
+                                   pad_token="[PAD]", mask_token="[MASK]",
+                                   model_input_names=["input_ids", "attention_mask"])
+
+
+def family_config(family: str, tokenizer, label_names: Sequence[str] = ("0", "1"), *, hidden_size: int = 32,
+                  num_layers: int = 4, num_heads: int = 2, max_length: int = 64, initializer_range: float = 0.5):
+    """A tiny config of `family` whose special-token ids and vocabulary fit `tokenizer`."""
+    from transformers import AutoConfig
+
+    labels = {"num_labels": len(label_names), "id2label": {i: str(n) for i, n in enumerate(label_names)},
+              "label2id": {str(n): i for i, n in enumerate(label_names)}}
+    vocab = len(tokenizer)
+    common = dict(vocab_size=vocab, hidden_size=hidden_size, num_hidden_layers=num_layers,
+                  num_attention_heads=num_heads, intermediate_size=2 * hidden_size,
+                  max_position_embeddings=max_length, initializer_range=initializer_range,
+                  pad_token_id=tokenizer.pad_token_id, **labels)
+    if family in ("roberta", "xlm-roberta", "mpnet"):
+        # Positions count from pad_token_id + 1, as in their checkpoints (514 = 512 + 2).
+        common["max_position_embeddings"] = max_length + tokenizer.pad_token_id + 1
+    if family in ("roberta", "xlm-roberta"):
+        common.update(type_vocab_size=1, bos_token_id=tokenizer.cls_token_id, eos_token_id=tokenizer.sep_token_id)
+    if family == "deberta-v2":
+        # DeBERTa-v3: relative attention, no token types, and more embedding rows than tokens (128,100 for
+        # 128,001 tokens), which a student reading the teacher's table must cut to the tokenizer.
+        common.update(vocab_size=vocab + 7, type_vocab_size=0, relative_attention=True, position_buckets=16,
+                      max_relative_positions=-1, norm_rel_ebd="layer_norm", pos_att_type=["p2c", "c2p"],
+                      position_biased_input=False, share_att_key=True)
+    if family == "distilbert":
+        common = dict(vocab_size=vocab, dim=hidden_size, n_layers=num_layers, n_heads=num_heads,
+                      hidden_dim=2 * hidden_size, max_position_embeddings=max_length,
+                      initializer_range=initializer_range, pad_token_id=tokenizer.pad_token_id, **labels)
+    if family == "electra":
+        common["embedding_size"] = hidden_size // 2  # ELECTRA-small's embeddings are narrower than its layers
+    if family == "modernbert":
+        # Global attention every third layer, a sliding window on the others (one shorter than the rows, so
+        # it matters); more embedding rows than tokens (50,368 for 50,280), as ModernBERT-base has.
+        common.update(vocab_size=vocab + 5, global_attn_every_n_layers=3, local_attention=8,
+                      cls_token_id=tokenizer.cls_token_id, sep_token_id=tokenizer.sep_token_id,
+                      bos_token_id=tokenizer.cls_token_id, eos_token_id=tokenizer.sep_token_id,
+                      initializer_cutoff_factor=2.0, attn_implementation="sdpa")
+    return AutoConfig.for_model(family, **common)
+
+
+def tiny_family_classifier(directory: str, family: str, texts: Sequence[str], label_names: Sequence[str] = ("0", "1"),
+                           *, hidden_size: int = 32, num_layers: int = 4, num_heads: int = 2, seed: int = 0,
+                           vocab_size: int = 600, max_length: int = 64, initializer_range: float = 0.5,
+                           tokenizer=None) -> str:
+    """Write a random `family` sequence classifier and its trained tokenizer to `directory`; returns it.
+
+    `texts`: what the tokenizer is trained on (a few hundred sentences of the task: read_sentences);
+    `tokenizer`: one already trained (train_tokenizer), to share between teachers of a family.
+    """
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    os.makedirs(directory, exist_ok=True)
+    tok = tokenizer if tokenizer is not None else train_tokenizer(family, texts, vocab_size)
+    tok.model_max_length = max_length
+    config = family_config(family, tok, label_names, hidden_size=hidden_size, num_layers=num_layers,
+                           num_heads=num_heads, max_length=max_length, initializer_range=initializer_range)
+    torch.manual_seed(seed)
+    model = AutoModelForSequenceClassification.from_config(config).eval()
+    model.save_pretrained(directory)
+    tok.save_pretrained(directory)
+    return directory
+
+
+def tiny_family_mlm(directory: str, family: str, texts: Sequence[str], *, hidden_size: int = 32, num_layers: int = 2,
+                    num_heads: int = 2, seed: int = 0, vocab_size: int = 600, max_length: int = 64) -> str:
+    """Write a random `family` masked LM (e.g. RoBERTa's, for the augment `mlm` op) and its trained tokenizer."""
+    import torch
+    from transformers import AutoModelForMaskedLM
+
+    os.makedirs(directory, exist_ok=True)
+    tok = train_tokenizer(family, texts, vocab_size)
+    tok.model_max_length = max_length
+    config = family_config(family, tok, hidden_size=hidden_size, num_layers=num_layers, num_heads=num_heads,
+                           max_length=max_length, initializer_range=0.5)
+    torch.manual_seed(seed)
+    AutoModelForMaskedLM.from_config(config).eval().save_pretrained(directory)
+    tok.save_pretrained(directory)
+    return directory

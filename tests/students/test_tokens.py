@@ -46,3 +46,21 @@ def test_word_tokens_vocabulary_is_counted_and_deterministic():
 def test_teacher_input_embeddings_read_from_safetensors_without_running_the_teacher(minilm):
     table = teacher_input_embeddings(minilm)
     assert tuple(table.shape) == (30522, 384) and table.dtype == torch.float32
+
+
+def test_trimmed_byte_level_bpe_without_an_unknown_token_maps_unseen_pieces_to_padding(sst2_sentences):
+    """GPT-2-style byte-level BPE has no unknown token: trimming must still work (unseen pieces → the zero row)."""
+    import builders as testing
+
+    tok = testing.train_tokenizer("roberta", sst2_sentences)
+    tok.unk_token = None
+    assert tok.unk_token_id is None
+    full = WordPieceTokens(tok, 16)
+    seen = full.seen_ids([["a good film"]])
+    trimmed = WordPieceTokens(tok, 16, keep=seen)
+    assert trimmed.vocab_size == len(set(seen) | {tok.pad_token_id})
+    ids, mask, _ = trimmed.encode(["a good film", "a terrible film"])
+    whole, _, _ = full.encode(["a good film", "a terrible film"])
+    assert [trimmed.keep[i] for i in ids[0][mask[0]].tolist()] == whole[0][mask[0]].tolist()
+    unseen = [i for i, t in zip(ids[1][mask[1]].tolist(), whole[1][mask[1]].tolist()) if t not in seen]
+    assert unseen and set(unseen) == {trimmed.pad_id}

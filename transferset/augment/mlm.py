@@ -1,6 +1,7 @@
-"""BERT-MLM word replacement (TinyBERT, Jiao et al. 2020).
+"""BERT-MLM word replacement (TinyBERT, Jiao et al. 2020); any masked LM (RoBERTa's byte-level BPE and
+XLM-R's SentencePiece too: a candidate is a word's first piece without its Ġ / ▁ mark).
 
-Alphabetic non-stopword words that are a single wordpiece get the model's top-M
+Alphabetic non-stopword words that are a single piece get the model's top-M
 predictions for their masked position, with the input `[CLS] masked [SEP] original [SEP]`.
 A chosen eligible word is replaced by a candidate drawn uniformly from its top M.
 
@@ -82,10 +83,13 @@ class MlmCandidates:
         self.model.to(self.device)
         self.top_k, self.batch_size, self.max_length = top_k, batch_size, max_length
         self.stop_words = _stop_words()
-        # Ids a candidate must never be: special tokens and word continuations ("##ing").
+        # Ids a candidate must never be: special tokens and pieces that do not start a word. WordPiece marks
+        # continuations ("##ing"); byte-level BPE (RoBERTa: "Ġfilm") and SentencePiece (XLM-R, DeBERTa-v3:
+        # "▁film") mark a word's first piece instead, and a candidate is that piece without its mark.
         vocab = self.tokenizer.get_vocab()
+        self.word_mark = word_start_mark(vocab)
         banned = set(self.tokenizer.all_special_ids)
-        banned.update(i for tok, i in vocab.items() if tok.startswith("##") or not tok.isalpha())
+        banned.update(i for tok, i in vocab.items() if self._word_of(tok) is None)
         self.banned = torch.tensor(sorted(banned), dtype=torch.long)
         self._head = self._find_head()
         # BERT on a CPU: padding-free (transferset.packed), every matmul on real tokens only;
@@ -101,6 +105,12 @@ class MlmCandidates:
         logging.getLogger("transferset").info("MLM forward pass: %s", self.forward_path if self.packed is not None
                                               else f"padded ({self.packed_reason})")
 
+    def _word_of(self, token: str) -> Optional[str]:
+        """The word a vocabulary piece writes when it is a whole word's first piece, else None."""
+        if self.word_mark:
+            return token[len(self.word_mark):] if token.startswith(self.word_mark) and token[1:].isalpha() else None
+        return token if token.isalpha() and not token.startswith("##") else None
+
     def _find_head(self):
         """The vocabulary head, so it can run on masked positions only; None: use the full model."""
         for name in ("cls", "lm_head", "predictions"):
@@ -112,7 +122,11 @@ class MlmCandidates:
     def eligible(self, words: Sequence[str]) -> list[int]:
         out = []
         for i, w in enumerate(words):
-            if w.isalpha() and w.lower() not in self.stop_words and len(self.tokenizer.tokenize(w)) == 1:
+            if not w.isalpha() or w.lower() in self.stop_words:
+                continue
+            # As inside a sentence, after a space: byte-level BPE pieces differ there ("Ġfilm", not "film").
+            pieces = self.tokenizer.tokenize(" " + w)
+            if len(pieces) == 1 and self._word_of(pieces[0]) is not None:
                 out.append(i)
         return out
 
@@ -179,8 +193,8 @@ class MlmCandidates:
         # One extra so the original word can be left out and M still remain.
         top = torch.topk(logits, self.top_k + 1, dim=1).indices.cpu().tolist()
         for (s, i, _, _, word), ids in zip(chunk, top):
-            toks = [t for t in self.tokenizer.convert_ids_to_tokens(ids) if t != word.lower() and t != word]
-            out[s][i] = toks[: self.top_k]
+            words = [self._word_of(t) for t in self.tokenizer.convert_ids_to_tokens(ids)]
+            out[s][i] = [w for w in words if w is not None and w != word.lower() and w != word][: self.top_k]
 
     def candidates_one_at_a_time(self, sentences: Sequence[Sequence[str]]) -> list[dict[int, list[str]]]:
         """Baseline of public tools: one masked position per forward pass, full-vocabulary logits
@@ -195,6 +209,14 @@ class MlmCandidates:
                 pos = int((enc["input_ids"][0] == self.tokenizer.mask_token_id).nonzero()[0, 0])
                 self._collect([q], logits[pos:pos + 1].float().clone(), out)
         return out
+
+
+def word_start_mark(vocab: Mapping[str, int]) -> str:
+    """"Ġ" (byte-level BPE) or "▁" (SentencePiece) when the vocabulary marks the first piece of a word
+    after a space, as most of its pieces do; "" for WordPiece, which marks continuations ("##") instead."""
+    counts = {mark: sum(tok.startswith(mark) for tok in vocab) for mark in ("Ġ", "▁")}
+    mark = max(counts, key=counts.get)
+    return mark if counts[mark] >= 0.05 * max(1, len(vocab)) else ""
 
 
 def _load_candidates(s: MlmSettings) -> MlmCandidates:

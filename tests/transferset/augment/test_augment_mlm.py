@@ -152,3 +152,29 @@ def test_mlm_with_auto_map_refused_in_one_line(tiny_mlm_dir, tmp_path, capsys):
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1 and not out.exists()
     with pytest.raises(UserError, match="auto_map"):
         MlmCandidates(str(d), top_k=5, batch_size=4, max_length=64)
+
+
+@pytest.mark.parametrize("family", ["roberta", "xlm-roberta"])
+def test_a_byte_level_bpe_or_sentencepiece_mlm_gives_whole_words(family, tmp_path_factory, sst2_sentences):
+    """RoBERTa's candidates are "Ġfilm"-style pieces, XLM-R's "▁film": a candidate is the word they start, never a
+    marked piece, a continuation or the original; eligible words are one such piece after a space."""
+    import builders as testing
+
+    path = testing.tiny_family_mlm(str(tmp_path_factory.mktemp(f"mlm_{family}")), family, sst2_sentences)
+    c = MlmCandidates(path, top_k=5, batch_size=4, max_length=64)
+    assert c.word_mark == {"roberta": "Ġ", "xlm-roberta": "▁"}[family]
+    batched = c.candidates(SENTENCES)
+    assert batched == c.candidates_one_at_a_time(SENTENCES)
+    pieces = c.tokenizer.get_vocab()
+    assert any(batched)
+    for words, found in zip(SENTENCES, batched):
+        assert sorted(found) == c.eligible(words)
+        for i in found:
+            assert c.tokenizer.tokenize(" " + words[i]) == [c.word_mark + words[i]]
+        for i, toks in found.items():
+            assert len(toks) == 5 and words[i] not in toks
+            assert all(t.isalpha() and c.word_mark + t in pieces for t in toks), toks
+    # The op writes those words into the text.
+    out = mlm(words=SENTENCES[0], positions=np.array(sorted(batched[0])), rng=np.random.default_rng(0),
+              candidates=batched[0])
+    assert all(w in SENTENCES[0] or w in batched[0][i] for i, w in enumerate(out)) and "Ġ" not in " ".join(out)
