@@ -29,12 +29,13 @@ PAD = 1  # RoBERTa-style pad id (position ids count from PAD + 1); BERT-style fa
 
 
 def config(family: str, *, layers: int = 2, hidden: int = 32, heads: Optional[int] = None, vocab: int = 120,
-           labels: int = 2, seed_max_positions: int = 130):
+           labels: int = 2, seed_max_positions: int = 130, initializer_range: float = 0.2):
     import transformers
 
     heads = heads or (max(1, hidden // 64) if hidden >= 128 else 4)
     cls = getattr(transformers, FAMILIES[family][0])
-    common = dict(vocab_size=vocab, num_labels=labels)
+    # Weights ten times their init scale: logits of order 1, as a trained model's, so a 1e-4 check has teeth.
+    common = dict(vocab_size=vocab, num_labels=labels, initializer_range=initializer_range)
     if family == "distilbert":
         return cls(n_layers=layers, dim=hidden, n_heads=heads, hidden_dim=4 * hidden, pad_token_id=0,
                    max_position_embeddings=seed_max_positions, **common)
@@ -69,7 +70,13 @@ def build(family: str, kind: str = "classifier", seed: int = 0, **kwargs):
 
     torch.manual_seed(seed)
     cls = getattr(transformers, FAMILIES[family][1 if kind == "classifier" else 2])
-    return cls(config(family, **kwargs)).eval()
+    model = cls(config(family, **kwargs)).eval()
+    if family == "mpnet":
+        # A trained MPNet's relative position bias is of order 1; at its init scale (0.02) a path that
+        # left it out would still pass a 1e-4 check.
+        with torch.no_grad():
+            model.mpnet.encoder.relative_attention_bias.weight.normal_(0.0, 1.0)
+    return model
 
 
 def ids_rows(model, lengths, seed: int = 0, token_types: bool = False) -> list[dict]:
