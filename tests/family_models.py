@@ -95,3 +95,18 @@ def ids_rows(model, lengths, seed: int = 0, token_types: bool = False) -> list[d
             row["token_type_ids"] = [0] * (n // 2) + [1] * (n - n // 2)
         rows.append(row)
     return rows
+
+
+def build_for_tokenizer(family: str, tokenizer, kind: str = "classifier", seed: int = 0, **kwargs):
+    """A random model of `family` that takes this tokenizer's ids: its vocabulary size and pad id. A
+    WordPiece tokenizer marks the second segment of a pair with token type 1, so RoBERTa-style
+    configs get two token types here (a RoBERTa tokenizer gives none)."""
+    import torch
+    import transformers
+
+    cfg = config(family, vocab=len(tokenizer), **kwargs)
+    cfg.pad_token_id = tokenizer.pad_token_id
+    if family in ("roberta", "xlm-roberta", "camembert"):
+        cfg.type_vocab_size = 2
+    torch.manual_seed(seed)
+    return getattr(transformers, FAMILIES[family][1 if kind == "classifier" else 2])(cfg).eval()

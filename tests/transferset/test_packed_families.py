@@ -120,12 +120,7 @@ def test_the_scorer_takes_the_packed_path_for_other_families(tiny_teacher, famil
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tiny_teacher)
-    torch.manual_seed(0)
-    cfg = fm.config(family, vocab=tok.vocab_size)
-    cfg.pad_token_id = tok.pad_token_id
-    if family == "roberta":
-        cfg.type_vocab_size = 2  # WordPiece pairs carry token type 1 (a RoBERTa tokenizer gives none)
-    model = fm.build(family).__class__(cfg).eval()
+    model = fm.build_for_tokenizer(family, tok)
     texts = ["the movie was great", "bad", "not good , not bad , just fine", "i love it !", "one",
              "a very long boring film that never ends and is so dull , the plot is awful"]
     with caplog.at_level(logging.INFO, logger="transferset.teacher"):
