@@ -1,4 +1,4 @@
-"""Padding-free forward pass for BERT classifiers: every matmul runs on real tokens only.
+"""Padding-free forward pass for encoder classifiers: every matmul runs on real tokens only.
 
 A padded batch spends FLOPs on pad tokens. Sorting rows by length (scoring.Teacher) cuts that
 waste but still leaves ~15 % on SST-2 and keeps forward batches small. Here the rows of a forward
@@ -6,13 +6,22 @@ batch are packed into one (tokens, hidden) matrix: the linear layers, nearly all
 once over the packed tokens (query, key and value as one matmul), and attention runs per group of
 rows of equal length, so there is no padding and no attention mask anywhere.
 
-Only `BertForSequenceClassification` (the default MiniLM teacher and every BERT fine-tune) has
-this path, and `BertForMaskedLM` for the tinybert recipe's MLM candidates (PackedMaskedLM: the
-vocabulary head on the masked tokens only); other architectures use the model's own forward on
-padded batches. The embeddings, LayerNorms, activations, pooler, classifier and MLM head are the
-model's own modules; only the batching and the attention arithmetic are re-written. `build` checks
-the result against the model's own forward on probe rows and returns None, with the reason, when
-they differ.
+One generic path serves the encoder families people fine-tune, which share the post-norm layer
+(attention, add & norm, feed-forward, add & norm) and differ in names and in four places:
+- BERT: word + token type + absolute position embeddings; pooler then classifier.
+- RoBERTa / XLM-R / CamemBERT: BERT's layers; position ids start at padding_idx + 1; the head takes <s>.
+- ELECTRA: BERT's layers; embeddings_project when embedding_size differs from hidden_size.
+- DistilBERT: other module names, no token types; pre_classifier + ReLU + classifier.
+- MPNet: relative position bias (the same per length for all layers) added to the scores.
+- DeBERTa-v2/v3: disentangled attention (content-to-position and position-to-content scores, per
+  layer, from q and k), computed per group of equal length with the position projections done once.
+The classes served are CLASSIFIERS and MASKED_LMS (the tinybert recipe's MLM candidates:
+PackedMaskedLM, the vocabulary head on the masked tokens only); anything else (ModernBERT, DeBERTa's
+MLM, a subclass, remote code, quantized linears) uses the model's own forward on padded batches,
+with the reason (NOT_SERVED, `unsupported`). The embeddings, LayerNorms, activations, pooler,
+classifier and MLM head are the model's own modules; only the batching and the attention arithmetic
+are re-written. `build` checks the result against the model's own forward on probe rows and returns
+None, with the reason, when they differ.
 """
 from __future__ import annotations
 

@@ -6,7 +6,8 @@ A chosen eligible word is replaced by a candidate drawn uniformly from its top M
 
 Public tools run one masked position per forward pass. Here the masked copies of many
 examples share each forward pass, and the vocabulary head runs only at the masked
-positions, not at every token. A BERT MLM on a CPU runs padding-free (transferset.packed:
+positions, not at every token. A BERT, RoBERTa-style, ELECTRA, DistilBERT or MPNet MLM on a CPU runs
+padding-free (transferset.packed:
 the pairs laid end to end, no padding token anywhere); other models on padded, length-sorted batches.
 """
 from __future__ import annotations
@@ -88,7 +89,7 @@ class MlmCandidates:
         banned.update(i for tok, i in vocab.items() if tok.startswith("##") or not tok.isalpha())
         self.banned = torch.tensor(sorted(banned), dtype=torch.long)
         self._head = self._find_head()
-        # BERT on a CPU: padding-free (transferset.packed), every matmul on real tokens only;
+        # On a CPU, the MLMs packed.py serves run padding-free, every matmul on real tokens only;
         # the padded forward of a length-sorted batch still spends about half its tokens on padding
         # (the pairs are [CLS] masked [SEP] original [SEP]).
         self.packed, self.packed_reason = None, f"device {self.device}"
@@ -126,7 +127,7 @@ class MlmCandidates:
 
     @property
     def forward_path(self) -> str:
-        """'packed' (padding-free BERT path) or 'padded' (the model's own forward)."""
+        """'packed' (padding-free path, packed.py) or 'padded' (the model's own forward)."""
         return "packed" if self.packed is not None else "padded"
 
     def _forward(self, masked: list[str], original: list[str]):
