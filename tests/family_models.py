@@ -20,11 +20,12 @@ FAMILIES = {
     "mpnet": ("MPNetConfig", "MPNetForSequenceClassification", "MPNetForMaskedLM"),
     "deberta-v2": ("DebertaV2Config", "DebertaV2ForSequenceClassification", "DebertaV2ForMaskedLM"),
     "modernbert": ("ModernBertConfig", "ModernBertForSequenceClassification", "ModernBertForMaskedLM"),
+    "deberta": ("DebertaConfig", "DebertaForSequenceClassification", "DebertaForMaskedLM"),  # v1: not served
 }
 # The width each family is usually fine-tuned at, for a 6-layer model of it (MiniLM, distilroberta,
 # ELECTRA-small, DistilBERT, MPNet-base, DeBERTa-v3-xsmall, ModernBERT-base).
 USUAL_WIDTH = {"bert": 384, "roberta": 768, "xlm-roberta": 768, "camembert": 768, "electra": 256,
-               "distilbert": 768, "mpnet": 768, "deberta-v2": 384, "modernbert": 768}
+               "distilbert": 768, "mpnet": 768, "deberta-v2": 384, "modernbert": 768, "deberta": 768}
 PAD = 1  # RoBERTa-style pad id (position ids count from PAD + 1); BERT-style families use 0
 
 
@@ -53,6 +54,9 @@ def config(family: str, *, layers: int = 2, hidden: int = 32, heads: Optional[in
     if family == "electra":
         # embedding_size below hidden_size: the embeddings_project path of ELECTRA-small's discriminator
         return cls(embedding_size=max(16, hidden // 2), max_position_embeddings=seed_max_positions, **kw)
+    if family == "deberta":
+        return cls(relative_attention=True, pos_att_type=["p2c", "c2p"], max_position_embeddings=seed_max_positions,
+                   pad_token_id=0, **kw)
     if family == "deberta-v2":
         # DeBERTa-v3's settings: relative attention with log buckets, c2p and p2c, shared keys, no
         # absolute positions, no token types

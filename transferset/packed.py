@@ -7,7 +7,7 @@ once over the packed tokens (query, key and value as one matmul), and attention 
 rows of equal length, so there is no padding and no attention mask anywhere.
 
 One generic path serves the encoder families people fine-tune, which share the post-norm layer
-(attention, add & norm, feed-forward, add & norm) and differ in names and in four places:
+(attention, add & norm, feed-forward, add & norm) and differ in names and in a few places:
 - BERT: word + token type + absolute position embeddings; pooler then classifier.
 - RoBERTa / XLM-R / CamemBERT: BERT's layers; position ids start at padding_idx + 1; the head takes <s>.
 - ELECTRA: BERT's layers; embeddings_project when embedding_size differs from hidden_size.
@@ -15,9 +15,12 @@ One generic path serves the encoder families people fine-tune, which share the p
 - MPNet: relative position bias (the same per length for all layers) added to the scores.
 - DeBERTa-v2/v3: disentangled attention (content-to-position and position-to-content scores, per
   layer, from q and k), computed per group of equal length with the position projections done once.
+- ModernBERT (a pre-norm layer of its own, `prenorm_layer`): rotary positions per row, gated GELU,
+  a band mask on its local-attention layers for rows longer than the window, the final norm; cls or
+  mean pooling before its head.
 The classes served are CLASSIFIERS and MASKED_LMS (the tinybert recipe's MLM candidates:
-PackedMaskedLM, the vocabulary head on the masked tokens only); anything else (ModernBERT, DeBERTa's
-MLM, a subclass, remote code, quantized linears) uses the model's own forward on padded batches,
+PackedMaskedLM, the vocabulary head on the masked tokens only); anything else (DeBERTa v1, the MLMs
+of DeBERTa-v2 and ModernBERT, a subclass, remote code, quantized linears) uses the model's own forward on padded batches,
 with the reason (NOT_SERVED, `unsupported`). The embeddings, LayerNorms, activations, pooler,
 classifier and MLM head are the model's own modules; only the batching and the attention arithmetic
 are re-written. `build` checks the result against the model's own forward on probe rows and returns
@@ -39,7 +42,7 @@ PROBE_ATOL = 1e-4
 # the classifier and MLM heads are the model's own modules. Encoder module names differ per family
 # (bert, roberta, ...), hence the attribute of the base model alongside.
 FAMILY_BASE = {"bert": "bert", "roberta": "roberta", "electra": "electra", "distilbert": "distilbert",
-               "mpnet": "mpnet", "deberta-v2": "deberta"}
+               "mpnet": "mpnet", "deberta-v2": "deberta", "modernbert": "model"}
 CLASSIFIERS = {
     "BertForSequenceClassification": "bert",
     "RobertaForSequenceClassification": "roberta",
@@ -49,6 +52,7 @@ CLASSIFIERS = {
     "DistilBertForSequenceClassification": "distilbert",
     "MPNetForSequenceClassification": "mpnet",
     "DebertaV2ForSequenceClassification": "deberta-v2",
+    "ModernBertForSequenceClassification": "modernbert",
 }
 MASKED_LMS = {
     "BertForMaskedLM": "bert",
@@ -61,8 +65,7 @@ MASKED_LMS = {
 }
 # Families people fine-tune that take the padded path, and why (the log says it).
 NOT_SERVED = {
-    "ModernBert": "ModernBERT (rotary positions, gated GELU, alternating local attention windows) has no "
-                  "packed path yet",
+    "ModernBertForMaskedLM": "ModernBERT's MLM (its head and sparse prediction) has no packed path yet",
     "DebertaV2ForMaskedLM": "DeBERTa-v2's MLM head (tied to the embeddings, two head layouts) has no packed path yet",
     "DebertaFor": "DeBERTa v1 (a different disentangled attention) has no packed path",
 }
@@ -103,6 +106,8 @@ def unsupported(model, kind=None, needs_pooler: bool = True) -> Optional[str]:
         return "the model has no pooler"
     if family == "deberta-v2" and getattr(base.encoder, "conv", None) is not None:
         return "a DeBERTa-v2 with a convolution after its first layer (conv_kernel_size) has no packed path"
+    if family == "modernbert" and config.classifier_pooling not in ("cls", "mean"):
+        return f"ModernBERT's classifier_pooling {config.classifier_pooling!r} has no packed path"
     odd = sorted({type(m).__name__ for m in model.modules()
                   if isinstance(m, torch.nn.Linear) and type(m) is not torch.nn.Linear})
     if odd:
@@ -177,6 +182,22 @@ class _Layer:
     scale: float  # of q·k (DeBERTa divides by more than √d)
     # (q, k, length) -> an additive (rows or 1, heads, L, L) score bias: relative positions (MPNet, DeBERTa)
     bias: Optional[Callable] = None
+
+
+@dataclass(frozen=True)
+class _PreNormLayer:
+    """A ModernBERT layer: pre-norm, rotary positions, gated GELU, global or local (windowed) attention."""
+    attention_norm: Any  # Identity in the first layer
+    qkv: Linear
+    heads: int
+    head_size: int
+    attention_out: Linear
+    mlp_norm: Any
+    mlp_in: Linear  # input and gate stacked
+    activation: Any
+    mlp_out: Linear
+    kind: str  # full_attention or sliding_attention: the rotary table it uses, and whether it has a window
+    window: Optional[int]  # a token sees the tokens at most this far away (None: all)
 
 
 def groups_of_equal_length(lengths: np.ndarray, offsets: np.ndarray) -> list[tuple[int, int, int]]:
@@ -303,6 +324,9 @@ class PackedEncoder:
             bias = module.bias if module.bias is not None else module.weight.new_zeros(module.weight.shape[0])
             return Linear(module.weight.detach(), bias.detach(), activation, onednn=onednn, rows_hint=rows_hint)
 
+        if family == "modernbert":
+            self._modernbert_layers(base, linear)
+            return
         with torch.no_grad():
             encoder = base.transformer if family == "distilbert" else base.encoder
             relative = None
@@ -333,6 +357,20 @@ class PackedEncoder:
         self.kernels = "onednn" if any(lin.onednn for lay in self.layers for lin in (lay.qkv, lay.intermediate)) \
             else "aten"
 
+    def _modernbert_layers(self, base, linear) -> None:
+        config = base.config
+        self.position_offset = 0
+        self.bands: dict = {}
+        for layer in base.layers:
+            attn = layer.attn
+            local = layer.attention_type == "sliding_attention"
+            self.layers.append(_PreNormLayer(
+                attention_norm=layer.attn_norm, qkv=linear(attn.Wqkv), heads=int(config.num_attention_heads),
+                head_size=int(attn.head_dim), attention_out=linear(attn.Wo), mlp_norm=layer.mlp_norm,
+                mlp_in=linear(layer.mlp.Wi), activation=layer.mlp.act, mlp_out=linear(layer.mlp.Wo),
+                kind=layer.attention_type, window=int(config.sliding_window) if local else None))
+        self.kernels = "onednn" if any(lay.qkv.onednn for lay in self.layers) else "aten"
+
     @classmethod
     def _build(cls, model, probe: Callable[["PackedEncoder"], float], atol: float, **kwargs):
         """(instance, "") when `probe(instance)` (the largest difference from the model's own forward) is
@@ -354,11 +392,12 @@ class PackedEncoder:
 
     @property
     def device(self):
-        return self.embeddings.word_embeddings.weight.device
+        return next(self.embeddings.parameters()).device
 
     def inputs(self, row: dict) -> dict:
         """The keys of a tokenized row the model's own forward takes (DistilBERT and MPNet: no token types)."""
-        keys = ("input_ids",) if self.family in ("distilbert", "mpnet") else ("input_ids", "token_type_ids")
+        keys = ("input_ids",) if self.family in ("distilbert", "mpnet", "modernbert") \
+            else ("input_ids", "token_type_ids")
         return {k: row[k] for k in keys if k in row}
 
     def embed(self, input_ids, token_type_ids, positions):
@@ -366,6 +405,8 @@ class PackedEncoder:
         import torch
 
         emb, family = self.embeddings, self.family
+        if family == "modernbert":
+            return emb.norm(emb.tok_embeddings(input_ids))
         x = emb.word_embeddings(input_ids)
         if family in ("bert", "roberta", "electra"):
             types = token_type_ids if token_type_ids is not None else torch.zeros_like(input_ids)
@@ -393,8 +434,12 @@ class PackedEncoder:
         import torch
 
         positions = np.arange(int(lengths.sum())) - np.repeat(offsets, lengths) + self.position_offset
-        x = self.embed(input_ids, token_type_ids, torch.from_numpy(positions).to(self.device))
+        positions = torch.from_numpy(positions).to(self.device)
+        x = self.embed(input_ids, token_type_ids, positions)
         yield 0, x
+        if self.family == "modernbert":
+            yield from self._prenorm_states(x, positions, groups)
+            return
         for k, layer in enumerate(self.layers, start=1):
             x = self.layer(layer, x, groups)
             yield k, x
@@ -416,6 +461,52 @@ class PackedEncoder:
             context[start:end].view(rows, length, layer.heads, layer.head_size).copy_(out.transpose(1, 2))
         x = layer.attention_norm(layer.attention_out(context).add_(x))
         return layer.out_norm(layer.out(layer.intermediate(x)).add_(x))
+
+
+    def _prenorm_states(self, x, positions, groups):
+        """ModernBERT's layers on packed rows; the last state is after the final norm, as hidden_states has it."""
+        rotary = {kind: self.base.rotary_emb(x, positions, kind) for kind in {lay.kind for lay in self.layers}}
+        for k, layer in enumerate(self.layers, start=1):
+            x = self.prenorm_layer(layer, x, groups, *rotary[layer.kind])
+            yield k, (self.base.final_norm(x) if k == len(self.layers) else x)
+
+    def _band(self, length: int, window: int, like):
+        """(L, L) additive mask of a local layer: 0 within `window` tokens, -inf beyond."""
+        import torch
+
+        band = self.bands.get((length, window))
+        if band is None:
+            at = torch.arange(length, device=like.device)
+            far = (at[:, None] - at[None, :]).abs() > window
+            band = self.bands[(length, window)] = torch.zeros(length, length, dtype=like.dtype,
+                                                              device=like.device).masked_fill_(far, float("-inf"))
+        return band
+
+    def prenorm_layer(self, layer: _PreNormLayer, x, groups, cos, sin):
+        import torch
+
+        heads, d = layer.heads, layer.head_size
+        qkv = layer.qkv(layer.attention_norm(x)).view(-1, 3, heads, d)  # (T, 3, heads, d)
+        q, k, v = qkv.unbind(dim=1)
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # (T, 1, d)
+
+        def rotate(t):  # rotary positions, each token at its position within its own row
+            half = t.shape[-1] // 2
+            return t * cos + torch.cat((-t[..., half:], t[..., :half]), dim=-1) * sin
+
+        q, k = rotate(q), rotate(k)
+        context = x.new_empty(x.shape[0], heads * d)
+        for start, rows, length in groups:
+            end = start + rows * length
+            qg, kg, vg = (t[start:end].view(rows, length, heads, d).transpose(1, 2) for t in (q, k, v))
+            band = None
+            if layer.window is not None and length - 1 > layer.window:
+                band = self._band(length, layer.window, x)
+            out = attention(qg, kg, vg, d ** -0.5) if band is None else attention(qg, kg, vg, d ** -0.5, band)
+            context[start:end].view(rows, length, heads, d).copy_(out.transpose(1, 2))
+        x = x + layer.attention_out(context)
+        gate_in, gate = layer.mlp_in(layer.mlp_norm(x)).chunk(2, dim=-1)
+        return x + layer.mlp_out(layer.activation(gate_in) * gate)
 
 
 def probe_rows(model, tokenizer=None, texts: Sequence[str] = PROBE_TEXTS, pair=PROBE_PAIR) -> list[dict]:
@@ -486,6 +577,8 @@ class PackedClassifier(PackedEncoder):
             return model.classifier(model.pre_classifier(first).relu_())
         if family == "deberta-v2":
             return model.classifier(model.pooler(first.unsqueeze(1)))
+        if family == "modernbert":  # `first` is the pooled state here (cls or mean, the config's pooling)
+            return model.classifier(model.head(first))
         return model.classifier(first.unsqueeze(1))  # RoBERTa, ELECTRA, MPNet heads take (B, T, H), use [:, 0]
 
     def score(self, features: Sequence[dict], layers: Sequence[int], pooling: str):
@@ -509,6 +602,8 @@ class PackedClassifier(PackedEncoder):
         for k, x in self.states(input_ids, token_type_ids, lengths, offsets, groups):
             if k in layers:
                 pooled[k] = self.pool(x, groups, firsts, pooling)
+        if self.family == "modernbert" and self.model.config.classifier_pooling == "mean":
+            return self.head(self.pool(x, groups, firsts, "mean")), pooled
         return self.head(x.index_select(0, firsts)), pooled  # each row's first token: [CLS] / <s>
 
     @staticmethod

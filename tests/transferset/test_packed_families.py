@@ -14,8 +14,9 @@ import family_models as fm
 from transferset import packed
 from transferset.teacher import scoring
 
-SERVED = ["bert", "roberta", "xlm-roberta", "camembert", "electra", "distilbert", "mpnet", "deberta-v2"]
-# Two pairs of equal length (one attention call each) and rows of other lengths, longest 40 tokens.
+SERVED = ["bert", "roberta", "xlm-roberta", "camembert", "electra", "distilbert", "mpnet", "deberta-v2", "modernbert"]
+# Two pairs of equal length (one attention call each) and rows of other lengths, longest 40 tokens
+# (beyond the tiny ModernBERT's local attention window of 8 tokens each side).
 LENGTHS = [40, 23, 23, 11, 7, 4, 4, 2]
 LAYERS = [0, 1, 2]  # hidden_states indices: embeddings, layer 1, layer 2 (the last)
 
@@ -57,15 +58,32 @@ def test_packed_matches_the_padded_forward_of_each_family(family):
     assert float((logits[:, 0] - logits[:, 1]).std()) > 1e-3
 
 
-@pytest.mark.parametrize("family", ["mpnet", "deberta-v2"])
+@pytest.mark.parametrize("family", ["mpnet", "deberta-v2", "modernbert"])
 def test_the_probe_catches_a_wrong_relative_position_bias(family, monkeypatch):
-    # Without its relative-position scores the family's packed path is wrong; the probe at load must see it.
+    # Without its position-dependent scores (MPNet's relative bias, DeBERTa's disentangled terms, ModernBERT's
+    # local window) the family's packed path is wrong; the probe at load must see it.
     model = fm.build(family)
-    bias = {"mpnet": packed._MPNetBias, "deberta-v2": packed._DisentangledBias}[family]
-    assert all(isinstance(layer.bias, bias) for layer in packed.PackedClassifier(model).layers)
-    monkeypatch.setattr(bias, "__call__", lambda self, q, k, length: None)
+    if family == "modernbert":
+        assert any(layer.window == 8 for layer in packed.PackedClassifier(model).layers)
+        monkeypatch.setattr(packed.PackedEncoder, "_band", lambda self, length, window, like: None)
+    else:
+        bias = {"mpnet": packed._MPNetBias, "deberta-v2": packed._DisentangledBias}[family]
+        assert all(isinstance(layer.bias, bias) for layer in packed.PackedClassifier(model).layers)
+        monkeypatch.setattr(bias, "__call__", lambda self, q, k, length: None)
     path, why = packed.PackedClassifier.build(model)
     assert path is None and "differ from the model's own forward" in why
+
+
+def test_modernbert_mean_pooling_head():
+    model = fm.build("modernbert")
+    model.config.classifier_pooling = "mean"
+    path, why = packed.PackedClassifier.build(model)
+    assert path is not None, why
+    rows = fm.ids_rows(model, LENGTHS)
+    logits, _, _ = padded_forward(model, rows, model.config.pad_token_id)
+    with torch.inference_mode():
+        got, _ = path.score(rows, layers=[], pooling="cls")
+    np.testing.assert_allclose(got.numpy(), logits.numpy(), atol=1e-4, rtol=0)
 
 
 @pytest.mark.parametrize("family", ["bert", "roberta", "electra", "distilbert", "mpnet"])
@@ -83,8 +101,8 @@ def test_packed_mlm_logits_at_chosen_tokens(family):
 
 
 @pytest.mark.parametrize("family,kind,reason", [
-    ("modernbert", "classifier", "ModernBERT (rotary positions"),
-    ("modernbert", "mlm", "ModernBERT (rotary positions"),
+    ("deberta", "classifier", "DeBERTa v1 (a different disentangled attention)"),
+    ("modernbert", "mlm", "ModernBERT's MLM"),
     ("deberta-v2", "mlm", "DeBERTa-v2's MLM head"),
 ])
 def test_families_not_served_fall_back_with_their_reason(family, kind, reason):
@@ -113,7 +131,7 @@ def test_a_subclass_is_not_served():
     assert path is None and "Custom is not served padding-free" in why
 
 
-@pytest.mark.parametrize("family", ["roberta", "distilbert", "deberta-v2"])
+@pytest.mark.parametrize("family", ["roberta", "distilbert", "deberta-v2", "modernbert"])
 def test_the_scorer_takes_the_packed_path_for_other_families(tiny_teacher, family, caplog):
     # The whole scoring path (tokenize, sort, forward batches, input order) with a real tokenizer: the
     # tiny teacher's WordPiece vocabulary under a random model of the family (pad id 0 as the tokenizer's).
@@ -133,12 +151,12 @@ def test_the_scorer_takes_the_packed_path_for_other_families(tiny_teacher, famil
     np.testing.assert_allclose(a.layers[1], b.layers[1], atol=1e-4, rtol=0)
 
 
-def test_the_scorer_logs_why_modernbert_takes_the_padded_path(tiny_teacher, caplog):
+def test_the_scorer_logs_why_a_family_not_served_takes_the_padded_path(tiny_teacher, caplog):
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tiny_teacher)
-    model = fm.build("modernbert", vocab=tok.vocab_size)
+    model = fm.build("deberta", vocab=tok.vocab_size)
     with caplog.at_level(logging.INFO, logger="transferset.teacher"):
         teacher = scoring.Teacher(model, tok, forward="auto")
-    assert teacher.forward_path == "padded" and "ModernBERT (rotary positions" in teacher.packed_reason
-    assert "teacher forward pass: padded (ModernBertForSequenceClassification: ModernBERT" in caplog.text
+    assert teacher.forward_path == "padded" and "DeBERTa v1" in teacher.packed_reason
+    assert "teacher forward pass: padded (DebertaForSequenceClassification: DeBERTa v1" in caplog.text

@@ -4,8 +4,8 @@
 feeds it batches of rows. It tokenizes without padding, sorts the rows by length, splits them
 into forward batches and returns the results in input order, so batching, sorting and padding
 change no row's result. The classifiers of the encoder families packed.py serves (BERT,
-RoBERTa/XLM-R/CamemBERT, ELECTRA, DistilBERT, MPNet, DeBERTa-v2/v3) run padding-free (rows laid end
-to end, checked against the model's own forward when loaded); any other model (ModernBERT, a
+RoBERTa/XLM-R/CamemBERT, ELECTRA, DistilBERT, MPNet, DeBERTa-v2/v3, ModernBERT) run padding-free (rows
+laid end to end, checked against the model's own forward when loaded); any other model (DeBERTa v1, a
 subclass, remote code) runs its own forward on batches padded only to their own longest row.
 """
 from __future__ import annotations
