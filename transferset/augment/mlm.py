@@ -83,10 +83,13 @@ class MlmCandidates:
         self.model.to(self.device)
         self.top_k, self.batch_size, self.max_length = top_k, batch_size, max_length
         self.stop_words = _stop_words()
-        # Ids a candidate must never be: special tokens and word continuations ("##ing").
+        # Ids a candidate must never be: special tokens and word continuations ("##ing" in WordPiece;
+        # in byte-level BPE and SentencePiece, whose word-initial pieces carry a marker ("Ġfilm",
+        # "▁film"), every piece without it).
         vocab = self.tokenizer.get_vocab()
+        self.word_start = word_start_marker(vocab)
         banned = set(self.tokenizer.all_special_ids)
-        banned.update(i for tok, i in vocab.items() if tok.startswith("##") or not tok.isalpha())
+        banned.update(i for tok, i in vocab.items() if self.word_of(tok) is None)
         self.banned = torch.tensor(sorted(banned), dtype=torch.long)
         self._head = self._find_head()
         # On a CPU, the MLMs packed.py serves run padding-free, every matmul on real tokens only;
@@ -110,10 +113,22 @@ class MlmCandidates:
                 return head
         return None
 
+    def word_of(self, token: str) -> Optional[str]:
+        """The word a vocabulary piece stands for when it is a whole alphabetic word's first piece, else None."""
+        if self.word_start:
+            if not token.startswith(self.word_start):
+                return None
+            token = token[len(self.word_start):]
+        elif token.startswith("##"):
+            return None
+        return token if token.isalpha() else None
+
     def eligible(self, words: Sequence[str]) -> list[int]:
         out = []
         for i, w in enumerate(words):
-            if w.isalpha() and w.lower() not in self.stop_words and len(self.tokenizer.tokenize(w)) == 1:
+            # After a space, as inside a sentence: byte-level BPE gives "Ġfilm" there, "film" at the start.
+            pieces = self.tokenizer.tokenize(" " + w if self.word_start else w)
+            if w.isalpha() and w.lower() not in self.stop_words and len(pieces) == 1:
                 out.append(i)
         return out
 
@@ -180,8 +195,8 @@ class MlmCandidates:
         # One extra so the original word can be left out and M still remain.
         top = torch.topk(logits, self.top_k + 1, dim=1).indices.cpu().tolist()
         for (s, i, _, _, word), ids in zip(chunk, top):
-            toks = [t for t in self.tokenizer.convert_ids_to_tokens(ids) if t != word.lower() and t != word]
-            out[s][i] = toks[: self.top_k]
+            toks = [self.word_of(t) for t in self.tokenizer.convert_ids_to_tokens(ids)]
+            out[s][i] = [t for t in toks if t is not None and t != word.lower() and t != word][: self.top_k]
 
     def candidates_one_at_a_time(self, sentences: Sequence[Sequence[str]]) -> list[dict[int, list[str]]]:
         """Baseline of public tools: one masked position per forward pass, full-vocabulary logits
@@ -196,6 +211,14 @@ class MlmCandidates:
                 pos = int((enc["input_ids"][0] == self.tokenizer.mask_token_id).nonzero()[0, 0])
                 self._collect([q], logits[pos:pos + 1].float().clone(), out)
         return out
+
+
+def word_start_marker(vocab: Mapping[str, int]) -> str:
+    """The mark of a word's first piece in this vocabulary: "Ġ" (byte-level BPE: RoBERTa, GPT-2), "▁"
+    (SentencePiece: XLM-R, CamemBERT, DeBERTa-v3), or "" (WordPiece, which marks continuations instead)."""
+    counts = {mark: sum(1 for tok in vocab if tok.startswith(mark)) for mark in ("Ġ", "▁")}
+    mark = max(counts, key=counts.get)
+    return mark if counts[mark] > 0.1 * len(vocab) else ""
 
 
 def _load_candidates(s: MlmSettings) -> MlmCandidates:
