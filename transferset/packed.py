@@ -82,16 +82,11 @@ def family_of(model, served: Optional[dict] = None) -> Optional[str]:
 
 
 def unsupported(model, kind=None, needs_pooler: bool = True) -> Optional[str]:
-    """Why `model` has no packed path, or None when it has one. `kind`: CLASSIFIERS (default) or
-    MASKED_LMS, the classes served, or a single class it must be (the BERT-only test hook)."""
+    """Why `model` has no packed path, or None when it has one. `kind`: the classes served, CLASSIFIERS
+    (default) or MASKED_LMS."""
     import torch
 
-    if isinstance(kind, type):
-        if type(model) is not kind:
-            return f"{type(model).__name__} is not {kind.__name__}"
-        served = {kind.__name__: "bert"}
-    else:
-        served = kind or CLASSIFIERS
+    served = kind or CLASSIFIERS
     family = family_of(model, served)
     if family is None:
         name = type(model).__name__
