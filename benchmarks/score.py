@@ -119,7 +119,8 @@ def per_token_params(model) -> int:
     """Parameters every token goes through: the encoder layers (no embeddings, no pooler or head,
     which run once per row and would flatter the figure)."""
     base = model.base_model
-    encoder = base.transformer if hasattr(base, "transformer") else base.encoder  # DistilBERT: transformer
+    # DistilBERT: transformer; ModernBERT: layers
+    encoder = next(getattr(base, name) for name in ("encoder", "transformer", "layers") if hasattr(base, name))
     return sum(p.numel() for p in encoder.parameters())
 
 
