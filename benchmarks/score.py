@@ -16,7 +16,7 @@ and `Teacher.predict` (what the Beam handler calls) on both of its forward paths
 `--forward` (default auto: for this BERT teacher on CPU the padding-free packed path,
 transferset/packed.py; on a GPU auto means padded, so pass --forward packed there to compare) and
 `padded_path` (`--forward padded`: length-sorted, dynamically padded batches through the model's own
-forward, what every non-BERT teacher gets). All paths alternate for --repeats rounds and the
+forward, what a teacher of a family packed.py does not serve gets). All paths alternate for --repeats rounds and the
 best round of each is reported, so a busy machine penalises them alike. Teacher cost: 2 × non-embedding
 parameters FLOPs per real (unpadded) token, counted over the encoder layers; attention's T² term is left out, which flatters
 nothing since SST-2 rows are short.
