@@ -3,6 +3,11 @@
     .venv/bin/python benchmarks/score.py                 # 2,000 SST-2 rows, MiniLM teacher, CPU
     .venv/bin/python benchmarks/score.py --device cuda   # the same on a GPU
     .venv/bin/python benchmarks/score.py --pipeline      # also time `transferset score` end to end (Beam)
+    .venv/bin/python benchmarks/score.py --family all --rows 300 --threads 1   # every encoder family
+
+`--family` (a comma list or `all`) times, per family, a random 6-layer model of its usual width and
+one of 12 layers × 768 (`--sizes`) on the same SST-2 rows: the packed path, the padded path and ONNX
+Runtime, interleaved (see `family_main`).
 
 All figures come from one run: the fp32 matmul peak (best of several large square matmuls,
 MKL and oneDNN),
@@ -11,7 +16,7 @@ and `Teacher.predict` (what the Beam handler calls) on both of its forward paths
 `--forward` (default auto: for this BERT teacher on CPU the padding-free packed path,
 transferset/packed.py; on a GPU auto means padded, so pass --forward packed there to compare) and
 `padded_path` (`--forward padded`: length-sorted, dynamically padded batches through the model's own
-forward, what every non-BERT teacher gets). All paths alternate for --repeats rounds and the
+forward, what a teacher of a family packed.py does not serve gets). All paths alternate for --repeats rounds and the
 best round of each is reported, so a busy machine penalises them alike. Teacher cost: 2 × non-embedding
 parameters FLOPs per real (unpadded) token, counted over the encoder layers; attention's T² term is left out, which flatters
 nothing since SST-2 rows are short.
@@ -113,7 +118,10 @@ def make_teacher(directory: str, layers: Optional[int] = None) -> str:
 def per_token_params(model) -> int:
     """Parameters every token goes through: the encoder layers (no embeddings, no pooler or head,
     which run once per row and would flatter the figure)."""
-    return sum(p.numel() for p in model.base_model.encoder.parameters())
+    base = model.base_model
+    # DistilBERT: transformer; ModernBERT: layers
+    encoder = next(getattr(base, name) for name in ("encoder", "transformer", "layers") if hasattr(base, name))
+    return sum(p.numel() for p in encoder.parameters())
 
 
 def naive(model, tokenizer, texts, device, max_length, batch_size=32) -> Clock:
@@ -171,7 +179,14 @@ def main(argv=None) -> int:
                         help="forward path of the timed scoring path (the padded path is always timed too)")
     parser.add_argument("--pipeline", action="store_true", help="also time `transferset score` end to end")
     parser.add_argument("--json", default=None, help="also write the figures to this file")
+    parser.add_argument("--family", default=None,
+                        help="comma list of encoder families (tests/family_models.py) or 'all': time packed, "
+                             "padded and ONNX Runtime per family instead of the MiniLM comparison")
+    parser.add_argument("--sizes", default="usual,base",
+                        help="with --family: usual (6 layers, the family's usual width) and/or base (12 × 768)")
     args = parser.parse_args(argv)
+    if args.family:
+        return family_main(args)
 
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
@@ -248,6 +263,169 @@ def main(argv=None) -> int:
         seconds = pipeline_run(teacher_dir, texts, workdir, ["--runner", "FnApiRunner", "--forward", args.forward])
         result["pipeline_end_to_end"] = {"seconds": round(seconds, 2), "rows_per_s": round(len(texts) / seconds, 1),
                                          "note": "includes Beam start-up, model load, Parquet writes"}
+    print(json.dumps(result, indent=2))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(result, fh, indent=2)
+    return 0
+
+
+FAMILY_ORDER = ("bert", "roberta", "electra", "distilbert", "mpnet", "deberta-v2", "xlm-roberta", "camembert",
+                "modernbert")
+
+
+def ort_session(model, family: str, directory: str, threads: int) -> tuple:
+    """(session, input names, optimizer note): the classifier exported to ONNX (logits only) and, where
+    onnxruntime.transformers has a fusion for the graph, optimized with it (model_type bert: attention,
+    LayerNorm, GELU and bias fusions); the note counts the fused operators, so a fusion that did not apply
+    shows."""
+    import onnxruntime as ort
+    import torch
+
+    uses_types = family in ("bert", "electra")
+    names = ["input_ids", "attention_mask"] + (["token_type_ids"] if uses_types else [])
+    example = {n: torch.ones(2, 8, dtype=torch.long) for n in names}
+    if uses_types:
+        example["token_type_ids"].zero_()
+
+    class Logits(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, *inputs):
+            return self.inner(**dict(zip(names, inputs))).logits
+
+    raw = os.path.join(directory, f"{family}.onnx")
+    # The eager attention graph (matmul, add mask, softmax, matmul) is the pattern ORT's attention fusion
+    # recognises; the SDPA export is not fused.
+    previous = model.config._attn_implementation
+    try:
+        model.set_attn_implementation("eager")
+    except (AttributeError, ValueError):
+        previous = None
+    with torch.no_grad():
+        # eval() on the wrapper: the exporter restores the wrapper's mode afterwards, recursively, and a
+        # wrapper left in train mode would switch dropout on in the model the other paths then time.
+        torch.onnx.export(Logits(model).eval(), tuple(example[n] for n in names), raw, input_names=names,
+                          output_names=["logits"], dynamic_axes={n: {0: "b", 1: "t"} for n in names},
+                          opset_version=17, dynamo=False)
+    model.eval()
+    if previous is not None:
+        model.set_attn_implementation(previous)
+    path, note = raw, "not optimized"
+    try:
+        from onnxruntime.transformers.optimizer import optimize_model
+
+        config = model.config
+        heads = getattr(config, "num_attention_heads", None) or config.n_heads
+        hidden = getattr(config, "hidden_size", None) or config.dim
+        opt = optimize_model(raw, model_type="bert", num_heads=heads, hidden_size=hidden)
+        fused = {k: v for k, v in opt.get_fused_operator_statistics().items() if v}
+        path = os.path.join(directory, f"{family}.opt.onnx")
+        opt.save_model_to_file(path)
+        note = ", ".join(f"{k} {v}" for k, v in sorted(fused.items())) or "optimizer: no fusion applied"
+    except Exception as exc:  # the optimizer has no pattern for some graphs: time the plain export then
+        note = f"optimizer failed ({type(exc).__name__}), plain graph"
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"]), names, note
+
+
+def ort_predict(session, names, tokenizer, texts, max_length: int, rows: int, tokens: int):
+    """The padded path's batching (tokenize, sort by length, batches under the row/token caps, padded to
+    their longest row) through an ONNX Runtime session: (N, C) logits in input order."""
+    import numpy as np
+
+    enc = tokenizer(list(texts), truncation=True, max_length=max_length)
+    ids = enc["input_ids"]
+    order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
+    out = None
+    start = 0
+    while start < len(order):
+        width = len(ids[order[start]])
+        n = max(1, min(rows, tokens // width, len(order) - start))
+        batch = order[start:start + n]
+        feed = {"input_ids": np.full((n, width), tokenizer.pad_token_id, dtype=np.int64),
+                "attention_mask": np.zeros((n, width), dtype=np.int64)}
+        for j, i in enumerate(batch):
+            feed["input_ids"][j, :len(ids[i])] = ids[i]
+            feed["attention_mask"][j, :len(ids[i])] = 1
+        if "token_type_ids" in names:
+            feed["token_type_ids"] = np.zeros((n, width), dtype=np.int64)
+        logits = session.run(None, feed)[0]
+        if out is None:
+            out = np.empty((len(ids), logits.shape[1]), dtype=np.float32)
+        out[np.asarray(batch)] = logits
+        start += n
+    return out
+
+
+def family_main(args) -> int:
+    """Per family and size: rows/s of the packed path, the padded path (both `Teacher.predict`, the code
+    the Beam handler runs, hidden states included) and ONNX Runtime (logits only, the padded path's
+    batching), all on the same rows, alternating for --repeats rounds, best round of each. Random models
+    built from each family's config take the MiniLM WordPiece ids (the cost does not depend on the
+    vocabulary but through the embedding lookup)."""
+    import numpy as np
+    import torch
+
+    import family_models as fm
+    from transferset import loading
+    from transferset.teacher import scoring
+    from transferset.threads import set_torch_threads
+
+    threads = args.threads or 1
+    set_torch_threads(threads)
+    families = FAMILY_ORDER[:6] if args.family == "all" else tuple(args.family.split(","))
+    texts = load_rows(args.rows)
+    tokenizer = loading.load_tokenizer(loading.resolve_model(loading.DEFAULT_MODEL))
+    real_tokens = sum(len(x) for x in tokenizer(texts, truncation=True, max_length=args.max_length)["input_ids"])
+    workdir = tempfile.mkdtemp(prefix="bench_family_")
+    results = []
+    for size in args.sizes.split(","):  # every family at one size first: a complete table early
+        for family in families:
+            layers, hidden = (6, fm.USUAL_WIDTH[family]) if size == "usual" else (12, 768)
+            # HF's init scale (0.02): a wide model's activations of the usual size
+            model = fm.build_for_tokenizer(family, tokenizer, layers=layers, hidden=hidden,
+                                           seed_max_positions=args.max_length + 2, initializer_range=0.02)
+            packed = scoring.Teacher(model, tokenizer, max_length=args.max_length, forward="auto")
+            padded = scoring.Teacher(model, tokenizer, max_length=args.max_length, forward="padded")
+            session, names, note = ort_session(model, family, workdir, threads)
+            run_ort = lambda: ort_predict(session, names, tokenizer, texts, args.max_length,  # noqa: E731
+                                          padded.forward_rows, padded.forward_tokens)
+            paths = {"packed": lambda: packed.predict(texts), "padded": lambda: padded.predict(texts),
+                     "onnxruntime": run_ort}
+            if packed.forward_path != "packed":
+                del paths["packed"]
+            with torch.inference_mode():
+                reference = padded.predict(texts[:64]).logits
+            agree = float(np.abs(ort_predict(session, names, tokenizer, texts[:64], args.max_length, 128, 2048)
+                                 - reference).max())
+            with torch.inference_mode():  # warm-up: first calls allocate and pick kernels
+                packed.predict(texts[:32]), padded.predict(texts[:32])
+            best = {name: float("inf") for name in paths}
+            for _ in range(args.repeats):
+                for name, run in paths.items():
+                    with Clock() as c:
+                        run()
+                    best[name] = min(best[name], c.wall)
+            row = {"family": family, "size": f"{layers} x {hidden}", "class": type(model).__name__,
+                   "forward": packed.forward_path, "fallback_reason": packed.packed_reason or None,
+                   "encoder_params": per_token_params(model),
+                   "rows_per_s": {name: round(len(texts) / s, 1) for name, s in best.items()},
+                   "ort_optimizer": note, "ort_max_abs_logit_diff_vs_padded": round(agree, 6)}
+            rps = row["rows_per_s"]
+            if "packed" in rps:
+                row["packed_vs_padded"] = round(rps["packed"] / rps["padded"], 2)
+                row["packed_vs_onnxruntime"] = round(rps["packed"] / rps["onnxruntime"], 2)
+            print(json.dumps(row), flush=True)
+            results.append(row)
+            del model, packed, padded, session
+    result = {"rows": len(texts), "real_tokens": real_tokens, "threads": threads, "repeats": args.repeats,
+              "load_average": os.getloadavg(), "families": results}
     print(json.dumps(result, indent=2))
     if args.json:
         with open(args.json, "w") as fh:

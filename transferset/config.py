@@ -45,7 +45,7 @@ RECIPES: dict[str, tuple[str, ...]] = {
     "tang": ("mask", "pos", "ngram"),  # Tang et al. 2019
     "tinybert": ("mlm",),  # Jiao et al. 2020
 }
-# auto: packed for BERT classifiers on CPU (measured, benchmarks/README.md), padded elsewhere; the
+# auto: packed on CPU for the encoder families packed.py serves (measured, benchmarks/README.md), padded elsewhere; the
 # packed path is not measured on a GPU yet, where many small attention calls may cost more than padding.
 FORWARDS = ("auto", "packed", "padded")  # ScoreConfig.forward
 # ScoreConfig.combine: with several teachers, teacher_logits is their mean logits, or the log of their mean
@@ -191,8 +191,8 @@ class ScoreConfig:
     batch_size: AtLeast(1) = 1024
     min_batch_size: Optional[AtLeast(1)] = None  # BatchElements minimum (None: batch_size; lower it for streaming inputs)
     max_length: Optional[AtLeast(2)] = None  # tokens per row (None: the teacher's training max_length, else 128)
-    # teacher forward pass: packed (padding-free, BERT classifiers; checked against the model's own forward
-    # on load), padded (the model's own forward on length-sorted padded batches), auto (packed for BERT on CPU)
+    # teacher forward pass: packed (padding-free, the families packed.py serves; checked against the model's own
+    # forward on load), padded (the model's own forward on length-sorted padded batches), auto (packed on CPU)
     forward: str = "auto"
     forward_rows: Optional[int] = None  # rows per forward pass (None: 1,024 packed, 128 padded)
     forward_tokens: Optional[int] = None  # tokens per forward pass, padding included (None: 4,096 packed, 2,048 padded)

@@ -1,13 +1,13 @@
-"""BERT-MLM word replacement (TinyBERT, Jiao et al. 2020); any masked LM (RoBERTa's byte-level BPE and
-XLM-R's SentencePiece too: a candidate is a word's first piece without its Ġ / ▁ mark).
+"""BERT-MLM word replacement (TinyBERT, Jiao et al. 2020).
 
-Alphabetic non-stopword words that are a single piece get the model's top-M
+Alphabetic non-stopword words that are a single wordpiece get the model's top-M
 predictions for their masked position, with the input `[CLS] masked [SEP] original [SEP]`.
 A chosen eligible word is replaced by a candidate drawn uniformly from its top M.
 
 Public tools run one masked position per forward pass. Here the masked copies of many
 examples share each forward pass, and the vocabulary head runs only at the masked
-positions, not at every token. A BERT MLM on a CPU runs padding-free (transferset.packed:
+positions, not at every token. A BERT, RoBERTa-style, ELECTRA, DistilBERT or MPNet MLM on a CPU runs
+padding-free (transferset.packed:
 the pairs laid end to end, no padding token anywhere); other models on padded, length-sorted batches.
 """
 from __future__ import annotations
@@ -83,16 +83,16 @@ class MlmCandidates:
         self.model.to(self.device)
         self.top_k, self.batch_size, self.max_length = top_k, batch_size, max_length
         self.stop_words = _stop_words()
-        # Ids a candidate must never be: special tokens and pieces that do not start a word. WordPiece marks
-        # continuations ("##ing"); byte-level BPE (RoBERTa: "Ġfilm") and SentencePiece (XLM-R, DeBERTa-v3:
-        # "▁film") mark a word's first piece instead, and a candidate is that piece without its mark.
+        # Ids a candidate must never be: special tokens and word continuations ("##ing" in WordPiece;
+        # in byte-level BPE and SentencePiece, whose word-initial pieces carry a marker ("Ġfilm",
+        # "▁film"), every piece without it).
         vocab = self.tokenizer.get_vocab()
-        self.word_mark = word_start_mark(vocab)
+        self.word_start = word_start_marker(vocab)
         banned = set(self.tokenizer.all_special_ids)
-        banned.update(i for tok, i in vocab.items() if self._word_of(tok) is None)
+        banned.update(i for tok, i in vocab.items() if self.word_of(tok) is None)
         self.banned = torch.tensor(sorted(banned), dtype=torch.long)
         self._head = self._find_head()
-        # BERT on a CPU: padding-free (transferset.packed), every matmul on real tokens only;
+        # On a CPU, the MLMs packed.py serves run padding-free, every matmul on real tokens only;
         # the padded forward of a length-sorted batch still spends about half its tokens on padding
         # (the pairs are [CLS] masked [SEP] original [SEP]).
         self.packed, self.packed_reason = None, f"device {self.device}"
@@ -105,12 +105,6 @@ class MlmCandidates:
         logging.getLogger("transferset").info("MLM forward pass: %s", self.forward_path if self.packed is not None
                                               else f"padded ({self.packed_reason})")
 
-    def _word_of(self, token: str) -> Optional[str]:
-        """The word a vocabulary piece writes when it is a whole word's first piece, else None."""
-        if self.word_mark:
-            return token[len(self.word_mark):] if token.startswith(self.word_mark) and token[1:].isalpha() else None
-        return token if token.isalpha() and not token.startswith("##") else None
-
     def _find_head(self):
         """The vocabulary head, so it can run on masked positions only; None: use the full model."""
         for name in ("cls", "lm_head", "predictions"):
@@ -119,14 +113,22 @@ class MlmCandidates:
                 return head
         return None
 
+    def word_of(self, token: str) -> Optional[str]:
+        """The word a vocabulary piece stands for when it is a whole alphabetic word's first piece, else None."""
+        if self.word_start:
+            if not token.startswith(self.word_start):
+                return None
+            token = token[len(self.word_start):]
+        elif token.startswith("##"):
+            return None
+        return token if token.isalpha() else None
+
     def eligible(self, words: Sequence[str]) -> list[int]:
         out = []
         for i, w in enumerate(words):
-            if not w.isalpha() or w.lower() in self.stop_words:
-                continue
-            # As inside a sentence, after a space: byte-level BPE pieces differ there ("Ġfilm", not "film").
-            pieces = self.tokenizer.tokenize(" " + w)
-            if len(pieces) == 1 and self._word_of(pieces[0]) is not None:
+            # After a space, as inside a sentence: byte-level BPE gives "Ġfilm" there, "film" at the start.
+            pieces = self.tokenizer.tokenize(" " + w if self.word_start else w)
+            if w.isalpha() and w.lower() not in self.stop_words and len(pieces) == 1:
                 out.append(i)
         return out
 
@@ -140,7 +142,7 @@ class MlmCandidates:
 
     @property
     def forward_path(self) -> str:
-        """'packed' (padding-free BERT path) or 'padded' (the model's own forward)."""
+        """'packed' (padding-free path, packed.py) or 'padded' (the model's own forward)."""
         return "packed" if self.packed is not None else "padded"
 
     def _forward(self, masked: list[str], original: list[str]):
@@ -193,8 +195,8 @@ class MlmCandidates:
         # One extra so the original word can be left out and M still remain.
         top = torch.topk(logits, self.top_k + 1, dim=1).indices.cpu().tolist()
         for (s, i, _, _, word), ids in zip(chunk, top):
-            words = [self._word_of(t) for t in self.tokenizer.convert_ids_to_tokens(ids)]
-            out[s][i] = [w for w in words if w is not None and w != word.lower() and w != word][: self.top_k]
+            toks = [self.word_of(t) for t in self.tokenizer.convert_ids_to_tokens(ids)]
+            out[s][i] = [t for t in toks if t is not None and t != word.lower() and t != word][: self.top_k]
 
     def candidates_one_at_a_time(self, sentences: Sequence[Sequence[str]]) -> list[dict[int, list[str]]]:
         """Baseline of public tools: one masked position per forward pass, full-vocabulary logits
@@ -211,12 +213,12 @@ class MlmCandidates:
         return out
 
 
-def word_start_mark(vocab: Mapping[str, int]) -> str:
-    """"Ġ" (byte-level BPE) or "▁" (SentencePiece) when the vocabulary marks the first piece of a word
-    after a space, as most of its pieces do; "" for WordPiece, which marks continuations ("##") instead."""
-    counts = {mark: sum(tok.startswith(mark) for tok in vocab) for mark in ("Ġ", "▁")}
+def word_start_marker(vocab: Mapping[str, int]) -> str:
+    """The mark of a word's first piece in this vocabulary: "Ġ" (byte-level BPE: RoBERTa, GPT-2), "▁"
+    (SentencePiece: XLM-R, CamemBERT, DeBERTa-v3), or "" (WordPiece, which marks continuations instead)."""
+    counts = {mark: sum(1 for tok in vocab if tok.startswith(mark)) for mark in ("Ġ", "▁")}
     mark = max(counts, key=counts.get)
-    return mark if counts[mark] >= 0.05 * max(1, len(vocab)) else ""
+    return mark if counts[mark] > 0.1 * len(vocab) else ""
 
 
 def _load_candidates(s: MlmSettings) -> MlmCandidates:

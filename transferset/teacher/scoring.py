@@ -3,9 +3,10 @@
 `Teacher.predict` is the whole scoring path; the Beam pipeline (pipelines/score.py) only
 feeds it batches of rows. It tokenizes without padding, sorts the rows by length, splits them
 into forward batches and returns the results in input order, so batching, sorting and padding
-change no row's result. BERT classifiers run padding-free (packed.py: rows laid end to end,
-checked against the model's own forward when loaded); any other model runs its own forward on
-batches padded only to their own longest row.
+change no row's result. The classifiers of the encoder families packed.py serves (BERT,
+RoBERTa/XLM-R/CamemBERT, ELECTRA, DistilBERT, MPNet, DeBERTa-v2/v3, ModernBERT) run padding-free (rows
+laid end to end, checked against the model's own forward when loaded); any other model (DeBERTa v1, a
+subclass, remote code) runs its own forward on batches padded only to their own longest row.
 """
 from __future__ import annotations
 
@@ -87,9 +88,9 @@ class Teacher:
     def __init__(self, model, tokenizer, *, source: str = "", pooling: str = "cls", layers: Sequence[int] = (-1,),
                  max_length: int = DEFAULT_MAX_LENGTH, forward_rows: Optional[int] = None,
                  forward_tokens: Optional[int] = None, forward: str = "auto", sha256: Optional[str] = None):
-        """`forward`: "packed" requires the padding-free BERT path (packed.py), "padded" always runs
-        the model's own forward on padded batches, "auto" takes the packed path for BERT classifiers
-        on CPU. `forward_rows` and `forward_tokens` None pick the measured defaults of the path in use."""
+        """`forward`: "packed" requires the padding-free path (packed.py), "padded" always runs
+        the model's own forward on padded batches, "auto" takes the packed path on CPU for the
+        classifiers packed.py serves. `forward_rows` and `forward_tokens` None pick the measured defaults of the path in use."""
         if pooling not in POOLINGS:
             raise UserError(f"--hidden {pooling!r}: choose one of {list(POOLINGS)}")
         self.model = model.eval()
@@ -106,7 +107,7 @@ class Teacher:
         if forward == "auto" and self.device.type != "cpu":
             self.packed_reason = f"auto picks the packed path on CPU only (this teacher is on {self.device.type})"
         elif forward != "padded":
-            self.packed, self.packed_reason = packed_path.PackedBert.build(
+            self.packed, self.packed_reason = packed_path.PackedClassifier.build(
                 self.model, tokenizer, rows_hint=forward_tokens or PACKED_FORWARD_TOKENS)
             if forward == "packed" and self.packed is None:
                 raise UserError(f"--forward packed: the padding-free forward pass is not available for this "
@@ -144,7 +145,7 @@ class Teacher:
 
     @property
     def forward_path(self) -> str:
-        """'packed' (padding-free BERT path) or 'padded' (the model's own forward)."""
+        """'packed' (padding-free path, packed.py) or 'padded' (the model's own forward)."""
         return "packed" if self.packed is not None else "padded"
 
     @property

@@ -164,21 +164,22 @@ def test_auto_takes_the_packed_path_on_cpu_only(tiny_teacher, monkeypatch):
 
 
 def test_other_architectures_use_the_padded_path(tiny_teacher):
-    from transformers import AutoTokenizer, DistilBertConfig, DistilBertForSequenceClassification
+    from transformers import AutoTokenizer, DebertaConfig, DebertaForSequenceClassification
 
     tok = AutoTokenizer.from_pretrained(tiny_teacher)
     torch.manual_seed(0)
-    model = DistilBertForSequenceClassification(DistilBertConfig(
-        vocab_size=tok.vocab_size, dim=32, hidden_dim=64, n_layers=2, n_heads=2, num_labels=2)).eval()
+    model = DebertaForSequenceClassification(DebertaConfig(  # DeBERTa v1: no packed path
+        vocab_size=tok.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+        num_labels=2, relative_attention=True, pos_att_type=["p2c", "c2p"])).eval()
     teacher = scoring.Teacher(model, tok)
-    assert teacher.forward_path == "padded" and "DistilBertForSequenceClassification" in teacher.packed_reason
+    assert teacher.forward_path == "padded" and "DebertaForSequenceClassification" in teacher.packed_reason
     scores = teacher.predict(TEXTS)
     with torch.no_grad():
         for i, text in enumerate(TEXTS):
             enc = tok(text, return_tensors="pt")
             enc.pop("token_type_ids", None)
             np.testing.assert_allclose(scores.logits[i], model(**enc).logits[0].numpy(), atol=1e-4)
-    with pytest.raises(UserError, match="not available for this teacher: DistilBertForSequenceClassification"):
+    with pytest.raises(UserError, match="not available for this teacher: DebertaForSequenceClassification"):
         scoring.Teacher(model, tok, forward="packed")
     with pytest.raises(UserError, match="--forward 'fast': choose one of"):
         scoring.Teacher(model, tok, forward="fast")
