@@ -32,9 +32,16 @@ def unsupported(model, kind=None, needs_pooler: bool = True) -> Optional[str]:
     import torch
     from transformers import BertForSequenceClassification
 
-    kind = kind or BertForSequenceClassification
-    if type(model) is not kind:
-        return f"{type(model).__name__} is not {kind.__name__}"
+    if kind is None:
+        # A head-pruned BERT (transferset.pruning) has the same modules, narrower per layer: the packed
+        # layers read each layer's head count from its own attention module, and the probe checks it.
+        from transferset.pruning import pruned_classes
+
+        kinds = (BertForSequenceClassification, pruned_classes()[1])
+    else:
+        kinds = (kind,)
+    if type(model) not in kinds:
+        return f"{type(model).__name__} is not {kinds[0].__name__}"
     config = model.config
     if getattr(config, "is_decoder", False) or getattr(config, "add_cross_attention", False):
         return "a decoder BERT (causal or cross attention)"
@@ -209,7 +216,7 @@ class PackedEncoder:
         import torch
 
         qkv = layer.qkv(x)  # (T, 3H)
-        context = torch.empty_like(x)
+        context = x.new_empty(x.shape[0], layer.heads * layer.head_size)  # narrower than x in a head-pruned layer
         scale = layer.head_size ** -0.5
         for start, rows, length in groups:
             end = start + rows * length
