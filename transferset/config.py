@@ -385,7 +385,7 @@ class PruneConfig:
     shuffle_rows: AtLeast(1) = 16384  # rows held in memory for shuffling
     max_length: Optional[AtLeast(2)] = None  # tokens per row (None: the model's own)
     threads: Optional[AtLeast(1)] = None  # torch CPU threads (None: leave torch's setting alone)
-    device: Literal["auto", "cpu", "cuda"] = "auto"  # where the recovery trains (the ranking runs where the model is loaded: the CPU)
+    device: Literal["auto", "cpu", "cuda"] = "auto"  # where the recovery trains (the ranking runs on the CPU)
 
 
 @with_config(_STRICT)
