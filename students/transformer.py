@@ -35,7 +35,7 @@ from students.tokens import PretrainedTokens, WordPieceTokens, pca_basis, teache
 from transferset import schema
 from transferset.config import STUDENT_PRESETS
 from transferset.errors import UserError
-from transferset.loading import check_remote_code, quiet_transformers
+from transferset.loading import check_remote_code, quiet_transformers, register_ours
 
 
 @dataclass
@@ -548,6 +548,7 @@ def check_hf_config(model_dir: str) -> dict:
     import transformers
     from transformers import CONFIG_MAPPING
 
+    register_ours()  # a pruned BERT's model_type (transferset.pruning)
     path = os.path.join(model_dir, schema.HF_CONFIG_FILE)
     values = read_json_object(path, holds="a Hugging Face config.json holds model_type, id2label, ...",
                               remedy=RESAVE_HF)

@@ -365,6 +365,31 @@ class PredictConfig:
 
 @with_config(_STRICT)
 @dataclass(frozen=True)
+class PruneConfig:
+    """`transferset prune`'s settings: attention heads ranked on the selection split, removed, recovered."""
+
+    heads: Positive = 0.25  # heads to remove: a count (e.g. 12) or a fraction of the model's heads (e.g. 0.25)
+    # importance = |d loss / d head gate| summed over the selection rows; the loss is cross-entropy against
+    # labels (the gold label, the model's own predicted label where a row has none) or predicted (always its own)
+    importance_loss: Literal["labels", "predicted"] = "labels"
+    normalize: bool = True  # divide each layer's importances by their L2 norm before the global ranking (Michel et al.)
+    epochs: AtLeast(0) = 2  # recovery: epochs of distillation from the scored set's teacher_logits (0: none)
+    max_steps: Optional[AtLeast(1)] = None  # recovery: at most this many optimizer steps in all (None: whole epochs)
+    loss: Literal["mse", "kd"] = "mse"  # recovery loss on teacher_logits: mse (Tang et al.) or kd (KL at temperature)
+    temperature: Positive = 1.0  # kd's T
+    lr: Positive = 3e-5  # AdamW learning rate of the recovery
+    batch_size: AtLeast(1) = 32  # rows per recovery step and per importance batch
+    weight_decay: NonNegative = 0.01
+    grad_clip: NonNegative = 1.0  # max gradient norm (0: no clipping)
+    seed: int = 0  # shuffling and dropout of the recovery
+    shuffle_rows: AtLeast(1) = 16384  # rows held in memory for shuffling
+    max_length: Optional[AtLeast(2)] = None  # tokens per row (None: the model's own)
+    threads: Optional[AtLeast(1)] = None  # torch CPU threads (None: leave torch's setting alone)
+    device: Literal["auto", "cpu", "cuda"] = "auto"  # where the recovery trains (the ranking runs on the CPU)
+
+
+@with_config(_STRICT)
+@dataclass(frozen=True)
 class LowResConfig:
     """k labeled rows per class (seeded), the rest of train, labels dropped, as unlabeled text."""
 

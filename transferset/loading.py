@@ -191,9 +191,18 @@ def _remote_code_refused(path: str, exc: Exception, remedy: str = TRUST_REMEDY) 
     return None
 
 
+def register_ours() -> None:
+    """transformers' Auto classes taught the model types transferset writes (a pruned BERT,
+    transferset.pruning), so they load as any built-in type does; no code is read from the directory."""
+    from transferset.pruning import register
+
+    register()
+
+
 def load_config(path: str, *, trust_remote_code: bool = False, remedy: str = TRUST_REMEDY):
     from transformers import AutoConfig
 
+    register_ours()
     check_remote_code(path, trust_remote_code=trust_remote_code, remedy=remedy)
     try:
         return AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
@@ -205,6 +214,7 @@ def load_tokenizer(path: str, *, trust_remote_code: bool = False, remedy: str = 
                    local_files_only: bool = False):
     from transformers import AutoTokenizer
 
+    register_ours()
     check_remote_code(path, trust_remote_code=trust_remote_code, remedy=remedy)
     try:
         return AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code,
@@ -223,6 +233,7 @@ def load_classifier(path: str, *, allow_pickle: bool = False, trust_remote_code:
     """
     from transformers import AutoModelForSequenceClassification
 
+    register_ours()
     kwargs: dict = {"trust_remote_code": trust_remote_code}
     check_remote_code(path, trust_remote_code=trust_remote_code, remedy=remedy)
     if os.path.isdir(path):

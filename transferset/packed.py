@@ -63,6 +63,7 @@ MASKED_LMS = {
     "DistilBertForMaskedLM": "distilbert",
     "MPNetForMaskedLM": "mpnet",
 }
+PRUNED_BERT = ("transferset.pruning", "PrunedBertForSequenceClassification")
 # Families people fine-tune that take the padded path, and why (the log says it).
 NOT_SERVED = {
     "ModernBertForMaskedLM": "ModernBERT's MLM (its head and sparse prediction) has no packed path yet",
@@ -76,6 +77,10 @@ def family_of(model, served: Optional[dict] = None) -> Optional[str]:
     A subclass or a remote-code class with the same name is not served: its forward may differ."""
     name = type(model).__name__
     served = CLASSIFIERS if served is None else served
+    if served is CLASSIFIERS and (type(model).__module__, name) == PRUNED_BERT:
+        # a head-pruned BERT (transferset.pruning): BERT's modules, narrower per layer; each packed layer
+        # reads its head count from its own attention module, and the probe checks it
+        return "bert"
     if name not in served or not type(model).__module__.startswith("transformers.models."):
         return None
     return served[name]

@@ -101,6 +101,7 @@ MANIFEST_FILE = ".transferset-output.json"  # which command wrote the folder, an
 # --- a trained student (`transferset train --output DIR`) --------------------
 STUDENT_MODEL_DIR = "model"          # DIR/model: the student, loadable with `transferset evaluate`
 METRICS_FILE = "metrics.json"        # DIR/metrics.json
+PRUNE_FILE = "prune.json"            # a pruned model's folder: heads removed, importances, accuracies
 CURVES_FILE = "curves.png"           # DIR/curves.png
 HF_CONFIG_FILE = "config.json"       # a Hugging Face model directory's config (id2label, architecture)
 WEIGHTS_FILE = "model.safetensors"   # the weights, in a student's and in a Hugging Face directory

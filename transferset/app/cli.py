@@ -29,6 +29,8 @@ COMMANDS = {
     "predict": ("transferset.app.predict", "label files with a student, a Hugging Face classifier or an ONNX export "
                 "(in-process, or Apache Beam for large inputs)", True),
     "export": ("transferset.app.export", "export a student (or any Hugging Face classifier) to ONNX", False),
+    "prune": ("transferset.app.prune", "remove a BERT model's least important attention heads, then recover by "
+              "distillation from the cached logits", False),
     "run": ("transferset.app.runner", "run the whole chain from a YAML config", False),
 }
 
@@ -45,6 +47,7 @@ PATH_ARGS = {
     "run": ("config",),
     "predict": ("model", "input", "output"),
     "export": ("model", "output"),
+    "prune": ("model", "selection", "transfer", "output"),
 }
 POSITIONAL_NAMES = {"directory": "OUT"}
 

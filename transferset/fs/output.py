@@ -67,6 +67,7 @@ WHAT = {
     "teacher": "a fine-tuned teacher model",
     "train": "a trained student",
     "export": "an ONNX export",
+    "prune": "a head-pruned model",
 }
 
 

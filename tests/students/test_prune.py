@@ -1,0 +1,115 @@
+"""`transferset prune` (students/prune.py): rank, remove, recover from the cached logits, save in the input's form.
+
+A tiny real BERT teacher (transferset.testing) scores the rows with the project's scorer; the scored set's
+teacher_logits are its logits negated and the selection labels its labels flipped, so the pruned model
+can only reach the selection's labels by learning the cached logits: recovery is seen to distil from them.
+"""
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from students.build import FAMILIES
+from students.student import OnnxStudent, Student
+from students.tokens import WordPieceTokens
+from students.transformer import TransformerConfig
+from transferset import loading, pruning, schema, testing
+from transferset.app import cli
+from transferset.teacher.scoring import Teacher
+
+TEXTS = [f"{a} {b} {c}" for a in testing.WORDS[:40] for b in ("good", "bad") for c in ("movie", "plot ever")]
+
+
+@pytest.fixture(scope="module")
+def task(tmp_path_factory):
+    root = tmp_path_factory.mktemp("prune")
+    teacher = testing.tiny_classifier(str(root / "teacher"), num_heads=4, num_layers=2)
+    scores = Teacher.load(teacher, forward="padded").predict(TEXTS)
+    scored = testing.write_scored_set(str(root / "scored"), TEXTS, -scores.logits, scores.hidden)
+    selection = root / "selection.tsv"
+    selection.write_text("sentence\tlabel\n" + "".join(f"{t}\t{1 - y}\n" for t, y in zip(TEXTS[:40], scores.labels)))
+    return {"root": root, "teacher": teacher, "scored": scored, "selection": str(selection), "targets": -scores.logits}
+
+
+def run_prune(task, output, *flags):
+    return cli.main(["prune", "--model", task["teacher"], "--selection", task["selection"], "--output", str(output),
+                     "--no-progress", *flags])
+
+
+def test_prune_removes_the_heads_then_recovers_from_the_cached_teacher_logits(task, tmp_path, capsys):
+    out = tmp_path / "pruned"
+    assert run_prune(task, out, "--transfer", task["scored"], "--heads", "2", "--epochs", "3", "--lr", "3e-3",
+                     "--batch-size", "16") == 0
+    record = json.loads((out / schema.PRUNE_FILE).read_text())
+    removed = {int(k): v for k, v in record["removed"].items()}
+    assert sum(map(len, removed.values())) == 2 and record["heads"] == {"before": 8, "after": 6}
+    assert record["parameters"]["after"] < record["parameters"]["before"]
+    # The ranking the command used is the library's on the selection rows.
+    assert removed == pruning.least_important(np.array(record["importance"]), 2)
+    sel = record["selection"]
+    # Recovery learned the negated logits, so the flipped labels: far above the pruned model as it started.
+    assert sel["accuracy_pruned"] < 0.3 and sel["accuracy_final"] >= sel["accuracy_pruned"] + 0.5
+    assert record["recovery"]["phase"]["best_dev_accuracy"] == sel["accuracy_final"]
+    # The teacher's form: a plain Hugging Face directory, loaded by score, evaluate and predict's loaders.
+    assert not (out / schema.STUDENT_SIDECAR_FILE).exists()
+    assert json.loads((out / "config.json").read_text())["model_type"] == pruning.MODEL_TYPE
+    student = Student.from_pretrained(str(out))
+    assert student.model.config.kept_heads == record["kept_heads"]
+    start = pruning.prune_heads(loading.load_classifier(task["teacher"]).eval(), removed)
+    with torch.no_grad():
+        ids, mask, types = student.tokens.encode(TEXTS)
+        before = start(input_ids=ids, attention_mask=mask.long(), token_type_ids=types).logits.numpy()
+    after = student.logits(TEXTS)
+    mse = lambda x: float(((x - task["targets"]) ** 2).mean())  # noqa: E731
+    assert mse(after) < 0.5 * mse(before)
+    np.testing.assert_allclose(Teacher.load(str(out)).predict(TEXTS).logits, after, atol=1e-4)  # packed scorer
+    capsys.readouterr()
+    assert cli.main(["evaluate", "--model", str(out), "--data", task["selection"], "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["accuracy"] == pytest.approx(sel["accuracy_final"])
+
+
+def test_a_pruned_student_stays_a_student_and_exports_to_onnx(task, tmp_path):
+    model = loading.load_classifier(task["teacher"]).eval()
+    tokens = WordPieceTokens(loading.load_tokenizer(task["teacher"]), 32)
+    src = tmp_path / "student"
+    Student(model, tokens, ["0", "1"], FAMILIES["transformer"], TransformerConfig(n_layer=2)).save_pretrained(str(src))
+    out = tmp_path / "pruned"
+    assert cli.main(["prune", "--model", str(src), "--selection", task["selection"], "--output", str(out),
+                     "--heads", "0.5", "--epochs", "0", "--no-progress"]) == 0
+    record = json.loads((out / schema.PRUNE_FILE).read_text())
+    assert record["recovery"] is None and record["heads"]["after"] == 4
+    student = Student.from_pretrained(str(out))
+    assert student.family.name == "transformer" and student.config == TransformerConfig(n_layer=2)
+    assert student.tokens.max_length == 32
+    removed = {int(k): v for k, v in record["removed"].items()}
+    expect = Student(pruning.prune_heads(model, removed), tokens, ["0", "1"], FAMILIES["transformer"]).logits(TEXTS)
+    np.testing.assert_array_equal(student.logits(TEXTS), expect)
+    assert cli.main(["export", "--model", str(out), "--output", str(tmp_path / "onnx")]) == 0
+    onnx = Student.from_pretrained(str(tmp_path / "onnx"))
+    assert isinstance(onnx, OnnxStudent)
+    np.testing.assert_allclose(onnx.logits(TEXTS), expect, atol=1e-4)
+    # An export is refused as an input, with what to do instead.
+    assert cli.main(["prune", "--model", str(tmp_path / "onnx"), "--selection", task["selection"],
+                     "--output", str(tmp_path / "again"), "--epochs", "0"]) == 1
+
+
+def test_prune_refuses_what_it_cannot_do_with_a_reason(task, tmp_path, capsys):
+    from transformers import DistilBertConfig, DistilBertForSequenceClassification
+
+    distil = tmp_path / "distil"
+    DistilBertForSequenceClassification(DistilBertConfig(vocab_size=200, dim=32, n_layers=1, n_heads=2, hidden_dim=64)
+                                        ).save_pretrained(str(distil))
+    loading.load_tokenizer(task["teacher"]).save_pretrained(str(distil))
+    cases = [
+        (["--model", str(distil), "--epochs", "0"], "is not a BERT sequence classifier"),
+        (["--model", task["teacher"], "--epochs", "0", "--heads", "7"], "pass a count from 1 to 6"),
+        (["--model", task["teacher"], "--epochs", "0", "--heads", "0.01"], "removes 0 of the model's 8 heads"),
+        (["--model", task["teacher"]], "pass --transfer DIR"),
+    ]
+    for k, (flags, message) in enumerate(cases):
+        argv = ["prune", "--selection", task["selection"], "--output", str(tmp_path / f"out{k}"), *flags]
+        assert cli.main(argv) == 1, flags
+        assert message in capsys.readouterr().err
+        assert not os.path.exists(tmp_path / f"out{k}" / "model.safetensors")

@@ -1,0 +1,52 @@
+"""`transferset prune`: the command line of students/prune.py."""
+from __future__ import annotations
+
+import argparse
+import json
+
+from students.prune import prune
+from transferset.app import flags
+from transferset.config import PruneConfig
+from transferset.fs.output import OVERWRITE_HELP
+
+EPILOG = """\
+Ranks the model's attention heads by importance on the selection split (Michel et al. 2019: the
+gradient of the cross-entropy with respect to each head's gate, summed over the rows in absolute
+value), removes the least important (--heads: a count or a fraction; every layer keeps one head),
+then recovers by distillation from the scored set's teacher_logits, keeping the epoch that is best on
+the selection split (the pruned model before recovery competes).
+
+OUT is the pruned model in the input's form (a Hugging Face directory for the teacher, a student
+directory for a student) and prune.json (heads removed, importances, selection accuracies). score,
+evaluate, predict and export take it; outside transferset, `import transferset.pruning;
+transferset.pruning.register()` before AutoModelForSequenceClassification.from_pretrained(OUT).
+
+examples:
+  transferset prune --model runs/sst2/teacher --selection ../shared/data/sst2/dev.tsv \\
+      --transfer runs/sst2/scored --output runs/sst2/teacher-pruned --heads 0.25 --epochs 2
+  transferset prune --model runs/sst2/students/tinybert3 --selection runs/sst2/dev/scored \\
+      --transfer runs/sst2/scored --output runs/sst2/tinybert3-pruned --heads 6
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="a BERT classifier: the teacher's directory, or a transformer "
+                        "student (`transferset train` output or its model/)")
+    parser.add_argument("--selection", required=True, help="the selection split (labeled TSV/CSV/JSONL/Parquet or a "
+                        "scored set): heads are ranked on it and the recovery's best epoch is chosen on it")
+    parser.add_argument("--transfer", default=None, help="scored transfer set whose teacher_logits the pruned "
+                        "model is distilled towards (needed unless --epochs 0)")
+    parser.add_argument("--output", required=True, metavar="OUT", help="the pruned model's directory")
+    parser.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    flags.add_arguments(parser, PruneConfig, title="settings (PruneConfig)")
+
+
+def run(args: argparse.Namespace, extra) -> int:
+    cfg = flags.from_args(PruneConfig, args)
+    record = prune(cfg, args.model, args.selection, args.output, transfer_dir=args.transfer,
+                   overwrite=args.overwrite, progress=not args.no_progress)
+    summary = {k: record[k] for k in ("removed", "heads", "parameters", "selection")}
+    summary["output"] = args.output
+    print(json.dumps(summary, indent=2))
+    return 0
