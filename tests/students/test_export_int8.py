@@ -119,6 +119,32 @@ def test_int8_export_is_refused_when_it_does_not_agree(model_dirs, tmp_path, mon
     assert Student.from_pretrained(str(fp32)).logits(["a film"]).shape == (1, 2)
 
 
+def test_a_graph_the_check_refuses_is_quantized_the_next_way_and_checked_again(model_dirs, tmp_path, monkeypatch):
+    # The first check is made to fail (the fallback loop is under test, the check has its own tests); the
+    # second quantization (MatMul alone, 8-bit weights) is then made, checked for real, and kept.
+    real, calls = export_module.int8_problems, []
+
+    def first_refused(check):
+        calls.append(check)
+        return ["refused for the test"] if len(calls) == 1 else real(check)
+
+    monkeypatch.setattr(export_module, "int8_problems", first_refused)
+    out = tmp_path / "int8"
+    export(model_dirs["transformer"], str(out), quantize="int8")
+    info = json.loads((out / schema.HF_CONFIG_FILE).read_text())[EXPORT_KEY]
+    q = info["quantization"]
+    assert len(calls) == 2 and real(calls[1]) == []
+    assert q["variant"] == "MatMul with 8-bit weights" and q["reduce_range"] is False and q["ops"] == ["MatMul"]
+    assert q["refused_before"] == ["MatMul+LSTM+Gather with 7-bit weights: refused for the test"]
+    assert q["nodes"]["MatMulInteger"] >= 1 and info["check_max_abs_diff"] == calls[1]["max_abs_diff"]
+    assert [n for n in os.listdir(out) if n.endswith(".onnx")] == [ONNX_FILE]
+    # the kept graph is a quantized one (not float32) and within its tolerance of PyTorch
+    texts = ["a gripping , funny film", "dull and far too long"]
+    kept = np.asarray(Student.from_pretrained(str(out)).logits(texts))
+    pytorch = np.asarray(Student.from_pretrained(model_dirs["transformer"]).logits(texts))
+    assert 1e-4 < np.abs(kept - pytorch).max() <= info["check_tolerance"]
+
+
 def test_a_label_change_beyond_a_near_tie_is_refused_and_a_tie_is_not():
     check = {"max_abs_diff": 0.2, "range": 4.0, "rows": 16,
              "flips": [{"text": "dull", "text_b": None, "pytorch": "0", "int8": "1", "margin": 0.3}]}
