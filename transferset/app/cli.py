@@ -29,6 +29,8 @@ COMMANDS = {
     "predict": ("transferset.app.predict", "label files with a student, a Hugging Face classifier or an ONNX export "
                 "(in-process, or Apache Beam for large inputs)", True),
     "export": ("transferset.app.export", "export a student (or any Hugging Face classifier) to ONNX", False),
+    "exits": ("transferset.app.exits", "train FastBERT's early exits of a frozen teacher or transformer student "
+              "(then evaluate / predict --speed)", False),
     "run": ("transferset.app.runner", "run the whole chain from a YAML config", False),
 }
 
@@ -45,6 +47,7 @@ PATH_ARGS = {
     "run": ("config",),
     "predict": ("model", "input", "output"),
     "export": ("model", "output"),
+    "exits": ("model", "scored", "output"),
 }
 POSITIONAL_NAMES = {"directory": "OUT"}
 
