@@ -30,6 +30,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from students.data import read_eval_data  # noqa: E402
+from students.exits import pool  # noqa: E402
 from students.student import Student, accuracy  # noqa: E402
 from transferset.threads import set_torch_threads, torch_threads  # noqa: E402
 from transferset.timing import describe, measure, ratios  # noqa: E402
@@ -54,8 +55,10 @@ def branch_cost(model: Student, tokens: int = 24, calls: int = 200) -> dict:
     """ms of one branch and of one encoder layer on one row of `tokens` tokens (one thread)."""
     hidden = int(model.model.config.hidden_size)
     x = torch.randn(1, tokens, hidden)
+    mask = torch.ones(1, tokens, dtype=torch.long)
     layer = model.model.base_model.encoder.layer[0]
     branch = model.exits.heads[0]
+    how = model.exits.config.pool
 
     def ms(fn) -> float:
         fn()
@@ -65,7 +68,7 @@ def branch_cost(model: Student, tokens: int = 24, calls: int = 200) -> dict:
         return 1000.0 * (time.perf_counter() - start) / calls
 
     with torch_threads(1), torch.inference_mode():
-        return {"tokens": tokens, "branch_ms": round(ms(lambda: branch(x[:, 0])), 4),
+        return {"tokens": tokens, "pool": how, "branch_ms": round(ms(lambda: branch(pool(x, mask, how))), 4),
                 "layer_ms": round(ms(lambda: layer(x, None)), 4)}
 
 
@@ -110,7 +113,7 @@ def main() -> None:
     print(f"{result['layers']}-layer model, {len(models)} seed(s) of the branches, {len(data.texts)} test rows "
           f"({args.test}); without exits: accuracy {100 * base_acc:.2f}")
     cost = result["branch_cost"]
-    print(f"one branch {cost['branch_ms']:.3f} ms vs one layer {cost['layer_ms']:.3f} ms (batch 1, "
+    print(f"one branch ({cost['pool']}) {cost['branch_ms']:.3f} ms vs one layer {cost['layer_ms']:.3f} ms (batch 1, "
           f"{cost['tokens']} tokens, 1 thread)")
     head = f"{'threshold':>10} {'accuracy':>14} {'layers':>7}"
     if "latency" in result:

@@ -2,9 +2,9 @@
 the frozen model over a scored transfer set.
 
 setup → data → loss step → train → save, as the other trainers, with one difference that makes it cheap:
-the backbone is frozen, so each row's [CLS] states of layers 1..L-1 are computed once (no gradients, rows
-length-sorted into batches) and kept as float16, (N, L-1, H); every epoch then trains the L-1 small heads
-on those states alone. The targets are the model's final distribution over the row:
+the backbone is frozen, so each row's pooled states of layers 1..L-1 (the branches' inputs: the masked mean
+of the layer's tokens, or [CLS]) are computed once (no gradients, rows length-sorted into batches) and kept
+as float16, (N, L-1, H); every epoch then trains the L-1 small heads on those states alone. The targets are the model's final distribution over the row:
 - the teacher's: the scored set's teacher_logits, what `transferset score` cached (no second scoring);
 - any other model's (a transformer student): its own head's logits, from that same single pass.
 Loss: the sum over branches of KL(softmax(target) ‖ softmax(branch)), mean over rows. Unlabeled rows
@@ -91,7 +91,7 @@ def _train(model_path: str, scored_dir: str, out: Output, work: str, cfg: ExitsC
                         "a set scored for another task; pass the set this model's teacher scored")
     targets_kind = choose_targets(cfg.targets, meta, model_dir_of(local), scored_dir)
 
-    # ---- data: the rows (labels never read), the targets, each row's [CLS] states once
+    # ---- data: the rows (labels never read), the targets, each row's pooled states once
     columns = [schema.ID, schema.TEXT, schema.TEXT_B] + ([schema.TEACHER_LOGITS] if targets_kind == "cached" else [])
     table = transfer.read_table(scored_dir, columns)
     if cfg.max_rows is not None:
@@ -102,7 +102,7 @@ def _train(model_path: str, scored_dir: str, out: Output, work: str, cfg: ExitsC
     texts_b = table.column(schema.TEXT_B).to_pylist()
     pairs = any(b is not None for b in texts_b)
     out.prepare()
-    features, own = cls_states(student, texts, texts_b if pairs else None, cfg.batch_size, progress)
+    features, own = branch_inputs(student, texts, texts_b if pairs else None, cfg.pool, cfg.batch_size, progress)
     if targets_kind == "cached":
         targets = torch.from_numpy(transfer.fixed_list_to_numpy(table.column(schema.TEACHER_LOGITS)).copy())
     else:
@@ -134,10 +134,10 @@ def _train(model_path: str, scored_dir: str, out: Output, work: str, cfg: ExitsC
     return metrics
 
 
-def cls_states(student: Student, texts: list, texts_b: Optional[list], batch_size: int,
-               progress: Optional[bool]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each row through the frozen model once → ([CLS] of layers 1..L-1, float16 (N, L-1, H), the model's
-    own logits (N, C)), in row order; rows length-sorted into batches (less padding)."""
+def branch_inputs(student: Student, texts: list, texts_b: Optional[list], how: str, batch_size: int,
+                  progress: Optional[bool]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row through the frozen model once → (its pooled states of layers 1..L-1, float16 (N, L-1, H), the
+    model's own logits (N, C)), in row order; rows length-sorted into batches (less padding)."""
     model = student.model.eval()
     n_layers = len(model.base_model.encoder.layer)
     hidden = int(model.config.hidden_size)
@@ -149,8 +149,8 @@ def cls_states(student: Student, texts: list, texts_b: Optional[list], batch_siz
         for start in range(0, len(order), batch_size):
             idx = order[start:start + batch_size]
             b = student._batch([texts[i] for i in idx], [texts_b[i] for i in idx] if texts_b is not None else None)
-            cls, logits = layer_states(model, b["ids"], b["mask"], b["type_ids"])
-            features[idx] = cls.to(torch.float16).cpu()
+            pooled, logits = layer_states(model, b["ids"], b["mask"], b["type_ids"], how)
+            features[idx] = pooled.to(torch.float16).cpu()
             own[idx] = logits.float().cpu()
             bar.update(len(idx))
     finally:
@@ -163,7 +163,8 @@ def fit_branches(features: torch.Tensor, targets: torch.Tensor, cfg: ExitsConfig
     n, layers, hidden = features.shape
     with torch.random.fork_rng(devices=[]):  # the caller's random state is left as it was
         torch.manual_seed(cfg.seed)
-        branches = Branches(BranchesConfig(layers=layers, hidden=hidden, classes=targets.shape[1], width=cfg.width))
+        branches = Branches(BranchesConfig(layers=layers, hidden=hidden, classes=targets.shape[1], width=cfg.width,
+                                           pool=cfg.pool))
     order = torch.Generator().manual_seed(cfg.seed)
     optimizer = torch.optim.AdamW(branches.parameters(), lr=cfg.lr)
     target_logp = torch.log_softmax(targets.float(), dim=-1)                    # (N, C)

@@ -378,10 +378,11 @@ class ExitsConfig:
     # teacher: same weights); own = the model's final classifier on each row (a transformer student);
     # auto = cached when the model is the set's teacher, else own
     targets: Literal[EXIT_TARGETS] = "auto"
-    width: AtLeast(1) = 128  # the branch's inner width ([CLS] → width → classes), FastBERT's 128
-    epochs: AtLeast(1) = 10  # passes over the transfer set's cached [CLS] states (the backbone runs once)
+    pool: Literal["mean", "cls"] = "mean"  # what a branch reads of its layer: the masked mean of its tokens, or [CLS]
+    width: AtLeast(1) = 128  # the branch's inner width (pooled states → width → classes), FastBERT's 128
+    epochs: AtLeast(1) = 10  # passes over the rows' cached pooled states (the frozen model runs once)
     lr: Positive = 1e-3  # AdamW learning rate of the branches
-    batch_size: AtLeast(1) = 256  # rows per step, and per forward of the frozen backbone
+    batch_size: AtLeast(1) = 64  # rows per step, and per forward of the frozen model
     seed: int = 0  # the branches' init and the rows' order
     max_rows: Optional[AtLeast(1)] = None  # use the set's first N rows only (None: all of them)
     max_length: Optional[AtLeast(1)] = None  # tokens per row (None: the model's own)

@@ -69,7 +69,7 @@ def test_the_teachers_exits_learn_the_cached_logits_in_row_order(trained, cached
     np.testing.assert_array_equal(seen["targets"].numpy(), cached[1])
     own = Student.from_pretrained(teacher).logits(TEXTS)
     assert not np.allclose(seen["targets"].numpy(), own, atol=0.1)  # the cached column, not a second scoring
-    # The branches' inputs are the [CLS] states of layers 1..L-1, row by row.
+    # The branches' inputs are the pooled states of layers 1..L-1, row by row.
     s = Student.from_pretrained(teacher)
     b = s._batch(TEXTS[:3], None)
     cls, _ = layer_states(s.model, b["ids"], b["mask"], b["type_ids"])
@@ -135,10 +135,10 @@ def test_speed_zero_is_the_model_without_exits(trained, teacher):
     np.testing.assert_allclose(with_exits.logits(TEXTS[:1], speed=0), ref[:1], atol=1e-5, rtol=0)  # batch 1
 
 
-def _known_branches(model, scales) -> Branches:
-    """Branch k's logits are [scales[k] * tanh(cls_k[0]), 0]: from the [CLS] states, the answer is known."""
+def _known_branches(model, scales, pool="mean") -> Branches:
+    """Branch k's logits are [scales[k] * tanh(pooled_k[0]), 0]: from the pooled states, the answer is known."""
     h, c = int(model.config.hidden_size), int(model.config.num_labels)
-    branches = Branches(BranchesConfig(layers=len(scales), hidden=h, classes=c, width=4))
+    branches = Branches(BranchesConfig(layers=len(scales), hidden=h, classes=c, width=4, pool=pool))
     with torch.no_grad():
         for scale, head in zip(scales, branches.heads):
             for p in head.parameters():
@@ -148,13 +148,14 @@ def _known_branches(model, scales) -> Branches:
     return branches.eval()
 
 
-def test_each_row_exits_at_the_layer_the_rule_says(trained):
+@pytest.mark.parametrize("pool", ["mean", "cls"])
+def test_each_row_exits_at_the_layer_the_rule_says(trained, pool):
     out, _, _ = trained
     s = Student.from_pretrained(out)
-    s.exits = _known_branches(s.model, [1.0, 3.0, 6.0])
+    s.exits = _known_branches(s.model, [1.0, 3.0, 6.0], pool)
     b = s._batch(TEXTS, None)
-    cls, final = layer_states(s.model, b["ids"], b["mask"], b["type_ids"])      # (N, 3, H), (N, C)
-    x = np.tanh(cls[:, :, 0].numpy().astype(np.float64)) * np.array([1.0, 3.0, 6.0])  # (N, 3)
+    pooled, final = layer_states(s.model, b["ids"], b["mask"], b["type_ids"], pool)   # (N, 3, H), (N, C)
+    x = np.tanh(pooled[:, :, 0].numpy().astype(np.float64)) * np.array([1.0, 3.0, 6.0])  # (N, 3)
     p = np.exp(x) / (np.exp(x) + 1.0)                                     # softmax of [x, 0]
     u = -(p * np.log(p) + (1 - p) * np.log(1 - p)) / np.log(2)            # normalised entropy, by hand
     branch_logits = np.stack([x, np.zeros_like(x)], axis=-1)              # (N, 3, C)
