@@ -385,7 +385,9 @@ class ExitsConfig:
     batch_size: AtLeast(1) = 64  # rows per step, and per forward of the frozen model
     seed: int = 0  # the branches' init and the rows' order
     max_rows: Optional[AtLeast(1)] = None  # use the set's first N rows only (None: all of them)
-    max_length: Optional[AtLeast(1)] = None  # tokens per row (None: the model's own)
+    # tokens per row, kept by the saved model (None: the model's own); for the teacher, the length the set was
+    # scored at (its stats.json max_length) puts the branches' inputs and the cached logits on the same tokens
+    max_length: Optional[AtLeast(1)] = None
     threads: Optional[AtLeast(1)] = None  # torch CPU threads (None: torch's setting)
 
 
