@@ -169,9 +169,9 @@ def adaptive_forward(model: nn.Module, branches: Branches, ids: torch.Tensor, ma
     """→ (logits (B, C), the 1-based layer each row left at (B,)). See the module docstring."""
     b = ids.shape[0]
     n = len(model.base_model.encoder.layer)
-    out = torch.empty(b, branches.config.classes)
-    used = torch.full((b,), n, dtype=torch.long)
-    rows = torch.arange(b)  # which input rows are still in flight
+    out = torch.empty(b, branches.config.classes, device=ids.device)
+    used = torch.full((b,), n, dtype=torch.long, device=ids.device)
+    rows = torch.arange(b, device=ids.device)  # which input rows are still in flight
     steps = _layers(model, ids, mask, type_ids)
     hidden, m = next(steps)
     for k in range(1, n + 1):
