@@ -23,8 +23,12 @@ def _load(model_path: str, max_length: Optional[int]):
 
 def evaluate(model_path: Union[str, Sequence[str]], data_path: str, *, text_column=None,
              label_column: str = DEFAULT_LABEL_COLUMN, text_b_column=None, batch_size: int = 256,
-             max_length: Optional[int] = None, combine: Union[str, int] = "mean") -> dict:
+             max_length: Optional[int] = None, combine: Union[str, int] = "mean",
+             speed: Optional[float] = None) -> dict:
     """{"accuracy", "rows", "labeled_rows", ...} of one model on `data_path`.
+
+    `speed`: a model with early exits (`transferset exits`) lets rows leave at a layer whose branch's
+    normalised entropy is below it; "mean_layers" then holds the layers a row ran, on average.
 
     Several models (a list of more than one): a teacher ensemble, scored as `transferset score` combines
     it (`combine`: mean | probs | a member's index); "members" then holds each member's own figures.
@@ -33,10 +37,13 @@ def evaluate(model_path: Union[str, Sequence[str]], data_path: str, *, text_colu
     paths = [model_path] if isinstance(model_path, str) else list(model_path)
     how = ensemble.parse_combine(combine, len(paths), "--model")  # no model, or an index out of range: refused first
     models = [_load(p, max_length) for p in paths]
+    for m in models:
+        m.check_speed(speed)  # before the data is read
     label_names = ensemble.check_members(paths, [m.label_names for m in models])
     data = read_eval_data(data_path, label_names, text_column=text_column, label_column=label_column,
                           text_b_column=text_b_column)
-    logits = [m.logits(data.texts, data.texts_b, batch_size=batch_size) for m in models]
+    runs = [m.logits_and_layers(data.texts, data.texts_b, batch_size=batch_size, speed=speed) for m in models]
+    logits = [lg for lg, _ in runs]
 
     def figures(pred) -> dict:
         out = {"accuracy": accuracy(pred, data.labels)}
@@ -46,6 +53,9 @@ def evaluate(model_path: Union[str, Sequence[str]], data_path: str, *, text_colu
 
     out = {"data": data_path, "rows": len(data.texts), "labeled_rows": int((data.labels != NO_LABEL).sum()),
            **figures(ensemble.combine_logits(logits, how).argmax(-1))}
+    if len(paths) == 1 and models[0].exits is not None:
+        out["speed"] = float(speed or 0.0)
+        out["mean_layers"] = float(runs[0][1].mean()) if len(data.texts) else float("nan")
     if len(paths) > 1:
         out["combine"] = how
         out["members"] = [{"model": p, **figures(l.argmax(-1))} for p, l in zip(paths, logits)]

@@ -332,6 +332,13 @@ def _export(model_path: str, out: Output, *, format: str, opset: int, max_length
                                       max_length=max_length)
     if not isinstance(student, Student):
         raise UserError(f"{model_path} is already an ONNX export; pass the directory it was exported from")
+    if student.exits is not None:
+        # A row's depth is decided while it runs (rows leave the batch between layers): one graph cannot
+        # hold that, and a graph per layer segment with a driver loop is not built.
+        raise UserError(f"{model_path}: a model with early exits ({schema.EXITS_FILE}); they run in PyTorch only "
+                        "(`transferset evaluate` / `predict --speed`, Student.from_pretrained): a row's depth is "
+                        "decided while it runs, which one ONNX graph cannot express. To export the model without "
+                        "exits, pass the model the exits were trained on (`transferset exits --model`)")
     graph, used, declared = graph_of(student)
     example = student.tokens.tokenizer(CHECK_TEXTS[:2], ["the film is good", "a short second text"], padding=True,
                                        return_tensors="pt")

@@ -25,13 +25,18 @@ CHUNK_ROWS = 4096  # rows read, predicted and written at a time (one Parquet row
 SHOWN_REJECTS = 5  # per input, for the message when every row of an input is rejected
 
 
-def load_predictor(model: str, max_length: Optional[int] = None, threads: Optional[int] = None) -> Predictor:
+def load_predictor(model: str, max_length: Optional[int] = None, threads: Optional[int] = None,
+                   speed: Optional[float] = None) -> Predictor:
     """A student, any Hugging Face classifier or an ONNX export, from a local directory or a URL (copied
-    once into the local cache). `threads` pins torch's (and so onnxruntime's) CPU threads.
+    once into the local cache). `threads` pins torch's (and so onnxruntime's) CPU threads; `speed` is the
+    early exits' threshold of every prediction (a model with exits; refused above 0 for any other).
 
     Module-level so Beam workers load the model by reference (pipelines/predict.py gets it injected)."""
     set_torch_threads(threads)
-    return Student.from_pretrained(local_teacher(model) if fs.is_remote(model) else model, max_length=max_length)
+    predictor = Student.from_pretrained(local_teacher(model) if fs.is_remote(model) else model, max_length=max_length)
+    predictor.check_speed(speed)  # refused here, before any output or pipeline
+    predictor.speed = speed
+    return predictor
 
 
 class _Writer:

@@ -29,12 +29,13 @@ import numpy as np
 import torch
 
 from students.build import HF_FAMILY, Family, Setup, family
+from students.exits import Branches, adaptive_forward, check_speed, has_exits, load_branches, save_branches
 from students.family import JSON_KINDS, RESAVE, StudentFileError, json_kind, read_json_object
 from students.losses import NO_LABEL
 from students.teacher_files import NO_CODE_LOAD
 from students.transformer import load_hf_classifier
 from transferset import __version__, schema
-from transferset.errors import UserError
+from transferset.errors import ConfigError, UserError
 from transferset.loading import check_safetensors, label_names_of, load_tokenizer
 
 
@@ -57,42 +58,79 @@ class Predictor:
     """What every loaded classifier shares: label names, logits in input order, predictions.
 
     Subclasses give `_batch_logits(texts, texts_b) -> (B, C)` for one batch; rows are length-sorted
-    into batches here (less padding) and returned in input order.
+    into batches here (less padding) and returned in input order. A model with early exits (a Student
+    whose `exits` are set, students/exits.py) gives `_batch_exits(texts, texts_b, speed) -> ((B, C), (B,))`:
+    its logits and the layer each row left at.
+
+    `speed` (every method): the normalised entropy below which a row of a model with exits leaves at a
+    layer's branch; None or 0 runs every layer. A model without exits takes only None or 0.
     """
 
     label_names: list[str]
+    exits = None  # a model's early-exit branches, when it has them (students/exits.py)
+    speed: Optional[float] = None  # the speed of calls that give none (`transferset predict --speed`)
 
     def _batch_logits(self, texts: list[str], texts_b: Optional[list[Optional[str]]]) -> np.ndarray:
         raise NotImplementedError
 
-    def logits(self, texts: Sequence[str], texts_b: Optional[Sequence[Optional[str]]] = None,
-               batch_size: int = 256) -> np.ndarray:
-        """(N, C) logits; rows are length-sorted into batches and returned in input order."""
+    def _batch_exits(self, texts: list[str], texts_b: Optional[list[Optional[str]]],
+                     speed: float) -> tuple[np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+    def check_speed(self, speed: Optional[float]) -> float:
+        """`speed` as a float, refused (ConfigError) out of [0, 1] and above 0 for a model without exits."""
+        try:
+            value = check_speed(speed)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        if value > 0 and self.exits is None:
+            raise ConfigError(f"speed {speed}: this model has no early exits (a {schema.EXITS_FILE} beside it), so "
+                              "every row runs every layer; train them with `transferset exits`, or drop speed")
+        return value
+
+    def logits_and_layers(self, texts: Sequence[str], texts_b: Optional[Sequence[Optional[str]]] = None,
+                          batch_size: int = 256, speed: Optional[float] = None) -> tuple[np.ndarray, np.ndarray]:
+        """(N, C) logits and (N,) the layer each row left at (0 for a model without exits); rows are
+        length-sorted into batches and returned in input order."""
         if isinstance(texts, str):
             raise TypeError("texts is one str; pass a list of texts (e.g. [text])")
         if texts_b is not None and len(texts_b) != len(texts):
             raise ValueError(f"texts_b has {len(texts_b)} rows for {len(texts)} texts; pass one second text "
                              "(or None) per text")
+        value = self.check_speed(self.speed if speed is None else speed)
         out = np.zeros((len(texts), len(self.label_names)), dtype=np.float32)
+        layers = np.zeros(len(texts), dtype=np.int64)
+
+        def batch(idx: Sequence[int]) -> None:
+            t = [texts[i] for i in idx]
+            tb = [texts_b[i] for i in idx] if texts_b is not None else None
+            if self.exits is None:
+                out[idx] = self._batch_logits(t, tb)
+            else:
+                out[idx], layers[idx] = self._batch_exits(t, tb, value)
+
         if len(texts) == 1:  # batch 1 (an online request): nothing to sort or scatter
-            out[:] = self._batch_logits([texts[0]], None if texts_b is None else [texts_b[0]])
-            return out
+            batch([0])
+            return out, layers
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         for start in range(0, len(order), batch_size):
-            idx = order[start:start + batch_size]
-            out[idx] = self._batch_logits([texts[i] for i in idx],
-                                          [texts_b[i] for i in idx] if texts_b is not None else None)
-        return out
+            batch(order[start:start + batch_size])
+        return out, layers
+
+    def logits(self, texts: Sequence[str], texts_b: Optional[Sequence[Optional[str]]] = None,
+               batch_size: int = 256, speed: Optional[float] = None) -> np.ndarray:
+        """(N, C) logits; rows are length-sorted into batches and returned in input order."""
+        return self.logits_and_layers(texts, texts_b, batch_size, speed)[0]
 
     def predict_ids(self, texts: Sequence[str], texts_b: Optional[Sequence[Optional[str]]] = None,
-                    batch_size: int = 256) -> np.ndarray:
+                    batch_size: int = 256, speed: Optional[float] = None) -> np.ndarray:
         """(N,) class indices (into label_names) of the most probable class: what accuracy compares."""
-        return self.logits(texts, texts_b, batch_size).argmax(-1)
+        return self.logits(texts, texts_b, batch_size, speed).argmax(-1)
 
     def predict(self, texts: Sequence[str], texts_b: Optional[Sequence[Optional[str]]] = None,
-                batch_size: int = 256) -> Predictions:
+                batch_size: int = 256, speed: Optional[float] = None) -> Predictions:
         """Label names and class probabilities of `texts` (with `texts_b`, sentence pairs)."""
-        logits = self.logits(texts, texts_b, batch_size)                         # (N, C)
+        logits = self.logits(texts, texts_b, batch_size, speed)                  # (N, C)
         z = np.exp(logits - logits.max(axis=1, keepdims=True, initial=-np.inf))
         probabilities = z / z.sum(axis=1, keepdims=True)
         return Predictions([self.label_names[i] for i in logits.argmax(-1)], probabilities, list(self.label_names))
@@ -107,8 +145,9 @@ class Student(Predictor):
     """
 
     def __init__(self, model: torch.nn.Module, tokens, label_names: Sequence[str], family: Family,
-                 config: Any = None, teacher_id: Optional[str] = None):
+                 config: Any = None, teacher_id: Optional[str] = None, exits: Optional[Branches] = None):
         self.model = model
+        self.exits = exits
         self.tokens = tokens
         self.label_names = list(label_names)
         self.family = family
@@ -122,19 +161,29 @@ class Student(Predictor):
 
     # ------------------------------------------------------------------ predicting
 
-    def logits(self, texts: Sequence[str], texts_b: Optional[Sequence[Optional[str]]] = None,
-               batch_size: int = 256) -> np.ndarray:
+    def logits_and_layers(self, texts: Sequence[str], texts_b: Optional[Sequence[Optional[str]]] = None,
+                          batch_size: int = 256, speed: Optional[float] = None) -> tuple[np.ndarray, np.ndarray]:
         self.model.eval()
-        return super().logits(texts, texts_b, batch_size)
+        if self.exits is not None:
+            self.exits.eval()
+        return super().logits_and_layers(texts, texts_b, batch_size, speed)
 
-    @torch.inference_mode()
-    def _batch_logits(self, texts: list[str], texts_b: Optional[list[Optional[str]]]) -> np.ndarray:
+    def _batch(self, texts: list[str], texts_b: Optional[list[Optional[str]]]) -> dict:
         ids, mask, types = self.tokens.encode(texts, texts_b)
         # The tokens are made on the CPU; a model moved to an accelerator gets them there, and its
         # logits come back to the CPU for numpy.
         device = next(self.model.parameters(), torch.empty(0)).device
-        batch = {"ids": ids.to(device), "mask": mask.to(device), "type_ids": types.to(device)}
-        return self.family.forward(self.model, batch)["logits"].float().detach().cpu().numpy()
+        return {"ids": ids.to(device), "mask": mask.to(device), "type_ids": types.to(device)}
+
+    @torch.inference_mode()
+    def _batch_logits(self, texts: list[str], texts_b: Optional[list[Optional[str]]]) -> np.ndarray:
+        return self.family.forward(self.model, self._batch(texts, texts_b))["logits"].float().detach().cpu().numpy()
+
+    def _batch_exits(self, texts: list[str], texts_b: Optional[list[Optional[str]]],
+                     speed: float) -> tuple[np.ndarray, np.ndarray]:
+        b = self._batch(texts, texts_b)
+        logits, layers = adaptive_forward(self.model, self.exits, b["ids"], b["mask"], b["type_ids"], speed)
+        return logits.cpu().numpy(), layers.cpu().numpy()
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.model.parameters())
@@ -154,6 +203,8 @@ class Student(Predictor):
         }
         with open(os.path.join(model_dir, schema.STUDENT_SIDECAR_FILE), "w", encoding="utf-8") as fh:
             json.dump(sidecar, fh, indent=2)
+        if self.exits is not None:  # a re-save keeps the exits (how they were trained is exits_training's to say)
+            save_branches(model_dir, self.exits, {})
 
     @classmethod
     def from_pretrained(cls, path: str, max_length: Optional[int] = None) -> "Student | OnnxStudent":
@@ -163,6 +214,8 @@ class Student(Predictor):
         logits / predict / predict_ids, run by onnxruntime).
 
         `max_length` overrides the tokens per row (default: the student's, or the HF tokenizer's limit).
+        A folder written by `transferset exits` (exits.json beside the model) loads with its early exits:
+        `predict(..., speed=S)` then lets rows leave at a layer's branch (students/exits.py).
         """
         inner = os.path.join(path, schema.STUDENT_MODEL_DIR)
         model_dir = inner if os.path.isdir(inner) else path
@@ -183,15 +236,21 @@ class Student(Predictor):
                                        f"{classes} classes; {RESAVE}")
             if max_length is not None:
                 tokens.max_length = max_length
-            return cls(model.eval(), tokens, sidecar["label_names"], fam, config, sidecar.get("teacher_id"))
+            return cls(model.eval(), tokens, sidecar["label_names"], fam, config, sidecar.get("teacher_id"),
+                       _exits_of(model_dir, model))
         if os.path.isfile(os.path.join(model_dir, schema.HF_CONFIG_FILE)):
             model, tokens, label_names = load_hf_classifier(model_dir, max_length)
             refuse_non_finite(model, os.path.join(model_dir, schema.WEIGHTS_FILE))
-            return cls(model, tokens, label_names, HF_FAMILY)
+            return cls(model, tokens, label_names, HF_FAMILY, exits=_exits_of(model_dir, model))
         raise UserError(f"{path}: neither {schema.STUDENT_MODEL_DIR}/{schema.STUDENT_SIDECAR_FILE} nor "
                         f"{schema.HF_CONFIG_FILE} nor {ONNX_FILE}; pass the --output directory of `transferset "
                         "train`, a Hugging Face model directory (e.g. the output of `transferset teacher`) or "
                         "the --output directory of `transferset export`")
+
+
+def _exits_of(model_dir: str, model: torch.nn.Module) -> Optional[Branches]:
+    """The early-exit branches saved beside the model (`transferset exits`), if any."""
+    return load_branches(model_dir, model) if has_exits(model_dir) else None
 
 
 def refuse_non_finite(model: torch.nn.Module, where: str) -> None:

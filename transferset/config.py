@@ -361,6 +361,34 @@ class PredictConfig:
     # inputs of at least this many rows run on Apache Beam, fewer in this process (--beam, --runner or
     # --workers: Beam whatever the size)
     beam_above: AtLeast(1) = 100_000
+    # a model with early exits (`transferset exits`): a row leaves at the first layer whose branch's normalised
+    # entropy is below this (0 or None: every layer, the model without exits; 1: the earliest exits)
+    speed: Optional[Probability] = None
+
+
+EXIT_TARGETS = ("auto", "cached", "own")
+
+
+@with_config(_STRICT)
+@dataclass(frozen=True)
+class ExitsConfig:
+    """`transferset exits`: FastBERT's branches after every layer of a frozen model, self-distilled."""
+
+    # what each branch learns (KL): cached = the scored set's teacher_logits (the model must be the set's
+    # teacher: same weights); own = the model's final classifier on each row (a transformer student);
+    # auto = cached when the model is the set's teacher, else own
+    targets: Literal[EXIT_TARGETS] = "auto"
+    pool: Literal["mean", "cls"] = "mean"  # what a branch reads of its layer: the masked mean of its tokens, or [CLS]
+    width: AtLeast(1) = 128  # the branch's inner width (pooled states → width → classes), FastBERT's 128
+    epochs: AtLeast(1) = 10  # passes over the rows' cached pooled states (the frozen model runs once)
+    lr: Positive = 1e-3  # AdamW learning rate of the branches
+    batch_size: AtLeast(1) = 64  # rows per step, and per forward of the frozen model
+    seed: int = 0  # the branches' init and the rows' order
+    max_rows: Optional[AtLeast(1)] = None  # use the set's first N rows only (None: all of them)
+    # tokens per row, kept by the saved model (None: the model's own); for the teacher, the length the set was
+    # scored at (its stats.json max_length) puts the branches' inputs and the cached logits on the same tokens
+    max_length: Optional[AtLeast(1)] = None
+    threads: Optional[AtLeast(1)] = None  # torch CPU threads (None: torch's setting)
 
 
 @with_config(_STRICT)

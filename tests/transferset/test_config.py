@@ -7,10 +7,10 @@ import pytest
 from transferset import typed
 from transferset.app import flags
 from transferset.errors import ConfigError
-from transferset.config import (AugmentConfig, BeamConfig, PredictConfig, RunConfig, ScoreConfig, StudentConfig,
-                                TeacherConfig)
+from transferset.config import (AugmentConfig, BeamConfig, ExitsConfig, PredictConfig, RunConfig, ScoreConfig,
+                                StudentConfig, TeacherConfig)
 
-STAGES = (AugmentConfig, TeacherConfig, ScoreConfig, StudentConfig, BeamConfig, PredictConfig)
+STAGES = (AugmentConfig, TeacherConfig, ScoreConfig, StudentConfig, BeamConfig, PredictConfig, ExitsConfig)
 
 
 @pytest.mark.parametrize("cls", STAGES, ids=lambda c: c.__name__)

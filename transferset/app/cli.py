@@ -31,6 +31,8 @@ COMMANDS = {
     "export": ("transferset.app.export", "export a student (or any Hugging Face classifier) to ONNX", False),
     "prune": ("transferset.app.prune", "remove a BERT model's least important attention heads, then recover by "
               "distillation from the cached logits", False),
+    "exits": ("transferset.app.exits", "train FastBERT's early exits of a frozen teacher or transformer student "
+              "(then evaluate / predict --speed)", False),
     "run": ("transferset.app.runner", "run the whole chain from a YAML config", False),
 }
 
@@ -48,6 +50,7 @@ PATH_ARGS = {
     "predict": ("model", "input", "output"),
     "export": ("model", "output"),
     "prune": ("model", "selection", "transfer", "output"),
+    "exits": ("model", "scored", "output"),
 }
 POSITIONAL_NAMES = {"directory": "OUT"}
 

@@ -32,6 +32,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--combine", default="mean", type=_combine,
                         help="several --model: mean (their mean logits) | probs (their mean probabilities) | K "
                         "(model K alone, 0 = the first); as `transferset score --combine`")
+    parser.add_argument("--speed", type=float, default=None,
+                        help="a model with early exits (`transferset exits`): a row leaves at the first layer whose "
+                        "branch's normalised entropy is below this, from 0 (every layer) to 1; the mean layers "
+                        "used are printed too")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
 
 
@@ -47,12 +51,14 @@ def run(args: argparse.Namespace, extra) -> int:
     model = args.model[0] if len(args.model) == 1 else args.model
     result = evaluate(model, args.data, text_column=args.text_column, label_column=args.label_column,
                       text_b_column=args.text_b_column, batch_size=args.batch_size, max_length=args.max_length,
-                      combine=args.combine)
+                      combine=args.combine, speed=args.speed)
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
     what = f"ensemble of {len(args.model)} ({result['combine']}) " if "members" in result else ""
     print(f"{what}accuracy {result['accuracy']:.4f} ({result['labeled_rows']} labeled rows of {result['rows']})")
+    if "mean_layers" in result:
+        print(f"speed {result['speed']:g}: {result['mean_layers']:.2f} layers per row on average")
     if "teacher_agreement" in result:
         print(f"teacher agreement {result['teacher_agreement']:.4f} ({result['rows']} rows)")
     for k, m in enumerate(result.get("members", [])):

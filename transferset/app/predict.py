@@ -77,14 +77,15 @@ def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
     on_beam = wants_beam(args, extra, total, cfg)
     # Loaded here in both cases: a model that does not load stops the command before a pipeline starts,
     # and the Beam graph needs its label names for the output schema.
-    predictor = load_predictor(args.model, cfg.max_length, cfg.threads)
+    predictor = load_predictor(args.model, cfg.max_length, cfg.threads, cfg.speed)
     # Each runner owns OUT while it writes (transferset.fs.output): one run at a time, nothing of another's deleted.
     if on_beam:
         from pipelines.predict import PredictJob, run_predict  # Beam only for inputs that need it
 
         job = PredictJob(model=args.model, label_names=tuple(predictor.label_names), inputs=tuple(args.input),
                          output=args.output, cfg=cfg, total=total,
-                         loader=functools.partial(load_predictor, max_length=cfg.max_length, threads=cfg.threads))
+                         loader=functools.partial(load_predictor, max_length=cfg.max_length, threads=cfg.threads,
+                                                  speed=cfg.speed))
         del predictor  # the workers load their own
         stats = run_predict(job, beam_cfg=flags.from_args(BeamConfig, args), extra=extra, overwrite=args.overwrite)
     else:
