@@ -21,7 +21,6 @@ import os
 import time
 from typing import Optional
 
-import numpy as np
 import torch
 
 from students.exits import Branches, BranchesConfig, check_bert_like, layer_states, save_branches

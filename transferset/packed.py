@@ -446,8 +446,6 @@ class PackedEncoder:
 
     @staticmethod
     def layer(layer: _Layer, x, groups):
-        import torch
-
         qkv = layer.qkv(x)  # (T, 3H')
         width = layer.heads * layer.head_size
         context = x.new_empty(x.shape[0], width)
