@@ -11,8 +11,8 @@ teacher nor the transfer set sees a validation sentence or a part of one.
 from __future__ import annotations
 
 import json
-from collections import Counter
-from typing import Optional
+from collections import defaultdict
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -41,11 +41,28 @@ def _padded(text: str) -> str:
     return f" {normalize_text(text)} "
 
 
-def _sentences(rows: list[Example], order: np.ndarray, n: int) -> list[int]:
+def _word_index(texts: Sequence[str]) -> dict[str, list[int]]:
+    """word → the indices of the texts that hold it: a text inside another holds all its words, so the
+    rows to search are those of its rarest word (not all rows: a scan per row is minutes on 67k rows)."""
+    index: dict[str, list[int]] = defaultdict(list)
+    for i, text in enumerate(texts):
+        for word in set(text.split()):
+            index[word].append(i)
+    return index
+
+
+def _inside_any(text: str, texts: Sequence[str], index: dict[str, list[int]]) -> list[int]:
+    """The indices of `texts` that contain `text` (word-bounded, itself and its copies included)."""
+    words = set(text.split())
+    if not words or any(w not in index for w in words):
+        return []
+    rarest = min(words, key=lambda w: len(index[w]))
+    return [j for j in index[rarest] if text in texts[j]]
+
+
+def _sentences(texts: Sequence[str], order: np.ndarray, n: int) -> list[int]:
     """The first `n` rows of `order` whose text no other train row contains (its exact copies aside)."""
-    texts = [_padded(r.text) for r in rows]
-    copies = Counter(texts)
-    corpus = "\n".join(texts)
+    index = _word_index(texts)
     chosen: list[int] = []
     seen: set[str] = set()
     for i in order:
@@ -53,7 +70,7 @@ def _sentences(rows: list[Example], order: np.ndarray, n: int) -> list[int]:
         if text in seen:  # a copy of a row already held out: it would be dropped from the pools anyway
             continue
         seen.add(text)
-        if corpus.count(text) <= copies[text]:  # found only in the rows that are this text
+        if text.strip() and all(texts[j] == text for j in _inside_any(text, texts, index)):
             chosen.append(int(i))
             if len(chosen) == n:
                 break
@@ -78,7 +95,7 @@ def carve_validation(rows: list[Example], n: int, seed: int,
     if by == "row":
         chosen = sorted(int(i) for i in rng.choice(len(rows), size=n, replace=False))
     else:
-        chosen = sorted(_sentences(rows, rng.permutation(len(rows)), n))
+        chosen = sorted(_sentences([_padded(r.text) for r in rows], rng.permutation(len(rows)), n))
         if len(chosen) < n:
             raise UserError(f"validation.rows = {n}, but train holds only {len(chosen)} rows that no other "
                             "row contains (whole sentences): carve fewer rows, or set validation.by: row")
@@ -88,8 +105,9 @@ def carve_validation(rows: list[Example], n: int, seed: int,
     kept = [i for i in pool if _padded(rows[i].text) not in held]
     dropped = {"copies": len(pool) - len(kept), "phrases": 0}
     if by == "sentence":
-        corpus = "\n".join(held)
-        inside = [i for i in kept if _padded(rows[i].text) in corpus]
+        sentences = sorted(held)
+        index = _word_index(sentences)
+        inside = [i for i in kept if _inside_any(_padded(rows[i].text), sentences, index)]
         dropped["phrases"] = len(inside)
         kept = sorted(set(kept) - set(inside))
     return chosen, kept, dropped
