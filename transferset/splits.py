@@ -92,22 +92,23 @@ def carve_validation(rows: list[Example], n: int, seed: int,
         raise UserError(f"validation.rows = {n}, but train has only {len(rows)} accepted rows: "
                         "carve fewer rows, or give a labeled test file instead")
     rng = np.random.default_rng(seed)
+    texts = [_padded(r.text) for r in rows]  # normalized once, for every comparison below
     if by == "row":
         chosen = sorted(int(i) for i in rng.choice(len(rows), size=n, replace=False))
     else:
-        chosen = sorted(_sentences([_padded(r.text) for r in rows], rng.permutation(len(rows)), n))
+        chosen = sorted(_sentences(texts, rng.permutation(len(rows)), n))
         if len(chosen) < n:
             raise UserError(f"validation.rows = {n}, but train holds only {len(chosen)} rows that no other "
                             "row contains (whole sentences): carve fewer rows, or set validation.by: row")
-    held = {_padded(rows[i].text) for i in chosen}
+    held = {texts[i] for i in chosen}
     taken = set(chosen)
     pool = [i for i in range(len(rows)) if i not in taken]
-    kept = [i for i in pool if _padded(rows[i].text) not in held]
+    kept = [i for i in pool if texts[i] not in held]
     dropped = {"copies": len(pool) - len(kept), "phrases": 0}
     if by == "sentence":
         sentences = sorted(held)
         index = _word_index(sentences)
-        inside = [i for i in kept if _inside_any(_padded(rows[i].text), sentences, index)]
+        inside = [i for i in kept if _inside_any(texts[i], sentences, index)]
         dropped["phrases"] = len(inside)
         kept = sorted(set(kept) - set(inside))
     return chosen, kept, dropped
