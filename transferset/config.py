@@ -441,6 +441,16 @@ class ValidationConfig:
 
 @with_config(_STRICT)
 @dataclass(frozen=True)
+class ReportConfig:
+    """The run's `report:` section: how its latency columns are taken (every model timed together, one
+    thread, batch 1 and 64; transferset.timing)."""
+
+    latency_rows: AtLeast(1) = 256  # the first N rows of the selection split are timed
+    latency_rounds: AtLeast(1) = 5  # interleaved rounds; the table shows each model's median
+
+
+@with_config(_STRICT)
+@dataclass(frozen=True)
 class RunConfig:
     """`transferset run --config YAML`: the whole chain, teacher → augment → score → students → report."""
 
@@ -465,6 +475,7 @@ class RunConfig:
     score: ScoreConfig = field(default_factory=ScoreConfig)
     students: dict[str, StudentConfig] = field(default_factory=dict)
     beam: BeamConfig = field(default_factory=BeamConfig)
+    report: ReportConfig = field(default_factory=ReportConfig)
 
     def __post_init__(self):
         if self.lowres is not None and self.unlabeled_rows is not None:

@@ -17,7 +17,7 @@ import numpy as np
 
 from students.student import Student
 from transferset import fs, schema, timing, transfer
-from transferset.config import DEFAULT_MAX_LENGTH
+from transferset.config import DEFAULT_MAX_LENGTH, ReportConfig
 from transferset.fs.remote import local_output, local_teacher
 from transferset.sources import read_texts
 from transferset.teacher import ensemble
@@ -114,7 +114,7 @@ def frontier_plot(rows: list[dict], out_dir: str, busy: bool = False) -> dict[st
     return {"plot": path, "split": split}
 
 
-REPORT_ROUNDS = 5  # interleaved latency rounds at report time (transferset.timing); the median is shown
+REPORT_ROUNDS = ReportConfig().latency_rounds  # interleaved latency rounds at report time (transferset.timing)
 
 
 def model_latency(models: dict[str, str], texts: Sequence[str], rounds: int = REPORT_ROUNDS) -> dict[str, Any]:
@@ -175,11 +175,11 @@ def latency_note(cond: dict, rounds: int = REPORT_ROUNDS) -> str:
     return note
 
 
-def results_table(rows: list[dict], cond: Optional[dict] = None) -> str:
+def results_table(rows: list[dict], cond: Optional[dict] = None, rounds: int = REPORT_ROUNDS) -> str:
     lines = ["| " + " | ".join(HEADER) + " |", "|" + " --- |" * len(HEADER)]
     lines += ["| " + " | ".join(_cells(r)) + " |" for r in rows]
     if cond is not None:
-        lines += ["", latency_note(cond)]
+        lines += ["", latency_note(cond, rounds)]
     return "\n".join(lines)
 
 
@@ -223,8 +223,10 @@ def write_report(paths: dict, cfg: dict, log=print) -> dict[str, Any]:
     teachers = {f"teacher {k}": p for k, p in enumerate(members)} if members else {"teacher": paths["teacher"]}
     # Every model timed at report time, interleaved: figures taken at training time, each under its own
     # machine load, made two identical students differ by 2x.
+    settings = ReportConfig(**(cfg.get("report") or {}))  # the run's report: section
+    rounds = settings.latency_rounds
     timed = model_latency({**teachers, **{f"student:{name}": out for name, out in paths["students"].items()}},
-                          _dev_texts(paths["dev"]))
+                          _dev_texts(paths["dev"])[:settings.latency_rows], rounds=rounds)
     lat, cond = timed["models"], timed["conditions"]
     if members:
         lat["teacher"] = ensemble_latency([lat[name] for name in teachers])
@@ -235,7 +237,7 @@ def write_report(paths: dict, cfg: dict, log=print) -> dict[str, Any]:
         teacher_dev = fs.read_json(fs.join(paths["teacher"], schema.METRICS_FILE))["best_dev_accuracy"]
     busy = cond["busy"]
     tlat = lat["teacher"]
-    log(f"[report] latency: median of {REPORT_ROUNDS} interleaved rounds, {timing.describe(cond)}")
+    log(f"[report] latency: median of {rounds} interleaved rounds, {timing.describe(cond)}")
     tested = fs.read_json(paths["test_results"])["models"] if paths.get("test_results") else {}
 
     def test_accuracy(name: str) -> Optional[float]:
@@ -262,7 +264,7 @@ def write_report(paths: dict, cfg: dict, log=print) -> dict[str, Any]:
                      "transfer_rows": m["transfer"]["rows"], "labeled_rows": m["transfer"]["labeled_rows"]})
     stats = {stage: fs.read_json(fs.join(paths[stage], schema.STATS_FILE)) for stage in ("transfer", "scored")
              if fs.exists(fs.join(paths[stage], schema.STATS_FILE))}
-    table = results_table(rows, cond)
+    table = results_table(rows, cond, rounds)
     with local_output(run_dir) as work:
         fig_dir = os.path.join(work, FIGURES_DIR)
         os.makedirs(fig_dir, exist_ok=True)
@@ -279,7 +281,7 @@ def write_report(paths: dict, cfg: dict, log=print) -> dict[str, Any]:
         with open(os.path.join(work, REPORT), "w", encoding="utf-8") as fh:
             fh.write(_html(table_rows=rows, aug=aug, conf=conf, curves=curves, stats=stats, run_dir=work,
                            title=run_dir, dev=paths["dev"], test=paths.get("test"), frontier=frontier,
-                           latency=latency_note(cond)))
+                           latency=latency_note(cond, rounds)))
         for part in (aug, conf, *([frontier] if frontier else [])):  # results.json names the plots where they end up
             part["plot"] = fs.join(run_dir, FIGURES_DIR, os.path.basename(part["plot"]))
         results = {"rows": rows, "latency_conditions": cond, "augmentation": aug, "teacher_confidence": conf,

@@ -207,10 +207,16 @@ def test_a_validation_carved_by_row_keeps_the_data_key_it_had_before_by_existed(
 
 
 @pytest.mark.integration
-def test_demo_config_runs_end_to_end_reduced(sst2_dir, tmp_path, capsys):
+def test_demo_config_runs_end_to_end_reduced(sst2_dir, tmp_path, head_tsv, capsys):
     run_dir = tmp_path / "demo"
+    data = tmp_path / "data"  # the first rows of SST-2's train and dev: dev is the test split here
+    data.mkdir()
+    head_tsv(sst2_dir / "train.tsv", data / "train.tsv", 2000)
+    head_tsv(sst2_dir / "dev.tsv", data / "dev.tsv", 200)
     small = ["labeled_limit=300", "unlabeled_rows=200", "validation.rows=150", "teacher.epochs=1", "teacher.max_steps=15", "augment.n_iter=2",
-             "students.labels_only.epochs=1", "students.distilled.epochs=1", f"data={sst2_dir}"]
+             "students.labels_only.epochs=1", "students.distilled.epochs=1", f"data={data}",
+             "report.latency_rows=40", "report.latency_rounds=2",
+             "students.labels_only.latency_examples=40", "students.distilled.latency_examples=40"]
     assert main(["run", "--config", "configs/demo.yaml", f"run_dir={run_dir}", *small]) == 0
     out = capsys.readouterr()
     report = run_dir / "report.html"
@@ -230,6 +236,7 @@ def test_demo_config_runs_end_to_end_reduced(sst2_dir, tmp_path, capsys):
     assert cond["threads"] == 1 and isinstance(cond["busy"], bool) and cond["cpu_count"] >= 1
     assert all((r["speedup_64"] is None) == cond["busy"] for r in results["rows"][1:])
     assert ("(busy)" in out.out) == cond["busy"] and "Latency: CPU ms per example" in out.out
+    assert "timed together in 2 interleaved rounds" in out.out  # the report: section's rounds
     stats = json.loads((run_dir / "transfer" / schema.STATS_FILE).read_text())
     # 300 labeled rows (2 variants each) and the next 200 train rows as unlabeled text, as they are.
     assert stats["accepted_rows"] == 500 and stats["n_iter"] == 2 and stats["unlabeled_n_iter"] == 0
@@ -274,7 +281,8 @@ def test_a_test_split_is_reported_for_every_model_and_never_reaches_the_transfer
     run_dir = tmp_path / "run"
     small = ["labeled_limit=250", "unlabeled_rows=150", "teacher.epochs=1", "teacher.max_steps=10",
              "augment.n_iter=1", "students.labels_only.epochs=1", "students.distilled.epochs=1",
-             f"data={data}", f"run_dir={run_dir}", "validation=null"]
+             f"data={data}", f"run_dir={run_dir}", "validation=null", "report.latency_rows=40", "report.latency_rounds=2",
+             "students.labels_only.latency_examples=40", "students.distilled.latency_examples=40"]
     assert main(["run", "--config", "configs/demo.yaml", *small]) == 0
     out = capsys.readouterr().out
     results = json.loads((run_dir / "results.json").read_text())
