@@ -42,11 +42,9 @@ def train_exits(model_path: str, scored_dir: str, output: str, cfg: ExitsConfig 
     """Train the exits of `model_path` over `scored_dir`; write OUTPUT/model/, OUTPUT/metrics.json,
     OUTPUT/_COMPLETE (transferset.fs.output's protocol); → the metrics."""
     out = Output(output, "exits", names=EXITS_NAMES, inputs=[model_path, scored_dir], overwrite=overwrite)
-    with out.open():
-        out.check()
+    with out.writing():
         with out.local() as work:
             metrics = _train(model_path, scored_dir, out, work, cfg, progress)
-        out.finish()
     return metrics
 
 

@@ -318,10 +318,8 @@ def export(model_path: str, output: str, *, format: str = "onnx", opset: int = O
         raise UserError(f"export: unknown --quantize {quantize!r}; known: {', '.join(QUANTIZE)}")
     # A folder holding a model (a teacher's config.json and tokenizer) is refused like every output.
     out = Output(output, "export", names=MODEL_NAMES, overwrite=overwrite, inputs=[model_path])
-    with out.open():
-        out.check()
+    with out.writing():
         result = _export(model_path, out, format=format, opset=opset, max_length=max_length, quantize=quantize)
-        out.finish()
     return result
 
 

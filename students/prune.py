@@ -50,8 +50,7 @@ def prune(cfg: PruneConfig, model_path: str, selection: str, output: str, *, tra
                         "output of `transferset score`), or --epochs 0 to prune without recovery")
     out = Output(output, "prune", names=MODEL_NAMES, overwrite=overwrite,
                  inputs=[model_path, selection, transfer_dir])
-    with out.open():
-        out.check()
+    with out.writing():
         set_torch_threads(cfg.threads)
         student = load_prunable(model_path, cfg.max_length)
         dev = read_eval_data(selection, student.label_names)
@@ -65,7 +64,6 @@ def prune(cfg: PruneConfig, model_path: str, selection: str, output: str, *, tra
         out.prepare()  # every check passed: only now is anything under OUTPUT changed
         with out.local() as work:
             record = _prune(cfg, student, model_path, dev, work, transfer_dir if cfg.epochs else None, progress)
-        out.finish()
     return record
 
 

@@ -219,12 +219,10 @@ def train(cfg: StudentConfig, transfer_dir: str, dev_path: str, output: str, *, 
         return _train(cfg, transfer_dir, dev_path, None, output, progress)
     out = Output(output, "train", names=(*STUDENT_NAMES, CHECKPOINT_DIR, LOGS_DIR), overwrite=overwrite,
                  inputs=[transfer_dir, dev_path])
-    with out.open():
-        out.check()
+    with out.writing():
         # A URL is trained into a local staging folder (checkpoints too), uploaded whole at the end.
         with out.local() as work:
             metrics = _train(cfg, transfer_dir, dev_path, out, work, progress)
-        out.finish()
     return metrics
 
 

@@ -183,3 +183,28 @@ def test_a_damaged_record_makes_nothing_ours(tmp_path, record):
     (out / schema.MANIFEST_FILE).write_text(record)
     with pytest.raises(UserError, match=r"holds data/ \(keep.tsv\), which transferset did not write"):
         Output(str(out), "augment", overwrite=True).check()
+
+
+def test_writing_finishes_a_block_that_ends_well_and_leaves_a_failed_one_unfinished(tmp_path):
+    out = tmp_path / "model"
+    with Output(str(out), "train", names=STUDENT_NAMES).writing() as run:
+        assert (out / schema.LOCK_FILE).exists()  # owned while the block runs
+        run.prepare()
+        with run.local() as work:
+            (tmp_path / "model" / schema.STUDENT_MODEL_DIR).mkdir()
+            assert work == str(out)
+    assert (out / schema.COMPLETE_MARKER).exists() and not (out / schema.LOCK_FILE).exists()
+    assert json.loads((out / schema.MANIFEST_FILE).read_text())["written"] == sorted(
+        [schema.COMPLETE_MARKER, schema.STUDENT_MODEL_DIR])
+    # A complete output is refused before the block runs; with overwrite, a failing block leaves no marker.
+    with pytest.raises(UserError, match="already holds a complete run of `transferset train`"):
+        with Output(str(out), "train", names=STUDENT_NAMES).writing():
+            raise AssertionError("the block ran")
+    with pytest.raises(RuntimeError, match="killed"):
+        with Output(str(out), "train", names=STUDENT_NAMES, overwrite=True).writing() as run:
+            run.prepare()
+            (out / schema.STUDENT_MODEL_DIR).mkdir()
+            (out / schema.STUDENT_MODEL_DIR / "config.json").write_text("{}")  # half a model
+            raise RuntimeError("killed")
+    assert not (out / schema.COMPLETE_MARKER).exists() and not (out / schema.LOCK_FILE).exists()
+    assert Output(str(out), "train", names=STUDENT_NAMES).check().command == "train"  # ours, unfinished: redone

@@ -11,6 +11,13 @@
         out.write_rejects(rejects)
         out.finish(stats)      # stats.json, then _COMPLETE, then the record of what was written
 
+A writer with no stats (a model) takes the shorthand for open, check and finish:
+
+    with Output(path, "train", names=STUDENT_NAMES, inputs=[scored, dev]).writing() as out:
+        ...                    # the caller's own checks, then out.prepare()
+        with out.local() as work:
+            ...                # write the model into work
+
 What is ours. Before `prepare` changes anything it writes OUT/.transferset-output.json
 (schema.MANIFEST_FILE): the command, and the entries already there that are not ours and are kept.
 `finish` adds the entries the run wrote. An entry is ours when the manifest lists it as written
@@ -162,6 +169,17 @@ class Output:
         """Own the folder for the block (transferset.fs.lock): a second run on it is refused."""
         with output_lock(self.path, command=self.command):
             yield self
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator["Output"]:
+        """The protocol around one writer's block: own the folder (`open`), refuse what `check` refuses,
+        and when the block ends without an error `finish` (_COMPLETE, then the record of what was
+        written). The block makes its own checks, then calls `prepare`, then writes (a model: under
+        `local()`); an error anywhere leaves the folder unfinished, to be redone."""
+        with self.open():
+            self.check()
+            yield self
+            self.finish()
 
     # --- what the folder holds ------------------------------------------------------------------------
     def _entries(self) -> list[str]:

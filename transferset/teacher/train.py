@@ -110,8 +110,7 @@ def train(cfg: TeacherConfig, *, train: str, dev: str, output: str, overwrite: b
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     out = Output(output, "teacher", names=MODEL_NAMES, overwrite=overwrite,
                  inputs=[train, dev, cfg.model if os.path.exists(cfg.model) else None])
-    with out.open():
-        out.check()
+    with out.writing():
         for flag, path in (("--train", train), ("--dev", dev)):
             if not path.startswith(sources.HF_PREFIX) and not os.path.isfile(path):
                 raise UserError(f"{flag} {path}: no such file")
@@ -119,7 +118,6 @@ def train(cfg: TeacherConfig, *, train: str, dev: str, output: str, overwrite: b
         out.prepare(keep=[CHECKPOINT_DIR] if cfg.resume else [])  # a resumed fine-tuning keeps its checkpoints
         with out.local() as work:
             metrics = _fine_tune(cfg, train=train, dev=dev, out=out, output=work, log=log)
-        out.finish()
     return metrics
 
 
