@@ -15,9 +15,10 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # The import contract (.importlinter, docs/architecture.md) first: an upward import fails fast.
+# The tests run in one worker per CPU (pytest-xdist, at most 4), each test file whole in one worker.
 test: $(STAMP)
 	$(VENV)/bin/lint-imports --no-cache
-	$(PY) -m pytest -q -ra $(PYTEST_ARGS)
+	$(PY) -m pytest -q -ra -n auto --maxprocesses 4 --dist loadfile $(PYTEST_ARGS)
 
 # `make demo DATA=folder` (train.tsv + dev.tsv); default: ../shared/data/sst2, else the hub's GLUE SST-2.
 demo: $(STAMP)
