@@ -35,7 +35,10 @@ import tempfile
 import time
 from typing import Optional
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))  # builders
+# The repository first, then tests/ (family_models): with tests/ alone on the path, its test folder
+# tests/transferset/ would be imported as the package (an editable install's finder comes after the path's).
+_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sys.path[:0] = [_ROOT, os.path.join(_ROOT, "tests")]
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
