@@ -33,15 +33,13 @@ import os
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Optional
 
+REPO = Path(__file__).resolve().parents[1]
 # The repository first, then tests/ (family_models): with tests/ alone on the path, its test folder
 # tests/transferset/ would be imported as the package (an editable install's finder comes after the path's).
-_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-sys.path[:0] = [_ROOT, os.path.join(_ROOT, "tests")]
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "tests")]
 SST2_TRAIN = REPO.parent / "shared" / "data" / "sst2" / "train.tsv"
 
 

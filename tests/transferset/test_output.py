@@ -191,8 +191,8 @@ def test_writing_finishes_a_block_that_ends_well_and_leaves_a_failed_one_unfinis
         assert (out / schema.LOCK_FILE).exists()  # owned while the block runs
         run.prepare()
         with run.local() as work:
-            (tmp_path / "model" / schema.STUDENT_MODEL_DIR).mkdir()
-            assert work == str(out)
+            assert work == str(out)  # a local output is written in place
+            (out / schema.STUDENT_MODEL_DIR).mkdir()
     assert (out / schema.COMPLETE_MARKER).exists() and not (out / schema.LOCK_FILE).exists()
     assert json.loads((out / schema.MANIFEST_FILE).read_text())["written"] == sorted(
         [schema.COMPLETE_MARKER, schema.STUDENT_MODEL_DIR])

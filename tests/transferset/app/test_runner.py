@@ -206,6 +206,12 @@ def test_a_validation_carved_by_row_keeps_the_data_key_it_had_before_by_existed(
     assert by_sentence["validation"] == {"rows": 1000, "seed": 0, "by": "sentence"}
 
 
+# The demo's latency figures on 40 rows and 2 rounds (report and students): the runs below test the chain,
+# not the timing.
+QUICK_LATENCY = ["report.latency_rows=40", "report.latency_rounds=2",
+                 "students.labels_only.latency_examples=40", "students.distilled.latency_examples=40"]
+
+
 @pytest.mark.integration
 def test_demo_config_runs_end_to_end_reduced(sst2_dir, tmp_path, head_tsv, capsys):
     run_dir = tmp_path / "demo"
@@ -215,8 +221,7 @@ def test_demo_config_runs_end_to_end_reduced(sst2_dir, tmp_path, head_tsv, capsy
     head_tsv(sst2_dir / "dev.tsv", data / "dev.tsv", 200)
     small = ["labeled_limit=300", "unlabeled_rows=200", "validation.rows=150", "teacher.epochs=1", "teacher.max_steps=15", "augment.n_iter=2",
              "students.labels_only.epochs=1", "students.distilled.epochs=1", f"data={data}",
-             "report.latency_rows=40", "report.latency_rounds=2",
-             "students.labels_only.latency_examples=40", "students.distilled.latency_examples=40"]
+             *QUICK_LATENCY]
     assert main(["run", "--config", "configs/demo.yaml", f"run_dir={run_dir}", *small]) == 0
     out = capsys.readouterr()
     report = run_dir / "report.html"
@@ -281,8 +286,7 @@ def test_a_test_split_is_reported_for_every_model_and_never_reaches_the_transfer
     run_dir = tmp_path / "run"
     small = ["labeled_limit=250", "unlabeled_rows=150", "teacher.epochs=1", "teacher.max_steps=10",
              "augment.n_iter=1", "students.labels_only.epochs=1", "students.distilled.epochs=1",
-             f"data={data}", f"run_dir={run_dir}", "validation=null", "report.latency_rows=40", "report.latency_rounds=2",
-             "students.labels_only.latency_examples=40", "students.distilled.latency_examples=40"]
+             f"data={data}", f"run_dir={run_dir}", "validation=null", *QUICK_LATENCY]
     assert main(["run", "--config", "configs/demo.yaml", *small]) == 0
     out = capsys.readouterr().out
     results = json.loads((run_dir / "results.json").read_text())
