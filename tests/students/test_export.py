@@ -168,3 +168,33 @@ def test_export_from_and_to_a_remote_scheme(model_dirs, exported, tmp_path, monk
     np.testing.assert_allclose(Student.from_pretrained(local).logits(texts),
                                Student.from_pretrained(exported["bilstm"]).logits(texts), atol=1e-6)
     assert not (tmp_path / "tsfake:").exists()
+
+
+@pytest.mark.parametrize("pool", ["max", "last"])
+def test_a_two_layer_bilstm_graph_runs_each_layer_within_each_rows_length(tmp_path, pool):
+    """BiLSTMGraph: one ONNX LSTM per layer with the rows' lengths (no sort, no packing); on rows of
+    different lengths, padded together, onnxruntime gives the PyTorch model's logits row by row."""
+    import onnx
+    import onnxruntime as ort
+    import torch
+
+    from students.bilstm import BiLSTM, BiLSTMConfig
+    from students.export import BiLSTMGraph
+
+    torch.manual_seed(0)
+    model = BiLSTM(BiLSTMConfig(vocab_size=50, embed_dim=12, hidden=7, layers=2, pool=pool, head_dim=9)).eval()
+    lengths = torch.tensor([5, 1, 9, 3])
+    ids = torch.randint(1, 50, (4, 9)) * (torch.arange(9) < lengths[:, None])
+    mask = (ids != 0).long()
+    path = str(tmp_path / "m.onnx")
+    with torch.no_grad():
+        torch.onnx.export(BiLSTMGraph(model, None).eval(), (ids, mask), path, input_names=["input_ids", "attention_mask"],
+                          output_names=["logits"], dynamic_axes={"input_ids": {0: "b", 1: "t"},
+                                                                 "attention_mask": {0: "b", 1: "t"}},
+                          opset_version=17, dynamo=False)
+        ops = [n.op_type for n in onnx.load(path).graph.node]
+        assert ops.count("LSTM") == 2 and "TopK" not in ops and "ScatterElements" not in ops
+        got = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(
+            None, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})[0]
+        alone = torch.cat([model(ids[i:i + 1, :n], mask[i:i + 1, :n])["logits"] for i, n in enumerate(lengths.tolist())])
+    np.testing.assert_allclose(got, alone.numpy(), atol=1e-5)
