@@ -261,7 +261,7 @@ def _config(student: Student, declared: Sequence[str], opset: int, source: str, 
     base[EXPORT_KEY] = {"format": "onnx", "file": ONNX_FILE, "family": student.family.name,
                         "max_length": student.tokens.max_length, "inputs": list(declared), "output": OUTPUT,
                         "opset": opset, "source": source, "check_max_abs_diff": max_abs_diff,
-                        "quantize": None, "library_version": __version__}
+                        "quantize": None, "parameters": student.num_parameters(), "library_version": __version__}
     if int8 is not None:
         base[EXPORT_KEY].update(int8)
     return base

@@ -313,6 +313,8 @@ class OnnxStudent(Predictor):
         self.max_length = max_length
         self.family_name = family_name  # the family it was exported from ("bilstm", "transformer", ...)
         self.input_names = [i.name for i in session.get_inputs()]
+        self.parameters: Optional[int] = None  # the exported model's parameter count (the export records it)
+        self.model_file: Optional[str] = None  # model.onnx, when loaded from a directory
 
     @classmethod
     def from_dir(cls, model_dir: str, max_length: Optional[int] = None,
@@ -340,7 +342,20 @@ class OnnxStudent(Predictor):
         session = ort.InferenceSession(os.path.join(model_dir, ONNX_FILE), options,
                                        providers=["CPUExecutionProvider"])
         length = max_length or info.get("max_length") or int(tokenizer.model_max_length)
-        return cls(session, tokenizer, label_names, int(length), str(info.get("family", "onnx")))
+        exported = cls(session, tokenizer, label_names, int(length), str(info.get("family", "onnx")))
+        exported.parameters = info.get("parameters")
+        exported.model_file = os.path.join(model_dir, ONNX_FILE)
+        return exported
+
+    def num_parameters(self) -> int:
+        """The parameters of the model it was exported from (int8 weights count one each), as the export
+        recorded them; for an export that predates the record, the graph's weights counted."""
+        if self.parameters is None and self.model_file is not None:
+            import onnx  # installed with onnxruntime by the onnx extra
+
+            graph = onnx.load(self.model_file, load_external_data=False).graph
+            self.parameters = sum(int(np.prod(t.dims)) for t in graph.initializer if len(t.dims) > 1)
+        return int(self.parameters or 0)
 
     def _batch_logits(self, texts: list[str], texts_b: Optional[list[Optional[str]]]) -> np.ndarray:
         pairs = None

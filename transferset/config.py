@@ -69,7 +69,7 @@ def _split_commas(value: Any) -> Any:
     # "a,b" on a command line or in YAML means the list [a, b]; lists and tuples pass as they are.
     if isinstance(value, str):
         return tuple(s.strip() for s in value.split(",") if s.strip())
-    if isinstance(value, int) and not isinstance(value, bool):
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
         return (value,)
     return value
 
@@ -78,6 +78,7 @@ Names = Annotated[tuple[str, ...], BeforeValidator(_split_commas)]
 # A label set by the one label rule (transferset.labels): what one command accepts, every command does.
 LabelNames = Annotated[Names, AfterValidator(lambda names: label_rule.check_names(names, where=""))]
 Ints = Annotated[tuple[int, ...], BeforeValidator(_split_commas)]
+Speeds = Annotated[tuple[Probability, ...], BeforeValidator(_split_commas)]
 
 _STRICT = ConfigDict(extra="forbid")
 
@@ -451,6 +452,33 @@ class ReportConfig:
 
 @with_config(_STRICT)
 @dataclass(frozen=True)
+class CompressConfig:
+    """The run's `compress:` section: cheaper models made from the run's own (issue 28), each scored on the
+    test split and timed in the report beside the teacher and the students, so the report's table and
+    accuracy/latency plot show what each way of saving time costs. Every part is off until set."""
+
+    # ONNX int8 exports (`transferset export --quantize int8`, checked against PyTorch) of these models:
+    # `teacher` and/or student names, e.g. [teacher, distilled]
+    int8: Names = ()
+    # FastBERT's early exits on the teacher (`transferset exits`), trained on the scored set's logits; the
+    # report shows the teacher with exits at each of `exit_speeds`
+    exits: Optional[ExitsConfig] = None
+    exit_speeds: Speeds = (0.5,)  # thresholds on a branch's normalised entropy: 0 runs every layer, 1 exits first
+    # the teacher's least important attention heads removed and recovered on the scored set (`transferset prune`)
+    prune: Optional[PruneConfig] = None
+
+    def __post_init__(self):
+        if not self.exit_speeds:
+            raise ValueError("exit_speeds is empty: give at least one speed (e.g. 0.5), or leave exits out")
+        if len(set(self.int8)) != len(self.int8):
+            raise ValueError(f"int8 {list(self.int8)} names a model twice")
+
+    def active(self) -> bool:
+        return bool(self.int8) or self.exits is not None or self.prune is not None
+
+
+@with_config(_STRICT)
+@dataclass(frozen=True)
 class RunConfig:
     """`transferset run --config YAML`: the whole chain, teacher → augment → score → students → report."""
 
@@ -476,6 +504,7 @@ class RunConfig:
     students: dict[str, StudentConfig] = field(default_factory=dict)
     beam: BeamConfig = field(default_factory=BeamConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
+    compress: CompressConfig = field(default_factory=CompressConfig)
 
     def __post_init__(self):
         if self.lowres is not None and self.unlabeled_rows is not None:
@@ -491,3 +520,15 @@ class RunConfig:
                 raise ValueError(f"{key} is empty: an ensemble needs at least one teacher (or leave {key} out)")
             if values is not None and len(set(values)) != len(values):
                 raise ValueError(f"{key} {list(values)} names a teacher twice: each member must be another teacher")
+        unknown = [n for n in self.compress.int8 if n != "teacher" and n not in self.students]
+        if unknown:
+            raise ValueError(f"compress.int8 names {unknown}: neither `teacher` nor a student of this run "
+                             f"({', '.join(self.students)})")
+        ensemble = len(self.teacher_seeds or self.teacher_paths or ()) > 1
+        compressed = [k for k, on in (("int8: [teacher]", "teacher" in self.compress.int8),
+                                      ("exits", self.compress.exits is not None),
+                                      ("prune", self.compress.prune is not None)) if on]
+        if ensemble and compressed:
+            raise ValueError(f"compress: {', '.join(compressed)} work on one teacher, and this run's teacher is an "
+                             "ensemble; compress a member with `transferset export/exits/prune --model "
+                             "RUN/teachers/seedS`, or compress the students only")

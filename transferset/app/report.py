@@ -1,7 +1,9 @@
 """RUN/report.html: what distillation buys, with PNG plots and the results table.
 
 Plots: augmentation mix and variants per example (transfer set), teacher confidence
-(scored set), each student's training curves with stage boundaries (its curves.png).
+(scored set), each student's training curves with stage boundaries (its curves.png), and every model's
+accuracy against its latency: the teacher, the students and the run's `compress:` models (int8 exports,
+the teacher with early exits at each speed, the pruned teacher).
 The run directory may be a URL: the report is written to a local folder, then uploaded.
 """
 from __future__ import annotations
@@ -95,11 +97,16 @@ def confidence_plot(scored_dir: str, out_dir: str) -> dict[str, Any]:
 def frontier_plot(rows: list[dict], out_dir: str, busy: bool = False) -> dict[str, Any]:
     """Each model's accuracy (test when the run has a test split, else selection) against its batch-64 latency."""
     split = "test" if all(r.get("test_accuracy") is not None for r in rows) else "selection"
+    # (teacher red, students blue, the compress: section's models green)
     key = "test_accuracy" if split == "test" else "dev_accuracy"
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 4.5))
+    colours = {"teacher": "tab:red", "student": "tab:blue", "compressed": "tab:green"}
     for r in rows:
-        ax.scatter(r["latency_64"], 100 * r[key], color="tab:red" if r["name"].startswith("teacher") else "tab:blue")
+        if r[key] is None:
+            continue
+        kind = r.get("kind") or ("teacher" if r["name"].startswith("teacher") else "student")
+        ax.scatter(r["latency_64"], 100 * r[key], color=colours[kind])
         ax.annotate(r["name"].replace("student: ", ""), (r["latency_64"], 100 * r[key]), fontsize=7,
                     xytext=(4, 3), textcoords="offset points")
     ax.set_xscale("log")
@@ -117,7 +124,8 @@ def frontier_plot(rows: list[dict], out_dir: str, busy: bool = False) -> dict[st
 REPORT_ROUNDS = ReportConfig().latency_rounds  # interleaved latency rounds at report time (transferset.timing)
 
 
-def model_latency(models: dict[str, str], texts: Sequence[str], rounds: int = REPORT_ROUNDS) -> dict[str, Any]:
+def model_latency(models: dict[str, str], texts: Sequence[str], rounds: int = REPORT_ROUNDS,
+                  speeds: Optional[dict[str, float]] = None) -> dict[str, Any]:
     """{"models": {name: {parameters, latency_1, latency_64, spread_1, spread_64}}, "conditions": ...} for
     model directories (the teacher, students).
 
@@ -131,6 +139,8 @@ def model_latency(models: dict[str, str], texts: Sequence[str], rounds: int = RE
         loaded = {name: Student.from_pretrained(local_teacher(path) if fs.is_remote(path) else path,
                                                 max_length=DEFAULT_MAX_LENGTH if name.startswith("teacher") else None)
                   for name, path in models.items()}
+        for name, speed in (speeds or {}).items():
+            loaded[name].speed = loaded[name].check_speed(speed)  # the speed its calls run at
         timed = timing.measure({name: m.logits for name, m in loaded.items()}, texts, batch_sizes=(1, 64),
                                rounds=rounds)
     out = {}
@@ -211,6 +221,35 @@ def member_rows(members: Sequence[str], lat: dict, dev_accuracy: Sequence[Option
     return rows
 
 
+def compressed_rows(compressed: dict[str, dict], lat: dict, tlat: dict, paths: dict, cfg: dict,
+                    test_accuracy, busy: bool) -> list[dict]:
+    """One results row per model of the run's `compress:` section (runner.compress_plan), its speed-up against
+    the teacher. Its selection accuracy is measured here, on the split the students stopped on (nothing
+    was chosen with it: the pruned teacher's heads were ranked on it, which its row says)."""
+    from students.evaluate import evaluate  # the report's one evaluation: only runs with a compress: section
+
+    columns = {k: (cfg.get("augment") or {}).get(k) for k in ("text_column", "label_column", "text_b_column")}
+    columns = {k: v for k, v in columns.items() if v is not None}
+    rows = []
+    for name, c in compressed.items():
+        m = lat[name]
+        # as the test stage evaluates it (runner.evaluate_on_test)
+        selection = evaluate(c["path"], paths["dev"], **columns,
+                             **({"speed": c["speed"]} if c["speed"] is not None else {}))
+        row = {"name": name, "kind": "compressed", "compressed": {"from": c["from"], "how": c["how"], "path": c["path"]},
+               "dev_accuracy": selection["accuracy"], "test_accuracy": test_accuracy(name), "agreement": None,
+               "parameters": m["parameters"], "latency_1": m["latency_1"], "latency_64": m["latency_64"],
+               "latency_spread_1": m["spread_1"], "latency_spread_64": m["spread_64"], "latency_busy": busy,
+               "speedup_1": None if busy else tlat["latency_1"] / m["latency_1"],
+               "speedup_64": None if busy else tlat["latency_64"] / m["latency_64"]}
+        if c["speed"] is not None:
+            row["speed"], row["mean_layers"] = c["speed"], selection.get("mean_layers")
+        if c["how"] == "pruned":
+            row["display"] = f"{name}: heads ranked on the selection split"
+        rows.append(row)
+    return rows
+
+
 def _dev_texts(dev: str) -> list[str]:
     return list(read_texts(dev, opener=fs.open))
 
@@ -225,8 +264,11 @@ def write_report(paths: dict, cfg: dict, log=print) -> dict[str, Any]:
     # machine load, made two identical students differ by 2x.
     settings = ReportConfig(**(cfg.get("report") or {}))  # the run's report: section
     rounds = settings.latency_rounds
-    timed = model_latency({**teachers, **{f"student:{name}": out for name, out in paths["students"].items()}},
-                          _dev_texts(paths["dev"])[:settings.latency_rows], rounds=rounds)
+    compressed = paths.get("compressed") or {}  # the compress: section's models, by their row names
+    timed = model_latency({**teachers, **{f"student:{name}": out for name, out in paths["students"].items()},
+                           **{name: c["path"] for name, c in compressed.items()}},
+                          _dev_texts(paths["dev"])[:settings.latency_rows], rounds=rounds,
+                          speeds={name: c["speed"] for name, c in compressed.items() if c["speed"] is not None})
     lat, cond = timed["models"], timed["conditions"]
     if members:
         lat["teacher"] = ensemble_latency([lat[name] for name in teachers])
@@ -243,7 +285,7 @@ def write_report(paths: dict, cfg: dict, log=print) -> dict[str, Any]:
     def test_accuracy(name: str) -> Optional[float]:
         return tested[name]["accuracy"] if name in tested else None
 
-    rows = [{"name": "teacher", "dev_accuracy": teacher_dev, "test_accuracy": test_accuracy("teacher"),
+    rows = [{"name": "teacher", "kind": "teacher", "dev_accuracy": teacher_dev, "test_accuracy": test_accuracy("teacher"),
              "agreement": None, "parameters": tlat["parameters"], "latency_1": tlat["latency_1"],
              "latency_64": tlat["latency_64"], "latency_spread_1": tlat["spread_1"],
              "latency_spread_64": tlat["spread_64"], "latency_busy": busy}]
@@ -253,7 +295,8 @@ def write_report(paths: dict, cfg: dict, log=print) -> dict[str, Any]:
     metrics = {name: fs.read_json(fs.join(out, schema.METRICS_FILE)) for name, out in paths["students"].items()}
     for name, m in metrics.items():
         slat = lat[f"student:{name}"]
-        rows.append({"name": f"student: {name} ({m['student']}, {m['schedule']})", "dev_accuracy": m["dev_accuracy"],
+        rows.append({"name": f"student: {name} ({m['student']}, {m['schedule']})", "kind": "student",
+                     "dev_accuracy": m["dev_accuracy"],
                      "test_accuracy": test_accuracy(name), "agreement": m.get("teacher_agreement"),
                      "parameters": slat["parameters"], "latency_1": slat["latency_1"], "latency_64": slat["latency_64"],
                      "latency_spread_1": slat["spread_1"], "latency_spread_64": slat["spread_64"],
@@ -262,6 +305,7 @@ def write_report(paths: dict, cfg: dict, log=print) -> dict[str, Any]:
                      "speedup_1": None if busy else tlat["latency_1"] / slat["latency_1"],
                      "speedup_64": None if busy else tlat["latency_64"] / slat["latency_64"],
                      "transfer_rows": m["transfer"]["rows"], "labeled_rows": m["transfer"]["labeled_rows"]})
+    rows += compressed_rows(compressed, lat, tlat, paths, cfg, test_accuracy, busy)
     stats = {stage: fs.read_json(fs.join(paths[stage], schema.STATS_FILE)) for stage in ("transfer", "scored")
              if fs.exists(fs.join(paths[stage], schema.STATS_FILE))}
     table = results_table(rows, cond, rounds)

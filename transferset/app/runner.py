@@ -28,6 +28,9 @@ from pipelines.augment import run_augment
 from pipelines.runtime import check_beam
 from pipelines.score import run_score
 from students.evaluate import evaluate
+from students.exits_train import train_exits
+from students.export import export as export_model
+from students.prune import prune as prune_model
 from students.teacher_files import refuse_student_folder
 from students.trainer import train as train_student
 from transferset import fs, loading, schema, transfer, typed
@@ -268,6 +271,10 @@ class StageFunctions:
     student: Callable = train_student
     evaluate: Callable = evaluate
     report: Callable = write_report
+    # compress: (issue 28)
+    export: Callable = export_model
+    exits: Callable = train_exits
+    prune: Callable = prune_model
 
 
 def stage_beam(cfg: RunConfig) -> dict[str, BeamConfig]:
@@ -406,18 +413,24 @@ def plan_stages(cfg: RunConfig, files: DataFiles, fn: StageFunctions = StageFunc
                         run=lambda work, s_cfg=s_cfg: fn.student(s_cfg, scored_dir, dev_scored, work, overwrite=True),
                         done_file=schema.METRICS_FILE, local=True, kind="student")
                for name, s_cfg in cfg.students.items()]
+    # compress: cheaper models made from the teacher and the students, tested and timed beside them
+    compress_stages, compressed = compress_plan(cfg, fn, d, teacher_dir, students, scored_dir, dev_scored)
+    stages += compress_stages
     # test: every model scored once on the held-out split, after every choice was made
-    models = {"teacher": scorer, **students}  # an ensemble is evaluated as one model, its members beside
+    models = {"teacher": scorer, **students,  # an ensemble is evaluated as one model, its members beside
+              **{name: c["path"] for name, c in compressed.items()}}
+    speeds = {name: c["speed"] for name, c in compressed.items() if c["speed"] is not None}
     combine = {"combine": cfg.score.combine} if isinstance(scorer, list) else {}
     if test:
         stages.append(StageDef(
-            "test", d("test"), {"test": fingerprint(test), "columns": columns, "models": list(models), **combine},
-            ("teacher", *(f"students.{name}" for name in students)),
-            run=lambda out: evaluate_on_test(test, models, out, a, fn.evaluate, **combine),
+            "test", d("test"), {"test": fingerprint(test), "columns": columns, "models": list(models), **combine,
+                                **({"speeds": speeds} if speeds else {})},
+            ("teacher", *(f"students.{name}" for name in students), *(s.name for s in compress_stages)),
+            run=lambda out: evaluate_on_test(test, models, out, a, fn.evaluate, speeds=speeds, **combine),
             done_file=TEST_RESULTS_FILE))
     paths = {"run_dir": run_dir, "teacher": teacher_dir, "transfer": transfer_dir, "scored": scored_dir,
              "students": students, "dev": selection, "test": test,
-             "test_results": d("test", TEST_RESULTS_FILE) if test else None}
+             "test_results": d("test", TEST_RESULTS_FILE) if test else None, "compressed": compressed}
     if isinstance(scorer, list):  # the report shows the ensemble and each member
         paths.update(teachers=scorer, combine=cfg.score.combine, dev_scored=dev_scored)
     return RunPlan(stages, selection, test, paths)
@@ -434,14 +447,53 @@ def _validation_key(validation) -> Optional[dict]:
     return settings
 
 
+def compress_plan(cfg: RunConfig, fn: StageFunctions, d: Callable[..., str], teacher_dir: str,
+                  students: dict[str, str], scored_dir: str, dev_scored: str) -> tuple[list[StageDef], dict]:
+    """The `compress:` section's stages, and the models they make: {report name: {"path", "speed", "from",
+    "how"}}. Each is made from a model of the run (the teacher: one, not an ensemble, RunConfig refuses
+    that), in its own folder under RUN/compressed/, and tested and timed in the report as the others are."""
+    c = cfg.compress
+    # the teacher's derivatives read rows as the scored set did: its logits are the exits' and the recovery's targets
+    teacher_length = cfg.score.max_length or cfg.teacher.max_length
+    stages: list[StageDef] = []
+    made: dict[str, dict] = {}
+    for name in c.int8:
+        source, upstream = (teacher_dir, "teacher") if name == "teacher" else (students[name], f"students.{name}")
+        length = teacher_length if name == "teacher" else None
+        folder = d("compressed", f"{name}-int8")
+        stages.append(StageDef(f"compress.int8.{name}", folder, {"quantize": "int8", "max_length": length},
+                               (upstream,), kind="compress.int8",
+                               run=lambda out, source=source, length=length: fn.export(
+                                   source, out, format="onnx", quantize="int8", max_length=length, overwrite=True)))
+        made[f"{name} (int8)"] = {"path": folder, "speed": None, "from": name, "how": "int8"}
+    if c.exits is not None:
+        e = c.exits if c.exits.max_length is not None else replace(c.exits, max_length=teacher_length)
+        folder = d("compressed", "teacher-exits")
+        stages.append(StageDef("compress.exits", folder, typed.to_dict(e), ("teacher", "score"),
+                               run=lambda out: fn.exits(teacher_dir, scored_dir, out, e, overwrite=True, progress=False)))
+        made.update({f"teacher (exits, speed {s:g})": {"path": folder, "speed": s, "from": "teacher", "how": "exits"}
+                     for s in c.exit_speeds})
+    if c.prune is not None:
+        pc = c.prune if c.prune.max_length is not None else replace(c.prune, max_length=teacher_length)
+        folder = d("compressed", "teacher-pruned")
+        stages.append(StageDef("compress.prune", folder, typed.to_dict(pc), ("teacher", "score", "dev.score"),
+                               run=lambda out: fn.prune(pc, teacher_dir, dev_scored, out, transfer_dir=scored_dir,
+                                                        overwrite=True, progress=False)))
+        made["teacher (pruned)"] = {"path": folder, "speed": None, "from": "teacher", "how": "pruned"}
+    return stages, made
+
+
 def evaluate_on_test(test: str, models: dict[str, Any], out: str, a: AugmentConfig,
-                     evaluate_fn: Callable = evaluate, **ensemble_kwargs: Any) -> dict:
+                     evaluate_fn: Callable = evaluate, speeds: Optional[dict[str, float]] = None,
+                     **ensemble_kwargs: Any) -> dict:
     """Accuracy of each model on the test file, as `transferset evaluate` computes it.
 
     A model given as a list is a teacher ensemble (`ensemble_kwargs`: its combine setting): its result
-    holds each member's too."""
+    holds each member's too. `speeds`: the early-exit threshold of the models with exits, by name."""
+    speeds = speeds or {}
     results = {name: evaluate_fn(path, test, text_column=a.text_column, label_column=a.label_column,
-                                 text_b_column=a.text_b_column, **(ensemble_kwargs if isinstance(path, list) else {}))
+                                 text_b_column=a.text_b_column, **(ensemble_kwargs if isinstance(path, list) else {}),
+                                 **({"speed": speeds[name]} if name in speeds else {}))
                for name, path in models.items()}
     doc = {"test": test, "models": results}
     fs.write_json(fs.join(out, TEST_RESULTS_FILE), doc, indent=2)

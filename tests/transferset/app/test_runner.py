@@ -54,6 +54,10 @@ def test_overrides_and_defaults_written_once():
     ("augment.ops=mask,swap", "augment: ops: unknown augmenter 'swap'; known: mask, mlm, ngram, pos"),
     ("augment.p_pos=0.95", "augment: word-op probabilities sum to 1.05 > 1 for ops ('mask', 'pos')"),
     ("students.distilled.tokens=chars", "students.distilled.tokens = 'chars': input should be 'wordpiece' or 'words'"),
+    ("compress.int8=teacher,nobody", "compress.int8 names ['nobody']: neither `teacher` nor a student of this run"),
+    ("compress.exit_speeds=0.5,1.5", "compress.exit_speeds.1 = '1.5': input should be less than or equal to 1"),
+    ("compress.exit_speeds=[]", "exit_speeds is empty: give at least one speed"),
+    ("compress.prune.heads=0", "compress.prune.heads = 0: input should be greater than 0"),
 ])
 def test_bad_settings_refused_with_key_value_and_type(override, message):
     with pytest.raises(UserError) as exc:
@@ -95,7 +99,20 @@ class RecordingStages:
 
     def functions(self) -> StageFunctions:
         return StageFunctions(teacher=self.teacher, augment=self.augment, score=self.score, student=self.student,
-                              evaluate=self.evaluate, report=lambda paths, cfg, log: {"paths": paths})
+                              evaluate=self.evaluate, report=lambda paths, cfg, log: {"paths": paths},
+                              export=self.export, exits=self.exits, prune=self.prune)
+
+    def export(self, model, output, **settings):
+        self.seen.setdefault("export", []).append((model, output, settings))
+        (Path(output) / schema.COMPLETE_MARKER).write_text("")
+
+    def exits(self, model, scored, output, cfg, **settings):
+        self.seen["exits"] = (model, scored, output, cfg, settings)
+        (Path(output) / schema.COMPLETE_MARKER).write_text("")
+
+    def prune(self, cfg, model, selection, output, **settings):
+        self.seen["prune"] = (cfg, model, selection, output, settings)
+        (Path(output) / schema.COMPLETE_MARKER).write_text("")
 
     def teacher(self, cfg, *, train, dev, output, overwrite):
         self.seen["teacher"] = (cfg, train, dev)
@@ -118,6 +135,8 @@ class RecordingStages:
 
     def evaluate(self, model, data, **columns):
         self.seen.setdefault("test", []).append((model, data))
+        if "speed" in columns:
+            self.seen.setdefault("speeds", []).append((model, columns["speed"]))
         return {"accuracy": 0.5}
 
 
@@ -154,6 +173,54 @@ def test_run_passes_typed_settings_from_yaml_to_each_stage(tmp_path, sst2_dir):
                             (str(students / "labels_only"), official_dev), (str(students / "distilled"), official_dev)]
     accuracy = json.loads((tmp_path / "r" / "test" / "accuracy.json").read_text())
     assert accuracy["test"] == official_dev and set(accuracy["models"]) == {"teacher", "labels_only", "distilled"}
+
+
+def test_the_compress_section_makes_each_model_from_the_runs_own_and_tests_it_with_the_rest(tmp_path, sst2_dir):
+    """compress: int8 exports of the teacher and a student, the teacher's exits (timed and tested at each speed)
+    and its pruned heads: each a stage after the model it is made from, each model on the test split."""
+    rec = RecordingStages()
+    run_dir = tmp_path / "r"
+    cfg = load_config("configs/demo.yaml", [f"run_dir={run_dir}", f"data={sst2_dir}", "unlabeled_rows=50",
+                                            "compress.int8=teacher,distilled", "compress.exits={epochs: 3}",
+                                            "compress.exit_speeds=0.2,0.5", "compress.prune={heads: 2, epochs: 1}"])
+    plan = plan_stages(cfg, resolve_data(cfg.data, cfg.test))
+    upstream = {s.name: s.upstream for s in plan.stages}
+    assert upstream["compress.int8.teacher"] == ("teacher",)
+    assert upstream["compress.int8.distilled"] == ("students.distilled",)
+    assert upstream["compress.exits"] == ("teacher", "score")
+    assert upstream["compress.prune"] == ("teacher", "score", "dev.score")
+    assert upstream["test"][-4:] == ("compress.int8.teacher", "compress.int8.distilled", "compress.exits",
+                                     "compress.prune")
+    run_pipeline(cfg, log=lambda m: None, functions=rec.functions())
+    teacher, compressed = str(run_dir / "teacher"), run_dir / "compressed"
+    # The teacher's derivatives read rows as its scored set did (its max_length), a student's as it trained.
+    assert rec.seen["export"] == [
+        (teacher, str(compressed / "teacher-int8"), {"format": "onnx", "quantize": "int8", "max_length": 64,
+                                                     "overwrite": True}),
+        (str(run_dir / "students" / "distilled"), str(compressed / "distilled-int8"),
+         {"format": "onnx", "quantize": "int8", "max_length": None, "overwrite": True})]
+    model, scored, _, e_cfg, _ = rec.seen["exits"]
+    assert (model, scored, e_cfg.epochs, e_cfg.max_length) == (teacher, str(run_dir / "scored"), 3, 64)
+    p_cfg, model, selection, _, settings = rec.seen["prune"]
+    assert (p_cfg.heads, p_cfg.epochs, p_cfg.max_length, model) == (2, 1, 64, teacher)
+    assert selection == str(run_dir / "dev" / "scored") and settings["transfer_dir"] == str(run_dir / "scored")
+    # Every model on the test split once; the exits at each speed.
+    tested = [m for m, _ in rec.seen["test"]]
+    assert tested[3:] == [str(compressed / "teacher-int8"), str(compressed / "distilled-int8"),
+                          str(compressed / "teacher-exits"), str(compressed / "teacher-exits"),
+                          str(compressed / "teacher-pruned")]
+    assert rec.seen["speeds"] == [(str(compressed / "teacher-exits"), 0.2), (str(compressed / "teacher-exits"), 0.5)]
+    accuracy = json.loads((run_dir / "test" / "accuracy.json").read_text())
+    assert list(accuracy["models"])[3:] == ["teacher (int8)", "distilled (int8)", "teacher (exits, speed 0.2)",
+                                            "teacher (exits, speed 0.5)", "teacher (pruned)"]
+
+
+def test_compressing_an_ensembles_teacher_is_refused_with_what_to_do_instead():
+    with pytest.raises(UserError, match=r"compress: exits, prune work on one teacher, and this run's teacher is an "
+                                        r"ensemble; compress a member with `transferset export/exits/prune"):
+        load_config("configs/demo_ensemble.yaml", ["compress.exits={}", "compress.prune={}"])
+    cfg = load_config("configs/demo_ensemble.yaml", ["compress.int8=distilled"])  # a student's int8 is fine
+    assert cfg.compress.int8 == ("distilled",)
 
 
 def test_stages_are_declared_once_with_their_upstream(tmp_path, sst2_dir):
@@ -286,20 +353,40 @@ def test_a_test_split_is_reported_for_every_model_and_never_reaches_the_transfer
     run_dir = tmp_path / "run"
     small = ["labeled_limit=250", "unlabeled_rows=150", "teacher.epochs=1", "teacher.max_steps=10",
              "augment.n_iter=1", "students.labels_only.epochs=1", "students.distilled.epochs=1",
-             f"data={data}", f"run_dir={run_dir}", "validation=null", *QUICK_LATENCY]
+             f"data={data}", f"run_dir={run_dir}", "validation=null", *QUICK_LATENCY,
+             # cheaper models made from the run's (the teacher's int8 export is tested in test_export_int8.py)
+             "compress.int8=distilled", "compress.exits={epochs: 1}", "compress.exit_speeds=0.5",
+             "compress.prune={heads: 1, epochs: 0}"]
     assert main(["run", "--config", "configs/demo.yaml", *small]) == 0
     out = capsys.readouterr().out
     results = json.loads((run_dir / "results.json").read_text())
     assert results["test"] == str(data / "test.tsv") and results["selection"] == str(data / "dev.tsv")
-    by_name = {r["name"].split(" (")[0].replace("student: ", ""): r for r in results["rows"]}
-    assert set(by_name) == {"teacher", "labels_only", "distilled"}
+    by_name = {r["name"] if r["kind"] == "compressed" else r["name"].split(" (")[0].replace("student: ", ""): r
+               for r in results["rows"]}
+    assert set(by_name) == {"teacher", "labels_only", "distilled", "distilled (int8)", "teacher (exits, speed 0.5)",
+                            "teacher (pruned)"}
+    compressed = run_dir / "compressed"
     model_dirs = {"teacher": run_dir / "teacher", "labels_only": run_dir / "students" / "labels_only",
-                  "distilled": run_dir / "students" / "distilled"}
+                  "distilled": run_dir / "students" / "distilled", "distilled (int8)": compressed / "distilled-int8",
+                  "teacher (exits, speed 0.5)": compressed / "teacher-exits", "teacher (pruned)": compressed / "teacher-pruned"}
     for name, directory in model_dirs.items():
-        assert main(["evaluate", "--model", str(directory), "--data", str(data / "test.tsv"), "--json"]) == 0
-        evaluated = json.loads(capsys.readouterr().out)
-        assert evaluated["labeled_rows"] == 200
-        assert by_name[name]["test_accuracy"] == pytest.approx(evaluated["accuracy"], abs=1e-12)
+        speed = ["--speed", "0.5"] if "exits" in name else []
+        for split, key in (("test.tsv", "test_accuracy"), ("dev.tsv", "dev_accuracy")):
+            if key == "dev_accuracy" and "exits" not in name:
+                continue  # the teacher's and students' selection figures are their training runs' own; the
+                # report measures the compressed models' as it does the exits' (report.compressed_rows)
+            assert main(["evaluate", "--model", str(directory), "--data", str(data / split), "--json", *speed]) == 0
+            evaluated = json.loads(capsys.readouterr().out)
+            assert evaluated["labeled_rows"] == 200
+            assert by_name[name][key] == pytest.approx(evaluated["accuracy"], abs=1e-12)
+    # The compressed rows: what each was made from and how; the exits' mean layers; the pruned teacher lost a head.
+    assert by_name["distilled (int8)"]["compressed"]["from"] == "distilled"
+    assert 1.0 <= by_name["teacher (exits, speed 0.5)"]["mean_layers"] <= 6.0
+    pruned = json.loads((compressed / "teacher-pruned" / schema.PRUNE_FILE).read_text())
+    assert pruned["heads"] == {"before": 72, "after": 71}
+    assert by_name["teacher (pruned)"]["parameters"] < by_name["teacher"]["parameters"]
+    assert "teacher (exits, speed 0.5)" in (run_dir / "report.html").read_text()
+    assert (run_dir / "report_files" / "frontier.png").stat().st_size > 1000
     assert "| model | selection accuracy | test accuracy |" in out
     # The planted test sentence was read as a labeled train row and dropped by the leak guard.
     texts = {r[schema.TEXT] for r in transfer.read_table(str(run_dir / "transfer")).to_pylist()}
