@@ -7,6 +7,8 @@
 3. recover by distillation from the cached `teacher_logits` of the scored transfer set (MSE or KL),
    with the training recipe every model here trains with (transferset/training.py), the pruned model
    as it starts competing with each epoch on the selection split.
+With `heads: 0` nothing is ranked or removed and step 3 alone runs: the teacher distilled on its own
+cached logits over the transfer set (self-distillation, a born-again teacher: Furlanello et al. 2018).
 
 OUTPUT is the pruned model's directory, in the input's form: a Hugging Face directory for a Hugging
 Face classifier (the teacher: `score --teacher OUTPUT` takes it), a student directory (sidecar
@@ -48,6 +50,10 @@ def prune(cfg: PruneConfig, model_path: str, selection: str, output: str, *, tra
     if transfer_dir is None and cfg.epochs:
         raise UserError("recovery (--epochs > 0) distils from a scored transfer set: pass --transfer DIR (the "
                         "output of `transferset score`), or --epochs 0 to prune without recovery")
+    if cfg.heads == 0 and (transfer_dir is None or not cfg.epochs):
+        raise UserError("--heads 0 removes no head, so only the recovery would run, and there is none: pass "
+                        "--transfer DIR with --epochs 1 or more to distil the model on the set's cached logits, "
+                        "or --heads N to prune")
     out = Output(output, "prune", names=MODEL_NAMES, overwrite=overwrite,
                  inputs=[model_path, selection, transfer_dir])
     with out.writing():
@@ -162,12 +168,15 @@ def _prune(cfg: PruneConfig, student: Student, model_path: str, dev: EvalData, w
     before = accuracy(student.predict_ids(dev.texts, dev.texts_b), dev.labels)
     params_before = student.num_parameters()
     kept_before = pruning.kept_heads(student.model)
-    log(f"[transferset] prune: ranking {sum(map(len, kept_before))} heads on {len(dev.texts)} selection rows")
-    importance, remove = rank_heads(student, dev, cfg)
-    student.model = pruning.prune_heads(student.model, remove).eval()
-    pruned_acc = accuracy(student.predict_ids(dev.texts, dev.texts_b), dev.labels)
-    log(f"[transferset] prune: removed {sum(map(len, remove.values()))} heads {remove}; selection accuracy "
-        f"{before:.4f} -> {pruned_acc:.4f} before recovery")
+    if cfg.heads:
+        log(f"[transferset] prune: ranking {sum(map(len, kept_before))} heads on {len(dev.texts)} selection rows")
+        importance, remove = rank_heads(student, dev, cfg)
+        student.model = pruning.prune_heads(student.model, remove).eval()
+        pruned_acc = accuracy(student.predict_ids(dev.texts, dev.texts_b), dev.labels)
+        log(f"[transferset] prune: removed {sum(map(len, remove.values()))} heads {remove}; selection accuracy "
+            f"{before:.4f} -> {pruned_acc:.4f} before recovery")
+    else:  # --heads 0: no ranking, no head removed; the recovery alone (self-distillation)
+        importance, remove, pruned_acc = None, {}, before
     recovery = None
     if transfer_dir is not None:
         recovery = recover(cfg, student, transfer_dir, dev, work, progress)
@@ -180,7 +189,8 @@ def _prune(cfg: PruneConfig, student: Student, model_path: str, dev: EvalData, w
         "heads": {"before": sum(map(len, kept_before)), "after": sum(map(len, pruning.kept_heads(student.model)))},
         "parameters": {"before": params_before, "after": student.num_parameters()},
         # (L, H) in original head indices; null for a head removed before this run
-        "importance": [[None if not np.isfinite(v) else float(v) for v in row] for row in importance],
+        "importance": None if importance is None else [[None if not np.isfinite(v) else float(v) for v in row]
+                                                       for row in importance],
         "selection": {"path": dev.path, "rows": len(dev.texts), "accuracy_before": before,
                       "accuracy_pruned": pruned_acc, "accuracy_final": final},
         "recovery": recovery,

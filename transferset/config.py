@@ -397,7 +397,9 @@ class ExitsConfig:
 class PruneConfig:
     """`transferset prune`'s settings: attention heads ranked on the selection split, removed, recovered."""
 
-    heads: Positive = 0.25  # heads to remove: a count (e.g. 12) or a fraction of the model's heads (e.g. 0.25)
+    # heads to remove: a count (e.g. 12) or a fraction of the model's heads (e.g. 0.25); 0 removes none and
+    # only the recovery runs: the model distilled on its own cached logits (a born-again model)
+    heads: NonNegative = 0.25
     # importance = |d loss / d head gate| summed over the selection rows; the loss is cross-entropy against
     # labels (the gold label, the model's own predicted label where a row has none) or predicted (always its own)
     importance_loss: Literal["labels", "predicted"] = "labels"

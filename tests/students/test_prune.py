@@ -95,6 +95,23 @@ def test_a_pruned_student_stays_a_student_and_exports_to_onnx(task, tmp_path):
                      "--output", str(tmp_path / "again"), "--epochs", "0"]) == 1
 
 
+def test_heads_zero_removes_none_and_distils_the_model_on_its_own_cached_logits(task, tmp_path):
+    """--heads 0: no ranking, every head kept, the recovery alone (a born-again model): it learns the cached
+    (negated) logits, so the flipped selection labels."""
+    out = tmp_path / "born-again"
+    assert run_prune(task, out, "--transfer", task["scored"], "--heads", "0", "--epochs", "3", "--lr", "3e-3",
+                     "--batch-size", "16") == 0
+    record = json.loads((out / schema.PRUNE_FILE).read_text())
+    assert record["removed"] == {} and record["importance"] is None
+    assert record["heads"] == {"before": 8, "after": 8}
+    assert record["parameters"]["after"] == record["parameters"]["before"]
+    sel = record["selection"]
+    assert sel["accuracy_pruned"] == sel["accuracy_before"] < 0.3 and sel["accuracy_final"] >= sel["accuracy_before"] + 0.5
+    after = Student.from_pretrained(str(out)).logits(TEXTS)
+    mse = lambda x: float(((x - task["targets"]) ** 2).mean())  # noqa: E731
+    assert mse(after) < 0.5 * mse(-task["targets"])  # the model started at the un-negated logits
+
+
 def test_prune_refuses_what_it_cannot_do_with_a_reason(task, tmp_path, capsys):
     from transformers import DistilBertConfig, DistilBertForSequenceClassification
 
@@ -107,6 +124,7 @@ def test_prune_refuses_what_it_cannot_do_with_a_reason(task, tmp_path, capsys):
         (["--model", task["teacher"], "--epochs", "0", "--heads", "7"], "pass a count from 1 to 6"),
         (["--model", task["teacher"], "--epochs", "0", "--heads", "0.01"], "removes 0 of the model's 8 heads"),
         (["--model", task["teacher"]], "pass --transfer DIR"),
+        (["--model", task["teacher"], "--epochs", "0", "--heads", "0"], "--heads 0 removes no head"),
     ]
     for k, (flags, message) in enumerate(cases):
         argv = ["prune", "--selection", task["selection"], "--output", str(tmp_path / f"out{k}"), *flags]

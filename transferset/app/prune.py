@@ -14,7 +14,8 @@ Ranks the model's attention heads by importance on the selection split (Michel e
 gradient of the cross-entropy with respect to each head's gate, summed over the rows in absolute
 value), removes the least important (--heads: a count or a fraction; every layer keeps one head),
 then recovers by distillation from the scored set's teacher_logits, keeping the epoch that is best on
-the selection split (the pruned model before recovery competes).
+the selection split (the pruned model before recovery competes). --heads 0 removes none: the recovery
+alone runs, the model distilled on its own cached logits over the transfer set (a born-again teacher).
 
 OUT is the pruned model in the input's form (a Hugging Face directory for the teacher, a student
 directory for a student) and prune.json (heads removed, importances, selection accuracies). score,
@@ -26,6 +27,8 @@ examples:
       --transfer runs/sst2/scored --output runs/sst2/teacher-pruned --heads 0.25 --epochs 2
   transferset prune --model runs/sst2/students/tinybert3 --selection runs/sst2/dev/scored \\
       --transfer runs/sst2/scored --output runs/sst2/tinybert3-pruned --heads 6
+  transferset prune --model runs/sst2/teacher --selection runs/sst2/dev/scored \
+      --transfer runs/sst2/scored --output runs/sst2/teacher-born-again --heads 0 --max-steps 200
 """
 
 

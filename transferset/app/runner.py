@@ -479,7 +479,9 @@ def compress_plan(cfg: RunConfig, fn: StageFunctions, d: Callable[..., str], tea
         stages.append(StageDef("compress.prune", folder, typed.to_dict(pc), ("teacher", "score", "dev.score"),
                                run=lambda out: fn.prune(pc, teacher_dir, dev_scored, out, transfer_dir=scored_dir,
                                                         overwrite=True, progress=False)))
-        made["teacher (pruned)"] = {"path": folder, "speed": None, "from": "teacher", "how": "pruned"}
+        # heads: 0 removes none: the recovery alone, the teacher distilled on its own cached logits
+        name = "teacher (pruned)" if pc.heads else "teacher (self-distilled)"
+        made[name] = {"path": folder, "speed": None, "from": "teacher", "how": "pruned" if pc.heads else "self-distilled"}
     return stages, made
 
 
