@@ -57,7 +57,7 @@ def test_overrides_and_defaults_written_once():
     ("compress.int8=teacher,nobody", "compress.int8 names ['nobody']: neither `teacher` nor a student of this run"),
     ("compress.exit_speeds=0.5,1.5", "compress.exit_speeds.1 = '1.5': input should be less than or equal to 1"),
     ("compress.exit_speeds=[]", "exit_speeds is empty: give at least one speed"),
-    ("compress.prune.heads=0", "compress.prune.heads = 0: input should be greater than 0"),
+    ("compress.prune.heads=-1", "compress.prune.heads = -1: input should be greater than or equal to 0"),
 ])
 def test_bad_settings_refused_with_key_value_and_type(override, message):
     with pytest.raises(UserError) as exc:
