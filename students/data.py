@@ -19,6 +19,7 @@ from transferset.errors import UserError
 
 # What a training batch reads of each row; PKD adds the columns of the teacher's intermediate layers.
 TRAIN_COLUMNS = (schema.TEXT, schema.TEXT_B, schema.LABEL, schema.TEACHER_LOGITS, schema.TEACHER_HIDDEN)
+TEXT_COLUMNS = TRAIN_COLUMNS[:3]  # what a phase with the teacher online alone reads (StudentConfig.layer_texts)
 
 
 @dataclass
@@ -187,9 +188,10 @@ def table_arrays(table: pa.Table, pkd_columns: Sequence[str] = ()) -> dict[str, 
         schema.TEXT: table.column(schema.TEXT).to_pylist(),
         schema.TEXT_B: texts_b if any(t is not None for t in texts_b) else None,
         schema.LABEL: table.column(schema.LABEL).fill_null(NO_LABEL).to_numpy().astype(np.int64),
-        schema.TEACHER_LOGITS: transfer.fixed_list_to_numpy(table.column(schema.TEACHER_LOGITS)),
-        schema.TEACHER_HIDDEN: transfer.fixed_list_to_numpy(table.column(schema.TEACHER_HIDDEN)),
     }
+    for name in (schema.TEACHER_LOGITS, schema.TEACHER_HIDDEN):
+        if name in table.column_names:  # absent when the batches are text only
+            out[name] = transfer.fixed_list_to_numpy(table.column(name))
     if pkd_columns:
         out[TEACHER_LAYERS] = np.stack([transfer.fixed_list_to_numpy(table.column(c)) for c in pkd_columns],
                                        axis=1)                                       # (N, L, H)
@@ -203,18 +205,17 @@ def make_batch(tokens, arrays: dict[str, Any], idx: Sequence[int]) -> dict[str, 
     ids, mask, types = tokens.encode(texts, [texts_b[i] for i in idx] if texts_b is not None else None)
     idx = np.asarray(idx)
     batch = {"ids": ids, "mask": mask, "type_ids": types, schema.TEXT: texts,
-             schema.LABEL: torch.from_numpy(arrays[schema.LABEL][idx]),
-             schema.TEACHER_LOGITS: torch.from_numpy(arrays[schema.TEACHER_LOGITS][idx]),
-             schema.TEACHER_HIDDEN: torch.from_numpy(arrays[schema.TEACHER_HIDDEN][idx])}
-    if TEACHER_LAYERS in arrays:
-        batch[TEACHER_LAYERS] = torch.from_numpy(arrays[TEACHER_LAYERS][idx])
+             schema.LABEL: torch.from_numpy(arrays[schema.LABEL][idx])}
+    for name in (schema.TEACHER_LOGITS, schema.TEACHER_HIDDEN, TEACHER_LAYERS):
+        if name in arrays:
+            batch[name] = torch.from_numpy(arrays[name][idx])
     return batch
 
 
 def iter_train_batches(transfer_dir: str, tokens, seed: Union[int, np.random.SeedSequence], *, batch_size: int,
                        shuffle_rows: int, pkd_columns: Sequence[str] = (),
                        labeled_only: bool = False, rank: int = 0,
-                       world: int = 1) -> Iterator[dict[str, torch.Tensor]]:
+                       world: int = 1, text_only: bool = False) -> Iterator[dict[str, torch.Tensor]]:
     """One epoch of shuffled minibatches of `batch_size` rows, streamed; `seed` is the epoch's shuffle stream.
 
     With `world` processes, this one (`rank`) keeps every world-th row of the stream (the shards'
@@ -224,12 +225,13 @@ def iter_train_batches(transfer_dir: str, tokens, seed: Union[int, np.random.See
     Rows are shuffled within a buffer of `shuffle_rows` (and shards are visited in a shuffled
     order); inside the buffer, rows of similar length share a minibatch (less padding: the
     BiLSTM's cost follows the longest row), and the minibatch order is shuffled again.
-    `labeled_only` keeps the rows with a gold label.
+    `labeled_only` keeps the rows with a gold label. `text_only`: the batches hold the rows' tokens and gold
+    labels and no teacher columns (a set not scored: the phases that need only the teacher run alongside).
     """
-    columns = list(TRAIN_COLUMNS) + [c for c in pkd_columns if c not in TRAIN_COLUMNS]
+    columns = list(TEXT_COLUMNS if text_only else TRAIN_COLUMNS) + [c for c in pkd_columns if c not in TRAIN_COLUMNS]
     # What the batches hold is checked as it is read (a few % of reading; see count_rows for the pass before).
     first = transfer.read_schema(transfer.data_files(transfer_dir)[0])
-    num_classes = first.field(schema.TEACHER_LOGITS).type.list_size
+    num_classes = None if text_only else first.field(schema.TEACHER_LOGITS).type.list_size
     rng = np.random.default_rng(seed)
     shard_rng = random.Random(int(rng.integers(2 ** 63)))
     buffer: list[pa.RecordBatch] = []

@@ -27,7 +27,7 @@ from tqdm import tqdm
 
 from students import online, seeds
 from students.build import Setup, setup
-from students.data import EvalData, iter_train_batches, read_eval_data
+from students.data import EvalData, count_rows, iter_train_batches, read_eval_data
 from students.family import project
 from students.losses import NO_LABEL, LossWeights, combine
 from students.plots import plot_curves
@@ -110,35 +110,66 @@ def train_step(s: Setup, optimizer, batch, weights: LossWeights) -> tuple[float,
     return float(loss.detach()), parts
 
 
-def train_batches(s: Setup, transfer_dir: str, seed, labeled_only: bool = False, rank: int = 0, world: int = 1):
+def train_batches(s: Setup, transfer_dir: str, seed, labeled_only: bool = False, rank: int = 0, world: int = 1,
+                  text_only: bool = False):
     """One epoch of the run's minibatches (students.data.iter_train_batches with its settings): with
     several processes, this rank's rows of it."""
     return iter_train_batches(transfer_dir, s.tokens, seed, batch_size=s.cfg.batch_size,
-                              shuffle_rows=s.cfg.shuffle_rows, pkd_columns=s.pkd_columns,
-                              labeled_only=labeled_only, rank=rank, world=world)
+                              shuffle_rows=s.cfg.shuffle_rows, pkd_columns=() if text_only else s.pkd_columns,
+                              labeled_only=labeled_only, rank=rank, world=world, text_only=text_only)
+
+
+def reads_layer_texts(phase: Phase) -> bool:
+    """Whether a phase trains on layer losses alone (the teacher online, no cached column): the phases
+    StudentConfig.layer_texts feeds."""
+    active = phase.weights.active()
+    return bool(active) and set(active) <= set(phase.weights.layer_active())
+
+
+def check_layer_texts(cfg: StudentConfig, plan: list[Phase]) -> Optional[int]:
+    """Refuse `layer_texts` where no phase reads it, or a set that is not there or not complete; → its rows."""
+    if cfg.layer_texts is None:
+        return None
+    if not any(reads_layer_texts(p) for p in plan):
+        raise UserError(f"layer_texts {cfg.layer_texts}: only the phases that train on layer losses alone read it "
+                        "(two-step's intermediate step, pkt's layer stages), and this student's schedule "
+                        f"({cfg.schedule}) has none; use schedule two-step or pkt with a layer loss, or drop layer_texts")
+    require_input(cfg.layer_texts, "layer_texts")
+    transfer.data_files(cfg.layer_texts)
+    transfer.require_complete(cfg.layer_texts)
+    rows, _ = count_rows(cfg.layer_texts)
+    if rows == 0:
+        raise UserError(f"layer_texts {cfg.layer_texts}: the set has no rows")
+    return rows
 
 
 # --------------------------------------------------------------------------- train
 
 
-def train_phase(s: Setup, recipe: Recipe, phase: Phase, p_index: int, transfer_dir: str, evaluate) -> Optional[dict]:
-    """One phase of the schedule as one run of the recipe (students.schedules decides what learns)."""
+def train_phase(s: Setup, recipe: Recipe, phase: Phase, p_index: int, transfer_dir: str, evaluate,
+                layer_rows: Optional[int] = None) -> Optional[dict]:
+    """One phase of the schedule as one run of the recipe (students.schedules decides what learns).
+    `layer_rows`: the rows of StudentConfig.layer_texts, which a phase on layer losses alone reads instead."""
     cfg, eng = s.cfg, recipe.engine
-    rows = s.num_labeled if phase.labeled_only else s.num_rows
+    text_only = layer_rows is not None and reads_layer_texts(phase)
+    if text_only:
+        transfer_dir = cfg.layer_texts
+    rows = s.num_labeled if phase.labeled_only else layer_rows if text_only else s.num_rows
     spec = PhaseSpec(phase.name, phase.epochs, keep_best=phase.early_stop,
                      patience=cfg.patience if phase.early_stop else None, start_competes=phase.early_stop,
                      grad_clip=cfg.grad_clip, steps_per_epoch=math.ceil(rows / eng.world / cfg.batch_size))
 
     def batches(epoch: int):
         return train_batches(s, transfer_dir, seeds.stream(cfg.seed, seeds.SHUFFLE, p_index, epoch),
-                             labeled_only=phase.labeled_only, rank=eng.rank, world=eng.world)
+                             labeled_only=phase.labeled_only, rank=eng.rank, world=eng.world, text_only=text_only)
 
     def new_optimizer():
         return make_optimizer(s, set_trainable(s, phase)), None
 
     entry = recipe.run(p_index, spec, Trained(s), lambda net, batch: loss_step(net, batch, phase.weights),
                        batches, evaluate, new_optimizer,
-                       describe={"stage": phase.stage, "trainable": list(phase.trainable)})
+                       describe={"stage": phase.stage, "trainable": list(phase.trainable),
+                                 **({"rows_from": transfer_dir} if text_only else {})})
     if entry is not None:
         entry["losses"] = phase.weights.active()
     return entry
@@ -243,6 +274,7 @@ def _train(cfg: StudentConfig, transfer_dir: str, dev_path: str, out: Optional[O
                       cfg.layer_epochs)
     except ValueError as exc:
         raise UserError(str(exc)) from exc
+    layer_rows = check_layer_texts(cfg, plan)
     if out is not None:
         # Every check passed: clear what an earlier run wrote here (a resumed run keeps its checkpoints).
         out.prepare(keep=[CHECKPOINT_DIR] if cfg.resume else [])
@@ -267,7 +299,7 @@ def _train(cfg: StudentConfig, transfer_dir: str, dev_path: str, out: Optional[O
                 recipe.skip(p_index, {"phase": phase.name, "stage": phase.stage,
                                       "skipped": "the transfer set has no row with a gold label"})
                 continue
-            train_phase(s, recipe, phase, p_index, transfer_dir, evaluate)
+            train_phase(s, recipe, phase, p_index, transfer_dir, evaluate, layer_rows)
         recipe.restore_finished(Trained(s))
     train_seconds = time.perf_counter() - started
     history, phase_log = recipe.history, recipe.phase_log

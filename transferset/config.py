@@ -265,6 +265,10 @@ class StudentConfig:
     epochs: AtLeast(1) = 5  # at most this many epochs per phase (progressive: per unfreezing step)
     # two-step / pkt: epochs of each layer-loss phase (TinyBERT: 20 intermediate, 3 prediction); unset: epochs
     layer_epochs: Optional[AtLeast(1)] = None
+    # a transfer set (`transferset augment`'s output; scored or not) that the phases training on layer losses
+    # alone read instead of the scored set (two-step's intermediate step, pkt's layer stages): more unlabeled
+    # text for them, as TinyBERT's general distillation; they need only text (the teacher runs alongside)
+    layer_texts: Optional[str] = None
     lr: Optional[Positive] = None  # None: the family's DEFAULT_LR (BiLSTM 2e-3, transformer 1e-4)
     batch_size: AtLeast(1) = 64  # rows per step
     patience: AtLeast(1) = 2  # epochs without a better dev accuracy before a phase stops

@@ -348,3 +348,51 @@ def test_a_narrow_student_of_minilm_learns_the_layer_losses(small_scored_dir, lo
         last = train_step(s, optimizer, dict(batch), phase.weights)[1]
     assert set(last) == {k for k in losses if k != "layer_map"}
     assert all(last[k] < first[k] for k in last), (first, last)
+
+
+def test_layer_texts_feed_the_layer_phases_and_the_prediction_phase_keeps_the_scored_set(tmp_path, tiny_scored_dir,
+                                                                                       sst2_dir, sst2_dev200):
+    """layer_texts: an unscored transfer set (no teacher column) of other rows; two-step's intermediate step
+    trains on its rows with the teacher online, the prediction step on the scored set's."""
+    import yaml
+
+    from transferset import testing
+    from transferset.app.cli import main
+
+    lines = (sst2_dir / "train.tsv").read_text(encoding="utf-8").splitlines()[1000:1097]  # not the scored rows
+    texts = [line.split("\t")[0] for line in lines]
+    extra = testing.write_transfer_set(str(tmp_path / "texts"), [testing.transfer_rows(texts[:50]),
+                                                                  testing.transfer_rows(texts[50:])], ["0", "1"])
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(yaml.safe_dump({"preset": "tinybert", "threads": 1, "latency_examples": 8, "epochs": 1,
+                                   "layer_epochs": 2, "batch_size": 16, "lr": 1e-3, "model": {"n_layer": 2},
+                                   "layer_texts": extra}))
+    out = tmp_path / "run"
+    assert main(["train", "--transfer", tiny_scored_dir, "--dev", sst2_dev200, "--output", str(out),
+                 "--config", str(cfg), "--no-progress"]) == 0
+    m = json.loads((out / schema.METRICS_FILE).read_text())
+    inter = [h for h in m["history"] if h["phase"].startswith("1 ")]
+    pred = [h for h in m["history"] if h["phase"].startswith("2 ")]
+    assert [h["rows"] for h in inter] == [97, 97] and all(h["rows_from"] == extra for h in inter)
+    assert [h["rows"] for h in pred] == [128] and "rows_from" not in pred[0]
+    assert set(inter[0]["losses"]) == {"emb_mse", "hidden_mse", "att_mse"} and set(pred[0]["losses"]) == {"kd"}
+    assert all(math.isfinite(v) for h in m["history"] for v in h["losses"].values())
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"student": "transformer", "kd": 1.0, "model": {"n_layer": 2}},
+     "only the phases that train on layer losses alone read it"),
+    ({"preset": "tinybert", "model": {"n_layer": 2}}, "no such file or directory"),
+])
+def test_layer_texts_where_nothing_reads_them_or_that_are_not_there_are_refused(tmp_path, tiny_scored_dir, sst2_dev200,
+                                                                               values, message, capsys):
+    import yaml
+
+    from transferset.app.cli import main
+
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(yaml.safe_dump({**values, "epochs": 1, "threads": 1, "layer_texts": str(tmp_path / "missing")}))
+    assert main(["train", "--transfer", tiny_scored_dir, "--dev", sst2_dev200, "--output", str(tmp_path / "out"),
+                 "--config", str(cfg), "--no-progress"]) == 1
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out" / schema.STUDENT_MODEL_DIR).exists()
