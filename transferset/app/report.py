@@ -97,11 +97,10 @@ def confidence_plot(scored_dir: str, out_dir: str) -> dict[str, Any]:
 def frontier_plot(rows: list[dict], out_dir: str, busy: bool = False) -> dict[str, Any]:
     """Each model's accuracy (test when the run has a test split, else selection) against its batch-64 latency."""
     split = "test" if all(r.get("test_accuracy") is not None for r in rows) else "selection"
-    # (teacher red, students blue, the compress: section's models green)
     key = "test_accuracy" if split == "test" else "dev_accuracy"
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    colours = {"teacher": "tab:red", "student": "tab:blue", "compressed": "tab:green"}
+    colours = {"teacher": "tab:red", "student": "tab:blue", "compressed": "tab:green"}  # by the row's kind
     for r in rows:
         if r[key] is None:
             continue
@@ -202,6 +201,15 @@ def ensemble_latency(cells: Sequence[dict]) -> dict:
     return total
 
 
+def timed_fields(m: dict, against: dict, busy: bool) -> dict:
+    """A results row's parameters, latencies and speed-ups, from its model_latency entry `m` and the entry of
+    the model it is compared with (`against`); a ratio of figures a busy machine bent is left out (None)."""
+    return {"parameters": m["parameters"], "latency_1": m["latency_1"], "latency_64": m["latency_64"],
+            "latency_spread_1": m["spread_1"], "latency_spread_64": m["spread_64"], "latency_busy": busy,
+            "speedup_1": None if busy else against["latency_1"] / m["latency_1"],
+            "speedup_64": None if busy else against["latency_64"] / m["latency_64"]}
+
+
 def member_rows(members: Sequence[str], lat: dict, dev_accuracy: Sequence[Optional[float]],
                 tested: Optional[dict], busy: bool) -> list[dict]:
     """One results row per ensemble member (timed as "teacher K"), its speed-up against the whole ensemble
@@ -213,11 +221,7 @@ def member_rows(members: Sequence[str], lat: dict, dev_accuracy: Sequence[Option
         rows.append({"name": f"teacher {k}", "display": f"teacher member {k}: {fs.basename(path.rstrip('/'))}",
                      "dev_accuracy": dev_accuracy[k],
                      "test_accuracy": tested_members[k]["accuracy"] if k < len(tested_members) else None,
-                     "agreement": None, "parameters": m["parameters"], "latency_1": m["latency_1"],
-                     "latency_64": m["latency_64"], "latency_spread_1": m["spread_1"],
-                     "latency_spread_64": m["spread_64"], "latency_busy": busy,
-                     "speedup_1": None if busy else whole["latency_1"] / m["latency_1"],
-                     "speedup_64": None if busy else whole["latency_64"] / m["latency_64"]})
+                     "agreement": None, **timed_fields(m, whole, busy)})
     return rows
 
 
@@ -232,16 +236,12 @@ def compressed_rows(compressed: dict[str, dict], lat: dict, tlat: dict, paths: d
     columns = {k: v for k, v in columns.items() if v is not None}
     rows = []
     for name, c in compressed.items():
-        m = lat[name]
         # as the test stage evaluates it (runner.evaluate_on_test)
         selection = evaluate(c["path"], paths["dev"], **columns,
                              **({"speed": c["speed"]} if c["speed"] is not None else {}))
         row = {"name": name, "kind": "compressed", "compressed": {"from": c["from"], "how": c["how"], "path": c["path"]},
                "dev_accuracy": selection["accuracy"], "test_accuracy": test_accuracy(name), "agreement": None,
-               "parameters": m["parameters"], "latency_1": m["latency_1"], "latency_64": m["latency_64"],
-               "latency_spread_1": m["spread_1"], "latency_spread_64": m["spread_64"], "latency_busy": busy,
-               "speedup_1": None if busy else tlat["latency_1"] / m["latency_1"],
-               "speedup_64": None if busy else tlat["latency_64"] / m["latency_64"]}
+               **timed_fields(lat[name], tlat, busy)}
         if c["speed"] is not None:
             row["speed"], row["mean_layers"] = c["speed"], selection.get("mean_layers")
         if c["how"] == "pruned":
@@ -294,16 +294,10 @@ def write_report(paths: dict, cfg: dict, log=print) -> dict[str, Any]:
         rows += member_rows(members, lat, selection["members"], tested.get("teacher"), busy)
     metrics = {name: fs.read_json(fs.join(out, schema.METRICS_FILE)) for name, out in paths["students"].items()}
     for name, m in metrics.items():
-        slat = lat[f"student:{name}"]
         rows.append({"name": f"student: {name} ({m['student']}, {m['schedule']})", "kind": "student",
                      "dev_accuracy": m["dev_accuracy"],
                      "test_accuracy": test_accuracy(name), "agreement": m.get("teacher_agreement"),
-                     "parameters": slat["parameters"], "latency_1": slat["latency_1"], "latency_64": slat["latency_64"],
-                     "latency_spread_1": slat["spread_1"], "latency_spread_64": slat["spread_64"],
-                     "latency_busy": busy,
-                     # a ratio of figures a busy machine bent is left out, not printed as a speed-up
-                     "speedup_1": None if busy else tlat["latency_1"] / slat["latency_1"],
-                     "speedup_64": None if busy else tlat["latency_64"] / slat["latency_64"],
+                     **timed_fields(lat[f"student:{name}"], tlat, busy),
                      "transfer_rows": m["transfer"]["rows"], "labeled_rows": m["transfer"]["labeled_rows"]})
     rows += compressed_rows(compressed, lat, tlat, paths, cfg, test_accuracy, busy)
     stats = {stage: fs.read_json(fs.join(paths[stage], schema.STATS_FILE)) for stage in ("transfer", "scored")
