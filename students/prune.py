@@ -21,13 +21,11 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
 import time
 from typing import Optional
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from students import seeds, transformer
 from students.data import EvalData, count_rows, iter_train_batches, read_eval_data
@@ -38,6 +36,7 @@ from transferset import pruning, schema, transfer, typed
 from transferset.config import PruneConfig
 from transferset.errors import UserError
 from transferset.fs.output import MODEL_NAMES, Output
+from transferset.progress import log_line
 from transferset.threads import set_torch_threads
 from transferset.training import Engine, PhaseSpec, Recipe
 
@@ -127,8 +126,7 @@ def recover(cfg: PruneConfig, student: Student, transfer_dir: str, dev: EvalData
     """Distil the pruned model towards the scored set's teacher_logits; keeps the best epoch on `dev`
     (the pruned model as it starts competes)."""
     rows, _ = count_rows(transfer_dir, len(student.label_names))
-    engine = Engine.create(device=cfg.device, progress_bar=None if progress else False,
-                           log=(lambda msg: tqdm.write(msg, file=sys.stderr)) if progress else (lambda msg: None))
+    engine = Engine.create(device=cfg.device, progress_bar=None if progress else False, log=log_line)
     spec = PhaseSpec("recover", cfg.epochs, keep_best=True, start_competes=True, max_steps=cfg.max_steps,
                      grad_clip=cfg.grad_clip, steps_per_epoch=math.ceil(rows / cfg.batch_size))
     net = _Logits(student.model)
@@ -164,7 +162,7 @@ def recover(cfg: PruneConfig, student: Student, transfer_dir: str, dev: EvalData
 
 def _prune(cfg: PruneConfig, student: Student, model_path: str, dev: EvalData, work: str,
            transfer_dir: Optional[str], progress: bool) -> dict:
-    log = (lambda msg: tqdm.write(msg, file=sys.stderr)) if progress else (lambda msg: None)
+    log = log_line
     before = accuracy(student.predict_ids(dev.texts, dev.texts_b), dev.labels)
     params_before = student.num_parameters()
     kept_before = pruning.kept_heads(student.model)

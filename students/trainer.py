@@ -16,14 +16,12 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
 import time
 from dataclasses import asdict
 from typing import Optional
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from students import online, seeds
 from students.build import Setup, setup
@@ -37,6 +35,7 @@ from transferset import fs, schema, sources, timing, transfer, typed
 from transferset.config import DEFAULT_LR, StudentConfig
 from transferset.errors import UserError
 from transferset.fs.output import STUDENT_NAMES, Output
+from transferset.progress import log_line
 from transferset.training import Checkpoints, Engine, PhaseSpec, Recipe
 
 # OUTPUT/checkpoint/: where a killed run resumes from (`resume: true`); removed once model/ is written.
@@ -239,7 +238,8 @@ def require_input(path: str, flag: str) -> None:
 def train(cfg: StudentConfig, transfer_dir: str, dev_path: str, output: str, *, overwrite: bool = False,
           progress: bool = True) -> dict:
     """Train a student; write OUTPUT/model/, OUTPUT/metrics.json, OUTPUT/curves.png, then OUTPUT/_COMPLETE;
-    return the metrics. OUTPUT (local or a URL) is written as transferset.fs.output says: owned while the
+    return the metrics. `progress`: a bar on a terminal; False, never a bar, a line every 30 s instead
+    (the epoch lines print either way). OUTPUT (local or a URL) is written as transferset.fs.output says: owned while the
     run lasts, refused when complete (without `overwrite`) or holding others' files; what an earlier run
     wrote is cleared once every check passed, just before training (a resumed run keeps its checkpoint/).
 
@@ -280,7 +280,7 @@ def _train(cfg: StudentConfig, transfer_dir: str, dev_path: str, out: Optional[O
         out.prepare(keep=[CHECKPOINT_DIR] if cfg.resume else [])
     engine = Engine.create(device=cfg.device, bf16=cfg.bf16, report_to=cfg.report_to,
                            project_dir=os.path.join(output, LOGS_DIR), progress_bar=None if progress else False,
-                           log=(lambda msg: tqdm.write(msg, file=sys.stderr)) if progress else (lambda msg: None))
+                           log=log_line)
     checkpoints = Checkpoints(os.path.join(output, CHECKPOINT_DIR), fingerprint(cfg, transfer_dir, dev_path, engine),
                               every_steps=cfg.checkpoint_steps)
 

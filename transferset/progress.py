@@ -16,6 +16,11 @@ from tqdm.auto import tqdm
 EVERY_S = 30.0  # often enough to show a stage is alive, rare enough to keep a log readable
 
 
+def log_line(msg: str) -> None:
+    """A line on stderr that a running bar (tqdm) stays below: the epoch lines of a training."""
+    tqdm.write(msg, file=sys.stderr)
+
+
 def format_duration(seconds: float) -> str:
     seconds = int(round(seconds))
     h, rest = divmod(seconds, 3600)

@@ -70,6 +70,16 @@ def test_the_training_time_latency_says_what_it_was_taken_under(tmp_path, tiny_s
     torch.set_num_threads(threads)
 
 
+def test_no_progress_drops_the_bar_not_the_epoch_lines(tmp_path, tiny_scored_dir, sst2_dev200, capsys):
+    """`--no-progress` printed nothing at all until the summary: a long run in a log looked dead."""
+    _, m = _run(tmp_path, tiny_scored_dir, sst2_dev200, "--epochs", "2", model={"embed_dim": 16, "hidden": 16})
+    err = capsys.readouterr().err
+    lines = re.findall(r"^joint epoch (\d): train loss [0-9.]+, dev accuracy ([0-9.]+)", err, flags=re.M)
+    assert [int(e) for e, _ in lines] == [1, 2]
+    assert [float(a) for _, a in lines] == pytest.approx([h["dev_accuracy"] for h in m["history"]], abs=1e-4)
+    assert "\r" not in err  # no bar
+
+
 def test_the_seed_fixes_the_run(tmp_path, tiny_scored_dir, sst2_dev200):
     settings = dict(model={"embed_dim": 16, "hidden": 16}, embed_init="random")
     runs = [_run(tmp_path / str(i), tiny_scored_dir, sst2_dev200, "--epochs", "1", "--seed", str(seed), **settings)[1]

@@ -41,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "model is distilled towards (needed unless --epochs 0)")
     parser.add_argument("--output", required=True, metavar="OUT", help="the pruned model's directory")
     parser.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar: a line every 30 s instead")
     flags.add_arguments(parser, PruneConfig, title="settings (PruneConfig)")
 
 

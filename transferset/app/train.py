@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", required=True, help="run directory: model/, metrics.json, curves.png")
     parser.add_argument("--config", default=None, metavar="YAML", help="YAML file of student settings (see below)")
     parser.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar: a line every 30 s instead")
     flags.add_arguments(parser, StudentConfig, title="settings (StudentConfig; also keys of --config)")
 
 
