@@ -130,6 +130,11 @@ def summarize(setting: str, run_dir: str, raw: dict, wall: float) -> dict:
                      f"{ms[0]['parameters'] / 1e6:.2f} M",
                      f"{statistics.mean(m.get('train_rows_per_second') or 0 for m in ms):.0f}",
                      f"{statistics.mean(m['train_seconds'] for m in ms):.0f}"])
+    # The run's compress: models (int8, exits, pruned), one row each as the report has them (selection accuracy
+    # measured by the report; no seeds: each is made once from the model it names).
+    rows += [[r.get("display") or r["name"], _pct(r["dev_accuracy"]), _pct(r["test_accuracy"]), "-",
+              f"{r['latency_1']:.2f}", f"{r['latency_64']:.2f}", f"{r['parameters'] / 1e6:.1f} M", "-", "-"]
+             for r in results["rows"] if r.get("kind") == "compressed"]
     stages = stage_seconds(run_dir)
     lines = [f"## {setting}: {run_dir}", "",
              ("latency: " + describe(results["latency_conditions"]) if results.get("latency_conditions") else
@@ -151,6 +156,10 @@ def summarize(setting: str, run_dir: str, raw: dict, wall: float) -> dict:
                              "latency_1": [m["report_latency"]["batch_1"] for m in ms],
                              "latency_64": [m["report_latency"]["batch_64"] for m in ms]}
                          for b, ms in variants.items()}}
+
+
+def _pct(value: Optional[float]) -> str:
+    return "-" if value is None else f"{100 * value:.1f}"
 
 
 def best(variants: dict[str, list[dict]], kind: str, family: str) -> Optional[str]:
