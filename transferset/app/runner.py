@@ -178,6 +178,28 @@ def fingerprint(path: str) -> str:
     return h.hexdigest()
 
 
+def set_fingerprint(directory: str) -> str:
+    """Of a transfer set a stage reads but no stage of the run makes (a student's `layer_texts`): its
+    Parquet shards' names and sizes and its completion marker, so a set written again at that path gets a
+    new key. (Hashing every byte of a set of millions of rows each time a run starts would not be cheap.)"""
+    if not fs.isdir(directory):
+        return directory  # the student's own checks refuse it when the stage runs
+    h = hashlib.sha256()
+    for f in sorted(transfer.data_files(directory)):
+        h.update(f"{fs.basename(f)}\t{fs.size(f)}\n".encode())
+    marker = transfer.complete_marker(directory)
+    h.update(fs.read_text(marker).encode() if fs.exists(marker) else b"incomplete")
+    return h.hexdigest()
+
+
+def student_settings(s_cfg) -> dict:
+    """A student stage's key settings: its config, and the content of the layer_texts set it reads."""
+    settings = typed.to_dict(s_cfg)
+    if s_cfg.layer_texts:
+        settings["layer_texts_set"] = set_fingerprint(s_cfg.layer_texts)
+    return settings
+
+
 def stage_key(name: str, settings: Any, upstream: Sequence[str]) -> str:
     payload = json.dumps({"stage": name, "settings": settings, "upstream": list(upstream)}, sort_keys=True,
                          default=str)
@@ -409,7 +431,8 @@ def plan_stages(cfg: RunConfig, files: DataFiles, fn: StageFunctions = StageFunc
     ]
     # students: trained here from the scored set (streamed from run_dir), saved locally, then uploaded
     students = {name: d("students", name) for name in cfg.students}
-    stages += [StageDef(f"students.{name}", students[name], typed.to_dict(s_cfg), ("score", "dev.score"),
+    stages += [StageDef(f"students.{name}", students[name], functools.partial(student_settings, s_cfg),
+                        ("score", "dev.score"),
                         run=lambda work, s_cfg=s_cfg: fn.student(s_cfg, scored_dir, dev_scored, work, overwrite=True),
                         done_file=schema.METRICS_FILE, local=True, kind="student")
                for name, s_cfg in cfg.students.items()]

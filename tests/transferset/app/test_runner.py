@@ -1,5 +1,6 @@
 """`transferset run`: configs validate, overrides apply, and the demo runs end to end (reduced)."""
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -261,6 +262,36 @@ def test_a_rerun_reuses_every_current_stage_and_redoes_what_changed_downstream(t
     # (`combine` counts only for a teacher ensemble: one teacher's key leaves it out, as before it existed)
     settings = {k: v for k, v in typed.to_dict(score).items() if k != "combine"}
     assert keys["score"] == stage_key("score", settings, [keys["augment"], keys["teacher"]])
+
+
+def test_a_students_layer_texts_set_written_again_retrains_that_student(tmp_path, sst2_dir):
+    """layer_texts is read by the student stage, not made by the run: its key held the path alone, so a set
+    rewritten at the same path was silently not read again."""
+    texts = tmp_path / "texts"
+
+    def write_texts(shards: int) -> None:
+        shutil.rmtree(texts, ignore_errors=True)
+        (texts / schema.DATA_DIR).mkdir(parents=True)
+        for k in range(shards):
+            pq.write_table(schema.transfer_schema(schema.base_metadata(["0", "1"])).empty_table(),
+                           texts / schema.DATA_DIR / f"p{k}.parquet")
+        (texts / schema.COMPLETE_MARKER).write_text("")
+
+    base = [f"run_dir={tmp_path / 'r'}", f"data={sst2_dir}", "labeled_limit=200", "unlabeled_rows=20",
+            "validation.rows=50", "students.distilled.schedule=two-step", "students.distilled.repr=1.0",
+            f"students.distilled.layer_texts={texts}"]
+
+    def run() -> list[str]:
+        log = []
+        run_pipeline(load_config("configs/demo.yaml", base), log=log.append, functions=RecordingStages().functions())
+        return [m.split("]")[0][1:] for m in log if "] running → " in m]
+
+    write_texts(1)
+    assert "students.distilled" in run()
+    assert run() == []
+    write_texts(2)
+    assert run() == ["students.distilled", "test"]
+    assert run() == []
 
 
 def test_a_validation_carved_by_row_keeps_the_data_key_it_had_before_by_existed(tmp_path, sst2_dir):
