@@ -32,7 +32,7 @@ from students.plots import plot_curves
 from students.schedules import Phase, phases
 from students.student import Student, accuracy
 from transferset import fs, schema, sources, timing, transfer, typed
-from transferset.config import DEFAULT_LR, StudentConfig
+from transferset.config import DEFAULT_LR, LAYER_TEXTS_REST, StudentConfig
 from transferset.errors import UserError
 from transferset.fs.output import STUDENT_NAMES, Output
 from transferset.progress import log_line
@@ -133,6 +133,9 @@ def check_layer_texts(cfg: StudentConfig, plan: list[Phase]) -> Optional[int]:
         raise UserError(f"layer_texts {cfg.layer_texts}: only the phases that train on layer losses alone read it "
                         "(two-step's intermediate step, pkt's layer stages), and this student's schedule "
                         f"({cfg.schedule}) has none; use schedule two-step or pkt with a layer loss, or drop layer_texts")
+    if cfg.layer_texts == LAYER_TEXTS_REST:
+        raise UserError(f"layer_texts {LAYER_TEXTS_REST}: a run config's setting (`transferset run` makes that set "
+                        "from its train file's rows no pool took); here give a transfer set's directory")
     require_input(cfg.layer_texts, "layer_texts")
     transfer.data_files(cfg.layer_texts)
     transfer.require_complete(cfg.layer_texts)

@@ -255,6 +255,9 @@ def _layer_map(value: Any) -> Any:
     return ",".join(str(v) for v in value) if isinstance(value, (list, tuple)) else value
 
 
+LAYER_TEXTS_REST = "rest"  # a run config's students.NAME.layer_texts: the run makes the set (runner)
+
+
 @with_config(_STRICT)
 @dataclass(frozen=True)
 class StudentConfig:
@@ -267,7 +270,9 @@ class StudentConfig:
     layer_epochs: Optional[AtLeast(1)] = None
     # a transfer set (`transferset augment`'s output; scored or not) that the phases training on layer losses
     # alone read instead of the scored set (two-step's intermediate step, pkt's layer stages): more unlabeled
-    # text for them, as TinyBERT's general distillation; they need only text (the teacher runs alongside)
+    # text for them, as TinyBERT's general distillation; they need only text (the teacher runs alongside).
+    # In a run config, `rest` (LAYER_TEXTS_REST): the train file's rows that no pool, validation or test
+    # sentence holds, as they are (the run's layer_texts stage)
     layer_texts: Optional[str] = None
     lr: Optional[Positive] = None  # None: the family's DEFAULT_LR (BiLSTM 2e-3, transformer 1e-4)
     batch_size: AtLeast(1) = 64  # rows per step

@@ -24,6 +24,7 @@ from transferset.sources import Example, SourceSpec, infer_label_names, normaliz
 LABELED_FILE = "labeled.jsonl"
 UNLABELED_FILE = "unlabeled.jsonl"
 VALIDATION_FILE = "validation.jsonl"
+REST_FILE = "rest.jsonl"  # the pool's rows neither labeled nor unlabeled: a student's `layer_texts: rest`
 SPLIT_STATS_FILE = "split.json"
 
 
@@ -119,8 +120,9 @@ def split_data(train: str, out_dir: str, cfg: RunConfig) -> dict[str, Optional[s
 
     validation: `rows` train rows (seeded) held out first. Then, on the rest: lowres: k rows per
     class (seeded), the rest with labels dropped; otherwise the first `labeled_limit` rows, then the
-    next `unlabeled_rows` rows (-1: all) with labels dropped. Returns the paths and writes split.json
-    with the row counts.
+    next `unlabeled_rows` rows (-1: all) with labels dropped. The pool's rows left over go to rest.jsonl
+    (with their labels, which nothing that reads them uses: the text of a student's `layer_texts: rest`).
+    Returns the paths and writes split.json with the row counts.
     """
     labels = infer_label_names(train, opener=fs.open)
     rows = [r for r in read_source(SourceSpec(path=train, label_names=labels), opener=fs.open)
@@ -149,18 +151,22 @@ def split_data(train: str, out_dir: str, cfg: RunConfig) -> dict[str, Optional[s
         rest = pool[n:n + max(0, m)]
     if cfg.unlabeled_limit is not None:
         rest = rest[:cfg.unlabeled_limit]
+    used = set(labeled_idx) | set(rest)
+    left = [i for i in pool if i not in used]  # neither labeled nor unlabeled, validation-free like them
     fs.makedirs(out_dir)
     paths: dict[str, Optional[str]] = {"labeled": fs.join(out_dir, LABELED_FILE),
                                        "unlabeled": fs.join(out_dir, UNLABELED_FILE), "validation": None}
     _write_jsonl(paths["labeled"], ({"text": rows[i].text, "label": labels[rows[i].label]} for i in labeled_idx))
     _write_jsonl(paths["unlabeled"], ({"text": rows[i].text} for i in rest))
+    paths["rest"] = fs.join(out_dir, REST_FILE)
+    _write_jsonl(paths["rest"], ({"text": rows[i].text, "label": labels[rows[i].label]} for i in left))
     if validation_idx:
         paths["validation"] = fs.join(out_dir, VALIDATION_FILE)
         _write_jsonl(paths["validation"],
                      ({"text": rows[i].text, "label": labels[rows[i].label]} for i in validation_idx))
     fs.write_json(fs.join(out_dir, SPLIT_STATS_FILE),
                   {"train": train, "train_rows": len(rows), "labeled_rows": len(labeled_idx),
-                   "unlabeled_rows": len(rest), "validation_rows": len(validation_idx),
+                   "unlabeled_rows": len(rest), "rest_rows": len(left), "validation_rows": len(validation_idx),
                    "pool_rows_dropped_as_validation_copies": dropped["copies"],
                    "pool_rows_dropped_inside_validation_rows": dropped["phrases"], "label_names": list(labels)},
                   indent=2)

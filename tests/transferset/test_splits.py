@@ -90,6 +90,27 @@ def test_validation_by_row_may_hold_out_phrases_and_by_sentence_refuses_too_many
         split_data(phrases_file, str(tmp_path / "b"), _config(validation={"rows": 30}))
 
 
+def test_the_rows_no_pool_took_go_to_rest_validation_free_and_every_row_is_accounted_for(tmp_path, phrases_file):
+    """rest.jsonl (a student's `layer_texts: rest`): the pool's rows after the labeled and unlabeled ones,
+    with none of the validation rows, their copies or (by sentence) their phrases."""
+    cfg = _config(validation={"rows": 3, "seed": 0}, labeled_limit=5, unlabeled_rows=4)
+    paths = split_data(phrases_file, str(tmp_path / "a"), cfg)
+    validation, labeled = _read(paths["validation"]), _read(paths["labeled"])
+    unlabeled, rest = _read(paths["unlabeled"]), _read(paths["rest"])
+    stats = json.loads((tmp_path / "a" / "split.json").read_text())
+    assert stats["rest_rows"] == len(rest) > 0 and all(set(r) == {"text", "label"} for r in rest)
+    assert (stats["validation_rows"] + stats["pool_rows_dropped_as_validation_copies"]
+            + stats["pool_rows_dropped_inside_validation_rows"] + len(labeled) + len(unlabeled) + len(rest)
+            == stats["train_rows"])
+    held = [r["text"] for r in validation]
+    assert not any(f" {r['text']} " in f" {v} " for r in rest for v in held)  # no phrase of a held-out sentence
+    assert not {r["text"] for r in rest} & {r["text"] for r in labeled + unlabeled}
+    # all of the pool taken: nothing left
+    every = split_data(phrases_file, str(tmp_path / "b"), _config(validation={"rows": 3, "seed": 0},
+                                                                   labeled_limit=5, unlabeled_rows=-1))
+    assert _read(every["rest"]) == []
+
+
 def test_lowres_draws_from_the_rows_left_after_validation(tmp_path, train_file):
     cfg = _config(validation={"rows": 10}, lowres={"per_class": 5, "seed": 1})
     paths = split_data(train_file, str(tmp_path / "a"), cfg)

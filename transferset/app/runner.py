@@ -36,12 +36,13 @@ from students.trainer import train as train_student
 from transferset import fs, loading, schema, transfer, typed
 from transferset.augment import check_ops, needs
 from transferset.app.report import write_report
-from transferset.config import AugmentConfig, BeamConfig, RunConfig
-from transferset.errors import ConfigError
+from transferset.config import LAYER_TEXTS_REST, AugmentConfig, BeamConfig, RunConfig
+from transferset.errors import ConfigError, UserError
 from transferset.evalset import write_eval_set
 from transferset.fs import remote
 from transferset.fs.lock import output_lock
-from transferset.splits import LABELED_FILE, SPLIT_STATS_FILE, UNLABELED_FILE, VALIDATION_FILE, split_data
+from transferset.splits import (LABELED_FILE, REST_FILE, SPLIT_STATS_FILE, UNLABELED_FILE, VALIDATION_FILE,
+                                split_data)
 from transferset.teacher import ensemble
 from transferset.teacher.train import train as train_teacher
 
@@ -137,6 +138,20 @@ def check_paths(cfg: RunConfig) -> None:
             if value and not fs.isdir(value):
                 raise ConfigError(f"students.{name}.{key}={value}: no such directory")
             refuse_student_folder(value, key, f"students.{name}.{key}")
+        if s.layer_texts == LAYER_TEXTS_REST and not splits_train(cfg):
+            raise ConfigError(f"students.{name}.layer_texts={LAYER_TEXTS_REST}: the rest of the train file is "
+                              "what the labeled and unlabeled pools leave, and this run splits nothing (all of "
+                              "train is labeled): set labeled_limit and unlabeled_rows, or give a set's path")
+        if s.layer_texts not in (None, LAYER_TEXTS_REST) and not fs.is_remote(s.layer_texts) \
+                and not fs.isdir(s.layer_texts):
+            raise ConfigError(f"students.{name}.layer_texts={s.layer_texts}: no such directory (a transfer set "
+                              f"made by `transferset augment`, or {LAYER_TEXTS_REST}: the train file's rows "
+                              "the run leaves out)")
+
+
+def splits_train(cfg: RunConfig) -> bool:
+    """Whether the run's data stage splits the train file (labeled, unlabeled, validation, rest)."""
+    return cfg.lowres is not None or cfg.unlabeled_rows is not None or cfg.validation is not None
 
 
 @dataclass(frozen=True)
@@ -192,10 +207,25 @@ def set_fingerprint(directory: str) -> str:
     return h.hexdigest()
 
 
+def rest_file(data_dir: str) -> str:
+    """The data stage's rest.jsonl, which a data folder split before it existed lacks."""
+    path = fs.join(data_dir, REST_FILE)
+    if not fs.exists(path):
+        raise UserError(f"{path} is missing: {data_dir} was split by an earlier transferset. Delete that folder "
+                        "and run again: the split is redone (seconds), and the stages after it are reused")
+    with fs.open(path, "rb") as fh:
+        if not fh.readline().strip():
+            raise UserError(f"layer_texts: {LAYER_TEXTS_REST}: the labeled and unlabeled pools and the validation "
+                            "split took every row of the train file, so none is left: lower labeled_limit or "
+                            "unlabeled_rows, or give a transfer set's path")
+    return path
+
+
 def student_settings(s_cfg) -> dict:
-    """A student stage's key settings: its config, and the content of the layer_texts set it reads."""
+    """A student stage's key settings: its config, and the content of the layer_texts set it reads (`rest`:
+    the run's layer_texts stage, whose key is upstream)."""
     settings = typed.to_dict(s_cfg)
-    if s_cfg.layer_texts:
+    if s_cfg.layer_texts and s_cfg.layer_texts != LAYER_TEXTS_REST:
         settings["layer_texts_set"] = set_fingerprint(s_cfg.layer_texts)
     return settings
 
@@ -348,7 +378,7 @@ def plan_stages(cfg: RunConfig, files: DataFiles, fn: StageFunctions = StageFunc
     def d(*parts: str) -> str:
         return fs.join(run_dir, *parts)
 
-    split = cfg.lowres is not None or cfg.unlabeled_rows is not None or cfg.validation is not None
+    split = splits_train(cfg)
     data_dir = d("data") if split else None
     labeled = fs.join(data_dir, LABELED_FILE) if split else files.train
     unlabeled = fs.join(data_dir, UNLABELED_FILE) if split else None
@@ -429,11 +459,24 @@ def plan_stages(cfg: RunConfig, files: DataFiles, fn: StageFunctions = StageFunc
                  run=lambda out: fn.score(cfg.score, input=dev_set, teacher=scorer, output=out,
                                           beam_cfg=beams["dev.score"], overwrite=True)),
     ]
+    # layer_texts: rest: the train file's rows no pool took, as they are (no variants), for the students'
+    # phases on layer losses alone; made once, only when a student asks for it
+    rest = {name for name, s_cfg in cfg.students.items() if s_cfg.layer_texts == LAYER_TEXTS_REST}
+    rest_dir = d("layer_texts")
+    if rest:
+        as_is = replace(a, n_iter=0, unlabeled_n_iter=0, limit=None)
+        stages.append(StageDef(
+            "layer_texts", rest_dir, lambda: {"settings": {k: v for k, v in typed.to_dict(as_is).items()
+                                                           if k not in a.EXECUTION},
+                                              "exclude": [fingerprint(p) for p in guarded]}, ("data",),
+            run=lambda out: fn.augment(as_is, inputs=[rest_file(data_dir)], unlabeled=[], exclude=guarded, output=out,
+                                       beam_cfg=beams["augment"], overwrite=True)))
     # students: trained here from the scored set (streamed from run_dir), saved locally, then uploaded
     students = {name: d("students", name) for name in cfg.students}
     stages += [StageDef(f"students.{name}", students[name], functools.partial(student_settings, s_cfg),
-                        ("score", "dev.score"),
-                        run=lambda work, s_cfg=s_cfg: fn.student(s_cfg, scored_dir, dev_scored, work, overwrite=True),
+                        ("score", "dev.score", *(("layer_texts",) if name in rest else ())),
+                        run=lambda work, s_cfg=(replace(s_cfg, layer_texts=rest_dir) if name in rest else s_cfg):
+                        fn.student(s_cfg, scored_dir, dev_scored, work, overwrite=True),
                         done_file=schema.METRICS_FILE, local=True, kind="student")
                for name, s_cfg in cfg.students.items()]
     # compress: cheaper models made from the teacher and the students, tested and timed beside them

@@ -121,6 +121,7 @@ class RecordingStages:
 
     def augment(self, cfg, *, inputs, output, unlabeled, exclude, beam_cfg, overwrite):
         self.seen["augment"] = (cfg, inputs, unlabeled, exclude, beam_cfg)
+        self.seen.setdefault("augment_outputs", {})[Path(output).name] = (cfg, inputs, unlabeled, exclude)
         (Path(output) / schema.DATA_DIR).mkdir()
         pq.write_table(schema.transfer_schema(schema.base_metadata(["0", "1"])).empty_table(),
                        Path(output) / schema.DATA_DIR / "p.parquet")
@@ -292,6 +293,46 @@ def test_a_students_layer_texts_set_written_again_retrains_that_student(tmp_path
     write_texts(2)
     assert run() == ["students.distilled", "test"]
     assert run() == []
+
+
+def test_layer_texts_rest_is_a_stage_of_the_rows_no_pool_took_read_by_that_student_alone(tmp_path, sst2_dir):
+    run_dir = tmp_path / "r"
+    base = [f"run_dir={run_dir}", f"data={sst2_dir}", "labeled_limit=200", "unlabeled_rows=20", "validation.rows=50",
+            "students.distilled.schedule=two-step", "students.distilled.repr=1.0",
+            "students.distilled.layer_texts=rest"]
+
+    def run(*overrides):
+        rec, log = RecordingStages(), []
+        run_pipeline(load_config("configs/demo.yaml", [*base, *overrides]), log=log.append, functions=rec.functions())
+        return [m.split("]")[0][1:] for m in log if "] running → " in m], rec.seen
+
+    ran, seen = run()
+    assert ran == ["data", "teacher", "augment", "score", "dev", "dev.score", "layer_texts", "students.labels_only",
+                   "students.distilled", "test"]
+    cfg, inputs, unlabeled, exclude = seen["augment_outputs"]["layer_texts"]
+    assert inputs == [str(run_dir / "data" / "rest.jsonl")] and unlabeled == []
+    assert cfg.n_iter == 0 and cfg.unlabeled_n_iter == 0  # the rows as they are
+    assert exclude == seen["augment_outputs"]["transfer"][3]  # the evaluation files the transfer set excludes
+    rest = (run_dir / "data" / "rest.jsonl").read_text().splitlines()
+    stats = json.loads((run_dir / "data" / "split.json").read_text())
+    assert len(rest) == stats["rest_rows"] > 60_000  # SST-2 train less 200 + 20 rows and the validation carve
+    students = {c.layer_texts for c, _, _ in seen["students"]}
+    assert students == {None, str(run_dir / "layer_texts")}  # labels_only reads no such set
+    assert run()[0] == []
+    assert run("students.distilled.lr=0.003")[0] == ["students.distilled", "test"]
+
+
+def test_layer_texts_rest_without_a_split_and_a_missing_set_are_refused_before_any_stage(tmp_path, sst2_dir):
+    base = [f"run_dir={tmp_path / 'r'}", f"data={sst2_dir}", "students.distilled.schedule=two-step",
+            "students.distilled.repr=1.0"]
+    unsplit = ["validation=null", "labeled_limit=null", "unlabeled_rows=null"]
+    with pytest.raises(ConfigError, match="layer_texts=rest: .*splits nothing"):
+        run_pipeline(load_config("configs/demo.yaml", [*base, *unsplit, "students.distilled.layer_texts=rest"]),
+                     log=lambda m: None, functions=RecordingStages().functions())
+    with pytest.raises(ConfigError, match=r"layer_texts=.*missing: no such directory"):
+        run_pipeline(load_config("configs/demo.yaml", [*base, f"students.distilled.layer_texts={tmp_path / 'missing'}"]),
+                     log=lambda m: None, functions=RecordingStages().functions())
+    assert not (tmp_path / "r").exists()
 
 
 def test_a_validation_carved_by_row_keeps_the_data_key_it_had_before_by_existed(tmp_path, sst2_dir):
