@@ -221,13 +221,31 @@ def rest_file(data_dir: str) -> str:
     return path
 
 
+# Student settings added after run directories existed, in the order they were added: in a key only when
+# set, so that adding one does not make every cached student stale. (layer_epochs and layer_texts were in
+# keys as None for a while: student_legacy_settings gives those forms, still accepted.)
+STUDENT_KEY_IF_SET = ("layer_epochs", "layer_texts")
+
+
 def student_settings(s_cfg) -> dict:
     """A student stage's key settings: its config, and the content of the layer_texts set it reads (`rest`:
     the run's layer_texts stage, whose key is upstream)."""
-    settings = typed.to_dict(s_cfg)
+    settings = {k: v for k, v in typed.to_dict(s_cfg).items() if not (k in STUDENT_KEY_IF_SET and v is None)}
     if s_cfg.layer_texts and s_cfg.layer_texts != LAYER_TEXTS_REST:
         settings["layer_texts_set"] = set_fingerprint(s_cfg.layer_texts)
     return settings
+
+
+def student_legacy_settings(s_cfg) -> list[dict]:
+    """The earlier forms of a student's key settings, which name the same training: the unset later settings
+    in the key as None, those added up to each point (a student trained then is reused, not trained again)."""
+    settings, forms = student_settings(s_cfg), []
+    unset = [k for k in STUDENT_KEY_IF_SET if getattr(s_cfg, k) is None]
+    for n in range(1, len(STUDENT_KEY_IF_SET) + 1):
+        added = [k for k in STUDENT_KEY_IF_SET[:n] if k in unset]
+        if len(added) == n:  # only while each setting added by then is unset
+            forms.append({**settings, **{k: None for k in added}})
+    return forms
 
 
 def stage_key(name: str, settings: Any, upstream: Sequence[str]) -> str:
@@ -255,10 +273,16 @@ class StageDef:
     # run writes local files only: a remote folder is staged in a local folder, then uploaded
     local: bool = False
     kind: Optional[str] = None  # the name hashed into the key (None: name); every student hashes "student"
+    # earlier forms of `settings` that name the same work (called when the stage is reached): a folder whose
+    # key is one of theirs is current too, and its key stands for it downstream
+    legacy: Optional[Callable[[], list]] = None
 
     def key(self, upstream_keys: Sequence[str]) -> str:
         settings = self.settings() if callable(self.settings) else self.settings
         return stage_key(self.kind or self.name, settings, upstream_keys)
+
+    def legacy_keys(self, upstream_keys: Sequence[str]) -> tuple[str, ...]:
+        return tuple(stage_key(self.kind or self.name, form, upstream_keys) for form in (self.legacy or list)())
 
 
 @dataclass
@@ -269,20 +293,27 @@ class Stage:
     done_file: str  # relative to directory: exists when the stage finished
     # fn writes local files only: a remote directory is staged in a local folder, then uploaded
     local: bool = False
+    legacy_keys: tuple[str, ...] = ()  # earlier keys of the same work (StageDef.legacy)
 
-    def is_current(self) -> bool:
+    def current_key(self) -> Optional[str]:
+        """The key the finished folder holds when it is this stage's (its key or a legacy one), else None."""
         meta = fs.join(self.directory, STAGE_FILE)
         if not (fs.exists(meta) and fs.exists(fs.join(self.directory, self.done_file))):
-            return False
-        return fs.read_json(meta).get("key") == self.key
+            return None
+        stored = fs.read_json(meta).get("key")
+        return stored if stored in (self.key, *self.legacy_keys) else None
+
+    def is_current(self) -> bool:
+        return self.current_key() is not None
 
     def run(self, fn: Callable[[str], None], log) -> bool:
         """Run fn(output folder) unless the stage is current; return True when it ran.
 
         The stage file is written last, after any upload, so a stage cut short is redone.
         """
-        if self.is_current():
-            log(f"[{self.name}] up to date ({self.directory}, key {self.key}): reused")
+        stored = self.current_key()
+        if stored is not None:
+            log(f"[{self.name}] up to date ({self.directory}, key {stored}): reused")
             return False
         fs.delete(self.directory)
         fs.makedirs(self.directory)
@@ -305,9 +336,12 @@ def run_stages(stages: Sequence[StageDef], log) -> dict[str, str]:
         missing = [u for u in s.upstream if u not in keys]
         if missing:
             raise ValueError(f"stage {s.name}: upstream {missing} not declared before it")
-        keys[s.name] = s.key([keys[u] for u in s.upstream])
+        upstream = [keys[u] for u in s.upstream]
+        keys[s.name] = s.key(upstream)
         if s.run is not None:
-            Stage(s.name, s.folder, keys[s.name], s.done_file, s.local).run(s.run, log)
+            stage = Stage(s.name, s.folder, keys[s.name], s.done_file, s.local, s.legacy_keys(upstream))
+            stage.run(s.run, log)
+            keys[s.name] = stage.current_key() or keys[s.name]  # a reused legacy key stands for it downstream
         elif s.folder:
             log(f"[{s.name}] reusing {s.folder}")
     return keys
@@ -477,7 +511,8 @@ def plan_stages(cfg: RunConfig, files: DataFiles, fn: StageFunctions = StageFunc
                         ("score", "dev.score", *(("layer_texts",) if name in rest else ())),
                         run=lambda work, s_cfg=(replace(s_cfg, layer_texts=rest_dir) if name in rest else s_cfg):
                         fn.student(s_cfg, scored_dir, dev_scored, work, overwrite=True),
-                        done_file=schema.METRICS_FILE, local=True, kind="student")
+                        done_file=schema.METRICS_FILE, local=True, kind="student",
+                        legacy=functools.partial(student_legacy_settings, s_cfg))
                for name, s_cfg in cfg.students.items()]
     # compress: cheaper models made from the teacher and the students, tested and timed beside them
     compress_stages, compressed = compress_plan(cfg, fn, d, teacher_dir, students, scored_dir, dev_scored)

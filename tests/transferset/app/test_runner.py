@@ -335,6 +335,33 @@ def test_layer_texts_rest_without_a_split_and_a_missing_set_are_refused_before_a
     assert not (tmp_path / "r").exists()
 
 
+def test_a_student_trained_before_a_setting_was_added_is_reused(tmp_path, sst2_dir):
+    """layer_epochs and layer_texts entered every student's key as None when they were added, so a rerun
+    trained every cached student again. Unset, they are now out of the key, and a folder holding a key of
+    those earlier forms is reused; its key then stands for it downstream."""
+    run_dir = tmp_path / "r"
+    base = [f"run_dir={run_dir}", f"data={sst2_dir}", "labeled_limit=200", "unlabeled_rows=20", "validation.rows=50"]
+
+    def run() -> list[str]:
+        log = []
+        run_pipeline(load_config("configs/demo.yaml", base), log=log.append, functions=RecordingStages().functions())
+        return [m.split("]")[0][1:] for m in log if "] running → " in m]
+
+    assert "students.distilled" in run()
+    cfg = load_config("configs/demo.yaml", base)
+    settings = {s.name: s for s in plan_stages(cfg, resolve_data(cfg.data, cfg.test)).stages}["students.distilled"]
+    assert "layer_texts" not in settings.settings() and "layer_epochs" not in settings.settings()
+    upstream = [json.loads((run_dir / f / STAGE_FILE).read_text())["key"] for f in ("scored", "dev/scored")]
+    meta = run_dir / "students" / "distilled" / STAGE_FILE
+    for earlier in ({"layer_epochs": None}, {"layer_epochs": None, "layer_texts": None}):
+        key = stage_key("student", {**settings.settings(), **earlier}, upstream)
+        meta.write_text(json.dumps({"key": key}))
+        assert run() == ["test"]  # the student reused; the test stage's upstream key is the folder's
+        assert run() == []
+    meta.write_text(json.dumps({"key": stage_key("student", {**settings.settings(), "lr": 1.0}, upstream)}))
+    assert run() == ["students.distilled", "test"]  # another training's key is not taken
+
+
 def test_a_validation_carved_by_row_keeps_the_data_key_it_had_before_by_existed(tmp_path, sst2_dir):
     def data_key(*overrides):
         cfg = load_config("configs/demo.yaml", [f"run_dir={tmp_path / 'r'}", f"data={sst2_dir}", *overrides])
