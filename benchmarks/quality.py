@@ -36,6 +36,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 from transferset import schema, typed  # noqa: E402
+from transferset.app.report import pct  # noqa: E402
 from transferset.timing import describe  # noqa: E402
 from students.transformer import TransformerConfig  # noqa: E402
 from transferset.config import RunConfig  # noqa: E402
@@ -132,7 +133,7 @@ def summarize(setting: str, run_dir: str, raw: dict, wall: float) -> dict:
                      f"{statistics.mean(m['train_seconds'] for m in ms):.0f}"])
     # The run's compress: models (int8, exits, pruned), one row each as the report has them (selection accuracy
     # measured by the report; no seeds: each is made once from the model it names).
-    rows += [[r.get("display") or r["name"], _pct(r["dev_accuracy"]), _pct(r["test_accuracy"]), "-",
+    rows += [[r.get("display") or r["name"], pct(r["dev_accuracy"]), pct(r["test_accuracy"]), "-",
               f"{r['latency_1']:.2f}", f"{r['latency_64']:.2f}", f"{r['parameters'] / 1e6:.1f} M", "-", "-"]
              for r in results["rows"] if r.get("kind") == "compressed"]
     stages = stage_seconds(run_dir)
@@ -156,10 +157,6 @@ def summarize(setting: str, run_dir: str, raw: dict, wall: float) -> dict:
                              "latency_1": [m["report_latency"]["batch_1"] for m in ms],
                              "latency_64": [m["report_latency"]["batch_64"] for m in ms]}
                          for b, ms in variants.items()}}
-
-
-def _pct(value: Optional[float]) -> str:
-    return "-" if value is None else f"{100 * value:.1f}"
 
 
 def best(variants: dict[str, list[dict]], kind: str, family: str) -> Optional[str]:

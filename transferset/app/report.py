@@ -157,7 +157,8 @@ HEADER = ("model", "selection accuracy", "test accuracy", "agreement with teache
 BUSY = "busy"  # beside a latency taken on a busy machine (see the latency note under the table)
 
 
-def _pct(value: Optional[float]) -> str:
+def pct(value: Optional[float]) -> str:
+    """An accuracy as a table cell: percent with one decimal, "-" when not measured."""
     return "-" if value is None else f"{100 * value:.1f}"
 
 
@@ -170,8 +171,8 @@ def _cells(r: dict) -> list[str]:
     else:
         speed = f"{r['speedup_1']:.1f}× / {r['speedup_64']:.1f}×"
     mark = f" ({BUSY})" if busy else ""
-    return [r.get("display", r["name"]), _pct(r["dev_accuracy"]), _pct(r.get("test_accuracy")),
-            _pct(r.get("agreement")), f"{r['parameters']:,}", f"{r['latency_1']:.2f}{mark}", f"{r['latency_64']:.3f}{mark}", speed]
+    return [r.get("display", r["name"]), pct(r["dev_accuracy"]), pct(r.get("test_accuracy")),
+            pct(r.get("agreement")), f"{r['parameters']:,}", f"{r['latency_1']:.2f}{mark}", f"{r['latency_64']:.3f}{mark}", speed]
 
 
 def latency_note(cond: dict, rounds: int = REPORT_ROUNDS) -> str:
