@@ -236,16 +236,22 @@ def student_settings(s_cfg) -> dict:
     return settings
 
 
-def student_legacy_settings(s_cfg) -> list[dict]:
-    """The earlier forms of a student's key settings, which name the same training: the unset later settings
-    in the key as None, those added up to each point (a student trained then is reused, not trained again)."""
-    settings, forms = student_settings(s_cfg), []
-    unset = [k for k in STUDENT_KEY_IF_SET if getattr(s_cfg, k) is None]
-    for n in range(1, len(STUDENT_KEY_IF_SET) + 1):
-        added = [k for k in STUDENT_KEY_IF_SET[:n] if k in unset]
-        if len(added) == n:  # only while each setting added by then is unset
-            forms.append({**settings, **{k: None for k in added}})
+def student_legacy_settings(s_cfg, settings: dict) -> list[dict]:
+    """The earlier forms of a student's key `settings`, which name the same training: the later settings
+    added up to each point in the key as None, while each of them is unset (a student trained then is
+    reused, not trained again)."""
+    forms = []
+    for n, name in enumerate(STUDENT_KEY_IF_SET, 1):
+        if getattr(s_cfg, name) is not None:
+            break
+        forms.append({**settings, **dict.fromkeys(STUDENT_KEY_IF_SET[:n])})
     return forms
+
+
+def augment_settings(a: AugmentConfig, exclude: Sequence[str]) -> dict:
+    """An augment stage's key settings: those rows depend on, and the content of the files it excludes."""
+    return {"settings": {k: v for k, v in typed.to_dict(a).items() if k not in a.EXECUTION},
+            "exclude": [fingerprint(p) for p in exclude]}
 
 
 def stage_key(name: str, settings: Any, upstream: Sequence[str]) -> str:
@@ -273,16 +279,16 @@ class StageDef:
     # run writes local files only: a remote folder is staged in a local folder, then uploaded
     local: bool = False
     kind: Optional[str] = None  # the name hashed into the key (None: name); every student hashes "student"
-    # earlier forms of `settings` that name the same work (called when the stage is reached): a folder whose
-    # key is one of theirs is current too, and its key stands for it downstream
-    legacy: Optional[Callable[[], list]] = None
+    # legacy(settings) → earlier forms of those settings that name the same work: a folder whose key is one of
+    # theirs is current too, and its key stands for it downstream
+    legacy: Optional[Callable[[Any], list]] = None
 
-    def key(self, upstream_keys: Sequence[str]) -> str:
+    def keys(self, upstream_keys: Sequence[str]) -> tuple[str, tuple[str, ...]]:
+        """(its key, the keys of its settings' legacy forms), the settings resolved once."""
         settings = self.settings() if callable(self.settings) else self.settings
-        return stage_key(self.kind or self.name, settings, upstream_keys)
-
-    def legacy_keys(self, upstream_keys: Sequence[str]) -> tuple[str, ...]:
-        return tuple(stage_key(self.kind or self.name, form, upstream_keys) for form in (self.legacy or list)())
+        name = self.kind or self.name
+        forms = self.legacy(settings) if self.legacy else []
+        return stage_key(name, settings, upstream_keys), tuple(stage_key(name, f, upstream_keys) for f in forms)
 
 
 @dataclass
@@ -336,10 +342,9 @@ def run_stages(stages: Sequence[StageDef], log) -> dict[str, str]:
         missing = [u for u in s.upstream if u not in keys]
         if missing:
             raise ValueError(f"stage {s.name}: upstream {missing} not declared before it")
-        upstream = [keys[u] for u in s.upstream]
-        keys[s.name] = s.key(upstream)
+        keys[s.name], legacy = s.keys([keys[u] for u in s.upstream])
         if s.run is not None:
-            stage = Stage(s.name, s.folder, keys[s.name], s.done_file, s.local, s.legacy_keys(upstream))
+            stage = Stage(s.name, s.folder, keys[s.name], s.done_file, s.local, legacy)
             stage.run(s.run, log)
             keys[s.name] = stage.current_key() or keys[s.name]  # a reused legacy key stands for it downstream
         elif s.folder:
@@ -474,9 +479,7 @@ def plan_stages(cfg: RunConfig, files: DataFiles, fn: StageFunctions = StageFunc
     if len(members) <= 1:  # one teacher: the key a run made before ensembles existed, so its stages are reused
         score_settings.pop("combine")
     stages += [
-        StageDef("augment", transfer_dir, lambda: {"settings": {k: v for k, v in typed.to_dict(a).items()
-                                                                if k not in a.EXECUTION},
-                                                   "exclude": [fingerprint(p) for p in guarded]}, ("data",),
+        StageDef("augment", transfer_dir, functools.partial(augment_settings, a, guarded), ("data",),
                  run=lambda out: fn.augment(a, inputs=[labeled], unlabeled=[unlabeled] if unlabeled else [],
                                             exclude=guarded, output=out, beam_cfg=beams["augment"], overwrite=True)),
         StageDef("score", scored_dir, score_settings, ("augment", "teacher"),
@@ -500,9 +503,7 @@ def plan_stages(cfg: RunConfig, files: DataFiles, fn: StageFunctions = StageFunc
     if rest:
         as_is = replace(a, n_iter=0, unlabeled_n_iter=0, limit=None)
         stages.append(StageDef(
-            "layer_texts", rest_dir, lambda: {"settings": {k: v for k, v in typed.to_dict(as_is).items()
-                                                           if k not in a.EXECUTION},
-                                              "exclude": [fingerprint(p) for p in guarded]}, ("data",),
+            "layer_texts", rest_dir, functools.partial(augment_settings, as_is, guarded), ("data",),
             run=lambda out: fn.augment(as_is, inputs=[rest_file(data_dir)], unlabeled=[], exclude=guarded, output=out,
                                        beam_cfg=beams["augment"], overwrite=True)))
     # students: trained here from the scored set (streamed from run_dir), saved locally, then uploaded
