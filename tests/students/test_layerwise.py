@@ -379,20 +379,20 @@ def test_layer_texts_feed_the_layer_phases_and_the_prediction_phase_keeps_the_sc
     assert all(math.isfinite(v) for h in m["history"] for v in h["losses"].values())
 
 
-@pytest.mark.parametrize("values, message", [
-    ({"student": "transformer", "kd": 1.0, "model": {"n_layer": 2}},
+@pytest.mark.parametrize("values, texts, message", [
+    ({"student": "transformer", "kd": 1.0, "model": {"n_layer": 2}}, "missing",
      "only the phases that train on layer losses alone read it"),
-    ({"preset": "tinybert", "model": {"n_layer": 2}}, "no such file or directory"),
-    ({"preset": "tinybert", "model": {"n_layer": 2}}, "layer_texts rest: a run config's setting"),
+    ({"preset": "tinybert", "model": {"n_layer": 2}}, "missing", "no such file or directory"),
+    ({"preset": "tinybert", "model": {"n_layer": 2}}, "rest", "layer_texts rest: a run config's setting"),
 ])
 def test_layer_texts_where_nothing_reads_them_or_that_are_not_there_are_refused(tmp_path, tiny_scored_dir, sst2_dev200,
-                                                                               values, message, capsys):
+                                                                               values, texts, message, capsys):
     import yaml
 
     from transferset.app.cli import main
 
     cfg = tmp_path / "cfg.yaml"
-    texts = "rest" if "run config" in message else str(tmp_path / "missing")
+    texts = texts if texts == "rest" else str(tmp_path / texts)
     cfg.write_text(yaml.safe_dump({**values, "epochs": 1, "threads": 1, "layer_texts": texts}))
     assert main(["train", "--transfer", tiny_scored_dir, "--dev", sst2_dev200, "--output", str(tmp_path / "out"),
                  "--config", str(cfg), "--no-progress"]) == 1
