@@ -335,6 +335,24 @@ def test_layer_texts_rest_without_a_split_and_a_missing_set_are_refused_before_a
     assert not (tmp_path / "r").exists()
 
 
+def test_layer_texts_rest_when_the_pools_took_every_row_is_refused_at_its_stage(tmp_path, sst2_dir, head_tsv):
+    data = tmp_path / "data"
+    data.mkdir()
+    head_tsv(sst2_dir / "train.tsv", data / "train.tsv", 60)
+    head_tsv(sst2_dir / "dev.tsv", data / "dev.tsv", 20)
+    run_dir = tmp_path / "r"
+    cfg = load_config("configs/demo.yaml", [
+        f"run_dir={run_dir}", f"data={data}", "labeled_limit=40", "unlabeled_rows=100", "validation.rows=10",
+        "students.distilled.schedule=two-step", "students.distilled.repr=1.0", "students.distilled.layer_texts=rest"])
+    log = []
+    with pytest.raises(UserError, match="took every row of the train file, so none is left: lower labeled_limit"):
+        run_pipeline(cfg, log=log.append, functions=RecordingStages().functions())
+    stats = json.loads((run_dir / "data" / "split.json").read_text())
+    assert stats["rest_rows"] == 0 and (run_dir / "data" / "rest.jsonl").read_text() == ""
+    assert "[layer_texts] running → " + str(run_dir / "layer_texts") in log
+    assert not (run_dir / "layer_texts" / schema.COMPLETE_MARKER).exists()
+
+
 def test_a_student_trained_before_a_setting_was_added_is_reused(tmp_path, sst2_dir):
     """layer_epochs and layer_texts entered every student's key as None when they were added, so a rerun
     trained every cached student again. Unset, they are now out of the key, and a folder holding a key of
