@@ -343,9 +343,9 @@ def run_augment(cfg: AugmentConfig, *, inputs: Sequence[str], output: str, unlab
     heap.fix_mmap_threshold()  # a local runner's groupings (sources, bucket files) run here (transferset.heap)
     with out.open():
         out.prepare()
-        print(f"transferset augment: recipe {cfg.recipe} ops {','.join(cfg.ops)}, "
-              f"{cfg.n_iter} variants per example, labels {list(job.label_names)} → {job.output}",
-              file=sys.stderr)
+        what = (f"recipe {cfg.recipe} ops {','.join(cfg.ops)}, {cfg.n_iter} variants per example"
+                if cfg.makes_variants else "the rows as they are, no variants")
+        print(f"transferset augment: {what}, labels {list(job.label_names)} → {job.output}", file=sys.stderr)
         with beam.Pipeline(options=options) as p:
             build(p, job)
         out.record()
