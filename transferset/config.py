@@ -146,6 +146,13 @@ class AugmentConfig(*reversed(_OP_SETTINGS), _AugmentCommon):
     def makes_variants(self) -> bool:
         return self.variants_for(True) > 0 or self.variants_for(False) > 0
 
+    COLUMNS = ("text_column", "label_column", "text_b_column")
+
+    def column_kwargs(self) -> dict:
+        """The input files' columns, as write_eval_set and evaluate take them: the run's dev and test files
+        are read with the columns of its train file."""
+        return {k: getattr(self, k) for k in self.COLUMNS}
+
     def to_json(self) -> str:
         """The settings a transfer set depends on (recorded in its Parquet metadata)."""
         values = {k: v for k, v in dataclasses.asdict(self).items() if k not in self.EXECUTION}

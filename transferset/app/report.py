@@ -19,7 +19,7 @@ import numpy as np
 
 from students.student import Student
 from transferset import fs, schema, timing, transfer
-from transferset.config import DEFAULT_MAX_LENGTH, ReportConfig
+from transferset.config import DEFAULT_MAX_LENGTH, AugmentConfig, ReportConfig
 from transferset.fs.remote import local_output, local_teacher
 from transferset.sources import read_texts
 from transferset.teacher import ensemble
@@ -233,7 +233,7 @@ def compressed_rows(compressed: dict[str, dict], lat: dict, tlat: dict, paths: d
     was chosen with it: the pruned teacher's heads were ranked on it, which its row says)."""
     from students.evaluate import evaluate  # the report's one evaluation: only runs with a compress: section
 
-    columns = {k: (cfg.get("augment") or {}).get(k) for k in ("text_column", "label_column", "text_b_column")}
+    columns = {k: (cfg.get("augment") or {}).get(k) for k in AugmentConfig.COLUMNS}
     columns = {k: v for k, v in columns.items() if v is not None}
     rows = []
     for name, c in compressed.items():

@@ -428,7 +428,7 @@ def plan_stages(cfg: RunConfig, files: DataFiles, fn: StageFunctions = StageFunc
     t = replace(cfg.teacher, limit=limit) if limit else cfg.teacher
     a = replace(cfg.augment, limit=limit) if limit else cfg.augment
     guarded = list(dict.fromkeys(p for p in (selection, files.dev, test) if p))  # no evaluation sentence in the set
-    columns = [a.text_column, a.label_column, a.text_b_column]
+    columns = list(a.column_kwargs().values())
     transfer_dir, scored_dir = d("transfer"), d("scored")
     dev_set, dev_scored = d("dev", "transfer"), d("dev", "scored")
     labels = functools.cache(lambda: transfer.label_names(transfer_dir))  # every shard's metadata: read once
@@ -489,9 +489,7 @@ def plan_stages(cfg: RunConfig, files: DataFiles, fn: StageFunctions = StageFunc
         # agreement with the teacher on rows they never trained on; its labels are the transfer set's
         # (read once the augment stage has written them)
         StageDef("dev", dev_set, lambda: {"dev": fingerprint(selection), "columns": columns, "labels": labels()},
-                 run=lambda out: write_eval_set(selection, out, labels(),
-                                                text_column=a.text_column, label_column=a.label_column,
-                                                text_b_column=a.text_b_column)),
+                 run=lambda out: write_eval_set(selection, out, labels(), **a.column_kwargs())),
         StageDef("dev.score", dev_scored, score_settings, ("dev", "teacher"), kind="score",
                  run=lambda out: fn.score(cfg.score, input=dev_set, teacher=scorer, output=out,
                                           beam_cfg=beams["dev.score"], overwrite=True)),
@@ -595,8 +593,7 @@ def evaluate_on_test(test: str, models: dict[str, Any], out: str, a: AugmentConf
     A model given as a list is a teacher ensemble (`ensemble_kwargs`: its combine setting): its result
     holds each member's too. `speeds`: the early-exit threshold of the models with exits, by name."""
     speeds = speeds or {}
-    results = {name: evaluate_fn(path, test, text_column=a.text_column, label_column=a.label_column,
-                                 text_b_column=a.text_b_column, **(ensemble_kwargs if isinstance(path, list) else {}),
+    results = {name: evaluate_fn(path, test, **a.column_kwargs(), **(ensemble_kwargs if isinstance(path, list) else {}),
                                  **({"speed": speeds[name]} if name in speeds else {}))
                for name, path in models.items()}
     doc = {"test": test, "models": results}
