@@ -8,7 +8,7 @@ import json
 import logging
 import sys
 from dataclasses import dataclass, field, replace
-from typing import Optional, Sequence
+from typing import Sequence
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -18,12 +18,12 @@ from pipelines import runtime as opts
 from transferset import fs, heap, loading, schema
 from transferset.augment import check_ops, needs, original_row, split_words, variant_rows
 from transferset.augment.context import CorpusContext, RowContext, contexts_for
-from transferset.augment.dedup import (SPILL_DIR, STAT_KEYS, SpillWriter, bad_inputs, bucket_file, collapse,
+from transferset.augment.dedup import (SPILL_DIR, SpillWriter, bad_inputs, bucket_file, collapse,
                                       dedup_digest, dedup_spilled, pack, reconcile, write_rows)
 from transferset.config import AugmentConfig, BeamConfig
 from transferset.errors import UserError
 from transferset.progress import Progress
-from transferset.sources import (Example, Reject, SourceSpec, check_readable, detect_format, infer_label_names,
+from transferset.sources import (Example, SourceSpec, check_readable, detect_format, infer_label_names,
                                  read_source)
 
 log = logging.getLogger("transferset")

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from dataclasses import replace
 from typing import Any, Callable, Optional, Sequence, Union
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 import pyarrow as pa

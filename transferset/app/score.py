@@ -7,7 +7,7 @@ import time
 from typing import Sequence
 
 from pipelines.runtime import check_beam
-from pipelines.score import EPILOG, run_score
+from pipelines.score import EPILOG, run_score  # noqa: F401 (cli reads the module's EPILOG)
 from transferset.app import flags
 from transferset.app.flags import add_runner_arguments
 from transferset.config import BeamConfig, ScoreConfig

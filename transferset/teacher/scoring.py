@@ -20,7 +20,7 @@ import numpy as np
 from transferset import schema
 from transferset.errors import UserError
 from transferset import loading
-from transferset.config import DEFAULT_MAX_LENGTH, FORWARDS, POOLINGS, check_forward_options
+from transferset.config import DEFAULT_MAX_LENGTH, POOLINGS, check_forward_options
 from transferset import packed as packed_path
 from transferset.threads import set_torch_threads
 
