@@ -58,6 +58,27 @@ def test_packed_matches_the_padded_forward_of_each_family(family):
     assert float((logits[:, 0] - logits[:, 1]).std()) > 1e-3
 
 
+@pytest.mark.parametrize("share_att_key,pos_att_type", [(False, ["p2c", "c2p"]), (True, ["c2p"]), (True, ["p2c"])])
+def test_deberta_disentangled_terms_alone_and_with_their_own_projections(share_att_key, pos_att_type):
+    # The packed path multiplies only the relative embeddings rows of a length can reach, then gathers
+    # (_DisentangledBias._scores): each term alone, and the separate pos_key/pos_query projections, against
+    # the model's own forward on rows long enough for the log buckets (position_buckets 16).
+    import transformers
+
+    cfg = fm.config("deberta-v2")
+    cfg.share_att_key, cfg.pos_att_type = share_att_key, pos_att_type
+    torch.manual_seed(0)
+    model = transformers.DebertaV2ForSequenceClassification(cfg).eval()
+    path, why = packed.PackedClassifier.build(model)
+    assert path is not None, why
+    rows = fm.ids_rows(model, LENGTHS)
+    logits, _, _ = padded_forward(model, rows, model.config.pad_token_id)
+    with torch.inference_mode():
+        got, _ = path.score(rows, layers=[], pooling="cls")
+    np.testing.assert_allclose(got.numpy(), logits.numpy(), atol=1e-4, rtol=0)
+    assert float((logits[:, 0] - logits[:, 1]).std()) > 1e-3
+
+
 @pytest.mark.parametrize("family", ["mpnet", "deberta-v2", "modernbert"])
 def test_the_probe_catches_a_wrong_relative_position_bias(family, monkeypatch):
     # Without its position-dependent scores (MPNet's relative bias, DeBERTa's disentangled terms, ModernBERT's
