@@ -38,6 +38,19 @@ def padded_forward(model, rows, pad_id):
     return out.logits, out.hidden_states, mask
 
 
+def assert_packed_logits_match(model):
+    """The packed path builds for `model` and its logits (cls pooling) are the model's own on LENGTHS' rows;
+    returns those logits."""
+    path, why = packed.PackedClassifier.build(model)
+    assert path is not None, why
+    rows = fm.ids_rows(model, LENGTHS)
+    logits, _, _ = padded_forward(model, rows, model.config.pad_token_id)
+    with torch.inference_mode():
+        got, _ = path.score(rows, layers=[], pooling="cls")
+    np.testing.assert_allclose(got.numpy(), logits.numpy(), atol=1e-4, rtol=0)
+    return logits
+
+
 @pytest.mark.parametrize("family", SERVED)
 def test_packed_matches_the_padded_forward_of_each_family(family):
     model = fm.build(family)
@@ -69,13 +82,7 @@ def test_deberta_disentangled_terms_alone_and_with_their_own_projections(share_a
     cfg.share_att_key, cfg.pos_att_type = share_att_key, pos_att_type
     torch.manual_seed(0)
     model = transformers.DebertaV2ForSequenceClassification(cfg).eval()
-    path, why = packed.PackedClassifier.build(model)
-    assert path is not None, why
-    rows = fm.ids_rows(model, LENGTHS)
-    logits, _, _ = padded_forward(model, rows, model.config.pad_token_id)
-    with torch.inference_mode():
-        got, _ = path.score(rows, layers=[], pooling="cls")
-    np.testing.assert_allclose(got.numpy(), logits.numpy(), atol=1e-4, rtol=0)
+    logits = assert_packed_logits_match(model)
     assert float((logits[:, 0] - logits[:, 1]).std()) > 1e-3
 
 
@@ -98,13 +105,7 @@ def test_the_probe_catches_a_wrong_relative_position_bias(family, monkeypatch):
 def test_modernbert_mean_pooling_head():
     model = fm.build("modernbert")
     model.config.classifier_pooling = "mean"
-    path, why = packed.PackedClassifier.build(model)
-    assert path is not None, why
-    rows = fm.ids_rows(model, LENGTHS)
-    logits, _, _ = padded_forward(model, rows, model.config.pad_token_id)
-    with torch.inference_mode():
-        got, _ = path.score(rows, layers=[], pooling="cls")
-    np.testing.assert_allclose(got.numpy(), logits.numpy(), atol=1e-4, rtol=0)
+    assert_packed_logits_match(model)
 
 
 @pytest.mark.parametrize("family", ["bert", "roberta", "electra", "distilbert", "mpnet"])
