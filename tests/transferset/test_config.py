@@ -36,6 +36,43 @@ def test_help_comes_from_the_field_comment_not_a_section_heading():
     assert flags.field_help(ScoreConfig)["layers"].startswith("hidden_states layers to store")
 
 
+def test_flags_built_by_threads_at_once_parse_each_class_once_and_never_two_at_a_time(monkeypatch):
+    # CPython 3.11's ast is not safe for two threads at once: two `score` commands started together in one
+    # process once failed building their flags ("AST constructor recursion depth mismatch").
+    import threading
+    import time
+
+    real, active, peak, calls = flags.inspect.getsourcelines, [0], [0], []
+
+    def slow_getsourcelines(obj):
+        active[0] += 1
+        peak[0] = max(peak[0], active[0])
+        calls.append(obj)
+        time.sleep(0.01)  # widen the window a second parse would fall into
+        try:
+            return real(obj)
+        finally:
+            active[0] -= 1
+
+    monkeypatch.setattr(flags.inspect, "getsourcelines", slow_getsourcelines)
+    monkeypatch.setattr(flags, "_HELP", {})
+    results, start = [], threading.Barrier(6)
+
+    def build():
+        start.wait()
+        results.append(flags.field_help(StudentConfig))
+
+    threads = [threading.Thread(target=build) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(results) == 6 and all(r == results[0] for r in results)
+    assert results[0]["ce"] == "cross-entropy on gold labels (rows with a label)"
+    assert peak[0] == 1
+    assert len(calls) == len(set(calls))  # each class read once
+
+
 def test_flags_build_a_checked_config():
     parser = argparse.ArgumentParser()
     flags.add_arguments(parser, AugmentConfig)

@@ -9,6 +9,7 @@ import argparse
 import dataclasses
 import inspect
 import io
+import threading
 import tokenize
 import typing
 from typing import Any, Mapping, Optional, TypeVar
@@ -30,7 +31,22 @@ def field_help(cls: type) -> dict[str, str]:
     return out
 
 
+# inspect.getsourcelines parses the class's module with ast, which CPython 3.11 does not make safe for two
+# threads at once ("SystemError: AST constructor recursion depth mismatch"): two commands started together
+# in one process (a caller's threads, the test of concurrent `score` runs) build their flags under this lock,
+# and each class's help is read once.
+_HELP_LOCK = threading.Lock()
+_HELP: dict[type, dict[str, str]] = {}
+
+
 def _own_field_help(cls: type) -> dict[str, str]:
+    with _HELP_LOCK:
+        if cls not in _HELP:
+            _HELP[cls] = _read_field_help(cls)
+        return dict(_HELP[cls])
+
+
+def _read_field_help(cls: type) -> dict[str, str]:
     try:
         lines, _ = inspect.getsourcelines(cls)
     except (OSError, TypeError):
