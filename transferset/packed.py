@@ -260,9 +260,9 @@ class _DisentangledBias:
         self.cache: dict = {}
 
     def _index(self, length: int, device):
-        """For rows of `length`: (c2p, p2c), each (first, (L, L) index): the model's own relative position
-        indices into the 2S embeddings, less `first`, the lowest of them. Only the embeddings first..max
-        (at most 2L - 1 of the 2S) can score, so only they are multiplied."""
+        """For rows of `length`: (c2p, p2c), each (first, width, (L, L) index): the model's own relative
+        position indices into the 2S embeddings, less `first`, the lowest of them. Only the `width` embeddings
+        from `first` on (at most 2L - 1 of the 2S) can score, so only they are multiplied."""
         import torch
         from transformers.models.deberta_v2.modeling_deberta_v2 import build_relative_position
 
@@ -271,28 +271,33 @@ class _DisentangledBias:
             probe = torch.zeros(1, length, 1, device=device)
             rel = build_relative_position(probe, probe, bucket_size=self.buckets, max_position=self.max_positions)[0]
             last = 2 * self.span - 1
-            index = self.cache[length] = tuple((int(i.min()), (i - i.min()).contiguous()) for i in
-                                               (torch.clamp(rel + self.span, 0, last),
-                                                torch.clamp(-rel + self.span, 0, last)))
+            index = self.cache[length] = tuple(self._window(i) for i in (torch.clamp(rel + self.span, 0, last),
+                                                                         torch.clamp(-rel + self.span, 0, last)))
         return index
 
     @staticmethod
-    def _scores(x, table, first: int, index):
+    def _window(index) -> tuple:
+        """(first, width, index - first) of an (L, L) index: computed once per length, not per call."""
+        first = int(index.min())
+        return first, int(index.max()) - first + 1, (index - first).contiguous()
+
+    @staticmethod
+    def _scores(x, table, window: tuple):
         """out[r, h, a, b] = x[r, h, a] · table[h, first + index[a, b]]: one matmul against the embeddings
         in reach, then a gather (the model's own forward does the same against all 2S of them)."""
         import torch
 
-        window = table[:, first:first + int(index.max()) + 1]  # (heads, W, d)
-        scores = torch.matmul(x, window.transpose(-1, -2))  # (rows, heads, L, W)
+        first, width, index = window
+        scores = torch.matmul(x, table[:, first:first + width].transpose(-1, -2))  # (rows, heads, L, width)
         return torch.gather(scores, -1, index.expand(x.shape[0], x.shape[1], -1, -1))
 
     def __call__(self, q, k, length: int):
-        (c2p_first, c2p), (p2c_first, p2c) = self._index(length, q.device)
+        c2p, p2c = self._index(length, q.device)
         bias = None
         if self.pos_key is not None:  # q_i · K_pos[c2p(i, j)]
-            bias = self._scores(q, self.pos_key, c2p_first, c2p)
+            bias = self._scores(q, self.pos_key, c2p)
         if self.pos_query is not None:  # k_j · Q_pos[p2c(j, i)], laid out as (i, j)
-            term = self._scores(k, self.pos_query, p2c_first, p2c).transpose(-1, -2)
+            term = self._scores(k, self.pos_query, p2c).transpose(-1, -2)
             bias = term if bias is None else bias.add_(term)
         return None if bias is None else bias.mul_(self.scale)
 
