@@ -53,17 +53,17 @@ def read_metadata(directory: str, *, scored: bool = False) -> dict[str, Any]:
 
 def parquet_file(path: str) -> pq.ParquetFile:
     """A ParquetFile over an fsspec file object: local paths and URLs alike."""
-    return pq.ParquetFile(fs.open(path))
+    return pq.ParquetFile(fs.open_input(path))
 
 
 def read_schema(path: str) -> pa.Schema:
-    with fs.open(path) as fh:
+    with fs.open_input(path) as fh:
         return pq.read_schema(fh)
 
 
 def shard_rows(path: str) -> int:
     """Rows in one shard, from its Parquet footer (nothing else is read)."""
-    with fs.open(path) as fh:
+    with fs.open_input(path) as fh:
         return pq.ParquetFile(fh).metadata.num_rows
 
 
@@ -106,7 +106,7 @@ def iter_batches(directory: str, columns: Optional[Sequence[str]] = None,
     if rng is not None:
         rng.shuffle(files)
     for path in files:
-        with fs.open(path) as fh:
+        with fs.open_input(path) as fh:
             pf = pq.ParquetFile(fh)
             if pf.metadata.num_rows == 0:
                 continue
@@ -176,7 +176,7 @@ def check_values(batch: pa.RecordBatch, num_classes: int, *, path: str, first_ro
     if schema.ID in batch.schema.names:
         row_id = batch.column(schema.ID)[i].as_py()
     else:  # read again only now, for the message
-        with fs.open(path) as fh:
+        with fs.open_input(path) as fh:
             row_id = pq.ParquetFile(fh).read(columns=[schema.ID]).column(0)[row].as_py()
     raise UserError(f"{path}, row {row + 1} (id {schema.cut(row_id)}): {what}; a scored set must hold finite "
                     "teacher values and labels of its label set: rebuild it (`transferset augment`, then "
@@ -189,8 +189,8 @@ def num_rows(directory: str) -> int:
 
 def read_table(directory: str, columns: Optional[Sequence[str]] = None) -> pa.Table:
     def read(path: str) -> pa.Table:
-        with fs.open(path) as fh:
-            return pq.read_table(fh, columns=list(columns) if columns else None)
+        with fs.open_input(path) as fh:  # read synchronously, on this thread (see fs.open_input)
+            return pq.ParquetFile(fh).read(columns=list(columns) if columns else None)
 
     tables = [read(p) for p in data_files(directory)]
     return pa.concat_tables([t for t in tables if t.num_rows] or tables[:1])

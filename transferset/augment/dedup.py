@@ -132,7 +132,7 @@ class SpillWriter:
 
 
 def read_spilled(path: str) -> Iterator[tuple[bytes, bytes]]:
-    with fs.open(path, "rb") as fh:
+    with fs.open_input(path) as fh:
         table = ipc.open_file(fh).read_all()
     yield from zip(table.column("digest").to_pylist(), table.column("value").to_pylist())
 

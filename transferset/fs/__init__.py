@@ -108,9 +108,27 @@ def dirname(path: str) -> str:
 
 
 def open(path: str, mode: str = "rb", **kwargs: Any) -> IO:  # noqa: A001 - the fsspec name
-    """A file object; pyarrow reads Parquet from it (pq.ParquetFile(fs.open(path)))."""
+    """A file object (fsspec); pyarrow reads Parquet and Arrow files through `open_input` instead."""
     fs, p = filesystem(path)
     return fs.open(p, mode, **kwargs)
+
+
+def open_input(path: str) -> Any:
+    """A readable file for pyarrow (Parquet, Arrow IPC); a context manager like `open`.
+
+    A local path gets Arrow's own OSFile, with no Python object behind it. pyarrow reads Parquet with
+    asynchronous I/O on its own threads, and a task there can drop the last reference to the file it
+    read after the caller got its table: for a Python file object that means taking the GIL, which
+    kills the thread when the interpreter is already exiting, and the process aborted ("terminate called
+    without an active exception", seen in CI after `transferset augment` had written its output).
+    A URL gets the fsspec file object, which callers read synchronously (`pq.ParquetFile(fh).read()`).
+    """
+    local = local_path(path)
+    if local is None:
+        return open(path)
+    import pyarrow as pa  # the filesystem layer needs pyarrow only here
+
+    return pa.OSFile(local)
 
 
 def exists(path: str) -> bool:

@@ -45,7 +45,7 @@ def input_units(files: Sequence[str], file_rows: Sequence[int], unit_rows: Optio
 
 def _row_range(path: str, start: int, stop: Optional[int], columns: Sequence[str]) -> Iterator[tuple[int, dict]]:
     """(1-based row number, row) for rows start..stop-1 of one shard, reading only the row groups they are in."""
-    with fs.open(path) as fh:
+    with fs.open_input(path) as fh:
         pf = pq.ParquetFile(fh)
         offset = 0
         for g in range(pf.num_row_groups):
@@ -118,7 +118,7 @@ def read_suspect_ids(path: str, start: int, stop: Optional[int], file_index: int
 
 
 def read_ids(path: str) -> Iterator[str]:
-    with fs.open(path) as fh:
+    with fs.open_input(path) as fh:
         pf = pq.ParquetFile(fh)
         for batch in pf.iter_batches(batch_size=65536, columns=[schema.ID]):
             yield from batch.column(0).to_pylist()

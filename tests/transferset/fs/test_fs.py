@@ -67,6 +67,24 @@ def test_memory_set_reads_like_the_local_one(local_set, memory_set):
     np.testing.assert_array_equal(labels, [i % 2 for i in range(23)])
 
 
+def test_a_local_shard_is_read_through_arrows_own_file_and_a_url_through_fsspec(local_set, memory_set):
+    """pyarrow's I/O threads may drop the last reference to the file they read; a Python file object then
+    needs the GIL, and at interpreter exit that aborted the process (CI: "terminate called without an
+    active exception" after `transferset augment` read its output back). Local files have no Python
+    object behind them."""
+    import pyarrow as pa
+
+    local, rows = local_set
+    shard = transfer.data_files(local)[0]
+    for path in (shard, "file://" + os.path.abspath(shard)):
+        with fs.open_input(path) as fh:
+            assert isinstance(fh, pa.OSFile) and not isinstance(fh, pa.PythonFile)
+    remote = transfer.data_files(memory_set)[0]
+    with fs.open_input(remote) as fh:
+        assert not isinstance(fh, pa.NativeFile) and fh.read(4) == b"PAR1"
+    assert transfer.read_table(local, [schema.ID]).column(0).to_pylist() == [r[schema.ID] for r in rows]
+
+
 def test_rename_delete_exists(tmp_path):
     for base in (str(tmp_path), f"memory://ops/{uuid.uuid4().hex}"):
         fs.makedirs(fs.join(base, "d"))
