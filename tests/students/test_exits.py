@@ -230,3 +230,30 @@ def test_the_command_line(tmp_path, teacher, cached, capsys):
     assert "early exits" in capsys.readouterr().err
     assert main(["evaluate", "--model", teacher, "--data", str(data), "--speed", "0.5"]) == 2
     assert "no early exits" in capsys.readouterr().err
+
+
+def test_the_report_loads_a_model_with_exits_once_and_times_it_at_each_speed(trained, monkeypatch):
+    from transferset import timing
+    from transferset.app import report
+
+    out, loads, seen = trained[0], [], {}
+    real_load, real_measure = Student.from_pretrained, timing.measure
+
+    def load(*args, **kwargs):
+        loads.append(args[0])
+        return real_load(*args, **kwargs)
+
+    def measure(calls, texts, **kwargs):
+        seen.update(calls)
+        return real_measure(calls, texts, **kwargs)
+
+    monkeypatch.setattr(report.Student, "from_pretrained", staticmethod(load))
+    monkeypatch.setattr(report.timing, "measure", measure)
+    timed = report.model_latency({"exits (speed 0)": out, "exits (speed 0.95)": out}, TEXTS[:8], rounds=1,
+                                 speeds={"exits (speed 0)": 0.0, "exits (speed 0.95)": 0.95})
+    assert loads == [out] and set(timed["models"]) == {"exits (speed 0)", "exits (speed 0.95)"}
+    model = real_load(out)
+    for name, speed in (("exits (speed 0)", 0.0), ("exits (speed 0.95)", 0.95)):
+        np.testing.assert_allclose(seen[name](TEXTS), model.logits(TEXTS, speed=speed), rtol=1e-5, atol=1e-5)
+    _, layers = model.logits_and_layers(TEXTS, speed=0.95)
+    assert layers.min() < LAYERS  # 0.95 lets rows leave early, so the two timed calls differ
