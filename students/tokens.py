@@ -30,7 +30,9 @@ from transferset.loading import check_remote_code, load_tokenizer
 WORDS_FILE = "vocab.json"
 TOKENIZER_DIR = "tokenizer"
 PAD, UNK, SEP = "[PAD]", "[UNK]", "[SEP]"
-_WORD = re.compile(r"\w+|[^\w\s]")
+# A word, or one punctuation mark; the augmenters' mask token ([MASK], lower-cased here) stays one token, so a
+# masked position is not read as the words "[", "mask", "]" (the last one the real word).
+_WORD = re.compile(r"\[mask\]|\w+|[^\w\s]")
 
 
 class WordPieceTokens:

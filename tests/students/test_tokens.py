@@ -43,6 +43,14 @@ def test_word_tokens_vocabulary_is_counted_and_deterministic():
     assert mask.sum(1).tolist() == [4, 1]
 
 
+def test_the_augmenters_mask_token_is_one_word_and_not_the_word_mask():
+    tok = WordTokens.build(["a [MASK] film", "the mask [ slips ]"], max_length=8)
+    assert WordTokens.split("a [MASK] film") == ["a", "[mask]", "film"]
+    assert WordTokens.split("the mask [ slips ]") == ["the", "mask", "[", "slips", "]"]
+    ids, _, _ = tok.encode(["[MASK] mask"])
+    assert ids[0, 0] != ids[0, 1] and tok.vocab[ids[0, 0]] == "[mask]" and tok.vocab[ids[0, 1]] == "mask"
+
+
 def test_teacher_input_embeddings_read_from_safetensors_without_running_the_teacher(minilm):
     table = teacher_input_embeddings(minilm)
     assert tuple(table.shape) == (30522, 384) and table.dtype == torch.float32
