@@ -33,6 +33,7 @@ import os
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Optional
 
@@ -398,9 +399,9 @@ def family_main(args) -> int:
             packed = scoring.Teacher(model, tokenizer, max_length=args.max_length, forward="auto")
             padded = scoring.Teacher(model, tokenizer, max_length=args.max_length, forward="padded")
             session, names, note = ort_session(model, family, workdir, threads)
-            run_ort = lambda: ort_predict(session, names, tokenizer, texts, args.max_length,  # noqa: E731
-                                          padded.forward_rows, padded.forward_tokens)
-            paths = {"packed": lambda: packed.predict(texts), "padded": lambda: padded.predict(texts),
+            run_ort = partial(ort_predict, session, names, tokenizer, texts, args.max_length,
+                              padded.forward_rows, padded.forward_tokens)
+            paths = {"packed": partial(packed.predict, texts), "padded": partial(padded.predict, texts),
                      "onnxruntime": run_ort}
             if packed.forward_path != "packed":
                 del paths["packed"]
@@ -427,7 +428,7 @@ def family_main(args) -> int:
                 row["packed_vs_onnxruntime"] = round(rps["packed"] / rps["onnxruntime"], 2)
             print(json.dumps(row), flush=True)
             results.append(row)
-            del model, packed, padded, session
+            del model, packed, padded, session, paths, run_ort  # one family's models in memory at a time
     result = {"rows": len(texts), "real_tokens": real_tokens, "threads": threads, "repeats": args.repeats,
               "load_average": os.getloadavg(), "families": results}
     print(json.dumps(result, indent=2))
