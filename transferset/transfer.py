@@ -52,7 +52,7 @@ def read_metadata(directory: str, *, scored: bool = False) -> dict[str, Any]:
 
 
 def parquet_file(path: str) -> pq.ParquetFile:
-    """A ParquetFile over an fsspec file object: local paths and URLs alike."""
+    """A ParquetFile over `fs.open_input(path)`: local paths and URLs alike."""
     return pq.ParquetFile(fs.open_input(path))
 
 
