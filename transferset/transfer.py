@@ -187,12 +187,14 @@ def num_rows(directory: str) -> int:
     return sum(shard_rows(p) for p in data_files(directory))
 
 
-def read_table(directory: str, columns: Optional[Sequence[str]] = None) -> pa.Table:
-    def read(path: str) -> pa.Table:
-        with fs.open_input(path) as fh:  # read synchronously, on this thread (see fs.open_input)
-            return pq.ParquetFile(fh).read(columns=list(columns) if columns else None)
+def read_file(path: str, columns: Optional[Sequence[str]] = None) -> pa.Table:
+    """One Parquet file, read synchronously on this thread (see fs.open_input)."""
+    with fs.open_input(path) as fh:
+        return pq.ParquetFile(fh).read(columns=list(columns) if columns else None)
 
-    tables = [read(p) for p in data_files(directory)]
+
+def read_table(directory: str, columns: Optional[Sequence[str]] = None) -> pa.Table:
+    tables = [read_file(p, columns) for p in data_files(directory)]
     return pa.concat_tables([t for t in tables if t.num_rows] or tables[:1])
 
 
