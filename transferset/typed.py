@@ -119,6 +119,37 @@ def load(cls: type[T], values: Mapping[str, Any], where: str, flag_style: bool =
         raise ConfigError(format_errors(cls, exc, where, flag_style)) from None
 
 
+class DuplicateKeyError(yaml.constructor.ConstructorError):
+    """A YAML mapping that names one key twice."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.safe_load that refuses a mapping naming a key twice: YAML requires unique keys, and PyYAML would
+    keep the last silently (a second `epochs:` under one student, pasted in, would win unseen)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base` may be overridden on purpose
+                    continue
+                key, line = self.construct_object(key_node, deep=deep), key_node.start_mark.line + 1
+                try:
+                    first = seen.get(key)
+                except TypeError:  # an unhashable key: the base class says what is wrong with it
+                    continue
+                if first is not None:
+                    raise DuplicateKeyError(None, None, f"`{key}` is set twice (lines {first} and {line}); keep "
+                                            "one", key_node.start_mark)
+                seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+def yaml_load(stream: Any) -> Any:
+    """yaml.safe_load that refuses a key set twice in one mapping (DuplicateKeyError, with its line)."""
+    return yaml.load(stream, Loader=_UniqueKeyLoader)
+
+
 def read_yaml(path: str, what: str = "config") -> dict[str, Any]:
     """A YAML file of settings as a plain mapping.
 
@@ -128,13 +159,15 @@ def read_yaml(path: str, what: str = "config") -> dict[str, Any]:
     """
     try:
         with open(path, encoding="utf-8") as fh:
-            raw = yaml.safe_load(fh)
+            raw = yaml_load(fh)
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such {what} file (see configs/ for examples)") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not valid YAML: not UTF-8 text (byte {exc.start})") from None
     except OSError as exc:
         raise UserError(f"{path}: cannot read the {what} file: {exc.strerror}") from None
+    except DuplicateKeyError as exc:
+        raise ConfigError(f"{path}, line {exc.problem_mark.line + 1}: {exc.problem}") from None
     except yaml.constructor.ConstructorError as exc:
         mark = exc.problem_mark
         where = f", line {mark.line + 1}" if mark is not None else ""

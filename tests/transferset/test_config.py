@@ -121,6 +121,10 @@ def test_semantic_checks_name_the_section(values, message):
     ("students: {s: [\n", "not valid YAML"),
     ("epochs: !!python/object/apply:os.system ['touch pwned']\n", "not valid YAML, line 1: .*python/object/apply"),
     ("epochs: 1\n\tbad: tab\n", "not valid YAML"),
+    # PyYAML keeps the last of two equal keys silently; a pasted second `epochs:` must not win unseen
+    ("students:\n  s:\n    epochs: 3\n    patience: 2\n    epochs: 5\n",
+     r"bad.yaml, line 5: `epochs` is set twice \(lines 3 and 5\); keep one"),
+    ("students: {s: {epochs: 3, epochs: 5}}\n", r"line 1: `epochs` is set twice \(lines 1 and 1\)"),
 ])
 def test_yaml_mistakes_are_usage_errors_and_nothing_is_written(tmp_path, capsys, monkeypatch, text, message):
     from transferset import typed
@@ -137,3 +141,14 @@ def test_yaml_mistakes_are_usage_errors_and_nothing_is_written(tmp_path, capsys,
     err = capsys.readouterr().err
     assert "Traceback" not in err and err.count("error:") == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml"]  # no output, no pwned
+
+
+def test_a_merge_key_may_be_overridden_and_equal_keys_in_other_mappings_are_fine(tmp_path):
+    """Only one mapping naming a key twice is refused: `<<: *base` then the same key overrides, as YAML says."""
+    from transferset import typed
+
+    path = tmp_path / "ok.yaml"
+    path.write_text("base: &b {epochs: 3, patience: 2}\nstudents:\n  a:\n    <<: *b\n    epochs: 5\n"
+                    "  b:\n    epochs: 4\n")
+    raw = typed.read_yaml(str(path))
+    assert raw["students"] == {"a": {"epochs": 5, "patience": 2}, "b": {"epochs": 4}}

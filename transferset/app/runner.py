@@ -68,7 +68,9 @@ def apply_override(raw: dict, item: str) -> None:
         raise ConfigError(f"override {item!r}: expected key=value, e.g. teacher.epochs=1")
     key, text = item.split("=", 1)
     try:
-        value = yaml.safe_load(text) if text else None
+        value = typed.yaml_load(text) if text else None
+    except typed.DuplicateKeyError as exc:
+        raise ConfigError(f"override {item!r}: {exc.problem}") from None
     except yaml.constructor.ConstructorError as exc:
         raise ConfigError(f"override {item!r}: {exc.problem}; a setting holds plain values "
                           "(no !!python tags or other objects)") from None

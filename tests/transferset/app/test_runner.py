@@ -589,3 +589,8 @@ def test_a_missing_config_and_a_python_tag_in_an_override_are_one_line_usage_err
     assert len(err.strip().splitlines()) == 1 and not run_dir.exists() and not Path("pwned").exists()
     assert main(["run", "--config", "configs/demo.yaml", f"run_dir={run_dir}", "teacher.epochs=[1"]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    assert main(["run", "--config", "configs/demo.yaml", f"run_dir={run_dir}",
+                 "students.distilled={epochs: 1, epochs: 2}"]) == 2
+    err = capsys.readouterr().err
+    assert "`epochs` is set twice (lines 1 and 1); keep one" in err and len(err.strip().splitlines()) == 1, err
+    assert not run_dir.exists()
