@@ -12,7 +12,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = sorted((ROOT / "benchmarks" / "quality").glob("*.yaml"))
 
 
-def _quality_benchmark():
+@pytest.fixture(scope="module")
+def quality():
     spec = importlib.util.spec_from_file_location("quality_benchmark", ROOT / "benchmarks" / "quality.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -24,16 +25,13 @@ def test_there_are_settings():
 
 
 @pytest.mark.parametrize("path", SETTINGS, ids=lambda p: p.stem)
-def test_every_benchmark_setting_validates_with_one_student_per_seed(path):
-    quality = _quality_benchmark()
+def test_every_benchmark_setting_validates_with_one_student_per_seed(path, quality):
     raw = typed.read_yaml(str(path))
-    variants = raw["students"]
-    expanded = quality.expand(raw, 3)
-    cfg = typed.load(RunConfig, {**expanded, "run_dir": "runs/x"}, where=str(path))
-    assert all(isinstance(s, StudentConfig) for s in cfg.students.values())
     # each variant gives seeds 0..n-1 (3, or fewer where it says `seeds: n`), each with its own seed
-    for name, settings in variants.items():
-        n = min(3, int((settings or {}).get("seeds", 3)))
+    counts = {name: min(3, int((settings or {}).get("seeds", 3))) for name, settings in raw["students"].items()}
+    cfg = typed.load(RunConfig, {**quality.expand(raw, 3), "run_dir": "runs/x"}, where=str(path))
+    assert all(isinstance(s, StudentConfig) for s in cfg.students.values())
+    for name, n in counts.items():
         assert [cfg.students[f"{name}_s{k}"].seed for k in range(n)] == list(range(n))
-    assert len(cfg.students) == sum(min(3, int((s or {}).get("seeds", 3))) for s in variants.values())
+    assert len(cfg.students) == sum(counts.values())
     assert path.read_text().startswith("#")  # its header says what it measures and how to run it
