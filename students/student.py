@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from students.build import HF_FAMILY, Family, Setup, family
+from students.encoding import Encoder
 from students.exits import Branches, adaptive_forward, check_speed, has_exits, load_branches, save_branches
 from students.family import JSON_KINDS, RESAVE, StudentFileError, json_kind, read_json_object
 from students.losses import NO_LABEL
@@ -309,6 +310,7 @@ class OnnxStudent(Predictor):
     def __init__(self, session, tokenizer, label_names: Sequence[str], max_length: int, family_name: str):
         self.session = session
         self.tokenizer = tokenizer
+        self.encoder = Encoder(tokenizer)
         self.label_names = list(label_names)
         self.max_length = max_length
         self.family_name = family_name  # the family it was exported from ("bilstm", "transformer", ...)
@@ -361,9 +363,7 @@ class OnnxStudent(Predictor):
         pairs = None
         if texts_b is not None and any(t is not None for t in texts_b):
             pairs = [t or "" for t in texts_b]
-        enc = self.tokenizer(texts, pairs, truncation=True, max_length=self.max_length, padding=True,
-                             return_tensors="np", return_token_type_ids="token_type_ids" in self.input_names)
-        feed = {name: np.asarray(enc[name], dtype=np.int64) for name in self.input_names}
+        feed = self.encoder(texts, pairs, self.max_length, self.input_names)
         return self.session.run(None, feed)[0].astype(np.float32, copy=False)
 
 

@@ -21,6 +21,7 @@ from typing import Iterable, Optional, Sequence
 import torch
 
 from students import teacher_files
+from students.encoding import Encoder
 from students.family import RESAVE, StudentFileError
 from transferset import schema
 from transferset.config import StudentConfig
@@ -30,6 +31,7 @@ from transferset.loading import check_remote_code, load_tokenizer
 WORDS_FILE = "vocab.json"
 TOKENIZER_DIR = "tokenizer"
 PAD, UNK, SEP = "[PAD]", "[UNK]", "[SEP]"
+ENCODED = ("input_ids", "attention_mask", "token_type_ids")  # what WordPieceTokens.encode returns
 # A word, or one punctuation mark; the augmenters' mask token ([MASK], lower-cased here) stays one token, so a
 # masked position is not read as the words "[", "mask", "]" (the last one the real word).
 _WORD = re.compile(r"\[mask\]|\w+|[^\w\s]")
@@ -40,6 +42,7 @@ class WordPieceTokens:
 
     def __init__(self, tokenizer, max_length: int, keep: Optional[Sequence[int]] = None):
         self.tokenizer = tokenizer
+        self.encoder = Encoder(tokenizer)
         self.max_length = max_length
         self.keep = None if keep is None else sorted(set(int(i) for i in keep))
         self.remap = None
@@ -85,8 +88,7 @@ class WordPieceTokens:
         pairs = None
         if texts_b is not None and any(t is not None for t in texts_b):
             pairs = [t or "" for t in texts_b]
-        enc = self.tokenizer(list(texts), pairs, truncation=True, max_length=self.max_length,
-                             padding=True, return_tensors="pt", return_token_type_ids=True)
+        enc = {k: torch.from_numpy(v) for k, v in self.encoder(texts, pairs, self.max_length, ENCODED).items()}
         ids = enc["input_ids"] if self.remap is None else self.remap[enc["input_ids"]]
         return ids, enc["attention_mask"].bool(), enc["token_type_ids"]
 

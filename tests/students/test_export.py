@@ -47,6 +47,7 @@ def test_exported_logits_match_pytorch_on_200_sst2_dev_rows(name, model_dirs, ex
     ours = Student.from_pretrained(model_dirs[name], max_length=64 if name == "teacher" else None)
     onnx = Student.from_pretrained(exported[name])
     assert isinstance(onnx, OnnxStudent) and onnx.label_names == ours.label_names == ["0", "1"]
+    assert onnx.encoder.backend(onnx.max_length) is not None  # texts alone: the tokenizer's backend, directly
     for texts_b in (None, pairs):
         ref = ours.logits(texts, texts_b)
         got = onnx.logits(texts, texts_b, batch_size=64)
