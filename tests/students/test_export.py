@@ -4,7 +4,6 @@ transformer) and their tiny teacher (tests/students/shipped.py), on 200 real SST
 as sentence pairs."""
 import json
 import os
-import textwrap
 
 import numpy as np
 import pytest
@@ -193,8 +192,13 @@ def test_a_two_layer_bilstm_graph_runs_each_layer_within_each_rows_length(tmp_pa
                           output_names=["logits"], dynamic_axes={"input_ids": {0: "b", 1: "t"},
                                                                  "attention_mask": {0: "b", 1: "t"}},
                           opset_version=17, dynamo=False)
-        ops = [n.op_type for n in onnx.load(path).graph.node]
+        nodes = onnx.load(path).graph.node
+        ops = [n.op_type for n in nodes]
         assert ops.count("LSTM") == 2 and "TopK" not in ops and "ScatterElements" not in ops
+        read = {name for n in nodes for name in n.input}
+        top = [n for n in nodes if n.op_type == "LSTM"][-1]
+        # `pool: last` reads the top layer's final states (Y_h) and never its per-step output (Y).
+        assert (top.output[0] in read, top.output[1] in read) == ((True, False) if pool == "max" else (False, True))
         got = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(
             None, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})[0]
         alone = torch.cat([model(ids[i:i + 1, :n], mask[i:i + 1, :n])["logits"] for i, n in enumerate(lengths.tolist())])
