@@ -92,11 +92,17 @@ INT8_OPS = ("MatMul", "LSTM", "Gather")
 # (largest - smallest, at least 1). Measured with the settings above: a MiniLM-L6 SST-2 teacher
 # (dev 87.1) differed by 0.040 of its range (0.22 of 5.4) on the probe rows, 0.116 at worst on 200
 # SST-2 dev rows, with no label changed; the test models 0.001-0.048 (tests/students/
-# test_export_int8.py). INT8_TOLERANCE allows 0.10: above that noise, below what a broken graph
-# does (saturation, a wrong scale: errors the size of the logits themselves). And no probe row may
+# test_export_int8.py). Two more MiniLM-L6 SST-2 teachers (the demo's, 2026-12-02) differed on the probe
+# rows by 0.094-0.118 and 0.115-0.140 of the range (8-bit / 7-bit weights); the second's 7-bit graph on
+# SST-2 dev (872 rows): accuracy 84.3 against float32's 83.7, 13 labels changed, the 99th percentile of a
+# row's |logit difference| 0.14 of the range, so 0.1 refused a sound int8 model (the peer a user would
+# make instead of distilling). Weights per tensor instead of per channel do harm it, and differ by 0.32
+# (8-bit: 27 labels changed) and 0.37 (7-bit: 88 changed, accuracy -3.4) of the range on the probe rows.
+# INT8_TOLERANCE allows 0.20: above that noise, below the harm, and below what a broken graph does
+# (saturation, a wrong scale: errors the size of the logits themselves). And no probe row may
 # change its label unless PyTorch's margin between its two best classes is under INT8_TIE of the
 # range: a flip on a near tie is quantization noise, a flip beyond it a changed prediction.
-INT8_TOLERANCE = 0.10
+INT8_TOLERANCE = 0.20
 INT8_TIE = 0.02
 # The quantizations tried in order; the first whose graph passes the check is kept. The second is for a
 # model the first changes too much: the MiniLM SST-2 teacher of benchmarks/README.md (int8) differed by
