@@ -28,6 +28,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from students.bilstm import BiLSTM  # noqa: E402
+from students.encoding import Encoder, hf_arrays  # noqa: E402
 from students.export import export  # noqa: E402
 from students.student import EXPORT_KEY, ONNX_FILE, OnnxStudent, Student  # noqa: E402
 from transferset import schema  # noqa: E402
@@ -66,8 +67,11 @@ def _float32_export(out: str) -> bool:
         return (json.load(fh).get(EXPORT_KEY) or {}).get("quantize") is None
 
 
-def load(models: dict[str, str], runtimes, onnx_dir: str, threads: int) -> dict[str, object]:
-    """{"name/runtime": loaded model}; ONNX exports are made in onnx_dir (reused when there)."""
+def load(models: dict[str, str], runtimes, onnx_dir: str, threads: int,
+         tokenizer_baseline: bool = False) -> dict[str, object]:
+    """{"name/runtime": loaded model}; ONNX exports are made in onnx_dir (reused when there). With
+    `tokenizer_baseline`, each export also as "name/onnx-hf": tokenized by transformers' call, not the
+    backend directly (students/encoding.py), for the same graph."""
     loaded = {}
     for name, path in models.items():
         max_length = DEFAULT_MAX_LENGTH if name == "teacher" else None  # as the run report times the teacher
@@ -80,6 +84,10 @@ def load(models: dict[str, str], runtimes, onnx_dir: str, threads: int) -> dict[
                 export(path, out, max_length=max_length, overwrite=True)
                 print(f"exported {name} to {out} ({time.perf_counter() - t0:.1f} s)", file=sys.stderr)
             loaded[f"{name}/onnx"] = OnnxStudent.from_dir(out, threads=threads)
+            if tokenizer_baseline:
+                baseline = OnnxStudent.from_dir(out, threads=threads)
+                baseline.encoder = Encoder(baseline.tokenizer, direct=False)
+                loaded[f"{name}/onnx-hf"] = baseline
     return loaded
 
 
@@ -127,13 +135,11 @@ def bilstm_breakdown(student: Student, onnx_student, texts, batch_size: int, rou
     out = {f"torch {name}": _median_ms(fn, chunks if name == "tokenizer" else batches, rows, rounds)
            for name, fn in parts.items()}
     if onnx_student is not None:
-        def tokenize(c):
-            return onnx_student.tokenizer(c, truncation=True, max_length=onnx_student.max_length, padding=True,
-                                          return_tensors="np",
-                                          return_token_type_ids="token_type_ids" in onnx_student.input_names)
-
-        feeds = [{k: tokenize(c)[k].astype("int64") for k in onnx_student.input_names} for c in chunks]
-        out["onnx tokenizer"] = _median_ms(tokenize, chunks, rows, rounds)
+        names, length = onnx_student.input_names, onnx_student.max_length
+        feeds = [onnx_student.encoder(c, None, length, names) for c in chunks]
+        out["onnx tokenizer"] = _median_ms(lambda c: onnx_student.encoder(c, None, length, names), chunks, rows, rounds)
+        out["onnx tokenizer (transformers' call)"] = _median_ms(
+            lambda c: hf_arrays(onnx_student.tokenizer, c, None, length, names), chunks, rows, rounds)
         out["onnx graph"] = _median_ms(lambda f: onnx_student.session.run(None, f), feeds, rows, rounds)
     return out
 
@@ -168,6 +174,9 @@ def main() -> None:
     ap.add_argument("--onnx-dir", default=None, help="where the ONNX exports go (default: a temporary folder)")
     ap.add_argument("--no-breakdown", dest="breakdown", action="store_false",
                     help="skip the per-part timing of the BiLSTM students")
+    ap.add_argument("--tokenizer-baseline", action="store_true",
+                    help="also time each ONNX export tokenized by transformers' call (NAME/onnx-hf), the baseline of "
+                         "calling the tokenizer's backend directly (students/encoding.py)")
     ap.add_argument("--out", default=None, help="also write every sample as JSON here")
     args = ap.parse_args()
     runtimes = [r for r in args.runtimes.split(",") if r]
@@ -175,7 +184,7 @@ def main() -> None:
     texts = list(read_texts(args.texts))[:512]
     models = models_of(args.run_dir)
     with tempfile.TemporaryDirectory() as tmp:
-        loaded = load(models, runtimes, args.onnx_dir or tmp, args.threads)
+        loaded = load(models, runtimes, args.onnx_dir or tmp, args.threads, args.tokenizer_baseline)
         params = {name: loaded[f"{name}/torch"].num_parameters() if f"{name}/torch" in loaded else 0
                   for name in models}
         print(f"{len(models)} models x {len(runtimes)} runtimes, {args.threads} thread(s), {args.rounds} interleaved "
@@ -186,6 +195,11 @@ def main() -> None:
         result, conditions = timed["latency"], timed["conditions"]
         print(f"measured in {time.perf_counter() - t0:.0f} s: {describe(conditions)}", file=sys.stderr)
         print(table(result, params))
+        for name in models:
+            if f"{name}/onnx-hf" in result:
+                direct = ratios({k: result[k] for k in (f"{name}/onnx", f"{name}/onnx-hf")}, f"{name}/onnx-hf")
+                print(f"{name}/onnx, the tokenizer's backend called directly vs transformers' call: "
+                      f"{direct[f'{name}/onnx']['batch_1']:.2f}x at batch 1, {direct[f'{name}/onnx']['batch_64']:.2f}x at 64")
         breakdown = {}
         if args.breakdown:
             for name in models:

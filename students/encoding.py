@@ -41,8 +41,9 @@ class Encoder:
     through transformers.
     """
 
-    def __init__(self, tokenizer):
+    def __init__(self, tokenizer, direct: bool = True):
         self.tokenizer = tokenizer
+        self.direct = direct  # False: always transformers' call (benchmarks/latency.py's baseline)
         self._backends: dict[int, object] = {}  # max_length → the backend copy set to it, or None (refused)
 
     def __call__(self, texts: Sequence[str], pairs: Optional[Sequence[str]], max_length: int,
@@ -55,6 +56,8 @@ class Encoder:
     def backend(self, max_length: int):
         """The backend copy set to truncate at max_length and pad to the longest row, or None where it would
         not give transformers' arrays."""
+        if not self.direct:
+            return None
         if max_length not in self._backends:
             self._backends[max_length] = self._checked_backend(max_length)
         return self._backends[max_length]

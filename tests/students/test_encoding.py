@@ -93,3 +93,11 @@ def test_wordpiece_tokens_encode_as_before(minilm, dev_texts):
         assert np.array_equal(mask.numpy(), want["attention_mask"].astype(bool))
         assert np.array_equal(types.numpy(), want["token_type_ids"])
     assert tokens.encoder.backend(LENGTH) is not None
+
+
+def test_direct_false_always_takes_transformers_call(minilm, dev_texts):
+    """The benchmarks' baseline (benchmarks/latency.py --tokenizer-baseline): the same arrays, no backend."""
+    tokenizer = WordPieceTokens.from_dir(minilm, max_length=LENGTH).tokenizer
+    encoder = Encoder(tokenizer, direct=False)
+    assert encoder.backend(LENGTH) is None
+    same_arrays(encoder, tokenizer, dev_texts[:64])
