@@ -373,6 +373,10 @@ def check_int8(student: Student, exported: OnnxStudent) -> dict:
     return {"max_abs_diff": diff, "range": hi - lo, "rows": rows, "flips": flips}
 
 
+class Int8Refused(UserError):
+    """No int8 graph of the model passed the check (its message says by how much); nothing was written."""
+
+
 def refuse_int8(model_path: str, check: dict) -> Optional[str]:
     """Why the int8 graph is not kept (None: it is), from check_int8's result."""
     return _int8_refusal(model_path, int8_problems(check))
@@ -475,7 +479,7 @@ def _export(model_path: str, out: Output, *, format: str, opset: int, max_length
                         break
                     reasons.append(f"{_variant_name(variant)}: " + ", and ".join(problems))
                 else:
-                    raise UserError(_int8_refusal(model_path, reasons))
+                    raise Int8Refused(_int8_refusal(model_path, reasons))
             int8 = {"quantize": "int8", "check_max_abs_diff": check["max_abs_diff"],
                     "check_tolerance": INT8_TOLERANCE * max(1.0, check["range"]),
                     "check_tolerance_rule": f"{INT8_TOLERANCE:g} x max(1, range of the check logits); no label "

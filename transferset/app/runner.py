@@ -29,7 +29,7 @@ from pipelines.runtime import check_beam
 from pipelines.score import run_score
 from students.evaluate import evaluate
 from students.exits_train import train_exits
-from students.export import export as export_model
+from students.export import Int8Refused, export as export_model
 from students.prune import prune as prune_model
 from students.teacher_files import refuse_student_folder
 from students.trainer import train as train_student
@@ -565,8 +565,8 @@ def compress_plan(cfg: RunConfig, fn: StageFunctions, d: Callable[..., str], tea
         folder = d("compressed", f"{name}-int8")
         stages.append(StageDef(f"compress.int8.{name}", folder, {"quantize": "int8", "max_length": length},
                                (upstream,), kind="compress.int8",
-                               run=lambda out, source=source, length=length: fn.export(
-                                   source, out, format="onnx", quantize="int8", max_length=length, overwrite=True)))
+                               run=lambda out, source=source, length=length, name=name: _int8_stage(
+                                   fn, name, source, out, length)))
         made[f"{name} (int8)"] = {"path": folder, "speed": None, "from": name, "how": "int8"}
     if c.exits is not None:
         e = c.exits if c.exits.max_length is not None else replace(c.exits, max_length=teacher_length)
@@ -585,6 +585,15 @@ def compress_plan(cfg: RunConfig, fn: StageFunctions, d: Callable[..., str], tea
         name = "teacher (pruned)" if pc.heads else "teacher (self-distilled)"
         made[name] = {"path": folder, "speed": None, "from": "teacher", "how": "pruned" if pc.heads else "self-distilled"}
     return stages, made
+
+
+def _int8_stage(fn: StageFunctions, name: str, source: str, out: str, length: Optional[int]) -> dict:
+    """compress.int8's export of one model; a graph the check refuses stops the run saying what to change in it."""
+    try:
+        return fn.export(source, out, format="onnx", quantize="int8", max_length=length, overwrite=True)
+    except Int8Refused as exc:
+        raise Int8Refused(f"{exc}. In this run: remove {name} from compress.int8 and run it again (every finished "
+                          "stage is reused)") from None
 
 
 def evaluate_on_test(test: str, models: dict[str, Any], out: str, a: AugmentConfig,

@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 
 from transferset import schema, transfer
 from transferset.app.cli import main
+from students.export import Int8Refused
 from transferset.errors import ConfigError, UserError
 from transferset.config import AugmentConfig, RunConfig, ScoreConfig, StudentConfig, TeacherConfig
 from transferset import typed
@@ -215,6 +216,29 @@ def test_the_compress_section_makes_each_model_from_the_runs_own_and_tests_it_wi
     accuracy = json.loads((run_dir / "test" / "accuracy.json").read_text())
     assert list(accuracy["models"])[3:] == ["teacher (int8)", "distilled (int8)", "teacher (exits, speed 0.2)",
                                             "teacher (exits, speed 0.5)", "teacher (pruned)"]
+
+
+def test_an_int8_graph_the_check_refuses_stops_the_run_saying_what_to_change(tmp_path, sst2_dir, monkeypatch):
+    """The export's refusal (students/export.Int8Refused) keeps its figures and adds the run's remedy; the
+    stages before it are done and kept, so the rerun without that model starts after them."""
+    rec = RecordingStages()
+
+    def refused(model, output, **settings):
+        rec.seen.setdefault("export", []).append((model, output, settings))
+        raise Int8Refused(f"export: the int8 graph of {model} does not agree with the model: its logits differ "
+                          "by up to 0.9 where 0.5 is allowed. Nothing was written; export it in float32")
+
+    monkeypatch.setattr(rec, "export", refused)
+    run_dir = tmp_path / "r"
+    cfg = load_config("configs/demo.yaml", [f"run_dir={run_dir}", f"data={sst2_dir}", "unlabeled_rows=50",
+                                            "compress.int8=teacher"])
+    with pytest.raises(Int8Refused) as exc:
+        run_pipeline(cfg, log=lambda m: None, functions=rec.functions())
+    assert str(exc.value) == (f"export: the int8 graph of {run_dir / 'teacher'} does not agree with the model: its "
+                              "logits differ by up to 0.9 where 0.5 is allowed. Nothing was written; export it in "
+                              "float32. In this run: remove teacher from compress.int8 and run it again (every "
+                              "finished stage is reused)")
+    assert (run_dir / "students" / "distilled").is_dir() and not (run_dir / "test").exists()
 
 
 def test_compressing_an_ensembles_teacher_is_refused_with_what_to_do_instead():
