@@ -3,9 +3,9 @@
 `tokenizer(texts, truncation=True, max_length=L, padding=True, return_tensors="np")` spends about as long
 in transformers' Python (argument checks, setting the backend's truncation and padding on every call,
 building a BatchEncoding, converting it) as the Rust tokenizer spends on the text, and at batch 1 that
-Python also evicts the model's weights from the core's caches: the distilled BiLSTM's ONNX call took
-0.48 ms an example at batch 1 through it and 0.39 ms with the backend called directly (SST-2 dev, one
-thread, benchmarks/latency.py measures it). `Encoder` calls a private copy of the backend (`tokenizers.
+Python also evicts the model's weights from the core's caches: the demo's distilled BiLSTM's ONNX call
+took 0.541 ms an example at batch 1 through it and 0.469 ms with the backend called directly (SST-2 dev,
+one thread: `benchmarks/latency.py --tokenizer-baseline`, benchmarks/README.md). `Encoder` calls a private copy of the backend (`tokenizers.
 Tokenizer`) set once to the same truncation and padding, and keeps the transformers call wherever it could
 differ: pairs, a tokenizer without a Rust backend, or one whose direct call did not give the same arrays
 on the probe texts (checked once per max_length, when first used).
