@@ -132,8 +132,9 @@ def _layers(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor,
     may shrink the batch between layers by sending the rows to keep (a (B,) bool tensor) back in."""
     base = model.base_model
     hidden = base.embeddings(input_ids=ids, token_type_ids=type_ids)   # (B, T, H)
+    attention = _mask(model, hidden, mask)  # made again only when the batch changes, not for every layer
     for block in base.encoder.layer:
-        hidden = block(hidden, _mask(model, hidden, mask))
+        hidden = block(hidden, attention)
         keep = yield hidden, mask
         if keep is not None:
             hidden, mask = hidden[keep], mask[keep]
@@ -141,6 +142,7 @@ def _layers(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor,
                 # The longest row still in flight sets the padding: the shorter rows' left with them.
                 length = int(mask.any(0).nonzero().max()) + 1
                 hidden, mask = hidden[:, :length], mask[:, :length]
+                attention = _mask(model, hidden, mask)
 
 
 def head(model: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
