@@ -130,6 +130,20 @@ def test_a_hugging_face_classifier_loads_as_a_student(tiny_teacher4, sst2_dev_te
     np.testing.assert_allclose(student.logits(sst2_dev_texts), theirs, atol=1e-4, rtol=1e-4)
 
 
+def test_a_model_left_in_training_mode_predicts_in_eval_mode_and_one_in_eval_mode_is_not_walked(
+        tiny_teacher4, sst2_dev_texts, monkeypatch):
+    """Dropout is off for every prediction; eval() (a walk over every submodule) runs only when needed."""
+    student = Student.from_pretrained(tiny_teacher4, max_length=32)
+    ref = student.logits(sst2_dev_texts[:20])
+    student.model.train()  # e.g. the trainer's model, shared by Student.from_setup
+    np.testing.assert_allclose(student.logits(sst2_dev_texts[:20]), ref, atol=1e-6, rtol=0)
+    assert not any(m.training for m in student.model.modules())
+    calls = []
+    monkeypatch.setattr(student.model, "eval", lambda: calls.append(1) or student.model)
+    np.testing.assert_allclose(student.logits(sst2_dev_texts[:20]), ref, atol=1e-6, rtol=0)
+    assert calls == []
+
+
 def test_evaluate_takes_a_hugging_face_classifier_without_transferset_files(tiny_teacher4, sst2_dev200, capsys):
     """The teacher's own directory: config.json with id2label and a tokenizer, no sidecar."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
