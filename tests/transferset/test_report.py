@@ -33,3 +33,16 @@ def test_a_busy_machine_is_said_beside_the_figures_and_the_speed_ups_are_left_ou
     note = table.splitlines()[-1]
     assert "the machine was busy (load average 7.30 on 2 CPUs; the timed thread got 40% of a core)" in note
     assert "The speed-ups are left out" in note and "benchmarks/latency.py" in note
+
+
+def test_the_note_says_which_rows_ran_on_onnx_runtime():
+    """The report times an int8 model as its ONNX export and the rest in PyTorch: the speed-ups of the
+    former hold ONNX Runtime's own, which the note says."""
+    cond = _conditions(0.5, 0.99)
+    int8 = {**STUDENT, "name": "distilled (int8)", "runtime": "ONNX Runtime", "speedup_1": 30.0, "speedup_64": 30.0}
+    rows = [{**TEACHER, "runtime": "PyTorch"}, {**STUDENT, "runtime": "PyTorch"}, int8]
+    note = results_table(rows, cond).splitlines()[-1]
+    assert note.endswith("distilled (int8): ONNX Runtime (an export), every other model PyTorch, so their speed-ups "
+                         "include ONNX Runtime's own over PyTorch (`python benchmarks/int8.py RUN_DIR` times every "
+                         "model on ONNX Runtime).")
+    assert "ONNX Runtime" not in results_table(rows[:2], cond).splitlines()[-1]

@@ -18,7 +18,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from students.student import Student
+from students.student import OnnxStudent, Student
 from transferset import fs, schema, timing, transfer
 from transferset.config import DEFAULT_MAX_LENGTH, AugmentConfig, ReportConfig
 from transferset.fs.remote import local_output, local_teacher
@@ -154,13 +154,15 @@ def model_latency(models: dict[str, str], texts: Sequence[str], rounds: int = RE
         out[name] = {"parameters": m.num_parameters(),
                      "latency_1": cells["batch_1"]["median"], "latency_64": cells["batch_64"]["median"],
                      "spread_1": [cells["batch_1"]["q1"], cells["batch_1"]["q3"]],
-                     "spread_64": [cells["batch_64"]["q1"], cells["batch_64"]["q3"]]}
+                     "spread_64": [cells["batch_64"]["q1"], cells["batch_64"]["q3"]],
+                     "runtime": ONNX_RUNTIME if isinstance(m, OnnxStudent) else PYTORCH}
     return {"models": out, "conditions": timed["conditions"]}
 
 
 HEADER = ("model", "selection accuracy", "test accuracy", "agreement with teacher (selection split)", "parameters",
           "CPU ms/example (batch 1)", "CPU ms/example (batch 64)", "speed-up vs teacher (batch 1 / 64)")
 BUSY = "busy"  # beside a latency taken on a busy machine (see the latency note under the table)
+PYTORCH, ONNX_RUNTIME = "PyTorch", "ONNX Runtime"  # what a row's model ran on when timed
 
 
 def pct(value: Optional[float]) -> str:
@@ -181,10 +183,16 @@ def _cells(r: dict) -> list[str]:
             pct(r.get("agreement")), f"{r['parameters']:,}", f"{r['latency_1']:.2f}{mark}", f"{r['latency_64']:.3f}{mark}", speed]
 
 
-def latency_note(cond: dict, rounds: int = REPORT_ROUNDS) -> str:
-    """The sentence under the results table: how the latency was taken, and what a busy machine means."""
+def latency_note(cond: dict, rounds: int = REPORT_ROUNDS, rows: Sequence[dict] = ()) -> str:
+    """The sentence under the results table: how the latency was taken, on which runtime, and what a busy
+    machine means."""
     note = (f"Latency: CPU ms per example, tokenization included, every model timed together in {rounds} "
             f"interleaved rounds (the median); {timing.describe(cond)}.")
+    onnx = [r.get("display", r["name"]) for r in rows if r.get("runtime") == ONNX_RUNTIME]
+    if onnx:
+        note += (f" {', '.join(onnx)}: ONNX Runtime (an export), every other model PyTorch, so their speed-ups "
+                 "include ONNX Runtime's own over PyTorch (`python benchmarks/int8.py RUN_DIR` times every "
+                 "model on ONNX Runtime).")
     if cond.get("busy"):
         note += (" The speed-ups are left out: time the models again on a quiet machine "
                  "(`python benchmarks/latency.py RUN_DIR`).")
@@ -195,7 +203,7 @@ def results_table(rows: list[dict], cond: Optional[dict] = None, rounds: int = R
     lines = ["| " + " | ".join(HEADER) + " |", "|" + " --- |" * len(HEADER)]
     lines += ["| " + " | ".join(_cells(r)) + " |" for r in rows]
     if cond is not None:
-        lines += ["", latency_note(cond, rounds)]
+        lines += ["", latency_note(cond, rounds, rows)]
     return "\n".join(lines)
 
 
@@ -213,6 +221,7 @@ def timed_fields(m: dict, against: dict, busy: bool) -> dict:
     the model it is compared with (`against`); a ratio of figures a busy machine bent is left out (None)."""
     return {"parameters": m["parameters"], "latency_1": m["latency_1"], "latency_64": m["latency_64"],
             "latency_spread_1": m["spread_1"], "latency_spread_64": m["spread_64"], "latency_busy": busy,
+            "runtime": m.get("runtime", PYTORCH),
             "speedup_1": None if busy else against["latency_1"] / m["latency_1"],
             "speedup_64": None if busy else against["latency_64"] / m["latency_64"]}
 
@@ -295,7 +304,7 @@ def write_report(paths: dict, cfg: dict, log=print) -> dict[str, Any]:
     rows = [{"name": "teacher", "kind": "teacher", "dev_accuracy": teacher_dev, "test_accuracy": test_accuracy("teacher"),
              "agreement": None, "parameters": tlat["parameters"], "latency_1": tlat["latency_1"],
              "latency_64": tlat["latency_64"], "latency_spread_1": tlat["spread_1"],
-             "latency_spread_64": tlat["spread_64"], "latency_busy": busy}]
+             "latency_spread_64": tlat["spread_64"], "latency_busy": busy, "runtime": tlat.get("runtime", PYTORCH)}]
     if members:
         rows[0]["display"] = f"teacher: ensemble of {len(members)} ({paths.get('combine', 'mean')})"
         rows += member_rows(members, lat, selection["members"], tested.get("teacher"), busy)
@@ -326,7 +335,7 @@ def write_report(paths: dict, cfg: dict, log=print) -> dict[str, Any]:
         with open(os.path.join(work, REPORT), "w", encoding="utf-8") as fh:
             fh.write(_html(table_rows=rows, aug=aug, conf=conf, curves=curves, stats=stats, run_dir=work,
                            title=run_dir, dev=paths["dev"], test=paths.get("test"), frontier=frontier,
-                           latency=latency_note(cond, rounds)))
+                           latency=latency_note(cond, rounds, rows)))
         for part in (aug, conf, *([frontier] if frontier else [])):  # results.json names the plots where they end up
             part["plot"] = fs.join(run_dir, FIGURES_DIR, os.path.basename(part["plot"]))
         results = {"rows": rows, "latency_conditions": cond, "augmentation": aug, "teacher_confidence": conf,

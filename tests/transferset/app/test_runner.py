@@ -522,6 +522,10 @@ def test_a_test_split_is_reported_for_every_model_and_never_reaches_the_transfer
             assert by_name[name][key] == pytest.approx(evaluated["accuracy"], abs=1e-12)
     # The compressed rows: what each was made from and how; the exits' mean layers; the pruned teacher lost a head.
     assert by_name["distilled (int8)"]["compressed"]["from"] == "distilled"
+    # Which runtime each row was timed on; the table's note names the ONNX Runtime ones.
+    assert {n: r["runtime"] for n, r in by_name.items()} == {**{n: "PyTorch" for n in by_name},
+                                                             "distilled (int8)": "ONNX Runtime"}
+    assert "distilled (int8): ONNX Runtime (an export), every other model PyTorch" in out
     assert 1.0 <= by_name["teacher (exits, speed 0.5)"]["mean_layers"] <= 6.0
     pruned = json.loads((compressed / "teacher-pruned" / schema.PRUNE_FILE).read_text())
     assert pruned["heads"] == {"before": 72, "after": 71}
