@@ -15,6 +15,7 @@ Run it on an idle machine: the interleaving evens out load between models, not t
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import statistics
@@ -83,10 +84,10 @@ def load(models: dict[str, str], runtimes, onnx_dir: str, threads: int,
                 t0 = time.perf_counter()
                 export(path, out, max_length=max_length, overwrite=True)
                 print(f"exported {name} to {out} ({time.perf_counter() - t0:.1f} s)", file=sys.stderr)
-            loaded[f"{name}/onnx"] = OnnxStudent.from_dir(out, threads=threads)
-            if tokenizer_baseline:
-                baseline = OnnxStudent.from_dir(out, threads=threads)
-                baseline.encoder = Encoder(baseline.tokenizer, direct=False)
+            loaded[f"{name}/onnx"] = onnx = OnnxStudent.from_dir(out, threads=threads)
+            if tokenizer_baseline:  # the same session and tokenizer, another encoder
+                baseline = copy.copy(onnx)
+                baseline.encoder = Encoder(onnx.tokenizer, direct=False)
                 loaded[f"{name}/onnx-hf"] = baseline
     return loaded
 

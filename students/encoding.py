@@ -19,6 +19,10 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
+# The arrays a batch may hold, by the name a graph or model takes, and the backend Encoding's field for each.
+FIELDS = {"input_ids": "ids", "attention_mask": "attention_mask", "token_type_ids": "type_ids"}
+ARRAYS = tuple(FIELDS)
+
 # Rows that exercise what the two calls must agree on: padding to the longest row, truncation at
 # max_length (the last two), accents, casing, punctuation, an empty row and unknown characters.
 PROBES = ("a", "The film's Ending, sadly, isn't WORTH it!", "", "naïve café ☃ 🙂 — x",
@@ -76,11 +80,10 @@ class Encoder:
             backend.enable_padding(direction=getattr(tok, "padding_side", "right"), pad_id=int(tok.pad_token_id),
                                    pad_type_id=int(getattr(tok, "pad_token_type_id", 0) or 0),
                                    pad_token=str(tok.pad_token))
-            names = ("input_ids", "attention_mask", "token_type_ids")
             for batch in ([PROBES[1]], list(PROBES)):  # batch 1 (encode) and a padded batch (encode_batch)
-                want = hf_arrays(tok, batch, None, max_length, names)
-                got = _arrays(backend, batch, names)
-                if any(not np.array_equal(want[n], got[n]) for n in names):
+                want = hf_arrays(tok, batch, None, max_length, ARRAYS)
+                got = _arrays(backend, batch, ARRAYS)
+                if any(not np.array_equal(want[n], got[n]) for n in ARRAYS):
                     log.debug("tokenizer: the direct call differs from transformers' on the probes; keeping theirs")
                     return None
         except Exception as exc:  # any surprise in the shortcut: the transformers call stays the one used
@@ -91,5 +94,4 @@ class Encoder:
 
 def _arrays(backend, texts: Sequence[str], names: Sequence[str]) -> dict[str, np.ndarray]:
     encodings = [backend.encode(texts[0])] if len(texts) == 1 else backend.encode_batch(list(texts))
-    fields = {"input_ids": "ids", "attention_mask": "attention_mask", "token_type_ids": "type_ids"}
-    return {name: np.array([getattr(e, fields[name]) for e in encodings], dtype=np.int64) for name in names}
+    return {name: np.array([getattr(e, FIELDS[name]) for e in encodings], dtype=np.int64) for name in names}

@@ -21,7 +21,7 @@ from typing import Iterable, Optional, Sequence
 import torch
 
 from students import teacher_files
-from students.encoding import Encoder
+from students.encoding import ARRAYS, Encoder
 from students.family import RESAVE, StudentFileError
 from transferset import schema
 from transferset.config import StudentConfig
@@ -31,7 +31,6 @@ from transferset.loading import check_remote_code, load_tokenizer
 WORDS_FILE = "vocab.json"
 TOKENIZER_DIR = "tokenizer"
 PAD, UNK, SEP = "[PAD]", "[UNK]", "[SEP]"
-ENCODED = ("input_ids", "attention_mask", "token_type_ids")  # what WordPieceTokens.encode returns
 # A word, or one punctuation mark; the augmenters' mask token ([MASK], lower-cased here) stays one token, so a
 # masked position is not read as the words "[", "mask", "]" (the last one the real word).
 _WORD = re.compile(r"\[mask\]|\w+|[^\w\s]")
@@ -88,7 +87,7 @@ class WordPieceTokens:
         pairs = None
         if texts_b is not None and any(t is not None for t in texts_b):
             pairs = [t or "" for t in texts_b]
-        enc = {k: torch.from_numpy(v) for k, v in self.encoder(texts, pairs, self.max_length, ENCODED).items()}
+        enc = {k: torch.from_numpy(v) for k, v in self.encoder(texts, pairs, self.max_length, ARRAYS).items()}
         ids = enc["input_ids"] if self.remap is None else self.remap[enc["input_ids"]]
         return ids, enc["attention_mask"].bool(), enc["token_type_ids"]
 
