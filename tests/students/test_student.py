@@ -165,6 +165,62 @@ def test_evaluate_takes_a_hugging_face_classifier_without_transferset_files(tiny
     assert res["rows"] == 200 and res["accuracy"] == pytest.approx(float((pred == np.array(labels)).mean()))
 
 
+def test_evaluate_by_length_gives_each_bands_accuracy(tiny_teacher4, sst2_dev200, capsys):
+    """Every row in one band; each band's accuracy is the model's on exactly its rows (SST-2 dev rows span 2-50 words)."""
+    assert main(["evaluate", "--model", tiny_teacher4, "--data", sst2_dev200, "--json"]) == 0
+    whole = json.loads(capsys.readouterr().out)
+    assert main(["evaluate", "--model", tiny_teacher4, "--data", sst2_dev200, "--json", "--by-length", "8,16,24"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["accuracy"] == whole["accuracy"] and "by_length" not in whole
+    with open(sst2_dev200, encoding="utf-8") as fh:
+        rows = [line.split("\t") for line in fh.read().splitlines()[1:]]
+    words = np.array([len(text.split()) for text, _ in rows])
+    labels = np.array([int(label) for _, label in rows])
+    pred = Student.from_pretrained(tiny_teacher4).predict_ids([text for text, _ in rows])
+    bands = res["by_length"]
+    assert [b["words"] for b in bands] == ["0-7", "8-15", "16-23", "24+"]
+    for band, (lo, hi) in zip(bands, [(0, 8), (8, 16), (16, 24), (24, 10**6)]):
+        keep = (words >= lo) & (words < hi)
+        assert keep.sum() > 10 and band["rows"] == band["labeled_rows"] == keep.sum()
+        assert band["accuracy"] == pytest.approx(float((pred[keep] == labels[keep]).mean()))
+    assert sum(b["rows"] for b in bands) == res["rows"] == 200
+    # the default bands, as text
+    assert main(["evaluate", "--model", tiny_teacher4, "--data", sst2_dev200, "--by-length"]) == 0
+    out = capsys.readouterr().out
+    assert [line.split()[0] for line in out.splitlines()[-4:]] == ["0-9", "10-19", "20-29", "30+"]
+
+
+def test_evaluate_by_length_on_a_scored_set_gives_agreement_per_band(tiny_teacher4, tiny_scored_dir, capsys):
+    # The set's own teacher agrees with its labels in every band; a band no row falls in says so (None).
+    assert main(["evaluate", "--model", tiny_teacher4, "--data", tiny_scored_dir, "--json", "--max-length", "64",
+                 "--by-length", "1,1000"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    filled = [b for b in res["by_length"] if b["rows"]]
+    assert sum(b["rows"] for b in filled) == res["rows"] == 128
+    assert filled and all(b["teacher_agreement"] == 1.0 for b in filled)
+    assert res["by_length"][-1] == {"words": "1000+", "rows": 0, "labeled_rows": 0, "accuracy": None,
+                                    "teacher_agreement": None}
+
+
+@pytest.mark.parametrize("edges", ["0,10", "10,10", "20,10", "x", ""])
+def test_evaluate_by_length_refuses_bad_edges(tiny_teacher4, sst2_dev200, edges, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["evaluate", "--model", tiny_teacher4, "--data", sst2_dev200, f"--by-length={edges}"])
+    assert exc.value.code == 2
+    assert f"--by-length {edges!r}: length band edges must be positive whole numbers of words in increasing order, " \
+        "e.g. 10,20,30" in capsys.readouterr().err
+
+
+def test_words_per_row_counts_both_texts_of_a_pair():
+    from students.evaluate import length_bands, words_per_row
+
+    words = words_per_row(["a b c", "", "one"], ["d e", None, ""])
+    assert words.tolist() == [5, 0, 1]
+    bands = length_bands(words, (1, 5))
+    assert [(name, mask.tolist()) for name, mask in bands] == [
+        ("0-0", [False, True, False]), ("1-4", [False, False, True]), ("5+", [True, False, False])]
+
+
 def test_evaluate_on_the_teachers_scored_set_agrees_with_its_labels(tiny_teacher4, tiny_scored_dir, capsys):
     # The teacher scored this set (64 tokens per row), so against its own teacher_label it agrees on every row.
     assert main(["evaluate", "--model", tiny_teacher4, "--data", tiny_scored_dir, "--json", "--max-length", "64"]) == 0

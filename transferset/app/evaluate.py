@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from students.evaluate import evaluate
+from students.evaluate import LENGTH_EDGES, check_edges, evaluate
 from transferset.config import check_combine
 from transferset.errors import ConfigError
 from transferset.sources import DEFAULT_LABEL_COLUMN
@@ -14,6 +14,8 @@ DATA is a labeled file (TSV/CSV/JSONL/Parquet) or a transferset Parquet set; whe
 columns (a scored set), the student's agreement with the teacher's labels is printed too.
 Several --model: a teacher ensemble, its logits combined by --combine as `transferset score` does; its
 accuracy is printed first, then each member's.
+--by-length prints the figures per band of input length in words (default bands 0-9, 10-19, 20-29, 30+):
+evaluate a student and its teacher on the same file to see where the student falls behind.
 """
 
 
@@ -36,6 +38,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a model with early exits (`transferset exits`): a row leaves at the first layer whose "
                         "branch's normalised entropy is below this, from 0 (every layer) to 1; the mean layers "
                         "used are printed too")
+    parser.add_argument("--by-length", nargs="?", const=LENGTH_EDGES, default=None, type=_edges,
+                        metavar="EDGES", help="also the figures per band of input length in words; EDGES: the "
+                        "bands' lower edges after 0, comma-separated (default when given alone: "
+                        f"{','.join(map(str, LENGTH_EDGES))})")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
 
 
@@ -47,11 +53,21 @@ def _combine(value: str) -> str:
     return value
 
 
+def _edges(value) -> tuple[int, ...]:
+    if isinstance(value, tuple):
+        return value
+    parts = [v.strip() for v in str(value).split(",") if v.strip()]
+    try:
+        return check_edges([int(v) if v.isdigit() else -1 for v in parts])  # -1: refused, with the reason
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"--by-length {value!r}: {exc}") from None
+
+
 def run(args: argparse.Namespace, extra) -> int:
     model = args.model[0] if len(args.model) == 1 else args.model
     result = evaluate(model, args.data, text_column=args.text_column, label_column=args.label_column,
                       text_b_column=args.text_b_column, batch_size=args.batch_size, max_length=args.max_length,
-                      combine=args.combine, speed=args.speed)
+                      combine=args.combine, speed=args.speed, by_length=args.by_length)
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -63,4 +79,10 @@ def run(args: argparse.Namespace, extra) -> int:
         print(f"teacher agreement {result['teacher_agreement']:.4f} ({result['rows']} rows)")
     for k, m in enumerate(result.get("members", [])):
         print(f"  member {k}: accuracy {m['accuracy']:.4f}  {m['model']}")
+    for band in result.get("by_length", []):
+        acc = "-" if band["accuracy"] is None else f"{band['accuracy']:.4f}"
+        agree = band.get("teacher_agreement")
+        print(f"  {band['words']:>7} words: {band['rows']:>7} rows, accuracy {acc}"
+              + ("" if "teacher_agreement" not in band else
+                 f", teacher agreement {'-' if agree is None else f'{agree:.4f}'}"))
     return 0
