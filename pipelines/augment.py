@@ -281,7 +281,8 @@ def build(p: beam.Pipeline, job: AugmentJob) -> dict:
         return not problems
 
     static = {"recipe": cfg.recipe, "ops": list(cfg.ops), "n_iter": cfg.n_iter,
-              "unlabeled_n_iter": cfg.variants_for(False), "seed": cfg.seed,
+              "unlabeled_n_iter": cfg.variants_for(False), "words_per_variant": cfg.words_per_variant,
+              "seed": cfg.seed,
               "label_names": list(job.label_names)}
     finished = p | "Finalize" >> opts.Finalize(job.output, counts, wait_on=[written, rejects_written],
                                                static=static, check=check)
@@ -343,8 +344,10 @@ def run_augment(cfg: AugmentConfig, *, inputs: Sequence[str], output: str, unlab
     heap.fix_mmap_threshold()  # a local runner's groupings (sources, bucket files) run here (transferset.heap)
     with out.open():
         out.prepare()
-        what = (f"recipe {cfg.recipe} ops {','.join(cfg.ops)}, {cfg.n_iter} variants per example"
-                if cfg.makes_variants else "the rows as they are, no variants")
+        per = (f"one variant per {cfg.words_per_variant} words, at most {cfg.n_iter}, per example"
+               if cfg.words_per_variant else f"{cfg.n_iter} variants per example")
+        what = f"recipe {cfg.recipe} ops {','.join(cfg.ops)}, {per}" if cfg.makes_variants else \
+            "the rows as they are, no variants"
         print(f"transferset augment: {what}, labels {list(job.label_names)} → {job.output}", file=sys.stderr)
         with beam.Pipeline(options=options) as p:
             build(p, job)

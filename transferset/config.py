@@ -111,6 +111,9 @@ class _AugmentCommon:
     ops: Optional[Names] = None  # compose ops by name instead of a recipe, e.g. mask,ngram (None: the recipe's)
     n_iter: AtLeast(0) = 20  # variants sampled per example (Tang et al.: 20; TinyBERT SST-2: 20)
     unlabeled_n_iter: Optional[AtLeast(0)] = None  # variants per unlabeled example (None: n_iter; 0: the text as is)
+    # variants by length: an example of W words gets ceil(W / words_per_variant) variants, at most n_iter
+    # (unlabeled_n_iter), at least 1; so long sentences, rare in a set of phrases, get more (None: n_iter each)
+    words_per_variant: Optional[AtLeast(1)] = None
     seed: int = 0  # a row depends only on (seed, source id, variant index, settings)
 
 
@@ -136,11 +139,13 @@ class AugmentConfig(*reversed(_OP_SETTINGS), _AugmentCommon):
             if "__post_init__" in vars(cls):
                 cls.__post_init__(self)
 
-    def variants_for(self, labeled: bool) -> int:
-        """How many variants an example gets: unlabeled text may have its own number."""
-        if labeled or self.unlabeled_n_iter is None:
-            return self.n_iter
-        return self.unlabeled_n_iter
+    def variants_for(self, labeled: bool, words: Optional[int] = None) -> int:
+        """How many variants an example gets: unlabeled text may have its own number; with words_per_variant,
+        an example of `words` words gets one per that many words, up to that number (at least one)."""
+        most = self.n_iter if labeled or self.unlabeled_n_iter is None else self.unlabeled_n_iter
+        if self.words_per_variant is None or words is None or most == 0:
+            return most
+        return min(most, max(1, -(-words // self.words_per_variant)))
 
     @property
     def makes_variants(self) -> bool:

@@ -222,6 +222,17 @@ def test_unlabeled_text_may_have_its_own_number_of_variants(tmp_path):
     assert (stats["n_iter"], stats["unlabeled_n_iter"], stats["variants_generated"]) == (4, 0, 4)
 
 
+def test_words_per_variant_in_the_pipeline_counts_and_records_it(tmp_path):
+    # 6 words -> 2 variants, 13 words -> 4 (at most --n-iter 4), 1 unlabeled word -> 1; all counted, recorded.
+    out = _augment_with_unlabeled(tmp_path, "a fine film with a story",
+                                  ["a long unlabeled review of a movie that goes on and on and on", "fine"],
+                                  "--n-iter", "4", "--words-per-variant", "3")
+    stats = _stats(out)
+    assert (stats["variants_generated"], stats["words_per_variant"]) == (2 + 4 + 1, 3)
+    rows = _rows(out)
+    assert len(rows) == 3 + stats["variants_generated"] - stats["duplicates_dropped"]
+
+
 def test_tinybert_recipe_in_a_test_pipeline(tiny_mlm_dir, tmp_path):
     src = tmp_path / "in.tsv"
     src.write_text("sentence\tlabel\nthe film was great and funny\t1\na boring plot , awful acting\t0\n")

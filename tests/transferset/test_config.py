@@ -101,6 +101,7 @@ def test_values_round_trip_through_plain_dicts():
 @pytest.mark.parametrize("values, message", [
     ({"teacher": {"epochs": 0}}, "teacher.epochs = 0: input should be greater than or equal to 1 (expected int)"),
     ({"augment": {"n_iter": -1}}, "augment.n_iter = -1: input should be greater than or equal to 0 (expected int)"),
+    ({"augment": {"words_per_variant": 0}}, "augment.words_per_variant = 0: input should be greater than or equal to 1"),
     ({"augment": {"p_mlm": 1.5}}, "augment.p_mlm = 1.5: input should be less than or equal to 1 (expected float)"),
     ({"unlabeled_rows": -2}, "unlabeled_rows = -2: input should be greater than or equal to -1 (expected int or null)"),
     ({"score": {"hidden": "max"}}, "score.hidden = 'max': input should be 'cls' or 'mean'"),

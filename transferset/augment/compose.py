@@ -24,7 +24,7 @@ class AugmentConfig(Protocol):
     n_iter: int
     seed: int
 
-    def variants_for(self, labeled: bool) -> int: ...
+    def variants_for(self, labeled: bool, words: Optional[int] = None) -> int: ...
 
 
 @dataclass
@@ -144,8 +144,9 @@ def original_row(source_id: str, text: str, text_b: Optional[str], label: Option
 def variant_rows(source_id: str, text: str, text_b: Optional[str], *, cfg: AugmentConfig,
                  context: Optional[Mapping[str, Any]] = None, labeled: bool = True) -> Iterator[Row]:
     """Variant rows of one example: no gold label (the teacher labels them)."""
-    for var in generate(split_words(text), source_id=source_id, cfg=cfg, context=context,
-                        n_iter=cfg.variants_for(labeled)):
+    words = split_words(text)
+    for var in generate(words, source_id=source_id, cfg=cfg, context=context,
+                        n_iter=cfg.variants_for(labeled, len(words))):
         new_text = " ".join(var.words)
         yield Row(row_id(source_id, var.ops, var.variant, new_text, text_b), source_id, new_text, text_b,
                   tuple(var.ops), None, var.variant)

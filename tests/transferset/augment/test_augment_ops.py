@@ -145,6 +145,31 @@ def test_same_seed_same_output_other_seed_differs(tagged):
     assert [(r.id, r.text, r.ops) for r in variant_rows("src7", text, None, cfg=short, context=ctx)] == rows(11)[:5]
 
 
+def test_words_per_variant_gives_long_examples_more_variants_and_the_same_ones(tagged):
+    """ceil(W / words_per_variant) variants, at most n_iter, at least 1; each the n_iter set's variant of that index."""
+    sentences, tags = tagged
+    vocab = build_vocab(zip(sentences, tags))
+    cfg = AugmentConfig(n_iter=6, seed=3, words_per_variant=4)
+    seen = set()
+    for k, words in enumerate(sentences[:40]):
+        ctx = {"tags": tags[k], "pos_vocab": vocab}
+        text = " ".join(words)
+        rows = [(r.id, r.text) for r in variant_rows(f"s{k}", text, None, cfg=cfg, context=ctx)]
+        want = min(6, max(1, -(-len(words) // 4)))
+        assert len(rows) == want
+        every = [(r.id, r.text) for r in variant_rows(f"s{k}", text, None, cfg=AugmentConfig(n_iter=6, seed=3),
+                                                      context=ctx)]
+        assert rows == every[:want]
+        seen.add(want)
+    assert {1, 6} < seen or len(seen) >= 3  # the sentences span short and long ones
+    # the rule itself, at its edges; unlabeled text caps at its own number, and 0 stays 0
+    cfg = AugmentConfig(n_iter=10, words_per_variant=4, unlabeled_n_iter=2)
+    assert [cfg.variants_for(True, w) for w in (0, 1, 4, 5, 8, 9, 39, 40, 41, 400)] == [1, 1, 1, 2, 2, 3, 10, 10, 10, 10]
+    assert [cfg.variants_for(False, w) for w in (3, 5, 100)] == [1, 2, 2]
+    assert AugmentConfig(n_iter=0, words_per_variant=4).variants_for(True, 50) == 0
+    assert AugmentConfig(n_iter=7).variants_for(True, 50) == 7
+
+
 def test_config_rejects_bad_settings():
     with pytest.raises(ValueError, match="unknown recipe"):
         AugmentConfig(recipe="eda")
