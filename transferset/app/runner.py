@@ -250,9 +250,15 @@ def student_legacy_settings(s_cfg, settings: dict) -> list[dict]:
     return forms
 
 
+# Augment settings added after run directories existed: in a key only when set, as STUDENT_KEY_IF_SET (unset,
+# they change no row, so a transfer set made before they existed is reused, and with it its scores and students).
+AUGMENT_KEY_IF_SET = ("words_per_variant",)
+
+
 def augment_settings(a: AugmentConfig, exclude: Sequence[str]) -> dict:
     """An augment stage's key settings: those rows depend on, and the content of the files it excludes."""
-    return {"settings": {k: v for k, v in typed.to_dict(a).items() if k not in a.EXECUTION},
+    return {"settings": {k: v for k, v in typed.to_dict(a).items()
+                         if k not in a.EXECUTION and not (k in AUGMENT_KEY_IF_SET and v is None)},
             "exclude": [fingerprint(p) for p in exclude]}
 
 

@@ -404,6 +404,18 @@ def test_a_student_trained_before_a_setting_was_added_is_reused(tmp_path, sst2_d
     assert run() == ["students.distilled", "test"]  # another training's key is not taken
 
 
+def test_an_augment_setting_added_later_keeps_the_transfer_sets_key_while_unset(tmp_path, sst2_dir):
+    """words_per_variant came after run directories existed: unset, it is out of the augment key (the
+    transfer set, its scores and students are reused); set, it is in it."""
+    def augment_settings(*overrides):
+        cfg = load_config("configs/demo.yaml", [f"run_dir={tmp_path / 'r'}", f"data={sst2_dir}", *overrides])
+        return {s.name: s for s in plan_stages(cfg, resolve_data(cfg.data, cfg.test)).stages}["augment"].settings()
+
+    unset = augment_settings()["settings"]
+    assert "words_per_variant" not in unset and unset["n_iter"] == load_config("configs/demo.yaml").augment.n_iter
+    assert augment_settings("augment.words_per_variant=5")["settings"] == {**unset, "words_per_variant": 5}
+
+
 def test_a_validation_carved_by_row_keeps_the_data_key_it_had_before_by_existed(tmp_path, sst2_dir):
     def data_key(*overrides):
         cfg = load_config("configs/demo.yaml", [f"run_dir={tmp_path / 'r'}", f"data={sst2_dir}", *overrides])
