@@ -81,18 +81,23 @@ def evaluate(model_path: Union[str, Sequence[str]], data_path: str, *, text_colu
     runs = [m.logits_and_layers(data.texts, data.texts_b, batch_size=batch_size, speed=speed) for m in models]
     logits = [lg for lg, _ in runs]
 
-    def figures(pred) -> dict:
-        out = {"accuracy": accuracy(pred, data.labels)}
+    def figures(pred, rows=slice(None)) -> dict:
+        """Accuracy (and agreement with the teacher's labels) on `rows`: NaN where there is nothing to count."""
+        out = {"accuracy": accuracy(pred[rows], data.labels[rows])}
         if data.teacher_labels is not None:
-            out["teacher_agreement"] = float((pred == data.teacher_labels).mean())
+            agree = pred[rows] == data.teacher_labels[rows]
+            out["teacher_agreement"] = float(agree.mean()) if agree.size else float("nan")
         return out
 
     pred = ensemble.combine_logits(logits, how).argmax(-1)
     out = {"data": data_path, "rows": len(data.texts), "labeled_rows": int((data.labels != NO_LABEL).sum()),
            **figures(pred)}
     if edges is not None:
-        out["by_length"] = [_band(name, mask, pred, data) for name, mask in
-                            length_bands(words_per_row(data.texts, data.texts_b), edges)]
+        # a band without a (labeled) row has None for its figures
+        out["by_length"] = [{"words": name, "rows": int(mask.sum()),
+                             "labeled_rows": int((data.labels[mask] != NO_LABEL).sum()),
+                             **{k: None if np.isnan(v) else v for k, v in figures(pred, mask).items()}}
+                            for name, mask in length_bands(words_per_row(data.texts, data.texts_b), edges)]
     if len(paths) == 1 and models[0].exits is not None:
         out["speed"] = float(speed or 0.0)
         out["mean_layers"] = float(runs[0][1].mean()) if len(data.texts) else float("nan")
@@ -101,13 +106,3 @@ def evaluate(model_path: Union[str, Sequence[str]], data_path: str, *, text_colu
         out["members"] = [{"model": p, **figures(l.argmax(-1))} for p, l in zip(paths, logits)]
     return out
 
-
-def _band(name: str, mask: np.ndarray, pred: np.ndarray, data) -> dict:
-    """One length band's figures; None where the band has no row (agreement) or no labeled row (accuracy)."""
-    labels = data.labels[mask]
-    labeled = int((labels != NO_LABEL).sum())
-    out = {"words": name, "rows": int(mask.sum()), "labeled_rows": labeled,
-           "accuracy": accuracy(pred[mask], labels) if labeled else None}
-    if data.teacher_labels is not None:
-        out["teacher_agreement"] = float((pred[mask] == data.teacher_labels[mask]).mean()) if mask.any() else None
-    return out

@@ -53,9 +53,8 @@ def _combine(value: str) -> str:
     return value
 
 
-def _edges(value) -> tuple[int, ...]:
-    if isinstance(value, tuple):
-        return value
+def _edges(value: str) -> tuple[int, ...]:
+    # (argparse passes a string; `--by-length` alone takes const, LENGTH_EDGES, as it is)
     parts = [v.strip() for v in str(value).split(",") if v.strip()]
     try:
         return check_edges([int(v) if v.isdigit() else -1 for v in parts])  # -1: refused, with the reason

@@ -229,10 +229,16 @@ def rest_file(data_dir: str) -> str:
 STUDENT_KEY_IF_SET = ("layer_epochs", "layer_texts")
 
 
+def key_settings(settings: dict, if_set: Sequence[str]) -> dict:
+    """A stage's settings as its key holds them: those of `if_set` (added after run directories existed)
+    only when set, so that adding one does not make every cached folder of that stage stale."""
+    return {k: v for k, v in settings.items() if not (k in if_set and v is None)}
+
+
 def student_settings(s_cfg) -> dict:
     """A student stage's key settings: its config, and the content of the layer_texts set it reads (`rest`:
     the run's layer_texts stage, whose key is upstream)."""
-    settings = {k: v for k, v in typed.to_dict(s_cfg).items() if not (k in STUDENT_KEY_IF_SET and v is None)}
+    settings = key_settings(typed.to_dict(s_cfg), STUDENT_KEY_IF_SET)
     if s_cfg.layer_texts and s_cfg.layer_texts != LAYER_TEXTS_REST:
         settings["layer_texts_set"] = set_fingerprint(s_cfg.layer_texts)
     return settings
@@ -250,16 +256,15 @@ def student_legacy_settings(s_cfg, settings: dict) -> list[dict]:
     return forms
 
 
-# Augment settings added after run directories existed: in a key only when set, as STUDENT_KEY_IF_SET (unset,
-# they change no row, so a transfer set made before they existed is reused, and with it its scores and students).
+# Augment settings added after run directories existed (key_settings): unset, they change no row, so a transfer
+# set made before they existed is reused, and with it its scores and students.
 AUGMENT_KEY_IF_SET = ("words_per_variant",)
 
 
 def augment_settings(a: AugmentConfig, exclude: Sequence[str]) -> dict:
     """An augment stage's key settings: those rows depend on, and the content of the files it excludes."""
-    return {"settings": {k: v for k, v in typed.to_dict(a).items()
-                         if k not in a.EXECUTION and not (k in AUGMENT_KEY_IF_SET and v is None)},
-            "exclude": [fingerprint(p) for p in exclude]}
+    settings = {k: v for k, v in typed.to_dict(a).items() if k not in a.EXECUTION}
+    return {"settings": key_settings(settings, AUGMENT_KEY_IF_SET), "exclude": [fingerprint(p) for p in exclude]}
 
 
 def stage_key(name: str, settings: Any, upstream: Sequence[str]) -> str:
