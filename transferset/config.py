@@ -188,6 +188,8 @@ class TeacherConfig:
     trust_remote_code: bool = False  # run Python code shipped with the model: only models you trust
     progress: Optional[bool] = None  # a progress bar (None: when stderr is a terminal)
     resume: bool = False  # go on from OUTPUT/checkpoint/ of a killed fine-tuning with the same settings
+    # also write the checkpoint every N optimizer steps (None: per epoch): a large teacher's epoch on CPU takes hours
+    checkpoint_steps: Optional[AtLeast(1)] = None
 
 
 @with_config(_STRICT)

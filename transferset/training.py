@@ -26,6 +26,7 @@ stops every rank with a UserError that names the phase, epoch and step.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import sys
@@ -41,6 +42,7 @@ from transferset.progress import Progress
 DEVICES = ("auto", "cpu", "cuda")
 TRACKERS = ("none", "tensorboard", "mlflow", "wandb")
 CHECKPOINT_FILE = "state.pt"
+CHECKPOINT_FINGERPRINT = "fingerprint.json"  # the checkpoint's fingerprint, beside it
 
 Batch = dict
 LossStep = Callable[[torch.nn.Module, Batch], "tuple[torch.Tensor, dict[str, float]]"]
@@ -211,6 +213,25 @@ class Checkpoints:
         tmp = self.path + ".partial"
         torch.save({"fingerprint": self.fingerprint, **state}, tmp)
         os.replace(tmp, self.path)
+        # beside it, readable without loading the weights: whether a run may resume from it (matches)
+        with open(self._fingerprint_path() + ".partial", "w", encoding="utf-8") as fh:
+            json.dump(self.fingerprint, fh, sort_keys=True, default=str)
+        os.replace(self._fingerprint_path() + ".partial", self._fingerprint_path())
+
+    def _fingerprint_path(self) -> str:
+        return os.path.join(self.folder, CHECKPOINT_FINGERPRINT)
+
+    def matches(self) -> bool:
+        """Whether a checkpoint is there and was written with this run's settings and inputs (read from
+        its fingerprint file, not from the weights)."""
+        if not (self.exists() and os.path.exists(self._fingerprint_path())):
+            return False
+        try:
+            with open(self._fingerprint_path(), encoding="utf-8") as fh:
+                theirs = json.load(fh)
+        except (OSError, ValueError):
+            return False
+        return theirs == json.loads(json.dumps(self.fingerprint, sort_keys=True, default=str))
 
     def load(self) -> dict:
         try:
@@ -227,7 +248,8 @@ class Checkpoints:
         return state
 
     def remove(self) -> None:
-        for name in (CHECKPOINT_FILE, CHECKPOINT_FILE + ".partial"):
+        for name in (CHECKPOINT_FILE, CHECKPOINT_FILE + ".partial", CHECKPOINT_FINGERPRINT,
+                     CHECKPOINT_FINGERPRINT + ".partial"):
             with contextlib.suppress(FileNotFoundError):
                 os.remove(os.path.join(self.folder, name))
         with contextlib.suppress(OSError):

@@ -44,6 +44,7 @@ from transferset.fs.lock import output_lock
 from transferset.splits import (LABELED_FILE, REST_FILE, SPLIT_STATS_FILE, UNLABELED_FILE, VALIDATION_FILE,
                                 split_data)
 from transferset.teacher import ensemble
+from transferset.teacher.train import can_resume as can_resume_teacher
 from transferset.teacher.train import train as train_teacher
 
 STAGE_FILE = ".stage.json"
@@ -235,6 +236,14 @@ def key_settings(settings: dict, if_set: Sequence[str]) -> dict:
     return {k: v for k, v in settings.items() if not (k in if_set and v is None)}
 
 
+def teacher_settings(tc) -> dict:
+    """A trained teacher stage's key settings: its config less checkpoint_steps (how often a checkpoint is
+    written changes no weight; added after run directories existed)."""
+    settings = typed.to_dict(tc)
+    settings.pop("checkpoint_steps")
+    return settings
+
+
 def student_settings(s_cfg) -> dict:
     """A student stage's key settings: its config, and the content of the layer_texts set it reads (`rest`:
     the run's layer_texts stage, whose key is upstream)."""
@@ -295,6 +304,9 @@ class StageDef:
     # legacy(settings) → earlier forms of those settings that name the same work: a folder whose key is one of
     # theirs is current too, and its key stands for it downstream
     legacy: Optional[Callable[[Any], list]] = None
+    # resumable(folder) → whether the folder holds a killed run of this stage's work that it goes on from
+    # (a teacher's checkpoint): then the folder is not cleared, the stage's own output protocol keeps it
+    resumable: Optional[Callable[[str], bool]] = None
 
     def keys(self, upstream_keys: Sequence[str]) -> tuple[str, tuple[str, ...]]:
         """(its key, the keys of its settings' legacy forms), the settings resolved once."""
@@ -313,6 +325,7 @@ class Stage:
     # fn writes local files only: a remote directory is staged in a local folder, then uploaded
     local: bool = False
     legacy_keys: tuple[str, ...] = ()  # earlier keys of the same work (StageDef.legacy)
+    resumable: Optional[Callable[[str], bool]] = None  # StageDef.resumable
 
     def current_key(self) -> Optional[str]:
         """The key the finished folder holds when it is this stage's (its key or a legacy one), else None."""
@@ -334,9 +347,13 @@ class Stage:
         if stored is not None:
             log(f"[{self.name}] up to date ({self.directory}, key {stored}): reused")
             return False
-        fs.delete(self.directory)
-        fs.makedirs(self.directory)
-        log(f"[{self.name}] running → {self.directory}")
+        if self.resumable is not None and self.resumable(self.directory):
+            fs.delete(fs.join(self.directory, STAGE_FILE))
+            log(f"[{self.name}] resuming → {self.directory}")
+        else:
+            fs.delete(self.directory)
+            fs.makedirs(self.directory)
+            log(f"[{self.name}] running → {self.directory}")
         t0 = time.time()
         if self.local:
             with remote.local_output(self.directory) as work:
@@ -357,7 +374,7 @@ def run_stages(stages: Sequence[StageDef], log) -> dict[str, str]:
             raise ValueError(f"stage {s.name}: upstream {missing} not declared before it")
         keys[s.name], legacy = s.keys([keys[u] for u in s.upstream])
         if s.run is not None:
-            stage = Stage(s.name, s.folder, keys[s.name], s.done_file, s.local, legacy)
+            stage = Stage(s.name, s.folder, keys[s.name], s.done_file, s.local, legacy, s.resumable)
             stage.run(s.run, log)
             keys[s.name] = stage.current_key() or keys[s.name]  # a reused legacy key stands for it downstream
         elif s.folder:
@@ -462,11 +479,15 @@ def plan_stages(cfg: RunConfig, files: DataFiles, fn: StageFunctions = StageFunc
     def trained_teacher(name: str, out_dir: str, tc, kind: Optional[str] = None) -> StageDef:
         # Fine-tuned locally (a staging folder when run_dir is a URL), then uploaded: the score
         # workers copy it from run_dir (fs.remote.local_teacher).
+        def resumable(out: str) -> bool:
+            return can_resume_teacher(tc, train=remote.local_file(labeled), dev=remote.local_file(selection),
+                                      output=out)
+
         return StageDef(
-            name, out_dir, lambda: {"settings": typed.to_dict(tc), "selection": fingerprint(selection)}, ("data",),
-            run=lambda out: fn.teacher(tc, train=remote.local_file(labeled), dev=remote.local_file(selection),
-                                       output=out, overwrite=True),
-            done_file=schema.METRICS_FILE, local=True, kind=kind)
+            name, out_dir, lambda: {"settings": teacher_settings(tc), "selection": fingerprint(selection)}, ("data",),
+            run=lambda out: fn.teacher(replace(tc, resume=resumable(out)), train=remote.local_file(labeled),
+                                       dev=remote.local_file(selection), output=out, overwrite=True),
+            done_file=schema.METRICS_FILE, local=True, kind=kind, resumable=resumable)
 
     members: list[str] = []  # an ensemble's teachers, each its own stage (cached), in score.combine's order
     if cfg.teacher_paths or cfg.teacher_seeds:

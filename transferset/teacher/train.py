@@ -20,7 +20,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from transferset import typed
+from transferset import fs, typed
 from transferset import schema, sources
 from transferset.config import TeacherConfig
 from transferset.errors import UserError
@@ -30,6 +30,8 @@ from transferset import loading
 from transferset.training import Checkpoints, Engine, PhaseSpec, Recipe
 
 CHECKPOINT_DIR = "checkpoint"  # OUTPUT/checkpoint/: what a killed fine-tuning resumes from
+# Settings that change how a fine-tuning runs, never what it learns: in no checkpoint's fingerprint or stage key.
+RUNTIME_SETTINGS = ("progress", "resume", "checkpoint_steps")
 
 
 @dataclass
@@ -101,6 +103,19 @@ def length_grouped(lengths: Sequence[int], batch_size: int, rng: np.random.Gener
     return batches
 
 
+def _checkpoints(cfg: TeacherConfig, train: str, dev: str, output: str) -> Checkpoints:
+    """OUTPUT/checkpoint/, fingerprinted by the settings that decide the weights and the input paths."""
+    settings = {k: v for k, v in typed.to_dict(cfg).items() if k not in RUNTIME_SETTINGS}
+    return Checkpoints(os.path.join(output, CHECKPOINT_DIR),
+                       {"settings": json.dumps(settings, sort_keys=True, default=str), "train": train, "dev": dev},
+                       every_steps=cfg.checkpoint_steps)
+
+
+def can_resume(cfg: TeacherConfig, *, train: str, dev: str, output: str) -> bool:
+    """Whether `output` holds the checkpoint of a killed fine-tuning with these settings and inputs."""
+    return not fs.is_remote(output) and _checkpoints(cfg, train, dev, output).matches()
+
+
 def train(cfg: TeacherConfig, *, train: str, dev: str, output: str, overwrite: bool = False, log=None) -> dict:
     """Fine-tune on `train`; keep the best `dev` checkpoint in `output`; return the metrics written to metrics.json.
 
@@ -157,11 +172,7 @@ def _fine_tune(cfg: TeacherConfig, *, train: str, dev: str, out: Output, output:
     # --- train, evaluate (transferset/training.py: the recipe the students train with) ---------
     spec = phase_spec(cfg, len(train_feats))
     engine = Engine.create(device="auto", log=log, progress_bar=cfg.progress)
-    checkpoints = Checkpoints(os.path.join(output, CHECKPOINT_DIR),
-                              {"settings": json.dumps({k: v for k, v in typed.to_dict(cfg).items()
-                                                       if k not in ("progress", "resume")}, sort_keys=True,
-                                                      default=str),
-                               "train": train, "dev": dev})
+    checkpoints = _checkpoints(cfg, train, dev, output)
 
     def batches(epoch: int):
         rng = np.random.default_rng([cfg.seed, epoch])

@@ -634,3 +634,40 @@ def test_a_missing_config_and_a_python_tag_in_an_override_are_one_line_usage_err
     err = capsys.readouterr().err
     assert "`epochs` is set twice (lines 1 and 1); keep one" in err and len(err.strip().splitlines()) == 1, err
     assert not run_dir.exists()
+
+
+def test_a_teacher_stage_killed_after_a_checkpoint_goes_on_from_it(tmp_path, sst2_dir, monkeypatch):
+    """issue 46: the run keeps a killed teacher's checkpoint (its folder is not cleared) and resumes from it,
+    when the checkpoint is of the same settings; checkpoint_steps is in no key."""
+    from transferset.app import runner
+
+    run_dir = tmp_path / "r"
+    base = [f"run_dir={run_dir}", f"data={sst2_dir}", "labeled_limit=200", "unlabeled_rows=20", "validation.rows=50"]
+    stages = RecordingStages()
+    fresh = stages.teacher
+
+    def killed(cfg, *, train, dev, output, overwrite):
+        stages.seen.setdefault("teacher_resume", []).append(cfg.resume)
+        (Path(output) / "checkpoint").mkdir(exist_ok=True)
+        (Path(output) / "checkpoint" / "state.pt").write_text("x")
+        if len(stages.seen["teacher_resume"]) == 1:
+            raise KeyboardInterrupt
+        fresh(cfg, train=train, dev=dev, output=output, overwrite=overwrite)
+
+    stages.teacher = killed
+    matches = {"value": True}
+    monkeypatch.setattr(runner, "can_resume_teacher", lambda cfg, **paths: matches["value"]
+                        and (Path(paths["output"]) / "checkpoint" / "state.pt").exists())
+    with pytest.raises(KeyboardInterrupt):
+        run_pipeline(load_config("configs/demo.yaml", base), log=lambda m: None, functions=stages.functions())
+    log = []
+    run_pipeline(load_config("configs/demo.yaml", [*base, "teacher.checkpoint_steps=7"]), log=log.append,
+                 functions=stages.functions())
+    assert stages.seen["teacher_resume"] == [False, True]
+    assert any(m.startswith("[teacher] resuming") for m in log)
+    assert (run_dir / "teacher" / "checkpoint" / "state.pt").exists()  # kept, not cleared with the folder
+    # a checkpoint of other settings is not resumed: the folder is cleared and the teacher starts over
+    matches["value"] = False
+    run_pipeline(load_config("configs/demo.yaml", [*base, "teacher.lr=1e-4"]), log=lambda m: None,
+                 functions=stages.functions())
+    assert stages.seen["teacher_resume"] == [False, True, False]

@@ -235,3 +235,47 @@ def test_a_killed_fine_tuning_resumes_from_its_checkpoint(tmp_path, tiny_teacher
     assert resumed["weights_sha256"] == whole["weights_sha256"]  # the same weights, bit for bit
     assert [h["dev_accuracy"] for h in resumed["history"]] == [h["dev_accuracy"] for h in whole["history"]]
     assert not (out / "checkpoint").exists()
+
+
+@pytest.mark.filterwarnings("ignore:Seems like `optimizer.step\\(\\)` has been overridden")  # the kill's wrapper
+def test_a_fine_tuning_killed_mid_epoch_resumes_from_its_step_checkpoint(tmp_path, tiny_teacher, monkeypatch):
+    # issue 46: a large teacher's epoch takes hours on CPU; checkpoint_steps bounds what a kill loses
+    from dataclasses import replace
+
+    from transferset.teacher import train as teacher_train
+    from transferset.teacher.train import can_resume
+
+    train_tsv = _write_tsv(tmp_path / "train.tsv", _rows(48, 4))
+    dev_tsv = _write_tsv(tmp_path / "dev.tsv", _rows(16, 5))
+    cfg = TeacherConfig(model=tiny_teacher, epochs=1, lr=1e-3, batch_size=8, max_length=32, seed=1, progress=False)
+    whole = train(cfg, train=train_tsv, dev=dev_tsv, output=str(tmp_path / "whole"), log=lambda msg: None)
+    made = teacher_train.optimizer_and_schedule
+
+    def dies_on_step_5(*args):  # 6 steps in the epoch; the step checkpoint is written after step 4
+        optimizer, schedule = made(*args)
+        step, calls = optimizer.step, {"n": 0}
+
+        def counted(*a, **k):
+            calls["n"] += 1
+            if calls["n"] == 5:
+                raise KeyboardInterrupt
+            return step(*a, **k)
+
+        optimizer.step = counted
+        return optimizer, schedule
+
+    out = tmp_path / "killed"
+    every4 = replace(cfg, checkpoint_steps=4)
+    assert not can_resume(every4, train=train_tsv, dev=dev_tsv, output=str(out))
+    with monkeypatch.context() as mp:
+        mp.setattr(teacher_train, "optimizer_and_schedule", dies_on_step_5)
+        with pytest.raises(KeyboardInterrupt):
+            train(every4, train=train_tsv, dev=dev_tsv, output=str(out), log=lambda msg: None)
+    assert (out / "checkpoint" / "state.pt").exists() and not (out / "config.json").exists()
+    # the checkpoint is this fine-tuning's whatever checkpoint_steps is, and another's when the lr differs
+    assert can_resume(cfg, train=train_tsv, dev=dev_tsv, output=str(out))
+    assert not can_resume(replace(cfg, lr=2e-3), train=train_tsv, dev=dev_tsv, output=str(out))
+    messages = []
+    resumed = train(replace(every4, resume=True), train=train_tsv, dev=dev_tsv, output=str(out), log=messages.append)
+    assert any("resuming from" in m for m in messages)
+    assert resumed["weights_sha256"] == whole["weights_sha256"]  # the same weights, bit for bit
