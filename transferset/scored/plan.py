@@ -177,6 +177,80 @@ def prepare_output(job: ScoreJob, out: Output) -> None:
 
 
 # --- the plan -------------------------------------------------------------------------------------
+@dataclass
+class _Teachers:
+    """The teachers as `plan` checked them: one, or the members of an ensemble (`main` speaks for it)."""
+
+    ids: list[str]  # as given (--teacher)
+    dirs: list[str]  # local copies
+    hashes: list[str]  # weights' sha256, in --teacher order
+    configs: list[Any]
+    combine: Any  # ensemble.parse_combine's result
+    main: int  # the member whose tokenizer, config and id the set records
+
+    @property
+    def ensemble(self) -> bool:
+        return len(self.ids) > 1
+
+
+def _load_teachers(job: ScoreJob) -> _Teachers:
+    """Each teacher's local copy, weights hash and config; an ensemble's combine rule checked first."""
+    cfg, teachers = job.cfg, job.teachers
+    combine = ensemble.parse_combine(cfg.combine, len(teachers))  # K = 0 or an index out of range: refused
+    # A remote teacher is copied fresh, so the hash recorded later is the one the workers must find.
+    teacher_dirs = [remote.local_teacher(t, refresh=True) for t in teachers]
+    hashes, configs = [], []
+    for teacher_dir in teacher_dirs:
+        loading.require_local_dir(teacher_dir)
+        hashes.append(loading.sha256_of_files(loading.check_weights(teacher_dir, allow_pickle=cfg.allow_pickle)))
+        configs.append(loading.load_config(teacher_dir, trust_remote_code=cfg.trust_remote_code))
+    return _Teachers(teachers, teacher_dirs, hashes, configs, combine, ensemble.primary(combine))
+
+
+def _where(target: str) -> str:
+    """A path as the metadata records it: absolute when local, so it still names the file from elsewhere."""
+    return target if fs.is_remote(target) else os.path.abspath(target)
+
+
+def _metadata(input_meta: dict, t: _Teachers, teacher_labels: list[str], tokenizer, hidden_spec,
+              max_length: int, identity: dict[str, Any]) -> dict[str, Any]:
+    """The scored set's file metadata: the input's (its augmentation config and seed) plus this scoring's."""
+    extra: dict[str, Any] = {}
+    if t.ensemble:
+        extra[schema.META_ENSEMBLE] = ensemble.ensemble_metadata(t.combine, [
+            {schema.MEMBER_ID: _where(i), schema.MEMBER_SHA256: h, schema.MEMBER_DEV_ACCURACY: dev_accuracy(d)}
+            for i, d, h in zip(t.ids, t.dirs, t.hashes)])
+    metadata = dict(input_meta)
+    metadata.update(schema.base_metadata(
+        teacher_labels,
+        **{
+            schema.META_TEACHER_ID: _where(t.ids[t.main]),
+            schema.META_TEACHER_SHA256: t.hashes[t.main],
+            schema.META_TOKENIZER: scoring.tokenizer_info(tokenizer),
+            schema.META_HIDDEN_SPEC: hidden_spec,
+            schema.META_MAX_LENGTH: max_length,
+            schema.META_INPUT: identity,
+            **extra,
+        },
+    ))
+    return metadata
+
+
+def _open_output(job: ScoreJob, metadata: dict[str, Any]) -> tuple[list[str], int]:
+    """Check OUT (and, with --resume, every shard already there), then prepare it: (shards kept, their rows)."""
+    out = output(job.output, input=job.input, teacher=job.teachers, resume=job.resume, overwrite=job.overwrite)
+    out.check()  # a complete output, or files of another's: refused before anything is changed
+    existing: list[str] = []
+    existing_rows = 0
+    if job.resume:
+        existing = shards.committed_shards(out.join(schema.DATA_DIR))
+        for path in existing:
+            check_resumable(path, metadata)
+        existing_rows = sum(transfer.shard_rows(p) for p in existing)
+    prepare_output(job, out)  # every check passed: only now is anything under OUT changed
+    return existing, existing_rows
+
+
 def plan(job: ScoreJob) -> Plan:
     """Check the input, the teacher and (with --resume) the shards already written; then prepare OUT."""
     cfg = job.cfg  # its values were checked when it was built (transferset.config)
@@ -185,20 +259,11 @@ def plan(job: ScoreJob) -> Plan:
     input_meta = transfer.read_metadata(job.input)
     input_labels = list(input_meta.get(schema.META_LABEL_NAMES) or [])
 
-    teachers = job.teachers
-    combine = ensemble.parse_combine(cfg.combine, len(teachers))  # K = 0 or an index out of range: refused
-    main = ensemble.primary(combine)
-    # A remote teacher is copied fresh, so the hash recorded below is the one the workers must find.
-    teacher_dirs = [remote.local_teacher(t, refresh=True) for t in teachers]
-    hashes, configs = [], []
-    for teacher_dir in teacher_dirs:
-        loading.require_local_dir(teacher_dir)
-        hashes.append(loading.sha256_of_files(loading.check_weights(teacher_dir, allow_pickle=cfg.allow_pickle)))
-        configs.append(loading.load_config(teacher_dir, trust_remote_code=cfg.trust_remote_code))
+    t = _load_teachers(job)
     # Members first (their classes must agree), then the set's labels against them.
-    teacher_labels = ensemble.check_members(teachers, [loading.label_names_of(c) for c in configs])
-    _check_labels(teachers[main], teacher_labels, job.input, input_labels)
-    teacher_dir, config = teacher_dirs[main], configs[main]
+    teacher_labels = ensemble.check_members(t.ids, [loading.label_names_of(c) for c in t.configs])
+    _check_labels(t.ids[t.main], teacher_labels, job.input, input_labels)
+    teacher_dir, config = t.dirs[t.main], t.configs[t.main]
     tokenizer = loading.load_tokenizer(teacher_dir, trust_remote_code=cfg.trust_remote_code)
 
     max_length = int(cfg.max_length or trained_max_length(teacher_dir) or DEFAULT_MAX_LENGTH)
@@ -210,50 +275,20 @@ def plan(job: ScoreJob) -> Plan:
     file_rows = [transfer.shard_rows(p) for p in input_files]
     identity = input_identity(job.input, input_files, file_rows)
 
-    def where(t: str) -> str:
-        return t if fs.is_remote(t) else os.path.abspath(t)
-
-    extra: dict[str, Any] = {}
-    if len(teachers) > 1:
-        extra[schema.META_ENSEMBLE] = ensemble.ensemble_metadata(combine, [
-            {schema.MEMBER_ID: where(t), schema.MEMBER_SHA256: h, schema.MEMBER_DEV_ACCURACY: dev_accuracy(d)}
-            for t, d, h in zip(teachers, teacher_dirs, hashes)])
-    metadata = dict(input_meta)  # keeps the augmentation config and seed of the input
-    metadata.update(schema.base_metadata(
-        teacher_labels,
-        **{
-            schema.META_TEACHER_ID: where(teachers[main]),
-            schema.META_TEACHER_SHA256: hashes[main],
-            schema.META_TOKENIZER: scoring.tokenizer_info(tokenizer),
-            schema.META_HIDDEN_SPEC: scoring.hidden_spec(cfg.hidden, layers, hidden_size, num_layers),
-            schema.META_MAX_LENGTH: max_length,
-            schema.META_INPUT: identity,
-            **extra,
-        },
-    ))
+    metadata = _metadata(input_meta, t, teacher_labels, tokenizer,
+                         scoring.hidden_spec(cfg.hidden, layers, hidden_size, num_layers), max_length, identity)
     output_schema = schema.scored_schema(len(teacher_labels), hidden_size, layers[1:], metadata,
-                                         members=len(teachers))
-
-    out = output(job.output, input=job.input, teacher=teachers, resume=job.resume, overwrite=job.overwrite)
-    out.check()  # a complete output, or files of another's: refused before anything is changed
-    data_dir = out.join(schema.DATA_DIR)
-    existing: list[str] = []
-    existing_rows = 0
-    if job.resume:
-        existing = shards.committed_shards(data_dir)
-        for path in existing:
-            check_resumable(path, metadata)
-        existing_rows = sum(transfer.shard_rows(p) for p in existing)
-    prepare_output(job, out)  # every check passed: only now is anything under OUT changed
+                                         members=len(t.ids))
+    existing, existing_rows = _open_output(job, metadata)
 
     prefix = shards.run_prefix()
     stats = {
-        "input": job.input, "teacher": teachers[main], "teacher_sha256": metadata[schema.META_TEACHER_SHA256],
+        "input": job.input, "teacher": t.ids[t.main], "teacher_sha256": metadata[schema.META_TEACHER_SHA256],
         "input_fingerprint": identity["fingerprint"], "input_rows_in_footers": identity["rows"],
         "hidden": cfg.hidden, "layers": layers, "max_length": max_length, "resumed": job.resume,
         "existing_shards": len(existing), "shard_prefix": prefix,
-        **({"teachers": teachers, "combine": combine} if len(teachers) > 1 else {}),
+        **({"teachers": t.ids, "combine": t.combine} if t.ensemble else {}),
     }
     return Plan(job, input_files, existing, teacher_labels, len(teacher_labels), hidden_size, layers, max_length,
                 metadata, output_schema, prefix, identity["rows"], existing_rows, stats,
-                shards.input_units(input_files, file_rows), hashes if len(teachers) > 1 else [])
+                shards.input_units(input_files, file_rows), t.hashes if t.ensemble else [])
