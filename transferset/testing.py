@@ -204,16 +204,23 @@ def train_tokenizer(family: str, texts: Sequence[str], vocab_size: int = 600):
     The trained pieces are handed to the family's own tokenizer class, which builds its normaliser,
     pre-tokenizer and post-processor as for a real checkpoint (byte-level BPE: Ġ pieces; Unigram: ▁ pieces).
     """
+    if family not in FAMILIES:
+        raise ValueError(f"unknown family {family!r}; known: {', '.join(FAMILIES)}")
+    layout = _SPECIALS[family]
+    specials = [t for t in layout if t is not None]
+    lead = layout[:layout.index(None)]   # the specials before the trained pieces get the first ids
+    tail = layout[layout.index(None) + 1:]
+    trained = _train_pieces(FAMILIES[family], texts, vocab_size, specials, lead, tail)
+    return _family_tokenizer(family, specials, **trained)
+
+
+def _train_pieces(kind: str, texts: Sequence[str], vocab_size: int, specials: list, lead, tail) -> dict:
+    """The trained vocabulary of a tokenizer `kind`, `tail` specials after it: {vocab, merges} (wordpiece,
+    bpe) or {pieces} (unigram: (piece, score) pairs), as the family's tokenizer class takes them."""
     import json
 
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 
-    if family not in FAMILIES:
-        raise ValueError(f"unknown family {family!r}; known: {', '.join(FAMILIES)}")
-    kind, layout = FAMILIES[family], _SPECIALS[family]
-    specials = [t for t in layout if t is not None]
-    lead = layout[:layout.index(None)]   # the specials before the trained pieces get the first ids
-    tail = layout[layout.index(None) + 1:]
     if kind == "wordpiece":
         tok = Tokenizer(models.WordPiece(unk_token=next(t for t in specials if "UNK" in t)))
         tok.normalizer = normalizers.BertNormalizer(lowercase=True)
@@ -223,7 +230,8 @@ def train_tokenizer(family: str, texts: Sequence[str], vocab_size: int = 600):
         vocab = tok.get_vocab()
         for t in tail:
             vocab.setdefault(t, len(vocab))
-    elif kind == "bpe":
+        return {"vocab": vocab}
+    if kind == "bpe":
         tok = Tokenizer(models.BPE())
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=lead,
@@ -234,14 +242,18 @@ def train_tokenizer(family: str, texts: Sequence[str], vocab_size: int = 600):
         merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]]
         for t in tail:
             vocab.setdefault(t, len(vocab))
-    else:
-        unk = next(t for t in specials if "unk" in t.lower())
-        tok = Tokenizer(models.Unigram())
-        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
-        tok.train_from_iterator(texts, trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=lead,
-                                                               unk_token=unk, show_progress=False))
-        pieces = [(p, float(s)) for p, s in json.loads(tok.to_str())["model"]["vocab"]]
-        pieces += [(t, 0.0) for t in tail]
+        return {"vocab": vocab, "merges": merges}
+    unk = next(t for t in specials if "unk" in t.lower())
+    tok = Tokenizer(models.Unigram())
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+    tok.train_from_iterator(texts, trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=lead,
+                                                           unk_token=unk, show_progress=False))
+    pieces = [(p, float(s)) for p, s in json.loads(tok.to_str())["model"]["vocab"]]
+    return {"pieces": pieces + [(t, 0.0) for t in tail]}
+
+
+def _family_tokenizer(family: str, specials: list, vocab=None, merges=None, pieces=None):
+    """`family`'s own tokenizer class over trained pieces (see `_train_pieces`)."""
     if family in ("bert", "distilbert", "electra"):
         from transformers import BertTokenizer, DistilBertTokenizer, ElectraTokenizer
 
@@ -264,7 +276,7 @@ def train_tokenizer(family: str, texts: Sequence[str], vocab_size: int = 600):
 
         return DebertaV2Tokenizer(vocab=pieces)
     # ModernBERT's checkpoints ship a plain fast tokenizer: byte-level BPE, [CLS] A [SEP] (B [SEP]).
-    from tokenizers import decoders, processors
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
     bpe = Tokenizer(models.BPE(vocab=vocab, merges=merges))
