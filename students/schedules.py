@@ -89,63 +89,80 @@ def phases(schedule: str, weights: LossWeights, epochs: int, groups: Sequence[st
     if layer_epochs is not None and layer_epochs < 1:
         raise ValueError(f"layer_epochs must be at least 1, got {layer_epochs}")
     layer_epochs = epochs if layer_epochs is None else layer_epochs
-    everything = tuple(groups)
-    fine = everything
-    groups = coarse(everything)
-    if schedule == "joint":
-        if not weights.active():
-            raise ValueError("joint schedule: every loss weight is zero")
-        # With gold CE as the only loss, rows without a label add nothing: iterate the labeled ones.
-        ce_only = set(weights.active()) == {"ce"}
-        return [Phase(1, "joint", weights, everything, epochs, early_stop=True, labeled_only=ce_only)]
-    if schedule == "progressive":
-        names = ["a", "b", "c", "d", "e"]
-        # Stage 1 trains everything the representation depends on; the classifier gets no gradient
-        # from it, so it stays frozen rather than drift under weight decay.
-        out = [Phase(1, "1 repr", LossWeights(repr=weights.repr or 1.0), expand(groups[:-1], fine), epochs,
-                     early_stop=False)]
-        for i, step in enumerate(top_down(groups)):
-            out.append(Phase(2, f"2{names[i]} logits: {'+'.join(step)}", _logits_only(weights), expand(step, fine),
-                             epochs, early_stop=True))
-        for i, step in enumerate(top_down(groups)):
-            out.append(Phase(3, f"3{names[i]} gold CE: {'+'.join(step)}", LossWeights(ce=weights.ce or 1.0),
-                             expand(step, fine), epochs, early_stop=True, labeled_only=True))
-        return out
-    if schedule == "distill-then-finetune":
-        distill = replace(weights, ce=0.0)
-        if not distill.active():
-            distill = LossWeights(mse=1.0)
-        return [
-            Phase(1, "1 distill", distill, everything, epochs, early_stop=True),
-            Phase(2, "2 gold CE", LossWeights(ce=weights.ce or 1.0), everything, epochs, early_stop=True,
-                  labeled_only=True),
-        ]
-    if schedule == "two-step":
-        kept = {k: v for k, v in weights.active().items() if k not in PREDICTION}
-        if not kept:
-            raise ValueError("two-step schedule: its first step trains the intermediate layers on the layer losses "
-                             "(emb_mse, hidden_mse, att_mse, att_kl, value_kl, cos) or repr / pkd; set one of them")
-        # The pooler and classifier get no gradient from the layer losses: frozen, not drifting under weight decay.
-        return [Phase(1, "1 intermediate layers", LossWeights(**kept), expand(("embeddings", "encoder"), fine),
-                      layer_epochs, early_stop=False),
-                Phase(2, "2 prediction layer", _prediction(weights), fine, epochs, early_stop=True)]
-    if schedule == "pkt":
-        per_layer = {k: getattr(weights, k) for k in PER_LAYER if getattr(weights, k)}
-        if not per_layer:
-            raise ValueError("pkt schedule: each stage trains one layer on its per-layer losses; set hidden_mse, "
-                             "att_mse, att_kl or value_kl")
-        layers = [g for g in fine if g.startswith("encoder.")]
-        if not layers:
-            raise ValueError("pkt schedule: it trains one encoder layer at a time, and this student has no "
-                             "per-layer parameter groups (a transformer student has)")
-        out = []
-        if weights.emb_mse:
-            out.append(Phase(1, "1 pkt embeddings", LossWeights(emb_mse=weights.emb_mse), ("embeddings",), layer_epochs,
-                             early_stop=False))
-        for i, group in enumerate(layers, start=1):
-            extra = {"cos": weights.cos} if weights.cos and i == len(layers) else {}
-            out.append(Phase(1, f"1 pkt layer {i}", LossWeights(**per_layer, **extra, layers=(i,)), (group,), layer_epochs,
-                             early_stop=False))
-        out.append(Phase(2, "2 prediction", _prediction(weights), fine, epochs, early_stop=True))
-        return out
-    raise ValueError(f"unknown schedule {schedule!r}; known: {', '.join(SCHEDULES)}")
+    if schedule not in _SCHEDULE_PHASES:
+        raise ValueError(f"unknown schedule {schedule!r}; known: {', '.join(SCHEDULES)}")
+    return _SCHEDULE_PHASES[schedule](weights, epochs, layer_epochs, tuple(groups))
+
+
+# Each schedule's phases: (weights, epochs, layer_epochs, fine groups bottom-up) -> phases.
+def _joint(weights: LossWeights, epochs: int, layer_epochs: int, fine: tuple[str, ...]) -> list[Phase]:
+    if not weights.active():
+        raise ValueError("joint schedule: every loss weight is zero")
+    # With gold CE as the only loss, rows without a label add nothing: iterate the labeled ones.
+    ce_only = set(weights.active()) == {"ce"}
+    return [Phase(1, "joint", weights, fine, epochs, early_stop=True, labeled_only=ce_only)]
+
+
+def _progressive(weights: LossWeights, epochs: int, layer_epochs: int, fine: tuple[str, ...]) -> list[Phase]:
+    names = ["a", "b", "c", "d", "e"]
+    groups = coarse(fine)
+    # Stage 1 trains everything the representation depends on; the classifier gets no gradient
+    # from it, so it stays frozen rather than drift under weight decay.
+    out = [Phase(1, "1 repr", LossWeights(repr=weights.repr or 1.0), expand(groups[:-1], fine), epochs,
+                 early_stop=False)]
+    for i, step in enumerate(top_down(groups)):
+        out.append(Phase(2, f"2{names[i]} logits: {'+'.join(step)}", _logits_only(weights), expand(step, fine),
+                         epochs, early_stop=True))
+    for i, step in enumerate(top_down(groups)):
+        out.append(Phase(3, f"3{names[i]} gold CE: {'+'.join(step)}", LossWeights(ce=weights.ce or 1.0),
+                         expand(step, fine), epochs, early_stop=True, labeled_only=True))
+    return out
+
+
+def _distill_then_finetune(weights: LossWeights, epochs: int, layer_epochs: int, fine: tuple[str, ...]
+                           ) -> list[Phase]:
+    distill = replace(weights, ce=0.0)
+    if not distill.active():
+        distill = LossWeights(mse=1.0)
+    return [
+        Phase(1, "1 distill", distill, fine, epochs, early_stop=True),
+        Phase(2, "2 gold CE", LossWeights(ce=weights.ce or 1.0), fine, epochs, early_stop=True,
+              labeled_only=True),
+    ]
+
+
+def _two_step(weights: LossWeights, epochs: int, layer_epochs: int, fine: tuple[str, ...]) -> list[Phase]:
+    kept = {k: v for k, v in weights.active().items() if k not in PREDICTION}
+    if not kept:
+        raise ValueError("two-step schedule: its first step trains the intermediate layers on the layer losses "
+                         "(emb_mse, hidden_mse, att_mse, att_kl, value_kl, cos) or repr / pkd; set one of them")
+    # The pooler and classifier get no gradient from the layer losses: frozen, not drifting under weight decay.
+    return [Phase(1, "1 intermediate layers", LossWeights(**kept), expand(("embeddings", "encoder"), fine),
+                  layer_epochs, early_stop=False),
+            Phase(2, "2 prediction layer", _prediction(weights), fine, epochs, early_stop=True)]
+
+
+def _pkt(weights: LossWeights, epochs: int, layer_epochs: int, fine: tuple[str, ...]) -> list[Phase]:
+    per_layer = {k: getattr(weights, k) for k in PER_LAYER if getattr(weights, k)}
+    if not per_layer:
+        raise ValueError("pkt schedule: each stage trains one layer on its per-layer losses; set hidden_mse, "
+                         "att_mse, att_kl or value_kl")
+    layers = [g for g in fine if g.startswith("encoder.")]
+    if not layers:
+        raise ValueError("pkt schedule: it trains one encoder layer at a time, and this student has no "
+                         "per-layer parameter groups (a transformer student has)")
+    out = []
+    if weights.emb_mse:
+        out.append(Phase(1, "1 pkt embeddings", LossWeights(emb_mse=weights.emb_mse), ("embeddings",), layer_epochs,
+                         early_stop=False))
+    for i, group in enumerate(layers, start=1):
+        extra = {"cos": weights.cos} if weights.cos and i == len(layers) else {}
+        out.append(Phase(1, f"1 pkt layer {i}", LossWeights(**per_layer, **extra, layers=(i,)), (group,), layer_epochs,
+                         early_stop=False))
+    out.append(Phase(2, "2 prediction", _prediction(weights), fine, epochs, early_stop=True))
+    return out
+
+
+_SCHEDULE_PHASES = {"joint": _joint, "progressive": _progressive, "distill-then-finetune": _distill_then_finetune,
+                    "two-step": _two_step, "pkt": _pkt}
+assert tuple(_SCHEDULE_PHASES) == SCHEDULES  # one entry per schedule the config accepts

@@ -86,13 +86,33 @@ def infer_label_names(path: str, label_column: str = DEFAULT_LABEL_COLUMN, opene
     labels than MAX_CLASSES is a SourceError. Logs the set with the rows per label, and warns about
     rare labels.
     """
-    fmt = detect_format(path)
+    rows_of, lines_of = _count_labels(path, label_column, opener, limit)
+    if not rows_of:
+        raise SourceError(f"{path}: no label values found in column {label_column!r}; "
+                          "pass --label-column, or --labels NAME,NAME,...")
+    indices = [labels.index_of(v) for v in rows_of]
+    if all(i is not None for i in indices):
+        # Integer labels are class indices: a sample that lacks class 0 still has it.
+        names = tuple(str(i) for i in range(max(indices) + 1))
+    else:
+        names = tuple(sorted(rows_of))
+    counts = {n: rows_of.get(n, 0) for n in names}
+    logger.info("%s: label set inferred from column %r: %s", path, label_column,
+                ", ".join(f"{n!r}: {counts[n]} row{'' if counts[n] == 1 else 's'}" for n in names))
+    _warn_rare_labels(path, names, counts, lines_of)
+    return names
+
+
+def _count_labels(path: str, label_column: str, opener: Opener, limit: Optional[int]
+                  ) -> tuple[dict[str, int], dict[str, list[int]]]:
+    """(rows per label, the first line numbers of each label) over the first `limit` rows; values that are
+    not labels are left out and logged."""
     rows_of: dict[str, int] = {}  # label -> rows
     lines_of: dict[str, list[int]] = {}  # label -> its first line numbers, for the warning about rare labels
     ignored: list[tuple[int, str]] = []
     n_ignored = 0
     count = 0
-    for line, row in _iter_raw_rows(path, fmt, opener):
+    for line, row in _iter_raw_rows(path, detect_format(path), opener):
         if limit is not None and count >= limit:
             break
         count += 1
@@ -117,31 +137,24 @@ def infer_label_names(path: str, label_column: str = DEFAULT_LABEL_COLUMN, opene
         shown = "; ".join(f"line {ln}: {why}" for ln, why in ignored)
         logger.warning("%s: ignored %d label value(s) that are neither names nor class indices (%s); "
                        "those rows will be rejected", path, n_ignored, shown)
-    if not rows_of:
-        raise SourceError(f"{path}: no label values found in column {label_column!r}; "
-                          "pass --label-column, or --labels NAME,NAME,...")
-    indices = [labels.index_of(v) for v in rows_of]
-    if all(i is not None for i in indices):
-        # Integer labels are class indices: a sample that lacks class 0 still has it.
-        names = tuple(str(i) for i in range(max(indices) + 1))
-    else:
-        names = tuple(sorted(rows_of))
-    counts = {n: rows_of.get(n, 0) for n in names}
-    logger.info("%s: label set inferred from column %r: %s", path, label_column,
-                ", ".join(f"{n!r}: {counts[n]} row{'' if counts[n] == 1 else 's'}" for n in names))
+    return rows_of, lines_of
+
+
+def _warn_rare_labels(path: str, names: Sequence[str], counts: dict[str, int], lines_of: dict[str, list[int]]) -> None:
+    """A label with fewer than RARE_LABEL_ROWS rows is probably a typo: say where it is and how to pass the set."""
     rare = [n for n in names if counts[n] < RARE_LABEL_ROWS]
-    if rare:
-        parts = []
-        for n in rare:
-            ls = lines_of.get(n, [])
-            where = f" ({'line' if len(ls) == 1 else 'lines'} {', '.join(map(str, ls))})" if ls else ""
-            parts.append(f"label {n!r} has only {counts[n]} row{'' if counts[n] == 1 else 's'}{where}")
-        common = [n for n in names if n not in rare]
-        example = f" (e.g. --labels {','.join(common)})" if common else ""
-        logger.warning("%s: %s; if %s not a class, pass the real label set with --labels%s, "
-                       "and rows with other labels are rejected", path, "; ".join(parts),
-                       "that is" if len(rare) == 1 else "these are", example)
-    return names
+    if not rare:
+        return
+    parts = []
+    for n in rare:
+        ls = lines_of.get(n, [])
+        where = f" ({'line' if len(ls) == 1 else 'lines'} {', '.join(map(str, ls))})" if ls else ""
+        parts.append(f"label {n!r} has only {counts[n]} row{'' if counts[n] == 1 else 's'}{where}")
+    common = [n for n in names if n not in rare]
+    example = f" (e.g. --labels {','.join(common)})" if common else ""
+    logger.warning("%s: %s; if %s not a class, pass the real label set with --labels%s, "
+                   "and rows with other labels are rejected", path, "; ".join(parts),
+                   "that is" if len(rare) == 1 else "these are", example)
 
 
 def summarize_rejects(path: str, rejects: Sequence[Reject], *, shown: int = 5) -> str:

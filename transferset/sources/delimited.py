@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import csv
 import io
-from typing import Iterator, Sequence, Union
+from typing import Generator, Iterator, Sequence, Union
 
 from transferset.sources.records import Opener, Reject, SourceError, raw_repr
 
@@ -81,14 +81,7 @@ def _iter_delimited(path: str, fmt: str, fh) -> Iterator[tuple[int, Union[dict, 
         header_line = next(lines)
     except StopIteration:
         return
-    try:
-        header, used = _parse_record([header_line], dialect)
-    except csv.Error as exc:
-        hint = " (lines that end in a bare \\r, as on classic Mac OS: convert them to \\n)" \
-            if "\r" in header_line.rstrip("\r\n") else ""
-        raise SourceError(f"{path}, line 1: malformed {fmt.upper()} header: {exc}{hint}") from None
-    if used is None:
-        raise SourceError(f"{path}, line 1: the header has an unbalanced quote; fix the column names")
+    header = _header(path, fmt, header_line, dialect)
     width = len(header)
     line = 1
     for raw_line in lines:
@@ -105,34 +98,58 @@ def _iter_delimited(path: str, fmt: str, fh) -> Iterator[tuple[int, Union[dict, 
             yield line, Reject(path, line, raw, reason)
             continue
         if used is None:
-            # The quoted field runs on. Where would csv.reader have ended this record?
-            ahead = lines.peek(MAX_RECORD_LINES)
-            try:
-                joined, span = _parse_record([raw_line] + ahead, dialect)
-            except csv.Error:
-                joined, span = [], None
-            if span is not None:
-                last = str(line + span - 1)
-            elif len(ahead) < MAX_RECORD_LINES:
-                last = f"{line + len(ahead)} (the end of the file)"
-            else:
-                last = f"{line + MAX_RECORD_LINES} and beyond"
-            if span is not None and len(joined) == width:
-                # A well-formed record with a newline inside a quoted field: rare in classification
-                # data and not one row per line, so every line of it is rejected, each counted.
-                reason = (f"{_MULTILINE} {line}-{last}; a row must fit on one line: remove the newline "
-                          "from the quoted field, or fix the quote")
-                yield line, Reject(path, line, raw, reason)
-                for _ in range(span - 1):
-                    line += 1
-                    yield line, Reject(path, line, raw_repr(next(lines).rstrip("\r\n")), reason)
-            else:
-                reason = (f"{_MULTILINE} {line}-{last}: the quote opened on line {line} does not close "
-                          f"on that line, so the line is rejected and reading resumes at line {line + 1}; "
-                          'close the quote, or double it ("") inside a quoted field')
-                yield line, Reject(path, line, raw, reason)
+            line = yield from _unclosed_quote(path, line, raw_line, lines, dialect, width)
             continue
         if len(values) != width:
             yield line, Reject(path, line, raw, f"expected {width} fields as in the header, found {len(values)}")
             continue
         yield line, dict(zip(header, values))
+
+
+def _header(path: str, fmt: str, header_line: str, dialect: dict) -> list[str]:
+    """The column names of line 1; a header that does not parse stops the file (SourceError)."""
+    try:
+        header, used = _parse_record([header_line], dialect)
+    except csv.Error as exc:
+        hint = " (lines that end in a bare \\r, as on classic Mac OS: convert them to \\n)" \
+            if "\r" in header_line.rstrip("\r\n") else ""
+        raise SourceError(f"{path}, line 1: malformed {fmt.upper()} header: {exc}{hint}") from None
+    if used is None:
+        raise SourceError(f"{path}, line 1: the header has an unbalanced quote; fix the column names")
+    return header
+
+
+def _unclosed_quote(path: str, line: int, raw_line: str, lines: _PeekableLines, dialect: dict, width: int
+                    ) -> Generator[tuple[int, Reject], None, int]:
+    """Rejects for a line whose quoted field runs on past its end; returns the last line number used.
+
+    Where would csv.reader have ended this record? A well-formed multi-line record's lines are all
+    rejected (each counted); otherwise only this line is, and reading resumes at the next one.
+    """
+    raw = raw_repr(raw_line.rstrip("\r\n"))
+    ahead = lines.peek(MAX_RECORD_LINES)
+    try:
+        joined, span = _parse_record([raw_line] + ahead, dialect)
+    except csv.Error:
+        joined, span = [], None
+    if span is not None:
+        last = str(line + span - 1)
+    elif len(ahead) < MAX_RECORD_LINES:
+        last = f"{line + len(ahead)} (the end of the file)"
+    else:
+        last = f"{line + MAX_RECORD_LINES} and beyond"
+    if span is not None and len(joined) == width:
+        # A well-formed record with a newline inside a quoted field: rare in classification
+        # data and not one row per line, so every line of it is rejected, each counted.
+        reason = (f"{_MULTILINE} {line}-{last}; a row must fit on one line: remove the newline "
+                  "from the quoted field, or fix the quote")
+        yield line, Reject(path, line, raw, reason)
+        for _ in range(span - 1):
+            line += 1
+            yield line, Reject(path, line, raw_repr(next(lines).rstrip("\r\n")), reason)
+    else:
+        reason = (f"{_MULTILINE} {line}-{last}: the quote opened on line {line} does not close "
+                  f"on that line, so the line is rejected and reading resumes at line {line + 1}; "
+                  'close the quote, or double it ("") inside a quoted field')
+        yield line, Reject(path, line, raw, reason)
+    return line
