@@ -276,16 +276,43 @@ def write_report(paths: dict, cfg: dict, log=print) -> dict[str, Any]:
     # A teacher ensemble (paths["teachers"]): each member is timed, the ensemble is their sum
     members = list(paths.get("teachers") or [])
     teachers = {f"teacher {k}": p for k, p in enumerate(members)} if members else {"teacher": paths["teacher"]}
-    # Every model timed at report time, interleaved: figures taken at training time, each under its own
-    # machine load, made two identical students differ by 2x.
     settings = ReportConfig(**(cfg.get("report") or {}))  # the run's report: section
     rounds = settings.latency_rounds
     compressed = paths.get("compressed") or {}  # the compress: section's models, by their row names
-    timed = model_latency({**teachers, **{f"student:{name}": out for name, out in paths["students"].items()},
-                           **{name: c["path"] for name, c in compressed.items()}},
-                          _dev_texts(paths["dev"])[:settings.latency_rows], rounds=rounds,
-                          speeds={name: c["speed"] for name, c in compressed.items() if c["speed"] is not None})
+    timed = _time_models(paths, settings, teachers, compressed)
     lat, cond = timed["models"], timed["conditions"]
+    busy = cond["busy"]
+    log(f"[report] latency: median of {rounds} interleaved rounds, {timing.describe(cond)}")
+    tested = fs.read_json(paths["test_results"])["models"] if paths.get("test_results") else {}
+
+    def test_accuracy(name: str) -> Optional[float]:
+        return tested[name]["accuracy"] if name in tested else None
+
+    rows = _teacher_rows(paths, members, teachers, lat, tested, busy)
+    tlat = lat["teacher"]
+    rows += _student_rows(paths, lat, tlat, test_accuracy, busy)
+    rows += compressed_rows(compressed, lat, tlat, paths, cfg, test_accuracy, busy)
+    stats = {stage: fs.read_json(fs.join(paths[stage], schema.STATS_FILE)) for stage in ("transfer", "scored")
+             if fs.exists(fs.join(paths[stage], schema.STATS_FILE))}
+    table = results_table(rows, cond, rounds)
+    _write_files(paths, cfg, rows, cond, rounds, stats, table)
+    report = fs.join(run_dir, REPORT)
+    log(f"[report] {report}")
+    return {"table": table, "report": report, "rows": rows}
+
+
+def _time_models(paths: dict, settings: ReportConfig, teachers: dict, compressed: dict) -> dict:
+    """Every model timed at report time, interleaved: figures taken at training time, each under its own
+    machine load, made two identical students differ by 2x."""
+    return model_latency({**teachers, **{f"student:{name}": out for name, out in paths["students"].items()},
+                          **{name: c["path"] for name, c in compressed.items()}},
+                         _dev_texts(paths["dev"])[:settings.latency_rows], rounds=settings.latency_rounds,
+                         speeds={name: c["speed"] for name, c in compressed.items() if c["speed"] is not None})
+
+
+def _teacher_rows(paths: dict, members: list, teachers: dict, lat: dict, tested: dict, busy: bool) -> list[dict]:
+    """The teacher's results row, then one per ensemble member; an ensemble's latency (lat["teacher"]) is set
+    here, as the sum of its members'."""
     if members:
         lat["teacher"] = ensemble_latency([lat[name] for name in teachers])
         # the ensemble's and each member's selection accuracy, read back from the scored selection split
@@ -293,32 +320,33 @@ def write_report(paths: dict, cfg: dict, log=print) -> dict[str, Any]:
         teacher_dev = selection["teacher"]
     else:
         teacher_dev = fs.read_json(fs.join(paths["teacher"], schema.METRICS_FILE))["best_dev_accuracy"]
-    busy = cond["busy"]
     tlat = lat["teacher"]
-    log(f"[report] latency: median of {rounds} interleaved rounds, {timing.describe(cond)}")
-    tested = fs.read_json(paths["test_results"])["models"] if paths.get("test_results") else {}
-
-    def test_accuracy(name: str) -> Optional[float]:
-        return tested[name]["accuracy"] if name in tested else None
-
-    rows = [{"name": "teacher", "kind": "teacher", "dev_accuracy": teacher_dev, "test_accuracy": test_accuracy("teacher"),
+    teacher_test = tested["teacher"]["accuracy"] if "teacher" in tested else None
+    rows = [{"name": "teacher", "kind": "teacher", "dev_accuracy": teacher_dev, "test_accuracy": teacher_test,
              "agreement": None, "parameters": tlat["parameters"], "latency_1": tlat["latency_1"],
              "latency_64": tlat["latency_64"], "latency_spread_1": tlat["spread_1"],
              "latency_spread_64": tlat["spread_64"], "latency_busy": busy, "runtime": tlat.get("runtime", PYTORCH)}]
     if members:
         rows[0]["display"] = f"teacher: ensemble of {len(members)} ({paths.get('combine', 'mean')})"
         rows += member_rows(members, lat, selection["members"], tested.get("teacher"), busy)
+    return rows
+
+
+def _student_rows(paths: dict, lat: dict, tlat: dict, test_accuracy, busy: bool) -> list[dict]:
+    """One results row per student, from its metrics.json, its speed-up against the teacher."""
     metrics = {name: fs.read_json(fs.join(out, schema.METRICS_FILE)) for name, out in paths["students"].items()}
-    for name, m in metrics.items():
-        rows.append({"name": f"student: {name} ({m['student']}, {m['schedule']})", "kind": "student",
-                     "dev_accuracy": m["dev_accuracy"],
-                     "test_accuracy": test_accuracy(name), "agreement": m.get("teacher_agreement"),
-                     **timed_fields(lat[f"student:{name}"], tlat, busy),
-                     "transfer_rows": m["transfer"]["rows"], "labeled_rows": m["transfer"]["labeled_rows"]})
-    rows += compressed_rows(compressed, lat, tlat, paths, cfg, test_accuracy, busy)
-    stats = {stage: fs.read_json(fs.join(paths[stage], schema.STATS_FILE)) for stage in ("transfer", "scored")
-             if fs.exists(fs.join(paths[stage], schema.STATS_FILE))}
-    table = results_table(rows, cond, rounds)
+    return [{"name": f"student: {name} ({m['student']}, {m['schedule']})", "kind": "student",
+             "dev_accuracy": m["dev_accuracy"],
+             "test_accuracy": test_accuracy(name), "agreement": m.get("teacher_agreement"),
+             **timed_fields(lat[f"student:{name}"], tlat, busy),
+             "transfer_rows": m["transfer"]["rows"], "labeled_rows": m["transfer"]["labeled_rows"]}
+            for name, m in metrics.items()]
+
+
+def _write_files(paths: dict, cfg: dict, rows: list[dict], cond: dict, rounds: int, stats: dict, table: str) -> None:
+    """The plots, report.html, results.json and results.md, written in a local folder then uploaded to the run."""
+    run_dir = paths["run_dir"]
+    busy = cond["busy"]
     with local_output(run_dir) as work:
         fig_dir = os.path.join(work, FIGURES_DIR)
         os.makedirs(fig_dir, exist_ok=True)
@@ -344,9 +372,6 @@ def write_report(paths: dict, cfg: dict, log=print) -> dict[str, Any]:
             json.dump(results, fh, indent=2, default=str)
         with open(os.path.join(work, TABLE), "w", encoding="utf-8") as fh:
             fh.write(table + "\n")
-    report = fs.join(run_dir, REPORT)
-    log(f"[report] {report}")
-    return {"table": table, "report": report, "rows": rows}
 
 
 def _img(path: str, run_dir: str, alt: str) -> str:
