@@ -189,7 +189,8 @@ def test_probe_check_falls_back_when_the_packed_path_disagrees(tiny_teacher, ref
     def uniform_attention(q, k, v, scale):  # a wrong attention: ignores the queries
         return v.mean(dim=2, keepdim=True).expand_as(v)
 
-    monkeypatch.setattr(packed, "attention", uniform_attention)
+    # the packed layers look `attention` up in their own module: patch it there
+    monkeypatch.setattr(packed.encoder, "attention", uniform_attention)
     teacher = scoring.Teacher.load(tiny_teacher)
     assert teacher.forward_path == "padded" and "differ from the model's own forward" in teacher.packed_reason
     scores = teacher.predict(TEXTS[:3])
@@ -199,15 +200,8 @@ def test_probe_check_falls_back_when_the_packed_path_disagrees(tiny_teacher, ref
     def broken(q, k, v, scale):
         raise RuntimeError("no kernel")
 
-    monkeypatch.setattr(packed, "attention", broken)
+    monkeypatch.setattr(packed.encoder, "attention", broken)
     teacher = scoring.Teacher.load(tiny_teacher)
     assert teacher.forward_path == "padded" and "(aten) failed: RuntimeError: no kernel" in teacher.packed_reason
     with pytest.raises(UserError, match="probe forward .* failed"):
         scoring.Teacher.load(tiny_teacher, forward="packed")
-
-
-def test_groups_of_equal_length():
-    lengths = np.array([5, 5, 3, 3, 3, 1])
-    offsets = np.array([0, 5, 10, 13, 16, 19])
-    assert packed.groups_of_equal_length(lengths, offsets) == [(0, 2, 5), (10, 3, 3), (19, 1, 1)]
-    assert packed.groups_of_equal_length(np.array([], dtype=np.int64), np.array([], dtype=np.int64)) == []
