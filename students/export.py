@@ -47,10 +47,9 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from students.bilstm import BiLSTM
+from students.export_bilstm import BiLSTMGraph
 from students.student import EXPORT_KEY, ONNX_FILE, OnnxStudent, Student
 from students.tokens import WordPieceTokens
 from transferset import __version__, fs, schema
@@ -111,130 +110,6 @@ INT8_TIE = 0.02
 # faster at batch 1 under load. The check stands guard over the AVX2 saturation noted above.
 INT8_VARIANTS = ({"ops": INT8_OPS, "reduce_range": True},
                  {"ops": ("MatMul",), "reduce_range": False})
-
-
-def _onnx_gates(w: torch.Tensor) -> torch.Tensor:
-    """PyTorch's LSTM gate blocks (input, forget, cell, output) in ONNX's order (input, output, forget, cell)."""
-    i, f, c, o = w.chunk(4, 0)
-    return torch.cat([i, o, f, c], 0)
-
-
-def _torch_gates(w: torch.Tensor) -> torch.Tensor:
-    """The inverse of _onnx_gates."""
-    i, o, f, c = w.chunk(4, 0)
-    return torch.cat([i, f, c, o], 0)
-
-
-class _LSTMWithLengths(torch.autograd.Function):
-    """One bidirectional LSTM layer over right-padded rows, exported as one ONNX LSTM with sequence_lens.
-
-    ONNX's LSTM takes each row's length and runs both directions within it (the backward one from the
-    row's last real token), its outputs past a row's length 0: rows need not be sorted or packed, so the
-    graph has no TopK/ScatterElements around the LSTM as PyTorch's packed-sequence export has (a fifth
-    of the BiLSTM's time at batch 1). Traced as one node: `forward` gives the tracer the layer's values
-    (PyTorch's LSTM over packed rows, on the same weights), `symbolic` the ONNX it exports as.
-    """
-
-    @staticmethod
-    def forward(ctx, x, lengths, w, r, b):
-        out, _ = _packed_lstm(x, lengths, w, r, b)
-        out, _ = pad_packed_sequence(out, batch_first=True, total_length=int(x.shape[1]))
-        return out                                                                      # (B, T, 2H)
-
-    @staticmethod
-    def symbolic(g, x, lengths, w, r, b):
-        y = _onnx_lstm(g, x, lengths, w, r, b)[0]                                       # (T, 2, B, H)
-        y = g.op("Transpose", y, perm_i=[2, 0, 1, 3])                                   # (B, T, 2, H)
-        shape = g.op("Constant", value_t=torch.tensor([0, 0, -1], dtype=torch.int64))
-        return g.op("Reshape", y, shape)                                                # (B, T, 2H)
-
-
-class _LSTMLastStates(torch.autograd.Function):
-    """The top layer of a `pool: last` BiLSTM: each direction's final state, (B, 2H), exported as the ONNX
-    LSTM's Y_h output (the forward state at each row's last real token, the backward one at its first).
-
-    The model reads nothing else of that layer, so the graph needs no per-step output, transposed, masked
-    and gathered: the same logits, ~4 % less time at batch 1 (the demo's distilled BiLSTM, SST-2 dev).
-    """
-
-    @staticmethod
-    def forward(ctx, x, lengths, w, r, b):
-        _, (h, _) = _packed_lstm(x, lengths, w, r, b)                                   # (2, B, H), rows in order
-        return torch.cat([h[0], h[1]], dim=-1)                                          # (B, 2H)
-
-    @staticmethod
-    def symbolic(g, x, lengths, w, r, b):
-        h = _onnx_lstm(g, x, lengths, w, r, b)[1]                                       # (2, B, H)
-        h = g.op("Transpose", h, perm_i=[1, 0, 2])                                      # (B, 2, H)
-        shape = g.op("Constant", value_t=torch.tensor([0, -1], dtype=torch.int64))
-        return g.op("Reshape", h, shape)                                                # (B, 2H)
-
-
-def _packed_lstm(x, lengths, w, r, b):
-    """PyTorch's bidirectional LSTM on ONNX-ordered weights over right-padded rows: (packed output, (h, c))."""
-    four = int(r.shape[1])  # under the tracer shapes are tensors
-    lstm = nn.LSTM(int(x.shape[-1]), int(r.shape[-1]), batch_first=True, bidirectional=True)
-    state = {}
-    for d, suffix in enumerate(("_l0", "_l0_reverse")):
-        state.update({"weight_ih" + suffix: _torch_gates(w[d]), "weight_hh" + suffix: _torch_gates(r[d]),
-                      "bias_ih" + suffix: _torch_gates(b[d, :four]), "bias_hh" + suffix: _torch_gates(b[d, four:])})
-    lstm.load_state_dict(state)
-    return lstm(pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False))
-
-
-def _onnx_lstm(g, x, lengths, w, r, b):
-    """One bidirectional ONNX LSTM over (B, T, I) rows of the given lengths: its outputs Y, Y_h, Y_c."""
-    xt = g.op("Transpose", x, perm_i=[1, 0, 2])                                         # (T, B, I)
-    lens = g.op("Cast", lengths, to_i=6)                                                # int32
-    return g.op("LSTM", xt, w, r, b, lens, direction_s="bidirectional", hidden_size_i=r.type().sizes()[-1],
-                outputs=3)
-
-
-class BiLSTMGraph(nn.Module):
-    """The BiLSTM student's forward pass as one exportable graph, on the student's own weights.
-
-    Each layer is one bidirectional ONNX LSTM with the rows' lengths (_LSTMWithLengths), its weights
-    reordered into ONNX's gate order here. A trimmed vocabulary's remapping (WordPiece id → student row)
-    is inside the graph, so it takes the tokenizer's ids as they are.
-    """
-
-    def __init__(self, model: BiLSTM, remap: Optional[torch.Tensor]):
-        super().__init__()
-        self.model = model
-        self.register_buffer("remap", remap.clone() if remap is not None else None)
-        lstm, cfg = model.lstm, model.config
-        for layer in range(cfg.layers):
-            names = [f"_l{layer}", f"_l{layer}_reverse"]
-            # ONNX's: W (2, 4H, I), R (2, 4H, H), B (2, 8H) = input then recurrent biases, per direction
-            w = torch.stack([_onnx_gates(getattr(lstm, "weight_ih" + n)) for n in names])
-            r = torch.stack([_onnx_gates(getattr(lstm, "weight_hh" + n)) for n in names])
-            b = torch.stack([torch.cat([_onnx_gates(getattr(lstm, "bias_ih" + n)),
-                                        _onnx_gates(getattr(lstm, "bias_hh" + n))]) for n in names])
-            self.register_buffer(f"w{layer}", w.detach().clone())
-            self.register_buffer(f"r{layer}", r.detach().clone())
-            self.register_buffer(f"b{layer}", b.detach().clone())
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        m, cfg = self.model, self.model.config
-        ids = self.remap[input_ids] if self.remap is not None else input_ids            # (B, T)
-        T = ids.shape[1]
-        lengths = (attention_mask != 0).sum(1).clamp(min=1)                              # (B,)
-        x = m.embed(ids)                                                                 # (B, T, E)
-        for layer in range(cfg.layers):                                                  # no dropout: eval
-            # `pool: last` reads only the top layer's final states: forward at each row's last token,
-            # backward at position 0.
-            top_last = layer == cfg.layers - 1 and cfg.pool != "max"
-            x = (_LSTMLastStates if top_last else _LSTMWithLengths).apply(
-                x, lengths, getattr(self, f"w{layer}"), getattr(self, f"r{layer}"), getattr(self, f"b{layer}"))
-        if cfg.pool == "max":                                                            # x: (B, T, 2H)
-            valid = torch.arange(T, device=ids.device).unsqueeze(0) < lengths.unsqueeze(1)  # (B, T)
-            # The exported padding is 0, not -inf: mask it as the model does.
-            pooled = x.masked_fill(~valid.unsqueeze(-1), float("-inf")).max(dim=1).values  # (B, 2H)
-        else:
-            pooled = x                                                                   # (B, 2H)
-        z = m.head(pooled)                                                               # (B, D)
-        rep = F.gelu(z) if cfg.head_act == "gelu" else F.relu(z)
-        return m.classifier(rep)                                                         # (B, C)
 
 
 class HFGraph(nn.Module):
@@ -436,62 +311,13 @@ def _export(model_path: str, out: Output, *, format: str, opset: int, max_length
                         "decided while it runs, which one ONNX graph cannot express. To export the model without "
                         "exits, pass the model the exits were trained on (`transferset exits --model`)")
     graph, used, declared = graph_of(student)
-    example = student.tokens.tokenizer(CHECK_TEXTS[:2], ["the film is good", "a short second text"], padding=True,
-                                       return_tensors="pt")
-    axes = {name: {0: "batch", 1: "sequence"} for name in used}
-    # Traced on a padded batch of pairs: every branch that padding or a second segment takes is in the graph.
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, ONNX_FILE)
-        with warnings.catch_warnings(), torch.inference_mode(False), torch.no_grad():
-            warnings.simplefilter("ignore")  # the legacy exporter's deprecation and tracer warnings
-            torch.onnx.export(graph, tuple(example[name] for name in used), path, input_names=used,
-                              output_names=[OUTPUT], dynamic_axes={**axes, OUTPUT: {0: "batch"}},
-                              opset_version=opset, dynamo=False)
+        _trace(student, graph, used, path, opset)
         _declare_unused_inputs(path, declared, used)
-        tokenizer = student.tokens.tokenizer
-        limit = tokenizer.model_max_length
-        tokenizer.model_max_length = student.tokens.max_length  # truncation=True then cuts where the student did
-        try:
-            tokenizer.save_pretrained(tmp)
-        finally:
-            tokenizer.model_max_length = limit
-        with open(os.path.join(tmp, schema.HF_CONFIG_FILE), "w", encoding="utf-8") as fh:
-            json.dump({"id2label": {str(i): n for i, n in enumerate(student.label_names)}}, fh)
-        diff, scale = check_export(student, OnnxStudent.from_dir(tmp, student.tokens.max_length))
-        # Relative to the logits' scale: float32 kernels of two runtimes differ in proportion to the values.
-        if not diff <= TOLERANCE * max(1.0, scale):
-            raise UserError(f"export: onnxruntime's logits differ from PyTorch's by {diff:.2e} (logits up to "
-                            f"{scale:.2f}; allowed {TOLERANCE} per unit) on the check sentences; the graph of "
-                            f"{model_path} does not export faithfully")
-        int8 = None
-        if quantize == "int8":
-            # Quantized from the float32 graph just checked, then checked again: a refusal is the int8 step's.
-            fp32_bytes = os.path.getsize(path)
-            with tempfile.TemporaryDirectory() as keep:
-                fp32 = shutil.copy2(path, os.path.join(keep, ONNX_FILE))
-                reasons: list[str] = []
-                for variant in INT8_VARIANTS:  # the first that passes the check is kept
-                    # one model.onnx: every reader of an export takes it unchanged
-                    nodes = quantize_int8(fp32, path, **variant)
-                    check = check_int8(student, OnnxStudent.from_dir(tmp, student.tokens.max_length))
-                    problems = int8_problems(check)
-                    if not problems:
-                        break
-                    reasons.append(f"{_variant_name(variant)}: " + ", and ".join(problems))
-                else:
-                    raise Int8Refused(_int8_refusal(model_path, reasons))
-            int8 = {"quantize": "int8", "check_max_abs_diff": check["max_abs_diff"],
-                    "check_tolerance": INT8_TOLERANCE * max(1.0, check["range"]),
-                    "check_tolerance_rule": f"{INT8_TOLERANCE:g} x max(1, range of the check logits); no label "
-                                            f"change where PyTorch's margin >= {INT8_TIE:g} x that",
-                    "check_logit_range": check["range"], "check_rows": check["rows"],
-                    "check_labels_changed": len(check["flips"]), "fp32_check_max_abs_diff": diff,
-                    "fp32_bytes": fp32_bytes,
-                    "quantization": {"method": "onnxruntime.quantization.quantize_dynamic", "weights": "int8",
-                                     "per_channel": True, "reduce_range": variant["reduce_range"],
-                                     "activations": "uint8, dynamic", "ops": list(variant["ops"]), "nodes": nodes,
-                                     "variant": _variant_name(variant),
-                                     "refused_before": reasons}}
+        _save_tokenizer(student, tmp)
+        diff = _check_float32(student, tmp, model_path)
+        int8 = _quantize_int8(student, tmp, model_path, diff) if quantize == "int8" else None
         with open(os.path.join(tmp, schema.HF_CONFIG_FILE), "w", encoding="utf-8") as fh:
             json.dump(_config(student, declared, opset, model_path, diff, int8), fh, indent=2)
         out.prepare()  # the export was checked: only now is anything under OUT changed
@@ -506,3 +332,75 @@ def _export(model_path: str, out: Output, *, format: str, opset: int, max_length
                                             "fp32_check_max_abs_diff", "fp32_bytes")})
         result["int8_nodes"] = int8["quantization"]["nodes"]
     return result
+
+
+def _trace(student: Student, graph: nn.Module, used: Sequence[str], path: str, opset: int) -> None:
+    """Write `graph` as ONNX to `path`, batch and sequence length dynamic.
+
+    Traced on a padded batch of pairs: every branch that padding or a second segment takes is in the graph.
+    """
+    example = student.tokens.tokenizer(CHECK_TEXTS[:2], ["the film is good", "a short second text"], padding=True,
+                                       return_tensors="pt")
+    axes = {name: {0: "batch", 1: "sequence"} for name in used}
+    with warnings.catch_warnings(), torch.inference_mode(False), torch.no_grad():
+        warnings.simplefilter("ignore")  # the legacy exporter's deprecation and tracer warnings
+        torch.onnx.export(graph, tuple(example[name] for name in used), path, input_names=used,
+                          output_names=[OUTPUT], dynamic_axes={**axes, OUTPUT: {0: "batch"}},
+                          opset_version=opset, dynamo=False)
+
+
+def _save_tokenizer(student: Student, folder: str) -> None:
+    """The student's tokenizer, truncating where the student did, and config.json's id2label, in `folder`."""
+    tokenizer = student.tokens.tokenizer
+    limit = tokenizer.model_max_length
+    tokenizer.model_max_length = student.tokens.max_length  # truncation=True then cuts where the student did
+    try:
+        tokenizer.save_pretrained(folder)
+    finally:
+        tokenizer.model_max_length = limit
+    with open(os.path.join(folder, schema.HF_CONFIG_FILE), "w", encoding="utf-8") as fh:
+        json.dump({"id2label": {str(i): n for i, n in enumerate(student.label_names)}}, fh)
+
+
+def _check_float32(student: Student, folder: str, model_path: str) -> float:
+    """The largest |logit difference| of the export in `folder` from PyTorch; refused beyond TOLERANCE."""
+    diff, scale = check_export(student, OnnxStudent.from_dir(folder, student.tokens.max_length))
+    # Relative to the logits' scale: float32 kernels of two runtimes differ in proportion to the values.
+    if not diff <= TOLERANCE * max(1.0, scale):
+        raise UserError(f"export: onnxruntime's logits differ from PyTorch's by {diff:.2e} (logits up to "
+                        f"{scale:.2f}; allowed {TOLERANCE} per unit) on the check sentences; the graph of "
+                        f"{model_path} does not export faithfully")
+    return diff
+
+
+def _quantize_int8(student: Student, folder: str, model_path: str, fp32_diff: float) -> dict:
+    """Quantize the float32 graph in `folder` in place, the first of INT8_VARIANTS that passes the int8
+    check; → the config's int8 record. Int8Refused when none passes."""
+    # Quantized from the float32 graph just checked, then checked again: a refusal is the int8 step's.
+    path = os.path.join(folder, ONNX_FILE)
+    fp32_bytes = os.path.getsize(path)
+    with tempfile.TemporaryDirectory() as keep:
+        fp32 = shutil.copy2(path, os.path.join(keep, ONNX_FILE))
+        reasons: list[str] = []
+        for variant in INT8_VARIANTS:  # the first that passes the check is kept
+            # one model.onnx: every reader of an export takes it unchanged
+            nodes = quantize_int8(fp32, path, **variant)
+            check = check_int8(student, OnnxStudent.from_dir(folder, student.tokens.max_length))
+            problems = int8_problems(check)
+            if not problems:
+                break
+            reasons.append(f"{_variant_name(variant)}: " + ", and ".join(problems))
+        else:
+            raise Int8Refused(_int8_refusal(model_path, reasons))
+    return {"quantize": "int8", "check_max_abs_diff": check["max_abs_diff"],
+            "check_tolerance": INT8_TOLERANCE * max(1.0, check["range"]),
+            "check_tolerance_rule": f"{INT8_TOLERANCE:g} x max(1, range of the check logits); no label "
+                                    f"change where PyTorch's margin >= {INT8_TIE:g} x that",
+            "check_logit_range": check["range"], "check_rows": check["rows"],
+            "check_labels_changed": len(check["flips"]), "fp32_check_max_abs_diff": fp32_diff,
+            "fp32_bytes": fp32_bytes,
+            "quantization": {"method": "onnxruntime.quantization.quantize_dynamic", "weights": "int8",
+                             "per_channel": True, "reduce_range": variant["reduce_range"],
+                             "activations": "uint8, dynamic", "ops": list(variant["ops"]), "nodes": nodes,
+                             "variant": _variant_name(variant),
+                             "refused_before": reasons}}
