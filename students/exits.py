@@ -33,7 +33,7 @@ from typing import Iterator, Optional
 import torch
 import torch.nn as nn
 
-from students.family import StudentFileError, json_kind, read_json_object
+from students.files import StudentFileError, json_kind, read_json_object
 from transferset import __version__, schema
 from transferset.errors import UserError
 
@@ -74,12 +74,18 @@ def normalized_entropy(logits: torch.Tensor) -> torch.Tensor:
     return -(logp.exp() * logp).sum(-1) / math.log(logits.shape[-1])
 
 
+def leaves(uncertainty: torch.Tensor, speed: float) -> torch.Tensor:
+    """Whether a row leaves at a branch: its uncertainty there strictly below `speed` (so speed 0 keeps every
+    row to the top). The exit rule, in one place: exit_layers applies it to every branch at once,
+    adaptive_forward branch by branch as the rows go up."""
+    return uncertainty < speed
+
+
 def exit_layers(uncertainty: torch.Tensor, speed: float) -> torch.Tensor:
-    """(B, L-1) uncertainty of each branch → (B,) the 1-based layer each row leaves at: the first k with
-    uncertainty below `speed`, else L (the model's own head). The rule, in one place; adaptive_forward
-    applies it layer by layer."""
+    """(B, L-1) uncertainty of each branch → (B,) the 1-based layer each row leaves at: the first k where
+    it `leaves`, else L (the model's own head)."""
     n = uncertainty.shape[1] + 1
-    below = uncertainty < speed
+    below = leaves(uncertainty, speed)
     first = below.float().argmax(1) + 1  # argmax: the first of equal maxima
     return torch.where(below.any(1), first, torch.full_like(first, n))
 
@@ -182,7 +188,7 @@ def adaptive_forward(model: nn.Module, branches: Branches, ids: torch.Tensor, ma
             break
         if speed > 0:
             logits = branches.heads[k - 1](pool(hidden, m, branches.config.pool))   # (b', C)
-            done = normalized_entropy(logits) < speed
+            done = leaves(normalized_entropy(logits), speed)
             if bool(done.any()):
                 out[rows[done]] = logits[done].float()
                 used[rows[done]] = k

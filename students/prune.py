@@ -121,8 +121,7 @@ class _Logits(torch.nn.Module):
         return transformer.forward(self.model, batch["ids"], batch["mask"], batch["type_ids"])["logits"]
 
 
-def recover(cfg: PruneConfig, student: Student, transfer_dir: str, dev: EvalData, work: str,
-            progress: bool) -> dict:
+def recover(cfg: PruneConfig, student: Student, transfer_dir: str, dev: EvalData, progress: bool) -> dict:
     """Distil the pruned model towards the scored set's teacher_logits; keeps the best epoch on `dev`
     (the pruned model as it starts competes)."""
     rows, _ = count_rows(transfer_dir, len(student.label_names))
@@ -177,7 +176,7 @@ def _prune(cfg: PruneConfig, student: Student, model_path: str, dev: EvalData, w
         importance, remove, pruned_acc = None, {}, before
     recovery = None
     if transfer_dir is not None:
-        recovery = recover(cfg, student, transfer_dir, dev, work, progress)
+        recovery = recover(cfg, student, transfer_dir, dev, progress)
     final = accuracy(student.predict_ids(dev.texts, dev.texts_b), dev.labels)
     save(student, model_path, work)
     record = {

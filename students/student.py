@@ -31,7 +31,7 @@ import torch
 from students.build import HF_FAMILY, Family, Setup, family
 from students.encoding import Encoder
 from students.exits import Branches, adaptive_forward, check_speed, has_exits, load_branches, save_branches
-from students.family import JSON_KINDS, RESAVE, StudentFileError, json_kind, read_json_object
+from students.files import JSON_KINDS, RESAVE, StudentFileError, json_kind, read_json_object
 from students.losses import NO_LABEL
 from students.teacher_files import NO_CODE_LOAD
 from students.transformer import load_hf_classifier

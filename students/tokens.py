@@ -22,7 +22,7 @@ import torch
 
 from students import teacher_files
 from students.encoding import ARRAYS, Encoder
-from students.family import RESAVE, StudentFileError
+from students.files import RESAVE, StudentFileError
 from transferset import schema
 from transferset.config import StudentConfig
 from transferset.errors import UserError

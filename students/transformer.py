@@ -28,7 +28,8 @@ from typing import Mapping, Optional, Sequence
 import torch
 import torch.nn as nn
 
-from students.family import Batch, Built, Context, StudentFileError, model_values, projection, read_json_object
+from students.family import Batch, Built, Context, model_values, projection
+from students.files import StudentFileError, read_json_object
 from students.teacher_files import (NO_CODE_LOAD, NO_CODE_PRETRAINED, NO_CODE_TRAIN, checkpoint, no_teacher_dir,
                                     pkd_columns, teacher_depth)
 from students.tokens import PretrainedTokens, WordPieceTokens, pca_basis, teacher_state, teacher_wordpiece

@@ -51,11 +51,6 @@ def read_metadata(directory: str, *, scored: bool = False) -> dict[str, Any]:
     return meta
 
 
-def parquet_file(path: str) -> pq.ParquetFile:
-    """A ParquetFile over `fs.open_input(path)`: local paths and URLs alike."""
-    return pq.ParquetFile(fs.open_input(path))
-
-
 def read_schema(path: str) -> pa.Schema:
     with fs.open_input(path) as fh:
         return pq.read_schema(fh)
