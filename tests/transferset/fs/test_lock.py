@@ -97,12 +97,18 @@ def test_a_stale_lock_of_a_dead_pid_is_taken_over_with_a_warning(tmp_path, dead_
     assert not os.path.exists(os.path.join(out, schema.LOCK_FILE))
 
 
-def test_a_reused_pid_does_not_keep_a_lock_alive(tmp_path, live_pid):
+def test_a_reused_pid_does_not_keep_a_lock_alive(tmp_path, live_pid, caplog):
     """The pid runs, but it started after the lock: another process got the dead owner's pid."""
     out = str(tmp_path / "out")
-    plant_lock(out, live_pid, started=time.time() - 3600)
-    with output_lock(out):
-        pass
+    stale = plant_lock(out, live_pid, started=time.time() - 3600)
+    lock = os.path.join(out, schema.LOCK_FILE)
+    with output_lock(out) as info:
+        # taken over: the lock on disk is now this process's, not the planted one
+        assert info.pid == os.getpid() and info.token != stale.token
+        with open(lock, "rb") as fh:
+            assert LockInfo.from_bytes(fh.read()).token == info.token
+    assert "taking over a stale lock" in caplog.text and str(live_pid) in caplog.text
+    assert not os.path.exists(lock)
 
 
 def test_a_lock_of_another_host_is_never_taken_over(tmp_path, dead_pid):
