@@ -32,7 +32,7 @@ LAYERS = (-1, 2)  # teacher_hidden and teacher_hidden_l2: the pkd targets of a 2
 TRIMMED = {f for f, kind in testing.FAMILIES.items() if kind != "wordpiece"}
 STUDENT = {"epochs": 1, "batch_size": 32, "threads": 1, "latency_examples": 1, "agreement_rows": 64,
            "max_length": MAX_LENGTH}
-BILSTM = {**STUDENT, "student": "bilstm", "model": {"embed_dim": 16, "hidden": 16, "head_dim": 16}}
+BILSTM = testing.small_student(16, **STUDENT, student="bilstm", model={"head_dim": 16})
 # A 2-layer student cut from the 4-layer teacher (skip: layers 2 and 4) on every loss at once, in one phase:
 # TinyBERT's preset (embedding, hidden and attention-score MSE, KD) with MiniLM's attention and value-relation
 # KL, DistilBERT's cosine and PKD, the layer losses against the teacher run alongside.

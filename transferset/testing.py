@@ -157,6 +157,30 @@ def write_scored_set(directory: str, texts: Sequence[str], logits: Any, hidden: 
 
 # --------------------------------------------------------------------------- tiny teachers of every family
 #
+# A small student: BiLSTM embeddings and units this wide train in seconds on a tiny scored set.
+SMALL_WIDTH = 8
+
+
+def small_student(width: int = SMALL_WIDTH, **settings) -> dict:
+    """The settings of a small, fast BiLSTM student (a `train` config section, for StudentConfig(**...) or a
+    YAML file: `write_student_config`): embeddings and LSTM `width` wide, one torch thread, `settings` on top.
+
+    A `model` given is merged into the small one (`model={"head_dim": 16}` keeps the small widths). One
+    thread: on a shared 2-core machine two threads spin against other jobs and run an LSTM step ~20x slower.
+    """
+    model = {"embed_dim": width, "hidden": width, **(settings.pop("model", None) or {})}
+    return {"threads": 1, **settings, "model": model}
+
+
+def write_student_config(path: str, width: int = SMALL_WIDTH, **settings) -> str:
+    """`small_student(width, **settings)` as a YAML file at `path` (for `--config`); → the path."""
+    import yaml
+
+    with open(path, "w", encoding="utf-8") as fh:
+        yaml.safe_dump(small_student(width, **settings), fh)
+    return str(path)
+
+
 # The encoders users bring, each as a folder a user would give transferset: a random sequence classifier
 # built from its family's config, with a tokenizer of its family's kind trained on the fly on a few hundred
 # sentences (the `tokenizers` library, no download) and wrapped in the transformers class that family's

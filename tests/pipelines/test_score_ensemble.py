@@ -177,7 +177,7 @@ def test_unknown_combine_is_a_usage_error(tmp_path, transfer_dir, teachers, caps
 def test_a_student_trains_on_the_ensemble(ensemble_scored, tmp_path, capsys):
     dev = tmp_path / "dev.tsv"
     dev.write_text("sentence\tlabel\n" + "".join(f"{t}\t{i % 2}\n" for i, t in enumerate(TEXTS)))
-    (tmp_path / "small.yaml").write_text("model: {embed_dim: 8, hidden: 8}\nembed_init: random\n")
+    testing.write_student_config(str(tmp_path / "small.yaml"), embed_init="random")
     out = tmp_path / "student"
     rc = cli.main(["train", "--no-progress", "--transfer", ensemble_scored, "--dev", str(dev), "--output", str(out),
                    "--epochs", "1", "--config", str(tmp_path / "small.yaml")])

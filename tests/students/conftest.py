@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from transferset import schema, sources
+from transferset import schema, sources, testing
 
 ROWS = 1000
 LAYERS = (2, 4, 6)  # hidden_states[k] of the 6-layer MiniLM, for PKD: l2, l4 columns; 6 is teacher_hidden
@@ -182,17 +182,10 @@ def make_scored(teacher_outputs):
 
 @pytest.fixture(scope="session")
 def small_bilstm_config():
-    """small_bilstm_config(path, **settings): a YAML config for a small, fast BiLSTM.
-
-    One torch thread: on a shared 2-core CI machine, two threads spin against other jobs and run
-    an LSTM step ~20× slower.
-    """
-    import yaml
-
+    """small_bilstm_config(path, **settings): a YAML config for a small, fast BiLSTM
+    (transferset.testing.small_student), 96 wide."""
     def write(path: Path, **extra) -> str:
-        values = {"threads": 1, "latency_examples": 64, "model": {"embed_dim": 96, "hidden": 96}, **extra}
-        path.write_text(yaml.safe_dump(values))
-        return str(path)
+        return testing.write_student_config(str(path), 96, **{"latency_examples": 64, **extra})
     return write
 
 

@@ -12,7 +12,7 @@ from shipped import dev_rows, labels_without_transferset, scored, shipped_models
 from students.evaluate import evaluate
 from students.export import export
 from students.student import EXPORT_KEY, ONNX_FILE, OnnxStudent, Student
-from transferset import schema
+from transferset import schema, testing
 from transferset.app.cli import main
 from transferset.errors import UserError
 
@@ -123,7 +123,7 @@ def test_export_refuses_what_it_cannot_write_faithfully(tmp_path, tmp_path_facto
     from students.build import setup
     from transferset.config import StudentConfig
 
-    s = setup(StudentConfig(threads=1, tokens="words", model={"embed_dim": 8, "hidden": 8}),
+    s = setup(StudentConfig(**testing.small_student(tokens="words")),
               scored(tmp_path_factory, sst2_dir)[1])
     Student.from_setup(s).save_pretrained(str(tmp_path / "words"))
     with pytest.raises(UserError, match="tokens: words"):

@@ -7,9 +7,10 @@ import json
 import shutil
 
 import pytest
+import yaml
 
 from conftest import write_scored
-from transferset import schema
+from transferset import schema, testing
 from transferset.app.cli import main
 
 AUTO_MAPS = {
@@ -18,8 +19,8 @@ AUTO_MAPS = {
     "tokenizer_config.json": {"AutoTokenizer": ["tokenization.MyTokenizer", None]},
 }
 CONFIGS = {
-    "bilstm": "threads: 1\nlatency_examples: 8\nmodel: {embed_dim: 8, hidden: 8}\n",
-    "transformer": "threads: 1\nlatency_examples: 8\nmodel: {n_layer: 2}\n",
+    "bilstm": testing.small_student(latency_examples=8),
+    "transformer": {"threads": 1, "latency_examples": 8, "model": {"n_layer": 2}},
 }
 
 
@@ -39,7 +40,7 @@ def shipped(tmp_path_factory, tiny_teacher4) -> dict:
 
 def _train(tmp_path, scored_dir, dev, family, *flags, capsys):
     cfg = tmp_path / "cfg.yaml"
-    cfg.write_text(CONFIGS[family])
+    cfg.write_text(yaml.safe_dump(CONFIGS[family]))
     rc = main(["train", "--transfer", scored_dir, "--dev", dev, "--output", str(tmp_path / "run"),
                "--student", family, "--config", str(cfg), "--epochs", "1", "--no-progress", *flags])
     err = capsys.readouterr().err

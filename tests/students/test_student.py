@@ -11,7 +11,7 @@ from students import trainer
 from students.build import setup
 from students.losses import LossWeights
 from students.student import Predictions, Student
-from transferset import schema
+from transferset import schema, testing
 from transferset.app.cli import main
 from transferset.config import StudentConfig
 
@@ -263,8 +263,7 @@ class _OnDevice:
 def _small_bilstm(scored_dir):
     from students.build import setup as build_setup
 
-    return Student.from_setup(build_setup(StudentConfig(threads=1, embed_init="random",
-                                                        model={"embed_dim": 8, "hidden": 8}), scored_dir))
+    return Student.from_setup(build_setup(StudentConfig(**testing.small_student(embed_init="random")), scored_dir))
 
 
 def test_logits_are_brought_back_to_the_cpu(tiny_scored_dir, sst2_dev_texts):

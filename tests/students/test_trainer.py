@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from transferset import schema
+from transferset import schema, testing
 from transferset.app.cli import main
 
 from conftest import write_scored
@@ -121,7 +121,7 @@ def test_refuses_an_incomplete_scored_set_unless_allowed(tmp_path, tiny_scored, 
     killed = str(write_scored(tmp_path / "killed", **{**tiny_scored, "complete": False}))
     args = ["--transfer", killed, "--dev", sst2_dev200, "--output", str(tmp_path / "o"), "--epochs", "1",
             "--config", str(tmp_path / "small.yaml"), "--no-progress"]
-    (tmp_path / "small.yaml").write_text("model: {embed_dim: 8, hidden: 8}\nembed_init: random\n")
+    testing.write_student_config(str(tmp_path / "small.yaml"), embed_init="random")
     rc, err = _train(args, capsys)
     assert rc == 1 and f"{killed} is incomplete: no" in err and schema.COMPLETE_MARKER in err
     assert "--allow-incomplete" in err and not (tmp_path / "o").exists()

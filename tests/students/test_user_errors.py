@@ -6,11 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from transferset import schema
+from transferset import schema, testing
 from transferset.app.cli import main
-
-SMALL = "threads: 1\nlatency_examples: 8\nembed_init: random\nmodel: {embed_dim: 8, hidden: 8}\n"
-
 
 def _call(args, capsys):
     rc = main(args)
@@ -22,7 +19,7 @@ def _call(args, capsys):
 @pytest.fixture(scope="module")
 def small_student(tmp_path_factory, tiny_scored_dir, sst2_dev200):
     d = tmp_path_factory.mktemp("small_student")
-    (d / "cfg.yaml").write_text(SMALL)
+    testing.write_student_config(str(d / "cfg.yaml"), latency_examples=8, embed_init="random")
     assert main(["train", "--transfer", tiny_scored_dir, "--dev", sst2_dev200, "--output", str(d / "run"),
                  "--config", str(d / "cfg.yaml"), "--epochs", "1", "--no-progress"]) == 0
     return d / "run"

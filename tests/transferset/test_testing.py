@@ -21,3 +21,18 @@ def test_the_projects_builders_are_the_package_ones(tmp_path):
     assert table.column(schema.TEACHER_LABEL).to_pylist() == [1, 0, 1]
     assert table.column(schema.LABEL).to_pylist() == [1, 0, None]
     assert table.column(schema.TEACHER_HIDDEN).to_pylist()[2] == [0.0, 0.25]
+
+
+def test_the_small_student_builder_merges_settings_and_round_trips_through_yaml(tmp_path):
+    from transferset import typed
+    from transferset.config import StudentConfig
+
+    assert testing.small_student() == {"threads": 1, "model": {"embed_dim": 8, "hidden": 8}}
+    # a model given is merged into the small one; the width sets both small sizes
+    values = testing.small_student(16, epochs=2, model={"head_dim": 4, "hidden": 12})
+    assert values == {"threads": 1, "epochs": 2, "model": {"embed_dim": 16, "hidden": 12, "head_dim": 4}}
+    cfg = StudentConfig(**values)
+    assert (cfg.threads, cfg.epochs, cfg.model) == (1, 2, {"embed_dim": 16, "hidden": 12, "head_dim": 4})
+    path = testing.write_student_config(str(tmp_path / "small.yaml"), embed_init="random")
+    loaded = typed.load(StudentConfig, typed.read_yaml(path), path)
+    assert loaded == StudentConfig(**testing.small_student(embed_init="random")) and loaded.embed_init == "random"
