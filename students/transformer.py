@@ -18,9 +18,7 @@ student's layers onto the teacher's by the skip rule, with the teacher's depth f
 """
 from __future__ import annotations
 
-import contextlib
 import copy
-import inspect
 import os
 from dataclasses import dataclass, fields
 from typing import Mapping, Optional, Sequence
@@ -33,6 +31,10 @@ from students.files import StudentFileError, read_json_object
 from students.teacher_files import (NO_CODE_LOAD, NO_CODE_PRETRAINED, NO_CODE_TRAIN, checkpoint, no_teacher_dir,
                                     pkd_columns, teacher_depth)
 from students.tokens import PretrainedTokens, WordPieceTokens, pca_basis, teacher_state, teacher_wordpiece
+# The layer maps and the layer-level forward live in their own modules; they are this family's public names too.
+from students.transformer_layers import (FUSED_QKV, LAYER_LISTS, QKV_NAMES, capture_attention,  # noqa: F401
+                                        encoder_layers, forward, layer_list, qkv_modules)
+from students.transformer_maps import INITS, LAYER_MAPS, layer_pairs, teacher_layer_map  # noqa: F401
 from transferset import schema
 from transferset.config import STUDENT_PRESETS
 from transferset.errors import UserError
@@ -57,7 +59,6 @@ class TransformerConfig:
     intermediate_size: Optional[int] = None
 
 
-INITS = ("skip", "first", "random")
 # Settings of a student copied from the teacher, which a pretrained checkpoint does not take.
 TEACHER_COPY = ("n_layer", "init", "copy_classifier", "dropout", "hidden_size", "num_attention_heads",
                 "intermediate_size")
@@ -66,75 +67,6 @@ SHAPE = ("hidden_size", "num_attention_heads", "intermediate_size")  # settings 
 
 def config_fields() -> set[str]:
     return {f.name for f in fields(TransformerConfig)}
-
-
-def teacher_layer_map(n_layer: int, teacher_layers: int, init: str) -> list[int]:
-    """Teacher layer (1-based, as in `teacher_hidden_l{k}` / hidden_states[k]) behind each student layer."""
-    if init not in INITS:
-        raise ValueError(f"init must be one of {INITS}, got {init!r}")
-    if not 1 <= n_layer <= teacher_layers:
-        raise ValueError(f"a {n_layer}-layer student cannot take layers from a {teacher_layers}-layer teacher")
-    if init == "first":
-        return list(range(1, n_layer + 1))
-    # "skip", and also the PKD targets of a randomly initialised student.
-    m = teacher_layers // n_layer
-    return [m * (j + 1) for j in range(n_layer)]
-
-
-# StudentConfig.layer_map: which student layer the layer losses compare with which teacher layer.
-LAYER_MAPS = ("uniform", "skip", "first", "last", "last-K", "a list of teacher layers, one per student layer",
-              "student:teacher pairs")
-
-
-def layer_pairs(spec, n_layer: int, teacher_layers: int) -> list[tuple[int, int]]:
-    """(student layer, teacher layer) pairs, 1-based, for the layer losses.
-
-    uniform (= skip, TinyBERT's g(m) = m·T/n): as `teacher_layer_map`; first: layer j ↔ j; last: the student's
-    layers onto the teacher's top n; last-K: the student's top K layers onto the teacher's top K (MiniLM:
-    last-1); "2,4,6" (or a list): teacher layer of each student layer; "3:6,4:12": explicit pairs.
-    """
-    if isinstance(spec, (list, tuple)):
-        spec = ",".join(str(v) for v in spec)
-    spec = str(spec).strip()
-    if teacher_layers < 1:
-        raise ValueError("the teacher's depth is unknown; the layer map needs it")
-    if spec in ("uniform", "skip", "first"):
-        chosen = teacher_layer_map(n_layer, teacher_layers, "first" if spec == "first" else "skip")
-        return [(j + 1, t) for j, t in enumerate(chosen)]
-    if spec == "last" or spec.startswith("last-"):
-        k = n_layer if spec == "last" else _int(spec[5:], spec)
-        if not 1 <= k <= min(n_layer, teacher_layers):
-            raise ValueError(f"layer map {spec!r}: K must be between 1 and {min(n_layer, teacher_layers)} "
-                             f"(a {n_layer}-layer student, a {teacher_layers}-layer teacher)")
-        return [(n_layer - k + i, teacher_layers - k + i) for i in range(1, k + 1)]
-    items = [p.strip() for p in spec.split(",") if p.strip()]
-    if not items:
-        raise ValueError(f"layer map {spec!r}: choose one of {', '.join(LAYER_MAPS)}")
-    if all(":" in p for p in items):
-        pairs = [(_int(a, spec), _int(b, spec)) for a, b in (p.split(":", 1) for p in items)]
-    elif any(":" in p for p in items):
-        raise ValueError(f"layer map {spec!r}: give either teacher layers or student:teacher pairs, not both")
-    else:
-        pairs = [(j + 1, _int(t, spec)) for j, t in enumerate(items)]
-        if len(items) != n_layer:
-            raise ValueError(f"layer map {spec!r}: {len(items)} teacher layers for a {n_layer}-layer student "
-                             "(one per student layer, or student:teacher pairs)")
-    bad = [(s, t) for s, t in pairs if not (1 <= s <= n_layer and 1 <= t <= teacher_layers)]
-    if bad:
-        raise ValueError(f"layer map {spec!r}: pairs {bad} out of range (student layers 1..{n_layer}, "
-                         f"teacher layers 1..{teacher_layers})")
-    students = [s for s, _ in pairs]
-    if len(set(students)) != len(students):
-        raise ValueError(f"layer map {spec!r}: a student layer appears twice")
-    return sorted(pairs)
-
-
-def _int(text: str, spec: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise ValueError(f"layer map {spec!r}: {text!r} is not a layer number; choose one of "
-                         f"{', '.join(LAYER_MAPS)}") from None
 
 
 # Each shape setting under the names families give it: DistilBERT's feed-forward width is `hidden_dim` (its
@@ -313,113 +245,6 @@ def param_groups(model: nn.Module) -> dict[str, list[nn.Parameter]]:
         else:
             groups["head"].append(p)
     return groups
-
-
-# The query / key / value projections of a self-attention block, by architecture: BERT and its kin (RoBERTa,
-# XLM-R, ELECTRA), DeBERTa-v2/v3, DistilBERT, MPNet; ModernBERT's are one fused Linear (FUSED_QKV).
-QKV_NAMES = (("query", "key", "value"), ("query_proj", "key_proj", "value_proj"), ("q_lin", "k_lin", "v_lin"),
-             ("q", "k", "v"))
-FUSED_QKV = ("Wqkv",)
-# Where each family keeps its list of layers, under the base model: BERT and its kin, DeBERTa, ELECTRA,
-# MPNet: encoder.layer; DistilBERT: transformer.layer; ModernBERT: layers.
-LAYER_LISTS = ("encoder.layer", "transformer.layer", "layers")
-
-
-def layer_list(model: nn.Module) -> str:
-    """The path of the encoder's layer list under the base model (one of LAYER_LISTS)."""
-    base = model.base_model
-    for path in LAYER_LISTS:
-        obj = base
-        for part in path.split("."):
-            obj = getattr(obj, part, None)
-        if isinstance(obj, nn.ModuleList):
-            return path
-    raise ValueError(f"{type(model).__name__}: its layers are in none of {', '.join(LAYER_LISTS)}; a student cut "
-                     "from this teacher needs them: set init: random (its architecture only), or start from a "
-                     "pretrained checkpoint (model: {pretrained: ...})")
-
-
-def encoder_layers(model: nn.Module) -> nn.ModuleList:
-    """The encoder's layer list of a Hugging Face encoder (LAYER_LISTS)."""
-    obj = model.base_model
-    for part in layer_list(model).split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
-def qkv_modules(layer: nn.Module) -> tuple[nn.Module, ...]:
-    """The Linear modules that make a layer's queries, keys and values: three, or one fused (Q | K | V)."""
-    named = dict(layer.named_modules())
-    for names in QKV_NAMES:
-        by = {n.split(".")[-1]: m for n, m in named.items() if n.split(".")[-1] in names}
-        if len(by) == 3:
-            return by[names[0]], by[names[1]], by[names[2]]
-    fused = [m for n, m in named.items() if n.split(".")[-1] in FUSED_QKV]
-    if len(fused) == 1:
-        return (fused[0],)
-    raise ValueError(f"{type(layer).__name__}: no query/key/value projections found; the attention losses take "
-                     f"self-attention with projections named {', '.join('/'.join(n) for n in QKV_NAMES)} or a "
-                     f"fused {'/'.join(FUSED_QKV)}")
-
-
-@contextlib.contextmanager
-def capture_attention(model: nn.Module, layers: Sequence[int]):
-    """Within the block, each forward of `model` records the query, key and value projections of its 1-based
-    `layers` in the yielded dict: {k: (q, k, v)}, each (B, heads, L, d_k).
-
-    Forward hooks on the projections, so the attention kernel (eager, SDPA, ...) stays the model's own and
-    nothing is computed twice; scores Q·Kᵀ/√d_k are formed only where a loss needs them
-    (students.layer_losses.States). The tensors keep their autograd graph. `output_attentions` would not
-    do: in transformers 5 it needs eager attention and returns probabilities after the softmax (and after
-    attention dropout while training), not TinyBERT's scores.
-    """
-    heads = int(model.config.num_attention_heads)
-    found: dict[int, list] = {}
-    handles = []
-    blocks = encoder_layers(model)
-    try:
-        for k in sorted(set(layers)):
-            if not 1 <= k <= len(blocks):
-                raise ValueError(f"layer {k}: the model has {len(blocks)} layers")
-            modules = qkv_modules(blocks[k - 1])
-            for slot, module in enumerate(modules):
-                def hook(_module, _inputs, output, k=k, slot=slot, fused=len(modules) == 1):
-                    states = found.setdefault(k, [None, None, None])
-                    if states[slot] is not None:
-                        # The first call is the tokens' projection; DeBERTa calls the same projections again on
-                        # its relative position embeddings (share_att_key), which are not the layer's Q/K/V.
-                        return
-                    b, length, width = output.shape
-                    parts = output.chunk(3, dim=-1) if fused else (output,)   # fused: Q | K | V along the width
-                    for i, part in enumerate(parts):
-                        states[slot + i] = part.reshape(b, length, heads, part.shape[-1] // heads).transpose(1, 2)
-                handles.append(module.register_forward_hook(hook))
-        yield found
-    finally:
-        for h in handles:
-            h.remove()
-
-
-def forward(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor,
-            type_ids: Optional[torch.Tensor] = None, states: Optional[Sequence[int]] = None) -> dict:
-    """Any Hugging Face sequence classifier → logits, repr and the [CLS] state of every layer.
-
-    With `states` (1-based layers, possibly empty), also "hidden_states" (embeddings and every layer, each
-    (B, L, H)) and "qkv" ({layer: (q, k, v)} of those layers, see capture_attention): what the layer losses
-    compare (students/online.py).
-    """
-    kwargs = {"input_ids": ids, "attention_mask": mask.long(), "output_hidden_states": True}
-    # DistilBERT-like models take no token types; a pair's types only matter to models that have them.
-    if type_ids is not None and "token_type_ids" in inspect.signature(model.forward).parameters:
-        kwargs["token_type_ids"] = type_ids
-    with (capture_attention(model, states) if states else contextlib.nullcontext({})) as qkv:
-        out = model(**kwargs)
-    cls = torch.stack([h[:, 0] for h in out.hidden_states[1:]], dim=1)  # (B, L, H)
-    # repr: [CLS] of the last layer, what `transferset score` stores as teacher_hidden by default.
-    result = {"logits": out.logits, "repr": cls[:, -1], "cls_layers": cls}   # (B, C), (B, H), (B, L, H)
-    if states is not None:
-        result.update(hidden_states=out.hidden_states, qkv={k: tuple(v) for k, v in qkv.items()})
-    return result
 
 
 # --------------------------------------------------------------------------- the family: build, save, load

@@ -6,18 +6,6 @@ from students import transformer
 from students.tokens import teacher_state
 
 
-def test_teacher_layer_map_skip_keeps_every_mth_layer_ending_at_the_top():
-    assert transformer.teacher_layer_map(3, 6, "skip") == [2, 4, 6]
-    assert transformer.teacher_layer_map(2, 6, "skip") == [3, 6]
-    assert transformer.teacher_layer_map(4, 12, "skip") == [3, 6, 9, 12]
-    assert transformer.teacher_layer_map(3, 6, "first") == [1, 2, 3]
-    assert transformer.teacher_layer_map(2, 4, "random") == [2, 4]  # PKD targets of a random student
-    with pytest.raises(ValueError, match="7-layer student"):
-        transformer.teacher_layer_map(7, 6, "skip")
-    with pytest.raises(ValueError, match="init must be one of"):
-        transformer.teacher_layer_map(2, 6, "every")
-
-
 def _teacher(path):
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
