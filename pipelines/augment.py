@@ -225,6 +225,32 @@ def _excluded_keys(p, specs: Sequence[SourceSpec]):
 
 # --- the pipeline ---------------------------------------------------------------
 
+def _guarded(examples, excluded_keys):
+    """Sources equal to an evaluation sentence go before augmentation (tagged "excluded"): their variants
+    would be near-copies of evaluation data."""
+    return ({"examples": examples | "KeyExamplesByText" >> beam.Map(lambda e: (dedup_digest(e.text, e.text_b), e)),
+             "exclude": excluded_keys}
+            | "GroupSourcesByText" >> beam.CoGroupByKey()
+            | "GuardSources" >> beam.FlatMap(_guard_sources).with_outputs("excluded", main="kept"))
+
+
+def _check_stats(stats) -> bool:
+    """Finalize's check: every row is accounted for and no input had all its rows rejected (stats["problems"]
+    says what failed)."""
+    problems = reconcile(stats) + bad_inputs(stats["inputs"], stats["first_rejects"])
+    stats["problems"] = problems
+    return not problems
+
+
+def _static_stats(job: AugmentJob) -> dict:
+    """The settings stats.json records alongside the counts."""
+    cfg = job.augment
+    return {"recipe": cfg.recipe, "ops": list(cfg.ops), "n_iter": cfg.n_iter,
+            "unlabeled_n_iter": cfg.variants_for(False), "words_per_variant": cfg.words_per_variant,
+            "seed": cfg.seed,
+            "label_names": list(job.label_names)}
+
+
 def build(p: beam.Pipeline, job: AugmentJob) -> dict:
     cfg = job.augment
     specs = [replace(s, label_names=job.label_names) for s in job.inputs] + list(job.unlabeled)
@@ -235,12 +261,7 @@ def build(p: beam.Pipeline, job: AugmentJob) -> dict:
     rejects = read.rejects
 
     excluded_keys = _excluded_keys(p, job.exclude)
-    # Sources equal to an evaluation sentence go before augmentation: their variants would
-    # be near-copies of evaluation data.
-    guarded = ({"examples": examples | "KeyExamplesByText" >> beam.Map(lambda e: (dedup_digest(e.text, e.text_b), e)),
-                "exclude": excluded_keys}
-               | "GroupSourcesByText" >> beam.CoGroupByKey()
-               | "GuardSources" >> beam.FlatMap(_guard_sources).with_outputs("excluded", main="kept"))
+    guarded = _guarded(examples, excluded_keys)
     items, corpus = _with_contexts(guarded.kept | "NoContext" >> beam.Map(lambda ex: (ex, {})), cfg)
     expanded = items | "Augment" >> beam.FlatMap(_expand, cfg, **corpus).with_outputs("generated", main="rows")
     metadata = schema.base_metadata(job.label_names, **{
@@ -274,18 +295,8 @@ def build(p: beam.Pipeline, job: AugmentJob) -> dict:
         "inputs": per_file,
         "first_rejects": samples,
     }
-
-    def check(stats):
-        problems = reconcile(stats) + bad_inputs(stats["inputs"], stats["first_rejects"])
-        stats["problems"] = problems
-        return not problems
-
-    static = {"recipe": cfg.recipe, "ops": list(cfg.ops), "n_iter": cfg.n_iter,
-              "unlabeled_n_iter": cfg.variants_for(False), "words_per_variant": cfg.words_per_variant,
-              "seed": cfg.seed,
-              "label_names": list(job.label_names)}
     finished = p | "Finalize" >> opts.Finalize(job.output, counts, wait_on=[written, rejects_written],
-                                               static=static, check=check)
+                                               static=_static_stats(job), check=_check_stats)
     return {"written": resolved.written, "rejects": rejects, "stats": finished}
 
 

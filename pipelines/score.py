@@ -309,15 +309,9 @@ def _local_workers(pipeline: beam.Pipeline) -> int:
     return max(1, int(pipeline.options.view_as(DirectOptions).direct_num_workers or 1))
 
 
-def build(pipeline: beam.Pipeline, job: ScoreJob, p: Optional[Plan] = None) -> Plan:
-    """Add the scoring steps to `pipeline`; returns the checked plan (schema, metadata, prefix).
-
-    `p`: a plan already made (checks done): graph-building tests pass one for a gs:// output.
-    """
-    p = p or plan(job)
-    cfg = job.cfg
-    data_dir = p.data_dir
-
+def _read_and_route(pipeline: beam.Pipeline, p: Plan):
+    """(id counts, routed rows): each input row read once and routed to scoring, done (--resume), or rejects,
+    after the ids repeated in the input or already in the output are counted."""
     units = pipeline | "ListInputUnits" >> beam.Create(p.input_units)
     existing_files = pipeline | "ListExistingShards" >> beam.Create(p.existing_files)
     suspects = (((units | "HashInputIds" >> beam.Map(hash_input_ids)),
@@ -339,9 +333,13 @@ def build(pipeline: beam.Pipeline, job: ScoreJob, p: Optional[Plan] = None) -> P
               | "ReadAndRoute" >> beam.ParDo(ReadAndRoute(p.input_files), lookup=beam.pvalue.AsDict(counted.lookup)
                                              ).with_outputs(ReadAndRoute.REJECT, ReadAndRoute.DONE, ReadAndRoute.READ,
                                                             main="score"))
+    return counted, routed
 
-    teachers = job.teachers
-    handler = KeyedModelHandler(TeacherModelHandler(
+
+def _teacher_handler(job: ScoreJob, p: Plan) -> KeyedModelHandler:
+    """RunInference's handler: the teacher (or ensemble) as the plan checked it, ids travelling with rows."""
+    cfg, teachers = job.cfg, job.teachers
+    return KeyedModelHandler(TeacherModelHandler(
         teachers[0] if len(teachers) == 1 else teachers, combine=cfg.combine, pooling=cfg.hidden, layers=p.layers,
         max_length=p.max_length,
         min_batch_size=cfg.min_batch_size or cfg.batch_size, max_batch_size=cfg.batch_size,
@@ -350,6 +348,18 @@ def build(pipeline: beam.Pipeline, job: ScoreJob, p: Optional[Plan] = None) -> P
         torch_threads=cfg.torch_threads,
         allow_pickle=cfg.allow_pickle, trust_remote_code=cfg.trust_remote_code,
         sha256=p.member_sha256 or p.metadata[schema.META_TEACHER_SHA256], loader=job.loader))
+
+
+def build(pipeline: beam.Pipeline, job: ScoreJob, p: Optional[Plan] = None) -> Plan:
+    """Add the scoring steps to `pipeline`; returns the checked plan (schema, metadata, prefix).
+
+    `p`: a plan already made (checks done): graph-building tests pass one for a gs:// output.
+    """
+    p = p or plan(job)
+    cfg = job.cfg
+    data_dir = p.data_dir
+    counted, routed = _read_and_route(pipeline, p)
+    handler = _teacher_handler(job, p)
     written = (routed.score
                | "ScoreWithTeacher" >> RunInference(handler)
                | "WriteScoredShards" >> beam.ParDo(WriteShards(
