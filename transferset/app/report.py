@@ -266,8 +266,8 @@ def compressed_rows(compressed: dict[str, dict], lat: dict, tlat: dict, paths: d
     return rows
 
 
-def _dev_texts(dev: str) -> list[str]:
-    return list(read_texts(dev, opener=fs.open))
+def _dev_texts(dev: str, text_column: Optional[str] = None) -> list[str]:
+    return list(read_texts(dev, text_column=text_column, opener=fs.open))
 
 
 def write_report(paths: dict, cfg: dict, log=print) -> dict[str, Any]:
@@ -283,7 +283,7 @@ def write_report(paths: dict, cfg: dict, log=print) -> dict[str, Any]:
     compressed = paths.get("compressed") or {}  # the compress: section's models, by their row names
     timed = model_latency({**teachers, **{f"student:{name}": out for name, out in paths["students"].items()},
                            **{name: c["path"] for name, c in compressed.items()}},
-                          _dev_texts(paths["dev"])[:settings.latency_rows], rounds=rounds,
+                          _dev_texts(paths["dev"], (cfg.get("augment") or {}).get("text_column"))[:settings.latency_rows], rounds=rounds,
                           speeds={name: c["speed"] for name, c in compressed.items() if c["speed"] is not None})
     lat, cond = timed["models"], timed["conditions"]
     if members:
