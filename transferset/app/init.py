@@ -16,7 +16,7 @@ from typing import Any, Optional, Sequence
 import yaml
 
 from transferset import fs, typed
-from transferset.config import RunConfig
+from transferset.config import RunConfig, ValidationConfig
 from transferset.errors import ConfigError
 from transferset.sources import DEFAULT_LABEL_COLUMN, DEFAULT_TEXT_COLUMNS, HF_PREFIX, SourceError, detect_format
 from transferset.sources import delimited, hf, jsonl, parquet
@@ -94,15 +94,14 @@ def check_data(cfg) -> None:
     cols = cfg.augment.column_kwargs()
     label = cols["label_column"]
     if is_data_folder(cfg.data):
-        files = [("data", fs.join(cfg.data, "train.tsv")), ("data", fs.join(cfg.data, "dev.tsv"))]
+        files = [("data", fs.join(cfg.data, "train.tsv")), *([] if cfg.dev else [("data", fs.join(cfg.data, "dev.tsv"))])]
     else:
         files = [("data", train_file(cfg.data))]
     files += [(k, getattr(cfg, k)) for k in ("dev", "test") if getattr(cfg, k)]
     for key, path in files:
+        # a file that is not there is the run's own check to refuse (resolve_data names what a folder needs)
         if path.startswith(HF_PREFIX) or fs.exists(path):
             check_columns(path, cols["text_column"], label, where=f"{key}: ")
-        else:
-            raise ConfigError(f"{key}={path}: no such file")
 
 
 def data_settings(data: str, *, text_column: Optional[str] = None, label_column: Optional[str] = None,
@@ -146,8 +145,11 @@ def run_dir_for(data: str) -> str:
 def starter(data: str, **columns_and_files: Optional[str]) -> dict[str, Any]:
     """The starter run config for `data` (a raw mapping, type-checked by load_config): what `run --data`
     runs on without a YAML, and what `init` writes."""
-    return merge({"run_dir": run_dir_for(data), "students": copy.deepcopy(STARTER_STUDENTS)},
-                 data_settings(data, **columns_and_files))
+    raw = merge({"run_dir": run_dir_for(data), "students": copy.deepcopy(STARTER_STUDENTS)},
+                data_settings(data, **columns_and_files))
+    if raw.get("validation") == {}:  # spelled out, so the file shows what to change (the values: config.py's)
+        raw["validation"] = typed.to_dict(ValidationConfig())
+    return raw
 
 
 def _dump(value: Any) -> str:
@@ -167,7 +169,8 @@ def starter_yaml(data: str, output: str, command: str, **columns_and_files: Opti
     if "test" in raw:
         lines.append(f"test: {_dump(raw['test'])}  # scored once by every model at the end; no choice sees it")
     if "validation" in raw:
-        lines += ["# no dev file: the selection split is carved from train (seeded; rows: how many)",
+        lines += ["# no dev file: the selection split is `rows` train rows held out (seeded; by: sentence draws whole "
+                  "sentences)",
                   f"validation: {_dump(raw['validation'])}"]
     for section, comment in (("teacher", "fine-tuned on the labeled rows; model: any Hugging Face encoder"),
                              ("augment", "the transfer set: tang (mask, POS, n-gram) or tinybert (MLM) variants")):
@@ -211,6 +214,10 @@ def command_line(argv: Sequence[str]) -> str:
 
 
 def run(args: argparse.Namespace, extra) -> int:
+    for flag in ("data", "dev", "test"):
+        path = getattr(args, flag, None)
+        if path and not path.startswith(HF_PREFIX) and not fs.exists(path):
+            raise ConfigError(f"--{flag} {path}: no such file")
     if os.path.exists(args.output) and not args.overwrite:
         raise ConfigError(f"--output {args.output} exists: choose another file, or add --overwrite")
     kwargs = data_kwargs(args)

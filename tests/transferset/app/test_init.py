@@ -182,3 +182,9 @@ def test_run_without_config_or_data_says_what_to_give(capsys):
 def test_the_starter_students_are_the_demos():
     demo = yaml.safe_load((REPO / "configs" / "demo.yaml").read_text())
     assert STARTER_STUDENTS == demo["students"]
+
+
+def test_init_refuses_a_file_that_is_not_there(tmp_path, capsys):
+    assert main(["init", "--data", str(tmp_path / "nope.csv"), "--output", str(tmp_path / "my.yaml")]) == 2
+    assert f"--data {tmp_path / 'nope.csv'}: no such file" in capsys.readouterr().err
+    assert not (tmp_path / "my.yaml").exists()
