@@ -124,14 +124,15 @@ def _machine(cond: Optional[dict]) -> Optional[str]:
     """The machine a latency was taken on, in words (transferset.timing's conditions)."""
     if not cond:
         return None
-    parts = [f"{cond.get('threads', 1)} thread(s)"]
+    threads = cond.get("threads", 1)
+    parts = [f"{threads} thread{'' if threads == 1 else 's'}"]
     if cond.get("cpu_count"):
-        parts.append(f"{cond['cpu_count']} CPUs")
+        parts.append(f"a machine of {cond['cpu_count']} CPUs")
     load = cond.get("load_average_after")
-    if load:
-        parts.append(f"load average {load[0]:.2f}")
     if cond.get("busy"):
-        parts.append(f"busy: {cond.get('busy_because', 'other work')}, so slower than alone")
+        parts.append(f"busy ({cond.get('busy_because') or 'other work'}), so slower than alone")
+    elif load:
+        parts.append(f"load average {load[0]:.2f}")
     return ", ".join(parts)
 
 
@@ -233,7 +234,7 @@ def _usage(kind: str, folder: str) -> list[str]:
         return ["from transformers import pipeline", f"classify = pipeline('text-classification', model={folder!r})",
                 "print(classify('a charming and funny film'))"]
     return ["from students.student import Student", f"model = Student.from_pretrained({folder!r})",
-            "print(model.predict(['a charming and funny film']))"]
+            "print(model.predict(['a charming and funny film']).labels)"]
 
 
 def write_card(folder: str, figures: Optional[dict] = None, shown_as: Optional[str] = None) -> Optional[str]:
