@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # CPU build from the local wheel; an unpinned torch pulls a multi-GB CUDA build.
 TORCH_PIN := torch==2.13.0
 
-.PHONY: demo test bench clean
+.PHONY: demo test docs bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,10 +24,16 @@ test: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/transferset run --config configs/demo.yaml $(if $(DATA),data=$(DATA))
 
+# The documentation site, built strictly into site/: the command and configuration pages are regenerated from
+# the code first (docs/generate.py), then a broken link or a page missing from mkdocs.yml fails the build.
+docs: $(STAMP)
+	$(PY) docs/generate.py
+	$(VENV)/bin/mkdocs build --strict --site-dir site
+
 bench: $(STAMP)
 	$(PY) benchmarks/augment.py
 	$(PY) benchmarks/score.py
 	$(PY) benchmarks/train.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info runs
+	rm -rf $(VENV) build *.egg-info runs site

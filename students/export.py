@@ -53,6 +53,7 @@ from students.export_bilstm import BiLSTMGraph
 from students.student import EXPORT_KEY, ONNX_FILE, OnnxStudent, Student
 from students.tokens import WordPieceTokens
 from transferset import __version__, fs, schema
+from transferset.card import write_card
 from transferset.errors import UserError
 from transferset.fs.output import MODEL_NAMES, Output
 from transferset.fs.remote import local_teacher
@@ -324,6 +325,7 @@ def _export(model_path: str, out: Output, *, format: str, opset: int, max_length
         with out.local() as work:
             for name in os.listdir(tmp):
                 shutil.copy2(os.path.join(tmp, name), os.path.join(work, name))
+            write_card(work, shown_as=output)  # README.md: the source's card, with what the export changed
     result = {"output": output, "format": format, "family": student.family.name, "inputs": declared,
               "output_name": OUTPUT, "opset": opset, "labels": student.label_names,
               "check_max_abs_diff": diff, "onnx_bytes": fs.size(fs.join(output, ONNX_FILE)), "quantize": quantize}

@@ -32,6 +32,7 @@ from students.plots import plot_curves
 from students.schedules import Phase, phases
 from students.student import Student, accuracy
 from transferset import fs, schema, sources, timing, transfer, typed
+from transferset.card import write_card
 from transferset.config import DEFAULT_LR, LAYER_TEXTS_REST, StudentConfig
 from transferset.errors import UserError
 from transferset.fs.output import STUDENT_NAMES, Output
@@ -328,6 +329,7 @@ def _train(cfg: StudentConfig, transfer_dir: str, dev_path: str, out: Optional[O
         json.dump(metrics, fh, indent=2)
     if history:
         plot_curves(history, os.path.join(output, schema.CURVES_FILE))
+    write_card(output, shown_as=out.path if out is not None else None)  # README.md: the model card, from its records
     recipe.finish()
     return metrics
 

@@ -508,7 +508,12 @@ class RunConfig:
     """`transferset run --config YAML`: the whole chain, teacher → augment → score → students → report."""
 
     run_dir: str = "runs/run"  # every stage writes into a folder of it
-    data: Optional[str] = None  # folder with train.tsv and dev.tsv (None: ../shared/data/sst2, else the hub's GLUE SST-2)
+    # the train file (TSV, CSV, JSONL, Parquet), hf:NAME[:CONFIG] (its train and validation splits), or a folder
+    # with train.tsv and dev.tsv (None: ../shared/data/sst2, else the hub's GLUE SST-2)
+    data: Optional[str] = None
+    # labeled selection file: the teacher's best epoch and early stopping (None: the folder's dev.tsv, the hf
+    # dataset's validation split; a train file needs it or `validation`, which carves the split from train)
+    dev: Optional[str] = None
     # labeled test file: every model is scored on it at the end and no choice ever sees it (None: the data
     # folder's test.tsv when there is one; with `validation`, the dev file)
     test: Optional[str] = None

@@ -124,8 +124,12 @@ def split_data(train: str, out_dir: str, cfg: RunConfig) -> dict[str, Optional[s
     (with their labels, which nothing that reads them uses: the text of a student's `layer_texts: rest`).
     Returns the paths and writes split.json with the row counts.
     """
-    labels = infer_label_names(train, opener=fs.open)
-    rows = [r for r in read_source(SourceSpec(path=train, label_names=labels), opener=fs.open)
+    # read with the run's columns, and written under the same names, so every stage reads the split files as
+    # it reads the dev and test files
+    text_key, label_key = cfg.augment.text_column or "text", cfg.augment.label_column
+    labels = infer_label_names(train, label_column=label_key, opener=fs.open)
+    rows = [r for r in read_source(SourceSpec(path=train, label_names=labels, text_column=cfg.augment.text_column,
+                                              label_column=label_key), opener=fs.open)
             if isinstance(r, Example)]
     validation_idx: list[int] = []
     dropped = {"copies": 0, "phrases": 0}
@@ -156,14 +160,14 @@ def split_data(train: str, out_dir: str, cfg: RunConfig) -> dict[str, Optional[s
     fs.makedirs(out_dir)
     paths: dict[str, Optional[str]] = {"labeled": fs.join(out_dir, LABELED_FILE),
                                        "unlabeled": fs.join(out_dir, UNLABELED_FILE), "validation": None}
-    _write_jsonl(paths["labeled"], ({"text": rows[i].text, "label": labels[rows[i].label]} for i in labeled_idx))
-    _write_jsonl(paths["unlabeled"], ({"text": rows[i].text} for i in rest))
+    _write_jsonl(paths["labeled"], ({text_key: rows[i].text, label_key: labels[rows[i].label]} for i in labeled_idx))
+    _write_jsonl(paths["unlabeled"], ({text_key: rows[i].text} for i in rest))
     paths["rest"] = fs.join(out_dir, REST_FILE)
-    _write_jsonl(paths["rest"], ({"text": rows[i].text, "label": labels[rows[i].label]} for i in left))
+    _write_jsonl(paths["rest"], ({text_key: rows[i].text, label_key: labels[rows[i].label]} for i in left))
     if validation_idx:
         paths["validation"] = fs.join(out_dir, VALIDATION_FILE)
         _write_jsonl(paths["validation"],
-                     ({"text": rows[i].text, "label": labels[rows[i].label]} for i in validation_idx))
+                     ({text_key: rows[i].text, label_key: labels[rows[i].label]} for i in validation_idx))
     fs.write_json(fs.join(out_dir, SPLIT_STATS_FILE),
                   {"train": train, "train_rows": len(rows), "labeled_rows": len(labeled_idx),
                    "unlabeled_rows": len(rest), "rest_rows": len(left), "validation_rows": len(validation_idx),

@@ -33,7 +33,9 @@ COMMANDS = {
               "distillation from the cached logits", False),
     "exits": ("transferset.app.exits", "train FastBERT's early exits of a frozen teacher or transformer student "
               "(then evaluate / predict --speed)", False),
-    "run": ("transferset.app.runner", "run the whole chain from a YAML config", False),
+    "run": ("transferset.app.runner", "run the whole chain: teacher, transfer set, scores, students, report "
+            "(--data FILE, or a YAML config)", False),
+    "init": ("transferset.app.init", "write a commented starter run config for your own data", False),
 }
 
 # Path-like arguments of each command (argparse dest names), normalised once here before dispatch
@@ -46,7 +48,8 @@ PATH_ARGS = {
     "score": ("input", "teacher", "output"),
     "train": ("transfer", "dev", "output", "config", "teacher", "tokenizer"),
     "evaluate": ("model", "data"),
-    "run": ("config",),
+    "run": ("config", "data", "dev", "test"),
+    "init": ("data", "dev", "test", "output"),
     "predict": ("model", "input", "output"),
     "export": ("model", "output"),
     "prune": ("model", "selection", "transfer", "output"),

@@ -266,8 +266,8 @@ def compressed_rows(compressed: dict[str, dict], lat: dict, tlat: dict, paths: d
     return rows
 
 
-def _dev_texts(dev: str) -> list[str]:
-    return list(read_texts(dev, opener=fs.open))
+def _dev_texts(dev: str, text_column: Optional[str] = None) -> list[str]:
+    return list(read_texts(dev, text_column=text_column, opener=fs.open))
 
 
 def write_report(paths: dict, cfg: dict, log=print) -> dict[str, Any]:
@@ -279,7 +279,7 @@ def write_report(paths: dict, cfg: dict, log=print) -> dict[str, Any]:
     settings = ReportConfig(**(cfg.get("report") or {}))  # the run's report: section
     rounds = settings.latency_rounds
     compressed = paths.get("compressed") or {}  # the compress: section's models, by their row names
-    timed = _time_models(paths, settings, teachers, compressed)
+    timed = _time_models(paths, settings, teachers, compressed, (cfg.get("augment") or {}).get("text_column"))
     lat, cond = timed["models"], timed["conditions"]
     busy = cond["busy"]
     log(f"[report] latency: median of {rounds} interleaved rounds, {timing.describe(cond)}")
@@ -301,12 +301,13 @@ def write_report(paths: dict, cfg: dict, log=print) -> dict[str, Any]:
     return {"table": table, "report": report, "rows": rows}
 
 
-def _time_models(paths: dict, settings: ReportConfig, teachers: dict, compressed: dict) -> dict:
+def _time_models(paths: dict, settings: ReportConfig, teachers: dict, compressed: dict,
+                 text_column: Optional[str]) -> dict:
     """Every model timed at report time, interleaved: figures taken at training time, each under its own
     machine load, made two identical students differ by 2x."""
     return model_latency({**teachers, **{f"student:{name}": out for name, out in paths["students"].items()},
                           **{name: c["path"] for name, c in compressed.items()}},
-                         _dev_texts(paths["dev"])[:settings.latency_rows], rounds=settings.latency_rounds,
+                         _dev_texts(paths["dev"], text_column)[:settings.latency_rows], rounds=settings.latency_rounds,
                          speeds={name: c["speed"] for name, c in compressed.items() if c["speed"] is not None})
 
 

@@ -35,7 +35,9 @@ from students.teacher_files import refuse_student_folder
 from students.trainer import train as train_student
 from transferset import fs, loading, schema, transfer, typed
 from transferset.augment import check_ops, needs
-from transferset.app.report import write_report
+from transferset.card import update_run_cards
+from transferset.app import init as starter_init
+from transferset.app.report import RESULTS, write_report
 from transferset.config import LAYER_TEXTS_REST, AugmentConfig, BeamConfig, RunConfig
 from transferset.errors import ConfigError, UserError
 from transferset.evalset import write_eval_set
@@ -56,6 +58,7 @@ EPILOG = """Settings: transferset/config.py (RunConfig and one dataclass per sec
 students.NAME, beam); every value is type-checked before any stage runs.
 
 examples:
+  transferset run --data reviews.csv --text-column review --label-column sentiment
   transferset run --config configs/demo.yaml
   transferset run --config configs/demo.yaml data=path/to/sst2 students.distilled.epochs=3
   transferset run --config configs/sst2_tang.yaml run_dir=runs/tang_seed1 augment.seed=1"""
@@ -90,14 +93,33 @@ def apply_override(raw: dict, item: str) -> None:
     node[parts[-1]] = value
 
 
-def load_config(path: str, overrides: Sequence[str] = ()) -> RunConfig:
-    """The run config of a YAML file plus key=value overrides, type-checked before anything runs."""
-    raw = typed.read_yaml(path)
+def load_config(path: Optional[str], overrides: Sequence[str] = (), data: Optional[dict] = None) -> RunConfig:
+    """The run config of a YAML file plus key=value overrides, type-checked before anything runs.
+
+    `data`: the data flags (`--data` and its columns and files, init.data_kwargs's keys with `data`), over
+    the YAML's settings; with no YAML, over the starter settings `transferset init` writes (init.starter)."""
+    if path:
+        raw = typed.read_yaml(path)
+        if data:
+            raw = starter_init.merge(raw, starter_init.data_settings(**data))
+    elif data and data.get("data"):
+        raw = starter_init.starter(**data)
+    else:
+        raise ConfigError("give --config YAML, or --data PATH to run on the packaged defaults")
     for item in overrides:
         apply_override(raw, item)
-    cfg = typed.load(RunConfig, raw, where=path)
-    check_ops(cfg.augment, where=f"{path}: augment")
-    check_beam(cfg.beam, where=f"{path}: beam")  # a runner Beam cannot create fails here, not after the teacher
+    return load_raw(raw, where=path or "--data")
+
+
+def load_raw(raw: dict, where: str) -> RunConfig:
+    """A raw run config (a YAML's mapping) type-checked, its models and URLs normalised."""
+    cfg = typed.load(RunConfig, raw, where=where)
+    check_ops(cfg.augment, where=f"{where}: augment")
+    check_beam(cfg.beam, where=f"{where}: beam")  # a runner Beam cannot create fails here, not after the teacher
+    if cfg.data and not (cfg.data.startswith("hf:") or cfg.dev or cfg.validation is not None) \
+            and not fs.isdir(cfg.data):
+        raise ConfigError(f"{where}: data={cfg.data} is one file: give dev: FILE (the selection split), or "
+                          "validation: {rows: N} to carve the selection split from it")
     # file:// URLs become local paths here, once; an unknown scheme is a usage error naming the setting.
     # Model settings too (a hub name passes as it is): a bad one stops the run before its first stage.
     students = {name: replace(s, **{k: fs.normalize(getattr(s, k), f"students.{name}.{k}")
@@ -107,7 +129,8 @@ def load_config(path: str, overrides: Sequence[str] = ()) -> RunConfig:
                    teacher=replace(cfg.teacher, model=fs.normalize(cfg.teacher.model, "teacher.model")),
                    augment=replace(cfg.augment, mlm_model=fs.normalize(cfg.augment.mlm_model, "augment.mlm_model")),
                    students=students,
-                   **{k: fs.normalize(getattr(cfg, k), k) for k in ("data", "test", "teacher_path") if getattr(cfg, k)},
+                   **{k: fs.normalize(getattr(cfg, k), k) for k in ("data", "dev", "test", "teacher_path")
+                      if getattr(cfg, k) and not getattr(cfg, k).startswith("hf:")},
                    **({"teacher_paths": tuple(fs.normalize(p, "teacher_paths") for p in cfg.teacher_paths)}
                       if cfg.teacher_paths else {}))
 
@@ -162,25 +185,32 @@ class DataFiles:
     """Where a run's data comes from, and which split each role uses."""
 
     train: str
-    dev: str  # the task's dev file
+    dev: Optional[str]  # the task's dev file (None: a train file whose selection split is carved from it)
     test: Optional[str]  # a labeled test file (data folder's test.tsv or `test:`), else None
 
 
-def resolve_data(data: Optional[str], test: Optional[str] = None) -> DataFiles:
-    """The run's files: `data` (a folder or URL) if given, else ../shared/data/sst2 when present, else
-    the hub's GLUE SST-2; the test file is `test`, else the folder's test.tsv when it exists."""
+def resolve_data(data: Optional[str], test: Optional[str] = None, dev: Optional[str] = None) -> DataFiles:
+    """The run's files: `data` (a train file, an hf: dataset, or a folder or URL holding train.tsv and dev.tsv) if
+    given, else ../shared/data/sst2 when present, else the hub's GLUE SST-2; the dev file is `dev`, else the
+    folder's dev.tsv or the dataset's validation split (a train file has none); the test file is `test`, else
+    the folder's test.tsv when it exists."""
     if data:
         if data.startswith("hf:"):
-            return DataFiles(f"{data}:train", f"{data}:validation", test)
-        train, dev = fs.join(data, "train.tsv"), fs.join(data, "dev.tsv")
-        for p in (train, dev):
+            return DataFiles(f"{data}:train", dev or f"{data}:validation", test)
+        if not fs.isdir(data):
+            if not fs.exists(data):
+                raise ConfigError(f"data={data}: no such file or folder (a train file, or a folder with train.tsv "
+                                  "and dev.tsv)")
+            return DataFiles(data, dev, test)
+        train, folder_dev = fs.join(data, "train.tsv"), fs.join(data, "dev.tsv")
+        for p in (train, *(() if dev else (folder_dev,))):
             if not fs.exists(p):
                 raise ConfigError(f"data={data}: {p} not found (expected a folder with train.tsv and dev.tsv)")
         folder_test = fs.join(data, "test.tsv")
-        return DataFiles(train, dev, test or (folder_test if fs.exists(folder_test) else None))
+        return DataFiles(train, dev or folder_dev, test or (folder_test if fs.exists(folder_test) else None))
     if os.path.exists(os.path.join(SHARED_SST2, "train.tsv")):
-        return DataFiles(os.path.join(SHARED_SST2, "train.tsv"), os.path.join(SHARED_SST2, "dev.tsv"), test)
-    return DataFiles(*HF_SST2, test)
+        return DataFiles(os.path.join(SHARED_SST2, "train.tsv"), dev or os.path.join(SHARED_SST2, "dev.tsv"), test)
+    return DataFiles(HF_SST2[0], dev or HF_SST2[1], test)
 
 
 # --- stages ------------------------------------------------------------------------
@@ -416,8 +446,8 @@ def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=T
     `test` file or the data folder's test.tsv; with `validation`, dev) is scored by every model at the
     end and by nothing else. Both are kept out of the transfer set by the leak guard.
     """
-    files = resolve_data(cfg.data, cfg.test)
-    if cfg.test and not fs.exists(cfg.test):
+    files = resolve_data(cfg.data, cfg.test, cfg.dev)
+    if cfg.test and not cfg.test.startswith("hf:") and not fs.exists(cfg.test):
         raise ConfigError(f"test={cfg.test}: no such file")
     check_paths(cfg)
     with output_lock(cfg.run_dir, command="run"):  # one run at a time owns run_dir
@@ -426,7 +456,11 @@ def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=T
         plan = plan_stages(cfg, files, functions)
         log(f"data: train {files.train}; selection split {plan.selection}; test split {plan.test or NO_TEST}")
         run_stages(plan.stages, log)
-        return functions.report(plan.paths, typed.to_dict(cfg), log=log)
+        result = functions.report(plan.paths, typed.to_dict(cfg), log=log)
+        results_file = fs.join(cfg.run_dir, RESULTS)
+        if fs.exists(results_file):  # every model's card gets the report's figures (test split, latency)
+            update_run_cards(plan.paths, results_file)
+        return result
 
 
 NO_TEST = "none: add test.tsv to the data folder, `test: FILE`, or `validation:` to report on a split no choice has seen"
@@ -645,13 +679,20 @@ def evaluate_on_test(test: str, models: dict[str, Any], out: str, a: AugmentConf
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", required=True, metavar="YAML", help="run configuration (see configs/)")
+    parser.add_argument("--config", metavar="YAML",
+                        help="run configuration (see configs/, or write one with `transferset init`); without it, "
+                             "--data runs on the packaged defaults")
     parser.add_argument("overrides", nargs="*", metavar="key=value",
                         help="override settings, e.g. data=PATH teacher.epochs=1 students.distilled.epochs=3")
+    starter_init.add_data_arguments(parser, required=False)
 
 
 def run(args, extra: Sequence[str]) -> int:
-    cfg = load_config(args.config, args.overrides)
+    data = {"data": args.data, **starter_init.data_kwargs(args)} if args.data else None
+    if not args.data and any(starter_init.data_kwargs(args).values()):
+        raise ConfigError("--text-column, --label-column, --dev and --test describe --data: give --data too")
+    cfg = load_config(args.config, args.overrides, data)
+    starter_init.check_data(cfg)  # a missing column stops the run here, naming the columns the file has
     results = run_pipeline(cfg)
     print(results["table"])
     print(f"\nreport: {results['report']}")

@@ -22,6 +22,7 @@ import numpy as np
 
 from transferset import fs, typed
 from transferset import schema, sources
+from transferset.card import write_card
 from transferset.config import TeacherConfig
 from transferset.errors import UserError
 from transferset.fs.output import MODEL_NAMES, Output
@@ -228,6 +229,7 @@ def _fine_tune(cfg: TeacherConfig, *, train: str, dev: str, out: Output, output:
     with open(os.path.join(output, schema.METRICS_FILE), "w", encoding="utf-8") as fh:
         json.dump(metrics, fh, indent=2, sort_keys=True, default=list)
         fh.write("\n")
+    write_card(output, shown_as=out.path)  # README.md: the model card, from the records just written
     return metrics
 
 

@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 
 from transferset import schema, transfer
 from transferset.app.cli import main
+from transferset.card import read_front_matter
 from students.export import Int8Refused
 from transferset.errors import ConfigError, UserError
 from transferset.config import AugmentConfig, RunConfig, ScoreConfig, StudentConfig, TeacherConfig
@@ -480,6 +481,13 @@ def test_demo_config_runs_end_to_end_reduced(sst2_dir, tmp_path, head_tsv, capsy
     assert {d: (run_dir / d / STAGE_FILE).stat().st_mtime_ns for d in ("teacher", "transfer", "scored")} == stamps
     assert (run_dir / "students" / "labels_only" / STAGE_FILE).stat().st_mtime_ns == labels_only
     assert (run_dir / "students" / "distilled" / STAGE_FILE).stat().st_mtime_ns != distilled
+    # every saved model folder has a model card whose figures are the rerun's report's (transferset/card.py)
+    results = json.loads((run_dir / "results.json").read_text())
+    for row, folder in zip(results["rows"], ("teacher", "students/labels_only", "students/distilled"), strict=True):
+        card = read_front_matter(str(run_dir / folder / "README.md"))["model-index"][0]["results"][0]["metrics"]
+        assert {m["name"]: m["value"] for m in card} == {
+            "accuracy on the selection split": row["dev_accuracy"], "accuracy on the test split": row["test_accuracy"],
+            "CPU ms per example (batch 1)": row["latency_1"], "CPU ms per example (batch 64)": row["latency_64"]}
 
 
 def test_invalid_yaml_is_one_message_on_the_command_line(tmp_path, capsys):

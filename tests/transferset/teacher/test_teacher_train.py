@@ -147,7 +147,7 @@ def test_output_holds_no_trainer_checkpoints(trained):
     (_, output), _, _ = trained
     names = set(os.listdir(output))
     assert names == {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-                     METRICS_FILE, "rejects", schema.COMPLETE_MARKER, schema.MANIFEST_FILE}
+                     METRICS_FILE, "rejects", schema.COMPLETE_MARKER, schema.MANIFEST_FILE, "README.md"}  # + model card
 
 
 def test_progress_lines_and_epoch_lines_off_a_terminal(trained):

@@ -1,0 +1,93 @@
+"""The documentation site: it builds strictly (a broken link or a page missing from mkdocs.yml fails), and the
+command and configuration pages are the ones docs/generate.py writes from the code (a flag or a setting
+without its entry fails: regenerate with `python docs/generate.py`)."""
+import dataclasses
+import importlib.util
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DOCS = REPO / "docs"
+
+
+def _generate():
+    spec = importlib.util.spec_from_file_location("docs_generate", DOCS / "generate.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _build(root: Path, site: Path) -> subprocess.CompletedProcess:
+    pytest.importorskip("mkdocs", reason="the site needs mkdocs (pip install -e '.[test]')")
+    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+                          cwd=root, capture_output=True, text=True, timeout=300)
+
+
+def test_the_site_builds_strictly_and_a_broken_link_fails_it(tmp_path):
+    built = _build(REPO, tmp_path / "site")
+    assert built.returncode == 0, built.stderr[-3000:]
+    for page in ("index.html", "getting-started/index.html", "commands/index.html", "configuration/index.html",
+                 "results/index.html", "reliability/index.html", "architecture/index.html"):
+        assert (tmp_path / "site" / page).stat().st_size > 1000, page
+    # the same docs with one broken link: the strict build refuses them, naming the page and the target
+    copy = tmp_path / "copy"
+    shutil.copytree(DOCS, copy / "docs")
+    shutil.copy(REPO / "mkdocs.yml", copy / "mkdocs.yml")
+    with open(copy / "docs" / "index.md", "a", encoding="utf-8") as fh:
+        fh.write("\nSee [the missing page](no-such-page.md).\n")
+    broken = _build(copy, tmp_path / "broken")
+    assert broken.returncode != 0 and "no-such-page.md" in broken.stderr
+
+
+@pytest.mark.parametrize("page", ["commands.md", "configuration.md"])
+def test_the_generated_pages_are_current(page):
+    generated = _generate().PAGES[page]()
+    assert (DOCS / page).read_text(encoding="utf-8") == generated, (
+        f"docs/{page} differs from what the code generates: run `python docs/generate.py` and commit it")
+
+
+def test_every_flag_of_every_command_has_its_entry():
+    from transferset.app import cli
+
+    text = (DOCS / "commands.md").read_text(encoding="utf-8")
+    for name in cli.COMMANDS:
+        assert f"\n## {name}\n" in text, name
+        _, parser, _ = cli.build_subparser(name)
+        section = text.split(f"\n## {name}\n", 1)[1].split("\n## ", 1)[0]
+        for action in parser._actions:
+            for flag in action.option_strings:
+                if flag not in ("-h", "--help"):
+                    assert f"`{flag}" in section or f", {flag}" in section, f"transferset {name} {flag}"
+
+
+def test_every_setting_has_its_entry():
+    from transferset import config
+
+    text = (DOCS / "configuration.md").read_text(encoding="utf-8")
+    classes = [c for c in vars(config).values() if isinstance(c, type) and dataclasses.is_dataclass(c)
+               and c.__module__ == config.__name__ and c.__name__.endswith("Config")]
+    assert len(classes) >= 10
+    for cls in classes:
+        for f in dataclasses.fields(cls):
+            assert f"| `{f.name}` |" in text, f"{cls.__name__}.{f.name}"
+
+
+def test_a_new_flag_makes_the_commands_page_stale(monkeypatch):
+    """The comparison can fail: a parser with one more flag generates another page."""
+    from transferset.app import runner
+
+    generate = _generate()
+    before = generate.commands_page()
+    add = runner.add_arguments
+
+    def more(parser):
+        add(parser)
+        parser.add_argument("--brand-new-flag", help="a flag the page does not have yet")
+
+    monkeypatch.setattr(runner, "add_arguments", more)
+    after = generate.commands_page()
+    assert after != before and "`--brand-new-flag" in after and "`--brand-new-flag" not in before

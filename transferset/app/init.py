@@ -1,0 +1,232 @@
+"""`transferset init --data FILE --output my.yaml`: a commented starter run config for your own data.
+
+The same settings are what `transferset run --data FILE` runs on when no YAML is given (`starter`):
+the run config's defaults (transferset/config.py), the data and its columns, and two students, those of
+configs/demo.yaml (a BiLSTM on the gold labels only, and Tang et al.'s BiLSTM distilled from the teacher's
+logits), so the report shows what distillation adds on your data. Columns are checked against the files
+before anything is written: a missing one is refused with the list of those present.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+from typing import Any, Optional, Sequence
+
+import yaml
+
+from transferset import fs, typed
+from transferset.config import RunConfig, ValidationConfig
+from transferset.errors import ConfigError
+from transferset.sources import DEFAULT_LABEL_COLUMN, DEFAULT_TEXT_COLUMNS, HF_PREFIX, SourceError, detect_format
+from transferset.sources import delimited, hf, jsonl, parquet
+
+# The starter's students: configs/demo.yaml's two (tests/transferset/app/test_init.py keeps them equal), each
+# the best of its kind on SST-2's validation split (benchmarks/README.md, quality per setting).
+STARTER_STUDENTS: dict[str, dict[str, Any]] = {
+    "labels_only": {"student": "bilstm", "schedule": "joint", "ce": 1.0, "mse": 0.0, "epochs": 8, "patience": 2,
+                    "trim_vocab": True, "freeze_embeddings": False},
+    "distilled": {"student": "bilstm", "preset": "tang", "schedule": "joint", "ce": 0.0, "mse": 0.0, "kd": 1.0,
+                  "temperature": 2.0, "epochs": 5, "patience": 2},
+}
+
+EPILOG = """examples:
+  transferset init --data reviews.csv --text-column review --label-column sentiment --output my.yaml
+  transferset run --config my.yaml
+  transferset run --data reviews.csv --text-column review --label-column sentiment   (the same, no YAML)"""
+
+_READERS = {"tsv": delimited.rows, "csv": delimited.rows, "jsonl": jsonl.rows, "parquet": parquet.rows, "hf": hf.rows}
+
+
+def is_data_folder(data: str) -> bool:
+    """A folder holding train.tsv and dev.tsv (the `data:` of configs/*.yaml), not a file or an hf: split."""
+    return not data.startswith(HF_PREFIX) and fs.isdir(data)
+
+
+def columns_of(path: str) -> list[str]:
+    """The column names of a data file (its header, its first JSON object, its schema or its features)."""
+    fmt = detect_format(path)
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        with fs.open(path, "rb") as fh:
+            return list(pq.ParquetFile(fh).schema_arrow.names)
+    rows = _READERS[fmt](path, fmt, fs.open)
+    try:
+        for _, row in rows:
+            if isinstance(row, dict):
+                return list(row)
+        return []
+    finally:
+        close = getattr(rows, "close", None)
+        if close:
+            close()
+
+
+def check_columns(path: str, text_column: Optional[str], label_column: Optional[str], where: str = "") -> None:
+    """Refuse a file that lacks the text or label column, naming it and listing the columns present."""
+    try:
+        present = columns_of(path)
+    except SourceError as exc:
+        raise ConfigError(f"{where}{exc}") from None
+    listed = ", ".join(present) or "none"
+    if text_column and text_column not in present:
+        raise ConfigError(f"{where}{path} has no text column {text_column!r}; its columns: {listed} "
+                          "(choose one with --text-column)")
+    if not text_column and not any(c in present for c in DEFAULT_TEXT_COLUMNS):
+        raise ConfigError(f"{where}{path} has no {' or '.join(map(repr, DEFAULT_TEXT_COLUMNS))} column; its "
+                          f"columns: {listed} (name the text column with --text-column)")
+    if label_column and label_column not in present:
+        raise ConfigError(f"{where}{path} has no label column {label_column!r}; its columns: {listed} "
+                          "(choose one with --label-column)")
+
+
+def train_file(data: str) -> str:
+    """The train split of `data`: a file as it is, hf:NAME[:CONFIG] → hf:NAME[:CONFIG]:train."""
+    return f"{data}:train" if data.startswith(HF_PREFIX) else data
+
+
+def check_data(cfg) -> None:
+    """Every data file of a run (RunConfig) holds the columns the run reads (its augment: section's, which the
+    teacher's flags set alike): checked before the first stage. A data folder's files are checked too."""
+    if not cfg.data:
+        return
+    cols = cfg.augment.column_kwargs()
+    label = cols["label_column"]
+    if is_data_folder(cfg.data):
+        files = [("data", fs.join(cfg.data, "train.tsv")), *([] if cfg.dev else [("data", fs.join(cfg.data, "dev.tsv"))])]
+    else:
+        files = [("data", train_file(cfg.data))]
+    files += [(k, getattr(cfg, k)) for k in ("dev", "test") if getattr(cfg, k)]
+    for key, path in files:
+        # a file that is not there is the run's own check to refuse (resolve_data names what a folder needs)
+        if path.startswith(HF_PREFIX) or fs.exists(path):
+            check_columns(path, cols["text_column"], label, where=f"{key}: ")
+
+
+def data_settings(data: str, *, text_column: Optional[str] = None, label_column: Optional[str] = None,
+                  dev: Optional[str] = None, test: Optional[str] = None) -> dict[str, Any]:
+    """The run-config keys that the data flags set (a mapping to merge into a raw config).
+
+    The teacher and the transfer set read the same columns; a train file with no dev file has the selection
+    split carved from it (`validation:`, its defaults), as configs/demo.yaml carves it from SST-2's train."""
+    raw: dict[str, Any] = {"data": data}
+    if dev:
+        raw["dev"] = dev
+    if test:
+        raw["test"] = test
+    columns = {k: v for k, v in (("text_column", text_column), ("label_column", label_column)) if v}
+    if columns:
+        raw["teacher"] = dict(columns)
+        raw["augment"] = dict(columns)
+    if not dev and not is_data_folder(data) and not data.startswith(HF_PREFIX):
+        raw["validation"] = {}
+    return raw
+
+
+def merge(base: dict, extra: dict) -> dict:
+    """`extra`'s keys over `base`'s, section by section (a copy)."""
+    out = copy.deepcopy(base)
+    for k, v in extra.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def run_dir_for(data: str) -> str:
+    """runs/NAME, NAME from the data's file or dataset name (reviews.csv → runs/reviews)."""
+    name = data[len(HF_PREFIX):].split(":")[0] if data.startswith(HF_PREFIX) else data.rstrip("/")
+    stem = os.path.splitext(os.path.basename(name))[0] or "run"
+    return f"runs/{stem}"
+
+
+def starter(data: str, **columns_and_files: Optional[str]) -> dict[str, Any]:
+    """The starter run config for `data` (a raw mapping, type-checked by load_config): what `run --data`
+    runs on without a YAML, and what `init` writes."""
+    raw = merge({"run_dir": run_dir_for(data), "students": copy.deepcopy(STARTER_STUDENTS)},
+                data_settings(data, **columns_and_files))
+    if raw.get("validation") == {}:  # spelled out, so the file shows what to change (the values: config.py's)
+        raw["validation"] = typed.to_dict(ValidationConfig())
+    return raw
+
+
+def _dump(value: Any) -> str:
+    return yaml.safe_dump(value, default_flow_style=True, sort_keys=False, width=1000).strip().removesuffix("...").strip()
+
+
+def starter_yaml(data: str, output: str, command: str, **columns_and_files: Optional[str]) -> str:
+    """The starter config as a commented YAML file written to `output`; `command`: the init command that wrote it."""
+    raw = starter(data, **columns_and_files)
+    lines = [f"# transferset run --config {output}",
+             f"# Written by `{command}`. A setting given on the command line wins: key=value, e.g. teacher.epochs=1.",
+             "# Every setting, its default and bound: docs/configuration.md (transferset/config.py).",
+             f"run_dir: {_dump(raw['run_dir'])}  # every stage writes into a folder of it; a rerun reuses what is done",
+             f"data: {_dump(raw['data'])}  # the train file (TSV, CSV, JSONL, Parquet), or hf:NAME[:CONFIG]"]
+    if "dev" in raw:
+        lines.append(f"dev: {_dump(raw['dev'])}  # the selection split: the teacher's best epoch, early stopping")
+    if "test" in raw:
+        lines.append(f"test: {_dump(raw['test'])}  # scored once by every model at the end; no choice sees it")
+    if "validation" in raw:
+        lines += ["# no dev file: the selection split is `rows` train rows held out (seeded; by: sentence draws whole "
+                  "sentences)",
+                  f"validation: {_dump(raw['validation'])}"]
+    for section, comment in (("teacher", "fine-tuned on the labeled rows; model: any Hugging Face encoder"),
+                             ("augment", "the transfer set: tang (mask, POS, n-gram) or tinybert (MLM) variants")):
+        lines.append(f"{section}:  # {comment}")
+        for k, v in (raw.get(section) or {}).items():
+            lines.append(f"  {k}: {_dump(v)}")
+        if not raw.get(section):
+            lines[-1] = f"{section}: {{}}  # {comment}"
+    lines.append("students:  # each trained from the scored transfer set; the report compares them with the teacher")
+    for name, settings in raw["students"].items():
+        lines.append(f"  {name}: {_dump(settings)}")
+    return "\n".join(lines) + "\n"
+
+
+def add_data_arguments(parser: argparse.ArgumentParser, *, required: bool) -> None:
+    """--data and its columns and files: shared by `init` and `run`."""
+    g = parser.add_argument_group("your data")
+    g.add_argument("--data", required=required, metavar="PATH",
+                   help="the train file (.tsv/.csv/.jsonl/.parquet), hf:NAME[:CONFIG] (its train split), or a "
+                        "folder holding train.tsv and dev.tsv")
+    g.add_argument("--text-column", metavar="NAME",
+                   help=f"the text column (default: {' or '.join(DEFAULT_TEXT_COLUMNS)})")
+    g.add_argument("--label-column", metavar="NAME", help=f"the label column (default: {DEFAULT_LABEL_COLUMN})")
+    g.add_argument("--dev", metavar="PATH",
+                   help="labeled selection file (best epoch, early stopping); default: carved from the train file")
+    g.add_argument("--test", metavar="PATH", help="labeled test file, scored once by every model at the end")
+
+
+def data_kwargs(args: argparse.Namespace) -> dict[str, Optional[str]]:
+    return {k: getattr(args, k, None) for k in ("text_column", "label_column", "dev", "test")}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_data_arguments(parser, required=True)
+    parser.add_argument("--output", required=True, metavar="YAML", help="the starter config to write")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
+
+
+def command_line(argv: Sequence[str]) -> str:
+    return " ".join(["transferset", "init", *argv])
+
+
+def run(args: argparse.Namespace, extra) -> int:
+    for flag in ("data", "dev", "test"):
+        path = getattr(args, flag, None)
+        if path and not path.startswith(HF_PREFIX) and not fs.exists(path):
+            raise ConfigError(f"--{flag} {path}: no such file")
+    if os.path.exists(args.output) and not args.overwrite:
+        raise ConfigError(f"--output {args.output} exists: choose another file, or add --overwrite")
+    kwargs = data_kwargs(args)
+    argv = ["--data", args.data, *[f"--{k.replace('_', '-')} {v}" for k, v in kwargs.items() if v],
+            "--output", args.output]
+    text = starter_yaml(args.data, args.output, command_line(argv), **kwargs)
+    cfg = typed.load(RunConfig, yaml.safe_load(text), where=args.output)  # type-checked as `run --config` will
+    check_data(cfg)
+    with open(args.output, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    print(f"wrote {args.output}: run it with `transferset run --config {args.output}`")
+    return 0
