@@ -35,6 +35,7 @@ from students.teacher_files import refuse_student_folder
 from students.trainer import train as train_student
 from transferset import fs, loading, schema, transfer, typed
 from transferset.augment import check_ops, needs
+from transferset.app import keys
 from transferset.app.report import write_report
 from transferset.config import LAYER_TEXTS_REST, AugmentConfig, BeamConfig, RunConfig
 from transferset.errors import ConfigError, UserError
@@ -224,56 +225,11 @@ def rest_file(data_dir: str) -> str:
     return path
 
 
-# Student settings added after run directories existed, in the order they were added: in a key only when
-# set, so that adding one does not make every cached student stale. (layer_epochs and layer_texts were in
-# keys as None for a while: student_legacy_settings gives those forms, still accepted.)
-STUDENT_KEY_IF_SET = ("layer_epochs", "layer_texts")
-
-
-def key_settings(settings: dict, if_set: Sequence[str]) -> dict:
-    """A stage's settings as its key holds them: those of `if_set` (added after run directories existed)
-    only when set, so that adding one does not make every cached folder of that stage stale."""
-    return {k: v for k, v in settings.items() if not (k in if_set and v is None)}
-
-
-def teacher_settings(tc) -> dict:
-    """A trained teacher stage's key settings: its config less checkpoint_steps (how often a checkpoint is
-    written changes no weight; added after run directories existed)."""
-    settings = typed.to_dict(tc)
-    settings.pop("checkpoint_steps")
-    return settings
-
-
 def student_settings(s_cfg) -> dict:
-    """A student stage's key settings: its config, and the content of the layer_texts set it reads (`rest`:
+    """A student stage's key settings (keys.student), with the content of the layer_texts set it reads (`rest`:
     the run's layer_texts stage, whose key is upstream)."""
-    settings = key_settings(typed.to_dict(s_cfg), STUDENT_KEY_IF_SET)
-    if s_cfg.layer_texts and s_cfg.layer_texts != LAYER_TEXTS_REST:
-        settings["layer_texts_set"] = set_fingerprint(s_cfg.layer_texts)
-    return settings
-
-
-def student_legacy_settings(s_cfg, settings: dict) -> list[dict]:
-    """The earlier forms of a student's key `settings`, which name the same training: the later settings
-    added up to each point in the key as None, while each of them is unset (a student trained then is
-    reused, not trained again)."""
-    forms = []
-    for n, name in enumerate(STUDENT_KEY_IF_SET, 1):
-        if getattr(s_cfg, name) is not None:
-            break
-        forms.append({**settings, **dict.fromkeys(STUDENT_KEY_IF_SET[:n])})
-    return forms
-
-
-# Augment settings added after run directories existed (key_settings): unset, they change no row, so a transfer
-# set made before they existed is reused, and with it its scores and students.
-AUGMENT_KEY_IF_SET = ("words_per_variant",)
-
-
-def augment_settings(a: AugmentConfig, exclude: Sequence[str]) -> dict:
-    """An augment stage's key settings: those rows depend on, and the content of the files it excludes."""
-    settings = {k: v for k, v in typed.to_dict(a).items() if k not in a.EXECUTION}
-    return {"settings": key_settings(settings, AUGMENT_KEY_IF_SET), "exclude": [fingerprint(p) for p in exclude]}
+    made = not s_cfg.layer_texts or s_cfg.layer_texts == LAYER_TEXTS_REST
+    return keys.student(s_cfg, None if made else set_fingerprint(s_cfg.layer_texts))
 
 
 def stage_key(name: str, settings: Any, upstream: Sequence[str]) -> str:
@@ -465,11 +421,7 @@ def plan_stages(cfg: RunConfig, files: DataFiles, fn: StageFunctions = StageFunc
 
     # the train file and how it is split: a stage only when a split is asked, an input key always
     stages = [StageDef(
-        "data", data_dir, {"train": fingerprint(files.train), "labeled_limit": cfg.labeled_limit,
-                           "unlabeled_rows": cfg.unlabeled_rows,
-                           "lowres": typed.to_dict(cfg.lowres) if cfg.lowres else None,
-                           "validation": _validation_key(cfg.validation),
-                           "unlabeled_limit": cfg.unlabeled_limit},
+        "data", data_dir, keys.data(cfg, fingerprint(files.train)),
         run=(lambda out: split_data(files.train, out, cfg)) if split else None, done_file=SPLIT_STATS_FILE)]
     def given_teacher(name: str, path: str) -> StageDef:  # a given teacher: its weights are the key
         return StageDef(name, path, {
@@ -484,7 +436,7 @@ def plan_stages(cfg: RunConfig, files: DataFiles, fn: StageFunctions = StageFunc
                                       output=out)
 
         return StageDef(
-            name, out_dir, lambda: {"settings": teacher_settings(tc), "selection": fingerprint(selection)}, ("data",),
+            name, out_dir, lambda: {"settings": keys.teacher(tc), "selection": fingerprint(selection)}, ("data",),
             run=lambda out: fn.teacher(replace(tc, resume=resumable(out)), train=remote.local_file(labeled),
                                        dev=remote.local_file(selection), output=out, overwrite=True),
             done_file=schema.METRICS_FILE, local=True, kind=kind, resumable=resumable)
@@ -509,11 +461,9 @@ def plan_stages(cfg: RunConfig, files: DataFiles, fn: StageFunctions = StageFunc
         stages.append(trained_teacher("teacher", teacher_dir, t))
     # what score and the test stage get: one teacher, or the ensemble's members
     scorer = members if len(members) > 1 else (members[0] if members else teacher_dir)
-    score_settings = typed.to_dict(cfg.score)
-    if len(members) <= 1:  # one teacher: the key a run made before ensembles existed, so its stages are reused
-        score_settings.pop("combine")
+    score_settings = keys.score(cfg.score, len(members))
     stages += [
-        StageDef("augment", transfer_dir, functools.partial(augment_settings, a, guarded), ("data",),
+        StageDef("augment", transfer_dir, lambda: keys.augment(a, [fingerprint(p) for p in guarded]), ("data",),
                  run=lambda out: fn.augment(a, inputs=[labeled], unlabeled=[unlabeled] if unlabeled else [],
                                             exclude=guarded, output=out, beam_cfg=beams["augment"], overwrite=True)),
         StageDef("score", scored_dir, score_settings, ("augment", "teacher"),
@@ -535,7 +485,7 @@ def plan_stages(cfg: RunConfig, files: DataFiles, fn: StageFunctions = StageFunc
     if rest:
         as_is = replace(a, n_iter=0, unlabeled_n_iter=0, limit=None)
         stages.append(StageDef(
-            "layer_texts", rest_dir, functools.partial(augment_settings, as_is, guarded), ("data",),
+            "layer_texts", rest_dir, lambda: keys.augment(as_is, [fingerprint(p) for p in guarded]), ("data",),
             run=lambda out: fn.augment(as_is, inputs=[rest_file(data_dir)], unlabeled=[], exclude=guarded, output=out,
                                        beam_cfg=beams["augment"], overwrite=True)))
     # students: trained here from the scored set (streamed from run_dir), saved locally, then uploaded
@@ -545,7 +495,7 @@ def plan_stages(cfg: RunConfig, files: DataFiles, fn: StageFunctions = StageFunc
                         run=lambda work, s_cfg=(replace(s_cfg, layer_texts=rest_dir) if name in rest else s_cfg):
                         fn.student(s_cfg, scored_dir, dev_scored, work, overwrite=True),
                         done_file=schema.METRICS_FILE, local=True, kind="student",
-                        legacy=functools.partial(student_legacy_settings, s_cfg))
+                        legacy=functools.partial(keys.student_legacy, s_cfg))
                for name, s_cfg in cfg.students.items()]
     # compress: cheaper models made from the teacher and the students, tested and timed beside them
     compress_stages, compressed = compress_plan(cfg, fn, d, teacher_dir, students, scored_dir, dev_scored)
@@ -570,17 +520,6 @@ def plan_stages(cfg: RunConfig, files: DataFiles, fn: StageFunctions = StageFunc
     return RunPlan(stages, selection, test, paths)
 
 
-def _validation_key(validation) -> Optional[dict]:
-    """The carve's settings in the data stage's key; `by: row`, the carve made before `by` existed,
-    keeps the key it had then, so those run directories are reused."""
-    if validation is None:
-        return None
-    settings = typed.to_dict(validation)
-    if settings.get("by") == "row":
-        settings.pop("by")
-    return settings
-
-
 def compress_plan(cfg: RunConfig, fn: StageFunctions, d: Callable[..., str], teacher_dir: str,
                   students: dict[str, str], scored_dir: str, dev_scored: str) -> tuple[list[StageDef], dict]:
     """The `compress:` section's stages, and the models they make: {report name: {"path", "speed", "from",
@@ -603,14 +542,14 @@ def compress_plan(cfg: RunConfig, fn: StageFunctions, d: Callable[..., str], tea
     if c.exits is not None:
         e = c.exits if c.exits.max_length is not None else replace(c.exits, max_length=teacher_length)
         folder = d("compressed", "teacher-exits")
-        stages.append(StageDef("compress.exits", folder, typed.to_dict(e), ("teacher", "score"),
+        stages.append(StageDef("compress.exits", folder, keys.section("exits", e), ("teacher", "score"),
                                run=lambda out: fn.exits(teacher_dir, scored_dir, out, e, overwrite=True, progress=False)))
         made.update({f"teacher (exits, speed {s:g})": {"path": folder, "speed": s, "from": "teacher", "how": "exits"}
                      for s in c.exit_speeds})
     if c.prune is not None:
         pc = c.prune if c.prune.max_length is not None else replace(c.prune, max_length=teacher_length)
         folder = d("compressed", "teacher-pruned")
-        stages.append(StageDef("compress.prune", folder, typed.to_dict(pc), ("teacher", "score", "dev.score"),
+        stages.append(StageDef("compress.prune", folder, keys.section("prune", pc), ("teacher", "score", "dev.score"),
                                run=lambda out: fn.prune(pc, teacher_dir, dev_scored, out, transfer_dir=scored_dir,
                                                         overwrite=True, progress=False)))
         # heads: 0 removes none: the recovery alone, the teacher distilled on its own cached logits
