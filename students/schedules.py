@@ -24,7 +24,7 @@ other schedules treat those as one "encoder" group.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from students.family import GROUPS
@@ -112,7 +112,7 @@ def phases(schedule: str, weights: LossWeights, epochs: int, groups: Sequence[st
                              expand(step, fine), epochs, early_stop=True, labeled_only=True))
         return out
     if schedule == "distill-then-finetune":
-        distill = replace(weights, ce=0.0)
+        distill = weights.replace(ce=0.0)
         if not distill.active():
             distill = LossWeights(mse=1.0)
         return [

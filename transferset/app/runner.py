@@ -30,6 +30,7 @@ from pipelines.score import run_score
 from students.evaluate import evaluate
 from students.exits_train import train_exits
 from students.export import Int8Refused, export as export_model
+from students.losses import check as check_losses
 from students.prune import prune as prune_model
 from students.teacher_files import refuse_student_folder
 from students.trainer import train as train_student
@@ -99,6 +100,11 @@ def load_config(path: str, overrides: Sequence[str] = ()) -> RunConfig:
     cfg = typed.load(RunConfig, raw, where=path)
     check_ops(cfg.augment, where=f"{path}: augment")
     check_beam(cfg.beam, where=f"{path}: beam")  # a runner Beam cannot create fails here, not after the teacher
+    for name, s in cfg.students.items():  # a misspelt loss fails here, not after the teacher and the scoring
+        try:
+            check_losses(s.losses, where=f"{path}: students.{name}.losses")
+        except UserError as exc:
+            raise ConfigError(str(exc)) from None
     # file:// URLs become local paths here, once; an unknown scheme is a usage error naming the setting.
     # Model settings too (a hub name passes as it is): a bad one stops the run before its first stage.
     students = {name: replace(s, **{k: fs.normalize(getattr(s, k), f"students.{name}.{k}")

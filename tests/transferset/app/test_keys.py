@@ -79,3 +79,11 @@ def test_a_validation_carved_by_row_keeps_the_key_from_before_by_existed():
     assert keys.validation(None) is None
     assert keys.validation(ValidationConfig(rows=10, by="row")) == {"rows": 10, "seed": 0}
     assert keys.validation(ValidationConfig(rows=10)) == {"rows": 10, "seed": 0, "by": "sentence"}
+
+
+def test_a_misspelt_registered_loss_is_refused_when_the_config_loads(tmp_path):
+    from transferset.app.runner import load_config
+    from transferset.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"students.distilled.losses: unknown loss 'kdd'; known: att_kl, .*, kd, mse, "):
+        load_config("configs/demo.yaml", [f"run_dir={tmp_path}", "students.distilled.losses={kdd: 1.0}"])
