@@ -230,9 +230,6 @@ class ScoreConfig:
         check_combine(self.combine)
 
 
-# StudentConfig.lr when it is None, per student family: AdamW's peak learning rate.
-DEFAULT_LR = {"bilstm": 2e-3, "transformer": 1e-4}
-
 # Transformer presets (`preset: NAME`): a published recipe's settings, under the ones given (a setting in
 # the YAML or on the command line wins). Paper settings and what differs here: README.md, "Layer-wise
 # transfer with the teacher online, and the presets".
@@ -288,7 +285,7 @@ class StudentConfig:
     # In a run config, `rest` (LAYER_TEXTS_REST): the train file's rows that no pool, validation or test
     # sentence holds, as they are (the run's layer_texts stage)
     layer_texts: Optional[str] = None
-    lr: Optional[Positive] = None  # None: the family's DEFAULT_LR (BiLSTM 2e-3, transformer 1e-4)
+    lr: Optional[Positive] = None  # None: the family's default_lr (students/: BiLSTM 2e-3, transformer 1e-4)
     batch_size: AtLeast(1) = 64  # rows per step
     patience: AtLeast(1) = 2  # epochs without a better dev accuracy before a phase stops
     seed: int = 0  # initialisation, shuffling and dropout all derive from it
