@@ -117,6 +117,34 @@ class _AugmentCommon:
     seed: int = 0  # a row depends only on (seed, source id, variant index, settings)
 
 
+def nested_ops(values: Any) -> Any:
+    """The nested form of the augment settings, `ops: {mask: {p: 0.2}, ngram: {max_n: 3}}`, as the flat one
+    (`ops: [mask, ngram]`, `p_mask: 0.2`, `max_n: 3`): the ops in that order, each with its own settings
+    (`p`: a word op's probability, whatever its field's name). Other values pass as they are."""
+    if not isinstance(values, dict) or not isinstance(values.get("ops"), dict):
+        return values
+    out = {k: v for k, v in values.items() if k != "ops"}
+    for name, settings in values["ops"].items():
+        try:
+            op = augment.get(name)
+        except KeyError as exc:
+            raise ValueError(f"ops: {exc.args[0]}") from None
+        if not isinstance(settings, (dict, type(None))):
+            raise ValueError(f"ops.{name}: {settings!r} is not a mapping of the op's settings, e.g. "
+                             f"{{{name}: {{}}}} for its defaults")
+        own = [f.name for f in dataclasses.fields(op.settings)]
+        for key, value in (settings or {}).items():
+            setting = op.prob if key == "p" and op.prob else key
+            if setting not in own:
+                raise ValueError(f"ops.{name}.{key}: not a setting of {name}; its settings: "
+                                 f"{(['p'] if op.prob else []) + own}")
+            if setting in out:
+                raise ValueError(f"ops.{name}.{key} and {setting} both set it: keep one")
+            out[setting] = value
+    out["ops"] = list(values["ops"])
+    return out
+
+
 # Each registered op's settings class (transferset/augment/OP.py) adds its fields after the common
 # ones: its defaults and comments are written there once, and become flags, --help and YAML keys here.
 _OP_SETTINGS = augment.settings_classes()
@@ -129,6 +157,11 @@ class AugmentConfig(*reversed(_OP_SETTINGS), _AugmentCommon):
 
     # settings no row depends on (left out of to_json and of the run's stage key)
     EXECUTION = tuple(name for cls in _OP_SETTINGS for name in getattr(cls, "EXECUTION", ()))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nested(cls, values: Any) -> Any:
+        return nested_ops(values)
 
     def __post_init__(self):
         if self.ops is None:

@@ -10,9 +10,11 @@ each, each with its test in tests/transferset/app/test_keys.py.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any, Optional, Sequence
 
+from transferset import augment as augment_ops
 from transferset import typed
 
 # The settings each section's key held at 7b25072, whatever their value. A setting added since is out of
@@ -71,8 +73,13 @@ def teacher(tc: Any) -> dict:
 
 def augment(a: Any, exclude: Sequence[str]) -> dict:
     """An augment stage's key: the settings rows depend on, and the content (fingerprints) of the files it
-    excludes. words_per_variant came after run directories existed: out while unset (a non-FROZEN setting)."""
-    return {"settings": section("augment", a), "exclude": list(exclude)}
+    excludes. The settings of an op the run does not use are in no key (but FROZEN ones: the four ops of
+    7b25072 were in every key), so installing an op changes no key; words_per_variant came after run
+    directories existed: out while unset (a non-FROZEN setting)."""
+    used = {f.name for name in a.ops for f in dataclasses.fields(augment_ops.get(name).settings)}
+    unused = {f.name for cls in augment_ops.settings_classes() for f in dataclasses.fields(cls)} - used
+    settings = {k: v for k, v in section("augment", a).items() if k not in unused or k in FROZEN["augment"]}
+    return {"settings": settings, "exclude": list(exclude)}
 
 
 def score(sc: Any, members: int) -> dict:

@@ -36,7 +36,7 @@ def write_inputs(root: Path) -> None:
                    shards / "p0.parquet")
 
 
-def stage_keys(config: str, root: Path, overrides=(), stored=None) -> dict[str, tuple[str, tuple[str, ...]]]:
+def stage_keys(config: str, overrides=(), *, root: Path, stored=None) -> dict[str, tuple[str, tuple[str, ...]]]:
     """{stage: (its key, its legacy keys)} of a config run in root/run on root/data. `stored`: the keys an
     earlier run's folders hold, by stage, which stand for them downstream (as run_stages does when it
     reuses a folder); without it, each stage's own key does."""
@@ -69,8 +69,10 @@ CASES = {
  "sst2_tang_dataflow": ("configs/sst2_tang_dataflow.yaml", ["beam.runner=FnApiRunner", "beam.options={}"]),
  "sst2_transformer": ("configs/sst2_transformer.yaml", []),
  "sst2_pretrained_student": ("configs/sst2_pretrained_student.yaml", []),
- "demo_layer_epochs": ("configs/demo.yaml", ["students.distilled.layer_epochs=3", "augment.words_per_variant=4", "validation.by=row", "augment.ops=mask,ngram", "augment.p_mask=0.2"]),
- "demo_mlm": ("configs/demo.yaml", ["augment.recipe=tinybert", "teacher.checkpoint_steps=50", "validation=null", "labeled_limit=30", "unlabeled_rows=null"]),
+ "demo_layer_epochs": ("configs/demo.yaml", ["students.distilled.layer_epochs=3", "augment.words_per_variant=4",
+                                            "validation.by=row", "augment.ops=mask,ngram", "augment.p_mask=0.2"]),
+ "demo_mlm": ("configs/demo.yaml", ["augment.recipe=tinybert", "teacher.checkpoint_steps=50", "validation=null",
+                                   "labeled_limit=30", "unlabeled_rows=null"]),
 }
 
 # The keys 7b25072 computes for CASES (tests/transferset/app/stage_keys of this file, run at that commit).
@@ -301,7 +303,58 @@ def test_the_cases_cover_every_shipped_config():
 def test_a_run_directory_written_before_the_key_table_keeps_every_stage(case, tmp_path):
     config, overrides = CASES[case]
     frozen = FROZEN[case]
-    now = stage_keys(config, tmp_path, overrides, stored=frozen)
+    now = stage_keys(config, overrides, root=tmp_path, stored=frozen)
     assert list(now) == list(frozen)
     stale = {name: key for name, key in frozen.items() if key not in (now[name][0], *now[name][1])}
     assert stale == {}
+
+
+INSTALL_AND_KEYS = '''
+import json, sys, tempfile
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from transferset.augment import register
+from transferset.augment.registry import SEQUENCE
+
+
+@dataclass(frozen=True)
+class ShoutSettings:
+    shout_times: int = 2  # a setting of the new op, at its default in every config
+
+
+@register("shout", kind=SEQUENCE, settings=ShoutSettings)
+def shout(*, words, rng, shout_times):
+    return [w.upper() for w in words]
+
+
+from students import losses  # noqa: E402
+
+losses.register("zero_loss")(lambda outputs, batch, weights: outputs["logits"].sum() * 0.0)
+
+from transferset.config import AugmentConfig  # noqa: E402  (made of the installed ops' settings, shout's too)
+
+assert "shout_times" in {f.name for f in fields(AugmentConfig)}
+sys.path.insert(0, "tests/transferset/app")
+import test_keys_frozen as t  # noqa: E402
+
+out = {}
+for case in sys.argv[1:]:
+    with tempfile.TemporaryDirectory() as d:
+        out[case] = {name: key for name, (key, _) in t.stage_keys(*t.CASES[case], root=Path(d)).items()}
+print(json.dumps(out))
+'''
+
+
+def test_installing_an_op_and_registering_a_loss_change_no_key():
+    """An op installed before the config is imported (as an entry point's is) adds its settings to AugmentConfig,
+    and a loss registered by another module is one more name; at their defaults neither is in any key."""
+    import json
+    import subprocess
+    import sys
+
+    cases = ["demo", "demo_tinybert", "sst2_lowres"]
+    done = subprocess.run([sys.executable, "-c", INSTALL_AND_KEYS, *cases], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    keys = json.loads(done.stdout.strip().splitlines()[-1])
+    assert keys == {case: FROZEN[case] for case in cases}
