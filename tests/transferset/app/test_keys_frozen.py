@@ -358,3 +358,29 @@ def test_installing_an_op_and_registering_a_loss_change_no_key():
     assert done.returncode == 0, done.stderr[-3000:]
     keys = json.loads(done.stdout.strip().splitlines()[-1])
     assert keys == {case: FROZEN[case] for case in cases}
+
+
+@pytest.mark.parametrize("case", ["demo", "demo_ensemble", "demo_compress"])
+def test_a_run_directory_written_before_is_reused_stage_by_stage(case, tmp_path):
+    """The run directory of a config as 7b25072 left it (each folder: its done file and the key of FROZEN) is
+    reused by today's run: no stage runs again."""
+    import json
+
+    from test_runner import RecordingStages
+    from transferset.app.runner import STAGE_FILE, load_config, plan_stages, resolve_data, run_pipeline
+
+    config, overrides = CASES[case]
+    write_inputs(tmp_path)
+    cfg = load_config(config, [f"run_dir={tmp_path / 'run'}", f"data={tmp_path / 'data'}", "test=null", *overrides])
+    for s in plan_stages(cfg, resolve_data(cfg.data, cfg.test)).stages:
+        if s.run is not None:
+            folder = Path(s.folder)
+            (folder / s.done_file).parent.mkdir(parents=True, exist_ok=True)
+            if not (folder / s.done_file).exists():
+                (folder / s.done_file).write_text("{}")
+            (folder / STAGE_FILE).write_text(json.dumps({"key": FROZEN[case][s.name]}))
+    log = []
+    run_pipeline(cfg, log=log.append, functions=RecordingStages().functions())
+    assert [m for m in log if "] running → " in m or "resuming" in m] == []
+    assert sum("up to date" in m for m in log) == sum(1 for s in plan_stages(cfg, resolve_data(cfg.data, cfg.test)).stages
+                                                       if s.run is not None)
