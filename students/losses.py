@@ -233,6 +233,11 @@ def combine(outputs: Mapping[str, torch.Tensor], batch: Mapping[str, torch.Tenso
     if online and ONLINE not in batch:
         raise ValueError(f"{online} need the teacher's token-level states: none in the batch "
                          "(students.online.forward adds them)")
+    for name in w:
+        missing = [key for key in _REGISTRY[name].needs if key not in batch]
+        if missing:
+            raise ValueError(f"loss {name} reads {missing} of the batch, which has {sorted(batch)}: a scored set's "
+                             "columns (students.data.TRAIN_COLUMNS) or the online teacher's states")
     parts = {name: _REGISTRY[name].fn(outputs, batch, weights) for name in w}
     total: Optional[torch.Tensor] = None
     for name, value in parts.items():

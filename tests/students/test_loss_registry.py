@@ -71,3 +71,9 @@ def test_the_builtin_losses_keep_their_own_settings_and_order():
     w = LossWeights.of(StudentConfig(ce=0.5, kd=2.0, temperature=3.0, hidden_mse=1.0))
     assert w.active() == {"ce": 0.5, "mse": 1.0, "kd": 2.0, "hidden_mse": 1.0} and w.temperature == 3.0
     assert w.layer_active() == {"hidden_mse": 1.0} and w.kd == 2.0 and w.cos == 0.0
+
+
+def test_a_loss_whose_batch_key_is_missing_says_which(registered):
+    w = LossWeights.of(StudentConfig(ce=0.0, mse=0.0, losses={"logit_l1": 1.0}))
+    with pytest.raises(ValueError, match=r"loss logit_l1 reads \['teacher_logits'\] of the batch, which has \['label'\]"):
+        losses.combine({"logits": torch.zeros(1, 2)}, {schema.LABEL: torch.tensor([0])}, w)
