@@ -123,7 +123,7 @@ def register(family: Family) -> Family:
 def get(name: Optional[str], where: str = "student") -> Family:
     """The registered family of that name; an unknown one is a UserError naming the known ones."""
     if name not in _FAMILIES:
-        raise UserError(f"{where}: unknown student family {name!r}; known: {', '.join(_FAMILIES)}")
+        raise UserError(f"{where}: unknown student family {name!r}; known: {', '.join(sorted(_FAMILIES))}")
     return _FAMILIES[name]
 
 
