@@ -16,8 +16,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.func import functional_call
 
+from students.bilstm_onnx import BiLSTMGraph
 from students.data import iter_texts
-from students.family import RESAVE, Batch, Built, Context, StudentFileError, model_values
+from students.family import RESAVE, Batch, Built, Context, Family, StudentFileError, model_values, register
 from students.teacher_files import no_teacher_dir
 from students.tokens import (WordPieceTokens, WordTokens, load_tokens, pca_project, teacher_input_embeddings,
                              teacher_wordpiece, word_vectors_from_wordpiece)
@@ -233,3 +234,12 @@ def load(model_dir: str, sidecar: dict):
         raise StudentFileError(f"{weights}: the weights do not fit the settings in {where} "
                                f"({schema.cut(str(exc), 300)}); {RESAVE}") from exc
     return model, load_tokens(model_dir, sidecar["tokens"]), config
+
+
+def export_graph(model: BiLSTM, tokens) -> nn.Module:
+    """The ONNX graph of the student: one ONNX LSTM per layer, a trimmed vocabulary's remapping inside it."""
+    return BiLSTMGraph(model, tokens.remap)
+
+
+FAMILY = register(Family("bilstm", build=build, forward=forward_batch, param_groups=BiLSTM.param_groups, save=save,
+                         load=load, default_lr=2e-3, export_graph=export_graph))

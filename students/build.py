@@ -11,7 +11,8 @@ from typing import Any, Optional
 import torch
 import torch.nn as nn
 
-from students import bilstm, online, seeds, teacher_files, transformer
+from students import bilstm, online, seeds, teacher_files, transformer  # noqa: F401 (register their families)
+from students import family as family_registry
 from students.data import count_rows
 from students.family import Context, Family
 from students.schedules import SCHEDULES
@@ -20,20 +21,14 @@ from transferset.config import DEFAULT_MAX_LENGTH, StudentConfig
 from transferset.errors import UserError
 from transferset.threads import set_torch_threads
 
-FAMILIES: dict[str, Family] = {
-    "bilstm": Family("bilstm", build=bilstm.build, forward=bilstm.forward_batch,
-                     param_groups=bilstm.BiLSTM.param_groups, save=bilstm.save, load=bilstm.load),
-    "transformer": Family("transformer", build=transformer.build, forward=transformer.forward_batch,
-                          param_groups=transformer.param_groups, save=transformer.save, load=transformer.load),
-}
+# Each family's module registers it (students.family.register) when imported above: the registry, by name.
+FAMILIES = family_registry._FAMILIES
 # A Hugging Face classifier saved by someone else (e.g. the teacher): predicts like the transformer.
 HF_FAMILY = FAMILIES["transformer"]
 
 
 def family(name: Optional[str], where: str = "student") -> Family:
-    if name not in FAMILIES:
-        raise UserError(f"{where}: unknown student family {name!r}; known: {', '.join(FAMILIES)}")
-    return FAMILIES[name]
+    return family_registry.get(name, where)
 
 
 @dataclass
@@ -82,7 +77,10 @@ def setup(cfg: StudentConfig, transfer_dir: str) -> Setup:
     # The caller's torch random state is left as it was: the init stream is the run's own.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(init_seed)
-        built = fam.build(ctx)
+        built = fam.build(ctx)  # a family's build may refuse other tokens with its own reason first
+        if cfg.tokens not in fam.tokens:
+            raise UserError(f"the {fam.name} student is built on `tokens: {' | '.join(fam.tokens)}`; drop "
+                            f"`tokens: {cfg.tokens}`")
         online_teacher = online.make(ctx, built)
     if (cfg.repr or cfg.schedule == "progressive") and built.repr_width != hidden_width and built.projection is None:
         raise UserError(f"the representation loss (repr, and stage 1 of the progressive schedule) needs the "

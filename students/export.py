@@ -48,8 +48,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from students.bilstm import BiLSTM
-from students.export_bilstm import BiLSTMGraph
+from students.bilstm_onnx import BiLSTMGraph  # noqa: F401 (tests export it from here)
 from students.student import EXPORT_KEY, ONNX_FILE, OnnxStudent, Student
 from students.tokens import WordPieceTokens
 from transferset import __version__, fs, schema
@@ -139,8 +138,8 @@ def graph_of(student: Student) -> tuple[nn.Module, list[str], list[str]]:
                         "Hugging Face tokenizer to save beside the graph; export a student trained with "
                         "`tokens: wordpiece` (the default)")
     declared = tokenizer_inputs(tokens.tokenizer)
-    if isinstance(student.model, BiLSTM):
-        return BiLSTMGraph(student.model, tokens.remap).eval(), ["input_ids", "attention_mask"], declared
+    if student.family.export_graph is not None:  # the family's own graph (the BiLSTM's: students/bilstm_onnx.py)
+        return student.family.export_graph(student.model, tokens).eval(), ["input_ids", "attention_mask"], declared
     takes = inspect.signature(student.model.forward).parameters
     used = [name for name in declared if name in takes]
     return HFGraph(student.model, used).eval(), used, declared

@@ -53,12 +53,42 @@ class Built:
 
 @dataclass(frozen=True)
 class Family:
-    name: str
+    """One student family, registered by its module (`register`): everything that differs between students."""
+
+    name: str  # StudentConfig.student
     build: Callable[[Context], Built]
     forward: Callable[[nn.Module, Batch], dict]                 # → logits (B, C), repr (B, D), ...
     param_groups: Callable[[nn.Module], dict]                   # GROUPS (encoder maybe per layer) → parameters
     save: Callable[[str, nn.Module, Any], dict]                 # (dir, model, tokens) → sidecar entries
     load: Callable[[str, dict], tuple[nn.Module, Any, Any]]     # (dir, sidecar) → (model, tokens, config)
+    default_lr: float  # AdamW's peak learning rate when StudentConfig.lr is None
+    tokens: tuple[str, ...] = ("wordpiece", "words")  # the StudentConfig.tokens kinds it is built on
+    # ONNX export (students/export.py): (model, tokens) → a module taking (input_ids, attention_mask) → logits;
+    # None: the model is a Hugging Face classifier, exported with the tokenizer's inputs as they are
+    export_graph: Optional[Callable[[nn.Module, Any], nn.Module]] = None
+
+
+_FAMILIES: dict[str, Family] = {}
+
+
+def register(family: Family) -> Family:
+    """Add a family to the registry (by its module, at import); a name registered twice is refused."""
+    if family.name in _FAMILIES:
+        raise ValueError(f"student family {family.name!r} is already registered "
+                         f"(by {_FAMILIES[family.name].build.__module__})")
+    _FAMILIES[family.name] = family
+    return family
+
+
+def get(name: Optional[str], where: str = "student") -> Family:
+    """The registered family of that name; an unknown one is a UserError naming the known ones."""
+    if name not in _FAMILIES:
+        raise UserError(f"{where}: unknown student family {name!r}; known: {', '.join(sorted(_FAMILIES))}")
+    return _FAMILIES[name]
+
+
+def names() -> list[str]:
+    return list(_FAMILIES)
 
 
 def projection(student_width: int, teacher_width: int) -> Optional[nn.Linear]:

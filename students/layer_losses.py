@@ -123,29 +123,34 @@ class States:
         return self.qkv[k][2]
 
 
-def terms(student: States, teacher: States, pairs, mask: torch.Tensor, active: dict,
-          only=None) -> dict[str, torch.Tensor]:
-    """The active layer losses (names of LAYER_LOSSES → weight) of one batch, unweighted.
+# The order their terms are added in (students.losses registers them in it).
+TERM_ORDER = ("hidden_mse", "att_mse", "att_kl", "value_kl", "emb_mse", "cos")
+_PER_LAYER = {"hidden_mse": lambda st, te, s, t, mask: hidden_mse(st.hidden[s], te.hidden[t], mask),
+              "att_mse": lambda st, te, s, t, mask: attention_mse(st.scores(s), te.scores(t), mask),
+              "att_kl": lambda st, te, s, t, mask: dist_kl(st.scores(s), te.scores(t), mask),
+              "value_kl": lambda st, te, s, t, mask: value_kl(st.values(s), te.values(t), mask)}
+
+
+def term(name: str, student: States, teacher: States, pairs, mask: torch.Tensor, only=None) -> torch.Tensor:
+    """One layer loss (a name of LAYER_LOSSES) of one batch, unweighted.
 
     `pairs`: (student layer, teacher layer), 1-based, from the layer map; per-layer losses are averaged over
     them (TinyBERT sums: its weights are ours × the number of pairs). `only`: the student layers whose pairs
     count (a progressive-knowledge-transfer stage), None for all. cos compares the last layers, emb_mse the
     embeddings, whatever the map.
     """
+    if name == "emb_mse":
+        return hidden_mse(student.hidden[0], teacher.hidden[0], mask)
+    if name == "cos":
+        return cosine(student.hidden[-1], teacher.hidden[-1], mask)
     pairs = [(s, t) for s, t in pairs if only is None or s in only]
-    out: dict[str, torch.Tensor] = {}
-    per_layer = {"hidden_mse": lambda s, t: hidden_mse(student.hidden[s], teacher.hidden[t], mask),
-                 "att_mse": lambda s, t: attention_mse(student.scores(s), teacher.scores(t), mask),
-                 "att_kl": lambda s, t: dist_kl(student.scores(s), teacher.scores(t), mask),
-                 "value_kl": lambda s, t: value_kl(student.values(s), teacher.values(t), mask)}
-    for name, fn in per_layer.items():
-        if name in active:
-            if not pairs:
-                raise ValueError(f"{name}: no student layer is mapped to a teacher layer"
-                                 + (f" among layers {sorted(only)}" if only is not None else ""))
-            out[name] = torch.stack([fn(s, t) for s, t in pairs]).mean()
-    if "emb_mse" in active:
-        out["emb_mse"] = hidden_mse(student.hidden[0], teacher.hidden[0], mask)
-    if "cos" in active:
-        out["cos"] = cosine(student.hidden[-1], teacher.hidden[-1], mask)
-    return out
+    if not pairs:
+        raise ValueError(f"{name}: no student layer is mapped to a teacher layer"
+                         + (f" among layers {sorted(only)}" if only is not None else ""))
+    return torch.stack([_PER_LAYER[name](student, teacher, s, t, mask) for s, t in pairs]).mean()
+
+
+def terms(student: States, teacher: States, pairs, mask: torch.Tensor, active: dict,
+          only=None) -> dict[str, torch.Tensor]:
+    """The active layer losses (names of LAYER_LOSSES → weight) of one batch, unweighted (`term` of each)."""
+    return {name: term(name, student, teacher, pairs, mask, only) for name in TERM_ORDER if name in active}

@@ -1,53 +1,168 @@
-"""Distillation losses, each a plain function of tensors, and their weighted sum.
+"""Distillation losses, registered by name as augmenters are, and their weighted sum.
+
+A loss is one registration: its name (the weight's setting), the batch and output keys it reads (cached
+columns such as teacher_logits / teacher_hidden, or ONLINE: the teacher's token-level states, which
+students/online.py adds when such a loss is on), an optional frozen dataclass of its own settings, and a
+function of (outputs, batch, weights) giving its unweighted term. `combine` sums the registered losses
+with a non-zero weight. The losses below (and the layer losses of students/layer_losses.py) are
+StudentConfig settings of their own names (`kd: 1.0`); a loss registered elsewhere is set under the
+student's `losses:` ({NAME: weight} or {NAME: {weight: W, SETTING: value}}), so registering one changes
+no setting, flag or cache key of the students that do not use it.
 
 Batches are dicts keyed by the schema's column names; they carry the gold label as -1 where the
 row has none (augmented or unlabeled text): the CE term averages over labeled rows only.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
-from typing import Mapping, Optional, Tuple
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 
 from students import layer_losses
 from transferset import schema
+from transferset.errors import UserError
 
 NO_LABEL = -1
 # Batch key of the (B, L, H) stack of teacher_hidden_l{k} columns matched to the student's layers.
 TEACHER_LAYERS = "teacher_layers"
+# What a loss needing the teacher run alongside declares (students/online.py adds its states to the batch).
+ONLINE = layer_losses.TEACHER_STATES
 
 
-@dataclass
+@dataclass(frozen=True)
+class NoSettings:
+    """A loss without settings of its own."""
+
+
+@dataclass(frozen=True)
+class Loss:
+    name: str
+    fn: Callable[[Mapping[str, Any], Mapping[str, Any], "LossWeights"], torch.Tensor]  # the unweighted term
+    needs: tuple[str, ...]  # batch keys it reads besides the label and mask (ONLINE: the online teacher)
+    settings: type  # frozen dataclass of its own settings (`losses: {NAME: {weight: W, SETTING: V}}`)
+    own_setting: bool  # its weight is the StudentConfig setting of its name (the losses users wrote before)
+
+
+_REGISTRY: dict[str, Loss] = {}
+
+
+def register(name: str, *, needs: tuple[str, ...] = (), settings: type = NoSettings, own_setting: bool = False):
+    """Register fn(outputs, batch, weights) → its unweighted term under `name` (`weights.settings(name)`:
+    its settings)."""
+    if name in _REGISTRY:
+        raise ValueError(f"loss {name!r} is already registered (by {_REGISTRY[name].fn.__module__})")
+    if not (dataclasses.is_dataclass(settings) and settings.__dataclass_params__.frozen):
+        raise ValueError(f"loss {name!r}: settings must be a frozen dataclass, got {settings!r}")
+    if "weight" in {f.name for f in dataclasses.fields(settings)}:
+        raise ValueError(f"loss {name!r}: `weight` is every loss's weight, not a setting of its own")
+
+    def deco(fn: Callable) -> Callable:
+        if name in _REGISTRY:
+            raise ValueError(f"loss {name!r} is already registered (by {_REGISTRY[name].fn.__module__})")
+        _REGISTRY[name] = Loss(name, fn, tuple(needs), settings, own_setting)
+        return fn
+
+    return deco
+
+
+def get(name: str) -> Loss:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise UserError(f"unknown loss {name!r}; known: {', '.join(sorted(_REGISTRY))}") from None
+
+
+def names() -> list[str]:
+    """Every registered loss, in the order combine adds them."""
+    return list(_REGISTRY)
+
+
 class LossWeights:
-    ce: float = 0.0        # cross-entropy on gold labels (rows whose `label` is set)
-    mse: float = 0.0       # MSE on logits (Tang et al. 2019; Ba & Caruana)
-    kd: float = 0.0        # KL(softmax(t/T) ‖ softmax(s/T))·T² (Hinton et al. 2015)
-    repr: float = 0.0      # MSE of the student's representation head to `teacher_hidden`
-    pkd: float = 0.0       # BERT-PKD: normalised [CLS] of intermediate layers
-    # Token-level layer losses (students/layer_losses.py), against the teacher run online (students/online.py).
-    emb_mse: float = 0.0   # TinyBERT: embedding-layer MSE
-    hidden_mse: float = 0.0  # TinyBERT / MobileBERT: per-token hidden MSE of mapped layers
-    att_mse: float = 0.0   # TinyBERT: attention scores (before softmax) MSE
-    att_kl: float = 0.0    # MobileBERT / MiniLM: KL of attention distributions
-    value_kl: float = 0.0  # MiniLM: KL of value relations softmax(V·Vᵀ/√d_k)
-    cos: float = 0.0       # DistilBERT: 1 − cos of last hidden states
-    temperature: float = 1.0
-    # A progressive-knowledge-transfer stage: only the pairs of these student layers count (None: all).
-    layers: Optional[Tuple[int, ...]] = None
+    """The weight of each registered loss (0.0 unless given), kd's temperature, and a progressive-knowledge-
+    transfer stage's layers (None: all). `LossWeights(kd=1.0, temperature=2.0)`; `w.kd` is kd's weight."""
+
+    def __init__(self, temperature: float = 1.0, layers: Optional[Tuple[int, ...]] = None,
+                 settings: Optional[Mapping[str, Any]] = None, **weights: float):
+        for name in weights:
+            get(name)  # an unknown name lists the known ones
+        self.weights = {name: float(w) for name, w in weights.items()}
+        self.temperature = temperature
+        self.layers = layers
+        self._settings = dict(settings or {})  # name → its settings object, for the losses that have some
+
+    def __getattr__(self, name: str) -> float:
+        if name.startswith("_") or name not in _REGISTRY:
+            raise AttributeError(name)
+        return self.weights.get(name, 0.0)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, LossWeights) and (self.active(), self.temperature, self.layers, self._settings) == (
+            other.active(), other.temperature, other.layers, other._settings)
+
+    def __repr__(self) -> str:
+        return f"LossWeights({self.active()}, temperature={self.temperature}, layers={self.layers})"
+
+    def replace(self, **weights: float) -> "LossWeights":
+        """These weights with some changed (as dataclasses.replace)."""
+        return LossWeights(self.temperature, self.layers, self._settings, **{**self.weights, **weights})
+
+    def settings(self, name: str) -> Any:
+        """A loss's own settings (its dataclass's defaults unless the student's `losses:` gives some)."""
+        return self._settings.get(name) or get(name).settings()
 
     def active(self) -> dict[str, float]:
-        return {k: v for k, v in asdict(self).items() if k not in ("temperature", "layers") and v}
+        """The losses with a non-zero weight, in the registry's order (the order combine adds them)."""
+        return {name: self.weights[name] for name in _REGISTRY if self.weights.get(name)}
 
     def layer_active(self) -> dict[str, float]:
-        """The active losses that need the teacher's token-level states."""
-        return {k: v for k, v in self.active().items() if k in layer_losses.LAYER_LOSSES}
+        """The active losses that need the teacher's token-level states (the online teacher)."""
+        return {k: v for k, v in self.active().items() if ONLINE in _REGISTRY[k].needs}
 
     @classmethod
     def of(cls, cfg) -> "LossWeights":
-        """The weights a StudentConfig sets (its fields of the same names)."""
-        return cls(**{f.name: getattr(cfg, f.name) for f in fields(cls) if f.name != "layers"})
+        """The weights a StudentConfig sets: the losses' own settings, and its `losses:` for the others."""
+        weights = {loss.name: getattr(cfg, loss.name) for loss in _REGISTRY.values() if loss.own_setting}
+        settings = {}
+        for name, value in (getattr(cfg, "losses", None) or {}).items():
+            loss = get(name)
+            if loss.own_setting:
+                raise UserError(f"losses: {{{name}: ...}}: {name} is a setting of its own: write `{name}: WEIGHT`")
+            weights[name], settings[name] = _weight_and_settings(loss, value)
+        return cls(temperature=cfg.temperature, settings=settings, **weights)
+
+
+def _weight_and_settings(loss: Loss, value: Any) -> tuple[float, Any]:
+    """`losses: {NAME: value}`: a weight, or {weight: W, SETTING: value} → (W, its settings object)."""
+    where = f"losses: {{{loss.name}: {value!r}}}"
+    if not isinstance(value, dict):
+        value = {"weight": value}
+    values = dict(value)
+    weight = values.pop("weight", None)
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight < 0:
+        raise UserError(f"{where}: the weight must be a number >= 0, e.g. {{{loss.name}: 1.0}}")
+    known = [f.name for f in dataclasses.fields(loss.settings)]
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise UserError(f"{where}: unknown setting(s) {unknown} of loss {loss.name}; known: {['weight', *known]}")
+    try:
+        return float(weight), loss.settings(**values)
+    except (TypeError, ValueError) as exc:
+        raise UserError(f"{where}: {exc}") from None
+
+
+def check(losses: Mapping[str, Any], where: str) -> None:
+    """Refuse a student's `losses:` that names an unknown loss or setting (before any stage of a run)."""
+    for name, value in losses.items():
+        try:
+            loss = get(name)
+            if loss.own_setting:
+                raise UserError(f"{name} is a setting of its own: write `{name}: WEIGHT`")
+            _weight_and_settings(loss, value)
+        except UserError as exc:
+            raise UserError(f"{where}: {exc}") from None
 
 
 def ce(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -90,30 +205,40 @@ def pkd(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
     return (s - t).pow(2).sum(-1).mean()
 
 
+# --- the losses of the cached teacher columns, then the layer losses (registry order: combine's order) ---
+
+register("ce", own_setting=True)(lambda out, batch, w: ce(out["logits"], batch[schema.LABEL]))
+register("mse", needs=(schema.TEACHER_LOGITS,), own_setting=True)(
+    lambda out, batch, w: logits_mse(out["logits"], batch[schema.TEACHER_LOGITS]))
+register("kd", needs=(schema.TEACHER_LOGITS,), own_setting=True)(
+    lambda out, batch, w: kd_kl(out["logits"], batch[schema.TEACHER_LOGITS], w.temperature))
+register("repr", needs=(schema.TEACHER_HIDDEN,), own_setting=True)(
+    lambda out, batch, w: repr_mse(out["repr"], batch[schema.TEACHER_HIDDEN]))
+register("pkd", needs=(TEACHER_LAYERS,), own_setting=True)(
+    lambda out, batch, w: pkd(out["cls_layers"], batch[TEACHER_LAYERS]))
+for _name in layer_losses.TERM_ORDER:
+    register(_name, needs=(ONLINE,), own_setting=True)(
+        lambda out, batch, w, name=_name: layer_losses.term(
+            name, out[layer_losses.STUDENT_STATES], batch[layer_losses.TEACHER_STATES],
+            out[layer_losses.LAYER_PAIRS], batch["mask"], w.layers))
+
+
 def combine(outputs: Mapping[str, torch.Tensor], batch: Mapping[str, torch.Tensor],
             weights: LossWeights) -> tuple[torch.Tensor, dict[str, float]]:
-    """Weighted sum of the active losses; also each term's value for logging."""
-    parts: dict[str, torch.Tensor] = {}
+    """Weighted sum of the active losses (registry order); also each term's value for logging."""
     w = weights.active()
-    if "ce" in w:
-        parts["ce"] = ce(outputs["logits"], batch[schema.LABEL])
-    if "mse" in w:
-        parts["mse"] = logits_mse(outputs["logits"], batch[schema.TEACHER_LOGITS])
-    if "kd" in w:
-        parts["kd"] = kd_kl(outputs["logits"], batch[schema.TEACHER_LOGITS], weights.temperature)
-    if "repr" in w:
-        parts["repr"] = repr_mse(outputs["repr"], batch[schema.TEACHER_HIDDEN])
-    if "pkd" in w:
-        parts["pkd"] = pkd(outputs["cls_layers"], batch[TEACHER_LAYERS])
-    layer = weights.layer_active()
-    if layer:
-        if layer_losses.TEACHER_STATES not in batch:
-            raise ValueError(f"{sorted(layer)} need the teacher's token-level states: none in the batch "
-                             "(students.online.forward adds them)")
-        parts.update(layer_losses.terms(outputs[layer_losses.STUDENT_STATES], batch[layer_losses.TEACHER_STATES],
-                                        outputs[layer_losses.LAYER_PAIRS], batch["mask"], layer, weights.layers))
-    if not parts:
+    if not w:
         raise ValueError("no loss has a non-zero weight")
+    online = sorted(k for k in w if ONLINE in _REGISTRY[k].needs)
+    if online and ONLINE not in batch:
+        raise ValueError(f"{online} need the teacher's token-level states: none in the batch "
+                         "(students.online.forward adds them)")
+    for name in w:
+        missing = [key for key in _REGISTRY[name].needs if key not in batch]
+        if missing:
+            raise ValueError(f"loss {name} reads {missing} of the batch, which has {sorted(batch)}: a scored set's "
+                             "columns (students.data.TRAIN_COLUMNS) or the online teacher's states")
+    parts = {name: _REGISTRY[name].fn(outputs, batch, weights) for name in w}
     total: Optional[torch.Tensor] = None
     for name, value in parts.items():
         term = w[name] * value

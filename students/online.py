@@ -24,7 +24,7 @@ import torch.nn as nn
 
 from students import layer_losses, transformer
 from students.family import Built, Context
-from students.layer_losses import LAYER_LOSSES, States
+from students.layer_losses import States
 from students.losses import LossWeights
 from students.teacher_files import NO_CODE_TRAIN, no_teacher_dir
 from transferset.errors import UserError
@@ -35,7 +35,7 @@ PROBE = (["Hello, WORLD! Naïve café: 1,234 un-believable ##x [unused]", "Ünï
 
 def layer_weights(cfg) -> dict[str, float]:
     """The layer losses the settings turn on (any schedule's phase may use them)."""
-    return {k: getattr(cfg, k) for k in LAYER_LOSSES if getattr(cfg, k)}
+    return LossWeights.of(cfg).layer_active()
 
 
 def same_tokenizer(a, b) -> bool:

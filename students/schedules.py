@@ -24,7 +24,7 @@ other schedules treat those as one "encoder" group.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from students.family import GROUPS
@@ -121,7 +121,7 @@ def _progressive(weights: LossWeights, epochs: int, layer_epochs: int, fine: tup
 
 def _distill_then_finetune(weights: LossWeights, epochs: int, layer_epochs: int, fine: tuple[str, ...]
                            ) -> list[Phase]:
-    distill = replace(weights, ce=0.0)
+    distill = weights.replace(ce=0.0)
     if not distill.active():
         distill = LossWeights(mse=1.0)
     return [

@@ -33,7 +33,7 @@ from students.schedules import Phase, phases
 from students.student import Student, accuracy
 from transferset import fs, schema, sources, timing, transfer, typed
 from transferset.card import write_card
-from transferset.config import DEFAULT_LR, LAYER_TEXTS_REST, StudentConfig
+from transferset.config import LAYER_TEXTS_REST, StudentConfig
 from transferset.errors import UserError
 from transferset.fs.output import STUDENT_NAMES, Output
 from transferset.progress import log_line
@@ -70,7 +70,7 @@ def set_trainable(s: Setup, phase: Phase) -> list[torch.nn.Parameter]:
 def make_optimizer(s: Setup, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
     # A fresh optimiser per phase holding only the trainable parameters: frozen ones then stay
     # bit-identical (AdamW's decoupled weight decay would otherwise still move them).
-    lr = s.cfg.lr if s.cfg.lr is not None else DEFAULT_LR[s.family.name]
+    lr = s.cfg.lr if s.cfg.lr is not None else s.family.default_lr
     return torch.optim.AdamW(params, lr=lr, weight_decay=s.cfg.weight_decay)
 
 

@@ -26,7 +26,7 @@ from typing import Mapping, Optional, Sequence
 import torch
 import torch.nn as nn
 
-from students.family import Batch, Built, Context, model_values, projection
+from students.family import Batch, Built, Context, Family, model_values, projection, register
 from students.files import StudentFileError, read_json_object
 from students.teacher_files import (NO_CODE_LOAD, NO_CODE_PRETRAINED, NO_CODE_TRAIN, checkpoint, no_teacher_dir,
                                     pkd_columns, teacher_depth)
@@ -429,3 +429,7 @@ def load(model_dir: str, sidecar: dict):
     recorded, known = sidecar.get("model"), config_fields()
     config = TransformerConfig(**{k: v for k, v in recorded.items() if k in known}) if recorded else None
     return model, tokens, config
+
+
+FAMILY = register(Family("transformer", build=build, forward=forward_batch, param_groups=param_groups, save=save,
+                         load=load, default_lr=1e-4, tokens=("wordpiece",)))

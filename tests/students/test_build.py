@@ -6,12 +6,13 @@ from students import build
 from students.build import FAMILIES, setup
 from students.trainer import make_optimizer
 from transferset import schema
-from transferset.config import DEFAULT_LR, StudentConfig
+from transferset.config import StudentConfig
 from transferset.errors import UserError
 
 
 def test_one_registry_knows_both_families_and_names_them_on_a_typo():
-    assert set(FAMILIES) == {"bilstm", "transformer"} == set(DEFAULT_LR)
+    assert set(FAMILIES) == {"bilstm", "transformer"}
+    assert {name: f.default_lr for name, f in FAMILIES.items()} == {"bilstm": 2e-3, "transformer": 1e-4}
     with pytest.raises(UserError, match=r"unknown student family 'lstm'; known: bilstm, transformer"):
         build.family("lstm")
 

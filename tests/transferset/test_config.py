@@ -1,6 +1,7 @@
 """transferset.config: the typed settings, their flags and --help, and the checks on load."""
 import argparse
 import dataclasses
+import re
 
 import pytest
 
@@ -19,7 +20,7 @@ def test_every_setting_has_a_flag_with_help_and_the_dataclass_default(cls):
     flags.add_arguments(parser, cls)
     actions = {a.dest: a for a in parser._actions if a.dest != "help"}
     for f in dataclasses.fields(cls):
-        if (cls, f.name) in ((StudentConfig, "model"), (BeamConfig, "options")):  # mappings: YAML only
+        if (cls, f.name) in ((StudentConfig, "model"), (StudentConfig, "losses"), (BeamConfig, "options")):  # YAML only
             assert f.name not in actions
             continue
         action = actions[f.name]
@@ -153,3 +154,20 @@ def test_a_merge_key_may_be_overridden_and_equal_keys_in_other_mappings_are_fine
                     "  b:\n    epochs: 4\n")
     raw = typed.read_yaml(str(path))
     assert raw["students"] == {"a": {"epochs": 5, "patience": 2}, "b": {"epochs": 4}}
+
+
+def test_augment_settings_nested_per_op_are_the_flat_ones():
+    """`ops: {mask: {p: 0.3}, ngram: {max_n: 3}}` is `ops: [mask, ngram]` with p_mask 0.3 and max_n 3: the flat
+    form users write today stays, and both give the same config (hence the same key)."""
+    from transferset import typed
+    from transferset.config import AugmentConfig
+
+    nested = typed.load(AugmentConfig, {"ops": {"mask": {"p": 0.3}, "ngram": {"max_n": 3}, "pos": None}}, where="x")
+    flat = typed.load(AugmentConfig, {"ops": ["mask", "ngram", "pos"], "p_mask": 0.3, "max_n": 3}, where="x")
+    assert nested == flat and nested.ops == ("mask", "ngram", "pos") and nested.p_mask == 0.3
+    for bad, says in [({"ops": {"maks": {}}}, "ops: unknown augmenter 'maks'; known: mask, mlm, ngram, pos"),
+                      ({"ops": {"mask": {"q": 1}}}, "ops.mask.q: not a setting of mask; its settings: ['p', 'p_mask'"),
+                      ({"ops": {"mask": {"p": 0.2}}, "p_mask": 0.1}, "ops.mask.p and p_mask both set it"),
+                      ({"ops": {"mask": {"p": 2.0}}}, "p_mask")]:
+        with pytest.raises(ConfigError, match=re.escape(says)):
+            typed.load(AugmentConfig, bad, where="cfg.yaml: augment")

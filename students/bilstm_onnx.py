@@ -1,5 +1,6 @@
-"""The BiLSTM student's ONNX graph (students/export.py exports it): each layer one ONNX LSTM that takes
-the rows' lengths, its weights reordered into ONNX's gate order, a trimmed vocabulary's remapping inside.
+"""The BiLSTM student's forward pass as one exportable ONNX graph (students/export.py exports it; the BiLSTM's
+family, students/bilstm.py, names it as its export graph). No import of the model's module: it reads the
+model's submodules (embeddings, lstm, head, classifier) and config, so the family can name it without a cycle.
 """
 from __future__ import annotations
 
@@ -9,8 +10,6 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
-
-from students.bilstm import BiLSTM
 
 
 def _onnx_gates(w: torch.Tensor) -> torch.Tensor:
@@ -98,7 +97,7 @@ class BiLSTMGraph(nn.Module):
     is inside the graph, so it takes the tokenizer's ids as they are.
     """
 
-    def __init__(self, model: BiLSTM, remap: Optional[torch.Tensor]):
+    def __init__(self, model: nn.Module, remap: Optional[torch.Tensor]):
         super().__init__()
         self.model = model
         self.register_buffer("remap", remap.clone() if remap is not None else None)

@@ -1,6 +1,8 @@
 """Typed configuration: one dataclass per stage and the run that composes them.
 
-This module is the only place a default is written, but for three kinds it takes from their owner:
+This package is the only place a default is written (this module, and for their sections augment_settings.py
+and compress.py, whose names it imports back; common.py holds the value types they share), but for three kinds
+it takes from their owner:
 each augment op's settings (a dataclass in its module, transferset/augment/OP.py: AugmentConfig is
 composed of them), the readers' label column and row-length limit (transferset.sources) and the
 teacher's default model (transferset.loading, which finds it offline): config is imported by the
@@ -18,19 +20,20 @@ pipelines.runtime.beam_flags); the checks here look at values only.
 """
 from __future__ import annotations
 
-import dataclasses
-import json
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, Optional
 
-from pydantic import AfterValidator, BeforeValidator, ConfigDict, model_validator, with_config
+from pydantic import BeforeValidator, model_validator, with_config
 
-from transferset import augment  # importing it registers every op, whose settings AugmentConfig is made of
-from transferset import labels as label_rule
-from transferset.errors import ConfigError
 from transferset.loading import DEFAULT_TEACHER_MODEL  # the packaged model loading finds offline
-from transferset.sources import DEFAULT_LABEL_COLUMN, DEFAULT_MAX_CHARS
+from transferset.sources import DEFAULT_MAX_CHARS
 from transferset.typed import AtLeast, NonNegative, Positive, Probability
+# Shared value types and checks, and the compress section's settings: modules of this package, imported back
+# so that `from transferset.config import X` finds every setting.
+from transferset.config.common import (_STRICT, COMBINES, FORWARDS, POOLINGS, Ints, LabelNames,  # noqa: F401
+                                       Names, Speeds, _as_text, _split_commas, check_combine, check_forward_options)
+from transferset.config.compress import EXIT_TARGETS, CompressConfig, ExitsConfig, PruneConfig  # noqa: F401
+from transferset.config.augment_settings import RECIPES, AugmentConfig, nested_ops  # noqa: F401
 
 # Values that travel through several modules but are defaults of settings, written once here.
 DEFAULT_RUNNER = "FnApiRunner"
@@ -38,131 +41,7 @@ DEFAULT_RUNNER = "FnApiRunner"
 DEFAULT_MAX_LENGTH = 128
 # DEFAULT_MAX_CHARS (longer rows are rejected: augment, predict) is the readers' (transferset.sources).
 PREDICTION_FORMATS = ("parquet", "jsonl")  # PredictConfig.format
-POOLINGS = ("cls", "mean")  # ScoreConfig.hidden
-# Named op sequences; `AugmentConfig.recipe` picks one unless `ops` is given. The op names are checked
-# against the registry by transferset.augment.check_ops, which every augment entry point calls.
-RECIPES: dict[str, tuple[str, ...]] = {
-    "tang": ("mask", "pos", "ngram"),  # Tang et al. 2019
-    "tinybert": ("mlm",),  # Jiao et al. 2020
-}
-# auto: packed on CPU for the encoder families packed.py serves (measured, benchmarks/README.md), padded elsewhere; the
-# packed path is not measured on a GPU yet, where many small attention calls may cost more than padding.
-FORWARDS = ("auto", "packed", "padded")  # ScoreConfig.forward
-# ScoreConfig.combine: with several teachers, teacher_logits is their mean logits, or the log of their mean
-# probabilities (log-probs: a softmax gives that mean back), or one member's logits by its index (from 0)
-COMBINES = ("mean", "probs")
-
-
-def _as_text(value: Any) -> Any:
-    # YAML `combine: 1` (a member's index) means the string "1" that flags take.
-    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
-
-
-def check_combine(value: str) -> None:
-    """Refuse a ScoreConfig.combine that is neither a known rule nor a member index (range: at scoring)."""
-    if value not in COMBINES and not value.isdigit():
-        raise ConfigError(f"--combine {value!r}: choose one of {list(COMBINES)}, or the index of one teacher "
-                          "(0 for the first --teacher)")
-
-
-def _split_commas(value: Any) -> Any:
-    # "a,b" on a command line or in YAML means the list [a, b]; lists and tuples pass as they are.
-    if isinstance(value, str):
-        return tuple(s.strip() for s in value.split(",") if s.strip())
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return (value,)
-    return value
-
-
-Names = Annotated[tuple[str, ...], BeforeValidator(_split_commas)]
-# A label set by the one label rule (transferset.labels): what one command accepts, every command does.
-LabelNames = Annotated[Names, AfterValidator(lambda names: label_rule.check_names(names, where=""))]
-Ints = Annotated[tuple[int, ...], BeforeValidator(_split_commas)]
-Speeds = Annotated[tuple[Probability, ...], BeforeValidator(_split_commas)]
-
-_STRICT = ConfigDict(extra="forbid")
-
-# Bounds are part of a setting's type (transferset.typed: AtLeast, Probability, Positive, NonNegative).
-
-
-def check_forward_options(forward: str, forward_rows: Optional[int], forward_tokens: Optional[int]) -> None:
-    """Refuse a --forward choice or forward cap that cannot work (None caps: the path's default)."""
-    if any(v is not None and v < 1 for v in (forward_rows, forward_tokens)):
-        raise ConfigError("--forward-rows and --forward-tokens must be at least 1")
-    if forward not in FORWARDS:
-        raise ConfigError(f"--forward {forward!r}: choose one of {list(FORWARDS)}")
-
-
 # --- stages ----------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class _AugmentCommon:
-    """The augment settings no single op owns; each op's own come from its module (transferset.augment)."""
-
-    # reading
-    text_column: Optional[str] = None  # text column of the inputs (None: `sentence`, else `text`)
-    label_column: str = DEFAULT_LABEL_COLUMN  # label column of --input files
-    text_b_column: Optional[str] = None  # second text column, for sentence pairs
-    labels: Optional[LabelNames] = None  # the label set in class order, e.g. neg,pos (None: the first input's labels)
-    max_chars: AtLeast(1) = DEFAULT_MAX_CHARS  # reject rows whose text is longer
-    limit: Optional[int] = None  # read only the first N rows of each input
-    # augmentation
-    recipe: str = "tang"  # tang: mask-or-POS per word, then n-gram (Tang et al. 2019); tinybert: MLM replacement
-    ops: Optional[Names] = None  # compose ops by name instead of a recipe, e.g. mask,ngram (None: the recipe's)
-    n_iter: AtLeast(0) = 20  # variants sampled per example (Tang et al.: 20; TinyBERT SST-2: 20)
-    unlabeled_n_iter: Optional[AtLeast(0)] = None  # variants per unlabeled example (None: n_iter; 0: the text as is)
-    # variants by length: an example of W words gets ceil(W / words_per_variant) variants, at most n_iter
-    # (unlabeled_n_iter), at least 1; so long sentences, rare in a set of phrases, get more (None: n_iter each)
-    words_per_variant: Optional[AtLeast(1)] = None
-    seed: int = 0  # a row depends only on (seed, source id, variant index, settings)
-
-
-# Each registered op's settings class (transferset/augment/OP.py) adds its fields after the common
-# ones: its defaults and comments are written there once, and become flags, --help and YAML keys here.
-_OP_SETTINGS = augment.settings_classes()
-
-
-@with_config(_STRICT)
-@dataclass(frozen=True)
-class AugmentConfig(*reversed(_OP_SETTINGS), _AugmentCommon):
-    """`transferset augment` and the run's `augment:` section: the common settings, then every op's."""
-
-    # settings no row depends on (left out of to_json and of the run's stage key)
-    EXECUTION = tuple(name for cls in _OP_SETTINGS for name in getattr(cls, "EXECUTION", ()))
-
-    def __post_init__(self):
-        if self.ops is None:
-            if self.recipe not in RECIPES:
-                raise ValueError(f"unknown recipe {self.recipe!r}; known: {', '.join(sorted(RECIPES))}")
-            object.__setattr__(self, "ops", tuple(RECIPES[self.recipe]))
-        for cls in _OP_SETTINGS:  # each op checks its own settings
-            if "__post_init__" in vars(cls):
-                cls.__post_init__(self)
-
-    def variants_for(self, labeled: bool, words: Optional[int] = None) -> int:
-        """How many variants an example gets: unlabeled text may have its own number; with words_per_variant,
-        an example of `words` words gets one per that many words, up to that number (at least one)."""
-        most = self.n_iter if labeled or self.unlabeled_n_iter is None else self.unlabeled_n_iter
-        if self.words_per_variant is None or words is None or most == 0:
-            return most
-        return min(most, max(1, -(-words // self.words_per_variant)))
-
-    @property
-    def makes_variants(self) -> bool:
-        return self.variants_for(True) > 0 or self.variants_for(False) > 0
-
-    COLUMNS = ("text_column", "label_column", "text_b_column")
-
-    def column_kwargs(self) -> dict:
-        """The input files' columns, as write_eval_set and evaluate take them: the run's dev and test files
-        are read with the columns of its train file."""
-        return {k: getattr(self, k) for k in self.COLUMNS}
-
-    def to_json(self) -> str:
-        """The settings a transfer set depends on (recorded in its Parquet metadata)."""
-        values = {k: v for k, v in dataclasses.asdict(self).items() if k not in self.EXECUTION}
-        return json.dumps(values, sort_keys=True)
-
 
 @with_config(_STRICT)
 @dataclass(frozen=True)
@@ -230,9 +109,6 @@ class ScoreConfig:
         check_combine(self.combine)
 
 
-# StudentConfig.lr when it is None, per student family: AdamW's peak learning rate.
-DEFAULT_LR = {"bilstm": 2e-3, "transformer": 1e-4}
-
 # Transformer presets (`preset: NAME`): a published recipe's settings, under the ones given (a setting in
 # the YAML or on the command line wins). Paper settings and what differs here: README.md, "Layer-wise
 # transfer with the teacher online, and the presets".
@@ -288,7 +164,7 @@ class StudentConfig:
     # In a run config, `rest` (LAYER_TEXTS_REST): the train file's rows that no pool, validation or test
     # sentence holds, as they are (the run's layer_texts stage)
     layer_texts: Optional[str] = None
-    lr: Optional[Positive] = None  # None: the family's DEFAULT_LR (BiLSTM 2e-3, transformer 1e-4)
+    lr: Optional[Positive] = None  # None: the family's default_lr (students/: BiLSTM 2e-3, transformer 1e-4)
     batch_size: AtLeast(1) = 64  # rows per step
     patience: AtLeast(1) = 2  # epochs without a better dev accuracy before a phase stops
     seed: int = 0  # initialisation, shuffling and dropout all derive from it
@@ -315,6 +191,9 @@ class StudentConfig:
     # student layer -> teacher layer for the layer losses: uniform | first | last | last-K | 2,4,6 | 3:6,4:12
     layer_map: Annotated[str, BeforeValidator(_layer_map)] = "uniform"
     temperature: Positive = 1.0  # T of the kd loss
+    # losses registered by other modules (students/losses.py `register`), by name: {NAME: weight} or
+    # {NAME: {weight: W, SETTING: value}}; the losses above are written as their own settings
+    losses: dict[str, Any] = field(default_factory=dict)
     # tokens and initialisation
     tokens: Literal["wordpiece", "words"] = "wordpiece"  # wordpiece (the teacher's) | words (vocabulary from the transfer set)
     min_count: AtLeast(1) = 1  # words: keep words seen at least this often
@@ -390,58 +269,6 @@ class PredictConfig:
     speed: Optional[Probability] = None
 
 
-EXIT_TARGETS = ("auto", "cached", "own")
-
-
-@with_config(_STRICT)
-@dataclass(frozen=True)
-class ExitsConfig:
-    """`transferset exits`: FastBERT's branches after every layer of a frozen model, self-distilled."""
-
-    # what each branch learns (KL): cached = the scored set's teacher_logits (the model must be the set's
-    # teacher: same weights); own = the model's final classifier on each row (a transformer student);
-    # auto = cached when the model is the set's teacher, else own
-    targets: Literal[EXIT_TARGETS] = "auto"
-    pool: Literal["mean", "cls"] = "mean"  # what a branch reads of its layer: the masked mean of its tokens, or [CLS]
-    width: AtLeast(1) = 128  # the branch's inner width (pooled states → width → classes), FastBERT's 128
-    epochs: AtLeast(1) = 10  # passes over the rows' cached pooled states (the frozen model runs once)
-    lr: Positive = 1e-3  # AdamW learning rate of the branches
-    batch_size: AtLeast(1) = 64  # rows per step, and per forward of the frozen model
-    seed: int = 0  # the branches' init and the rows' order
-    max_rows: Optional[AtLeast(1)] = None  # use the set's first N rows only (None: all of them)
-    # tokens per row, kept by the saved model (None: the model's own); for the teacher, the length the set was
-    # scored at (its stats.json max_length) puts the branches' inputs and the cached logits on the same tokens
-    max_length: Optional[AtLeast(1)] = None
-    threads: Optional[AtLeast(1)] = None  # torch CPU threads (None: torch's setting)
-
-
-@with_config(_STRICT)
-@dataclass(frozen=True)
-class PruneConfig:
-    """`transferset prune`'s settings: attention heads ranked on the selection split, removed, recovered."""
-
-    # heads to remove: a count (e.g. 12) or a fraction of the model's heads (e.g. 0.25); 0 removes none and
-    # only the recovery runs: the model distilled on its own cached logits (a born-again model)
-    heads: NonNegative = 0.25
-    # importance = |d loss / d head gate| summed over the selection rows; the loss is cross-entropy against
-    # labels (the gold label, the model's own predicted label where a row has none) or predicted (always its own)
-    importance_loss: Literal["labels", "predicted"] = "labels"
-    normalize: bool = True  # divide each layer's importances by their L2 norm before the global ranking (Michel et al.)
-    epochs: AtLeast(0) = 2  # recovery: epochs of distillation from the scored set's teacher_logits (0: none)
-    max_steps: Optional[AtLeast(1)] = None  # recovery: at most this many optimizer steps in all (None: whole epochs)
-    loss: Literal["mse", "kd"] = "mse"  # recovery loss on teacher_logits: mse (Tang et al.) or kd (KL at temperature)
-    temperature: Positive = 1.0  # kd's T
-    lr: Positive = 3e-5  # AdamW learning rate of the recovery
-    batch_size: AtLeast(1) = 32  # rows per recovery step and per importance batch
-    weight_decay: NonNegative = 0.01
-    grad_clip: NonNegative = 1.0  # max gradient norm (0: no clipping)
-    seed: int = 0  # shuffling and dropout of the recovery
-    shuffle_rows: AtLeast(1) = 16384  # rows held in memory for shuffling
-    max_length: Optional[AtLeast(2)] = None  # tokens per row (None: the model's own)
-    threads: Optional[AtLeast(1)] = None  # torch CPU threads (None: leave torch's setting alone)
-    device: Literal["auto", "cpu", "cuda"] = "auto"  # where the recovery trains (the ranking runs on the CPU)
-
-
 @with_config(_STRICT)
 @dataclass(frozen=True)
 class LowResConfig:
@@ -473,33 +300,6 @@ class ReportConfig:
 
     latency_rows: AtLeast(1) = 256  # the first N rows of the selection split are timed
     latency_rounds: AtLeast(1) = 5  # interleaved rounds; the table shows each model's median
-
-
-@with_config(_STRICT)
-@dataclass(frozen=True)
-class CompressConfig:
-    """The run's `compress:` section: cheaper models made from the run's own (issue 28), each scored on the
-    test split and timed in the report beside the teacher and the students, so the report's table and
-    accuracy/latency plot show what each way of saving time costs. Every part is off until set."""
-
-    # ONNX int8 exports (`transferset export --quantize int8`, checked against PyTorch) of these models:
-    # `teacher` and/or student names, e.g. [teacher, distilled]
-    int8: Names = ()
-    # FastBERT's early exits on the teacher (`transferset exits`), trained on the scored set's logits; the
-    # report shows the teacher with exits at each of `exit_speeds`
-    exits: Optional[ExitsConfig] = None
-    exit_speeds: Speeds = (0.5,)  # thresholds on a branch's normalised entropy: 0 runs every layer, 1 exits first
-    # the teacher's least important attention heads removed and recovered on the scored set (`transferset prune`)
-    prune: Optional[PruneConfig] = None
-
-    def __post_init__(self):
-        if not self.exit_speeds:
-            raise ValueError("exit_speeds is empty: give at least one speed (e.g. 0.5), or leave exits out")
-        if len(set(self.int8)) != len(self.int8):
-            raise ValueError(f"int8 {list(self.int8)} names a model twice")
-
-    def active(self) -> bool:
-        return bool(self.int8) or self.exits is not None or self.prune is not None
 
 
 @with_config(_STRICT)
