@@ -131,3 +131,25 @@ def test_prune_refuses_what_it_cannot_do_with_a_reason(task, tmp_path, capsys):
         assert cli.main(argv) == 1, flags
         assert message in capsys.readouterr().err
         assert not os.path.exists(tmp_path / f"out{k}" / "model.safetensors")
+
+
+def test_a_model_with_early_exits_is_refused_in_one_line(task, tmp_path, capsys):
+    """Issue 42 item 4: prune copied the stale exits.* into its output (exit 0), a model nothing could load."""
+    import shutil
+
+    from students.exits import Branches, BranchesConfig, save_branches
+
+    model = tmp_path / "with_exits"
+    shutil.copytree(task["teacher"], model)
+    save_branches(str(model), Branches(BranchesConfig(layers=1, hidden=32, classes=2, width=4)), {})
+    for given in (model, tmp_path):  # the model folder, or a run folder holding it as model/
+        if given == tmp_path:
+            shutil.move(str(model), str(tmp_path / schema.STUDENT_MODEL_DIR))
+        out = tmp_path / "out"
+        argv = ["prune", "--model", str(given), "--selection", task["selection"], "--output", str(out),
+                "--epochs", "0", "--heads", "1"]
+        assert cli.main(argv) == 1
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+        assert f"--model {given}: has early exits (exits.json)" in err and "prune the backbone first" in err
+        assert not out.exists()
