@@ -253,3 +253,17 @@ def test_layer_texts_refuse_what_is_not_a_transfer_set(tmp_path, tiny_scored_dir
     assert "run `transferset augment` / `score` to make one" in err
     with pytest.raises(UserError, match="not a transfer set"):
         count_rows(str(predicted))
+
+
+def test_a_teacher_url_of_a_web_server_is_a_usage_error_that_fits_http(tmp_path, tiny_scored_dir, sst2_dev200,
+                                                                      capsys):
+    """Issue 42 item 8: an http:// teacher exited 1 suggesting gcsfs; a web server holds no folder to read."""
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("tokenizer: https://example.com/tok\n")
+    for flags, where in ((["--teacher", "http://example.com/x"], "--teacher=http://example.com/x"),
+                         (["--config", str(cfg)], f"{cfg}: tokenizer=https://example.com/tok")):
+        rc, err = _call(["train", "--transfer", tiny_scored_dir, "--dev", sst2_dev200,
+                         "--output", str(tmp_path / "o"), *flags], capsys)
+        assert rc == 2 and len(err.strip().splitlines()) == 1, err
+        assert f"{where}: an http" in err and "names one file on a web server" in err and "gcsfs" not in err, err
+        assert not (tmp_path / "o").exists()

@@ -31,7 +31,7 @@ from students.evaluate import evaluate
 from students.exits_train import train_exits
 from students.export import Int8Refused, export as export_model
 from students.prune import prune as prune_model
-from students.teacher_files import refuse_student_folder
+from students.teacher_files import check_dir_setting, refuse_student_folder
 from students.trainer import train as train_student
 from transferset import fs, loading, schema, transfer, typed
 from transferset.augment import check_ops, needs
@@ -138,8 +138,7 @@ def check_paths(cfg: RunConfig) -> None:
     for name, s in cfg.students.items():
         for key in ("teacher", "tokenizer"):
             value = getattr(s, key)
-            if value and not fs.isdir(value):
-                raise ConfigError(f"students.{name}.{key}={value}: no such directory")
+            check_dir_setting(value, f"students.{name}.{key}")
             refuse_student_folder(value, key, f"students.{name}.{key}")
         if s.layer_texts == LAYER_TEXTS_REST and not splits_train(cfg):
             raise ConfigError(f"students.{name}.layer_texts={LAYER_TEXTS_REST}: the rest of the train file is "

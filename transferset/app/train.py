@@ -5,7 +5,7 @@ import argparse
 import dataclasses
 import json
 
-from students.teacher_files import refuse_student_folder
+from students.teacher_files import check_dir_setting, refuse_student_folder
 from students.trainer import train
 from transferset import fs, typed
 from transferset.app import flags
@@ -41,6 +41,8 @@ def load_config(args: argparse.Namespace) -> StudentConfig:
     cfg = dataclasses.replace(cfg, **{k: fs.normalize(getattr(cfg, k), k)
                                       for k in ("teacher", "tokenizer") if getattr(cfg, k)})
     for key in ("teacher", "tokenizer"):
+        if getattr(cfg, key) and fs.is_remote(getattr(cfg, key)):  # a URL that cannot be a folder: a usage error
+            check_dir_setting(getattr(cfg, key), f"--{key}" if hasattr(args, key) else f"{args.config}: {key}")
         refuse_student_folder(getattr(cfg, key), key)  # before the output folder is made
     return cfg
 

@@ -587,6 +587,9 @@ def test_file_urls_and_unknown_schemes_in_a_run_config(tmp_path, sst2_dir):
     (["augment.recipe=tinybert", "augment.mlm_model=./no/such/mlm"], "augment.mlm_model ./no/such/mlm: no such model"),
     (["students.distilled.tokenizer=/no/such/tok"], "students.distilled.tokenizer=/no/such/tok: no such directory"),
     (["teacher_path=/no/such/teacher"], "teacher_path=/no/such/teacher: no such directory"),
+    # issue 42 item 8: exit 1, suggesting gcsfs for http
+    (["students.distilled.teacher=http://example.com/x"],
+     "students.distilled.teacher=http://example.com/x: an http:// URL names one file on a web server"),
     (["beam.runner=NoSuchRunner"], "beam.runner 'NoSuchRunner': not a Beam runner; known: DataflowRunner"),
     (["beam.options={projct: p}"], "beam.options.projct: not an Apache Beam pipeline option"),
 ])
