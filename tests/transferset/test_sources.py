@@ -350,15 +350,19 @@ def hub_offline(monkeypatch):
 
 
 def test_an_unknown_hf_dataset_offline_is_one_message(hub_offline):
-    """Issue 25 item 9: an unknown dataset offline was a ConnectionError traceback."""
+    """Issue 25 item 9: an unknown dataset offline was a ConnectionError traceback. Issue 42 item 7: after 25 s of
+    retries; now at once, a usage error (exit 2), whoever reads it first."""
+    from transferset.errors import ConfigError
     from transferset.sources import check_readable
 
     for call in (lambda p: check_readable(p), lambda p: list(read_source(SourceSpec(path=p, label_names=LABELS))),
                  infer_label_names):
-        with pytest.raises(SourceError, match=r"^hf:nosuch-user/nosuch-set:train: 'nosuch-user/nosuch-set' is not a "
-                                              r"local folder and the Hugging Face Hub cannot be reached \(.*\); offline, "
-                                              r"point hf: at a local folder"):
+        with pytest.raises(SourceError, match=r"^hf:nosuch-user/nosuch-set:train: the dataset nosuch-user/nosuch-set: "
+                                              r"not a local folder, and HF_HUB_OFFLINE is set with no copy of it in "
+                                              r"the Hugging Face cache: give a local folder of the dataset's files, or "
+                                              r"unset HF_HUB_OFFLINE on a machine with network$") as err:
             call("hf:nosuch-user/nosuch-set:train")
+        assert isinstance(err.value, ConfigError)
 
 
 def test_an_hf_folder_of_files_that_are_not_utf8_is_one_message(tmp_path, hub_offline):
@@ -372,6 +376,9 @@ def test_an_hf_folder_of_files_that_are_not_utf8_is_one_message(tmp_path, hub_of
         with pytest.raises(SourceError, match=rf"^hf:{re.escape(str(d))}:train: the files of .* are not UTF-8 text "
                                               r"\('utf-8' codec can't decode byte 0xe9"):
             call(f"hf:{d}:train")
+    with pytest.raises(SourceError, match=r"empty: no such folder \(hf:PATH:SPLIT reads a local folder"):
+        check_readable(f"hf:{tmp_path / 'empty'}:nosuch")  # issue 42: said "split 'nosuch'" after `datasets` tried
+    (tmp_path / "empty").mkdir()
     with pytest.raises(SourceError, match=r"split 'nosuch'"):
         check_readable(f"hf:{tmp_path / 'empty'}:nosuch")
 

@@ -7,7 +7,8 @@ import json
 from students.evaluate import LENGTH_EDGES, check_edges, evaluate
 from transferset.config import check_combine
 from transferset.errors import ConfigError
-from transferset.sources import DEFAULT_LABEL_COLUMN
+from transferset.loading import check_hub_model
+from transferset.sources import DEFAULT_LABEL_COLUMN, check_hf_names
 
 EPILOG = """\
 DATA is a labeled file (TSV/CSV/JSONL/Parquet) or a transferset Parquet set; when it holds teacher
@@ -63,6 +64,10 @@ def _edges(value: str) -> tuple[int, ...]:
 
 
 def run(args: argparse.Namespace, extra) -> int:
+    # Every name that must load, checked before anything is written (a hub name offline: one line, exit 2).
+    for m in args.model:
+        check_hub_model(m, what="--model")
+    check_hf_names([("--data", args.data)])
     model = args.model[0] if len(args.model) == 1 else args.model
     result = evaluate(model, args.data, text_column=args.text_column, label_column=args.label_column,
                       text_b_column=args.text_b_column, batch_size=args.batch_size, max_length=args.max_length,

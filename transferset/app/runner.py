@@ -41,6 +41,7 @@ from transferset.errors import ConfigError, UserError
 from transferset.evalset import write_eval_set
 from transferset.fs import remote
 from transferset.fs.lock import output_lock
+from transferset.sources import HF_PREFIX, check_hf_names
 from transferset.splits import (LABELED_FILE, REST_FILE, SPLIT_STATS_FILE, UNLABELED_FILE, VALIDATION_FILE,
                                 split_data)
 from transferset.teacher import ensemble
@@ -117,6 +118,12 @@ def check_paths(cfg: RunConfig) -> None:
     the first stage, so a typo costs no teacher training or scoring (ConfigError: exit 2, nothing written)."""
     members = len(cfg.teacher_paths or cfg.teacher_seeds or [None])
     ensemble.parse_combine(cfg.score.combine, members, "teacher_seeds / teacher_paths")  # before any stage
+    # hf: data (a hub dataset offline: one line, not a minute of retries after the first stage)
+    files = resolve_data(cfg.data, cfg.test)
+    if cfg.test and not cfg.test.startswith(HF_PREFIX) and not fs.exists(cfg.test):
+        raise ConfigError(f"test={cfg.test}: no such file")
+    check_hf_names([("data" if cfg.data else "data (not set: GLUE SST-2 from the Hub)", files.train),
+                    ("test", cfg.test)])
     if cfg.teacher_path or cfg.teacher_paths:
         for path in cfg.teacher_paths or [cfg.teacher_path]:
             if not fs.isdir(path):
@@ -131,11 +138,10 @@ def check_paths(cfg: RunConfig) -> None:
     for key, value, allow_pickle, trust in models:
         if fs.is_remote(value):
             continue
-        try:
-            loading.check_model_dir(value, what=key, allow_pickle=allow_pickle, trust_remote_code=trust)
-        except loading.TeacherLoadError as exc:
-            raise ConfigError(str(exc)) from None
+        loading.check_model(value, what=key, allow_pickle=allow_pickle, trust_remote_code=trust)  # a hub name too
     for name, s in cfg.students.items():
+        if isinstance(s.model.get("pretrained"), str):
+            loading.check_hub_model(s.model["pretrained"], what=f"students.{name}.model.pretrained")
         for key in ("teacher", "tokenizer"):
             value = getattr(s, key)
             check_dir_setting(value, f"students.{name}.{key}")
@@ -416,8 +422,6 @@ def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=T
     end and by nothing else. Both are kept out of the transfer set by the leak guard.
     """
     files = resolve_data(cfg.data, cfg.test)
-    if cfg.test and not fs.exists(cfg.test):
-        raise ConfigError(f"test={cfg.test}: no such file")
     check_paths(cfg)
     with output_lock(cfg.run_dir, command="run"):  # one run at a time owns run_dir
         fs.makedirs(cfg.run_dir)

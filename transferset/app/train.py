@@ -11,6 +11,8 @@ from transferset import fs, typed
 from transferset.app import flags
 from transferset.config import StudentConfig
 from transferset.fs.output import OVERWRITE_HELP
+from transferset.loading import check_hub_model
+from transferset.sources import check_hf_names
 
 EPILOG = """\
 --config takes a YAML mapping of StudentConfig settings (transferset/config.py; the same keys as an
@@ -49,6 +51,10 @@ def load_config(args: argparse.Namespace) -> StudentConfig:
 
 def run(args: argparse.Namespace, extra) -> int:
     cfg = load_config(args)
+    # Every name that must load, checked before anything is written (a hub name offline: one line, exit 2).
+    check_hf_names([("--dev", args.dev)])
+    if isinstance(cfg.model.get("pretrained"), str):
+        check_hub_model(cfg.model["pretrained"], what="model.pretrained")
     # train() owns --output (a remote one is trained into a local folder, then uploaded whole).
     metrics = train(cfg, args.transfer, args.dev, args.output, overwrite=args.overwrite,
                     progress=not args.no_progress)
