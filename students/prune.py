@@ -118,6 +118,10 @@ def rank_heads(student: Student, dev: EvalData, cfg: PruneConfig) -> tuple[np.nd
         raise UserError(f"--heads {cfg.heads:g}: removes {count} of the model's {have} heads in {len(kept)} layers; "
                         f"each layer keeps at least one, so pass a count from 1 to {can} or a fraction in (0, 1) "
                         "that makes one")
+    # 1 and 1.0 are one count (one head), where a user may have meant a fraction (all of them): say which it took.
+    took = (f"{count} head{'s' if count != 1 else ''} (a count; a fraction of the heads is written below 1, e.g. 0.5)"
+            if cfg.heads >= 1 else f"{count} of the model's {have} heads (a fraction)")
+    log_line(f"[transferset] prune: --heads {cfg.heads:g}: removes {took}")
     importance = pruning.head_importance(student.model, importance_batches(student, dev, cfg.batch_size),
                                          loss=cfg.importance_loss)
     return importance, pruning.least_important(importance, count, normalize=cfg.normalize)

@@ -9,7 +9,7 @@ from pipelines.augment import run_augment
 from pipelines.runtime import beam_schemes, check_beam
 from transferset.app import flags
 from transferset.app.flags import add_runner_arguments
-from transferset.augment import needs
+from transferset.augment import check_ops, needs
 from transferset.augment.dedup import STAT_KEYS
 from transferset.config import AugmentConfig, BeamConfig
 from transferset.loading import check_model
@@ -44,6 +44,7 @@ def run(args, extra: Sequence[str]) -> int:
     check_beam(beam_cfg, extra, where="--")
     # Every name that must load, checked before the output folder is made (a hub name offline: one line).
     check_hf_names([(f"--{flag}", p) for flag in ("input", "unlabeled", "exclude") for p in getattr(args, flag)])
+    check_ops(cfg)  # the op names first: `needs` looks them up
     if cfg.makes_variants and needs(cfg, "candidates"):
         check_model(cfg.mlm_model, what="--mlm-model", allow_pickle=cfg.allow_pickle,
                     trust_remote_code=cfg.trust_remote_code)

@@ -5,6 +5,7 @@ import argparse
 import json
 
 from students.evaluate import LENGTH_EDGES, check_edges, evaluate
+from transferset.app.flags import finite_float
 from transferset.config import check_combine
 from transferset.errors import ConfigError
 from transferset.loading import check_hub_model
@@ -35,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--combine", default="mean", type=_combine,
                         help="several --model: mean (their mean logits) | probs (their mean probabilities) | K "
                         "(model K alone, 0 = the first); as `transferset score --combine`")
-    parser.add_argument("--speed", type=float, default=None,
+    parser.add_argument("--speed", type=finite_float, default=None,
                         help="a model with early exits (`transferset exits`): a row leaves at the first layer whose "
                         "branch's normalised entropy is below this, from 0 (every layer) to 1; the mean layers "
                         "used are printed too")

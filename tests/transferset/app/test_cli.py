@@ -179,3 +179,19 @@ def test_a_hub_name_that_cannot_load_offline_is_one_line_before_any_output(args,
     assert f"transferset {args[0]}: error: {says}" in err, err
     assert "HF_HUB_OFFLINE is set" in err and "unset HF_HUB_OFFLINE" in err, err
     assert not out.exists()
+
+
+def test_a_flag_value_that_starts_with_a_minus_needs_no_equals_sign():
+    """Issue 42 item 9: `--layer-map -1,2,3` was "expected one argument" (argparse reads -1,2,3 as an option)."""
+    from transferset.app.cli import build_subparser, join_negative_values
+
+    _, parser, _ = build_subparser("train")
+    argv = ["--transfer", "T", "--dev", "D", "--output", "O", "--layer-map", "-1,2,3", "--lr", "-0.5", "--no-bf16"]
+    assert join_negative_values(parser, argv)[6:] == ["--layer-map=-1,2,3", "--lr=-0.5", "--no-bf16"]
+    args = parser.parse_args(join_negative_values(parser, argv))
+    assert (args.layer_map, args.lr) == ("-1,2,3", "-0.5")
+    with pytest.raises(SystemExit):  # what the join is for
+        parser.parse_args(argv)
+    _, parser, _ = build_subparser("score")  # a flag given twice (append) and a Beam option it does not declare
+    assert join_negative_values(parser, ["--teacher", "-a", "--direct_num_workers", "-1"]) == \
+        ["--teacher", "-a", "--direct_num_workers", "-1"]
