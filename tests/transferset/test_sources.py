@@ -7,6 +7,7 @@ import pytest
 
 from transferset.sources import (Example, Reject, SourceError, SourceSpec, infer_label_names, normalize_text,
                                  parse_hf_spec, parse_label, read_source)
+from transferset import schema
 
 LABELS = ("0", "1")
 
@@ -454,3 +455,22 @@ def test_teacher_and_augment_refuse_the_same_label_sets(stage, labels, says):
     with pytest.raises(ConfigError, match=re.escape(says)):
         typed.load(getattr(config, stage), {"labels": labels}, where="--labels")
     assert typed.load(getattr(config, stage), {"labels": "neg,pos"}, where="--labels").labels == ("neg", "pos")
+
+
+def test_a_rejects_raw_field_is_the_line_as_written(tmp_path):
+    """Issue 42 item 9: `raw` was a JSON rebuild of the parsed row; the docs promise the whole row as written."""
+    tsv = tmp_path / "in.tsv"
+    tsv.write_text("sentence\tlabel\nfine\t1\na label outside\t7\n", encoding="utf-8")
+    csv_path = tmp_path / "in.csv"
+    csv_path.write_text('sentence,label\n"quoted, with a comma",7\r\n', encoding="utf-8")
+    jsonl = tmp_path / "in.jsonl"
+    jsonl.write_text('{"text": "ok", "label": "1"}\n{ "text" : "spaced",   "label": 7 }\n', encoding="utf-8")
+    for path, line in ((tsv, "a label outside\t7"), (csv_path, '"quoted, with a comma",7'),
+                       (jsonl, '{ "text" : "spaced",   "label": 7 }')):
+        (reject,) = [r for r in _read(path) if isinstance(r, Reject)]
+        assert reject.raw == line and "outside the label set" in reject.reason, (path, reject)
+        assert reject.to_dict()[schema.REJECT_RAW] == line
+    # Rows without a line of text (Parquet, hf:) keep their values as JSON.
+    pq.write_table(pa.table({"sentence": ["x"], "label": ["7"]}), tmp_path / "in.parquet")
+    (reject,) = _read(tmp_path / "in.parquet")
+    assert json.loads(reject.raw) == {"sentence": "x", "label": "7"}

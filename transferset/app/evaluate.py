@@ -57,8 +57,11 @@ def _combine(value: str) -> str:
 
 def _edges(value: str) -> tuple[int, ...]:
     # (argparse passes a string; `--by-length` alone takes const, LENGTH_EDGES, as it is)
-    parts = [v.strip() for v in str(value).split(",") if v.strip()]
+    parts = [v.strip() for v in str(value).split(",")]
     try:
+        if "" in parts and len(parts) > 1:  # `5,,10` is a typo, not the bands 5,10
+            raise ValueError("an empty edge (two commas in a row, or one at an end); give whole numbers of words "
+                             f"in increasing order, e.g. {','.join(map(str, LENGTH_EDGES))}")
         return check_edges([int(v) if v.isdigit() else -1 for v in parts])  # -1: refused, with the reason
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"--by-length {value!r}: {exc}") from None

@@ -5,7 +5,7 @@ import csv
 import io
 from typing import Iterator, Sequence, Union
 
-from transferset.sources.records import Opener, Reject, SourceError, raw_repr
+from transferset.sources.records import Opener, Reject, Row, SourceError, raw_repr
 
 # A quoted field that runs on over more physical lines than this is taken for an unbalanced quote
 # without looking further ahead (the look-ahead is buffered, and real multi-line fields are short).
@@ -135,4 +135,4 @@ def _iter_delimited(path: str, fmt: str, fh) -> Iterator[tuple[int, Union[dict, 
         if len(values) != width:
             yield line, Reject(path, line, raw, f"expected {width} fields as in the header, found {len(values)}")
             continue
-        yield line, dict(zip(header, values))
+        yield line, Row(zip(header, values), raw)
