@@ -411,16 +411,14 @@ def check_hub_name(name: str, *, what: str, repo_type: str = "model", cached: bo
 
 def check_model(name_or_path: str, *, what: str, allow_pickle: bool = False, trust_remote_code: bool = False,
                 remedy: str = TRUST_REMEDY) -> str:
-    """`check_model_dir` for a local folder (its files), `check_hub_name` for a hub name: every model setting of a
-    command or run is checked with this before any output is written. A refusal is a ConfigError (exit 2)
-    naming the setting `what`. Returns what `check_model_dir` returns; a URL as it is (copied when loaded)."""
+    """`check_model_dir` for a local folder (its files: a TeacherLoadError), `check_hub_name` for a hub name (a
+    ConfigError, exit 2): every model setting of a command or run is checked with this before any output is
+    written, each refusal naming the setting `what`. Returns what `check_model_dir` returns; a URL as it is
+    (copied when loaded)."""
     if "://" in name_or_path:
         return name_or_path
-    try:
-        path = check_model_dir(name_or_path, what=what, allow_pickle=allow_pickle,
-                               trust_remote_code=trust_remote_code, remedy=remedy)
-    except TeacherLoadError as exc:
-        raise ConfigError(str(exc)) from None
+    path = check_model_dir(name_or_path, what=what, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code,
+                           remedy=remedy)
     if not os.path.isdir(path):
         check_hub_name(path, what=what, cached=hub_cached(path, ("config.json",)))
     return path

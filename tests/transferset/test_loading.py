@@ -295,10 +295,8 @@ def test_a_cached_hub_name_passes_without_asking_and_folders_are_checked_for_the
     monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache", lambda name, f, **_: f"/cache/{name}/{f}")
     assert loading.check_model("someorg/cached", what="teacher.model") == "someorg/cached" and asked == []
     assert loading.check_model(tiny_teacher, what="teacher.model") == tiny_teacher
-    from transferset.errors import ConfigError
-
     (tmp_path / "empty").mkdir()
-    with pytest.raises(ConfigError, match="teacher.model .*empty: no config.json"):
+    with pytest.raises(loading.TeacherLoadError, match="teacher.model .*empty: no config.json"):
         loading.check_model(str(tmp_path / "empty"), what="teacher.model")
     loading.check_hub_model(str(tmp_path / "missing"), what="--model")  # a missing folder: its loader's to name
     assert asked == []

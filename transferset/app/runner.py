@@ -138,7 +138,10 @@ def check_paths(cfg: RunConfig) -> None:
     for key, value, allow_pickle, trust in models:
         if fs.is_remote(value):
             continue
-        loading.check_model(value, what=key, allow_pickle=allow_pickle, trust_remote_code=trust)  # a hub name too
+        try:
+            loading.check_model(value, what=key, allow_pickle=allow_pickle, trust_remote_code=trust)  # a hub name too
+        except loading.TeacherLoadError as exc:
+            raise ConfigError(str(exc)) from None
     for name, s in cfg.students.items():
         if isinstance(s.model.get("pretrained"), str):
             loading.check_hub_model(s.model["pretrained"], what=f"students.{name}.model.pretrained")
