@@ -62,15 +62,15 @@ def read_eval_data(path: str, label_names: Sequence[str], *, text_column: Option
             raise UserError(f"{path}: label names {theirs} differ from the transfer set's / model's "
                             f"{list(label_names)}; evaluate on data with the same label set")
         cols = [schema.TEXT, schema.TEXT_B, schema.LABEL]
-        has_teacher = schema.TEACHER_LABEL in transfer.read_schema(files[0]).names
+        names = transfer.read_schema(files[0]).names
+        has_teacher = schema.TEACHER_LABEL in names
         columns = cols + ([schema.TEACHER_LABEL] if has_teacher else [])
         tables = []
-        for f in files:  # a gold label 7 of 2 classes would be scored as a miss, silently
-            t, row = transfer.read_file(f, columns), 0
-            for batch in t.to_batches():
-                transfer.check_values(batch, len(label_names), path=f, first_row=row)
-                row += batch.num_rows
-            tables.append(t)
+        for f in files:
+            # What the train set's reader checks, checked alike (a gold label 7 of 2 classes would be scored as
+            # a miss, a NaN logit's argmax is a teacher label of no meaning): the set is refused, not trusted.
+            check_file_values(f, transfer.value_columns(names), len(label_names))
+            tables.append(transfer.read_file(f, columns))
         table = pa.concat_tables(tables)
         labels = table.column(schema.LABEL).fill_null(NO_LABEL).to_numpy().astype(np.int64)
         texts_b = table.column(schema.TEXT_B).to_pylist()
@@ -113,11 +113,15 @@ def count_rows(directory: str, num_classes: Optional[int] = None) -> tuple[int, 
     row stops the run before its first step, naming the file and the row; the layers only PKD reads
     (teacher_hidden_l*) are checked as the epochs read them (iter_train_batches).
     """
+    meta = require_transfer_set(directory)
+    if num_classes is None:  # a set read for its texts (layer_texts): its values are checked all the same
+        num_classes = len(meta.get(schema.META_LABEL_NAMES) or ()) or None
     total = labeled = 0
     hashes = []
     columns = [schema.ID, schema.LABEL]
     if num_classes is not None:
-        columns += [schema.TEACHER_LABEL, schema.TEACHER_LOGITS, schema.TEACHER_HIDDEN]
+        names = transfer.read_schema(transfer.data_files(directory)[0]).names
+        columns += [c for c in (schema.TEACHER_LABEL, schema.TEACHER_LOGITS, schema.TEACHER_HIDDEN) if c in names]
     for rb in transfer.iter_batches(directory, columns, batch_size=65536, num_classes=num_classes):
         total += rb.num_rows
         labeled += rb.num_rows - rb.column(1).null_count
@@ -125,6 +129,23 @@ def count_rows(directory: str, num_classes: Optional[int] = None) -> tuple[int, 
     if hashes:
         _refuse_repeated_ids(directory, hashes)
     return total, labeled
+
+
+def require_transfer_set(directory: str) -> dict:
+    """The metadata of `directory` when it is a transfer set (augment's or score's output); else one UserError
+    saying what it is not (a `predict` output, a folder of other Parquet files) instead of a failure inside."""
+    try:
+        return transfer.read_metadata(directory)
+    except schema.SchemaError as exc:
+        raise UserError(f"{directory} is not a transfer set: {exc}") from None  # exc says what to give
+
+
+def check_file_values(path: str, columns: Sequence[str], num_classes: int) -> None:
+    """transfer.check_values over file `path`'s `columns`, a record batch at a time."""
+    row = 0
+    for batch in transfer.read_file(path, columns).to_batches():
+        transfer.check_values(batch, num_classes, path=path, first_row=row)
+        row += batch.num_rows
 
 
 def _id_hashes(column: pa.Array) -> np.ndarray:

@@ -27,7 +27,8 @@ from students.family import Built, Context
 from students.layer_losses import States
 from students.losses import LossWeights
 from students.teacher_files import NO_CODE_TRAIN, no_teacher_dir
-from transferset.errors import UserError
+from transferset import schema
+from transferset.errors import ConfigError, UserError
 
 # Two texts in which tokenizers differ most (case, accents, punctuation, digits, a pair).
 PROBE = (["Hello, WORLD! Naïve café: 1,234 un-believable ##x [unused]", "Ünïcödé — ok?"], ["b", "Zürich"])
@@ -97,6 +98,25 @@ def parameters(s) -> list[nn.Parameter]:
     return list(online.parameters()) if online is not None else []
 
 
+def check_same_teacher(ctx: Context, names: str) -> None:
+    """Refuse an online teacher whose weights are not the ones that scored the set: the layer losses would pull
+    the student towards one model's states and the cached logits towards another's, with no error anywhere.
+    The set records its teacher's weights hash (for an ensemble, the primary member's, the one run online)."""
+    from transferset.loading import weights_sha256
+
+    recorded = ctx.meta.get(schema.META_TEACHER_SHA256)
+    if not recorded:
+        return  # a set that records no hash (written by hand): nothing to compare with
+    try:
+        ours = weights_sha256(ctx.teacher_dir)
+    except UserError:
+        return  # no or refused weights: load_classifier below says what is wrong with the folder
+    if ours != recorded:
+        raise ConfigError(f"{names}: the teacher {ctx.teacher_dir} (weights sha256 {ours}) is not the one that "
+                          f"scored {ctx.transfer_dir} (sha256 {recorded}): set `teacher:` to the teacher that "
+                          "scored the set, or score the set again with this teacher")
+
+
 def make(ctx: Context, built: Built) -> Optional[OnlineTeacher]:
     """The online teacher of a run whose settings turn a layer loss on, else None; refuses what cannot work."""
     from transferset.loading import load_classifier, load_tokenizer
@@ -112,6 +132,7 @@ def make(ctx: Context, built: Built) -> Optional[OnlineTeacher]:
                         f"{names} to 0")
     if ctx.teacher_dir is None:
         raise no_teacher_dir(ctx.meta, f"{names} (the teacher runs alongside the student)", f"set {names} to 0")
+    check_same_teacher(ctx, names)
     model = built.model
     tokenizer = getattr(built.tokens, "tokenizer", None)
     try:

@@ -46,6 +46,7 @@ def prune(cfg: PruneConfig, model_path: str, selection: str, output: str, *, tra
     """Prune `model_path`'s least important heads (ranked on `selection`), recover from `transfer_dir`'s
     teacher_logits when given (and cfg.epochs > 0), write OUTPUT; → the record written as prune.json."""
     require_input(selection, "--selection")
+    refuse_exits(model_path)
     if transfer_dir is None and cfg.epochs:
         raise UserError("recovery (--epochs > 0) distils from a scored transfer set: pass --transfer DIR (the "
                         "output of `transferset score`), or --epochs 0 to prune without recovery")
@@ -70,6 +71,18 @@ def prune(cfg: PruneConfig, model_path: str, selection: str, output: str, *, tra
         with out.local() as work:
             record = _prune(cfg, student, model_path, dev, work, transfer_dir if cfg.epochs else None, progress)
     return record
+
+
+def refuse_exits(model_path: str) -> None:
+    """Refuse a model with early exits: each branch reads its layer's states, which removing that layer's heads
+    changes, and a pruned model with the old branches beside it is one that evaluate, predict and export refuse."""
+    from students.exits import has_exits
+
+    inner = os.path.join(model_path, schema.STUDENT_MODEL_DIR)
+    if has_exits(model_path) or (os.path.isdir(inner) and has_exits(inner)):
+        raise UserError(f"--model {model_path}: has early exits ({schema.EXITS_FILE}), trained on the states of "
+                        "the heads pruning removes: prune the backbone first (the model `transferset exits` was "
+                        "given), then train exits on the pruned model with `transferset exits`")
 
 
 def load_prunable(model_path: str, max_length: Optional[int] = None) -> Student:
@@ -105,6 +118,10 @@ def rank_heads(student: Student, dev: EvalData, cfg: PruneConfig) -> tuple[np.nd
         raise UserError(f"--heads {cfg.heads:g}: removes {count} of the model's {have} heads in {len(kept)} layers; "
                         f"each layer keeps at least one, so pass a count from 1 to {can} or a fraction in (0, 1) "
                         "that makes one")
+    # 1 and 1.0 are one count (one head), where a user may have meant a fraction (all of them): say which it took.
+    took = (f"{count} head{'s' if count != 1 else ''} (a count; a fraction of the heads is written below 1, e.g. 0.5)"
+            if cfg.heads >= 1 else f"{count} of the model's {have} heads (a fraction)")
+    log_line(f"[transferset] prune: --heads {cfg.heads:g}: removes {took}")
     importance = pruning.head_importance(student.model, importance_batches(student, dev, cfg.batch_size),
                                          loss=cfg.importance_loss)
     return importance, pruning.least_important(importance, count, normalize=cfg.normalize)

@@ -85,7 +85,7 @@ class Predictor:
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         if value > 0 and self.exits is None:
-            raise ConfigError(f"speed {speed}: this model has no early exits (a {schema.EXITS_FILE} beside it), so "
+            raise ConfigError(f"speed {speed}: this model has no early exits (no {schema.EXITS_FILE} beside it), so "
                               "every row runs every layer; train them with `transferset exits`, or drop speed")
         return value
 

@@ -56,6 +56,28 @@ def _local(value: Optional[str]) -> Optional[str]:
     return value
 
 
+# Web servers list no folders, and a teacher or a tokenizer is a folder of files.
+NO_FOLDER_SCHEMES = ("http", "https")
+
+
+def check_dir_setting(value: Optional[str], where: str) -> None:
+    """A setting that names a folder (a student's teacher, tokenizer): a local directory or a URL of a store that
+    holds folders. Anything else is a ConfigError naming the setting (`where`), before any stage or output."""
+    if not value:
+        return
+    name = fs.scheme(value)
+    if name in NO_FOLDER_SCHEMES:
+        raise ConfigError(f"{where}={value}: an {name}:// URL names one file on a web server, and {where} is a folder "
+                          "of model files (config.json, weights, tokenizer): copy the folder to a local path or to a "
+                          "store that holds folders (gs://, s3://, hf://...) and give that")
+    try:
+        found = fs.isdir(value)
+    except UserError as exc:  # e.g. gs:// without gcsfs installed: the message names what to install
+        raise ConfigError(f"{where}={value}: {exc}") from None
+    if not found:
+        raise ConfigError(f"{where}={value}: no such directory")
+
+
 def refuse_student_folder(path: Optional[str], role: str, where: Optional[str] = None) -> None:
     """Refuse a student folder of transferset given as the `role` ("teacher" or "tokenizer") setting.
 

@@ -17,7 +17,7 @@ from typing import Any, Iterator, Optional, Sequence
 
 from safetensors import safe_open
 
-from transferset.errors import UserError
+from transferset.errors import ConfigError, UserError
 
 # The teacher's default base model: the one this module finds offline (PACKAGED_MODELS); written here
 # once and taken by transferset.config (which cannot be imported here: it is made of the augment ops,
@@ -339,3 +339,97 @@ def load_masked_lm(path: str, *, allow_pickle: bool = False, trust_remote_code: 
     except OSError as exc:
         raise TeacherLoadError(f"{path}: cannot load a masked language model ({exc}); pass a local model "
                                "directory or a hub name available offline") from exc
+
+
+# --- hub names, resolved before any output is written --------------------------------------------------------
+# A name that is not a local folder is fetched by transformers (or datasets) from the Hugging Face Hub when it is
+# loaded, which is after a command has made its output folder (and a run its stages), and which, offline, retries
+# for a minute and then prints a traceback. `check_hub_name` decides up front, in one line: a name in the local
+# cache passes; with HF_HUB_OFFLINE set nothing else can load; else the Hub is asked once, without retries.
+
+HUB_TIMEOUT_S = 10.0  # one question to the Hub: a reachable Hub answers in well under a second
+OFFLINE_VALUES = ("1", "ON", "YES", "TRUE")
+
+
+def hub_offline() -> bool:
+    """Whether HF_HUB_OFFLINE is set: as huggingface_hub read it at import, or in the environment now."""
+    from huggingface_hub import constants
+
+    return bool(constants.HF_HUB_OFFLINE) or os.environ.get("HF_HUB_OFFLINE", "").upper() in OFFLINE_VALUES
+
+
+def hub_cached(name: str, files: Sequence[str], repo_type: str = "model") -> bool:
+    """Whether one of `files` of hub repo `name` is in the local Hugging Face cache."""
+    from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub.errors import HFValidationError
+
+    try:
+        return any(isinstance(try_to_load_from_cache(name, f, repo_type=repo_type), str) for f in files)
+    except HFValidationError:
+        return False  # not a hub name at all: check_hub_name says so
+
+
+def check_hub_name(name: str, *, what: str, repo_type: str = "model", cached: bool = False,
+                   head: Optional[str] = None) -> None:
+    """Refuse, in one ConfigError naming the setting `what`, a hub name that cannot load: not a valid name, not
+    on the Hub, or not in the cache (`cached`: the caller found it there) while HF_HUB_OFFLINE is set or the
+    Hub cannot be reached. A name the Hub knows passes. `head`: how the message starts (default `what name`)."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import GatedRepoError, HFValidationError, RepositoryNotFoundError
+    from huggingface_hub.utils import validate_repo_id
+
+    kind = "dataset" if repo_type == "dataset" else "model"
+    head = head or f"{what} {name}"
+    local = f"a local folder of the {kind}'s files" + (" (written by `save_pretrained`)" if kind == "model" else "")
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        hint = "; `hf:` marks data files (hf:NAME:SPLIT), not models" if name.startswith("hf:") else ""
+        raise ConfigError(f"{head}: neither a local folder nor a Hugging Face Hub {kind} name (such as "
+                          f"{'glue' if kind == 'dataset' else 'bert-base-uncased'} or ORG/NAME){hint}: give "
+                          f"{local} or a hub name") from None
+    if cached:
+        return
+    if hub_offline():
+        raise ConfigError(f"{head}: not a local folder, and HF_HUB_OFFLINE is set with no copy of it in the "
+                          f"Hugging Face cache: give {local}, or unset HF_HUB_OFFLINE on a machine with network")
+    api = HfApi()
+    ask = api.dataset_info if repo_type == "dataset" else api.model_info
+    try:
+        ask(name, timeout=HUB_TIMEOUT_S)
+    except GatedRepoError:
+        return  # it exists; access is transformers' to ask for (a token), with its own message
+    except RepositoryNotFoundError:
+        raise ConfigError(f"{head}: no such {kind} on the Hugging Face Hub (or a private one, and no token "
+                          f"is set: `hf auth login`): give {local} or the hub name of one") from None
+    except Exception as exc:  # noqa: BLE001 - no network, DNS, a proxy, a server error: all say "cannot reach"
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise ConfigError(f"{head}: not a local folder, not in the Hugging Face cache, and the Hub cannot "
+                          f"be reached ({type(exc).__name__}: {first}): give {local}, or run where the Hub can be "
+                          "reached") from None
+
+
+def check_model(name_or_path: str, *, what: str, allow_pickle: bool = False, trust_remote_code: bool = False,
+                remedy: str = TRUST_REMEDY) -> str:
+    """`check_model_dir` for a local folder (its files: a TeacherLoadError), `check_hub_name` for a hub name (a
+    ConfigError, exit 2): every model setting of a command or run is checked with this before any output is
+    written, each refusal naming the setting `what`. Returns what `check_model_dir` returns; a URL as it is
+    (copied when loaded)."""
+    if "://" in name_or_path:
+        return name_or_path
+    path = check_model_dir(name_or_path, what=what, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code,
+                           remedy=remedy)
+    if not os.path.isdir(path):
+        check_hub_name(path, what=what, cached=hub_cached(path, ("config.json",)))
+    return path
+
+
+def check_hub_model(name_or_path: str, *, what: str) -> None:
+    """A model setting that may also name a student or an ONNX export folder (evaluate, predict, export, prune,
+    exits): a hub name is checked as `check_model` checks one; a folder or a URL is its loader's to check."""
+    if not isinstance(name_or_path, str) or "://" in name_or_path or os.path.exists(name_or_path):
+        return
+    path = resolve_model(name_or_path)
+    if os.path.isdir(path) or path.startswith(("/", ".", "~")):
+        return  # a packaged copy; or a missing folder, which the loader names with its flag
+    check_hub_name(path, what=what, cached=hub_cached(path, ("config.json",)))

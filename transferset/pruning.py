@@ -226,7 +226,7 @@ def heads_to_remove(count_or_fraction: float, have: int) -> int:
         return int(round(value * have))
     if value >= 1 and value == int(value):
         return int(value)
-    raise ValueError(f"{count_or_fraction!r}: expected a number of heads (1, 2, ...) or a fraction in (0, 1)")
+    raise ValueError("expected a number of heads (1, 2, ...) or a fraction in (0, 1)")  # the caller names the value
 
 
 def least_important(importance: np.ndarray, count: int, *, normalize: bool = True) -> dict[int, list[int]]:

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import typing
-from typing import Annotated, Any, Mapping, Optional, TypeVar, Union
+from typing import Annotated, Any, Iterator, Mapping, Optional, TypeVar, Union
 
 import pydantic
 import yaml
@@ -90,9 +91,43 @@ def format_errors(cls: type, exc: pydantic.ValidationError, where: str, flag_sty
         # a choice's message already lists the choices
         expected = None if err["type"] == "literal_error" else _expected(cls, loc)
         value = err.get("input")
+        if _numeric(expected) and _non_finite(value):  # NaN fails every bound: say what it is instead
+            lines.append(f"{where}: {key} = {value}: not a number (expected {expected})")
+            continue
         lines.append(f"{where}: {key} = {value!r}: {err['msg'].lower()}"
                      + (f" (expected {expected})" if expected else ""))
     return "\n".join(lines)
+
+
+def _numeric(expected: Optional[str]) -> bool:
+    return expected is not None and any(t in expected.split() for t in ("float", "int"))
+
+
+def _non_finite(value: Any) -> bool:
+    """Whether `value` is NaN or ±inf, or the text of one ("nan", "inf", as a flag gives it)."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            return False
+    return isinstance(value, float) and not math.isfinite(value)
+
+
+def _non_finite_values(value: Any, loc: tuple = ()) -> Iterator[tuple[tuple, float]]:
+    """(location, value) of every NaN or ±inf float inside a loaded settings object (nested too)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for f in dataclasses.fields(value):
+            yield from _non_finite_values(getattr(value, f.name), loc + (f.name,))
+    elif isinstance(value, Mapping):
+        for k, v in value.items():
+            yield from _non_finite_values(v, loc + (k,))
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            yield from _non_finite_values(v, loc + (i,))
+    elif _non_finite(value) and not isinstance(value, str):
+        yield loc, value
 
 
 def _known_keys(cls: type, loc: tuple) -> list[str]:
@@ -114,9 +149,16 @@ def load(cls: type[T], values: Mapping[str, Any], where: str, flag_style: bool =
     if not isinstance(values, Mapping):
         raise ConfigError(f"{where}: expected a mapping of settings, got {type(values).__name__} {values!r}")
     try:
-        return pydantic.TypeAdapter(cls).validate_python(dict(values))
+        loaded = pydantic.TypeAdapter(cls).validate_python(dict(values))
     except pydantic.ValidationError as exc:
         raise ConfigError(format_errors(cls, exc, where, flag_style)) from None
+    # A float without bounds takes NaN and inf as pydantic reads them; no setting means either.
+    bad = [f"{where}: {_key(loc, flag_style)} = {value}: not a number"
+           + (f" (expected {_expected(cls, loc)})" if _numeric(_expected(cls, loc)) else "")
+           for loc, value in _non_finite_values(loaded)]
+    if bad:
+        raise ConfigError("\n".join(bad))
+    return loaded
 
 
 class DuplicateKeyError(yaml.constructor.ConstructorError):

@@ -106,6 +106,19 @@ def fixed_list(values: np.ndarray, dtype) -> pa.FixedSizeListArray:
     return pa.FixedSizeListArray.from_arrays(pa.array(values.reshape(-1), type=dtype), values.shape[1])
 
 
+def _weights_hash(teacher_dir: str) -> str:
+    """The teacher folder's weights hash, as `score` records it: the online teacher of the layer losses is
+    compared with it (the fitted-head sets' logits are MiniLM's states through a fitted head, and their
+    hidden states MiniLM's own). A folder without safetensors weights (the shipped-code cases) records none."""
+    from transferset.errors import UserError
+    from transferset.loading import weights_sha256
+
+    try:
+        return weights_sha256(teacher_dir)
+    except (UserError, OSError):
+        return "stand-in: no safetensors weights"
+
+
 def write_scored(out: Path, examples, hidden: np.ndarray, layers: dict, logits: np.ndarray, labels_kept: list, *,
                  teacher_meta: dict, label_names=("0", "1"), drop_teacher=False, teacher_dir: str,
                  complete: bool = True) -> Path:
@@ -113,7 +126,7 @@ def write_scored(out: Path, examples, hidden: np.ndarray, layers: dict, logits: 
 
     `complete` writes the completion marker that `score` writes last, as a finished run would."""
     meta = schema.base_metadata(label_names, **{
-        schema.META_TEACHER_ID: teacher_dir, schema.META_TEACHER_SHA256: "stand-in: MiniLM + fitted head",
+        schema.META_TEACHER_ID: teacher_dir, schema.META_TEACHER_SHA256: _weights_hash(teacher_dir),
         schema.META_MAX_LENGTH: MAX_LENGTH, schema.META_SEED: 0, **teacher_meta})
     sch = (schema.transfer_schema(meta) if drop_teacher
            else schema.scored_schema(len(label_names), hidden.shape[1], sorted(layers), metadata=meta))

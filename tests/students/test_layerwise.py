@@ -398,3 +398,36 @@ def test_layer_texts_where_nothing_reads_them_or_that_are_not_there_are_refused(
                  "--config", str(cfg), "--no-progress"]) == 1
     assert message in capsys.readouterr().err
     assert not (tmp_path / "out" / schema.STUDENT_MODEL_DIR).exists()
+
+
+def test_an_online_teacher_other_than_the_one_that_scored_the_set_is_refused(tiny_scored_dir, tiny_teacher4, tmp_path,
+                                                                            capsys):
+    """The set records its teacher's weights hash; a teacher with noise added to its weights trained silently."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from transferset.app.cli import main
+    from transferset.loading import weights_sha256
+
+    other = tmp_path / "teacher"
+    shutil.copytree(tiny_teacher4, other)
+    weights = other / "model.safetensors"
+    state = load_file(weights)
+    torch.manual_seed(0)
+    save_file({k: v + 1e-3 * torch.randn_like(v) if v.is_floating_point() else v for k, v in state.items()}, weights,
+              metadata={"format": "pt"})
+    ours, theirs = weights_sha256(str(other)), weights_sha256(tiny_teacher4)
+    with pytest.raises(UserError) as err:
+        setup(_cfg(model={"n_layer": 2}, hidden_mse=1.0, teacher=str(other)), tiny_scored_dir)
+    assert ours in str(err.value) and theirs in str(err.value) and "score the set again" in str(err.value)
+    # Through the command line: one line, exit 2, no output folder.
+    cfg = tmp_path / "s.yaml"
+    cfg.write_text(f"student: transformer\nmodel: {{n_layer: 2}}\nhidden_mse: 1.0\nteacher: {other}\nthreads: 1\n")
+    out = tmp_path / "out"
+    assert main(["train", "--transfer", tiny_scored_dir, "--dev", tiny_scored_dir, "--output", str(out),
+                 "--config", str(cfg), "--epochs", "1", "--no-progress"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and ours in lines[0] and theirs in lines[0] and not out.exists()
+    # The set's own teacher, named explicitly, passes the check.
+    assert setup(_cfg(model={"n_layer": 2}, hidden_mse=1.0, teacher=tiny_teacher4), tiny_scored_dir).online is not None

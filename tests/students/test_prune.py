@@ -131,3 +131,44 @@ def test_prune_refuses_what_it_cannot_do_with_a_reason(task, tmp_path, capsys):
         assert cli.main(argv) == 1, flags
         assert message in capsys.readouterr().err
         assert not os.path.exists(tmp_path / f"out{k}" / "model.safetensors")
+
+
+def test_a_model_with_early_exits_is_refused_in_one_line(task, tmp_path, capsys):
+    """Issue 42 item 4: prune copied the stale exits.* into its output (exit 0), a model nothing could load."""
+    import shutil
+
+    from students.exits import Branches, BranchesConfig, save_branches
+
+    model = tmp_path / "with_exits"
+    shutil.copytree(task["teacher"], model)
+    save_branches(str(model), Branches(BranchesConfig(layers=1, hidden=32, classes=2, width=4)), {})
+    for given in (model, tmp_path):  # the model folder, or a run folder holding it as model/
+        if given == tmp_path:
+            shutil.move(str(model), str(tmp_path / schema.STUDENT_MODEL_DIR))
+        out = tmp_path / "out"
+        argv = ["prune", "--model", str(given), "--selection", task["selection"], "--output", str(out),
+                "--epochs", "0", "--heads", "1"]
+        assert cli.main(argv) == 1
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+        assert f"--model {given}: has early exits (exits.json)" in err and "prune the backbone first" in err
+        assert not out.exists()
+
+
+def test_heads_says_whether_it_took_a_count_or_a_fraction_and_names_a_bad_value_once(task, tmp_path, capsys):
+    """Issue 42 item 9: `--heads 1.0` removed one head where a user may mean a fraction, silently; `--heads 1.5`
+    said the value twice; `--heads nan` "should be ≥ 0"."""
+    for k, (heads, says) in enumerate((("1.0", "--heads 1: removes 1 head (a count; a fraction of the heads is "
+                                                "written below 1, e.g. 0.5)"),
+                                       ("0.25", "--heads 0.25: removes 2 of the model's 8 heads (a fraction)"))):
+        assert run_prune(task, tmp_path / f"out{k}", "--heads", heads, "--epochs", "0") == 0
+        assert says in capsys.readouterr().err
+    assert run_prune(task, tmp_path / "bad", "--heads", "1.5", "--epochs", "0") == 1
+    err = capsys.readouterr().err
+    assert "error: --heads 1.5: expected a number of heads (1, 2, ...) or a fraction in (0, 1)" in err
+    assert err.count("1.5") == 1
+    for value in ("nan", "inf", "-inf"):
+        assert run_prune(task, tmp_path / "bad", "--heads", value, "--epochs", "0") == 2
+        err = capsys.readouterr().err
+        assert f"--heads = {value}: not a number (expected float)" in err and "should be" not in err, err
+    assert not (tmp_path / "bad" / "model.safetensors").exists()

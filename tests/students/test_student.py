@@ -211,6 +211,16 @@ def test_evaluate_by_length_refuses_bad_edges(tiny_teacher4, sst2_dev200, edges,
         "e.g. 10,20,30" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("edges", ["5,,10", "5,10,", ",5"])
+def test_evaluate_by_length_refuses_an_empty_edge(tiny_teacher4, sst2_dev200, edges, capsys):
+    """Issue 42 item 9: `--by-length 5,,10` silently became 5,10."""
+    with pytest.raises(SystemExit) as exc:
+        main(["evaluate", "--model", tiny_teacher4, "--data", sst2_dev200, "--by-length", edges])
+    assert exc.value.code == 2
+    assert f"--by-length {edges!r}: an empty edge (two commas in a row, or one at an end); give whole numbers of " \
+        "words in increasing order, e.g. 10,20,30" in capsys.readouterr().err
+
+
 def test_words_per_row_counts_both_texts_of_a_pair():
     from students.evaluate import length_bands, words_per_row
 

@@ -7,7 +7,10 @@ from pathlib import Path
 import pytest
 
 from transferset import schema, testing
+from students.data import count_rows
 from transferset.app.cli import main
+from transferset.errors import UserError
+
 
 def _call(args, capsys):
     rc = main(args)
@@ -199,3 +202,66 @@ def test_a_student_with_nan_weights_is_refused_by_evaluate_and_predict(tmp_path,
     rc, err = _call(["predict", "--model", str(copy), "--input", sst2_dev200, "--output", str(tmp_path / "p")], capsys)
     assert rc == 1 and says in err, err
     assert not (tmp_path / "p").exists()
+
+
+@pytest.mark.parametrize("column, value, says", [
+    (schema.TEACHER_LOGITS, float("nan"), "teacher_logits holds nan (position 1)"),
+    (schema.TEACHER_HIDDEN, float("inf"), "teacher_hidden holds inf (position 1)"),
+])
+def test_every_reader_of_a_scored_set_refuses_non_finite_teacher_values(tmp_path, tiny_scored_dir, sst2_dev200,
+                                                                         small_student, column, value, says, capsys):
+    """Issue 42 item 5: `evaluate --data` and `train --dev` took a scored set with NaN logits (only --transfer was
+    checked); `--layer-texts` reads a set too. Each refuses it with the check --transfer uses, naming the row."""
+    from test_data import _with_a_bad_value
+
+    scored, shard = _with_a_bad_value(tmp_path, tiny_scored_dir, column, 3, value)
+    expected = f"{shard}, row 4 (id 'r67'): {says}; a scored set must hold finite teacher values"
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("threads: 1\nembed_init: random\nmodel: {embed_dim: 8, hidden: 8}\n")
+    train = ["train", "--config", str(cfg), "--epochs", "1", "--no-progress"]
+    layer = tmp_path / "layer.yaml"
+    layer.write_text(f"student: transformer\nthreads: 1\nmodel: {{n_layer: 2}}\nhidden_mse: 1.0\nschedule: "
+                     f"two-step\nlayer_texts: {scored}\n")
+    for args in (["evaluate", "--model", str(small_student), "--data", str(scored)],
+                 train + ["--transfer", tiny_scored_dir, "--dev", str(scored), "--output", str(tmp_path / "a")],
+                 ["train", "--config", str(layer), "--epochs", "1", "--no-progress", "--transfer", tiny_scored_dir,
+                  "--dev", sst2_dev200, "--output", str(tmp_path / "b")]):
+        rc = main(args)
+        err = capsys.readouterr().err
+        assert rc == 1 and "Traceback" not in err and len(err.strip().splitlines()) == 1, (args, err)
+        assert expected in err, (args, err)
+    assert not (tmp_path / "a" / schema.STUDENT_MODEL_DIR).exists()
+    assert not (tmp_path / "b" / schema.STUDENT_MODEL_DIR).exists()
+
+
+def test_layer_texts_refuse_what_is_not_a_transfer_set(tmp_path, tiny_scored_dir, sst2_dev200, small_student,
+                                                       capsys):
+    """Issue 42 item 6: `--layer-texts` naming a `predict` output was an IndexError traceback in count_rows."""
+    predicted = tmp_path / "predicted"
+    assert main(["predict", "--model", str(small_student), "--input", sst2_dev200, "--output", str(predicted)]) == 0
+    capsys.readouterr()
+    layer = tmp_path / "layer.yaml"
+    layer.write_text(f"student: transformer\nthreads: 1\nmodel: {{n_layer: 2}}\nhidden_mse: 1.0\nschedule: "
+                     f"two-step\nlayer_texts: {predicted}\n")
+    rc = main(["train", "--config", str(layer), "--epochs", "1", "--no-progress", "--transfer", tiny_scored_dir,
+               "--dev", sst2_dev200, "--output", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert rc == 1 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert f"{predicted} is not a transfer set: {predicted / schema.DATA_DIR}" in err
+    assert "run `transferset augment` / `score` to make one" in err
+    with pytest.raises(UserError, match="not a transfer set"):
+        count_rows(str(predicted))
+
+
+def test_a_teacher_url_of_a_web_server_is_a_usage_error_that_fits_http(tmp_path, tiny_scored_dir, sst2_dev200,
+                                                                      capsys):
+    """Issue 42 item 8: an http:// teacher exited 1 suggesting gcsfs; a web server holds no folder to read."""
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("tokenizer: https://example.com/tok\n")
+    for flags, where in ((["--teacher", "http://example.com/x"], "--teacher=http://example.com/x"),
+                         (["--config", str(cfg)], f"{cfg}: tokenizer=https://example.com/tok")):
+        rc, err = _call(["train", "--transfer", tiny_scored_dir, "--dev", sst2_dev200,
+                         "--output", str(tmp_path / "o"), *flags], capsys)
+        assert rc == 2 and len(err.strip().splitlines()) == 1, err
+        assert f"{where}: an http" in err and "names one file on a web server" in err and "gcsfs" not in err, err
+        assert not (tmp_path / "o").exists()

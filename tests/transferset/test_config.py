@@ -9,7 +9,7 @@ from transferset import typed
 from transferset.app import flags
 from transferset.errors import ConfigError
 from transferset.config import (AugmentConfig, BeamConfig, ExitsConfig, PredictConfig, RunConfig, ScoreConfig,
-                                StudentConfig, TeacherConfig)
+                                PruneConfig, StudentConfig, TeacherConfig)
 
 STAGES = (AugmentConfig, TeacherConfig, ScoreConfig, StudentConfig, BeamConfig, PredictConfig, ExitsConfig)
 
@@ -171,3 +171,39 @@ def test_augment_settings_nested_per_op_are_the_flat_ones():
                       ({"ops": {"mask": {"p": 2.0}}}, "p_mask")]:
         with pytest.raises(ConfigError, match=re.escape(says)):
             typed.load(AugmentConfig, bad, where="cfg.yaml: augment")
+@pytest.mark.parametrize("cls, argv, message", [
+    (PredictConfig, ["--speed", "nan"], "command line: --speed = nan: not a number (expected float or null)"),
+    (PruneConfig, ["--heads", "nan"], "command line: --heads = nan: not a number (expected float)"),
+    (PruneConfig, ["--heads", "inf"], "command line: --heads = inf: not a number (expected float)"),  # ≥ 0 holds
+    (StudentConfig, ["--lr=-inf"], "command line: --lr = -inf: not a number"),
+    (StudentConfig, ["--temperature", "NaN"], "command line: --temperature = NaN: not a number"),
+])
+def test_numeric_flags_refuse_nan_and_inf_as_not_a_number(cls, argv, message):
+    """Issue 42 item 9: `--speed nan` said "should be ≤ 1" and `--heads nan` "≥ 0"; an unbounded float took NaN."""
+    parser = argparse.ArgumentParser()
+    flags.add_arguments(parser, cls)
+    with pytest.raises(ConfigError) as exc:
+        flags.from_args(cls, parser.parse_args(argv))
+    assert str(exc.value).startswith(message) and "should be" not in str(exc.value)
+
+
+def test_typed_values_refuse_nan_and_inf_anywhere_in_a_run_config():
+    # A bounded value fails its bound, and is said to be no number; then the unbounded ones, all of them.
+    with pytest.raises(ConfigError, match=r"^run.yaml: augment.p_mask = nan: not a number \(expected float\)$"):
+        typed.load(RunConfig, {"students": {"s": {}}, "augment": {"p_mask": float("nan")}}, where="run.yaml")
+    values = {"teacher": {"lr": float("inf")}, "students": {"s": {"model": {"dropout": float("nan")}}}}
+    with pytest.raises(ConfigError) as exc:
+        typed.load(RunConfig, values, where="run.yaml")
+    assert str(exc.value).splitlines() == ["run.yaml: teacher.lr = inf: not a number (expected float)",
+                                           "run.yaml: students.s.model.dropout = nan: not a number"]
+    # A text setting that reads "nan" is text, not a number.
+    assert typed.load(RunConfig, {"students": {"s": {}}, "teacher": {"model": "nan"}}, "x").teacher.model == "nan"
+
+
+def test_a_float_flag_outside_the_settings_refuses_nan():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--speed", type=flags.finite_float)
+    assert parser.parse_args(["--speed", "0.5"]).speed == 0.5
+    for value in ("nan", "inf", "-inf"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--speed", value])

@@ -232,3 +232,71 @@ def test_corrupt_safetensors_refused(tmp_path, damage):
         loading.check_weights(path, allow_pickle=False)
     with pytest.raises(loading.TeacherLoadError, match=pattern):
         loading.load_classifier(path)
+
+
+# --- hub names resolved up front (issue 42 item 7) ----------------------------------------------------------
+
+@pytest.fixture
+def online_hub(monkeypatch, tmp_path):
+    """HF_HUB_OFFLINE unset, an empty cache, and HfApi.model_info / dataset_info answering as `answer` says."""
+    import huggingface_hub
+    import huggingface_hub.constants
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    asked = []
+
+    def answer(outcome):
+        def info(self, name, timeout=None, **_):
+            asked.append((name, timeout))
+            if isinstance(outcome, Exception):
+                raise outcome
+            return {"id": name}
+        monkeypatch.setattr(huggingface_hub.HfApi, "model_info", info)
+        monkeypatch.setattr(huggingface_hub.HfApi, "dataset_info", info)
+        return asked
+    return answer
+
+
+def _not_found():
+    import httpx
+    from huggingface_hub.errors import RepositoryNotFoundError
+
+    return RepositoryNotFoundError("404 Client Error", response=httpx.Response(404, request=httpx.Request("GET", "x")))
+
+
+def test_a_hub_name_is_asked_once_without_retries_and_each_answer_is_one_line(online_hub):
+    from transferset.errors import ConfigError
+
+    asked = online_hub({"id": "x"})
+    assert loading.check_model("someorg/somemodel", what="teacher.model") == "someorg/somemodel"
+    assert asked == [("someorg/somemodel", loading.HUB_TIMEOUT_S)]  # one question, with a timeout
+    online_hub(ConnectionError("[Errno -2] Name or service not known"))
+    with pytest.raises(ConfigError, match=r"^teacher.model someorg/somemodel: not a local folder, not in the Hugging "
+                                          r"Face cache, and the Hub cannot be reached \(ConnectionError: \[Errno -2\] "
+                                          r"Name or service not known\): give a local folder"):
+        loading.check_model("someorg/somemodel", what="teacher.model")
+    online_hub(_not_found())
+    with pytest.raises(ConfigError, match=r"^--model someorg/somemodel: no such model on the Hugging Face Hub"):
+        loading.check_hub_model("someorg/somemodel", what="--model")
+    from transferset.sources import hf
+
+    with pytest.raises(ConfigError, match=r"^data=hf:someorg/someds:train: the dataset someorg/someds: no such "
+                                          r"dataset on the Hugging Face Hub"):
+        hf.check_name("hf:someorg/someds:train", "data")
+
+
+def test_a_cached_hub_name_passes_without_asking_and_folders_are_checked_for_their_files(online_hub, tmp_path,
+                                                                                         tiny_teacher, monkeypatch):
+    import huggingface_hub
+
+    asked = online_hub(ConnectionError("no network"))
+    monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache", lambda name, f, **_: f"/cache/{name}/{f}")
+    assert loading.check_model("someorg/cached", what="teacher.model") == "someorg/cached" and asked == []
+    assert loading.check_model(tiny_teacher, what="teacher.model") == tiny_teacher
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(loading.TeacherLoadError, match="teacher.model .*empty: no config.json"):
+        loading.check_model(str(tmp_path / "empty"), what="teacher.model")
+    loading.check_hub_model(str(tmp_path / "missing"), what="--model")  # a missing folder: its loader's to name
+    assert asked == []

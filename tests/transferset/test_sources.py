@@ -7,6 +7,7 @@ import pytest
 
 from transferset.sources import (Example, Reject, SourceError, SourceSpec, infer_label_names, normalize_text,
                                  parse_hf_spec, parse_label, read_source)
+from transferset import schema
 
 LABELS = ("0", "1")
 
@@ -350,15 +351,19 @@ def hub_offline(monkeypatch):
 
 
 def test_an_unknown_hf_dataset_offline_is_one_message(hub_offline):
-    """Issue 25 item 9: an unknown dataset offline was a ConnectionError traceback."""
+    """Issue 25 item 9: an unknown dataset offline was a ConnectionError traceback. Issue 42 item 7: after 25 s of
+    retries; now at once, a usage error (exit 2), whoever reads it first."""
+    from transferset.errors import ConfigError
     from transferset.sources import check_readable
 
     for call in (lambda p: check_readable(p), lambda p: list(read_source(SourceSpec(path=p, label_names=LABELS))),
                  infer_label_names):
-        with pytest.raises(SourceError, match=r"^hf:nosuch-user/nosuch-set:train: 'nosuch-user/nosuch-set' is not a "
-                                              r"local folder and the Hugging Face Hub cannot be reached \(.*\); offline, "
-                                              r"point hf: at a local folder"):
+        with pytest.raises(SourceError, match=r"^hf:nosuch-user/nosuch-set:train: the dataset nosuch-user/nosuch-set: "
+                                              r"not a local folder, and HF_HUB_OFFLINE is set with no copy of it in "
+                                              r"the Hugging Face cache: give a local folder of the dataset's files, or "
+                                              r"unset HF_HUB_OFFLINE on a machine with network$") as err:
             call("hf:nosuch-user/nosuch-set:train")
+        assert isinstance(err.value, ConfigError)
 
 
 def test_an_hf_folder_of_files_that_are_not_utf8_is_one_message(tmp_path, hub_offline):
@@ -372,6 +377,9 @@ def test_an_hf_folder_of_files_that_are_not_utf8_is_one_message(tmp_path, hub_of
         with pytest.raises(SourceError, match=rf"^hf:{re.escape(str(d))}:train: the files of .* are not UTF-8 text "
                                               r"\('utf-8' codec can't decode byte 0xe9"):
             call(f"hf:{d}:train")
+    with pytest.raises(SourceError, match=r"empty: no such folder \(hf:PATH:SPLIT reads a local folder"):
+        check_readable(f"hf:{tmp_path / 'empty'}:nosuch")  # issue 42: said "split 'nosuch'" after `datasets` tried
+    (tmp_path / "empty").mkdir()
     with pytest.raises(SourceError, match=r"split 'nosuch'"):
         check_readable(f"hf:{tmp_path / 'empty'}:nosuch")
 
@@ -447,3 +455,22 @@ def test_teacher_and_augment_refuse_the_same_label_sets(stage, labels, says):
     with pytest.raises(ConfigError, match=re.escape(says)):
         typed.load(getattr(config, stage), {"labels": labels}, where="--labels")
     assert typed.load(getattr(config, stage), {"labels": "neg,pos"}, where="--labels").labels == ("neg", "pos")
+
+
+def test_a_rejects_raw_field_is_the_line_as_written(tmp_path):
+    """Issue 42 item 9: `raw` was a JSON rebuild of the parsed row; the docs promise the whole row as written."""
+    tsv = tmp_path / "in.tsv"
+    tsv.write_text("sentence\tlabel\nfine\t1\na label outside\t7\n", encoding="utf-8")
+    csv_path = tmp_path / "in.csv"
+    csv_path.write_text('sentence,label\n"quoted, with a comma",7\r\n', encoding="utf-8")
+    jsonl = tmp_path / "in.jsonl"
+    jsonl.write_text('{"text": "ok", "label": "1"}\n{ "text" : "spaced",   "label": 7 }\n', encoding="utf-8")
+    for path, line in ((tsv, "a label outside\t7"), (csv_path, '"quoted, with a comma",7'),
+                       (jsonl, '{ "text" : "spaced",   "label": 7 }')):
+        (reject,) = [r for r in _read(path) if isinstance(r, Reject)]
+        assert reject.raw == line and "outside the label set" in reject.reason, (path, reject)
+        assert reject.to_dict()[schema.REJECT_RAW] == line
+    # Rows without a line of text (Parquet, hf:) keep their values as JSON.
+    pq.write_table(pa.table({"sentence": ["x"], "label": ["7"]}), tmp_path / "in.parquet")
+    (reject,) = _read(tmp_path / "in.parquet")
+    assert json.loads(reject.raw) == {"sentence": "x", "label": "7"}

@@ -9,8 +9,11 @@ from pipelines.augment import run_augment
 from pipelines.runtime import beam_schemes, check_beam
 from transferset.app import flags
 from transferset.app.flags import add_runner_arguments
+from transferset.augment import check_ops, needs
 from transferset.augment.dedup import STAT_KEYS
 from transferset.config import AugmentConfig, BeamConfig
+from transferset.loading import check_model
+from transferset.sources import check_hf_names
 
 EPILOG = """examples:
   transferset augment --input ../shared/data/sst2/train.tsv --exclude ../shared/data/sst2/dev.tsv \\
@@ -39,6 +42,12 @@ def run(args, extra: Sequence[str]) -> int:
     cfg = flags.from_args(AugmentConfig, args)
     beam_cfg = flags.from_args(BeamConfig, args)
     check_beam(beam_cfg, extra, where="--")
+    # Every name that must load, checked before the output folder is made (a hub name offline: one line).
+    check_hf_names([(f"--{flag}", p) for flag in ("input", "unlabeled", "exclude") for p in getattr(args, flag)])
+    check_ops(cfg)  # the op names first: `needs` looks them up
+    if cfg.makes_variants and needs(cfg, "candidates"):
+        check_model(cfg.mlm_model, what="--mlm-model", allow_pickle=cfg.allow_pickle,
+                    trust_remote_code=cfg.trust_remote_code)
     stats = run_augment(cfg, inputs=args.input, output=args.output, unlabeled=args.unlabeled,
                         exclude=args.exclude, beam_cfg=beam_cfg, extra=extra,
                         overwrite=args.overwrite)

@@ -11,6 +11,7 @@ import argparse
 import importlib
 import logging
 import os
+import re
 import sys
 from typing import Optional, Sequence
 
@@ -102,6 +103,28 @@ def build_subparser(name: str):
     return module, parser, passthrough
 
 
+# A value that starts with '-' but is a number or a list of numbers: -1,2,3 (--layer-map), -0.5, -inf.
+_NEGATIVE_VALUE = re.compile(r"^-(\d|\.\d|inf|nan)", re.IGNORECASE)
+
+
+def join_negative_values(parser: argparse.ArgumentParser, argv: Sequence[str]) -> list[str]:
+    """`--flag -1,2,3` as `--flag=-1,2,3` for a flag of `parser` that takes a value: argparse reads a word that
+    starts with '-' as an option unless it is a plain negative number, so `--layer-map -1,2,3` was "expected one
+    argument" (the flag's value cannot be an option anyway)."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        action = parser._option_string_actions.get(word) if word.startswith("-") and "=" not in word else None
+        if action is not None and action.nargs != 0 and i + 1 < len(argv) and _NEGATIVE_VALUE.match(argv[i + 1]):
+            out.append(f"{word}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(word)
+        i += 1
+    return out
+
+
 class _DropNoise(logging.Filter):
     # Printed on every Beam import when the GCP extras are absent; irrelevant to local runs.
     def filter(self, record: logging.LogRecord) -> bool:
@@ -133,6 +156,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     name, rest = argv[0], argv[1:]
     _quiet_logging()
     module, parser, passthrough = build_subparser(name)
+    rest = join_negative_values(parser, rest)
     if passthrough:
         args, extra = parser.parse_known_args(rest)
     else:

@@ -5,9 +5,11 @@ import argparse
 import json
 
 from students.evaluate import LENGTH_EDGES, check_edges, evaluate
+from transferset.app.flags import finite_float
 from transferset.config import check_combine
 from transferset.errors import ConfigError
-from transferset.sources import DEFAULT_LABEL_COLUMN
+from transferset.loading import check_hub_model
+from transferset.sources import DEFAULT_LABEL_COLUMN, check_hf_names
 
 EPILOG = """\
 DATA is a labeled file (TSV/CSV/JSONL/Parquet) or a transferset Parquet set; when it holds teacher
@@ -34,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--combine", default="mean", type=_combine,
                         help="several --model: mean (their mean logits) | probs (their mean probabilities) | K "
                         "(model K alone, 0 = the first); as `transferset score --combine`")
-    parser.add_argument("--speed", type=float, default=None,
+    parser.add_argument("--speed", type=finite_float, default=None,
                         help="a model with early exits (`transferset exits`): a row leaves at the first layer whose "
                         "branch's normalised entropy is below this, from 0 (every layer) to 1; the mean layers "
                         "used are printed too")
@@ -55,14 +57,21 @@ def _combine(value: str) -> str:
 
 def _edges(value: str) -> tuple[int, ...]:
     # (argparse passes a string; `--by-length` alone takes const, LENGTH_EDGES, as it is)
-    parts = [v.strip() for v in str(value).split(",") if v.strip()]
+    parts = [v.strip() for v in str(value).split(",")]
     try:
+        if "" in parts and len(parts) > 1:  # `5,,10` is a typo, not the bands 5,10
+            raise ValueError("an empty edge (two commas in a row, or one at an end); give whole numbers of words "
+                             f"in increasing order, e.g. {','.join(map(str, LENGTH_EDGES))}")
         return check_edges([int(v) if v.isdigit() else -1 for v in parts])  # -1: refused, with the reason
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"--by-length {value!r}: {exc}") from None
 
 
 def run(args: argparse.Namespace, extra) -> int:
+    # Every name that must load, checked before anything is written (a hub name offline: one line, exit 2).
+    for m in args.model:
+        check_hub_model(m, what="--model")
+    check_hf_names([("--data", args.data)])
     model = args.model[0] if len(args.model) == 1 else args.model
     result = evaluate(model, args.data, text_column=args.text_column, label_column=args.label_column,
                       text_b_column=args.text_b_column, batch_size=args.batch_size, max_length=args.max_length,

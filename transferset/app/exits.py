@@ -8,6 +8,7 @@ from students.exits_train import train_exits
 from transferset.app import flags
 from transferset.config import ExitsConfig
 from transferset.fs.output import OVERWRITE_HELP
+from transferset.loading import check_hub_model
 
 EPILOG = """\
 A small classifier ("branch") after every encoder layer but the last, each trained by KL to the model's
@@ -40,6 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, extra) -> int:
     cfg = flags.from_args(ExitsConfig, args)
+    check_hub_model(args.model, what="--model")  # a hub name offline: one line, exit 2, nothing written
     metrics = train_exits(args.model, args.scored, args.output, cfg, overwrite=args.overwrite,
                           progress=False if args.no_progress else None)
     summary = {k: metrics[k] for k in ("targets", "rows", "layers", "branch_agreement", "elapsed_s")}

@@ -8,6 +8,7 @@ from typing import Sequence
 
 from students.export import FORMATS, INT8_TOLERANCE, OPSET, QUANTIZE, export
 from transferset.fs.output import OVERWRITE_HELP
+from transferset.loading import check_hub_model
 
 EPILOG = """examples:
   transferset export --model runs/sst2/students/bilstm --output runs/sst2/onnx/bilstm --format onnx
@@ -40,6 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
+    check_hub_model(args.model, what="--model")  # a hub name offline: one line, exit 2, nothing written
     result = export(args.model, args.output, format=args.format, opset=args.opset, max_length=args.max_length,
                     quantize=args.quantize, overwrite=args.overwrite)
     print(json.dumps(result, indent=2))

@@ -9,6 +9,7 @@ import argparse
 import dataclasses
 import inspect
 import io
+import math
 import threading
 import tokenize
 import typing
@@ -141,6 +142,18 @@ def from_args(cls: type[T], args: Any, base: Optional[Mapping[str, Any]] = None,
             value = getattr(args, f.name)
             values[f.name] = None if isinstance(value, str) and value.lower() in ("none", "null") else value
     return load(cls, values, where, flag_style=base is None)
+
+
+def finite_float(text: str) -> float:
+    """argparse type of a float flag declared outside a settings class: NaN and ±inf are refused as not a number
+    (float() takes them, and every bound check then fails with a message about the bound)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r}: not a number")
+    return value
 
 
 def add_runner_arguments(parser: argparse.ArgumentParser) -> None:

@@ -18,7 +18,8 @@ from transferset.app import flags
 from transferset.app.flags import add_runner_arguments
 from transferset.config import BeamConfig, PredictConfig
 from transferset.errors import ConfigError, UserError
-from transferset.sources import HF_PREFIX, check_readable, detect_format
+from transferset.loading import check_hub_model
+from transferset.sources import HF_PREFIX, check_hf_names, check_readable, detect_format
 
 EPILOG = """examples:
   transferset predict --model runs/sst2/students/bilstm --input reviews.tsv --output runs/preds
@@ -73,6 +74,9 @@ def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
         # A typo must not silently turn an in-process run into a Beam one.
         raise ConfigError(f"unrecognized arguments: {' '.join(extra)} (Beam pipeline options need --beam or --runner)")
     started = time.time()
+    # Every name that must load, checked before anything is written (a hub name offline: one line, exit 2).
+    check_hub_model(args.model, what="--model")
+    check_hf_names([("--input", p) for p in args.input])
     total = check_inputs(args.input)
     on_beam = wants_beam(args, extra, total, cfg)
     # Loaded here in both cases: a model that does not load stops the command before a pipeline starts,

@@ -8,6 +8,8 @@ from students.prune import prune
 from transferset.app import flags
 from transferset.config import PruneConfig
 from transferset.fs.output import OVERWRITE_HELP
+from transferset.loading import check_hub_model
+from transferset.sources import check_hf_names
 
 EPILOG = """\
 Ranks the model's attention heads by importance on the selection split (Michel et al. 2019: the
@@ -47,6 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, extra) -> int:
     cfg = flags.from_args(PruneConfig, args)
+    # Every name that must load, checked before anything is written (a hub name offline: one line, exit 2).
+    check_hub_model(args.model, what="--model")
+    check_hf_names([("--selection", args.selection)])
     record = prune(cfg, args.model, args.selection, args.output, transfer_dir=args.transfer,
                    overwrite=args.overwrite, progress=not args.no_progress)
     summary = {k: record[k] for k in ("removed", "heads", "parameters", "selection")}

@@ -23,7 +23,7 @@ import yaml
 
 from pipelines.runtime import check_beam
 from students.losses import check as check_losses
-from students.teacher_files import refuse_student_folder
+from students.teacher_files import check_dir_setting, refuse_student_folder
 from transferset import fs, loading, typed
 from transferset.augment import check_ops, needs
 from transferset.card import update_run_cards
@@ -37,6 +37,7 @@ from transferset.config import LAYER_TEXTS_REST, RunConfig
 from transferset.errors import ConfigError, UserError
 from transferset.fs import remote
 from transferset.fs.lock import output_lock
+from transferset.sources import HF_PREFIX, check_hf_names
 from transferset.teacher import ensemble
 from transferset.teacher.train import can_resume as can_resume_teacher
 
@@ -135,6 +136,12 @@ def check_paths(cfg: RunConfig) -> None:
     the first stage, so a typo costs no teacher training or scoring (ConfigError: exit 2, nothing written)."""
     members = len(cfg.teacher_paths or cfg.teacher_seeds or [None])
     ensemble.parse_combine(cfg.score.combine, members, "teacher_seeds / teacher_paths")  # before any stage
+    # hf: data (a hub dataset offline: one line, not a minute of retries after the first stage)
+    files = resolve_data(cfg.data, cfg.test, cfg.dev)
+    if cfg.test and not cfg.test.startswith(HF_PREFIX) and not fs.exists(cfg.test):
+        raise ConfigError(f"test={cfg.test}: no such file")
+    check_hf_names([("data" if cfg.data else "data (not set: GLUE SST-2 from the Hub)", files.train),
+                    ("test", cfg.test)])
     if cfg.teacher_path or cfg.teacher_paths:
         for path in cfg.teacher_paths or [cfg.teacher_path]:
             if not fs.isdir(path):
@@ -150,14 +157,15 @@ def check_paths(cfg: RunConfig) -> None:
         if fs.is_remote(value):
             continue
         try:
-            loading.check_model_dir(value, what=key, allow_pickle=allow_pickle, trust_remote_code=trust)
+            loading.check_model(value, what=key, allow_pickle=allow_pickle, trust_remote_code=trust)  # a hub name too
         except loading.TeacherLoadError as exc:
             raise ConfigError(str(exc)) from None
     for name, s in cfg.students.items():
+        if isinstance(s.model.get("pretrained"), str):
+            loading.check_hub_model(s.model["pretrained"], what=f"students.{name}.model.pretrained")
         for key in ("teacher", "tokenizer"):
             value = getattr(s, key)
-            if value and not fs.isdir(value):
-                raise ConfigError(f"students.{name}.{key}={value}: no such directory")
+            check_dir_setting(value, f"students.{name}.{key}")
             refuse_student_folder(value, key, f"students.{name}.{key}")
         if s.layer_texts == LAYER_TEXTS_REST and not splits_train(cfg):
             raise ConfigError(f"students.{name}.layer_texts={LAYER_TEXTS_REST}: the rest of the train file is "
@@ -272,8 +280,6 @@ def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=T
     end and by nothing else. Both are kept out of the transfer set by the leak guard.
     """
     files = resolve_data(cfg.data, cfg.test, cfg.dev)
-    if cfg.test and not cfg.test.startswith("hf:") and not fs.exists(cfg.test):
-        raise ConfigError(f"test={cfg.test}: no such file")
     check_paths(cfg)
     with output_lock(cfg.run_dir, command="run"):  # one run at a time owns run_dir
         fs.makedirs(cfg.run_dir)

@@ -11,6 +11,7 @@ from pipelines.score import EPILOG, run_score  # noqa: F401 (cli reads the modul
 from transferset.app import flags
 from transferset.app.flags import add_runner_arguments
 from transferset.config import BeamConfig, ScoreConfig
+from transferset.loading import check_hub_model
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,6 +31,8 @@ def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
     cfg = flags.from_args(ScoreConfig, args)
     beam_cfg = flags.from_args(BeamConfig, args)
     check_beam(beam_cfg, extra, where="--")
+    for t in args.teacher:  # a hub name offline: one line, before the output folder is made
+        check_hub_model(t, what="--teacher")
     started = time.time()
     teacher = args.teacher[0] if len(args.teacher) == 1 else args.teacher
     stats = run_score(cfg, input=args.input, teacher=teacher, output=args.output,

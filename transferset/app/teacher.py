@@ -8,6 +8,8 @@ from transferset.app import flags
 from transferset.config import DEFAULT_TEACHER_MODEL, TeacherConfig
 from transferset.fs.output import OVERWRITE_HELP
 from transferset.fs.remote import local_file
+from transferset.loading import check_model
+from transferset.sources import check_hf_names
 from transferset.teacher.train import train
 
 EPILOG = (
@@ -33,6 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, extra) -> int:
     cfg = flags.from_args(TeacherConfig, args)
+    # Every name that must load, checked before the output folder is made (a hub name offline: one line).
+    check_hf_names([("--train", args.train), ("--dev", args.dev)])
+    check_model(cfg.model, what="--model", allow_pickle=cfg.allow_pickle, trust_remote_code=cfg.trust_remote_code)
     # Remote inputs are copied in; the teacher owns --output and uploads a remote one whole (train()).
     metrics = train(cfg, train=local_file(args.train), dev=local_file(args.dev), output=args.output,
                     overwrite=args.overwrite)

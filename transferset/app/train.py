@@ -5,12 +5,14 @@ import argparse
 import dataclasses
 import json
 
-from students.teacher_files import refuse_student_folder
+from students.teacher_files import check_dir_setting, refuse_student_folder
 from students.trainer import train
 from transferset import fs, typed
 from transferset.app import flags
 from transferset.config import StudentConfig
 from transferset.fs.output import OVERWRITE_HELP
+from transferset.loading import check_hub_model
+from transferset.sources import check_hf_names
 
 EPILOG = """\
 --config takes a YAML mapping of StudentConfig settings (transferset/config.py; the same keys as an
@@ -41,12 +43,18 @@ def load_config(args: argparse.Namespace) -> StudentConfig:
     cfg = dataclasses.replace(cfg, **{k: fs.normalize(getattr(cfg, k), k)
                                       for k in ("teacher", "tokenizer") if getattr(cfg, k)})
     for key in ("teacher", "tokenizer"):
+        if getattr(cfg, key) and fs.is_remote(getattr(cfg, key)):  # a URL that cannot be a folder: a usage error
+            check_dir_setting(getattr(cfg, key), f"--{key}" if hasattr(args, key) else f"{args.config}: {key}")
         refuse_student_folder(getattr(cfg, key), key)  # before the output folder is made
     return cfg
 
 
 def run(args: argparse.Namespace, extra) -> int:
     cfg = load_config(args)
+    # Every name that must load, checked before anything is written (a hub name offline: one line, exit 2).
+    check_hf_names([("--dev", args.dev)])
+    if isinstance(cfg.model.get("pretrained"), str):
+        check_hub_model(cfg.model["pretrained"], what="model.pretrained")
     # train() owns --output (a remote one is trained into a local folder, then uploaded whole).
     metrics = train(cfg, args.transfer, args.dev, args.output, overwrite=args.overwrite,
                     progress=not args.no_progress)

@@ -88,8 +88,9 @@ def filesystem(path: str) -> tuple[fsspec.AbstractFileSystem, str]:
     try:
         return fsspec.core.url_to_fs(path)
     except (ImportError, ValueError) as exc:
+        package = {"gs": "gcsfs", "gcs": "gcsfs", "s3": "s3fs"}.get(name or "")
         raise UserError(f"{path}: cannot open {name}:// paths ({exc}); install the fsspec backend for "
-                        f"{name} (e.g. gcsfs for gs://, s3fs for s3://)") from None
+                        f"{name}{f' ({package})' if package else ''}") from None
 
 
 def join(*parts: str) -> str:

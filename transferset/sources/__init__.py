@@ -22,7 +22,7 @@ from transferset.sources.records import (DEFAULT_LABEL_COLUMN, DEFAULT_MAX_CHARS
 
 __all__ = [
     "DEFAULT_LABEL_COLUMN", "DEFAULT_MAX_CHARS", "DEFAULT_TEXT_COLUMNS", "HF_PREFIX", "RARE_LABEL_ROWS",
-    "SAMPLE_RAW_CHARS", "Example", "Opener", "Reject", "SourceError", "SourceSpec", "check_readable",
+    "SAMPLE_RAW_CHARS", "Example", "Opener", "Reject", "SourceError", "SourceSpec", "check_hf_names", "check_readable",
     "detect_format", "infer_label_names", "label_type_problem", "normalize_text", "parse_hf_spec", "parse_label",
     "read_source", "read_texts", "row_to_record", "source_id_for", "summarize_rejects", "unicode_problem",
 ]
@@ -43,6 +43,14 @@ parse_label = labels.parse
 
 def _iter_raw_rows(path: str, fmt: str, opener: Opener) -> Iterator[tuple[int, Union[dict, Reject]]]:
     return _READERS[fmt](path, fmt, opener)
+
+
+def check_hf_names(settings: Sequence[tuple[str, Optional[str]]]) -> None:
+    """Each (setting, path) whose path is an hf: spec checked by hf.check_name (a missing folder, a hub dataset
+    out of reach): one ConfigError naming the setting, before any output is written."""
+    for what, path in settings:
+        if isinstance(path, str) and path.startswith(HF_PREFIX):
+            hf.check_name(path, what)
 
 
 def check_readable(path: str, opener: Opener = local_open) -> None:

@@ -5,7 +5,7 @@ import csv
 import io
 from typing import Generator, Iterator, Sequence, Union
 
-from transferset.sources.records import Opener, Reject, SourceError, raw_repr
+from transferset.sources.records import Opener, Reject, Row, SourceError, raw_repr
 
 # A quoted field that runs on over more physical lines than this is taken for an unbalanced quote
 # without looking further ahead (the look-ahead is buffered, and real multi-line fields are short).
@@ -103,7 +103,7 @@ def _iter_delimited(path: str, fmt: str, fh) -> Iterator[tuple[int, Union[dict, 
         if len(values) != width:
             yield line, Reject(path, line, raw, f"expected {width} fields as in the header, found {len(values)}")
             continue
-        yield line, dict(zip(header, values))
+        yield line, Row(zip(header, values), raw)
 
 
 def _header(path: str, fmt: str, header_line: str, dialect: dict) -> list[str]:

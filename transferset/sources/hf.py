@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Optional
 
+from transferset.errors import ConfigError
 from transferset.sources.records import HF_PREFIX, Opener, SourceError
 
 
@@ -35,8 +36,58 @@ def _first_line(exc: BaseException) -> str:
     return (text[0] if text else type(exc).__name__)[:300]
 
 
+def _cached(name: str) -> bool:
+    """Whether hub dataset `name` has a copy in the local caches `datasets` reads offline: its prepared splits
+    (HF_DATASETS_CACHE/[ORG___]NAME, the org being the Hub's even for a short name such as glue) or its files
+    (HF_HUB_CACHE/datasets--ORG--NAME)."""
+    import os
+
+    from datasets import config as ds_config
+    from huggingface_hub import constants
+
+    folder = name.replace("/", "___")
+    try:
+        prepared = os.listdir(ds_config.HF_DATASETS_CACHE)
+    except OSError:
+        prepared = []
+    if any(p == folder or ("/" not in name and p.endswith("___" + name)) for p in prepared):
+        return True
+    hub = "datasets--" + name.replace("/", "--")
+    try:
+        return any(p == hub or ("/" not in name and p.startswith("datasets--") and p.endswith("--" + name))
+                   for p in os.listdir(constants.HF_HUB_CACHE))
+    except OSError:
+        return False
+
+
+class HubDataError(SourceError, ConfigError):
+    """An hf: input whose NAME cannot load: an input that cannot be read, and a usage error (exit 2)."""
+
+
+def check_name(path: str, what: Optional[str] = None) -> None:
+    """Refuse, in one ConfigError naming the setting `what` (else the spec), an hf: spec whose NAME cannot load:
+    a missing local folder, or a hub dataset that is not cached while the Hub is off or out of reach (no retries).
+    Called before any output is written, and by `load` itself, so no reader meets `datasets`' minute of retries."""
+    import os
+
+    from transferset.loading import check_hub_name
+
+    name, _, _ = parse_hf_spec(path)
+    where = f"{what}={path}" if what else path
+    if os.path.isdir(name):
+        return
+    if name.startswith(("/", ".", "~")) or name.count("/") > 1 or os.path.exists(name):  # a hub name: ORG/NAME
+        raise HubDataError(f"{where}: {name}: no such folder (hf:PATH:SPLIT reads a local folder of data files)")
+    try:
+        check_hub_name(name, what=what or path, repo_type="dataset", cached=_cached(name),
+                       head=f"{where}: the dataset {name}")
+    except ConfigError as exc:
+        raise HubDataError(str(exc)) from None
+
+
 def load(path: str) -> Any:
     """The split `path` names, as a `datasets.Dataset`; a SourceError when it cannot be loaded."""
+    check_name(path)
     import datasets  # seconds to import; only hf: inputs need it
 
     name, config, split = parse_hf_spec(path)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from typing import Iterator, Union
 
-from transferset.sources.records import Opener, Reject, has_surrogates, raw_repr
+from transferset.sources.records import Opener, Reject, Row, has_surrogates, raw_repr
 
 
 def rows(path: str, fmt: str, opener: Opener) -> Iterator[tuple[int, Union[dict, Reject]]]:
@@ -31,4 +31,4 @@ def rows(path: str, fmt: str, opener: Opener) -> Iterator[tuple[int, Union[dict,
             if not isinstance(obj, dict):
                 yield line_no, Reject(path, line_no, raw, "a JSON line must be an object")
                 continue
-            yield line_no, obj
+            yield line_no, Row(obj, raw)

@@ -115,6 +115,17 @@ def has_surrogates(s: str) -> bool:
 _OTHER_SURROGATES = re.compile("[\ud800-\udc7f\udd00-\udfff]")
 
 
+class Row(dict):
+    """A parsed row (column → value) of a line-based input (TSV, CSV, JSONL) that keeps that line as it was
+    written (made valid UTF-8 by raw_repr), so that a reject's `raw` is the row the user wrote, not a rebuild."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, values: Any = (), raw: str = ""):
+        super().__init__(values)
+        self.raw = raw
+
+
 def raw_repr(s: str) -> str:
     """`s` as valid UTF-8 text for a reject record: undecodable bytes as \\xNN, lone surrogates as \\uNNNN."""
     s = _OTHER_SURROGATES.sub(lambda m: f"\\u{ord(m.group()):04x}", s)
@@ -151,10 +162,13 @@ def _resolve_text_column(spec: SourceSpec, row: dict) -> Optional[str]:
 
 def row_to_record(spec: SourceSpec, line: int, row: dict) -> Union[Example, Reject]:
     """Apply the accept/reject rules to one parsed row."""
-    try:
-        raw = raw_repr(json.dumps(row, ensure_ascii=False, default=str))
-    except (ValueError, RecursionError):  # nesting too deep for JSON, circular values
-        raw = raw_repr(repr(row)[:10_000])
+    if isinstance(row, Row):  # the line as written
+        raw = row.raw
+    else:  # a Parquet or hf: row has no line of text: its values as JSON
+        try:
+            raw = raw_repr(json.dumps(row, ensure_ascii=False, default=str))
+        except (ValueError, RecursionError):  # nesting too deep for JSON, circular values
+            raw = raw_repr(repr(row)[:10_000])
     text_col = _resolve_text_column(spec, row)
     if text_col is None or text_col not in row:
         wanted = text_col or " or ".join(DEFAULT_TEXT_COLUMNS)

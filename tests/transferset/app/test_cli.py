@@ -130,13 +130,68 @@ def test_an_hf_input_that_does_not_load_stops_before_any_output(command, tmp_pat
     d = tmp_path / "latin1"
     d.mkdir()
     (d / "train.csv").write_bytes("sentence,label\nun café noir,1\n".encode("latin-1"))
-    for source, says in ((f"hf:{d}:train", "are not UTF-8 text"),
-                         ("hf:nosuch-user/nosuch-set:train", "the Hugging Face Hub cannot be reached")):
+    for source, says, rc in ((f"hf:{d}:train", "are not UTF-8 text", 1),
+                             ("hf:nosuch-user/nosuch-set:train", "HF_HUB_OFFLINE is set with no copy of it", 2)):
         out = tmp_path / f"out-{len(says)}"
         args = {"augment": ["augment", "--input", source, "--output", str(out)],
                 "predict": ["predict", "--model", str(tmp_path / "no-model"), "--input", source, "--output", str(out)],
                 "teacher": ["teacher", "--train", source, "--dev", source, "--output", str(out)]}[command]
-        assert main(args) == 1
+        assert main(args) == rc
         err = capsys.readouterr().err
         assert says in err and "Traceback" not in err, err
         assert not out.exists()
+
+
+@pytest.fixture
+def hub_off(monkeypatch):
+    """HF_HUB_OFFLINE set, as a user sets it on a machine without network; an empty cache of hub models."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", "/nonexistent-hub-cache")
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", "/nonexistent-hub-cache")
+
+
+@pytest.mark.parametrize("args, says", [
+    (["teacher", "--train", "T", "--dev", "T", "--model", "nosuchorg/nosuchmodel"], "--model nosuchorg/nosuchmodel"),
+    (["augment", "--input", "T", "--recipe", "tinybert"], "--mlm-model bert-base-uncased"),
+    (["augment", "--input", "T", "--ops", "mlm", "--mlm-model", "nosuchorg/mlm"], "--mlm-model nosuchorg/mlm"),
+    (["augment", "--input", "T", "--unlabeled", "hf:nosuchorg/nosuchds:train"],
+     "--unlabeled=hf:nosuchorg/nosuchds:train: the dataset nosuchorg/nosuchds"),
+    (["score", "--input", "T", "--teacher", "nosuchorg/nosuchmodel"], "--teacher nosuchorg/nosuchmodel"),
+    (["evaluate", "--model", "nosuchorg/nosuchmodel", "--data", "T"], "--model nosuchorg/nosuchmodel"),
+    (["predict", "--model", "nosuchorg/nosuchmodel", "--input", "T"], "--model nosuchorg/nosuchmodel"),
+    (["export", "--model", "nosuchorg/nosuchmodel"], "--model nosuchorg/nosuchmodel"),
+    (["exits", "--model", "nosuchorg/nosuchmodel", "--scored", "T"], "--model nosuchorg/nosuchmodel"),
+    (["prune", "--model", "nosuchorg/nosuchmodel", "--selection", "T"], "--model nosuchorg/nosuchmodel"),
+    (["train", "--transfer", "T", "--dev", "hf:nosuchorg/nosuchds:validation"],
+     "--dev=hf:nosuchorg/nosuchds:validation: the dataset nosuchorg/nosuchds"),
+])
+def test_a_hub_name_that_cannot_load_offline_is_one_line_before_any_output(args, says, tmp_path, capsys, hub_off):
+    """Issue 42 item 7: `teacher --model nosuchorg/nosuchmodel` retried 5 times, then printed an OSError traceback;
+    `augment --recipe tinybert` offline (the default MLM) was a Beam traceback after writing rejects/."""
+    data = tmp_path / "t.tsv"
+    data.write_text("sentence\tlabel\na good film\t1\na dull film\t0\n")
+    out = tmp_path / "out"
+    rc = main([str(data) if a == "T" else a for a in args] + (["--output", str(out)] if args[0] != "evaluate" else []))
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"transferset {args[0]}: error: {says}" in err, err
+    assert "HF_HUB_OFFLINE is set" in err and "unset HF_HUB_OFFLINE" in err, err
+    assert not out.exists()
+
+
+def test_a_flag_value_that_starts_with_a_minus_needs_no_equals_sign():
+    """Issue 42 item 9: `--layer-map -1,2,3` was "expected one argument" (argparse reads -1,2,3 as an option)."""
+    from transferset.app.cli import build_subparser, join_negative_values
+
+    _, parser, _ = build_subparser("train")
+    argv = ["--transfer", "T", "--dev", "D", "--output", "O", "--layer-map", "-1,2,3", "--lr", "-0.5", "--no-bf16"]
+    assert join_negative_values(parser, argv)[6:] == ["--layer-map=-1,2,3", "--lr=-0.5", "--no-bf16"]
+    args = parser.parse_args(join_negative_values(parser, argv))
+    assert (args.layer_map, args.lr) == ("-1,2,3", "-0.5")
+    with pytest.raises(SystemExit):  # what the join is for
+        parser.parse_args(argv)
+    _, parser, _ = build_subparser("score")  # a flag given twice (append) and a Beam option it does not declare
+    assert join_negative_values(parser, ["--teacher", "-a", "--direct_num_workers", "-1"]) == \
+        ["--teacher", "-a", "--direct_num_workers", "-1"]

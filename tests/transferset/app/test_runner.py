@@ -595,6 +595,9 @@ def test_file_urls_and_unknown_schemes_in_a_run_config(tmp_path, sst2_dir):
     (["augment.recipe=tinybert", "augment.mlm_model=./no/such/mlm"], "augment.mlm_model ./no/such/mlm: no such model"),
     (["students.distilled.tokenizer=/no/such/tok"], "students.distilled.tokenizer=/no/such/tok: no such directory"),
     (["teacher_path=/no/such/teacher"], "teacher_path=/no/such/teacher: no such directory"),
+    # issue 42 item 8: exit 1, suggesting gcsfs for http
+    (["students.distilled.teacher=http://example.com/x"],
+     "students.distilled.teacher=http://example.com/x: an http:// URL names one file on a web server"),
     (["beam.runner=NoSuchRunner"], "beam.runner 'NoSuchRunner': not a Beam runner; known: DataflowRunner"),
     (["beam.options={projct: p}"], "beam.options.projct: not an Apache Beam pipeline option"),
 ])
@@ -679,3 +682,37 @@ def test_a_teacher_stage_killed_after_a_checkpoint_goes_on_from_it(tmp_path, sst
     run_pipeline(load_config("configs/demo.yaml", [*base, "teacher.lr=1e-4"]), log=lambda m: None,
                  functions=stages.functions())
     assert stages.seen["teacher_resume"] == [False, True, False]
+
+
+@pytest.mark.parametrize("overrides, says", [
+    (["teacher.model=nosuchorg/nosuchmodel"], "teacher.model nosuchorg/nosuchmodel: not a local folder, and "
+                                              "HF_HUB_OFFLINE is set"),
+    (["teacher.model=hf:nosuch/model"], "teacher.model hf:nosuch/model: neither a local folder nor a Hugging Face Hub "
+                                        "model name"),
+    (["augment.recipe=tinybert"], "augment.mlm_model bert-base-uncased: not a local folder, and HF_HUB_OFFLINE is set"),
+    (["students.distilled.model={pretrained: nosuchorg/x}"], "students.distilled.model.pretrained nosuchorg/x: not a "
+                                                             "local folder, and HF_HUB_OFFLINE is set"),
+    (["data=hf:nosuchorg/nosuchds"], "data=hf:nosuchorg/nosuchds:train: the dataset nosuchorg/nosuchds: not a local "
+                                     "folder, and HF_HUB_OFFLINE is set"),
+    # issue 42 item 9: said "no such file"
+    (["test=hf:nosuchds:validation"], "test=hf:nosuchds:validation: the dataset nosuchds: not a local folder, and "
+                                      "HF_HUB_OFFLINE is set"),
+])
+def test_every_hub_name_of_a_run_is_resolved_before_any_stage(overrides, says, tmp_path, sst2_dir, capsys,
+                                                              monkeypatch):
+    """Issue 42 item 7: offline, `run teacher.model=...` retried and printed a traceback after writing config.yaml
+    and teacher/.transferset-output.json; `teacher.model=hf:...` was a traceback; `data=hf:glue:sst2` ~30 s of
+    retry warnings after "[teacher] running", exit 1."""
+    import huggingface_hub.constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "empty-hub-cache"))
+    run_dir = tmp_path / "run"
+    data = [] if any(o.startswith("data=") for o in overrides) else [f"data={sst2_dir}"]
+    rc = main(["run", "--config", "configs/demo.yaml", f"run_dir={run_dir}", *data, *overrides])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"transferset run: error: {says}" in err, err
+    assert len(err.strip().splitlines()) == 1, err
+    if "HF_HUB_OFFLINE is set" in says:
+        assert "unset HF_HUB_OFFLINE on a machine with network" in err
+    assert not run_dir.exists()
