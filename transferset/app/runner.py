@@ -36,7 +36,8 @@ from students.trainer import train as train_student
 from transferset import fs, loading, schema, transfer, typed
 from transferset.augment import check_ops, needs
 from transferset.app.report import write_report
-from transferset.config import LAYER_TEXTS_REST, AugmentConfig, BeamConfig, RunConfig
+from transferset.config import (LAYER_TEXTS_REST, AugmentConfig, BeamConfig, EngineConfig, ExitsConfig, PruneConfig,
+                                RunConfig, StudentConfig, TeacherConfig)
 from transferset.errors import ConfigError, UserError
 from transferset.evalset import write_eval_set
 from transferset.fs import remote
@@ -46,6 +47,7 @@ from transferset.splits import (LABELED_FILE, REST_FILE, SPLIT_STATS_FILE, UNLAB
 from transferset.teacher import ensemble
 from transferset.teacher.train import can_resume as can_resume_teacher
 from transferset.teacher.train import train as train_teacher
+from transferset.training import check_engine
 
 STAGE_FILE = ".stage.json"
 TEST_RESULTS_FILE = "accuracy.json"  # in run_dir/test/: every model's accuracy on the test split
@@ -236,18 +238,35 @@ def key_settings(settings: dict, if_set: Sequence[str]) -> dict:
     return {k: v for k, v in settings.items() if not (k in if_set and v is None)}
 
 
+def engine_key(settings: dict, default: EngineConfig, legacy: Sequence[str] = ()) -> dict:
+    """`settings` with its engine section as keys hold it: the trainer's settings that became engine fields
+    (`legacy`: device, bf16, report_to, warmup) under their old names, as keys made before the section hold
+    them, and any other engine field only when it is not at the trainer's default `default`. An engine at its
+    defaults leaves every existing key as it was."""
+    engine, base = settings.pop("engine"), typed.to_dict(default)
+    old = {"device": ("device", engine["device"]), "bf16": ("precision", engine["precision"] == "bf16"),
+           "report_to": ("tracker", engine["tracker"]), "warmup": ("warmup", engine["warmup"])}
+    covered = {old[name][0] for name in legacy} - ({"precision"} if engine["precision"] == "fp16" else set())
+    settings.update({name: old[name][1] for name in legacy})
+    changed = {k: v for k, v in engine.items() if k not in covered and v != base[k]}
+    return {**settings, **({"engine": changed} if changed else {})}
+
+
 def teacher_settings(tc) -> dict:
     """A trained teacher stage's key settings: its config less checkpoint_steps (how often a checkpoint is
     written changes no weight; added after run directories existed)."""
     settings = typed.to_dict(tc)
     settings.pop("checkpoint_steps")
-    return settings
+    return engine_key(settings, TeacherConfig().engine, legacy=("warmup",))
 
 
 def student_settings(s_cfg) -> dict:
     """A student stage's key settings: its config, and the content of the layer_texts set it reads (`rest`:
     the run's layer_texts stage, whose key is upstream)."""
     settings = key_settings(typed.to_dict(s_cfg), STUDENT_KEY_IF_SET)
+    # (a preset's schedule is not the default: students of the transformer presets trained at a constant rate
+    # before their presets named their papers' schedule, and are trained again)
+    settings = engine_key(settings, StudentConfig().engine, legacy=("device", "bf16", "report_to"))
     if s_cfg.layer_texts and s_cfg.layer_texts != LAYER_TEXTS_REST:
         settings["layer_texts_set"] = set_fingerprint(s_cfg.layer_texts)
     return settings
@@ -420,6 +439,7 @@ def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=T
     if cfg.test and not fs.exists(cfg.test):
         raise ConfigError(f"test={cfg.test}: no such file")
     check_paths(cfg)
+    check_engines(cfg)
     with output_lock(cfg.run_dir, command="run"):  # one run at a time owns run_dir
         fs.makedirs(cfg.run_dir)
         fs.write_text(fs.join(cfg.run_dir, "config.yaml"), yaml.safe_dump(typed.to_dict(cfg), sort_keys=False))
@@ -427,6 +447,16 @@ def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=T
         log(f"data: train {files.train}; selection split {plan.selection}; test split {plan.test or NO_TEST}")
         run_stages(plan.stages, log)
         return functions.report(plan.paths, typed.to_dict(cfg), log=log)
+
+
+def check_engines(cfg: RunConfig) -> None:
+    """Every trainer's engine section that this machine or launch cannot honour is refused before any stage runs."""
+    sections = {"teacher.engine": cfg.teacher.engine,
+                **{f"students.{name}.engine": s.engine for name, s in cfg.students.items()},
+                **({"compress.exits.engine": cfg.compress.exits.engine} if cfg.compress.exits else {}),
+                **({"compress.prune.engine": cfg.compress.prune.engine} if cfg.compress.prune else {})}
+    for where, engine in sections.items():
+        check_engine(engine, where)
 
 
 NO_TEST = "none: add test.tsv to the data folder, `test: FILE`, or `validation:` to report on a split no choice has seen"
@@ -603,14 +633,16 @@ def compress_plan(cfg: RunConfig, fn: StageFunctions, d: Callable[..., str], tea
     if c.exits is not None:
         e = c.exits if c.exits.max_length is not None else replace(c.exits, max_length=teacher_length)
         folder = d("compressed", "teacher-exits")
-        stages.append(StageDef("compress.exits", folder, typed.to_dict(e), ("teacher", "score"),
+        stages.append(StageDef("compress.exits", folder, engine_key(typed.to_dict(e), ExitsConfig().engine),
+                               ("teacher", "score"),
                                run=lambda out: fn.exits(teacher_dir, scored_dir, out, e, overwrite=True, progress=False)))
         made.update({f"teacher (exits, speed {s:g})": {"path": folder, "speed": s, "from": "teacher", "how": "exits"}
                      for s in c.exit_speeds})
     if c.prune is not None:
         pc = c.prune if c.prune.max_length is not None else replace(c.prune, max_length=teacher_length)
         folder = d("compressed", "teacher-pruned")
-        stages.append(StageDef("compress.prune", folder, typed.to_dict(pc), ("teacher", "score", "dev.score"),
+        stages.append(StageDef("compress.prune", folder, engine_key(typed.to_dict(pc), PruneConfig().engine, ("device",)),
+                               ("teacher", "score", "dev.score"),
                                run=lambda out: fn.prune(pc, teacher_dir, dev_scored, out, transfer_dir=scored_dir,
                                                         overwrite=True, progress=False)))
         # heads: 0 removes none: the recovery alone, the teacher distilled on its own cached logits
