@@ -142,16 +142,17 @@ class Recipe:
             f"{p['batches']} batch(es) into it, step {self.state.global_step}")
         return saved
 
-    def _restore(self, phase: _Phase) -> None:
+    def _restore(self, phase: _Phase) -> bool:
         """Phase `phase` goes on from the checkpoint: its model, this rank's random state, and (for the
-        phase the checkpoint was written in) the optimizer, the scheduler and the phase's state."""
+        phase the checkpoint was written in) the optimizer, the scheduler and the phase's state; → whether
+        it goes on inside the phase (False: it starts afresh from the checkpoint's model)."""
         r, eng = self.resumed, self.engine
         self.resumed = None
         phase.module.load_state_dict(r["model"])
         rngs = r["rng"]
         set_rng_state(rngs[eng.rank] if len(rngs) == eng.world else rngs[0], eng.device)
         if r["optimizer"] is None or phase.state.index > r["phase"]["index"]:
-            return  # saved as an earlier phase ended: this one starts afresh from that model
+            return False  # saved as an earlier phase ended: this one starts afresh from that model
         phase.optimizer.load_state_dict(r["optimizer"])
         if phase.scheduler is not None and r.get("scheduler") is not None:
             phase.scheduler.load_state_dict(r["scheduler"])
@@ -160,6 +161,7 @@ class Recipe:
         if not eng.is_main:
             phase.state.partial = None
         phase.progress.update(phase.state.phase_step)
+        return True
 
     # ------------------------------------------------------------------ setup
     def skip(self, index: int, record: dict) -> bool:
@@ -187,8 +189,8 @@ class Recipe:
             module.to(eng.device)
         progress = Progress(spec.name, unit="steps", total=total, bar=eng.progress_bar, log=eng.log)
         phase = _Phase(spec, PhaseState(index), module, net, optimizer, sched, progress, describe or {})
-        if self.resumed is not None:  # index >= the checkpoint's: phases skipped by the caller may lie in between
-            self._restore(phase)
+        # index >= the checkpoint's: phases skipped by the caller may lie in between
+        if self.resumed is not None and self._restore(phase):
             phase.epochs_run = phase.state.epoch
         elif spec.start_competes and evaluate is not None:
             phase.state.start_acc = float(eng.from_main(evaluate()["accuracy"]))
