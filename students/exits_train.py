@@ -93,23 +93,7 @@ def _train(model_path: str, scored_dir: str, out: Optional[Output], work: Option
                         "a set scored for another task; pass the set this model's teacher scored")
     targets_kind = choose_targets(cfg.targets, meta, model_dir_of(local), scored_dir)
 
-    # ---- data: the rows (labels never read), the targets, each row's pooled states once
-    columns = [schema.ID, schema.TEXT, schema.TEXT_B] + ([schema.TEACHER_LOGITS] if targets_kind == "cached" else [])
-    table = transfer.read_table(scored_dir, columns)
-    if cfg.max_rows is not None:
-        table = table.slice(0, cfg.max_rows)
-    if table.num_rows == 0:
-        raise UserError(f"--scored {scored_dir}: the transfer set has no rows")
-    texts = table.column(schema.TEXT).to_pylist()
-    texts_b = table.column(schema.TEXT_B).to_pylist()
-    pairs = any(b is not None for b in texts_b)
-    if out is not None:
-        out.prepare()
-    features, own = branch_inputs(student, texts, texts_b if pairs else None, cfg.pool, cfg.batch_size, progress)
-    if targets_kind == "cached":
-        targets = torch.from_numpy(transfer.fixed_list_to_numpy(table.column(schema.TEACHER_LOGITS)).copy())
-    else:
-        targets = own
+    features, targets = _features_and_targets(student, scored_dir, targets_kind, out, cfg, progress)
     features_s = time.time() - started
 
     # ---- train the branches alone
@@ -128,7 +112,7 @@ def _train(model_path: str, scored_dir: str, out: Optional[Output], work: Option
     model_out = os.path.join(work, schema.STUDENT_MODEL_DIR)
     Student(student.model, student.tokens, student.label_names, student.family, student.config,
             student.teacher_id).save_pretrained(model_out)
-    info = {"model": model_path, "scored": scored_dir, "targets": targets_kind, "rows": len(texts),
+    info = {"model": model_path, "scored": scored_dir, "targets": targets_kind, "rows": len(features),
             "epochs": cfg.epochs, "lr": cfg.lr, "batch_size": cfg.batch_size, "seed": cfg.seed}
     save_branches(model_out, branches, info)
     metrics = {**info, "layers": len(branches) + 1, "branch_width": cfg.width,
@@ -140,6 +124,28 @@ def _train(model_path: str, scored_dir: str, out: Optional[Output], work: Option
     with open(os.path.join(work, schema.METRICS_FILE), "w", encoding="utf-8") as fh:
         json.dump(metrics, fh, indent=2)
     return metrics
+
+
+def _features_and_targets(student: Student, scored_dir: str, targets_kind: str, out: Optional[Output],
+                          cfg: ExitsConfig, progress: Optional[bool]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The data: the rows (labels never read), the targets, each row's pooled states once."""
+    columns = [schema.ID, schema.TEXT, schema.TEXT_B] + ([schema.TEACHER_LOGITS] if targets_kind == "cached" else [])
+    table = transfer.read_table(scored_dir, columns)
+    if cfg.max_rows is not None:
+        table = table.slice(0, cfg.max_rows)
+    if table.num_rows == 0:
+        raise UserError(f"--scored {scored_dir}: the transfer set has no rows")
+    texts = table.column(schema.TEXT).to_pylist()
+    texts_b = table.column(schema.TEXT_B).to_pylist()
+    pairs = any(b is not None for b in texts_b)
+    if out is not None:
+        out.prepare()
+    features, own = branch_inputs(student, texts, texts_b if pairs else None, cfg.pool, cfg.batch_size, progress)
+    if targets_kind == "cached":
+        targets = torch.from_numpy(transfer.fixed_list_to_numpy(table.column(schema.TEACHER_LOGITS)).copy())
+    else:
+        targets = own
+    return features, targets
 
 
 def branch_inputs(student: Student, texts: list, texts_b: Optional[list], how: str, batch_size: int,

@@ -300,8 +300,22 @@ def _train(cfg: StudentConfig, transfer_dir: str, dev_path: str, out: Optional[O
     def evaluate() -> dict:
         return {"accuracy": accuracy(student.predict_ids(dev.texts, dev.texts_b), dev.labels)}
 
-    # ---- train
     started = time.perf_counter()
+    recipe = train_plan(s, engine, checkpoints, plan, transfer_dir, evaluate, layer_rows)
+    train_seconds = time.perf_counter() - started
+    if not engine.is_main:
+        recipe.finish()
+        return {"rank": engine.rank}
+    metrics = evaluate_run(s, student, transfer_dir, dev)
+    _save(s, student, recipe, engine, metrics, train_seconds, output)
+    return metrics
+
+
+def train_plan(s: Setup, engine: Engine, checkpoints: Checkpoints, plan: list[Phase], transfer_dir: str, evaluate,
+               layer_rows: Optional[int]) -> Recipe:
+    """Every phase of the plan through the recipe; → the recipe (its history and phase log). The model ends on
+    the CPU with every parameter learning again, as it is saved and served."""
+    cfg = s.cfg
     # Dropout draws from torch's global generator: seeded from the run's stream (the caller's random
     # state is given back afterwards), carried on by checkpoints.
     with engine.seeded(seeds.torch_seed(seeds.stream(cfg.seed, seeds.DROPOUT))):
@@ -314,17 +328,16 @@ def _train(cfg: StudentConfig, transfer_dir: str, dev_path: str, out: Optional[O
                 continue
             train_phase(s, recipe, phase, p_index, transfer_dir, evaluate, layer_rows)
         recipe.restore_finished(Trained(s))
-    train_seconds = time.perf_counter() - started
-    history, phase_log = recipe.history, recipe.phase_log
     for p in s.model.parameters():
         p.requires_grad_(True)
     s.model.cpu()  # saved and timed on the CPU, as it will be served
-    if not engine.is_main:
-        recipe.finish()
-        return {"rank": engine.rank}
+    return recipe
 
-    # ---- evaluate
-    metrics = evaluate_run(s, student, transfer_dir, dev)
+
+def _save(s: Setup, student: Student, recipe: Recipe, engine: Engine, metrics: dict, train_seconds: float,
+          output: str) -> None:
+    """metrics.json (with the training's figures added to `metrics`), model/ and curves.png; the checkpoint goes."""
+    cfg, history = s.cfg, recipe.history
     trained = sum(h["rows"] for h in history)
     # Rows per second of the training steps alone (dev evaluation after each epoch excluded).
     step_seconds = sum(h["rows"] / h["rows_per_second"] for h in history if h["rows"])
@@ -332,16 +345,13 @@ def _train(cfg: StudentConfig, transfer_dir: str, dev_path: str, out: Optional[O
                    train_rows_per_second=trained / step_seconds if step_seconds else None,
                    processes=engine.world, device=str(engine.device),
                    effective_batch_size=cfg.batch_size * cfg.engine.grad_accum * engine.world,
-                   phases=phase_log, history=history)
-
-    # ---- save
+                   phases=recipe.phase_log, history=history)
     student.save_pretrained(os.path.join(output, schema.STUDENT_MODEL_DIR))
     with open(os.path.join(output, schema.METRICS_FILE), "w", encoding="utf-8") as fh:
         json.dump(metrics, fh, indent=2)
     if history:
         plot_curves(history, os.path.join(output, schema.CURVES_FILE))
     recipe.finish()
-    return metrics
 
 
 def fingerprint(cfg: StudentConfig, transfer_dir: str, dev_path: str, engine: Engine) -> dict:
