@@ -115,7 +115,8 @@ def _train(model_path: str, scored_dir: str, out: Optional[Output], work: Option
     info = {"model": model_path, "scored": scored_dir, "targets": targets_kind, "rows": len(features),
             "epochs": cfg.epochs, "lr": cfg.lr, "batch_size": cfg.batch_size, "seed": cfg.seed}
     save_branches(model_out, branches, info)
-    metrics = {**info, "layers": len(branches) + 1, "branch_width": cfg.width,
+    metrics = {**info, "layers": len(branches) + 1, "branch_width": cfg.width, "processes": engine.world,
+               "effective_batch_size": cfg.batch_size * cfg.engine.grad_accum * engine.world,
                "branch_parameters": sum(p.numel() for p in branches.parameters()),
                "train_loss": losses,
                # how often each branch (layer 1..L-1) picks the target's class on the training rows

@@ -5,7 +5,7 @@
 2. remove the least important heads (a count or a fraction; every layer keeps one), slicing their
    weights away (transferset.pruning.prune_heads: a PrunedBertForSequenceClassification);
 3. recover by distillation from the cached `teacher_logits` of the scored transfer set (MSE or KL),
-   with the training recipe every model here trains with (transferset/training.py), the pruned model
+   with the training recipe every model here trains with (transferset/training/), the pruned model
    as it starts competing with each epoch on the selection split.
 With `heads: 0` nothing is ranked or removed and step 3 alone runs: the teacher distilled on its own
 cached logits over the transfer set (self-distillation, a born-again teacher: Furlanello et al. 2018).
@@ -166,6 +166,7 @@ def recover(cfg: PruneConfig, student: Student, transfer_dir: str, dev: EvalData
         recipe.finish()
     student.model.cpu().eval()
     return {"transfer": transfer_dir, "rows": rows, "loss": cfg.loss, "seconds": time.perf_counter() - started,
+            "processes": engine.world, "effective_batch_size": cfg.batch_size * cfg.engine.grad_accum * engine.world,
             "phase": entry, "history": recipe.history}
 
 

@@ -6,7 +6,7 @@ between students (the model, its parameter groups, what it is initialised from, 
 looked up in the family registry (students/build.py).
 Every random stream derives from the run's seed (students/seeds.py).
 
-The loop is the recipe the teacher trains with too (transferset/training.py, on Accelerate): each
+The loop is the recipe the teacher trains with too (transferset/training/, on Accelerate): each
 phase of the schedule (students/schedules.py) is one run of it, with its own optimizer over the
 parameter groups that phase trains, and its own learning-rate schedule. The engine section (device,
 precision, gradient accumulation, schedule, tracker), checkpoints and `resume` come from the StudentConfig;

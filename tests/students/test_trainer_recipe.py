@@ -1,4 +1,4 @@
-"""The student trainer on the shared recipe (transferset/training.py): resume and a non-finite loss.
+"""The student trainer on the shared recipe (transferset/training/): resume and a non-finite loss.
 
 Fast: the 128-row set scored by the tiny teacher, a 16-unit BiLSTM.
 """

@@ -1,4 +1,4 @@
-"""The training recipe (transferset/training.py) on a tiny linear model: early stopping, the
+"""The training recipe (transferset/training/) on a tiny linear model: early stopping, the
 non-finite loss stop, checkpoints, settings refused."""
 import pytest
 import torch
@@ -236,3 +236,15 @@ def test_every_logged_step_is_in_metrics_jsonl_and_in_tensorboards_event_file(tm
     # float32 in the event file: the jsonl's float64 values to float32 precision
     assert [v for _, v in logged] == pytest.approx([line["train/loss"] for line in steps], rel=1e-6)
     assert [e.value for e in acc.Scalars("dev/accuracy")] == [0.75, 0.75]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here (the GPU path runs where one is)")
+def test_fp16_on_cuda_trains_through_accelerates_gradient_scaler():
+    engine = Engine.create(EngineConfig(device="cuda", precision="fp16"), log=lambda msg: None, progress_bar=False)
+    assert engine.scaler is not None and engine.autocast_dtype == torch.float16
+    module = Linear()
+    start = module.fc.weight.detach().clone()
+    recipe = Recipe(engine)
+    _run(recipe, PhaseSpec("fp16", epochs=1, keep_best=False, grad_clip=1.0), module, lambda: {"accuracy": 0.5})
+    assert module.fc.weight.dtype == torch.float32 and module.fc.weight.device.type == "cuda"  # fp32 master weights
+    assert not torch.equal(module.fc.weight.cpu(), start) and recipe.history[0]["train_loss"] > 0

@@ -1,6 +1,6 @@
 """Fine-tuning a Hugging Face encoder as the teacher: setup → data → train → evaluate → save.
 
-The loop is the recipe the students train with (transferset/training.py, on Accelerate): the same
+The loop is the recipe the students train with (transferset/training/, on Accelerate): the same
 seeding, early stopping bookkeeping on the selection split (here: every epoch runs and the best
 dev epoch's weights are kept), progress lines and checkpoints (OUTPUT/checkpoint/, removed once
 the model is written; `resume: true` goes on from it after a kill). What is the teacher's own:
