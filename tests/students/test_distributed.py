@@ -115,3 +115,34 @@ def test_device_cuda_without_one_is_refused(tmp_path, tiny_scored_dir, sst2_dev2
     err = capsys.readouterr().err
     assert "device cuda: no CUDA device is visible" in err and "Traceback" not in err
     assert not (tmp_path / "o" / schema.STUDENT_MODEL_DIR).exists()
+
+
+def _torchrun_cli(tmp_path, *args: str, processes: int = 2) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                           f"--nproc_per_node={processes}", "-m", "transferset.app.cli", *args],
+                          env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+@pytest.mark.integration
+def test_prune_recovery_and_exits_train_on_two_processes(tmp_path, tiny_scored_dir, tiny_teacher4, sst2_dev200):
+    """`torchrun ... prune` and `torchrun ... exits`: each rank its own rows, rank 0 alone writes."""
+    _torchrun_cli(tmp_path, "prune", "--model", tiny_teacher4, "--selection", sst2_dev200, "--transfer",
+                  tiny_scored_dir, "--output", str(tmp_path / "pruned"), "--heads", "2", "--epochs", "1",
+                  "--batch-size", "16", "--threads", "1", "--processes", "2")
+    record = json.loads((tmp_path / "pruned" / schema.PRUNE_FILE).read_text())
+    recovery = record["recovery"]
+    assert recovery["processes"] == 2 and recovery["effective_batch_size"] == 32
+    # 128 rows over 2 ranks in batches of 16: 4 steps each, every row once
+    assert recovery["history"][0]["rows"] == 128 and recovery["history"][0]["step"] == 4
+    assert record["heads"]["before"] - record["heads"]["after"] == 2
+    assert (tmp_path / "pruned" / schema.COMPLETE_MARKER).exists()
+    _torchrun_cli(tmp_path, "exits", "--model", tiny_teacher4, "--scored", tiny_scored_dir, "--output",
+                  str(tmp_path / "exits"), "--epochs", "2", "--batch-size", "16", "--threads", "1")
+    metrics = json.loads((tmp_path / "exits" / schema.METRICS_FILE).read_text())
+    assert metrics["processes"] == 2 and metrics["rows"] == 128 and len(metrics["train_loss"]) == 2
+    steps = [json.loads(line) for line in (tmp_path / "exits" / "metrics.jsonl").read_text().splitlines()
+             if "train/loss" in line]
+    assert [s["step"] for s in steps] == list(range(1, 9))  # 4 steps an epoch (8 batches over 2 ranks), logged once
