@@ -37,6 +37,7 @@ from train import SST2, load_teacher, write_scored  # noqa: E402
 from students import trainer, transformer  # noqa: E402
 from students.build import setup  # noqa: E402
 from students.losses import LossWeights  # noqa: E402
+from students.schedules import phases  # noqa: E402
 from transferset import sources, typed  # noqa: E402
 from transferset.config import StudentConfig  # noqa: E402
 from transferset.threads import set_torch_threads  # noqa: E402
@@ -75,18 +76,17 @@ def main(argv=None) -> int:
                                              **values}, mode)
             s = setup(cfg, scored)
             weights = LossWeights.of(cfg)
-            params = list(s.model.parameters()) + (list(s.online.parameters()) if s.online is not None else [])
-            runs[mode] = (s, weights, trainer.make_optimizer(s, params))
+            # one joint phase: every group and the online W_h learn (students.trainer.set_trainable)
+            runs[mode] = (s, weights, phases("joint", weights, 1, s.family.param_groups(s.model).keys())[0])
         seconds = {m: [] for m in [*MODES, "teacher only"]}
         rows = 0
         for epoch in range(args.epochs):
-            for mode, (s, weights, opt) in runs.items():
-                t0, n = time.perf_counter(), 0
-                for batch in trainer.train_batches(s, scored, seed=epoch):
-                    trainer.train_step(s, opt, batch, weights)
-                    n += len(batch["ids"])
+            for mode, (s, weights, phase) in runs.items():
+                t0 = time.perf_counter()
+                batches = list(trainer.train_batches(s, scored, seed=epoch))
+                trainer.fit(s, phase, batches)  # the recipe's steps, as `transferset train` takes them
                 seconds[mode].append(time.perf_counter() - t0)
-                rows = n
+                rows = sum(len(b["ids"]) for b in batches)
             s = runs["tinybert"][0]
             t0 = time.perf_counter()
             with torch.no_grad():

@@ -1,5 +1,5 @@
 """Benchmark: the teacher's fine-tuning (`trainer`: transferset.teacher.train, on transformers.Trainer until
-the shared recipe of transferset/training.py replaced it) against the hand-written loop it replaced.
+the shared recipe of transferset/training/ replaced it) against the hand-written loop it replaced.
 
 Same data, same settings, same run, interleaved (loop, Trainer, Trainer, loop, ... so a machine
 that gets busier or quieter during the run shifts both alike): each round is a whole
@@ -149,7 +149,7 @@ def loop_train(cfg: TeacherConfig, *, train: str, dev: str, output: str, log=Non
         {"params": [p for n, p in model.named_parameters() if any(s in n for s in no_decay)], "weight_decay": 0.0},
     ]
     optimizer = torch.optim.AdamW(groups, lr=cfg.lr)
-    scheduler = get_linear_schedule_with_warmup(optimizer, int(cfg.warmup * total_steps), total_steps)
+    scheduler = get_linear_schedule_with_warmup(optimizer, int(cfg.engine.warmup * total_steps), total_steps)
     pads, side = pad_values(tokenizer), getattr(tokenizer, "padding_side", "right")
     gen = torch.Generator().manual_seed(cfg.seed)
 

@@ -38,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from students import trainer  # noqa: E402
 from students.losses import LossWeights  # noqa: E402
+from students.schedules import phases  # noqa: E402
 from students.build import setup  # noqa: E402
 from students.student import Student  # noqa: E402
 from transferset.config import StudentConfig  # noqa: E402
@@ -90,19 +91,24 @@ def write_scored(out: Path, examples, teacher: Teacher, teacher_dir: str) -> flo
 
 def epoch(s, scored: str, seed: int, teacher: Teacher | None) -> tuple[float, float]:
     """One epoch; with `teacher`, its outputs are recomputed per batch. → (seconds, teacher seconds)."""
-    opt = trainer.make_optimizer(s, list(s.model.parameters()))
     weights = LossWeights.of(s.cfg)
+    (phase,) = phases("joint", weights, 1, s.family.param_groups(s.model).keys())
     # The batches (rows, order, tokens) are identical in both modes: the same seeded stream.
     t_teacher = 0.0
+
+    def batches():
+        nonlocal t_teacher
+        for batch in trainer.train_batches(s, scored, seed=seed):
+            if teacher is not None:
+                t1 = time.perf_counter()
+                scores = teacher.predict(batch[schema.TEXT])
+                batch[schema.TEACHER_LOGITS] = torch.from_numpy(scores.logits)
+                batch[schema.TEACHER_HIDDEN] = torch.from_numpy(scores.hidden)
+                t_teacher += time.perf_counter() - t1
+            yield batch
+
     t0 = time.perf_counter()
-    for batch in trainer.train_batches(s, scored, seed=seed):
-        if teacher is not None:
-            t1 = time.perf_counter()
-            scores = teacher.predict(batch[schema.TEXT])
-            batch[schema.TEACHER_LOGITS] = torch.from_numpy(scores.logits)
-            batch[schema.TEACHER_HIDDEN] = torch.from_numpy(scores.hidden)
-            t_teacher += time.perf_counter() - t1
-        trainer.train_step(s, opt, batch, weights)
+    trainer.fit(s, phase, batches())  # the recipe's steps, as `transferset train` takes them
     return time.perf_counter() - t0, t_teacher
 
 

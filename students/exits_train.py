@@ -17,6 +17,7 @@ OUT/metrics.json; OUT/_COMPLETE.
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from typing import Optional
@@ -33,14 +34,18 @@ from transferset.fs.remote import local_teacher
 from transferset.loading import weights_sha256
 from transferset.progress import Progress
 from transferset.threads import set_torch_threads
+from transferset.training import TRACK_FILE, Engine, PhaseSpec, Recipe, check_engine, launched_processes
 
-EXITS_NAMES = (schema.STUDENT_MODEL_DIR, schema.METRICS_FILE, schema.COMPLETE_MARKER)
+EXITS_NAMES = (schema.STUDENT_MODEL_DIR, schema.METRICS_FILE, TRACK_FILE, schema.COMPLETE_MARKER)
 
 
 def train_exits(model_path: str, scored_dir: str, output: str, cfg: ExitsConfig = ExitsConfig(), *,
                 overwrite: bool = False, progress: Optional[bool] = None) -> dict:
     """Train the exits of `model_path` over `scored_dir`; write OUTPUT/model/, OUTPUT/metrics.json,
     OUTPUT/_COMPLETE (transferset.fs.output's protocol); → the metrics."""
+    check_engine(cfg.engine, "exits engine")
+    if launched_processes() > 1 and int(os.environ.get("RANK", "0")) != 0:
+        return _train(model_path, scored_dir, None, None, cfg, progress)  # torchrun: rank 0 alone writes
     out = Output(output, "exits", names=EXITS_NAMES, inputs=[model_path, scored_dir], overwrite=overwrite)
     with out.writing():
         with out.local() as work:
@@ -69,7 +74,7 @@ def choose_targets(how: str, meta: dict, model_dir: str, scored_dir: str) -> str
     return how
 
 
-def _train(model_path: str, scored_dir: str, out: Output, work: str, cfg: ExitsConfig,
+def _train(model_path: str, scored_dir: str, out: Optional[Output], work: Optional[str], cfg: ExitsConfig,
            progress: Optional[bool]) -> dict:
     started = time.time()
     set_torch_threads(cfg.threads)
@@ -88,26 +93,16 @@ def _train(model_path: str, scored_dir: str, out: Output, work: str, cfg: ExitsC
                         "a set scored for another task; pass the set this model's teacher scored")
     targets_kind = choose_targets(cfg.targets, meta, model_dir_of(local), scored_dir)
 
-    # ---- data: the rows (labels never read), the targets, each row's pooled states once
-    columns = [schema.ID, schema.TEXT, schema.TEXT_B] + ([schema.TEACHER_LOGITS] if targets_kind == "cached" else [])
-    table = transfer.read_table(scored_dir, columns)
-    if cfg.max_rows is not None:
-        table = table.slice(0, cfg.max_rows)
-    if table.num_rows == 0:
-        raise UserError(f"--scored {scored_dir}: the transfer set has no rows")
-    texts = table.column(schema.TEXT).to_pylist()
-    texts_b = table.column(schema.TEXT_B).to_pylist()
-    pairs = any(b is not None for b in texts_b)
-    out.prepare()
-    features, own = branch_inputs(student, texts, texts_b if pairs else None, cfg.pool, cfg.batch_size, progress)
-    if targets_kind == "cached":
-        targets = torch.from_numpy(transfer.fixed_list_to_numpy(table.column(schema.TEACHER_LOGITS)).copy())
-    else:
-        targets = own
+    features, targets = _features_and_targets(student, scored_dir, targets_kind, out, cfg, progress)
     features_s = time.time() - started
 
     # ---- train the branches alone
-    branches, losses = fit_branches(features, targets, cfg)
+    engine = Engine.create(cfg.engine, output=work, log=lambda msg: None, progress_bar=progress)
+    engine.start_tracking("transferset-exits", {"epochs": cfg.epochs, "lr": cfg.lr, "batch_size": cfg.batch_size})
+    branches, losses = fit_branches(features, targets, cfg, engine)
+    engine.end()
+    if work is None:
+        return {"rank": engine.rank}
     with torch.no_grad():
         branch_logits = torch.cat([branches(features[i:i + 4096].float())
                                    for i in range(0, len(features), 4096)])           # (N, L-1, C)
@@ -117,10 +112,11 @@ def _train(model_path: str, scored_dir: str, out: Output, work: str, cfg: ExitsC
     model_out = os.path.join(work, schema.STUDENT_MODEL_DIR)
     Student(student.model, student.tokens, student.label_names, student.family, student.config,
             student.teacher_id).save_pretrained(model_out)
-    info = {"model": model_path, "scored": scored_dir, "targets": targets_kind, "rows": len(texts),
+    info = {"model": model_path, "scored": scored_dir, "targets": targets_kind, "rows": len(features),
             "epochs": cfg.epochs, "lr": cfg.lr, "batch_size": cfg.batch_size, "seed": cfg.seed}
     save_branches(model_out, branches, info)
-    metrics = {**info, "layers": len(branches) + 1, "branch_width": cfg.width,
+    metrics = {**info, "layers": len(branches) + 1, "branch_width": cfg.width, "processes": engine.world,
+               "effective_batch_size": cfg.batch_size * cfg.engine.grad_accum * engine.world,
                "branch_parameters": sum(p.numel() for p in branches.parameters()),
                "train_loss": losses,
                # how often each branch (layer 1..L-1) picks the target's class on the training rows
@@ -129,6 +125,28 @@ def _train(model_path: str, scored_dir: str, out: Output, work: str, cfg: ExitsC
     with open(os.path.join(work, schema.METRICS_FILE), "w", encoding="utf-8") as fh:
         json.dump(metrics, fh, indent=2)
     return metrics
+
+
+def _features_and_targets(student: Student, scored_dir: str, targets_kind: str, out: Optional[Output],
+                          cfg: ExitsConfig, progress: Optional[bool]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The data: the rows (labels never read), the targets, each row's pooled states once."""
+    columns = [schema.ID, schema.TEXT, schema.TEXT_B] + ([schema.TEACHER_LOGITS] if targets_kind == "cached" else [])
+    table = transfer.read_table(scored_dir, columns)
+    if cfg.max_rows is not None:
+        table = table.slice(0, cfg.max_rows)
+    if table.num_rows == 0:
+        raise UserError(f"--scored {scored_dir}: the transfer set has no rows")
+    texts = table.column(schema.TEXT).to_pylist()
+    texts_b = table.column(schema.TEXT_B).to_pylist()
+    pairs = any(b is not None for b in texts_b)
+    if out is not None:
+        out.prepare()
+    features, own = branch_inputs(student, texts, texts_b if pairs else None, cfg.pool, cfg.batch_size, progress)
+    if targets_kind == "cached":
+        targets = torch.from_numpy(transfer.fixed_list_to_numpy(table.column(schema.TEACHER_LOGITS)).copy())
+    else:
+        targets = own
+    return features, targets
 
 
 def branch_inputs(student: Student, texts: list, texts_b: Optional[list], how: str, batch_size: int,
@@ -155,28 +173,37 @@ def branch_inputs(student: Student, texts: list, texts_b: Optional[list], how: s
     return features, own
 
 
-def fit_branches(features: torch.Tensor, targets: torch.Tensor, cfg: ExitsConfig) -> tuple[Branches, list[float]]:
-    """The branches trained by KL to softmax(targets) on the cached states; → (branches, mean loss per epoch)."""
+def fit_branches(features: torch.Tensor, targets: torch.Tensor, cfg: ExitsConfig,
+                 engine: Optional[Engine] = None) -> tuple[Branches, list[float]]:
+    """The branches trained by KL to softmax(targets) on the cached states, through the recipe every model here
+    trains with (each rank its share of each epoch's batches); → (branches, mean loss per row and epoch)."""
     n, layers, hidden = features.shape
+    engine = engine or Engine.create(cfg.engine, log=lambda msg: None, progress_bar=False)
     with torch.random.fork_rng(devices=[]):  # the caller's random state is left as it was
         torch.manual_seed(cfg.seed)
         branches = Branches(BranchesConfig(layers=layers, hidden=hidden, classes=targets.shape[1], width=cfg.width,
                                            pool=cfg.pool))
-    order = torch.Generator().manual_seed(cfg.seed)
-    optimizer = torch.optim.AdamW(branches.parameters(), lr=cfg.lr)
     target_logp = torch.log_softmax(targets.float(), dim=-1)                    # (N, C)
-    losses = []
-    branches.train()
-    for _ in range(cfg.epochs):
-        total = 0.0
-        for idx in torch.randperm(n, generator=order).split(cfg.batch_size):
-            loss = exit_loss(branches(features[idx].float()), target_logp[idx])
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            total += float(loss.detach()) * len(idx)
-        losses.append(round(total / n, 6))
-    return branches.eval(), losses
+    losses = [0.0] * cfg.epochs
+
+    def batches(epoch: int):
+        order = torch.Generator().manual_seed(cfg.seed)
+        for _ in range(epoch):  # the epochs before this one drew their orders from the same generator
+            torch.randperm(n, generator=order)
+        for idx in torch.randperm(n, generator=order).split(cfg.batch_size)[engine.rank::engine.world]:
+            yield {"idx": idx, "features": features[idx].float(), "targets": target_logp[idx], "epoch": epoch}
+
+    def loss_step(net, batch):
+        loss = exit_loss(net(batch["features"]), batch["targets"])
+        losses[batch["epoch"]] += float(loss.detach()) * len(batch["idx"])
+        return loss, {}
+
+    spec = PhaseSpec("exits", cfg.epochs, keep_best=False,
+                     steps_per_epoch=max(1, math.ceil(n / cfg.batch_size) // engine.world))
+    recipe = Recipe(engine)
+    recipe.run(0, spec, branches, loss_step, batches, None, lambda: torch.optim.AdamW(branches.parameters(), lr=cfg.lr))
+    totals = engine.sum(*losses)
+    return branches.cpu().eval(), [round(t / n, 6) for t in totals]
 
 
 def exit_loss(branch_logits: torch.Tensor, target_logp: torch.Tensor) -> torch.Tensor:

@@ -5,7 +5,7 @@
 2. remove the least important heads (a count or a fraction; every layer keeps one), slicing their
    weights away (transferset.pruning.prune_heads: a PrunedBertForSequenceClassification);
 3. recover by distillation from the cached `teacher_logits` of the scored transfer set (MSE or KL),
-   with the training recipe every model here trains with (transferset/training.py), the pruned model
+   with the training recipe every model here trains with (transferset/training/), the pruned model
    as it starts competing with each epoch on the selection split.
 With `heads: 0` nothing is ranked or removed and step 3 alone runs: the teacher distilled on its own
 cached logits over the transfer set (self-distillation, a born-again teacher: Furlanello et al. 2018).
@@ -38,7 +38,7 @@ from transferset.errors import UserError
 from transferset.fs.output import MODEL_NAMES, Output
 from transferset.progress import log_line
 from transferset.threads import set_torch_threads
-from transferset.training import Engine, PhaseSpec, Recipe
+from transferset.training import TRACK_FILE, Engine, PhaseSpec, Recipe, check_engine, launched_processes
 
 
 def prune(cfg: PruneConfig, model_path: str, selection: str, output: str, *, transfer_dir: Optional[str] = None,
@@ -54,7 +54,13 @@ def prune(cfg: PruneConfig, model_path: str, selection: str, output: str, *, tra
         raise UserError("--heads 0 removes no head, so only the recovery would run, and there is none: pass "
                         "--transfer DIR with --epochs 1 or more to distil the model on the set's cached logits, "
                         "or --heads N to prune")
-    out = Output(output, "prune", names=MODEL_NAMES, overwrite=overwrite,
+    check_engine(cfg.engine, "prune engine")
+    if launched_processes() > 1 and int(os.environ.get("RANK", "0")) != 0:
+        # under torchrun: every rank ranks the same heads and recovers on its own rows; rank 0 alone writes
+        student = load_prunable(model_path, cfg.max_length)
+        return _prune(cfg, student, model_path, read_eval_data(selection, student.label_names), None,
+                      transfer_dir if cfg.epochs else None, progress)
+    out = Output(output, "prune", names=(*MODEL_NAMES, TRACK_FILE), overwrite=overwrite,
                  inputs=[model_path, selection, transfer_dir])
     with out.writing():
         set_torch_threads(cfg.threads)
@@ -138,13 +144,14 @@ class _Logits(torch.nn.Module):
         return transformer.forward(self.model, batch["ids"], batch["mask"], batch["type_ids"])["logits"]
 
 
-def recover(cfg: PruneConfig, student: Student, transfer_dir: str, dev: EvalData, progress: bool) -> dict:
+def recover(cfg: PruneConfig, student: Student, transfer_dir: str, dev: EvalData, work: Optional[str],
+            progress: bool) -> dict:
     """Distil the pruned model towards the scored set's teacher_logits; keeps the best epoch on `dev`
-    (the pruned model as it starts competes)."""
+    (the pruned model as it starts competes). `work`: where metrics.jsonl goes (None: a rank other than 0)."""
     rows, _ = count_rows(transfer_dir, len(student.label_names))
-    engine = Engine.create(device=cfg.device, progress_bar=None if progress else False, log=log_line)
+    engine = Engine.create(cfg.engine, output=work, progress_bar=None if progress else False, log=log_line)
     spec = PhaseSpec("recover", cfg.epochs, keep_best=True, start_competes=True, max_steps=cfg.max_steps,
-                     grad_clip=cfg.grad_clip, steps_per_epoch=math.ceil(rows / cfg.batch_size))
+                     grad_clip=cfg.grad_clip, steps_per_epoch=max(1, math.ceil(rows / cfg.batch_size) // engine.world))
     net = _Logits(student.model)
 
     def loss_step(module, batch):
@@ -157,7 +164,8 @@ def recover(cfg: PruneConfig, student: Student, transfer_dir: str, dev: EvalData
 
     def batches(epoch: int):
         return iter_train_batches(transfer_dir, student.tokens, seeds.stream(cfg.seed, seeds.SHUFFLE, 0, epoch),
-                                  batch_size=cfg.batch_size, shuffle_rows=cfg.shuffle_rows)
+                                  batch_size=cfg.batch_size, shuffle_rows=cfg.shuffle_rows,
+                                  rank=engine.rank, world=engine.world)
 
     def evaluate() -> dict:
         return {"accuracy": accuracy(student.predict_ids(dev.texts, dev.texts_b), dev.labels)}
@@ -165,14 +173,17 @@ def recover(cfg: PruneConfig, student: Student, transfer_dir: str, dev: EvalData
     def new_optimizer():
         for p in student.model.parameters():
             p.requires_grad_(True)
-        return torch.optim.AdamW(student.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay), None
+        return torch.optim.AdamW(student.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
 
     started = time.perf_counter()
     with engine.seeded(seeds.torch_seed(seeds.stream(cfg.seed, seeds.DROPOUT))):
         recipe = Recipe(engine)
+        engine.start_tracking("transferset-prune", typed.to_dict(cfg))
         entry = recipe.run(0, spec, net, loss_step, batches, evaluate, new_optimizer)
+        recipe.finish()
     student.model.cpu().eval()
     return {"transfer": transfer_dir, "rows": rows, "loss": cfg.loss, "seconds": time.perf_counter() - started,
+            "processes": engine.world, "effective_batch_size": cfg.batch_size * cfg.engine.grad_accum * engine.world,
             "phase": entry, "history": recipe.history}
 
 
@@ -193,7 +204,9 @@ def _prune(cfg: PruneConfig, student: Student, model_path: str, dev: EvalData, w
         importance, remove, pruned_acc = None, {}, before
     recovery = None
     if transfer_dir is not None:
-        recovery = recover(cfg, student, transfer_dir, dev, progress)
+        recovery = recover(cfg, student, transfer_dir, dev, work, progress)
+    if work is None:  # a rank other than 0 (torchrun): rank 0 writes
+        return {"rank": int(os.environ.get("RANK", "0"))}
     final = accuracy(student.predict_ids(dev.texts, dev.texts_b), dev.labels)
     save(student, model_path, work)
     record = {

@@ -6,10 +6,11 @@ between students (the model, its parameter groups, what it is initialised from, 
 looked up in the family registry (students/build.py).
 Every random stream derives from the run's seed (students/seeds.py).
 
-The loop is the recipe the teacher trains with too (transferset/training.py, on Accelerate): each
+The loop is the recipe the teacher trains with too (transferset/training/, on Accelerate): each
 phase of the schedule (students/schedules.py) is one run of it, with its own optimizer over the
-parameter groups that phase trains. Device, bf16, tracking, checkpoints and `resume` come from the
-StudentConfig; the process count from the launcher (`torchrun`), each rank streaming its own rows.
+parameter groups that phase trains, and its own learning-rate schedule. The engine section (device,
+precision, gradient accumulation, schedule, tracker), checkpoints and `resume` come from the StudentConfig;
+the process count from the launcher (`torchrun`), each rank streaming its own rows.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import math
 import os
 import time
 from dataclasses import asdict
-from typing import Optional
+from typing import Iterable, Optional
 
 import numpy as np
 import torch
@@ -37,11 +38,11 @@ from transferset.config import LAYER_TEXTS_REST, StudentConfig
 from transferset.errors import UserError
 from transferset.fs.output import STUDENT_NAMES, Output
 from transferset.progress import log_line
-from transferset.training import Checkpoints, Engine, PhaseSpec, Recipe
+from transferset.training import TRACK_FILE, Checkpoints, Engine, PhaseSpec, Recipe, check_engine
 
 # OUTPUT/checkpoint/: where a killed run resumes from (`resume: true`); removed once model/ is written.
 CHECKPOINT_DIR = "checkpoint"
-# OUTPUT/logs/: the experiment tracker's folder (`report_to`).
+# OUTPUT/logs/: the experiment tracker's folder (engine.tracker).
 LOGS_DIR = "logs"
 
 
@@ -98,16 +99,25 @@ def loss_step(net: torch.nn.Module, batch, weights: LossWeights) -> tuple[torch.
     return combine(net(batch, weights), batch, weights)
 
 
-def train_step(s: Setup, optimizer, batch, weights: LossWeights) -> tuple[float, dict]:
-    """One optimizer step outside the recipe (benchmarks/train.py times the steps alone with it)."""
-    s.model.train()
-    loss, parts = loss_step(Trained(s), batch, weights)
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    if s.cfg.grad_clip:
-        torch.nn.utils.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]], s.cfg.grad_clip)
-    optimizer.step()
-    return float(loss.detach()), parts
+def fit(s: Setup, phase: Phase, batches: Iterable[dict], engine: Optional[Engine] = None) -> list[tuple[float, dict]]:
+    """`phase` trained on `batches` through the recipe, as `train` trains it (one epoch, no selection split,
+    one optimizer for them all, the engine of `s.cfg` unless given); → each batch's (loss, {term: value}).
+    What benchmarks/train.py times, and what the tests step a student with."""
+    engine = engine or Engine.create(s.cfg.engine, log=lambda msg: None, progress_bar=False)
+    seen: list[tuple[float, dict]] = []
+
+    def recorded(net, batch):
+        loss, parts = loss_step(net, batch, phase.weights)
+        seen.append((float(loss.detach()), parts))
+        return loss, parts
+
+    spec = PhaseSpec(phase.name, 1, keep_best=False, grad_clip=s.cfg.grad_clip)
+    if engine.cfg.schedule != "constant" or engine.cfg.warmup:
+        batches = list(batches)
+        spec.steps_per_epoch = len(batches)
+    Recipe(engine).run(0, spec, Trained(s), recorded, lambda epoch: iter(batches), None,
+                       lambda: make_optimizer(s, set_trainable(s, phase)))
+    return seen
 
 
 def train_batches(s: Setup, transfer_dir: str, seed, labeled_only: bool = False, rank: int = 0, world: int = 1,
@@ -160,14 +170,14 @@ def train_phase(s: Setup, recipe: Recipe, phase: Phase, p_index: int, transfer_d
     rows = s.num_labeled if phase.labeled_only else layer_rows if text_only else s.num_rows
     spec = PhaseSpec(phase.name, phase.epochs, keep_best=phase.early_stop,
                      patience=cfg.patience if phase.early_stop else None, start_competes=phase.early_stop,
-                     grad_clip=cfg.grad_clip, steps_per_epoch=math.ceil(rows / eng.world / cfg.batch_size))
+                     grad_clip=cfg.grad_clip, steps_per_epoch=max(1, math.ceil(rows / cfg.batch_size) // eng.world))
 
     def batches(epoch: int):
         return train_batches(s, transfer_dir, seeds.stream(cfg.seed, seeds.SHUFFLE, p_index, epoch),
                              labeled_only=phase.labeled_only, rank=eng.rank, world=eng.world, text_only=text_only)
 
     def new_optimizer():
-        return make_optimizer(s, set_trainable(s, phase)), None
+        return make_optimizer(s, set_trainable(s, phase))
 
     entry = recipe.run(p_index, spec, Trained(s), lambda net, batch: loss_step(net, batch, phase.weights),
                        batches, evaluate, new_optimizer,
@@ -250,9 +260,10 @@ def train(cfg: StudentConfig, transfer_dir: str, dev_path: str, output: str, *, 
     Under `torchrun` / `accelerate launch` every process trains on its own rows and rank 0 alone owns
     the output, evaluates and writes; the other ranks return {"rank": r}.
     """
+    check_engine(cfg.engine, "student engine")
     if int(os.environ.get("RANK", "0")) != 0:
         return _train(cfg, transfer_dir, dev_path, None, output, progress)
-    out = Output(output, "train", names=(*STUDENT_NAMES, CHECKPOINT_DIR, LOGS_DIR), overwrite=overwrite,
+    out = Output(output, "train", names=(*STUDENT_NAMES, CHECKPOINT_DIR, LOGS_DIR, TRACK_FILE), overwrite=overwrite,
                  inputs=[transfer_dir, dev_path])
     with out.writing():
         # A URL is trained into a local staging folder (checkpoints too), uploaded whole at the end.
@@ -282,17 +293,30 @@ def _train(cfg: StudentConfig, transfer_dir: str, dev_path: str, out: Optional[O
     if out is not None:
         # Every check passed: clear what an earlier run wrote here (a resumed run keeps its checkpoints).
         out.prepare(keep=[CHECKPOINT_DIR] if cfg.resume else [])
-    engine = Engine.create(device=cfg.device, bf16=cfg.bf16, report_to=cfg.report_to,
-                           project_dir=os.path.join(output, LOGS_DIR), progress_bar=None if progress else False,
-                           log=log_line)
+    engine = Engine.create(cfg.engine, output=output if out is not None else None,
+                           progress_bar=None if progress else False, log=log_line)
     checkpoints = Checkpoints(os.path.join(output, CHECKPOINT_DIR), fingerprint(cfg, transfer_dir, dev_path, engine),
                               every_steps=cfg.checkpoint_steps)
 
     def evaluate() -> dict:
         return {"accuracy": accuracy(student.predict_ids(dev.texts, dev.texts_b), dev.labels)}
 
-    # ---- train
     started = time.perf_counter()
+    recipe = train_plan(s, engine, checkpoints, plan, transfer_dir, evaluate, layer_rows)
+    train_seconds = time.perf_counter() - started
+    if not engine.is_main:
+        recipe.finish()
+        return {"rank": engine.rank}
+    metrics = evaluate_run(s, student, transfer_dir, dev)
+    _save(s, student, recipe, engine, metrics, train_seconds, output, out.path if out is not None else None)
+    return metrics
+
+
+def train_plan(s: Setup, engine: Engine, checkpoints: Checkpoints, plan: list[Phase], transfer_dir: str, evaluate,
+               layer_rows: Optional[int]) -> Recipe:
+    """Every phase of the plan through the recipe; → the recipe (its history and phase log). The model ends on
+    the CPU with every parameter learning again, as it is saved and served."""
+    cfg = s.cfg
     # Dropout draws from torch's global generator: seeded from the run's stream (the caller's random
     # state is given back afterwards), carried on by checkpoints.
     with engine.seeded(seeds.torch_seed(seeds.stream(cfg.seed, seeds.DROPOUT))):
@@ -305,39 +329,39 @@ def _train(cfg: StudentConfig, transfer_dir: str, dev_path: str, out: Optional[O
                 continue
             train_phase(s, recipe, phase, p_index, transfer_dir, evaluate, layer_rows)
         recipe.restore_finished(Trained(s))
-    train_seconds = time.perf_counter() - started
-    history, phase_log = recipe.history, recipe.phase_log
     for p in s.model.parameters():
         p.requires_grad_(True)
     s.model.cpu()  # saved and timed on the CPU, as it will be served
-    if not engine.is_main:
-        recipe.finish()
-        return {"rank": engine.rank}
+    return recipe
 
-    # ---- evaluate
-    metrics = evaluate_run(s, student, transfer_dir, dev)
+
+def _save(s: Setup, student: Student, recipe: Recipe, engine: Engine, metrics: dict, train_seconds: float,
+          output: str, shown_as: Optional[str]) -> None:
+    """metrics.json (with the training's figures added to `metrics`), model/ and curves.png; the checkpoint goes."""
+    cfg, history = s.cfg, recipe.history
     trained = sum(h["rows"] for h in history)
     # Rows per second of the training steps alone (dev evaluation after each epoch excluded).
     step_seconds = sum(h["rows"] / h["rows_per_second"] for h in history if h["rows"])
     metrics.update(train_seconds=train_seconds, train_rows=trained,
                    train_rows_per_second=trained / step_seconds if step_seconds else None,
-                   processes=engine.world, device=str(engine.device), phases=phase_log, history=history)
-
-    # ---- save
+                   processes=engine.world, device=str(engine.device),
+                   effective_batch_size=cfg.batch_size * cfg.engine.grad_accum * engine.world,
+                   phases=recipe.phase_log, history=history)
     student.save_pretrained(os.path.join(output, schema.STUDENT_MODEL_DIR))
     with open(os.path.join(output, schema.METRICS_FILE), "w", encoding="utf-8") as fh:
         json.dump(metrics, fh, indent=2)
     if history:
         plot_curves(history, os.path.join(output, schema.CURVES_FILE))
-    write_card(output, shown_as=out.path if out is not None else None)  # README.md: the model card, from its records
+    write_card(output, shown_as=shown_as)  # README.md: the model card, from its records
     recipe.finish()
-    return metrics
 
 
 def fingerprint(cfg: StudentConfig, transfer_dir: str, dev_path: str, engine: Engine) -> dict:
     """What a checkpoint must share with the run resuming it: the settings that decide the steps, the
     inputs, and the process count (each rank's rows depend on it)."""
-    ignored = {"resume", "device", "report_to", "checkpoint_steps", "threads", "latency_examples", "agreement_rows"}
+    ignored = {"resume", "checkpoint_steps", "threads", "latency_examples", "agreement_rows"}
     settings = {k: v for k, v in typed.to_dict(cfg).items() if k not in ignored}
+    # where and how it is logged decide no step; the precision and the schedule do
+    settings["engine"] = {k: v for k, v in settings["engine"].items() if k not in ("device", "tracker")}
     return {"settings": json.dumps(settings, sort_keys=True, default=str), "transfer": transfer_dir, "dev": dev_path,
             "processes": engine.world}

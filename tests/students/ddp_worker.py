@@ -2,6 +2,7 @@
 
 Trains through `students.trainer.train` as the CLI does, and records what the test checks: the texts
 this rank trained on (students.trainer.iter_train_batches, wrapped) and this rank's weights at the end.
+With `kill_at` in the spec, rank 0 exits hard before its optimizer step number `kill_at` (a kill).
 
     python -m torch.distributed.run --nproc_per_node 2 tests/students/ddp_worker.py CONFIG.json
 """
@@ -36,7 +37,20 @@ def main(path: str) -> int:
         students.append(made(cls, s))
         return students[-1]
 
-    trainer.iter_train_batches = recording
+    make, steps = trainer.make_optimizer, {"n": 0}
+
+    def killing(s, params):
+        optimizer = make(s, params)
+
+        def count(opt, args, kwargs):
+            steps["n"] += 1
+            if rank == 0 and steps["n"] == spec.get("kill_at"):
+                os._exit(3)
+
+        optimizer.register_step_pre_hook(count)
+        return optimizer
+
+    trainer.iter_train_batches, trainer.make_optimizer = recording, killing
     Student.from_setup = classmethod(capture)
     torch.set_num_threads(1)
     cfg = typed.load(StudentConfig, spec["config"], where=path)

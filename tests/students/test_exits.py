@@ -52,9 +52,9 @@ def trained(tmp_path_factory, teacher, cached):
     seen = {}
     real_fit = exits_train.fit_branches
 
-    def spy(features, targets, cfg):
+    def spy(features, targets, cfg, engine=None):
         seen["features"], seen["targets"] = features.clone(), targets.clone()
-        return real_fit(features, targets, cfg)
+        return real_fit(features, targets, cfg, engine)
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(exits_train, "fit_branches", spy)
@@ -84,9 +84,9 @@ def test_a_students_exits_learn_its_own_head(tmp_path, teacher, cached):
     seen = {}
     real_fit = exits_train.fit_branches
 
-    def spy(features, targets, cfg):
+    def spy(features, targets, cfg, engine=None):
         seen["targets"] = targets.clone()
-        return real_fit(features, targets, cfg)
+        return real_fit(features, targets, cfg, engine)
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(exits_train, "fit_branches", spy)

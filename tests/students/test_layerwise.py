@@ -11,7 +11,7 @@ from students.build import setup
 from students.layer_losses import LAYER_PAIRS, STUDENT_STATES, TEACHER_STATES
 from students.losses import LossWeights
 from students.schedules import phases
-from students.trainer import make_optimizer, set_trainable, train_batches, train_step
+from students.trainer import fit, set_trainable, train_batches
 from transferset import schema, typed
 from transferset.config import STUDENT_PRESETS, StudentConfig
 from transferset.errors import UserError
@@ -177,7 +177,7 @@ def test_the_online_teacher_adds_its_states_and_w_h_learns(tiny_scored_dir, tiny
     assert out[STUDENT_STATES].hidden[1].shape[-1] == 32 and out[LAYER_PAIRS] == [(1, 2), (2, 4)]
     before = s.online.proj.weight.detach().clone()
     teacher_before = [p.detach().clone() for p in s.online.teacher.parameters()]
-    losses = [train_step(s, make_optimizer(s, params), batch, phase.weights)[1] for _ in range(1)]
+    losses = [parts for _, parts in fit(s, phase, [batch])]
     assert set(losses[0]) == {"hidden_mse", "att_mse"}
     assert not torch.equal(before, s.online.proj.weight)
     assert all(torch.equal(a, b) for a, b in zip(teacher_before, s.online.teacher.parameters()))
@@ -276,9 +276,8 @@ def test_pkt_freezes_every_layer_but_its_own(tiny_scored_dir):
     assert [p.name for p in plan] == ["1 pkt layer 1", "1 pkt layer 2", "2 prediction"]
     batch = next(iter(train_batches(s, tiny_scored_dir, 0)))
     for phase in plan[:2]:
-        optimizer = make_optimizer(s, set_trainable(s, phase))
         before = {n: p.detach().clone() for n, p in s.model.named_parameters()}
-        _, parts = train_step(s, optimizer, dict(batch), phase.weights)
+        ((_, parts),) = fit(s, phase, [dict(batch)])
         assert set(parts) == {"hidden_mse", "att_kl"}
         moved = {g for g, ps in groups.items() for p in ps
                  if not torch.equal(before[next(n for n, q in s.model.named_parameters() if q is p)], p.detach())}
@@ -341,11 +340,9 @@ def test_a_narrow_student_of_minilm_learns_the_layer_losses(small_scored_dir, lo
                    ce=0.0, mse=0.0, lr=1e-3, **losses), small_scored_dir)
     assert s.online.pairs == ([(1, 2), (2, 4), (3, 6)] if "hidden_mse" in losses else [(3, 6)])
     (phase,) = phases("joint", LossWeights.of(s.cfg), 1, s.family.param_groups(s.model).keys())
-    optimizer = make_optimizer(s, set_trainable(s, phase))
     batch = next(iter(train_batches(s, small_scored_dir, 0)))
-    first = train_step(s, optimizer, dict(batch), phase.weights)[1]
-    for _ in range(4):
-        last = train_step(s, optimizer, dict(batch), phase.weights)[1]
+    steps = fit(s, phase, [dict(batch) for _ in range(5)])
+    first, last = steps[0][1], steps[-1][1]
     assert set(last) == {k for k in losses if k != "layer_map"}
     assert all(last[k] < first[k] for k in last), (first, last)
 

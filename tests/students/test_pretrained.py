@@ -15,7 +15,7 @@ from students.build import setup
 from students.losses import LossWeights
 from students.student import Student
 from students.tokens import PretrainedTokens
-from students.trainer import make_optimizer, set_trainable, train_batches, train_step
+from students.trainer import fit, set_trainable, train_batches
 from students.schedules import phases
 from transferset import schema
 from transferset.app.cli import main
@@ -157,13 +157,11 @@ def test_repr_through_the_projection_learns_and_the_saved_student_is_a_plain_mod
     (phase,) = phases("joint", LossWeights.of(s.cfg), 1, s.family.param_groups(s.model).keys())
     learn = set_trainable(s, phase)
     assert all(any(p is q for q in learn) for p in s.projection.parameters())
-    optimizer = make_optimizer(s, learn)
     batch = next(iter(train_batches(s, tiny_scored_dir, 0)))
     before = s.projection.weight.detach().clone()
     torch.manual_seed(0)
-    first, first_parts = train_step(s, optimizer, batch, phase.weights)
-    for _ in range(15):
-        last, parts = train_step(s, optimizer, batch, phase.weights)
+    steps = fit(s, phase, [batch] * 16)  # 16 steps on one batch through the recipe, one optimizer
+    (first, first_parts), (last, parts) = steps[0], steps[-1]
     assert set(parts) == {"ce", "mse", "repr"} and all(torch.isfinite(torch.tensor(v)) for v in parts.values())
     assert last < 0.7 * first and parts["repr"] < first_parts["repr"]
     assert not torch.equal(s.projection.weight, before)  # trained with the student

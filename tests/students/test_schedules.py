@@ -11,7 +11,7 @@ from students.family import GROUPS
 from students.losses import NO_LABEL, LossWeights
 from students.schedules import coarse, phases, top_down
 from students.build import FAMILIES
-from students.trainer import make_optimizer, set_trainable, train_step
+from students.trainer import fit, set_trainable
 from transferset import schema
 
 W = LossWeights(ce=1.0, mse=1.0, repr=0.5)
@@ -101,8 +101,7 @@ def test_progressive_freezing_is_exact_and_frozen_params_stay_bit_identical(fami
             flag = name in phase.trainable
             assert all(p.requires_grad is flag for p in groups[name]), (phase.name, name)
         before = {n: p.detach().clone() for n, p in model.named_parameters()}
-        optimizer = make_optimizer(s, [p for p in model.parameters() if p.requires_grad])
-        train_step(s, optimizer, batch, phase.weights)
+        fit(s, phase, [batch])  # one step through the recipe, its optimizer over the phase's groups
         after = dict(model.named_parameters())
         frozen = {n for g in groups if g not in phase.trainable for n, p in model.named_parameters()
                   if any(p is q for q in groups[g])}
@@ -130,7 +129,7 @@ def test_freeze_embeddings_keeps_the_table_fixed_in_every_phase():
         assert "embeddings" in phase.trainable and not model.embed.weight.requires_grad
         assert all(p is not model.embed.weight for p in learn)
         lstm = model.lstm.weight_ih_l0.detach().clone()
-        train_step(s, make_optimizer(s, learn), _batch(50), phase.weights)
+        fit(s, phase, [_batch(50)])
         assert torch.equal(model.embed.weight, table) and not torch.equal(model.lstm.weight_ih_l0, lstm)
 
 

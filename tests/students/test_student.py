@@ -10,6 +10,7 @@ import torch
 from students import trainer
 from students.build import setup
 from students.losses import LossWeights
+from students.schedules import phases
 from students.student import Predictions, Student
 from transferset import schema, testing
 from transferset.app.cli import main
@@ -20,8 +21,8 @@ def _trained_once(values: dict, scored_dir: str):
     """A set-up student after one training step (not its initial weights)."""
     s = setup(StudentConfig(threads=1, **values), scored_dir)
     batch = next(trainer.train_batches(s, scored_dir, seed=0))
-    opt = trainer.make_optimizer(s, list(s.model.parameters()))
-    trainer.train_step(s, opt, batch, LossWeights.of(s.cfg))
+    (phase,) = phases("joint", LossWeights.of(s.cfg), 1, s.family.param_groups(s.model).keys())
+    trainer.fit(s, phase, [batch])
     return s
 
 

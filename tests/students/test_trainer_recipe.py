@@ -1,4 +1,4 @@
-"""The student trainer on the shared recipe (transferset/training.py): resume and a non-finite loss.
+"""The student trainer on the shared recipe (transferset/training/): resume and a non-finite loss.
 
 Fast: the 128-row set scored by the tiny teacher, a 16-unit BiLSTM.
 """
@@ -56,14 +56,14 @@ def test_a_killed_training_resumes_from_its_checkpoint_to_the_same_model(tmp_pat
         trainer.train(cfg, tiny_scored_dir, sst2_dev200, str(out), progress=False)
     monkeypatch.undo()
     state = torch.load(out / trainer.CHECKPOINT_DIR / "state.pt", weights_only=True)
-    assert state["global_step"] == (6 if every else 16)
+    assert state["recipe"]["global_step"] == (6 if every else 16)
     assert not (out / schema.STUDENT_MODEL_DIR).exists()
 
     calls = _kill_after(monkeypatch, 10_000)
     resumed = trainer.train(StudentConfig(**SMALL, epochs=2, schedule=schedule, checkpoint_steps=every, resume=True),
                             tiny_scored_dir, sst2_dev200, str(out), progress=False)
     whole_steps = whole["history"][-1]["step"]
-    assert calls["n"] == whole_steps - state["global_step"]  # it went on from the checkpoint's step
+    assert calls["n"] == whole_steps - state["recipe"]["global_step"]  # it went on from the checkpoint's step
     assert [h["dev_accuracy"] for h in resumed["history"]] == [h["dev_accuracy"] for h in whole["history"]]
     for r, w in zip(resumed["history"], whole["history"]):
         assert r["losses"] == pytest.approx(w["losses"]) and r["train_loss"] == pytest.approx(w["train_loss"])

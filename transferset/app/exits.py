@@ -44,6 +44,8 @@ def run(args: argparse.Namespace, extra) -> int:
     check_hub_model(args.model, what="--model")  # a hub name offline: one line, exit 2, nothing written
     metrics = train_exits(args.model, args.scored, args.output, cfg, overwrite=args.overwrite,
                           progress=False if args.no_progress else None)
+    if "rank" in metrics:  # under torchrun / accelerate launch, only rank 0 writes and reports
+        return 0
     summary = {k: metrics[k] for k in ("targets", "rows", "layers", "branch_agreement", "elapsed_s")}
     summary["output"] = args.output
     print(json.dumps(summary, indent=2))

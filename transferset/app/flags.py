@@ -119,6 +119,8 @@ def add_arguments(parser, cls: type, *, title: Optional[str] = None, skip: tuple
     helps = field_help(cls)
     hints = typing.get_type_hints(cls, include_extras=True)
     for f in dataclasses.fields(cls):
+        if f.name not in skip and _section(hints[f.name]) is not None:
+            _add_section(parser, cls, f, _section(hints[f.name]))
         if f.name in skip or _is_mapping(hints[f.name]):
             continue
         default = (defaults or {}).get(f.name, f.default if f.default is not dataclasses.MISSING else None)
@@ -134,13 +136,45 @@ def add_arguments(parser, cls: type, *, title: Optional[str] = None, skip: tuple
                                help=help_text.replace("%", "%%"))
 
 
+def _section(tp: Any) -> Optional[type]:
+    """The settings class of a nested section field (e.g. `engine: EngineConfig`), else None."""
+    tp = _unwrap(tp)
+    return tp if dataclasses.is_dataclass(tp) else None
+
+
+def _add_section(parser, cls: type, f: dataclasses.Field, section: type) -> None:
+    """A section's fields as flags of their own (`--precision bf16` sets `engine: {precision: bf16}`), titled by
+    the section; a name the command's own settings use already gets the section's prefix (`--engine-schedule`)."""
+    own = {g.name for g in dataclasses.fields(cls)}
+    default = f.default_factory() if f.default_factory is not dataclasses.MISSING else section()
+    group = parser.add_argument_group(f"{f.name} section ({section.__name__}; `{f.name}:` in YAML)")
+    helps = field_help(section)
+    for g in dataclasses.fields(section):
+        name = f"{f.name}-{g.name}" if g.name in own else g.name
+        shown = getattr(default, g.name)
+        help_text = f"{helps.get(g.name, '')} (default: {shown})".strip()
+        group.add_argument("--" + name.replace("_", "-"), dest=f"{f.name}.{g.name}", default=argparse.SUPPRESS,
+                           metavar=_metavar(typing.get_type_hints(section, include_extras=True)[g.name]),
+                           help=help_text.replace("%", "%%"))
+
+
 def from_args(cls: type[T], args: Any, base: Optional[Mapping[str, Any]] = None, where: str = "command line") -> T:
     """`cls` from the flags the user gave, on top of `base` (e.g. a --config YAML), type-checked."""
     values = dict(base or {})
+
+    def given(value):
+        return None if isinstance(value, str) and value.lower() in ("none", "null") else value
+
+    hints = typing.get_type_hints(cls, include_extras=True)
     for f in dataclasses.fields(cls):
         if hasattr(args, f.name):
-            value = getattr(args, f.name)
-            values[f.name] = None if isinstance(value, str) and value.lower() in ("none", "null") else value
+            values[f.name] = given(getattr(args, f.name))
+        section = _section(hints[f.name])
+        if section is not None:
+            flags = {g.name: given(getattr(args, f"{f.name}.{g.name}")) for g in dataclasses.fields(section)
+                     if hasattr(args, f"{f.name}.{g.name}")}
+            if flags:
+                values[f.name] = {**(values.get(f.name) or {}), **flags}
     return load(cls, values, where, flag_style=base is None)
 
 

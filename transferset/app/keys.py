@@ -57,11 +57,35 @@ def _defaults(cls: type) -> dict[str, Any]:
 
 def section(kind: str, cfg: Any) -> dict[str, Any]:
     """A section's settings as its key holds them: FROZEN ones always, any other only when it differs from its
-    default, EXECUTION ones (and the config's own EXECUTION tuple) never."""
+    default, EXECUTION ones (and the config's own EXECUTION tuple) never; a trainer's engine section as
+    `engine` says."""
     values, defaults = typed.to_dict(cfg), _defaults(type(cfg))
+    engine_values = values.pop("engine", None)
     never = set(EXECUTION.get(kind, ())) | set(getattr(cfg, "EXECUTION", ()))
     frozen = FROZEN[kind]
-    return {k: v for k, v in values.items() if k not in never and (k in frozen or v != defaults.get(k))}
+    settings = {k: v for k, v in values.items() if k not in never and (k in frozen or v != defaults.get(k))}
+    if engine_values is not None:
+        settings.update(engine(kind, engine_values, defaults["engine"]))
+    return settings
+
+
+# A trainer's settings that became fields of its engine section (config.EngineConfig): keys made before the
+# section hold them under their old names, at any value (they are FROZEN).
+ENGINE_LEGACY: dict[str, tuple[str, ...]] = {"teacher": ("warmup",), "student": ("device", "bf16", "report_to"),
+                                             "prune": ("device",), "exits": ()}
+
+
+def engine(kind: str, values: dict, default: dict) -> dict:
+    """A trainer's engine section as its key holds it: the settings of ENGINE_LEGACY under their old names, and
+    any other engine field only when it differs from the trainer's default engine `default` (then under
+    `engine`). An engine at its defaults leaves every key made before the section as it was."""
+    old = {"device": ("device", values["device"]), "bf16": ("precision", values["precision"] == "bf16"),
+           "report_to": ("tracker", values["tracker"]), "warmup": ("warmup", values["warmup"])}
+    legacy = ENGINE_LEGACY[kind]
+    # fp16 is not told by the old bf16 flag: it enters the key under engine
+    covered = {old[name][0] for name in legacy} - ({"precision"} if values["precision"] == "fp16" else set())
+    changed = {k: v for k, v in values.items() if k not in covered and v != default[k]}
+    return {**{name: old[name][1] for name in legacy}, **({"engine": changed} if changed else {})}
 
 
 # --- the compatibility rules, one per function --------------------------------------------------

@@ -54,6 +54,8 @@ def run(args: argparse.Namespace, extra) -> int:
     check_hf_names([("--selection", args.selection)])
     record = prune(cfg, args.model, args.selection, args.output, transfer_dir=args.transfer,
                    overwrite=args.overwrite, progress=not args.no_progress)
+    if "rank" in record:  # under torchrun / accelerate launch, only rank 0 writes and reports
+        return 0
     summary = {k: record[k] for k in ("removed", "heads", "parameters", "selection")}
     summary["output"] = args.output
     print(json.dumps(summary, indent=2))

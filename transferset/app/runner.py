@@ -40,6 +40,7 @@ from transferset.fs.lock import output_lock
 from transferset.sources import HF_PREFIX, check_hf_names
 from transferset.teacher import ensemble
 from transferset.teacher.train import can_resume as can_resume_teacher
+from transferset.training import check_engine
 
 STAGE_FILE = ".stage.json"
 SHARED_SST2 = os.path.join("..", "shared", "data", "sst2")
@@ -281,6 +282,7 @@ def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=T
     """
     files = resolve_data(cfg.data, cfg.test, cfg.dev)
     check_paths(cfg)
+    check_engines(cfg)
     with output_lock(cfg.run_dir, command="run"):  # one run at a time owns run_dir
         fs.makedirs(cfg.run_dir)
         fs.write_text(fs.join(cfg.run_dir, "config.yaml"), yaml.safe_dump(typed.to_dict(cfg), sort_keys=False))
@@ -298,6 +300,16 @@ def plan_stages(cfg: RunConfig, files: DataFiles, fn: StageFunctions = StageFunc
     """The run's stages as data: folders, settings, upstream stages and what each one calls (the builders of
     transferset/app/plan.py, one per stage kind)."""
     return build_plan(cfg, files, fn, can_resume_teacher)
+
+
+def check_engines(cfg: RunConfig) -> None:
+    """Every trainer's engine section that this machine or launch cannot honour is refused before any stage runs."""
+    sections = {"teacher.engine": cfg.teacher.engine,
+                **{f"students.{name}.engine": s.engine for name, s in cfg.students.items()},
+                **({"compress.exits.engine": cfg.compress.exits.engine} if cfg.compress.exits else {}),
+                **({"compress.prune.engine": cfg.compress.prune.engine} if cfg.compress.prune else {})}
+    for where, engine in sections.items():
+        check_engine(engine, where)
 
 
 NO_TEST = "none: add test.tsv to the data folder, `test: FILE`, or `validation:` to report on a split no choice has seen"

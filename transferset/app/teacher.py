@@ -41,6 +41,8 @@ def run(args: argparse.Namespace, extra) -> int:
     # Remote inputs are copied in; the teacher owns --output and uploads a remote one whole (train()).
     metrics = train(cfg, train=local_file(args.train), dev=local_file(args.dev), output=args.output,
                     overwrite=args.overwrite)
+    if "rank" in metrics:  # under torchrun / accelerate launch, only rank 0 writes and reports
+        return 0
     print(json.dumps({"output": args.output, "best_dev_accuracy": metrics["best_dev_accuracy"],
                       "best_epoch": metrics["best_epoch"], "train_rows": metrics["train_rows"],
                       "dev_rows": metrics["dev_rows"], "rejected": metrics["rejected"]}, indent=2))

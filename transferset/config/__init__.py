@@ -32,6 +32,8 @@ from transferset.typed import AtLeast, NonNegative, Positive, Probability
 # so that `from transferset.config import X` finds every setting.
 from transferset.config.common import (_STRICT, COMBINES, FORWARDS, POOLINGS, Ints, LabelNames,  # noqa: F401
                                        Names, Speeds, _as_text, _split_commas, check_combine, check_forward_options)
+from transferset.config.engine import (DEVICES, LR_SCHEDULES, PRECISIONS, TEACHER_ENGINE, TRACKERS,  # noqa: F401
+                                       EngineConfig, engine_section)
 from transferset.config.compress import EXIT_TARGETS, CompressConfig, ExitsConfig, PruneConfig  # noqa: F401
 from transferset.config.augment_settings import RECIPES, AugmentConfig, nested_ops  # noqa: F401
 
@@ -53,7 +55,6 @@ class TeacherConfig:
     lr: Positive = 5e-5  # peak learning rate (AdamW, linear warm-up and decay)
     batch_size: AtLeast(1) = 32
     max_length: AtLeast(2) = DEFAULT_MAX_LENGTH  # tokens per row; longer rows are truncated
-    warmup: Probability = 0.1  # fraction of the steps with a linear warm-up
     weight_decay: float = 0.01
     max_steps: Optional[AtLeast(1)] = None  # stop after N optimizer steps in total
     seed: int = 0
@@ -69,6 +70,13 @@ class TeacherConfig:
     resume: bool = False  # go on from OUTPUT/checkpoint/ of a killed fine-tuning with the same settings
     # also write the checkpoint every N optimizer steps (None: per epoch): a large teacher's epoch on CPU takes hours
     checkpoint_steps: Optional[AtLeast(1)] = None
+    # device, precision, processes, grad_accum, schedule (linear), warmup (0.1), tracker (transferset/training)
+    engine: EngineConfig = field(default_factory=lambda: EngineConfig(**TEACHER_ENGINE))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _engine(cls, values: Any) -> Any:
+        return engine_section(values, TEACHER_ENGINE, legacy=("warmup",))
 
 
 @with_config(_STRICT)
@@ -112,22 +120,26 @@ class ScoreConfig:
 # Transformer presets (`preset: NAME`): a published recipe's settings, under the ones given (a setting in
 # the YAML or on the command line wins). Paper settings and what differs here: README.md, "Layer-wise
 # transfer with the teacher online, and the presets".
+# The transformer presets' learning rate: the schedule their authors' code trains with, BERT's (linear warm-up
+# over 10 % of the steps, then linear decay to 0; DistilBERT's train.py warms up over 5 %). The BiLSTM presets
+# (tang: Adadelta, xtremedistil: Adam) keep a constant rate, as their papers.
+_BERT_SCHEDULE = {"schedule": "linear", "warmup": 0.1}
 STUDENT_PRESETS: dict[str, dict[str, Any]] = {
     # Jiao et al. 2020, task distillation: embedding, hidden and attention-score MSE, then soft CE (T = 1).
     "tinybert": {"student": "transformer", "schedule": "two-step", "layer_map": "uniform", "emb_mse": 1.0,
-                 "hidden_mse": 1.0, "att_mse": 1.0, "kd": 1.0, "temperature": 1.0, "ce": 0.0, "mse": 0.0},
+                 "hidden_mse": 1.0, "att_mse": 1.0, "kd": 1.0, "temperature": 1.0, "ce": 0.0, "mse": 0.0, "engine": _BERT_SCHEDULE},
     # Sun et al. 2020: feature-map and attention transfer, progressive (layer by layer), then prediction KD.
     "mobilebert": {"student": "transformer", "schedule": "pkt", "layer_map": "uniform", "hidden_mse": 1.0,
-                   "att_kl": 1.0, "kd": 1.0, "temperature": 1.0, "ce": 0.0, "mse": 0.0},
+                   "att_kl": 1.0, "kd": 1.0, "temperature": 1.0, "ce": 0.0, "mse": 0.0, "engine": _BERT_SCHEDULE},
     # Wang et al. 2020: the last layer's attention and value-relation KL, then prediction KD.
     "minilm": {"student": "transformer", "schedule": "two-step", "layer_map": "last-1", "att_kl": 1.0,
-               "value_kl": 1.0, "kd": 1.0, "temperature": 1.0, "ce": 0.0, "mse": 0.0},
+               "value_kl": 1.0, "kd": 1.0, "temperature": 1.0, "ce": 0.0, "mse": 0.0, "engine": _BERT_SCHEDULE},
     # Sanh et al. 2019 without the MLM term: 5·KD(T = 2) + 1·cosine of the last hidden states, skip init.
     "distilbert": {"student": "transformer", "schedule": "joint", "kd": 5.0, "temperature": 2.0, "cos": 1.0,
-                   "ce": 0.0, "mse": 0.0},
+                   "ce": 0.0, "mse": 0.0, "engine": {"schedule": "linear", "warmup": 0.05}},
     # Sun et al. 2019 (PKD-skip): (1 - α)·CE + α·KD(T) + β·PKD with α = 0.7, T = 5, β = 100.
     "pkd": {"student": "transformer", "schedule": "joint", "ce": 0.3, "kd": 0.7, "temperature": 5.0,
-            "pkd": 100.0, "mse": 0.0},
+            "pkd": 100.0, "mse": 0.0, "engine": _BERT_SCHEDULE},
 }
 
 
@@ -217,19 +229,18 @@ class StudentConfig:
     # reporting
     latency_examples: AtLeast(1) = 256  # dev rows timed for the latency figures
     agreement_rows: AtLeast(1) = 5000  # transfer rows used for teacher agreement when dev has no teacher columns
-    # engine (transferset/training.py, on Accelerate); processes come from the launcher:
-    # `torchrun --nproc_per_node N -m transferset.app.cli train ...` (DDP, gloo on CPU)
-    device: Literal["auto", "cpu", "cuda"] = "auto"  # cpu | cuda | auto (cuda when torch sees one)
-    bf16: bool = False  # bfloat16 mixed precision (autocast): for GPUs, and CPUs with AMX / AVX512-BF16
-    # experiment tracking: none | tensorboard | mlflow | wandb (its package installed)
-    report_to: Literal["none", "tensorboard", "mlflow", "wandb"] = "none"
     resume: bool = False  # go on from OUTPUT/checkpoint/ of a killed run with the same settings
     checkpoint_steps: Optional[AtLeast(1)] = None  # also write the checkpoint every N optimizer steps (None: per epoch)
+    # device, precision, processes (`torchrun --nproc_per_node N -m transferset.app.cli train ...`: DDP, gloo on
+    # CPU), grad_accum, schedule, warmup, tracker (transferset/training)
+    engine: EngineConfig = field(default_factory=EngineConfig)
 
     @model_validator(mode="before")
     @classmethod
     def _preset(cls, values: Any) -> Any:
-        return with_preset(values)
+        preset = values.get("preset") if isinstance(values, dict) else None
+        defaults = STUDENT_PRESETS.get(preset, {}).get("engine", {})  # a partial engine section keeps the preset's
+        return engine_section(with_preset(values), defaults, legacy=("device", "bf16", "report_to"))
 
     def frozen_embeddings(self) -> bool:
         """Whether the embedding table stays fixed (`freeze_embeddings`, None: a teacher-initialised BiLSTM)."""

@@ -2,12 +2,13 @@
 (transferset.config imports them back)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal, Optional
+from dataclasses import dataclass, field
+from typing import Any, Literal, Optional
 
-from pydantic import with_config
+from pydantic import model_validator, with_config
 
 from transferset.config.common import _STRICT, Names, Speeds
+from transferset.config.engine import EngineConfig, engine_section
 from transferset.typed import AtLeast, NonNegative, Positive
 
 
@@ -34,6 +35,12 @@ class ExitsConfig:
     # scored at (its stats.json max_length) puts the branches' inputs and the cached logits on the same tokens
     max_length: Optional[AtLeast(1)] = None
     threads: Optional[AtLeast(1)] = None  # torch CPU threads (None: torch's setting)
+    engine: EngineConfig = field(default_factory=EngineConfig)  # how the branches train (transferset/training)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _engine(cls, values: Any) -> Any:
+        return engine_section(values, {})
 
 
 @with_config(_STRICT)
@@ -60,7 +67,12 @@ class PruneConfig:
     shuffle_rows: AtLeast(1) = 16384  # rows held in memory for shuffling
     max_length: Optional[AtLeast(2)] = None  # tokens per row (None: the model's own)
     threads: Optional[AtLeast(1)] = None  # torch CPU threads (None: leave torch's setting alone)
-    device: Literal["auto", "cpu", "cuda"] = "auto"  # where the recovery trains (the ranking runs on the CPU)
+    engine: EngineConfig = field(default_factory=EngineConfig)  # how the recovery trains (the ranking runs on the CPU)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _engine(cls, values: Any) -> Any:
+        return engine_section(values, {}, legacy=("device",))
 
 
 @with_config(_STRICT)

@@ -1,6 +1,6 @@
 """Fine-tuning a Hugging Face encoder as the teacher: setup → data → train → evaluate → save.
 
-The loop is the recipe the students train with (transferset/training.py, on Accelerate): the same
+The loop is the recipe the students train with (transferset/training/, on Accelerate): the same
 seeding, early stopping bookkeeping on the selection split (here: every epoch runs and the best
 dev epoch's weights are kept), progress lines and checkpoints (OUTPUT/checkpoint/, removed once
 the model is written; `resume: true` goes on from it after a kill). What is the teacher's own:
@@ -28,9 +28,10 @@ from transferset.errors import UserError
 from transferset.fs.output import MODEL_NAMES, Output
 from transferset.sources import Example, Reject, SourceSpec
 from transferset import loading
-from transferset.training import Checkpoints, Engine, PhaseSpec, Recipe
+from transferset.training import TRACK_FILE, Checkpoints, Engine, PhaseSpec, Recipe, check_engine, launched_processes
 
 CHECKPOINT_DIR = "checkpoint"  # OUTPUT/checkpoint/: what a killed fine-tuning resumes from
+LOGS_DIR = "logs"  # OUTPUT/logs/: the tracker's files (engine.tracker)
 # Settings that change how a fine-tuning runs, never what it learns: in no checkpoint's fingerprint or stage key.
 RUNTIME_SETTINGS = ("progress", "resume", "checkpoint_steps")
 
@@ -65,31 +66,25 @@ def encode(tokenizer, examples: Sequence[Example], max_length: int) -> list[dict
     return [dict({k: enc[k][i] for k in keys}, labels=e.label) for i, e in enumerate(examples)]
 
 
-def total_steps(cfg: TeacherConfig, train_rows: int) -> int:
-    """Optimizer steps of the whole training: `epochs` passes, cut at `max_steps` (which means "at most")."""
-    steps = math.ceil(train_rows / cfg.batch_size) * cfg.epochs
-    return min(steps, cfg.max_steps) if cfg.max_steps is not None else steps
-
-
-def phase_spec(cfg: TeacherConfig, train_rows: int) -> PhaseSpec:
-    """The teacher's one phase: every epoch runs (no patience), the best dev epoch is kept."""
+def phase_spec(cfg: TeacherConfig, train_rows: int, world: int = 1) -> PhaseSpec:
+    """The teacher's one phase: every epoch runs (no patience), the best dev epoch is kept. With several
+    processes each rank trains on its share of the batches (an epoch ends with the first rank's last)."""
+    batches = max(1, math.ceil(train_rows / cfg.batch_size) // world)
     return PhaseSpec("fine-tuning", cfg.epochs, keep_best=True, patience=None, start_competes=False,
-                     max_steps=total_steps(cfg, train_rows), grad_clip=1.0,
-                     steps_per_epoch=math.ceil(train_rows / cfg.batch_size))
+                     max_steps=cfg.max_steps, grad_clip=1.0, steps_per_epoch=batches)
 
 
-def optimizer_and_schedule(cfg: TeacherConfig, model, steps: int):
-    """AdamW without weight decay on biases and LayerNorm weights (the 1-d parameters), linear warm-up
-    over `warmup` of the steps and linear decay to 0: the schedule BERT was fine-tuned with."""
+def optimizer(cfg: TeacherConfig, model):
+    """AdamW without weight decay on biases and LayerNorm weights (the 1-d parameters); the learning rate
+    follows the engine's schedule (the teacher's default: linear warm-up over 10 % of the steps, then linear
+    decay to 0, the schedule BERT was fine-tuned with)."""
     import torch
-    from transformers import get_linear_schedule_with_warmup
 
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [{"params": [p for p in params if p.ndim > 1], "weight_decay": cfg.weight_decay},
               {"params": [p for p in params if p.ndim <= 1], "weight_decay": 0.0}]
     # The fused kernel: 16 against 118 ms per MiniLM step on one CPU thread (benchmarks/README.md).
-    optimizer = torch.optim.AdamW(groups, lr=cfg.lr, fused=True)
-    return optimizer, get_linear_schedule_with_warmup(optimizer, int(cfg.warmup * steps), steps)
+    return torch.optim.AdamW(groups, lr=cfg.lr, fused=True)
 
 
 def length_grouped(lengths: Sequence[int], batch_size: int, rng: np.random.Generator) -> list[list[int]]:
@@ -107,8 +102,17 @@ def length_grouped(lengths: Sequence[int], batch_size: int, rng: np.random.Gener
 def _checkpoints(cfg: TeacherConfig, train: str, dev: str, output: str) -> Checkpoints:
     """OUTPUT/checkpoint/, fingerprinted by the settings that decide the weights and the input paths."""
     settings = {k: v for k, v in typed.to_dict(cfg).items() if k not in RUNTIME_SETTINGS}
+    # The engine section as checkpoints written before it existed hold it (warmup flat, the rest only when not
+    # at the teacher's default), so a fine-tuning killed then resumes now; processes only when several.
+    engine, default = settings.pop("engine"), typed.to_dict(TeacherConfig().engine)
+    settings["warmup"] = engine["warmup"]
+    changed = {k: v for k, v in engine.items() if k not in ("warmup", "tracker") and v != default[k]}
+    if changed:
+        settings["engine"] = changed
+    processes = launched_processes()
     return Checkpoints(os.path.join(output, CHECKPOINT_DIR),
-                       {"settings": json.dumps(settings, sort_keys=True, default=str), "train": train, "dev": dev},
+                       {"settings": json.dumps(settings, sort_keys=True, default=str), "train": train, "dev": dev,
+                        **({"processes": processes} if processes > 1 else {})},
                        every_steps=cfg.checkpoint_steps)
 
 
@@ -122,9 +126,15 @@ def train(cfg: TeacherConfig, *, train: str, dev: str, output: str, overwrite: b
 
     `train` and `dev` are local files; `output` a local folder or a URL (trained in a local staging folder,
     then uploaded), written as transferset.fs.output says: owned while written, _COMPLETE last.
+    Under `torchrun` every process trains on its own batches and rank 0 alone owns the output and writes;
+    the other ranks return {"rank": r}.
     """
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    out = Output(output, "teacher", names=MODEL_NAMES, overwrite=overwrite,
+    check_engine(cfg.engine, "teacher.engine")
+    if launched_processes() > 1 and int(os.environ.get("RANK", "0")) != 0:
+        # the checkpoint (rank 0 writes it) is read from the output itself: a local folder
+        return _fine_tune(cfg, train=train, dev=dev, out=None, output=output, log=log)
+    out = Output(output, "teacher", names=(*MODEL_NAMES, TRACK_FILE, LOGS_DIR), overwrite=overwrite,
                  inputs=[train, dev, cfg.model if os.path.exists(cfg.model) else None])
     with out.writing():
         for flag, path in (("--train", train), ("--dev", dev)):
@@ -137,100 +147,130 @@ def train(cfg: TeacherConfig, *, train: str, dev: str, output: str, overwrite: b
     return metrics
 
 
-def _fine_tune(cfg: TeacherConfig, *, train: str, dev: str, out: Output, output: str, log) -> dict:
-    """The fine-tuning itself: rejects through `out`, the model and metrics.json into the local folder `output`."""
+@dataclass
+class _Run:
+    """What the fine-tuning works on, read and encoded once (each rank reads the same files)."""
+
+    train: Data
+    dev: Data
+    label_names: Sequence[str]
+    model_path: str
+    tokenizer: object
+    model: object
+    train_feats: list
+    dev_feats: list
+    collate: object
+
+
+def _prepare(cfg: TeacherConfig, train: str, dev: str, out: Optional[Output], log) -> _Run:
+    """setup → data: the splits (rejects through `out`, rank 0's), the model, the encoded rows."""
     import torch
     from transformers import DataCollatorWithPadding
 
-    # --- setup ---------------------------------------------------------------------------
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
-    torch.manual_seed(cfg.seed)  # the new classification head is initialised from this
+    torch.manual_seed(cfg.seed)  # the new classification head is initialised from this, the same on every rank
     model_path = loading.resolve_model(cfg.model)
     label_names = cfg.labels or sources.infer_label_names(train, cfg.label_column)
-
-    # --- data ------------------------------------------------------------------------------
-    train_data = read_split(train, cfg, label_names)
-    dev_data = read_split(dev, cfg, label_names)
-    reject_files = {name: out.write_rejects(d.rejects, f"{name}.jsonl") if d.rejects else None
-                    for name, d in (("train", train_data), ("dev", dev_data))}
-    for name, d in (("train", train_data), ("dev", dev_data)):
-        if d.rejects:
+    splits = {"train": read_split(train, cfg, label_names), "dev": read_split(dev, cfg, label_names)}
+    for name, d in splits.items():
+        if d.rejects and out is not None:
             first = d.rejects[0]
-            log(f"{name}: {len(d.rejects)} row(s) rejected, see {reject_files[name]} "
+            log(f"{name}: {len(d.rejects)} row(s) rejected, see {out.write_rejects(d.rejects, f'{name}.jsonl')} "
                 f"(first: line {first.line}: {first.reason})")
-    log(f"train rows {len(train_data.examples)}, dev rows {len(dev_data.examples)}, labels {list(label_names)}")
-
+    log(f"train rows {len(splits['train'].examples)}, dev rows {len(splits['dev'].examples)}, "
+        f"labels {list(label_names)}")
     tokenizer = loading.load_tokenizer(model_path, trust_remote_code=cfg.trust_remote_code)
     model = loading.load_classifier(model_path, allow_pickle=cfg.allow_pickle,
                                     trust_remote_code=cfg.trust_remote_code, label_names=label_names)
-    train_feats = encode(tokenizer, train_data.examples, cfg.max_length)
     # Dev in length order: each batch pads to its own longest row.
-    dev_feats = sorted(encode(tokenizer, dev_data.examples, cfg.max_length), key=lambda f: len(f["input_ids"]))
-    collate = DataCollatorWithPadding(tokenizer)
-    lengths = [len(f["input_ids"]) for f in train_feats]
+    dev_feats = sorted(encode(tokenizer, splits["dev"].examples, cfg.max_length), key=lambda f: len(f["input_ids"]))
+    return _Run(splits["train"], splits["dev"], label_names, model_path, tokenizer, model,
+                encode(tokenizer, splits["train"].examples, cfg.max_length), dev_feats,
+                DataCollatorWithPadding(tokenizer))
 
-    # --- train, evaluate (transferset/training.py: the recipe the students train with) ---------
-    spec = phase_spec(cfg, len(train_feats))
-    engine = Engine.create(device="auto", log=log, progress_bar=cfg.progress)
-    checkpoints = _checkpoints(cfg, train, dev, output)
 
-    def batches(epoch: int):
-        rng = np.random.default_rng([cfg.seed, epoch])
-        for idx in length_grouped(lengths, cfg.batch_size, rng):
-            yield collate([train_feats[i] for i in idx])
-
-    def loss_step(net, batch):
-        return net(**batch).loss, {}
-
-    @torch.inference_mode()
-    def evaluate() -> dict:
-        model.eval()
-        right, loss_sum = 0, 0.0
-        for start in range(0, len(dev_feats), cfg.eval_batch_size):
-            batch = engine.to_device(collate(dev_feats[start:start + cfg.eval_batch_size]))
-            with engine.acc.autocast():
-                out = model(**batch)
-            right += int((out.logits.argmax(-1) == batch["labels"]).sum())
-            loss_sum += float(out.loss) * len(batch["labels"])
-        return {"accuracy": right / len(dev_feats), "loss": loss_sum / len(dev_feats)}
-
+def _fine_tune(cfg: TeacherConfig, *, train: str, dev: str, out: Optional[Output], output: str, log) -> dict:
+    """The fine-tuning itself: rejects through `out`, the model and metrics.json into the local folder `output`
+    (rank 0; `out` is None on the other ranks, which write nothing)."""
+    run = _prepare(cfg, train, dev, out, log)
+    engine = Engine.create(cfg.engine, output=output if out is not None else None, log=log,
+                           progress_bar=cfg.progress)
+    spec = phase_spec(cfg, len(run.train_feats), engine.world)
     with engine.seeded(cfg.seed):
-        recipe = Recipe(engine, checkpoints, resume=cfg.resume)
+        recipe = Recipe(engine, _checkpoints(cfg, train, dev, output), resume=cfg.resume)
         engine.start_tracking("transferset-teacher", typed.to_dict(cfg))
-        recipe.run(0, spec, model, loss_step, batches, evaluate,
-                   lambda: optimizer_and_schedule(cfg, model, spec.max_steps))
-        recipe.restore_finished(model)
-    history = recipe.history
-    # --- save ---
+        recipe.run(0, spec, run.model, lambda net, batch: (net(**batch).loss, {}), _batches(cfg, run, engine),
+                   _evaluator(cfg, run, engine), lambda: optimizer(cfg, run.model))
+        recipe.restore_finished(run.model)
+    if not engine.is_main:
+        recipe.finish()
+        return {"rank": engine.rank}
     with loading.quiet_transformers():  # no "Writing model shards" bar
-        model.cpu().save_pretrained(output)  # the best epoch's weights; id2label travels in config.json
-    tokenizer.save_pretrained(output)
+        run.model.cpu().save_pretrained(output)  # the best epoch's weights; id2label travels in config.json
+    run.tokenizer.save_pretrained(output)
     recipe.finish()
-    best = max(history, key=lambda r: r["dev_accuracy"])  # max keeps the first of equal bests, as the recipe
-
-    metrics = {
-        "best_dev_accuracy": best["dev_accuracy"],
-        "best_epoch": best["epoch"],
-        "best_step": best["step"],
-        "history": history,
-        "label_names": list(label_names),
-        "train_rows": len(train_data.examples),
-        "dev_rows": len(dev_data.examples),
-        "rejected": {"train": len(train_data.rejects), "dev": len(dev_data.rejects)},
-        "base_model": cfg.model,
-        "base_model_path": model_path,
-        "max_length": cfg.max_length,
-        "weights_sha256": loading.weights_sha256(output),
-        "train": train,
-        "dev": dev,
-        "config": {k: v for k, v in typed.to_dict(cfg).items() if k != "progress"},
-    }
+    metrics = _metrics(cfg, run, recipe.history, engine, train=train, dev=dev, output=output)
     with open(os.path.join(output, schema.METRICS_FILE), "w", encoding="utf-8") as fh:
         json.dump(metrics, fh, indent=2, sort_keys=True, default=list)
         fh.write("\n")
     write_card(output, shown_as=out.path)  # README.md: the model card, from the records just written
     return metrics
+
+
+def _batches(cfg: TeacherConfig, run: _Run, engine: Engine):
+    """An epoch's batches on this rank: every rank draws the same length-grouped batches, and takes its share."""
+    lengths = [len(f["input_ids"]) for f in run.train_feats]
+
+    def batches(epoch: int):
+        rng = np.random.default_rng([cfg.seed, epoch])
+        for idx in length_grouped(lengths, cfg.batch_size, rng)[engine.rank::engine.world]:
+            yield run.collate([run.train_feats[i] for i in idx])
+
+    return batches
+
+
+def _evaluator(cfg: TeacherConfig, run: _Run, engine: Engine):
+    import torch
+
+    @torch.inference_mode()
+    def evaluate() -> dict:
+        run.model.eval()
+        right, loss_sum = 0, 0.0
+        for start in range(0, len(run.dev_feats), cfg.eval_batch_size):
+            batch = engine.to_device(run.collate(run.dev_feats[start:start + cfg.eval_batch_size]))
+            with engine.autocast():
+                out = run.model(**batch)
+            right += int((out.logits.argmax(-1) == batch["labels"]).sum())
+            loss_sum += float(out.loss) * len(batch["labels"])
+        return {"accuracy": right / len(run.dev_feats), "loss": loss_sum / len(run.dev_feats)}
+
+    return evaluate
+
+
+def _metrics(cfg: TeacherConfig, run: _Run, history: list, engine: Engine, *, train: str, dev: str,
+             output: str) -> dict:
+    best = max(history, key=lambda r: r["dev_accuracy"])  # max keeps the first of equal bests, as the recipe
+    return {
+        "best_dev_accuracy": best["dev_accuracy"],
+        "best_epoch": best["epoch"],
+        "best_step": best["step"],
+        "history": history,
+        "label_names": list(run.label_names),
+        "train_rows": len(run.train.examples),
+        "dev_rows": len(run.dev.examples),
+        "rejected": {"train": len(run.train.rejects), "dev": len(run.dev.rejects)},
+        "base_model": cfg.model,
+        "base_model_path": run.model_path,
+        "max_length": cfg.max_length,
+        "weights_sha256": loading.weights_sha256(output),
+        "train": train,
+        "dev": dev,
+        "processes": engine.world,
+        "device": str(engine.device),
+        "effective_batch_size": cfg.batch_size * cfg.engine.grad_accum * engine.world,
+        "config": {k: v for k, v in typed.to_dict(cfg).items() if k != "progress"},
+    }
 
 
 def trained_max_length(teacher_dir: str) -> Optional[int]:

@@ -716,3 +716,38 @@ def test_every_hub_name_of_a_run_is_resolved_before_any_stage(overrides, says, t
     if "HF_HUB_OFFLINE is set" in says:
         assert "unset HF_HUB_OFFLINE on a machine with network" in err
     assert not run_dir.exists()
+def test_an_engine_section_the_machine_cannot_honour_stops_the_run_before_any_stage(tmp_path, sst2_dir, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # as on this CPU machine, wherever the test runs
+    rec = RecordingStages()
+    for override, message in [("students.distilled.engine.precision=fp16",
+                               "students.distilled.engine.precision fp16: float16 training needs a CUDA device"),
+                              ("teacher.engine.device=cuda", "teacher.engine.device cuda: no CUDA device is visible")]:
+        cfg = load_config("configs/demo.yaml", [f"run_dir={tmp_path / 'r'}", f"data={sst2_dir}", override])
+        with pytest.raises(UserError, match=message):
+            run_pipeline(cfg, log=lambda m: None, functions=rec.functions())
+        assert rec.seen == {} and not (tmp_path / "r").exists()  # no stage ran, no folder was made
+
+
+def test_an_engine_at_its_defaults_leaves_the_keys_of_earlier_run_directories():
+    """The engine section took over device / bf16 / report_to (students), warmup (teacher) and device (prune):
+    at their values they stay in keys under their old names, and the new settings enter only when set."""
+    from transferset.app.keys import teacher as teacher_settings
+    from transferset.app.plan import student_settings
+    from transferset.config import EngineConfig
+
+    student = typed.load(StudentConfig, {}, "test")
+    settings = student_settings(student)
+    assert "engine" not in settings and (settings["device"], settings["bf16"], settings["report_to"]) == (
+        "auto", False, "none")
+    bf16 = student_settings(typed.load(StudentConfig, {"engine": {"precision": "bf16"}}, "test"))
+    assert bf16["bf16"] is True and "engine" not in bf16
+    # the flat form of before the section loads into it and keys as before
+    assert student_settings(typed.load(StudentConfig, {"bf16": True}, "test")) == bf16
+    accum = student_settings(typed.load(StudentConfig, {"engine": {"grad_accum": 4, "schedule": "cosine"}}, "test"))
+    assert accum["engine"] == {"grad_accum": 4, "schedule": "cosine"}
+    teacher = teacher_settings(TeacherConfig())
+    assert teacher["warmup"] == 0.1 and "engine" not in teacher
+    assert teacher_settings(TeacherConfig(engine=EngineConfig(schedule="linear", warmup=0.1, precision="bf16")))[
+        "engine"] == {"precision": "bf16"}

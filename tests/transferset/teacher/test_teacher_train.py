@@ -12,7 +12,7 @@ from transferset import loading, progress, schema
 from transferset.schema import METRICS_FILE
 from transferset.teacher import scoring
 from transferset.config import TeacherConfig
-from transferset.teacher.train import length_grouped, optimizer_and_schedule, phase_spec, total_steps, train
+from transferset.teacher.train import length_grouped, optimizer, phase_spec, train
 
 POSITIVE = ["great", "brilliant", "best", "love", "funny"]
 NEGATIVE = ["awful", "terrible", "worst", "hate", "boring"]
@@ -147,7 +147,11 @@ def test_output_holds_no_trainer_checkpoints(trained):
     (_, output), _, _ = trained
     names = set(os.listdir(output))
     assert names == {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-                     METRICS_FILE, "rejects", schema.COMPLETE_MARKER, schema.MANIFEST_FILE, "README.md"}  # + model card
+                     METRICS_FILE, "metrics.jsonl", "rejects", schema.COMPLETE_MARKER, schema.MANIFEST_FILE,
+                     "README.md"}  # + model card
+    steps = [json.loads(line) for line in open(os.path.join(output, "metrics.jsonl"), encoding="utf-8")
+             if "train/loss" in line]
+    assert [s["step"] for s in steps] == list(range(1, 31))  # every optimizer step logged, as it went
 
 
 def test_progress_lines_and_epoch_lines_off_a_terminal(trained):
@@ -166,14 +170,22 @@ def test_progress_lines_and_epoch_lines_off_a_terminal(trained):
 def test_every_setting_reaches_the_recipe():
     import torch
 
-    cfg = TeacherConfig(epochs=3, lr=2e-5, batch_size=8, warmup=0.25, weight_decay=0.05, seed=7, eval_batch_size=64)
-    steps = total_steps(cfg, 100)
-    assert steps == 13 * 3  # ceil(100 / 8) per epoch
+    from transferset import typed
+    from transferset.training import schedules
+
+    cfg = typed.load(TeacherConfig, {"epochs": 3, "lr": 2e-5, "batch_size": 8, "warmup": 0.25, "weight_decay": 0.05,
+                                     "seed": 7, "eval_batch_size": 64}, "test")
+    # the flat `warmup` of before the engine section lands in it; the rest of the teacher's engine stays
+    assert (cfg.engine.schedule, cfg.engine.warmup) == ("linear", 0.25)
     spec = phase_spec(cfg, 100)
-    assert (spec.epochs, spec.max_steps, spec.steps_per_epoch, spec.grad_clip) == (3, 39, 13, 1.0)
+    steps = spec.optimizer_steps(cfg.engine.grad_accum)
+    assert steps == 13 * 3  # ceil(100 / 8) per epoch
+    assert (spec.epochs, spec.max_steps, spec.steps_per_epoch, spec.grad_clip) == (3, None, 13, 1.0)
     assert spec.keep_best and spec.patience is None and not spec.start_competes  # every epoch runs, the best is kept
+    assert phase_spec(cfg, 100, world=2).steps_per_epoch == 6  # each of 2 ranks: its share of the 13 batches
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
-    opt, schedule = optimizer_and_schedule(cfg, model, steps)
+    opt = optimizer(cfg, model)
+    schedule = schedules.scheduler(opt, cfg.engine.schedule, steps, cfg.engine.warmup)
     decay, no_decay = opt.param_groups
     assert [p.shape for p in decay["params"]] == [(4, 4)] and decay["weight_decay"] == 0.05
     assert len(no_decay["params"]) == 3 and no_decay["weight_decay"] == 0.0  # biases and the LayerNorm weight
@@ -185,8 +197,8 @@ def test_every_setting_reaches_the_recipe():
         schedule.step()
     assert lrs[0] == 0.0 and lrs[9] == pytest.approx(2e-5) and lrs[-1] < lrs[10]  # int(0.25 * 39) = 9 warm-up steps
     # max_steps cuts the epochs short but never adds any
-    assert total_steps(TeacherConfig(epochs=3, batch_size=8, max_steps=5), 100) == 5
-    assert total_steps(TeacherConfig(epochs=1, batch_size=8, max_steps=500), 100) == 13
+    assert phase_spec(TeacherConfig(epochs=3, batch_size=8, max_steps=5), 100).optimizer_steps(1) == 5
+    assert phase_spec(TeacherConfig(epochs=1, batch_size=8, max_steps=500), 100).optimizer_steps(1) == 13
 
 
 def test_length_grouped_batches_cover_every_row_once_with_similar_lengths():
@@ -198,7 +210,6 @@ def test_length_grouped_batches_cover_every_row_once_with_similar_lengths():
     assert batches != length_grouped(lengths, 10, np.random.default_rng(2))  # the epoch's stream decides the order
 
 
-@pytest.mark.filterwarnings("ignore:Seems like `optimizer.step\\(\\)` has been overridden")  # the kill's wrapper
 def test_a_killed_fine_tuning_resumes_from_its_checkpoint(tmp_path, tiny_teacher, monkeypatch):
     from transferset.teacher import train as teacher_train
 
@@ -207,24 +218,23 @@ def test_a_killed_fine_tuning_resumes_from_its_checkpoint(tmp_path, tiny_teacher
     cfg = TeacherConfig(model=tiny_teacher, epochs=2, lr=1e-3, batch_size=8, max_length=32, seed=1, progress=False)
     whole = train(cfg, train=train_tsv, dev=dev_tsv, output=str(tmp_path / "whole"), log=lambda msg: None)
 
-    made = teacher_train.optimizer_and_schedule
+    made = teacher_train.optimizer
 
     def dies_on_step_9(*args):  # the kill: in the second epoch (6 steps an epoch), after its checkpoint
-        optimizer, schedule = made(*args)
-        step, calls = optimizer.step, {"n": 0}
+        optimizer = made(*args)
+        calls = {"n": 0}
 
-        def counted(*a, **k):
+        def counted(opt, args, kwargs):
             calls["n"] += 1
             if calls["n"] == 9:
                 raise KeyboardInterrupt
-            return step(*a, **k)
 
-        optimizer.step = counted
-        return optimizer, schedule
+        optimizer.register_step_pre_hook(counted)
+        return optimizer
 
     out = tmp_path / "killed"
     with monkeypatch.context() as mp:
-        mp.setattr(teacher_train, "optimizer_and_schedule", dies_on_step_9)
+        mp.setattr(teacher_train, "optimizer", dies_on_step_9)
         with pytest.raises(KeyboardInterrupt):
             train(cfg, train=train_tsv, dev=dev_tsv, output=str(out), log=lambda msg: None)
     assert (out / "checkpoint" / "state.pt").exists() and not (out / "config.json").exists()
@@ -237,7 +247,6 @@ def test_a_killed_fine_tuning_resumes_from_its_checkpoint(tmp_path, tiny_teacher
     assert not (out / "checkpoint").exists()
 
 
-@pytest.mark.filterwarnings("ignore:Seems like `optimizer.step\\(\\)` has been overridden")  # the kill's wrapper
 def test_a_fine_tuning_killed_mid_epoch_resumes_from_its_step_checkpoint(tmp_path, tiny_teacher, monkeypatch):
     # issue 46: a large teacher's epoch takes hours on CPU; checkpoint_steps bounds what a kill loses
     from dataclasses import replace
@@ -249,26 +258,25 @@ def test_a_fine_tuning_killed_mid_epoch_resumes_from_its_step_checkpoint(tmp_pat
     dev_tsv = _write_tsv(tmp_path / "dev.tsv", _rows(16, 5))
     cfg = TeacherConfig(model=tiny_teacher, epochs=1, lr=1e-3, batch_size=8, max_length=32, seed=1, progress=False)
     whole = train(cfg, train=train_tsv, dev=dev_tsv, output=str(tmp_path / "whole"), log=lambda msg: None)
-    made = teacher_train.optimizer_and_schedule
+    made = teacher_train.optimizer
 
     def dies_on_step_5(*args):  # 6 steps in the epoch; the step checkpoint is written after step 4
-        optimizer, schedule = made(*args)
-        step, calls = optimizer.step, {"n": 0}
+        optimizer = made(*args)
+        calls = {"n": 0}
 
-        def counted(*a, **k):
+        def counted(opt, args, kwargs):
             calls["n"] += 1
             if calls["n"] == 5:
                 raise KeyboardInterrupt
-            return step(*a, **k)
 
-        optimizer.step = counted
-        return optimizer, schedule
+        optimizer.register_step_pre_hook(counted)
+        return optimizer
 
     out = tmp_path / "killed"
     every4 = replace(cfg, checkpoint_steps=4)
     assert not can_resume(every4, train=train_tsv, dev=dev_tsv, output=str(out))
     with monkeypatch.context() as mp:
-        mp.setattr(teacher_train, "optimizer_and_schedule", dies_on_step_5)
+        mp.setattr(teacher_train, "optimizer", dies_on_step_5)
         with pytest.raises(KeyboardInterrupt):
             train(every4, train=train_tsv, dev=dev_tsv, output=str(out), log=lambda msg: None)
     assert (out / "checkpoint" / "state.pt").exists() and not (out / "config.json").exists()

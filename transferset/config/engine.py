@@ -1,0 +1,62 @@
+"""The engine section every trainer runs on (transferset/training): the teacher, each student, prune's recovery
+and exits (`engine:` in YAML, `--engine-*` flags)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Optional
+
+from pydantic import with_config
+
+from transferset.config.common import _STRICT
+from transferset.typed import AtLeast, Probability
+
+DEVICES = ("auto", "cpu", "cuda")
+PRECISIONS = ("fp32", "bf16", "fp16")
+LR_SCHEDULES = ("constant", "linear", "cosine")
+TRACKERS = ("none", "tensorboard", "mlflow", "wandb")
+
+
+@with_config(_STRICT)
+@dataclass(frozen=True)
+class EngineConfig:
+    """How a trainer runs: the `engine:` section of the teacher, each student, prune and exits (flags alike)."""
+
+    device: Literal[DEVICES] = "auto"  # cpu | cuda | auto (cuda when torch sees one)
+    # fp32 | bf16 (autocast: GPUs, CPUs with AMX / AVX512-BF16) | fp16 (autocast and a gradient scaler: CUDA only)
+    precision: Literal[PRECISIONS] = "fp32"
+    # processes the launcher started (`torchrun --nproc_per_node N -m transferset.app.cli ...`), checked against it
+    # (None: whatever it started, 1 without one)
+    processes: Optional[AtLeast(1)] = None
+    grad_accum: AtLeast(1) = 1  # batches whose gradients add up to one optimizer step (effective batch: x batch_size x processes)
+    # learning rate per optimizer step of a phase: constant | linear (warm-up, then linear decay to 0) | cosine
+    # (warm-up, then cosine decay to 0)
+    schedule: Literal[LR_SCHEDULES] = "constant"
+    warmup: Probability = 0.0  # fraction of a phase's optimizer steps with a linear warm-up from 0
+    # where each step's loss and each epoch's figures go besides OUTPUT/metrics.jsonl (always written):
+    # none | tensorboard | mlflow | wandb (its package installed; `pip install transferset[tracking]`: tensorboard)
+    tracker: Literal[TRACKERS] = "none"
+
+
+# A trainer's engine section: what the YAML / flags give, over the trainer's own defaults (a partial section
+# keeps the rest of them); the trainer's flat settings of before the section (`legacy`: device, bf16, report_to,
+# warmup) still load into it. The students, prune's recovery and exits train at a constant rate unless a preset
+# or the section says otherwise.
+def engine_section(values: Any, defaults: dict, legacy: tuple[str, ...] = ()) -> Any:
+    if not isinstance(values, dict):
+        return values
+    values = dict(values)
+    engine = values.get("engine")
+    engine = dict(engine) if isinstance(engine, dict) else ({} if engine is None else engine)
+    if not isinstance(engine, dict):
+        return values
+    for old in legacy:
+        if old in values:
+            value = values.pop(old)
+            new = {"bf16": "precision", "report_to": "tracker"}.get(old, old)
+            engine.setdefault(new, ("bf16" if value else "fp32") if old == "bf16" else value)
+    values["engine"] = {**defaults, **engine}
+    return values
+
+
+# The teacher fine-tunes as BERT was: linear warm-up over 10 % of the steps, then linear decay.
+TEACHER_ENGINE = {"schedule": "linear", "warmup": 0.1}
