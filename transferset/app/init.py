@@ -67,8 +67,8 @@ def check_columns(path: str, text_column: Optional[str], label_column: Optional[
     """Refuse a file that lacks the text or label column, naming it and listing the columns present."""
     try:
         present = columns_of(path)
-    except SourceError as exc:
-        raise ConfigError(f"{where}{exc}") from None
+    except SourceError as exc:  # it says which file: `key=` names the setting, as the run's other checks do
+        raise ConfigError(f"{where.removesuffix(': ')}={exc}" if where else str(exc)) from None
     listed = ", ".join(present) or "none"
     if text_column and text_column not in present:
         raise ConfigError(f"{where}{path} has no text column {text_column!r}; its columns: {listed} "

@@ -1,4 +1,5 @@
 """transferset/app/keys.py: one test per key rule (the keys of run directories made before: test_keys_frozen.py)."""
+import dataclasses
 from dataclasses import fields
 
 import pytest
@@ -12,8 +13,20 @@ from transferset.config import (AugmentConfig, ExitsConfig, PruneConfig, ScoreCo
                                        ("student", StudentConfig), ("exits", ExitsConfig), ("prune", PruneConfig),
                                        ("validation", ValidationConfig)])
 def test_frozen_names_only_settings_that_exist(kind, cls):
-    """A misspelt FROZEN name would leave a setting out of old keys while at its default, silently."""
-    assert set(keys.FROZEN[kind]) <= {f.name for f in fields(cls)}
+    """A misspelt FROZEN name would leave a setting out of old keys while at its default, silently. (The settings
+    that moved into the engine section are there under their old names: keys.ENGINE_LEGACY.)"""
+    assert set(keys.FROZEN[kind]) - set(keys.ENGINE_LEGACY.get(kind, ())) <= {f.name for f in fields(cls)}
+
+
+@pytest.mark.parametrize("kind, cls", [("teacher", TeacherConfig), ("student", StudentConfig), ("exits", ExitsConfig),
+                                       ("prune", PruneConfig)])
+def test_an_engine_at_the_trainers_defaults_keys_as_its_flat_settings_did(kind, cls):
+    """The engine section took over the teacher's warmup, the students' device / bf16 / report_to and prune's
+    device: at a trainer's default engine they are in its key under those names, and no `engine` entry is."""
+    settings = keys.section(kind, cls())
+    assert "engine" not in settings and set(keys.ENGINE_LEGACY[kind]) <= set(settings)
+    changed = keys.section(kind, cls(engine=dataclasses.replace(cls().engine, grad_accum=4)))
+    assert changed["engine"] == {"grad_accum": 4}
 
 
 def test_a_setting_not_frozen_enters_the_key_only_when_it_differs_from_its_default(monkeypatch):
