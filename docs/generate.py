@@ -150,7 +150,7 @@ def _nested(cls: type) -> list[tuple[str, type]]:
 def configuration_page() -> str:
     from transferset.config import PredictConfig, RunConfig
 
-    lines = ["# Configuration", "", GENERATED.format(source="transferset/config.py"), "",
+    lines = ["# Configuration", "", GENERATED.format(source="transferset/config/"), "",
              "Every setting of a run config (`transferset run --config YAML`, or `key=value` on its command "
              "line), its type, default, bound and meaning. The single commands take the same settings as flags: "
              "`augment: {n_iter: 20}` in a YAML is `--n-iter 20` on `transferset augment`. Every value is "
