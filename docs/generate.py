@@ -4,7 +4,7 @@
     python docs/generate.py --check    # exit 1 when a committed page differs from the generated one
 
 commands.md comes from the argparse parsers of transferset/app/cli.py (every option of every command, its
-default and help); configuration.md from the typed config dataclasses of transferset/config.py (every
+default and help); configuration.md from the typed config dataclasses of transferset/config/ (every
 setting, its type, default, bound and comment). tests/test_docs.py runs the check, so a new flag or setting
 without its page entry fails `make test`: regenerate with this script and commit the pages.
 """

@@ -2,7 +2,7 @@
 
 A general toolkit over pydantic: `load` type-checks a mapping against a (nested) dataclass and
 reports every problem with its key, the value, the expected type and where it came from.
-The settings themselves are in transferset/config.py.
+The settings themselves are in transferset/config/.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """`transferset init --data FILE --output my.yaml`: a commented starter run config for your own data.
 
 The same settings are what `transferset run --data FILE` runs on when no YAML is given (`starter`):
-the run config's defaults (transferset/config.py), the data and its columns, and two students, those of
+the run config's defaults (transferset/config/), the data and its columns, and two students, those of
 configs/demo.yaml (a BiLSTM on the gold labels only, and Tang et al.'s BiLSTM distilled from the teacher's
 logits), so the report shows what distillation adds on your data. Columns are checked against the files
 before anything is written: a missing one is refused with the list of those present.
@@ -161,7 +161,7 @@ def starter_yaml(data: str, output: str, command: str, **columns_and_files: Opti
     raw = starter(data, **columns_and_files)
     lines = [f"# transferset run --config {output}",
              f"# Written by `{command}`. A setting given on the command line wins: key=value, e.g. teacher.epochs=1.",
-             "# Every setting, its default and bound: docs/configuration.md (transferset/config.py).",
+             "# Every setting, its default and bound: docs/configuration.md (transferset/config/).",
              f"run_dir: {_dump(raw['run_dir'])}  # every stage writes into a folder of it; a rerun reuses what is done",
              f"data: {_dump(raw['data'])}  # the train file (TSV, CSV, JSONL, Parquet), or hf:NAME[:CONFIG]"]
     if "dev" in raw:

