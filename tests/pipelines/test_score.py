@@ -575,3 +575,28 @@ def test_colliding_id_hashes_change_no_route(tmp_path, monkeypatch, transfer_dir
 
     got, want = content(out), content(scored)
     assert got == want and len(got[2]) == 2 and got[3]["input_rows"] == got[3]["scored"] + 2
+
+
+def test_a_users_files_in_data_and_rejects_survive_a_rerun_a_resume_and_an_overwrite(scored_copy, transfer_dir,
+                                                                                     teacher_dir):
+    """Issue 42: `cp -r SCORED g4; rm g4/_COMPLETE; echo x > g4/data/keep.txt; transferset score ... --output g4`
+    deleted keep.txt (the record named the whole data/ folder); --overwrite on a complete output deleted
+    rejects/mine.jsonl too."""
+    src, rows = transfer_dir
+    g4 = scored_copy
+    os.remove(os.path.join(g4, schema.COMPLETE_MARKER))
+    keep, mine = os.path.join(g4, schema.DATA_DIR, "keep.txt"), os.path.join(g4, schema.REJECTS_DIR, "mine.jsonl")
+    open(keep, "w").write("x\n")
+    open(mine, "w").write('{"mine": true}\n')
+    args = ["score", "--input", src, "--teacher", teacher_dir, "--output", g4, "--runner", "FnApiRunner"]
+    for extra in ([], ["--resume"], ["--overwrite"]):
+        assert cli.main(args + extra) == 0, extra
+        assert open(keep).read() == "x\n" and open(mine).read() == '{"mine": true}\n', extra
+        ids = transfer.read_table(g4).column(schema.ID).to_pylist()
+        assert len(ids) == len(set(ids)) == 20, extra  # the set is whole, keep.txt read as no part of it
+        manifest = json.load(open(os.path.join(g4, schema.MANIFEST_FILE)))
+        assert manifest["kept_files"] == ["data/keep.txt", "rejects/mine.jsonl"], extra
+        assert sorted(f for f in manifest["files"] if f.startswith("data/")) == sorted(
+            os.path.relpath(p, g4) for p in transfer.data_files(g4)), extra
+        if extra == []:  # the next resume finds the set complete
+            os.remove(os.path.join(g4, schema.COMPLETE_MARKER))
