@@ -50,7 +50,7 @@ def inputs(tmp_path_factory, sst2_dev200):
 
 
 def _read_output(out) -> list[dict]:
-    files = sorted((out / schema.DATA_DIR).iterdir())
+    files = sorted(f for f in (out / schema.DATA_DIR).iterdir() if f.suffix in (".parquet", ".jsonl"))
     if files[0].suffix == ".parquet":
         return [r for f in files for r in pq.read_table(f).to_pylist()]
     return [json.loads(line) for f in files for line in f.read_text(encoding="utf-8").splitlines()]
@@ -342,3 +342,24 @@ def test_predict_onto_a_transfer_set_says_what_the_folder_holds(models, inputs, 
     assert rc == 1 and "predictions" not in err
     assert f"{transfer_set} already holds a complete run of `transferset augment` (a transfer set)" in err
     assert _tree(transfer_set) == before
+
+
+@pytest.mark.parametrize("runner", ([], ["--runner", "FnApiRunner"]))
+def test_a_users_files_inside_data_and_rejects_survive_a_rerun_and_an_overwrite(runner, models, inputs, tmp_path):
+    """Issue 42: a rerun onto unfinished predictions deleted the user's data/keep.txt (the record named the
+    whole data/ folder); --overwrite on complete ones deleted rejects/mine.jsonl too. In process and on Beam."""
+    tsv = next(p for p in inputs[0] if p.endswith(".tsv"))
+    out = tmp_path / "out"
+    args = ["predict", "--model", models["bilstm"], "--input", tsv, "--output", str(out), *runner]
+    assert main(args) == 0
+    rows = _read_output(out)
+    (out / schema.COMPLETE_MARKER).unlink()
+    (out / "data").mkdir(exist_ok=True)
+    (out / "data" / "keep.txt").write_text("x\n")
+    (out / "rejects").mkdir(exist_ok=True)
+    (out / "rejects" / "mine.jsonl").write_text('{"mine": true}\n')
+    assert main(args) == 0
+    assert main(args + ["--overwrite"]) == 0
+    assert (out / "data" / "keep.txt").read_text() == "x\n"
+    assert (out / "rejects" / "mine.jsonl").read_text() == '{"mine": true}\n'
+    assert sorted(_read_output(out), key=lambda r: r["id"]) == sorted(rows, key=lambda r: r["id"])
