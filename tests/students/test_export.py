@@ -140,14 +140,45 @@ def test_export_onto_a_model_folder_is_refused_and_leaves_it_as_it_was(tmp_path,
     shutil.copytree(model_dirs["teacher"], copy)
     before = {p.name: p.read_bytes() for p in copy.iterdir()}
     assert schema.HF_CONFIG_FILE in before
-    # Files transferset did not write are never written over, not even with --overwrite.
+    # A model folder is never an export's to replace, not even with --overwrite (issue 42: a usage error).
     for flags in ([], ["--overwrite"]):
         rc = main(["export", "--model", model_dirs["bilstm"], "--output", str(copy), *flags])
         err = capsys.readouterr().err
-        assert rc == 1 and f"{copy} holds {schema.HF_CONFIG_FILE}" in err and "transferset did not write" in err
+        assert rc == 2 and f"--output {copy} holds a model ({schema.HF_CONFIG_FILE})" in err
+        assert "an export never replaces a teacher or student folder" in err
     assert {p.name: p.read_bytes() for p in copy.iterdir()} == before
     assert Student.from_pretrained(str(copy)).label_names == ["0", "1"]  # still the teacher, not an export
     assert not isinstance(Student.from_pretrained(str(copy)), OnnxStudent)
+
+
+@pytest.mark.parametrize("kind", ["teacher", "student", "student model/"])
+def test_export_overwrite_never_replaces_a_teacher_or_student_folder(kind, tmp_path, model_dirs, capsys):
+    """Issue 42: `export --overwrite` onto a folder `transferset teacher` wrote deleted the teacher's weights and
+    metrics and put an ONNX export in their place. A teacher or student folder is refused, flags or not: one line,
+    exit 2, before anything is changed."""
+    import shutil
+
+    from transferset.fs.output import MODEL_NAMES, STUDENT_NAMES, Output
+
+    folder = tmp_path / "model"
+    if kind == "teacher":  # as `transferset teacher` leaves it: its record, its files, _COMPLETE
+        with Output(str(folder), "teacher", names=MODEL_NAMES).writing() as out:
+            out.prepare()
+            shutil.copytree(model_dirs["teacher"], folder, dirs_exist_ok=True)
+            (folder / schema.METRICS_FILE).write_text('{"best_dev_accuracy": 0.9}')
+    elif kind == "student":
+        shutil.copytree(model_dirs["bilstm"], folder)
+        assert json.loads((folder / schema.MANIFEST_FILE).read_text())["command"] == "train"
+    else:  # the model/ folder inside a student's: no record of its own
+        shutil.copytree(os.path.join(model_dirs["transformer"], schema.STUDENT_MODEL_DIR), folder)
+    before = {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    for flags in ([], ["--overwrite"]):
+        rc = main(["export", "--model", model_dirs["transformer"], "--output", str(folder), *flags])
+        err = capsys.readouterr().err.strip()
+        assert rc == 2, (flags, err)
+        assert len(err.splitlines()) == 1 and f"--output {folder} holds" in err
+        assert "an export never replaces a teacher or student folder; choose another --output" in err
+    assert {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()} == before
 
 
 def test_export_from_and_to_a_remote_scheme(model_dirs, exported, tmp_path, monkeypatch):
