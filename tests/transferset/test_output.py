@@ -301,3 +301,20 @@ def test_writing_finishes_a_block_that_ends_well_and_leaves_a_failed_one_unfinis
             raise RuntimeError("killed")
     assert not (out / schema.COMPLETE_MARKER).exists() and not (out / schema.LOCK_FILE).exists()
     assert Output(str(out), "train", names=STUDENT_NAMES).check().command == "train"  # ours, unfinished: redone
+
+
+def test_clear_deletes_what_the_record_lists_and_keeps_the_rest(tmp_path):
+    """`transferset run` clears a staged stage's URL folder this way before uploading into it (issue 42)."""
+    from transferset.fs.output import clear
+    import fsspec
+
+    url = f"memory://{tmp_path.name}/stage"
+    with Output(url, "train", names=STUDENT_NAMES).writing() as out:
+        out.prepare()
+        fsspec.filesystem("memory").pipe(f"/{tmp_path.name}/stage/model/w.bin", b"weights")
+    fsspec.filesystem("memory").pipe(f"/{tmp_path.name}/stage/model/notes.txt", b"mine")
+    fsspec.filesystem("memory").pipe(f"/{tmp_path.name}/stage/.stage.json", b"{}")
+    assert sorted(clear(url)) == [schema.COMPLETE_MARKER, "model/w.bin"]
+    left = sorted(p.split("/stage/")[1] for p in fsspec.filesystem("memory").find(f"/{tmp_path.name}/stage"))
+    assert left == [".stage.json", schema.MANIFEST_FILE, "model/notes.txt"]
+    assert clear(f"memory://{tmp_path.name}/nothing") == []

@@ -41,6 +41,7 @@ from transferset.errors import ConfigError, UserError
 from transferset.evalset import write_eval_set
 from transferset.fs import remote
 from transferset.fs.lock import output_lock
+from transferset.fs.output import clear as clear_output
 from transferset.splits import (LABELED_FILE, REST_FILE, SPLIT_STATS_FILE, UNLABELED_FILE, VALIDATION_FILE,
                                 split_data)
 from transferset.teacher import ensemble
@@ -298,6 +299,9 @@ class StageDef:
     upstream: tuple[str, ...] = ()  # names of earlier stages whose keys enter this one's
     run: Optional[Callable[[str], Any]] = None  # run(output folder); None: an input, only its key counts
     done_file: str = schema.COMPLETE_MARKER  # relative to folder: exists when the stage finished
+    # the done file of earlier versions (a teacher's or student's metrics.json): it counts only in a folder
+    # that has no output record (transferset.fs.output), i.e. one finished before stages wrote _COMPLETE
+    legacy_done: Optional[str] = None
     # run writes local files only: a remote folder is staged in a local folder, then uploaded
     local: bool = False
     kind: Optional[str] = None  # the name hashed into the key (None: name); every student hashes "student"
@@ -326,11 +330,19 @@ class Stage:
     local: bool = False
     legacy_keys: tuple[str, ...] = ()  # earlier keys of the same work (StageDef.legacy)
     resumable: Optional[Callable[[str], bool]] = None  # StageDef.resumable
+    legacy_done: Optional[str] = None  # StageDef.legacy_done
+
+    def finished(self) -> bool:
+        """Whether the folder holds a finished run of its stage's work (its done file)."""
+        if fs.exists(fs.join(self.directory, self.done_file)):
+            return True
+        return (self.legacy_done is not None and fs.exists(fs.join(self.directory, self.legacy_done))
+                and not fs.exists(fs.join(self.directory, schema.MANIFEST_FILE)))
 
     def current_key(self) -> Optional[str]:
         """The key the finished folder holds when it is this stage's (its key or a legacy one), else None."""
         meta = fs.join(self.directory, STAGE_FILE)
-        if not (fs.exists(meta) and fs.exists(fs.join(self.directory, self.done_file))):
+        if not (fs.exists(meta) and self.finished()):
             return None
         stored = fs.read_json(meta).get("key")
         return stored if stored in (self.key, *self.legacy_keys) else None
@@ -341,17 +353,23 @@ class Stage:
     def run(self, fn: Callable[[str], None], log) -> bool:
         """Run fn(output folder) unless the stage is current; return True when it ran.
 
-        The stage file is written last, after any upload, so a stage cut short is redone.
+        The folder is never deleted: the stage's function, called with overwrite=True, clears what
+        transferset wrote there through the output protocol (transferset.fs.output), so others' files
+        in it stay. The runner removes only its own record first; written again last, after any upload,
+        so a stage cut short is redone.
         """
         stored = self.current_key()
         if stored is not None:
             log(f"[{self.name}] up to date ({self.directory}, key {stored}): reused")
             return False
+        fs.delete(fs.join(self.directory, STAGE_FILE))
         if self.resumable is not None and self.resumable(self.directory):
-            fs.delete(fs.join(self.directory, STAGE_FILE))
             log(f"[{self.name}] resuming → {self.directory}")
         else:
-            fs.delete(self.directory)
+            if self.local and fs.is_remote(self.directory):
+                # fn writes a local staging folder, uploaded into this one: what an earlier run wrote here
+                # is cleared by the same protocol first, or files it no longer writes would stay beside
+                clear_output(self.directory)
             fs.makedirs(self.directory)
             log(f"[{self.name}] running → {self.directory}")
         t0 = time.time()
@@ -374,7 +392,7 @@ def run_stages(stages: Sequence[StageDef], log) -> dict[str, str]:
             raise ValueError(f"stage {s.name}: upstream {missing} not declared before it")
         keys[s.name], legacy = s.keys([keys[u] for u in s.upstream])
         if s.run is not None:
-            stage = Stage(s.name, s.folder, keys[s.name], s.done_file, s.local, legacy, s.resumable)
+            stage = Stage(s.name, s.folder, keys[s.name], s.done_file, s.local, legacy, s.resumable, s.legacy_done)
             stage.run(s.run, log)
             keys[s.name] = stage.current_key() or keys[s.name]  # a reused legacy key stands for it downstream
         elif s.folder:
@@ -470,7 +488,7 @@ def plan_stages(cfg: RunConfig, files: DataFiles, fn: StageFunctions = StageFunc
                            "lowres": typed.to_dict(cfg.lowres) if cfg.lowres else None,
                            "validation": _validation_key(cfg.validation),
                            "unlabeled_limit": cfg.unlabeled_limit},
-        run=(lambda out: split_data(files.train, out, cfg)) if split else None, done_file=SPLIT_STATS_FILE)]
+        run=(lambda out: _split_stage(files.train, out, cfg)) if split else None, done_file=SPLIT_STATS_FILE)]
     def given_teacher(name: str, path: str) -> StageDef:  # a given teacher: its weights are the key
         return StageDef(name, path, {
             "path": path if fs.is_remote(path) else os.path.abspath(path),
@@ -487,7 +505,7 @@ def plan_stages(cfg: RunConfig, files: DataFiles, fn: StageFunctions = StageFunc
             name, out_dir, lambda: {"settings": teacher_settings(tc), "selection": fingerprint(selection)}, ("data",),
             run=lambda out: fn.teacher(replace(tc, resume=resumable(out)), train=remote.local_file(labeled),
                                        dev=remote.local_file(selection), output=out, overwrite=True),
-            done_file=schema.METRICS_FILE, local=True, kind=kind, resumable=resumable)
+            legacy_done=schema.METRICS_FILE, local=True, kind=kind, resumable=resumable)
 
     members: list[str] = []  # an ensemble's teachers, each its own stage (cached), in score.combine's order
     if cfg.teacher_paths or cfg.teacher_seeds:
@@ -523,7 +541,7 @@ def plan_stages(cfg: RunConfig, files: DataFiles, fn: StageFunctions = StageFunc
         # agreement with the teacher on rows they never trained on; its labels are the transfer set's
         # (read once the augment stage has written them)
         StageDef("dev", dev_set, lambda: {"dev": fingerprint(selection), "columns": columns, "labels": labels()},
-                 run=lambda out: write_eval_set(selection, out, labels(), **a.column_kwargs())),
+                 run=lambda out: write_eval_set(selection, out, labels(), **a.column_kwargs(), overwrite=True)),
         StageDef("dev.score", dev_scored, score_settings, ("dev", "teacher"), kind="score",
                  run=lambda out: fn.score(cfg.score, input=dev_set, teacher=scorer, output=out,
                                           beam_cfg=beams["dev.score"], overwrite=True)),
@@ -544,7 +562,7 @@ def plan_stages(cfg: RunConfig, files: DataFiles, fn: StageFunctions = StageFunc
                         ("score", "dev.score", *(("layer_texts",) if name in rest else ())),
                         run=lambda work, s_cfg=(replace(s_cfg, layer_texts=rest_dir) if name in rest else s_cfg):
                         fn.student(s_cfg, scored_dir, dev_scored, work, overwrite=True),
-                        done_file=schema.METRICS_FILE, local=True, kind="student",
+                        legacy_done=schema.METRICS_FILE, local=True, kind="student",
                         legacy=functools.partial(student_legacy_settings, s_cfg))
                for name, s_cfg in cfg.students.items()]
     # compress: cheaper models made from the teacher and the students, tested and timed beside them
@@ -568,6 +586,14 @@ def plan_stages(cfg: RunConfig, files: DataFiles, fn: StageFunctions = StageFunc
     if isinstance(scorer, list):  # the report shows the ensemble and each member
         paths.update(teachers=scorer, combine=cfg.score.combine, dev_scored=dev_scored)
     return RunPlan(stages, selection, test, paths)
+
+
+def _split_stage(train: str, out: str, cfg: RunConfig) -> dict:
+    """The data stage: split_data writes its files by name, without the output protocol; they are cleared by
+    name first, so a split that writes fewer (no validation) leaves none of an earlier one's beside them."""
+    fs.delete([fs.join(out, name) for name in (LABELED_FILE, UNLABELED_FILE, VALIDATION_FILE, REST_FILE,
+                                               SPLIT_STATS_FILE)])
+    return split_data(train, out, cfg)
 
 
 def _validation_key(validation) -> Optional[dict]:
@@ -636,6 +662,7 @@ def evaluate_on_test(test: str, models: dict[str, Any], out: str, a: AugmentConf
     A model given as a list is a teacher ensemble (`ensemble_kwargs`: its combine setting): its result
     holds each member's too. `speeds`: the early-exit threshold of the models with exits, by name."""
     speeds = speeds or {}
+    fs.delete(fs.join(out, TEST_RESULTS_FILE))  # written without the output protocol: cleared by name
     results = {name: evaluate_fn(path, test, **a.column_kwargs(), **(ensemble_kwargs if isinstance(path, list) else {}),
                                  **({"speed": speeds[name]} if name in speeds else {}))
                for name, path in models.items()}

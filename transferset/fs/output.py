@@ -422,6 +422,21 @@ class Output:
         return fs.exists(self.join(schema.COMPLETE_MARKER))
 
 
+def clear(path: str) -> list[str]:
+    """Delete what transferset wrote at `path`, as `prepare` with --overwrite would (the files its record lists,
+    then the folders that leaves empty), keeping others' files and the record; → the paths deleted (in OUT).
+
+    For a folder written elsewhere and uploaded into `path` (`transferset run`'s staged stages), where the
+    writer's own Output sees the staging folder, not this one."""
+    out = Output(path, "clear")
+    if not fs.isdir(out.path):
+        return []
+    st = out.state()
+    _delete_files(out.path, st.files)
+    _remove_empty_folders(out.path, st.ours)
+    return st.files
+
+
 def _names(value: Any) -> Optional[list[str]]:
     """A manifest's list of entry names; None when it is not one (absent, or damaged)."""
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
