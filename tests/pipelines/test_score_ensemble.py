@@ -249,4 +249,4 @@ def test_members_of_other_depth_and_width_score_beside_the_primary(tmp_path, tra
         assert_reordered(row[schema.member_logits_column(1)], small_logits, layers=4)
         assert_reordered(row[schema.TEACHER_LOGITS], (big_logits + small_logits) / 2, layers=4)
         np.testing.assert_allclose(np.asarray(row[schema.hidden_layer_column(1)], np.float32), big_hidden[1],
-                                   rtol=F16, atol=tiny_bert(hidden[1], layers=4))
+                                   rtol=F16, atol=tiny_bert(big_hidden[1], layers=4))
