@@ -309,7 +309,7 @@ class StageDef:
     # theirs is current too, and its key stands for it downstream
     legacy: Optional[Callable[[Any], list]] = None
     # resumable(folder) → whether the folder holds a killed run of this stage's work that it goes on from
-    # (a teacher's checkpoint): then the folder is not cleared, the stage's own output protocol keeps it
+    # (a teacher's checkpoint): the stage then runs with resume, and its own output protocol keeps the checkpoint
     resumable: Optional[Callable[[str], bool]] = None
 
     def keys(self, upstream_keys: Sequence[str]) -> tuple[str, tuple[str, ...]]:
