@@ -53,13 +53,15 @@ from students.student import EXPORT_KEY, ONNX_FILE, OnnxStudent, Student
 from students.tokens import WordPieceTokens
 from transferset import __version__, fs, schema
 from transferset.card import write_card
-from transferset.errors import UserError
-from transferset.fs.output import MODEL_NAMES, Output
+from transferset.errors import ConfigError, UserError
+from transferset.fs.output import MODEL_NAMES, WHAT, Output
 from transferset.fs.remote import local_teacher
 
 FORMATS = ("onnx",)
 QUANTIZE = ("int8",)
 OPSET = 17
+# The commands whose folder holds a model of their own (weights, metrics): an export never replaces one.
+MODEL_COMMANDS = ("teacher", "train", "prune", "exits")
 TOLERANCE = 1e-4  # max |logit difference| between onnxruntime and PyTorch on CHECK_TEXTS, per unit of logit
 TOKENIZER_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 OUTPUT = "logits"
@@ -291,9 +293,34 @@ def export(model_path: str, output: str, *, format: str = "onnx", opset: int = O
         raise UserError(f"export: unknown --quantize {quantize!r}; known: {', '.join(QUANTIZE)}")
     # A folder holding a model (a teacher's config.json and tokenizer) is refused like every output.
     out = Output(output, "export", names=MODEL_NAMES, overwrite=overwrite, inputs=[model_path])
+    refuse_a_model_folder(out)
     with out.writing():
         result = _export(model_path, out, format=format, opset=opset, max_length=max_length, quantize=quantize)
     return result
+
+
+def refuse_a_model_folder(out: Output) -> None:
+    """A teacher's or a student's folder is never an export's to replace, --overwrite or not (its weights and
+    metrics would go): one usage error naming what it holds, before anything is changed. Told by its record
+    (the command that wrote it) or, with no record, by a model's files (config.json, a student's sidecar or
+    model/ folder) without an ONNX graph."""
+    try:
+        if not fs.isdir(out.path):
+            return
+        manifest = out.manifest()
+        names = {fs.basename(p) for p in fs.listdir(out.path)}
+    except UserError:  # a URL fsspec cannot read: the protocol says what it does with it
+        return
+    command = manifest["command"] if manifest is not None else None
+    model_files = sorted(names & {schema.HF_CONFIG_FILE, schema.STUDENT_SIDECAR_FILE, schema.STUDENT_MODEL_DIR})
+    if command in MODEL_COMMANDS:
+        what = f"{WHAT.get(command, 'a model')} written by `transferset {command}`"
+    elif command != "export" and ONNX_FILE not in names and model_files:
+        what = f"a model ({', '.join(model_files)})"
+    else:
+        return
+    raise ConfigError(f"--output {out.path} holds {what}: an export never replaces a teacher or student folder; "
+                      f"choose another --output (e.g. {out.path.rstrip('/')}-onnx)")
 
 
 def _export(model_path: str, out: Output, *, format: str, opset: int, max_length: Optional[int],

@@ -19,6 +19,7 @@ from transferset import fs, schema, transfer
 from transferset.app.cli import main
 from transferset.app.runner import STAGE_FILE
 import builders as testing
+from tolerances import tiny_bert
 
 TRAIN_ROWS, DEV_ROWS = 120, 60
 STUDENT = {"student": "bilstm", "epochs": 1, "ce": 1.0, "mse": 1.0, "batch_size": 32, "latency_examples": 8,
@@ -82,7 +83,7 @@ def _assert_same_logits(remote: dict, local: dict) -> None:
     a = np.array([remote[i][schema.TEACHER_LOGITS] for i in ids])
     b = np.array([local[i][schema.TEACHER_LOGITS] for i in ids])
     assert a.shape == (len(ids), 2) and np.abs(a).max() > 0
-    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(a, b, rtol=0, atol=tiny_bert(b))  # batches cut elsewhere: reordered sums (tests/tolerances.py)
 
 
 @pytest.mark.integration

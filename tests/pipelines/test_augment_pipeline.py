@@ -390,3 +390,25 @@ def test_every_source_excluded_leaves_one_empty_readable_file_and_no_dedup_files
     assert transfer.read_table(str(out)).num_rows == 0
     assert transfer.read_metadata(str(out))[schema.META_LABEL_NAMES] == ["0", "1"]
     assert not (out / "_dedup").exists()  # the bucket files are removed once the set is written
+
+
+def test_a_users_files_inside_data_and_rejects_survive_a_rerun_and_an_overwrite(tmp_path):
+    """Issue 42: the record named the whole data/ folder: a rerun onto an unfinished transfer set deleted the
+    user's data/keep.txt, and --overwrite on a complete one rejects/mine.jsonl too."""
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"text": "a fine film", "label": 1}\n{"text": "a dull film", "label": 0}\n{"text": 3}\n')
+    p = tmp_path / "p"
+    args = ["augment", "--input", str(src), "--output", str(p), "--n-iter", "2", "--ops", "mask"]
+    assert main(args) == 0
+    ids = sorted(r["id"] for r in _rows(p))
+    (p / schema.COMPLETE_MARKER).unlink()
+    (p / "data" / "keep.txt").write_text("x\n")
+    (p / "rejects" / "mine.jsonl").write_text('{"mine": true}\n')
+    assert main(args) == 0  # an unfinished run of augment: ours to redo
+    assert main(args + ["--overwrite"]) == 0  # a complete one, replaced
+    assert (p / "data" / "keep.txt").read_text() == "x\n"
+    assert (p / "rejects" / "mine.jsonl").read_text() == '{"mine": true}\n'
+    assert sorted(r["id"] for r in _rows(p)) == ids and (p / schema.COMPLETE_MARKER).exists()
+    files = json.loads((p / schema.MANIFEST_FILE).read_text())["files"]
+    assert "data/keep.txt" not in files and "rejects/mine.jsonl" not in files
+    assert [f for f in files if f.endswith(".parquet")] and [f for f in files if f.startswith("rejects/")]

@@ -18,6 +18,7 @@ from students.transformer import TransformerConfig
 from transferset import loading, pruning, schema, testing
 from transferset.app import cli
 from transferset.teacher.scoring import Teacher
+from tolerances import assert_reordered  # reordered sums, at most 4 layers deep
 
 TEXTS = [f"{a} {b} {c}" for a in testing.WORDS[:40] for b in ("good", "bad") for c in ("movie", "plot ever")]
 
@@ -64,7 +65,7 @@ def test_prune_removes_the_heads_then_recovers_from_the_cached_teacher_logits(ta
     after = student.logits(TEXTS)
     mse = lambda x: float(((x - task["targets"]) ** 2).mean())  # noqa: E731
     assert mse(after) < 0.5 * mse(before)
-    np.testing.assert_allclose(Teacher.load(str(out)).predict(TEXTS).logits, after, atol=1e-4)  # packed scorer
+    assert_reordered(Teacher.load(str(out)).predict(TEXTS).logits, after, layers=4)  # packed scorer
     capsys.readouterr()
     assert cli.main(["evaluate", "--model", str(out), "--data", task["selection"], "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["accuracy"] == pytest.approx(sel["accuracy_final"])
@@ -89,7 +90,7 @@ def test_a_pruned_student_stays_a_student_and_exports_to_onnx(task, tmp_path):
     assert cli.main(["export", "--model", str(out), "--output", str(tmp_path / "onnx")]) == 0
     onnx = Student.from_pretrained(str(tmp_path / "onnx"))
     assert isinstance(onnx, OnnxStudent)
-    np.testing.assert_allclose(onnx.logits(TEXTS), expect, atol=1e-4)
+    assert_reordered(onnx.logits(TEXTS), expect, layers=4)
     # An export is refused as an input, with what to do instead.
     assert cli.main(["prune", "--model", str(tmp_path / "onnx"), "--selection", task["selection"],
                      "--output", str(tmp_path / "again"), "--epochs", "0"]) == 1

@@ -15,6 +15,7 @@ from students.student import Predictions, Student
 from transferset import schema, testing
 from transferset.app.cli import main
 from transferset.config import StudentConfig
+from tolerances import assert_reordered  # tests/tolerances.py: a bound from the arithmetic
 
 
 def _trained_once(values: dict, scored_dir: str):
@@ -101,7 +102,7 @@ def test_saved_transformer_loads_with_from_pretrained_alone(transformer_dir, sst
     assert model.config.num_hidden_layers == 2 and model.config.id2label == {0: "0", 1: "1"}
     with torch.no_grad():
         theirs = model(**tok(sst2_dev_texts, padding=True, truncation=True, return_tensors="pt")).logits.numpy()
-    np.testing.assert_allclose(theirs, ours, atol=1e-4, rtol=1e-4)
+    assert_reordered(theirs, ours, hidden=128, layers=2)  # transformers' modules, other batches: reordered sums
     assert np.array_equal(theirs.argmax(1), ours.argmax(1))
 
 
@@ -115,7 +116,8 @@ def test_saved_transformer_runs_in_a_text_classification_pipeline(transformer_di
     theirs = clf(sst2_dev_texts, batch_size=16, truncation=True)
     assert [r["label"] for r in theirs] == ours.labels
     assert set(ours.labels) == {"0", "1"}  # both labels occur: the comparison can fail
-    np.testing.assert_allclose([r["score"] for r in theirs], ours.probabilities.max(1), atol=1e-4)
+    # probabilities move less than the logits they come from: the logits' bound (reordered sums)
+    assert_reordered([r["score"] for r in theirs], ours.probabilities.max(1), hidden=128, layers=2)
 
 
 def test_a_hugging_face_classifier_loads_as_a_student(tiny_teacher4, sst2_dev_texts):
@@ -128,7 +130,7 @@ def test_a_hugging_face_classifier_loads_as_a_student(tiny_teacher4, sst2_dev_te
     with torch.no_grad():
         theirs = model(**tok(sst2_dev_texts, padding=True, truncation=True, max_length=32,
                              return_tensors="pt")).logits.numpy()
-    np.testing.assert_allclose(student.logits(sst2_dev_texts), theirs, atol=1e-4, rtol=1e-4)
+    assert_reordered(student.logits(sst2_dev_texts), theirs, layers=4)  # other batches: reordered sums
 
 
 def test_a_model_left_in_training_mode_predicts_in_eval_mode_and_one_in_eval_mode_is_not_walked(

@@ -72,6 +72,11 @@ def test_resume_keeps_the_data_and_clears_the_rest(tmp_path):
     resumed.prepare(keep=(schema.DATA_DIR,))
     assert sorted(p.name for p in out.iterdir()) == [schema.MANIFEST_FILE, schema.DATA_DIR]
     assert (out / schema.DATA_DIR / "part-0.parquet").read_bytes() == b"rows"
+    # The kept shards are the run's own again when it finishes (issue 42: recorded by name).
+    (out / schema.DATA_DIR / "part-1.parquet").write_bytes(b"more rows")
+    resumed.finish({})
+    assert json.loads((out / schema.MANIFEST_FILE).read_text())["files"] == [
+        schema.COMPLETE_MARKER, "data/part-0.parquet", "data/part-1.parquet", schema.STATS_FILE]
     other = tmp_path / "other"
     _run(other, "augment")  # --resume completes a run of score only
     with pytest.raises(UserError, match="already holds a complete run of `transferset augment`"):
@@ -111,16 +116,104 @@ def test_an_earlier_versions_complete_layout_is_recognised_by_its_names(tmp_path
     out = tmp_path / "out"
     (out / schema.DATA_DIR).mkdir(parents=True)
     (out / schema.DATA_DIR / "part-00000.parquet").write_bytes(b"rows")
+    (out / schema.DATA_DIR / "keep.tsv").write_text("mine")  # issue 42: another's file inside that layout
     (out / schema.STATS_FILE).write_text("{}")
     (out / schema.COMPLETE_MARKER).write_text("")
     with pytest.raises(UserError, match=r"already holds a complete run of an earlier transferset version"):
         Output(str(out), "score").check()
+    # Inside data/, only the names transferset gives its files are taken for ours: keep.tsv stays.
     _run(out, "score", overwrite=True)
-    # Another's file among them: not that layout, so nothing there is taken for ours.
+    assert sorted(p.name for p in (out / schema.DATA_DIR).iterdir()) == ["keep.tsv", "part-0.parquet"]
+    assert (out / schema.DATA_DIR / "keep.tsv").read_text() == "mine"
+    # A folder of others' files with other names at its top is not that layout: nothing there is ours.
     (out / schema.MANIFEST_FILE).unlink()
-    (out / schema.DATA_DIR / "keep.tsv").write_text("mine")
-    with pytest.raises(UserError, match=r"holds _COMPLETE, data/ \(keep.tsv, part-0.parquet\), rejects/ "):
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(UserError, match=r"holds _COMPLETE, data/ \(keep.tsv, part-0.parquet\), notes.txt, rejects/ "):
         Output(str(out), "score", overwrite=True).check()
+
+
+def _tree(path) -> dict:
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def test_a_users_files_inside_data_and_rejects_survive_a_rerun_and_an_overwrite(tmp_path):
+    """Issue 42: the record named the whole data/ folder, so a rerun onto an unfinished output (and --overwrite
+    onto a complete one) deleted a user's data/keep.txt and rejects/mine.jsonl with it."""
+    out = tmp_path / "out"
+    _run(out, "augment")
+    manifest = json.loads((out / schema.MANIFEST_FILE).read_text())
+    assert manifest["files"] == sorted([schema.COMPLETE_MARKER, "data/part-0.parquet", "rejects/rejects.jsonl",
+                                        schema.STATS_FILE])
+    (out / schema.COMPLETE_MARKER).unlink()  # as a killed rerun would leave it
+    (out / schema.DATA_DIR / "keep.txt").write_text("x")
+    (out / schema.REJECTS_DIR / "mine.jsonl").write_text('{"mine": 1}\n')
+    (out / schema.DATA_DIR / "notes").mkdir()
+    (out / schema.DATA_DIR / "notes" / "a.md").write_text("kept with its folder")
+    mine = {rel: data for rel, data in _tree(out).items() if "keep" in rel or "mine" in rel or "notes" in rel}
+    assert len(mine) == 3
+    _run(out, "augment")  # an unfinished run of the same command: redone without --overwrite
+    assert {rel: data for rel, data in _tree(out).items() if rel in mine} == mine
+    manifest = json.loads((out / schema.MANIFEST_FILE).read_text())
+    assert manifest["kept_files"] == sorted(mine) and not set(mine) & set(manifest["files"])
+    _run(out, "augment", overwrite=True)  # --overwrite onto a complete output: the same
+    _run(out, "score", overwrite=True)  # another command's
+    assert {rel: data for rel, data in _tree(out).items() if rel in mine} == mine
+    assert sorted(_tree(out)) == sorted([schema.MANIFEST_FILE, schema.COMPLETE_MARKER, "data/part-0.parquet",
+                                         "rejects/rejects.jsonl", schema.STATS_FILE, *mine])
+    # Only files are ours: what is left of a folder of others' after clearing stays, a folder left empty goes.
+    again = Output(str(out), "score", overwrite=True)
+    again.check()
+    again.prepare()
+    assert sorted(_tree(out)) == sorted([schema.MANIFEST_FILE, *mine])
+    assert (out / schema.DATA_DIR / "notes").is_dir() and not (out / schema.STATS_FILE).exists()
+    (out / schema.DATA_DIR / "keep.txt").unlink()
+    (out / schema.DATA_DIR / "notes" / "a.md").unlink()
+    (out / schema.REJECTS_DIR / "mine.jsonl").unlink()
+    (out / schema.DATA_DIR / "notes" / "deep").mkdir()  # empty folders hold nothing to lose
+    again = Output(str(out), "score")
+    again.check()
+    again.prepare()
+    assert sorted(p.name for p in out.iterdir()) == [schema.MANIFEST_FILE]
+
+
+def test_a_killed_run_and_an_earlier_record_clear_only_the_names_transferset_gives_its_files(tmp_path):
+    """No finished list of files (a run killed before it ended, or a record of an earlier version naming top-level
+    entries only): inside data/ and rejects/ only shards, JSON lines and temporary files are ours."""
+    out = tmp_path / "out"
+    _run(out, "score", finish=False)
+    (out / schema.DATA_DIR / "_tmp-1.partial").write_bytes(b"half")  # a write the kill cut short
+    (out / schema.DATA_DIR / "beam-temp-part-1" / "x").mkdir(parents=True)  # Beam's temporary shards
+    (out / schema.DATA_DIR / "beam-temp-part-1" / "x" / "shard").write_bytes(b"half")
+    (out / schema.DATA_DIR / "keep.txt").write_text("put there after the kill")
+    again = Output(str(out), "score")
+    again.check()
+    again.prepare()
+    assert sorted(_tree(out)) == [schema.MANIFEST_FILE, "data/keep.txt"]
+    # A record of an earlier version: top-level names only.
+    _run(out, "score")
+    (out / schema.REJECTS_DIR / "mine.txt").write_text("mine")
+    (out / schema.MANIFEST_FILE).write_text(json.dumps({"command": "score", "kept": [], "written": [
+        schema.COMPLETE_MARKER, schema.DATA_DIR, schema.REJECTS_DIR, schema.STATS_FILE]}))
+    with pytest.raises(UserError, match=r"already holds a complete run of `transferset score`"):
+        Output(str(out), "score").check()
+    _run(out, "augment", overwrite=True)
+    assert (out / schema.DATA_DIR / "keep.txt").read_text() == "put there after the kill"
+    assert (out / schema.REJECTS_DIR / "mine.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("rel", ["data/extra.parquet", "data/x.jsonl", "rejects/rejects-00000-of-00001.jsonl"])
+def test_anothers_file_the_run_would_read_as_its_own_or_write_over_is_refused(tmp_path, rel):
+    """A shard of another's inside data/ would be read as part of the set; a file named as transferset names its
+    rejects would be written over: refused whatever the flags, and left as it was."""
+    out = tmp_path / "out"
+    _run(out, "augment")
+    (out / rel).write_text("mine")
+    for flags in ({}, {"overwrite": True}):
+        with pytest.raises(UserError, match=rf"holds {rel}, which transferset did not write, where `transferset "
+                                            r"augment` writes its own files: .* move it away or choose another "
+                                            r"--output"):
+            Output(str(out), "augment", **flags).check()
+    assert (out / rel).read_text() == "mine"
 
 
 def test_an_output_that_contains_an_input_is_refused_whatever_the_flags(tmp_path, monkeypatch):
@@ -208,3 +301,20 @@ def test_writing_finishes_a_block_that_ends_well_and_leaves_a_failed_one_unfinis
             raise RuntimeError("killed")
     assert not (out / schema.COMPLETE_MARKER).exists() and not (out / schema.LOCK_FILE).exists()
     assert Output(str(out), "train", names=STUDENT_NAMES).check().command == "train"  # ours, unfinished: redone
+
+
+def test_clear_deletes_what_the_record_lists_and_keeps_the_rest(tmp_path):
+    """`transferset run` clears a staged stage's URL folder this way before uploading into it (issue 42)."""
+    from transferset.fs.output import clear
+    import fsspec
+
+    url = f"memory://{tmp_path.name}/stage"
+    with Output(url, "train", names=STUDENT_NAMES).writing() as out:
+        out.prepare()
+        fsspec.filesystem("memory").pipe(f"/{tmp_path.name}/stage/model/w.bin", b"weights")
+    fsspec.filesystem("memory").pipe(f"/{tmp_path.name}/stage/model/notes.txt", b"mine")
+    fsspec.filesystem("memory").pipe(f"/{tmp_path.name}/stage/.stage.json", b"{}")
+    assert sorted(clear(url)) == [schema.COMPLETE_MARKER, "model/w.bin"]
+    left = sorted(p.split("/stage/")[1] for p in fsspec.filesystem("memory").find(f"/{tmp_path.name}/stage"))
+    assert left == [".stage.json", schema.MANIFEST_FILE, "model/notes.txt"]
+    assert clear(f"memory://{tmp_path.name}/nothing") == []

@@ -5,6 +5,7 @@ import torch
 
 from transferset import loading, pruning, testing
 from transferset.teacher.scoring import Teacher
+from tolerances import tiny_bert
 
 TEXTS = ["a good movie", "the worst film ever made , dull and too long", "i love this story", "not funny at all"]
 HEADS, SIZE = 4, 8  # tiny_classifier(hidden_size=32, num_heads=4): head size 8
@@ -55,7 +56,8 @@ def test_the_pruned_model_is_the_original_with_those_heads_masked(tiny):
         with pruning.head_gates(model, {0: torch.tensor([1.0, 0, 1, 0]), 1: torch.tensor([0.0, 1, 1, 1])}):
             masked = model(**batch).logits
         out = pruned(**batch).logits
-    assert torch.allclose(out, masked, atol=1e-5)
+    # pruned matmuls have other shapes than the masked ones: reordered sums (tests/tolerances.py)
+    assert torch.allclose(out, masked, atol=tiny_bert(masked.numpy()), rtol=0)
     assert (out - whole).abs().max() > 0.1  # the removed heads mattered: the equality above says something
 
 
@@ -76,13 +78,15 @@ def test_importance_is_the_sum_over_rows_of_each_rows_absolute_gradient(tiny):
     batch = dict(inputs(tokenizer), labels=torch.tensor([1, 0, 1, 0]))
     together = pruning.head_importance(model, [batch])
     alone = sum(pruning.head_importance(model, [{k: v[i:i + 1] for k, v in batch.items()}]) for i in range(len(TEXTS)))
-    np.testing.assert_allclose(together, alone, rtol=1e-5)
+    # a batch of 4 against 4 batches of one: the forward's and the backward's sums (as many again) reordered,
+    # on gradients of the scale of the importances (tests/tolerances.py)
+    np.testing.assert_allclose(together, alone, rtol=0, atol=2 * tiny_bert(alone))
     # Against the gradient of one gate vector shared by the batch: |Σ_rows| is not Σ_rows |.|.
     gates = {layer: torch.ones(HEADS, requires_grad=True) for layer in range(2)}
     with pruning.head_gates(model, gates):
         torch.nn.functional.cross_entropy(model(**inputs(tokenizer)).logits, batch["labels"], reduction="sum").backward()
     shared = np.stack([gates[layer].grad.abs().numpy() for layer in range(2)])
-    assert np.all(shared <= together + 1e-6) and not np.allclose(shared, together)
+    assert np.all(shared <= together + 2 * tiny_bert(together)) and not np.allclose(shared, together)
 
 
 def test_the_ranking_picks_the_heads_that_cannot_change_the_output(tiny):
@@ -141,9 +145,11 @@ def test_the_packed_scorer_serves_a_pruned_teacher_and_its_probe_checks_it(tiny,
     packed = Teacher.load(str(tmp_path), forward="packed")
     assert packed.packed is not None
     padded = Teacher.load(str(tmp_path), forward="padded")
-    np.testing.assert_allclose(packed.predict(TEXTS).logits, padded.predict(TEXTS).logits, atol=1e-4)
+    want = padded.predict(TEXTS).logits
+    np.testing.assert_allclose(packed.predict(TEXTS).logits, want, atol=tiny_bert(want), rtol=0)  # reordered sums: tests/tolerances.py
     with torch.no_grad():
-        np.testing.assert_allclose(padded.predict(TEXTS).logits, pruned(**inputs(tokenizer)).logits.numpy(), atol=1e-5)
+        want = pruned(**inputs(tokenizer)).logits.numpy()
+        np.testing.assert_allclose(padded.predict(TEXTS).logits, want, atol=tiny_bert(want), rtol=0)  # reordered sums: tests/tolerances.py
     # The probe is what guards it: a packed layer reading the unpruned head count would differ, and is refused.
     from transferset import packed as packed_path
 

@@ -20,7 +20,8 @@ token_type_ids where the tokenizer emits them; output logits; dynamic batch and 
 tokenizer, and config.json with id2label. `transferset predict` / `evaluate --model OUT` run it on
 onnxruntime; so do onnxruntime and the tokenizer alone (the snippet in students/export.py).
 With --quantize int8, model.onnx is the int8 graph (same inputs and output), kept only when it
-agrees with the model on the check sentences; config.json records the tolerance and the difference."""
+agrees with the model on the check sentences; config.json records the tolerance and the difference.
+OUT is never a teacher's or a student's folder, --overwrite or not (exit 2): choose another --output."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

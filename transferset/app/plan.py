@@ -182,7 +182,7 @@ def make_run(cfg: RunConfig, files: DataFiles, fn: StageFunctions) -> Run:
 def data_stage(r: Run) -> StageDef:
     """The train file and how it is split: a stage only when a split is asked, an input key always."""
     return StageDef("data", r.data_dir, keys.data(r.cfg, fingerprint(r.files.train)),
-                    run=(lambda out: split_data(r.files.train, out, r.cfg)) if r.split else None,
+                    run=(lambda out: split_stage(r.files.train, out, r.cfg)) if r.split else None,
                     done_file=SPLIT_STATS_FILE)
 
 
@@ -203,7 +203,7 @@ def trained_teacher(r: Run, name: str, out_dir: str, tc, can_resume: Callable, k
         name, out_dir, lambda: {"settings": keys.teacher(tc), "selection": fingerprint(r.selection)}, ("data",),
         run=lambda out: r.fn.teacher(replace(tc, resume=resumable(out)), train=remote.local_file(r.labeled),
                                      dev=remote.local_file(r.selection), output=out, overwrite=True),
-        done_file=schema.METRICS_FILE, local=True, kind=kind, resumable=resumable)
+        legacy_done=schema.METRICS_FILE, local=True, kind=kind, resumable=resumable)
 
 
 def teacher_stages(r: Run, can_resume: Callable) -> tuple[list[StageDef], str, list[str]]:
@@ -252,7 +252,8 @@ def dev_stage(r: Run) -> StageDef:
     columns = list(r.augment.column_kwargs().values())
     return StageDef("dev", r.d("dev", "transfer"),
                     lambda: {"dev": fingerprint(r.selection), "columns": columns, "labels": r.labels()},
-                    run=lambda out: write_eval_set(r.selection, out, r.labels(), **r.augment.column_kwargs()))
+                    run=lambda out: write_eval_set(r.selection, out, r.labels(), **r.augment.column_kwargs(),
+                                                   overwrite=True))
 
 
 def layer_texts_stages(r: Run) -> tuple[list[StageDef], set[str]]:
@@ -276,7 +277,7 @@ def student_stages(r: Run, rest: set[str]) -> list[StageDef]:
                         ("score", "dev.score", *(("layer_texts",) if name in rest else ())),
                         run=lambda work: r.fn.student(run_cfg, r.d("scored"), r.d("dev", "scored"), work,
                                                       overwrite=True),
-                        done_file=schema.METRICS_FILE, local=True, kind="student",
+                        legacy_done=schema.METRICS_FILE, local=True, kind="student",
                         legacy=functools.partial(keys.student_legacy, s_cfg))
 
     return [one(name, s_cfg) for name, s_cfg in r.cfg.students.items()]
@@ -370,6 +371,14 @@ def _int8_stage(fn: StageFunctions, name: str, source: str, out: str, length: Op
                           "stage is reused)") from None
 
 
+def split_stage(train: str, out: str, cfg: RunConfig) -> dict:
+    """The data stage: split_data writes its files by name, without the output protocol; they are cleared by
+    name first, so a split that writes fewer (no validation) leaves none of an earlier one's beside them."""
+    fs.delete([fs.join(out, name) for name in (LABELED_FILE, UNLABELED_FILE, VALIDATION_FILE, REST_FILE,
+                                               SPLIT_STATS_FILE)])
+    return split_data(train, out, cfg)
+
+
 def evaluate_on_test(test: str, models: dict[str, Any], out: str, a: AugmentConfig,
                      evaluate_fn: Callable = evaluate, speeds: Optional[dict[str, float]] = None,
                      **ensemble_kwargs: Any) -> dict:
@@ -378,6 +387,7 @@ def evaluate_on_test(test: str, models: dict[str, Any], out: str, a: AugmentConf
     A model given as a list is a teacher ensemble (`ensemble_kwargs`: its combine setting): its result
     holds each member's too. `speeds`: the early-exit threshold of the models with exits, by name."""
     speeds = speeds or {}
+    fs.delete(fs.join(out, TEST_RESULTS_FILE))  # written without the output protocol: cleared by name
     results = {name: evaluate_fn(path, test, **a.column_kwargs(), **(ensemble_kwargs if isinstance(path, list) else {}),
                                  **({"speed": speeds[name]} if name in speeds else {}))
                for name, path in models.items()}

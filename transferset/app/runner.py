@@ -24,7 +24,7 @@ import yaml
 from pipelines.runtime import check_beam
 from students.losses import check as check_losses
 from students.teacher_files import check_dir_setting, refuse_student_folder
-from transferset import fs, loading, typed
+from transferset import fs, loading, schema, typed
 from transferset.augment import check_ops, needs
 from transferset.card import update_run_cards
 from transferset.app import init as starter_init
@@ -38,6 +38,7 @@ from transferset.errors import ConfigError, UserError
 from transferset.fs import remote
 from transferset.fs.lock import output_lock
 from transferset.sources import HF_PREFIX, check_hf_names
+from transferset.fs.output import clear as clear_output
 from transferset.teacher import ensemble
 from transferset.teacher.train import can_resume as can_resume_teacher
 from transferset.training import check_engine
@@ -215,11 +216,19 @@ class Stage:
     local: bool = False
     legacy_keys: tuple[str, ...] = ()  # earlier keys of the same work (StageDef.legacy)
     resumable: Optional[Callable[[str], bool]] = None  # StageDef.resumable
+    legacy_done: Optional[str] = None  # StageDef.legacy_done
+
+    def finished(self) -> bool:
+        """Whether the folder holds a finished run of its stage's work (its done file)."""
+        if fs.exists(fs.join(self.directory, self.done_file)):
+            return True
+        return (self.legacy_done is not None and fs.exists(fs.join(self.directory, self.legacy_done))
+                and not fs.exists(fs.join(self.directory, schema.MANIFEST_FILE)))
 
     def current_key(self) -> Optional[str]:
         """The key the finished folder holds when it is this stage's (its key or a legacy one), else None."""
         meta = fs.join(self.directory, STAGE_FILE)
-        if not (fs.exists(meta) and fs.exists(fs.join(self.directory, self.done_file))):
+        if not (fs.exists(meta) and self.finished()):
             return None
         stored = fs.read_json(meta).get("key")
         return stored if stored in (self.key, *self.legacy_keys) else None
@@ -230,17 +239,23 @@ class Stage:
     def run(self, fn: Callable[[str], None], log) -> bool:
         """Run fn(output folder) unless the stage is current; return True when it ran.
 
-        The stage file is written last, after any upload, so a stage cut short is redone.
+        The folder is never deleted: the stage's function, called with overwrite=True, clears what
+        transferset wrote there through the output protocol (transferset.fs.output), so others' files
+        in it stay. The runner removes only its own record first; written again last, after any upload,
+        so a stage cut short is redone.
         """
         stored = self.current_key()
         if stored is not None:
             log(f"[{self.name}] up to date ({self.directory}, key {stored}): reused")
             return False
+        fs.delete(fs.join(self.directory, STAGE_FILE))
         if self.resumable is not None and self.resumable(self.directory):
-            fs.delete(fs.join(self.directory, STAGE_FILE))
             log(f"[{self.name}] resuming → {self.directory}")
         else:
-            fs.delete(self.directory)
+            if self.local and fs.is_remote(self.directory):
+                # fn writes a local staging folder, uploaded into this one: what an earlier run wrote here
+                # is cleared by the same protocol first, or files it no longer writes would stay beside
+                clear_output(self.directory)
             fs.makedirs(self.directory)
             log(f"[{self.name}] running → {self.directory}")
         t0 = time.time()
@@ -263,7 +278,7 @@ def run_stages(stages: Sequence[StageDef], log) -> dict[str, str]:
             raise ValueError(f"stage {s.name}: upstream {missing} not declared before it")
         keys[s.name], legacy = s.keys([keys[u] for u in s.upstream])
         if s.run is not None:
-            stage = Stage(s.name, s.folder, keys[s.name], s.done_file, s.local, legacy, s.resumable)
+            stage = Stage(s.name, s.folder, keys[s.name], s.done_file, s.local, legacy, s.resumable, s.legacy_done)
             stage.run(s.run, log)
             keys[s.name] = stage.current_key() or keys[s.name]  # a reused legacy key stands for it downstream
         elif s.folder:

@@ -19,18 +19,25 @@ A writer with no stats (a model) takes the shorthand for open, check and finish:
             ...                # write the model into work
 
 What is ours. Before `prepare` changes anything it writes OUT/.transferset-output.json
-(schema.MANIFEST_FILE): the command, and the entries already there that are not ours and are kept.
-`finish` adds the entries the run wrote. An entry is ours when the manifest lists it as written
-or, for a run that never finished, when it is not among the kept ones (it appeared after the
-manifest). An empty folder holds nothing to lose (a killed `train`'s empty model/). A folder with no
-manifest but exactly the layout an earlier transferset wrote (data/ of Parquet or JSON lines,
-rejects/*.jsonl, stats.json, _COMPLETE) is recognised by those names.
+(schema.MANIFEST_FILE): the command, the top-level entries already there that are not ours (`kept`),
+and the files of others inside the entries that are ours (`kept_files`: a user's data/keep.txt).
+`finish` adds what the run wrote: its top-level entries (`written`) and every file by its path
+inside OUT (`files`). Only files are ours, never a folder as such: `prepare` (with --overwrite too)
+deletes the files an earlier run wrote, then the folders that leaves empty, and keeps everything else.
+A file is ours when the finished record lists it; for a run that never finished, when it appeared
+after the record was written (not among `kept_files`). Inside data/ and rejects/, a file whose
+name transferset never gives (OWN_NAMES) is another's unless a finished record lists it: so are
+they in a folder of an earlier version (a record naming top-level entries only, or no record but
+exactly the layout an earlier transferset wrote: data/, rejects/, stats.json, _COMPLETE). An empty
+folder holds nothing to lose (a killed `train`'s empty model/).
 
 The rules (docs/reliability.md, "Results are never destroyed or mixed"):
 - an output that contains one of the run's inputs is refused, always (a usage error, exit 2);
-- entries transferset did not write are never deleted: without --overwrite a folder holding any is
-  refused, naming them; with --overwrite the run writes beside them, unless one has a name the
-  command writes (data/, a model's config.json...): that is refused whatever the flags;
+- files transferset did not write are never deleted: without --overwrite a folder holding any at its
+  top level is refused, naming them; with --overwrite the run writes beside them, unless one has a
+  name the command writes (data/, a model's config.json...): that is refused whatever the flags.
+  Another's file inside a folder of ours is kept and written beside, unless the run would read it as
+  its own or write over it (OTHERS_CLASH: data/*.parquet, rejects/rejects*.jsonl): refused, always;
 - a complete output is replaced only with --overwrite (`score --resume` completes its own), and so
   is the output of another command; an unfinished output of the same command is ours to redo.
 """
@@ -42,7 +49,7 @@ import json
 import logging
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO, Any, Callable, Iterable, Iterator, Optional, Sequence
 
 from transferset import __version__, fs, schema
@@ -61,6 +68,15 @@ MODEL_NAMES = ("*",)
 STUDENT_NAMES = (schema.STUDENT_MODEL_DIR, schema.METRICS_FILE, schema.CURVES_FILE, schema.REJECTS_DIR,
                  schema.COMPLETE_MARKER)
 REJECTS_FILE = "rejects.jsonl"
+# The names transferset gives what it writes inside data/ and rejects/ (matched on the name right under the
+# folder): shards, JSON lines, open_atomic's temporary files and Beam's temporary folders. Where no finished
+# record lists a run's files (an earlier version's, a killed run's), only these count as ours there.
+OWN_NAMES = {schema.DATA_DIR: ("*.parquet", "*.jsonl", fs.TMP_PREFIX + "*", "beam-temp-*"),
+             schema.REJECTS_DIR: ("*.jsonl", fs.TMP_PREFIX + "*", "beam-temp-*")}
+# Another's file at such a path inside a folder of ours is refused whatever the flags: the output's readers
+# would take it for one of the run's shards (data/), or the run would write over it (its rejects files).
+OTHERS_CLASH = (f"{schema.DATA_DIR}/*.parquet", f"{schema.DATA_DIR}/*.jsonl",
+                f"{schema.REJECTS_DIR}/{REJECTS_FILE.split('.')[0]}*.jsonl")
 OVERWRITE_HELP = ("replace what an earlier transferset run wrote in the output (a complete one, or another "
                   "command's); files transferset did not write are never deleted")
 SHOWN = 5  # entries named in a message
@@ -128,11 +144,22 @@ class State:
     foreign: list[str]  # the other entries: never deleted
     command: Optional[str]  # the command that wrote ours ("" an earlier version's layout; None: nothing)
     complete: bool  # ours holds the completion marker
+    files: list[str] = field(default_factory=list)  # the files under `ours` an earlier run wrote (paths in OUT)
+    others: list[str] = field(default_factory=list)  # the other files under `ours`: kept
 
     def what(self) -> str:
         if self.command:
             return f"`transferset {self.command}` ({WHAT.get(self.command, 'its output')})"
         return "an earlier transferset version (data/, _COMPLETE; no record of the command)"
+
+
+def _own_name(rel: str) -> bool:
+    """Whether `rel` (a path in OUT) has a name transferset gives its files there (OWN_NAMES)."""
+    parts = rel.split("/")
+    patterns = OWN_NAMES.get(parts[0])
+    if patterns is None:
+        return True  # a model's folders, stats.json...: every name there is one a run may write
+    return len(parts) > 1 and any(fnmatch.fnmatchcase(parts[1], pattern) for pattern in patterns)
 
 
 class Output:
@@ -197,7 +224,8 @@ class Output:
         if value is None:
             return None
         if not (isinstance(value, dict) and isinstance(value.get("command"), str) and _names(value.get("kept")) is not None
-                and ("written" not in value or _names(value["written"]) is not None)):
+                and all(key not in value or _names(value[key]) is not None
+                        for key in ("written", "files", "kept_files"))):
             LOG.warning("%s is not a record transferset wrote: the folder's entries count as another's", path)
             return None
         return value
@@ -210,26 +238,34 @@ class Output:
         return not fsys.find(p)
 
     def _earlier_layout(self, entries: Sequence[str]) -> bool:
-        """The folder of an augment, score or predict run of a transferset that kept no manifest."""
-        if schema.COMPLETE_MARKER not in entries or not set(entries) <= set(DATA_NAMES):
-            return False
-        for folder, suffixes in ((schema.DATA_DIR, (".parquet", ".jsonl")), (schema.REJECTS_DIR, (".jsonl",))):
-            fsys, p = fs.filesystem(self.join(folder))
-            if not fsys.isdir(p):
-                continue
-            for entry in fsys.ls(p, detail=True):  # one listing with the types: no request per shard
-                if entry.get("type") == "directory" or not entry["name"].rstrip("/").endswith(suffixes):
-                    return False
-        return True
+        """The folder of an augment, score or predict run of a transferset that kept no manifest: its
+        top-level names (others' files inside data/ and rejects/ are told apart by their names)."""
+        return schema.COMPLETE_MARKER in entries and set(entries) <= set(DATA_NAMES)
+
+    def _files(self, entries: Sequence[str]) -> list[str]:
+        """Every file under the top-level `entries`, as a path in OUT ("data/part-0.parquet"), sorted."""
+        if not entries:
+            return []
+        fsys, root = fs.filesystem(self.path)
+        root = root.rstrip("/")
+        wanted, found = set(entries), []
+        for path in fsys.find(root):  # one listing of the whole folder, not one request per entry
+            rel = path[len(root):].lstrip("/") if path.startswith(root) else ""
+            if rel and rel.split("/")[0] in wanted:
+                found.append(rel)
+        return sorted(found)
 
     def state(self) -> State:
         entries = self._entries()
         manifest = self.manifest()
         command: Optional[str] = None
+        listed: Optional[list[str]] = None  # the files a finished run of this version recorded
+        kept_files: list[str] = []  # others' files its record kept inside its entries
         if manifest is not None:
             written, kept = _names(manifest.get("written")), set(manifest["kept"])
             ours = [n for n in entries if (n in written if written is not None else n not in kept)]
             command = manifest["command"][:50] or None
+            listed, kept_files = _names(manifest.get("files")), manifest.get("kept_files") or []
         elif self._earlier_layout(entries):
             ours, command = list(entries), ""
         else:
@@ -238,8 +274,17 @@ class Output:
             command = None
         ours += [n for n in entries if n not in ours and self._empty(n)]
         foreign = [n for n in entries if n not in ours]
+        inside = self._files(ours)
+        if listed is not None:
+            mine = set(listed)
+            files = [f for f in inside if f in mine]
+        else:  # no list of files: those that appeared after the record, by the names transferset gives them
+            skip = set(kept_files)
+            files = [f for f in inside if f not in skip and _own_name(f)]
+        chosen = set(files)
         return State(ours=ours, foreign=foreign, command=command,
-                     complete=schema.COMPLETE_MARKER in ours and command is not None)
+                     complete=schema.COMPLETE_MARKER in chosen and command is not None,
+                     files=files, others=[f for f in inside if f not in chosen])
 
     def _writes(self, name: str) -> bool:
         return any(fnmatch.fnmatchcase(name, pattern) for pattern in self.names)
@@ -293,6 +338,14 @@ class Output:
                                     f"another {self.option}")
                 raise UserError(f"{held}; choose an empty or new {self.option}, or pass --overwrite to write beside "
                                 "them (they are kept)")
+        clash = [f for f in st.others if self._writes(f.split("/")[0])
+                 and any(fnmatch.fnmatchcase(f, pattern) for pattern in OTHERS_CLASH)]
+        if clash:
+            raise UserError(f"{self.path} holds {', '.join(clash[:SHOWN])}{' and more' if len(clash) > SHOWN else ''}, "
+                            f"which transferset did not write, where `transferset {self.command}` writes its own "
+                            "files: it would be read as part of this output or written over, and transferset never "
+                            f"deletes files it did not write, even with --overwrite: move it away or choose another "
+                            f"{self.option}")
         if st.command is not None:
             other = st.command != self.command
             if st.complete and not self.overwrite and not (self.resume and not other):
@@ -307,17 +360,24 @@ class Output:
         return st
 
     def prepare(self, keep: Sequence[str] = ()) -> None:
-        """Record this run in the manifest, then delete what earlier transferset runs wrote here (but
-        `keep`: score --resume keeps its data/). Call once every check passed."""
+        """Record this run in the manifest, then delete the files earlier transferset runs wrote here (but
+        those under the top-level entries `keep`: score --resume keeps its data/) and the folders that
+        leaves empty; others' files stay where they are. Call once every check passed."""
         st = self._checked if self._checked is not None else self.check()
         if self._unchecked:
             return
         fs.makedirs(self.path)
         # Written first: a run killed while clearing still leaves a folder recognised as ours.
         fs.write_json(self.join(MANIFEST_FILE), {
-            "command": self.command, "kept": sorted(st.foreign), "library_version": __version__,
-            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=2, sort_keys=True)
-        fs.delete([self.join(n) for n in st.ours if n not in keep])
+            "command": self.command, "kept": sorted(st.foreign), "kept_files": sorted(st.others),
+            "library_version": __version__, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+            indent=2, sort_keys=True)
+        if st.others:
+            LOG.warning("%s: keeping %s%s (transferset did not write them)", self.path, ", ".join(st.others[:SHOWN]),
+                        f" and {len(st.others) - SHOWN} more" if len(st.others) > SHOWN else "")
+        keep = set(keep)
+        _delete_files(self.path, [f for f in st.files if f.split("/")[0] not in keep])
+        _remove_empty_folders(self.path, [n for n in st.ours if n not in keep])
 
     @contextlib.contextmanager
     def local(self) -> Iterator[str]:
@@ -346,12 +406,15 @@ class Output:
         self.record()
 
     def record(self) -> None:
-        """Add the entries this run wrote to the manifest (after a Beam pipeline wrote its own finish)."""
+        """Add what this run wrote to the manifest: its top-level entries and every file by its path in OUT,
+        less the others' files kept (after a Beam pipeline wrote its shards and its own finish)."""
         if self._unchecked:
             return
         manifest = self.manifest() or {"command": self.command, "kept": []}
-        kept = set(manifest["kept"])
-        manifest["written"] = sorted(n for n in self._entries() if n not in kept)
+        kept, kept_files = set(manifest["kept"]), set(manifest.get("kept_files") or [])
+        written = sorted(n for n in self._entries() if n not in kept)
+        manifest["written"] = written
+        manifest["files"] = [f for f in self._files(written) if f not in kept_files]
         fs.write_json(self.join(MANIFEST_FILE), manifest, indent=2, sort_keys=True)
 
     @property
@@ -359,11 +422,60 @@ class Output:
         return fs.exists(self.join(schema.COMPLETE_MARKER))
 
 
+def clear(path: str) -> list[str]:
+    """Delete what transferset wrote at `path`, as `prepare` with --overwrite would (the files its record lists,
+    then the folders that leaves empty), keeping others' files and the record; → the paths deleted (in OUT).
+
+    For a folder written elsewhere and uploaded into `path` (`transferset run`'s staged stages), where the
+    writer's own Output sees the staging folder, not this one."""
+    out = Output(path, "clear")
+    if not fs.isdir(out.path):
+        return []
+    st = out.state()
+    _delete_files(out.path, st.files)
+    _remove_empty_folders(out.path, st.ours)
+    return st.files
+
+
 def _names(value: Any) -> Optional[list[str]]:
     """A manifest's list of entry names; None when it is not one (absent, or damaged)."""
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
         return value
     return None
+
+
+def _delete_files(out: str, files: Sequence[str]) -> None:
+    """Delete the files at the paths `files` in OUT (one request for them all where the store takes a list)."""
+    if not files:
+        return
+    fsys, root = fs.filesystem(out)
+    paths = [root.rstrip("/") + "/" + f for f in files]
+    try:
+        fsys.rm(paths)
+    except FileNotFoundError:  # one went meanwhile: the rest one by one
+        for path in paths:
+            if fsys.exists(path):
+                fsys.rm(path)
+
+
+def _remove_empty_folders(out: str, entries: Sequence[str]) -> None:
+    """Remove the folders under the top-level `entries` (and those entries) that hold nothing now, deepest first.
+
+    Only empty ones: a folder that still holds another's file stays. On an object store a folder with no
+    file left is gone already."""
+    fsys, root = fs.filesystem(out)
+    root = root.rstrip("/")
+    for entry in entries:
+        top = root + "/" + entry
+        if not fsys.isdir(top):
+            continue
+        folders = [p for p in fsys.find(top, withdirs=True) if fsys.isdir(p)] + [top]
+        for folder in sorted(set(folders), key=lambda p: p.count("/"), reverse=True):
+            try:
+                if fsys.isdir(folder) and not fsys.ls(folder, detail=False):
+                    fsys.rmdir(folder)
+            except OSError as exc:  # a store that keeps no folders, or one that refuses: nothing to lose
+                LOG.debug("%s: not removed (%s)", folder, exc)
 
 
 def _write_line(fh: IO, reject: Any) -> None:

@@ -14,6 +14,7 @@ from students.export import Int8Refused
 from transferset.errors import ConfigError, UserError
 from transferset.config import AugmentConfig, RunConfig, ScoreConfig, StudentConfig, TeacherConfig
 from transferset import typed
+from transferset.fs.output import DATA_NAMES, MODEL_NAMES, STUDENT_NAMES, Output
 from transferset.app.runner import (STAGE_FILE, StageFunctions, load_config, plan_stages, resolve_data,
                                     run_pipeline, stage_key)
 
@@ -94,8 +95,19 @@ def test_yaml_and_override_syntax_errors(tmp_path):
         resolve_data(str(tmp_path))
 
 
+def _protocol_write(output, command, names, files: dict, overwrite=True, keep=()) -> None:
+    """Write `files` (path in OUTPUT → text) as every real stage function writes: through the output protocol
+    (transferset.fs.output), so what an earlier run wrote is cleared and others' files are kept."""
+    with Output(str(output), command, names=names, overwrite=overwrite).writing() as out:
+        out.prepare(keep=keep)
+        for rel, text in files.items():
+            (Path(output) / rel).parent.mkdir(parents=True, exist_ok=True)
+            (Path(output) / rel).write_text(text)
+
+
 class RecordingStages:
-    """Stage functions that record their arguments and write what the real ones mark as done."""
+    """Stage functions that record their arguments and write what the real ones mark as done, through the
+    output protocol as the real ones do (the runner no longer empties a stage's folder: issue 42)."""
 
     def __init__(self):
         self.seen = {}
@@ -107,35 +119,38 @@ class RecordingStages:
 
     def export(self, model, output, **settings):
         self.seen.setdefault("export", []).append((model, output, settings))
-        (Path(output) / schema.COMPLETE_MARKER).write_text("")
+        _protocol_write(output, "export", MODEL_NAMES, {"model.onnx": "graph"})
 
     def exits(self, model, scored, output, cfg, **settings):
         self.seen["exits"] = (model, scored, output, cfg, settings)
-        (Path(output) / schema.COMPLETE_MARKER).write_text("")
+        _protocol_write(output, "exits", MODEL_NAMES, {"model/exits.json": "{}"})
 
     def prune(self, cfg, model, selection, output, **settings):
         self.seen["prune"] = (cfg, model, selection, output, settings)
-        (Path(output) / schema.COMPLETE_MARKER).write_text("")
+        _protocol_write(output, "prune", MODEL_NAMES, {"config.json": "{}"})
 
     def teacher(self, cfg, *, train, dev, output, overwrite):
         self.seen["teacher"] = (cfg, train, dev)
-        (Path(output) / "metrics.json").write_text("{}")
+        _protocol_write(output, "teacher", MODEL_NAMES, {"config.json": "{}", "metrics.json": "{}",
+                                                         "tokenizer/vocab.txt": "[PAD]"}, overwrite,
+                        keep=["checkpoint"] if cfg.resume else [])
 
     def augment(self, cfg, *, inputs, output, unlabeled, exclude, beam_cfg, overwrite):
         self.seen["augment"] = (cfg, inputs, unlabeled, exclude, beam_cfg)
         self.seen.setdefault("augment_outputs", {})[Path(output).name] = (cfg, inputs, unlabeled, exclude)
-        (Path(output) / schema.DATA_DIR).mkdir()
-        pq.write_table(schema.transfer_schema(schema.base_metadata(["0", "1"])).empty_table(),
-                       Path(output) / schema.DATA_DIR / "p.parquet")
-        (Path(output) / schema.COMPLETE_MARKER).write_text("")
+        with Output(str(output), "augment", overwrite=overwrite).writing() as out:
+            out.prepare()
+            (Path(output) / schema.DATA_DIR).mkdir(exist_ok=True)
+            pq.write_table(schema.transfer_schema(schema.base_metadata(["0", "1"])).empty_table(),
+                           Path(output) / schema.DATA_DIR / "p.parquet")
 
     def score(self, cfg, *, input, teacher, output, beam_cfg, overwrite):
         self.seen.setdefault("score", []).append((cfg, input, teacher, beam_cfg))
-        (Path(output) / schema.COMPLETE_MARKER).write_text("")
+        _protocol_write(output, "score", DATA_NAMES, {"data/p.parquet": "rows", "rejects/rejects.jsonl": ""}, overwrite)
 
     def student(self, cfg, transfer_dir, dev, output, overwrite):
         self.seen.setdefault("students", []).append((cfg, transfer_dir, dev))
-        (Path(output) / "metrics.json").write_text("{}")
+        _protocol_write(output, "train", STUDENT_NAMES, {"model/w": "weights", "metrics.json": "{}"}, overwrite)
 
     def evaluate(self, model, data, **columns):
         self.seen.setdefault("test", []).append((model, data))
@@ -659,10 +674,13 @@ def test_a_teacher_stage_killed_after_a_checkpoint_goes_on_from_it(tmp_path, sst
 
     def killed(cfg, *, train, dev, output, overwrite):
         stages.seen.setdefault("teacher_resume", []).append(cfg.resume)
-        (Path(output) / "checkpoint").mkdir(exist_ok=True)
-        (Path(output) / "checkpoint" / "state.pt").write_text("x")
         if len(stages.seen["teacher_resume"]) == 1:
-            raise KeyboardInterrupt
+            with Output(str(output), "teacher", names=MODEL_NAMES, overwrite=overwrite).open() as out:
+                out.check()
+                out.prepare()
+                (Path(output) / "checkpoint").mkdir(exist_ok=True)
+                (Path(output) / "checkpoint" / "state.pt").write_text("x")
+                raise KeyboardInterrupt
         fresh(cfg, train=train, dev=dev, output=output, overwrite=overwrite)
 
     stages.teacher = killed
@@ -682,6 +700,8 @@ def test_a_teacher_stage_killed_after_a_checkpoint_goes_on_from_it(tmp_path, sst
     run_pipeline(load_config("configs/demo.yaml", [*base, "teacher.lr=1e-4"]), log=lambda m: None,
                  functions=stages.functions())
     assert stages.seen["teacher_resume"] == [False, True, False]
+    # cleared by the teacher's own output protocol (overwrite=True), not by the runner deleting the folder
+    assert not (run_dir / "teacher" / "checkpoint").exists()
 
 
 @pytest.mark.parametrize("overrides, says", [
@@ -716,6 +736,8 @@ def test_every_hub_name_of_a_run_is_resolved_before_any_stage(overrides, says, t
     if "HF_HUB_OFFLINE is set" in says:
         assert "unset HF_HUB_OFFLINE on a machine with network" in err
     assert not run_dir.exists()
+
+
 def test_an_engine_section_the_machine_cannot_honour_stops_the_run_before_any_stage(tmp_path, sst2_dir, monkeypatch):
     import torch
 
@@ -751,3 +773,63 @@ def test_an_engine_at_its_defaults_leaves_the_keys_of_earlier_run_directories():
     assert teacher["warmup"] == 0.1 and "engine" not in teacher
     assert teacher_settings(TeacherConfig(engine=EngineConfig(schedule="linear", warmup=0.1, precision="bf16")))[
         "engine"] == {"precision": "bf16"}
+
+
+RUN_BASE = ["labeled_limit=200", "unlabeled_rows=20", "validation.rows=50"]
+EVERY_STAGE = ["data", "teacher", "augment", "score", "dev", "dev.score", "students.labels_only",
+               "students.distilled", "test"]
+
+
+def _run_stages(run_dir, sst2_dir, *overrides) -> list[str]:
+    """The stages a run ran (not reused), in order."""
+    log = []
+    run_pipeline(load_config("configs/demo.yaml", [f"run_dir={run_dir}", f"data={sst2_dir}", *RUN_BASE, *overrides]),
+                 log=log.append, functions=RecordingStages().functions())
+    return [m.split("]")[0][1:] for m in log if "] running → " in m]
+
+
+def test_a_rerun_never_deletes_a_stage_folder_each_stage_clears_what_it_wrote(tmp_path, sst2_dir):
+    """Issue 42: `run` deleted whole stage folders before calling each stage with overwrite=True, so a user's
+    file inside one went with it. Now each stage's own output protocol clears what transferset wrote there."""
+    run_dir = tmp_path / "r"
+    assert _run_stages(run_dir, sst2_dir) == EVERY_STAGE
+    mine = {"transfer/data/keep.txt": "x", "scored/rejects/mine.jsonl": "{}", "students/distilled/notes.txt": "n",
+            "dev/transfer/data/keep.txt": "d", "data/notes.txt": "s", "test/notes.txt": "t",
+            "teacher/tokenizer/notes/keep.txt": "c"}
+    for rel, text in mine.items():
+        (run_dir / rel).parent.mkdir(parents=True, exist_ok=True)
+        (run_dir / rel).write_text(text)
+    (run_dir / "teacher" / "tokenizer" / "merges.txt").write_text("an earlier teacher's file: ours")
+    record = json.loads((run_dir / "teacher" / schema.MANIFEST_FILE).read_text())
+    record["files"].append("tokenizer/merges.txt")
+    (run_dir / "teacher" / schema.MANIFEST_FILE).write_text(json.dumps(record))
+    assert _run_stages(run_dir, sst2_dir, "validation.rows=40") == EVERY_STAGE  # a new split: every stage again
+    assert {rel: (run_dir / rel).read_text() for rel in mine} == mine
+    assert not (run_dir / "teacher" / "tokenizer" / "merges.txt").exists()  # what the teacher wrote: cleared
+    assert (run_dir / "dev" / "transfer" / schema.COMPLETE_MARKER).exists()  # the evaluation set, rewritten
+    assert json.loads((run_dir / "data" / "split.json").read_text())["validation_rows"] == 40
+    assert _run_stages(run_dir, sst2_dir, "validation.rows=40") == []
+
+
+def test_teacher_and_student_stages_are_done_by_their_complete_marker(tmp_path, sst2_dir):
+    """Issue 42: teacher and student stages counted as done by metrics.json, not by _COMPLETE as every other
+    stage: a folder whose run did not complete was reused."""
+    run_dir = tmp_path / "r"
+    assert _run_stages(run_dir, sst2_dir) == EVERY_STAGE
+    (run_dir / "students" / "distilled" / schema.COMPLETE_MARKER).unlink()
+    assert _run_stages(run_dir, sst2_dir) == ["students.distilled"]  # the same key: nothing downstream changes
+    (run_dir / "teacher" / schema.COMPLETE_MARKER).unlink()
+    assert _run_stages(run_dir, sst2_dir) == ["teacher"]
+    assert _run_stages(run_dir, sst2_dir) == []
+
+
+def test_teacher_and_student_folders_finished_before_stages_wrote_complete_are_reused(tmp_path, sst2_dir):
+    """A run directory of an earlier version: its teacher and students finished with metrics.json and the
+    stage record, no output record and no _COMPLETE. It is reused, not trained again."""
+    run_dir = tmp_path / "r"
+    assert _run_stages(run_dir, sst2_dir) == EVERY_STAGE
+    for folder in ("teacher", "students/distilled", "students/labels_only"):
+        (run_dir / folder / schema.COMPLETE_MARKER).unlink()
+        (run_dir / folder / schema.MANIFEST_FILE).unlink()
+        assert (run_dir / folder / schema.METRICS_FILE).exists() and (run_dir / folder / STAGE_FILE).exists()
+    assert _run_stages(run_dir, sst2_dir) == []

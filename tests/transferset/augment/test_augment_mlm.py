@@ -7,6 +7,7 @@ from transferset.config import AugmentConfig
 from transferset.augment.mlm import MlmCandidates, mlm
 from transferset.augment.seeding import rng_for
 from transferset.errors import UserError
+from tolerances import tiny_bert
 
 SENTENCES = [
     "the film was great and funny".split(),
@@ -52,7 +53,8 @@ def test_padding_free_forward_gives_the_padded_forwards_logits_and_candidates(ti
     with torch.inference_mode():
         a, b = packed._forward(masked, original), padded._forward(masked, original)
     assert a.shape == b.shape == (3, packed.tokenizer.vocab_size)
-    assert torch.allclose(a, b, atol=1e-4)
+    # packed against padded: reordered sums through 2 layers and the MLM head's transform (tests/tolerances.py)
+    assert torch.allclose(a, b, atol=tiny_bert(b.numpy(), layers=3), rtol=0)
     assert packed.candidates(SENTENCES) == padded.candidates(SENTENCES) == padded.candidates_one_at_a_time(SENTENCES)
 
 
