@@ -186,8 +186,8 @@ def test_a_flag_value_that_starts_with_a_minus_needs_no_equals_sign():
     from transferset.app.cli import build_subparser, join_negative_values
 
     _, parser, _ = build_subparser("train")
-    argv = ["--transfer", "T", "--dev", "D", "--output", "O", "--layer-map", "-1,2,3", "--lr", "-0.5", "--no-bf16"]
-    assert join_negative_values(parser, argv)[6:] == ["--layer-map=-1,2,3", "--lr=-0.5", "--no-bf16"]
+    argv = ["--transfer", "T", "--dev", "D", "--output", "O", "--layer-map", "-1,2,3", "--lr", "-0.5", "--no-resume"]
+    assert join_negative_values(parser, argv)[6:] == ["--layer-map=-1,2,3", "--lr=-0.5", "--no-resume"]
     args = parser.parse_args(join_negative_values(parser, argv))
     assert (args.layer_map, args.lr) == ("-1,2,3", "-0.5")
     with pytest.raises(SystemExit):  # what the join is for
