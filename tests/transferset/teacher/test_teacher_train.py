@@ -210,6 +210,24 @@ def test_length_grouped_batches_cover_every_row_once_with_similar_lengths():
     assert batches != length_grouped(lengths, 10, np.random.default_rng(2))  # the epoch's stream decides the order
 
 
+def _dies_on_step(made, step: int):
+    """`made` (the module's optimizer factory) whose optimizer raises KeyboardInterrupt before its `step`-th step:
+    a kill at a known point of the fine-tuning."""
+    def make(*args):
+        optimizer = made(*args)
+        calls = {"n": 0}
+
+        def counted(opt, args, kwargs):
+            calls["n"] += 1
+            if calls["n"] == step:
+                raise KeyboardInterrupt
+
+        optimizer.register_step_pre_hook(counted)
+        return optimizer
+
+    return make
+
+
 def test_a_killed_fine_tuning_resumes_from_its_checkpoint(tmp_path, tiny_teacher, monkeypatch):
     from transferset.teacher import train as teacher_train
 
@@ -218,23 +236,10 @@ def test_a_killed_fine_tuning_resumes_from_its_checkpoint(tmp_path, tiny_teacher
     cfg = TeacherConfig(model=tiny_teacher, epochs=2, lr=1e-3, batch_size=8, max_length=32, seed=1, progress=False)
     whole = train(cfg, train=train_tsv, dev=dev_tsv, output=str(tmp_path / "whole"), log=lambda msg: None)
 
-    made = teacher_train.optimizer
-
-    def dies_on_step_9(*args):  # the kill: in the second epoch (6 steps an epoch), after its checkpoint
-        optimizer = made(*args)
-        calls = {"n": 0}
-
-        def counted(opt, args, kwargs):
-            calls["n"] += 1
-            if calls["n"] == 9:
-                raise KeyboardInterrupt
-
-        optimizer.register_step_pre_hook(counted)
-        return optimizer
-
     out = tmp_path / "killed"
     with monkeypatch.context() as mp:
-        mp.setattr(teacher_train, "optimizer", dies_on_step_9)
+        # the kill: in the second epoch (6 steps an epoch), after its checkpoint
+        mp.setattr(teacher_train, "optimizer", _dies_on_step(teacher_train.optimizer, 9))
         with pytest.raises(KeyboardInterrupt):
             train(cfg, train=train_tsv, dev=dev_tsv, output=str(out), log=lambda msg: None)
     assert (out / "checkpoint" / "state.pt").exists() and not (out / "config.json").exists()
@@ -258,25 +263,12 @@ def test_a_fine_tuning_killed_mid_epoch_resumes_from_its_step_checkpoint(tmp_pat
     dev_tsv = _write_tsv(tmp_path / "dev.tsv", _rows(16, 5))
     cfg = TeacherConfig(model=tiny_teacher, epochs=1, lr=1e-3, batch_size=8, max_length=32, seed=1, progress=False)
     whole = train(cfg, train=train_tsv, dev=dev_tsv, output=str(tmp_path / "whole"), log=lambda msg: None)
-    made = teacher_train.optimizer
-
-    def dies_on_step_5(*args):  # 6 steps in the epoch; the step checkpoint is written after step 4
-        optimizer = made(*args)
-        calls = {"n": 0}
-
-        def counted(opt, args, kwargs):
-            calls["n"] += 1
-            if calls["n"] == 5:
-                raise KeyboardInterrupt
-
-        optimizer.register_step_pre_hook(counted)
-        return optimizer
-
     out = tmp_path / "killed"
     every4 = replace(cfg, checkpoint_steps=4)
     assert not can_resume(every4, train=train_tsv, dev=dev_tsv, output=str(out))
     with monkeypatch.context() as mp:
-        mp.setattr(teacher_train, "optimizer", dies_on_step_5)
+        # 6 steps in the epoch; the step checkpoint is written after step 4
+        mp.setattr(teacher_train, "optimizer", _dies_on_step(teacher_train.optimizer, 5))
         with pytest.raises(KeyboardInterrupt):
             train(every4, train=train_tsv, dev=dev_tsv, output=str(out), log=lambda msg: None)
     assert (out / "checkpoint" / "state.pt").exists() and not (out / "config.json").exists()
