@@ -279,3 +279,37 @@ def test_a_fine_tuning_killed_mid_epoch_resumes_from_its_step_checkpoint(tmp_pat
     resumed = train(replace(every4, resume=True), train=train_tsv, dev=dev_tsv, output=str(out), log=messages.append)
     assert any("resuming from" in m for m in messages)
     assert resumed["weights_sha256"] == whole["weights_sha256"]  # the same weights, bit for bit
+
+
+def test_a_checkpoint_written_before_the_recipes_state_was_dataclasses_still_resumes(tmp_path, tiny_teacher,
+                                                                                       monkeypatch):
+    """A fine-tuning killed under the recipe of 7b25072 (its checkpoint one flat mapping with one random state:
+    issue 46's MPNet teacher was killed so) goes on from it and ends on the uninterrupted model."""
+    from dataclasses import replace
+
+    import torch
+
+    from transferset.teacher import train as teacher_train
+
+    train_tsv = _write_tsv(tmp_path / "train.tsv", _rows(48, 4))
+    dev_tsv = _write_tsv(tmp_path / "dev.tsv", _rows(16, 5))
+    cfg = TeacherConfig(model=tiny_teacher, epochs=1, lr=1e-3, batch_size=8, max_length=32, seed=1, progress=False,
+                        checkpoint_steps=4)
+    whole = train(cfg, train=train_tsv, dev=dev_tsv, output=str(tmp_path / "whole"), log=lambda msg: None)
+    out = tmp_path / "killed"
+    with monkeypatch.context() as mp:
+        mp.setattr(teacher_train, "optimizer", _dies_on_step(teacher_train.optimizer, 5))
+        with pytest.raises(KeyboardInterrupt):
+            train(cfg, train=train_tsv, dev=dev_tsv, output=str(out), log=lambda msg: None)
+    path = out / "checkpoint" / "state.pt"
+    new = torch.load(path, map_location="cpu", weights_only=True)
+    assert new["recipe"]["global_step"] == 4
+    # the flat form 7b25072's Recipe._save wrote
+    flat = {"fingerprint": new["fingerprint"], "phase": new["phase"]["index"], "global_step": new["recipe"]["global_step"],
+            "history": new["recipe"]["history"], "phase_log": new["recipe"]["phase_log"], "model": new["model"],
+            "optimizer": new["optimizer"], "scheduler": new["scheduler"], "rng": new["rng"][0],
+            **{k: new["phase"][k] for k in ("epoch", "batches", "phase_step", "best_acc", "best_state", "bad",
+                                            "start_acc", "partial")}}
+    torch.save(flat, path)
+    resumed = train(replace(cfg, resume=True), train=train_tsv, dev=dev_tsv, output=str(out), log=lambda msg: None)
+    assert resumed["weights_sha256"] == whole["weights_sha256"]  # the same weights, bit for bit
