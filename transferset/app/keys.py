@@ -16,6 +16,7 @@ from typing import Any, Optional, Sequence
 
 from transferset import augment as augment_ops
 from transferset import typed
+from transferset.config.engine import flat_form
 
 # The settings each section's key held at 7b25072, whatever their value. A setting added since is out of
 # the key while at its default; do not add to these lists (that would change every existing key).
@@ -76,16 +77,9 @@ ENGINE_LEGACY: dict[str, tuple[str, ...]] = {"teacher": ("warmup",), "student": 
 
 
 def engine(kind: str, values: dict, default: dict) -> dict:
-    """A trainer's engine section as its key holds it: the settings of ENGINE_LEGACY under their old names, and
-    any other engine field only when it differs from the trainer's default engine `default` (then under
-    `engine`). An engine at its defaults leaves every key made before the section as it was."""
-    old = {"device": ("device", values["device"]), "bf16": ("precision", values["precision"] == "bf16"),
-           "report_to": ("tracker", values["tracker"]), "warmup": ("warmup", values["warmup"])}
-    legacy = ENGINE_LEGACY[kind]
-    # fp16 is not told by the old bf16 flag: it enters the key under engine
-    covered = {old[name][0] for name in legacy} - ({"precision"} if values["precision"] == "fp16" else set())
-    changed = {k: v for k, v in values.items() if k not in covered and v != default[k]}
-    return {**{name: old[name][1] for name in legacy}, **({"engine": changed} if changed else {})}
+    """A trainer's engine section as its key holds it (config.engine.flat_form): the settings of ENGINE_LEGACY
+    under their old names, any other engine field only when it differs from the trainer's default engine."""
+    return flat_form(values, default, ENGINE_LEGACY[kind])
 
 
 # --- the compatibility rules, one per function --------------------------------------------------

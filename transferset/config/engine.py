@@ -3,7 +3,7 @@ and exits (`engine:` in YAML, `--engine-*` flags)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, Sequence
 
 from pydantic import with_config
 
@@ -60,3 +60,16 @@ def engine_section(values: Any, defaults: dict, legacy: tuple[str, ...] = ()) ->
 
 # The teacher fine-tunes as BERT was: linear warm-up over 10 % of the steps, then linear decay.
 TEACHER_ENGINE = {"schedule": "linear", "warmup": 0.1}
+
+
+def flat_form(values: dict, default: dict, legacy: Sequence[str] = (), ignore: Sequence[str] = ()) -> dict:
+    """An engine section (`values`, a dict) in the form records made before the section existed hold it (stage
+    keys, a checkpoint's fingerprint): the `legacy` settings (device, bf16, report_to, warmup) under their old
+    names at any value, and any other field, but `ignore`, only when it differs from the trainer's default
+    engine `default` (then under `engine`). An engine at its defaults leaves every such record as it was."""
+    old = {"device": ("device", values["device"]), "bf16": ("precision", values["precision"] == "bf16"),
+           "report_to": ("tracker", values["tracker"]), "warmup": ("warmup", values["warmup"])}
+    # fp16 is not told by the old bf16 flag: it goes under engine
+    covered = {old[name][0] for name in legacy} - ({"precision"} if values["precision"] == "fp16" else set())
+    changed = {k: v for k, v in values.items() if k not in covered and k not in ignore and v != default[k]}
+    return {**{name: old[name][1] for name in legacy}, **({"engine": changed} if changed else {})}

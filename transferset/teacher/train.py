@@ -24,6 +24,7 @@ from transferset import fs, typed
 from transferset import schema, sources
 from transferset.card import write_card
 from transferset.config import TeacherConfig
+from transferset.config.engine import flat_form
 from transferset.errors import UserError
 from transferset.fs.output import MODEL_NAMES, Output
 from transferset.sources import Example, Reject, SourceSpec
@@ -104,11 +105,8 @@ def _checkpoints(cfg: TeacherConfig, train: str, dev: str, output: str) -> Check
     settings = {k: v for k, v in typed.to_dict(cfg).items() if k not in RUNTIME_SETTINGS}
     # The engine section as checkpoints written before it existed hold it (warmup flat, the rest only when not
     # at the teacher's default), so a fine-tuning killed then resumes now; processes only when several.
-    engine, default = settings.pop("engine"), typed.to_dict(TeacherConfig().engine)
-    settings["warmup"] = engine["warmup"]
-    changed = {k: v for k, v in engine.items() if k not in ("warmup", "tracker") and v != default[k]}
-    if changed:
-        settings["engine"] = changed
+    settings.update(flat_form(settings.pop("engine"), typed.to_dict(TeacherConfig().engine), legacy=("warmup",),
+                              ignore=("tracker",)))
     processes = launched_processes()
     return Checkpoints(os.path.join(output, CHECKPOINT_DIR),
                        {"settings": json.dumps(settings, sort_keys=True, default=str), "train": train, "dev": dev,
