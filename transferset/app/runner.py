@@ -133,13 +133,13 @@ def load_raw(raw: dict, where: str) -> RunConfig:
                       if cfg.teacher_paths else {}))
 
 
-def check_paths(cfg: RunConfig) -> None:
+def check_paths(cfg: RunConfig, files: DataFiles) -> None:
     """Every local directory a setting names exists and holds a model the stage will accept: checked before
-    the first stage, so a typo costs no teacher training or scoring (ConfigError: exit 2, nothing written)."""
+    the first stage, so a typo costs no teacher training or scoring (ConfigError: exit 2, nothing written).
+    `files`: the run's data files (resolve_data)."""
     members = len(cfg.teacher_paths or cfg.teacher_seeds or [None])
     ensemble.parse_combine(cfg.score.combine, members, "teacher_seeds / teacher_paths")  # before any stage
     # hf: data (a hub dataset offline: one line, not a minute of retries after the first stage)
-    files = resolve_data(cfg.data, cfg.test, cfg.dev)
     if cfg.test and not cfg.test.startswith(HF_PREFIX) and not fs.exists(cfg.test):
         raise ConfigError(f"test={cfg.test}: no such file")
     check_hf_names([("data" if cfg.data else "data (not set: GLUE SST-2 from the Hub)", files.train),
@@ -296,7 +296,7 @@ def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=T
     end and by nothing else. Both are kept out of the transfer set by the leak guard.
     """
     files = resolve_data(cfg.data, cfg.test, cfg.dev)
-    check_paths(cfg)
+    check_paths(cfg, files)
     check_engines(cfg)
     with output_lock(cfg.run_dir, command="run"):  # one run at a time owns run_dir
         fs.makedirs(cfg.run_dir)
