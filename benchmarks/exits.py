@@ -29,7 +29,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from students.data import read_eval_data  # noqa: E402
-from students.exits import pool  # noqa: E402
+from students.families.exits import pool  # noqa: E402
 from students.student import Student, accuracy  # noqa: E402
 from transferset.threads import set_torch_threads, torch_threads  # noqa: E402
 from transferset.timing import describe, measure, ratios  # noqa: E402

@@ -17,7 +17,7 @@ CPU instructions decide the int8 speed-up, so they are printed and written with 
 Runtime's int8 matrix products (MatMulInteger, DynamicQuantizeLSTM) use AVX512-VNNI or AVX-VNNI
 (VPDPBUSD: four uint8 x int8 products summed into int32 in one instruction) where the CPU has them,
 else AVX2 (VPMADDUBSW + VPMADDWD: two instructions, pairs summed in int16, which is why the export
-quantizes weights to 7 bits, students/export.py); float32 runs on AVX2/AVX512 FMA either way. Published
+quantizes weights to 7 bits, students/compress/export.py); float32 runs on AVX2/AVX512 FMA either way. Published
 int8 speed-ups on BERT-size models range from ~1.1x without VNNI to ~1.6x with it. The machine this
 script was written on has avx2 and no vnni (`grep -o 'vnni\\|avx2' /proc/cpuinfo | sort | uniq -c`):
 figures measured there are the AVX2 case.
@@ -35,8 +35,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
 from latency import SST2_DEV, models_of  # noqa: E402
+from students.compress.export import export  # noqa: E402
 from students.data import read_eval_data  # noqa: E402
-from students.export import export  # noqa: E402
 from students.student import EXPORT_KEY, ONNX_FILE, OnnxStudent, accuracy  # noqa: E402
 from transferset import schema  # noqa: E402
 from transferset.config import DEFAULT_MAX_LENGTH  # noqa: E402

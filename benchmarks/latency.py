@@ -28,9 +28,9 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from students.bilstm import BiLSTM  # noqa: E402
-from students.encoding import Encoder, hf_arrays  # noqa: E402
-from students.export import export  # noqa: E402
+from students.compress.export import export  # noqa: E402
+from students.data.encoding import Encoder, hf_arrays  # noqa: E402
+from students.families.bilstm import BiLSTM  # noqa: E402
 from students.student import EXPORT_KEY, ONNX_FILE, OnnxStudent, Student  # noqa: E402
 from transferset import schema  # noqa: E402
 from transferset.timing import describe, measure, ratios  # noqa: E402
@@ -72,7 +72,7 @@ def load(models: dict[str, str], runtimes, onnx_dir: str, threads: int,
          tokenizer_baseline: bool = False) -> dict[str, object]:
     """{"name/runtime": loaded model}; ONNX exports are made in onnx_dir (reused when there). With
     `tokenizer_baseline`, each export also as "name/onnx-hf": tokenized by transformers' call, not the
-    backend directly (students/encoding.py), for the same graph."""
+    backend directly (students/data/encoding.py), for the same graph."""
     loaded = {}
     for name, path in models.items():
         max_length = DEFAULT_MAX_LENGTH if name == "teacher" else None  # as the run report times the teacher
@@ -177,7 +177,7 @@ def main() -> None:
                     help="skip the per-part timing of the BiLSTM students")
     ap.add_argument("--tokenizer-baseline", action="store_true",
                     help="also time each ONNX export tokenized by transformers' call (NAME/onnx-hf), the baseline of "
-                         "calling the tokenizer's backend directly (students/encoding.py)")
+                         "calling the tokenizer's backend directly (students/data/encoding.py)")
     ap.add_argument("--out", default=None, help="also write every sample as JSON here")
     args = ap.parse_args()
     runtimes = [r for r in args.runtimes.split(",") if r]

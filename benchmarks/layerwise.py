@@ -1,4 +1,4 @@
-"""Benchmark: what the online teacher of the layer losses costs per training row (students/online.py).
+"""Benchmark: what the online teacher of the layer losses costs per training row (students/losses/online.py).
 
 One scored set, one student (k layers cut from the teacher), the same seeded batches in every mode; each mode
 trains its own copy of the student for the same epochs, modes interleaved epoch by epoch so that a change in
@@ -34,8 +34,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from train import SST2, load_teacher, write_scored  # noqa: E402
 
-from students import trainer, transformer  # noqa: E402
+from students import trainer  # noqa: E402
 from students.build import setup  # noqa: E402
+from students.families import transformer  # noqa: E402
 from students.losses import LossWeights  # noqa: E402
 from students.schedules import phases  # noqa: E402
 from transferset import sources, typed  # noqa: E402

@@ -38,7 +38,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 from transferset import schema, typed  # noqa: E402
 from transferset.app.report import pct  # noqa: E402
 from transferset.timing import describe  # noqa: E402
-from students.transformer import TransformerConfig  # noqa: E402
+from students.families.transformer import TransformerConfig  # noqa: E402
 from transferset.config import RunConfig  # noqa: E402
 
 SETTINGS = ("demo", "lowres")  # `--setting both` runs these; any benchmarks/quality/NAME.yaml runs by name

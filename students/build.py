@@ -1,7 +1,7 @@
 """The ONE registry of student families, and setting a student up from a scored set.
 
-What a family provides is described in students/family.py; each family's module
-(students/bilstm.py, students/transformer.py) builds, runs, saves and loads its students.
+What a family provides is described in students/families/__init__.py; each family's module
+(students/families/bilstm.py, students/families/transformer.py) builds, runs, saves and loads its students.
 """
 from __future__ import annotations
 
@@ -11,17 +11,19 @@ from typing import Any, Optional
 import torch
 import torch.nn as nn
 
-from students import bilstm, online, seeds, teacher_files, transformer  # noqa: F401 (register their families)
-from students import family as family_registry
-from students.data import count_rows
-from students.family import Context, Family
+from students import families as family_registry
+from students import seeds
+from students.data import count_rows, teacher_files
+from students.families import Context, Family
+from students.families import bilstm, transformer  # noqa: F401 (register their families)
+from students.losses import online
 from students.schedules import SCHEDULES
 from transferset import schema, transfer
 from transferset.config import DEFAULT_MAX_LENGTH, StudentConfig
 from transferset.errors import UserError
 from transferset.threads import set_torch_threads
 
-# Each family's module registers it (students.family.register) when imported above: the registry, by name.
+# Each family's module registers it (students.families.register) when imported above: the registry, by name.
 FAMILIES = family_registry._FAMILIES
 # A Hugging Face classifier saved by someone else (e.g. the teacher): predicts like the transformer.
 HF_FAMILY = FAMILIES["transformer"]
@@ -45,7 +47,7 @@ class Setup:
     num_labeled: int
     # repr / pkd across widths: student → teacher width, trained with the student, never saved (family.projection)
     projection: Optional[nn.Module] = None
-    # The teacher run alongside for the layer losses, with W_h (students/online.py); None when none is set.
+    # The teacher run alongside for the layer losses, with W_h (students/losses/online.py); None when none is set.
     online: Optional[nn.Module] = None
 
 

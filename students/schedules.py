@@ -3,7 +3,7 @@
 Pure functions: `phases(...)` turns a schedule name, the configured loss weights and the epoch
 budget into a list of Phase records; the trainer runs them in order and never decides on its
 own what is trainable. Parameter groups are named bottom-up, as every family names them
-(students.family.GROUPS): embeddings → encoder → head → classifier.
+(students.families.GROUPS): embeddings → encoder → head → classifier.
 
 - joint: the configured losses, every parameter, one phase.
 - progressive (Mukherjee & Awadallah 2019): stage 1 representation loss on the transfer set;
@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from students.family import GROUPS
+from students.families import GROUPS
 from students.losses import LossWeights
 
 SCHEDULES = ("joint", "progressive", "distill-then-finetune", "two-step", "pkt")

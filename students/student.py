@@ -14,7 +14,7 @@ settings). The transformer's files are a plain Hugging Face model (config.json, 
 tokenizer): `AutoModelForSequenceClassification.from_pretrained` and `pipeline` load it without
 transferset. Any other Hugging Face sequence-classifier directory (e.g. the fine-tuned teacher)
 loads too, so one `transferset evaluate` compares teacher and students. So does a directory that
-`transferset export --format onnx` wrote (students/export.py): it runs on onnxruntime, with the
+`transferset export --format onnx` wrote (students/compress/export.py): it runs on onnxruntime, with the
 tokenizer saved beside the graph.
 """
 from __future__ import annotations
@@ -29,12 +29,12 @@ import numpy as np
 import torch
 
 from students.build import HF_FAMILY, Family, Setup, family
-from students.encoding import Encoder
-from students.exits import Branches, adaptive_forward, check_speed, has_exits, load_branches, save_branches
-from students.files import JSON_KINDS, RESAVE, StudentFileError, json_kind, read_json_object
+from students.data.encoding import Encoder
+from students.data.files import JSON_KINDS, RESAVE, StudentFileError, json_kind, read_json_object
+from students.data.teacher_files import NO_CODE_LOAD
+from students.families.exits import Branches, adaptive_forward, check_speed, has_exits, load_branches, save_branches
+from students.families.transformer import load_hf_classifier
 from students.losses import NO_LABEL
-from students.teacher_files import NO_CODE_LOAD
-from students.transformer import load_hf_classifier
 from transferset import __version__, schema
 from transferset.errors import ConfigError, UserError
 from transferset.loading import check_safetensors, label_names_of, load_tokenizer
@@ -49,7 +49,7 @@ class Predictions:
     label_names: list[str]        # (C,) the student's label names, in class-index order
 
 
-# An exported directory (students/export.py): the graph, beside config.json (id2label and this
+# An exported directory (students/compress/export.py): the graph, beside config.json (id2label and this
 # key's entry: family, max_length, inputs, opset) and the tokenizer.
 ONNX_FILE = "model.onnx"
 EXPORT_KEY = "transferset_export"
@@ -60,7 +60,7 @@ class Predictor:
 
     Subclasses give `_batch_logits(texts, texts_b) -> (B, C)` for one batch; rows are length-sorted
     into batches here (less padding) and returned in input order. A model with early exits (a Student
-    whose `exits` are set, students/exits.py) gives `_batch_exits(texts, texts_b, speed) -> ((B, C), (B,))`:
+    whose `exits` are set, students/families/exits.py) gives `_batch_exits(texts, texts_b, speed) -> ((B, C), (B,))`:
     its logits and the layer each row left at.
 
     `speed` (every method): the normalised entropy below which a row of a model with exits leaves at a
@@ -68,7 +68,7 @@ class Predictor:
     """
 
     label_names: list[str]
-    exits = None  # a model's early-exit branches, when it has them (students/exits.py)
+    exits = None  # a model's early-exit branches, when it has them (students/families/exits.py)
     speed: Optional[float] = None  # the speed of calls that give none (`transferset predict --speed`)
 
     def _batch_logits(self, texts: list[str], texts_b: Optional[list[Optional[str]]]) -> np.ndarray:
@@ -219,7 +219,7 @@ class Student(Predictor):
 
         `max_length` overrides the tokens per row (default: the student's, or the HF tokenizer's limit).
         A folder written by `transferset exits` (exits.json beside the model) loads with its early exits:
-        `predict(..., speed=S)` then lets rows leave at a layer's branch (students/exits.py).
+        `predict(..., speed=S)` then lets rows leave at a layer's branch (students/families/exits.py).
         """
         inner = os.path.join(path, schema.STUDENT_MODEL_DIR)
         model_dir = inner if os.path.isdir(inner) else path
@@ -304,7 +304,7 @@ def _num_classes(model: torch.nn.Module, config: Any) -> Optional[int]:
 
 
 class OnnxStudent(Predictor):
-    """A classifier exported by `transferset export --format onnx` (students/export.py), run by onnxruntime.
+    """A classifier exported by `transferset export --format onnx` (students/compress/export.py), run by onnxruntime.
 
     Tokenizes as Student does (the saved tokenizer, truncation at the export's max_length, pairs as
     the tokenizer joins them) and feeds the graph the tokenizer's arrays by name.

@@ -1,7 +1,7 @@
 """Train a student from a scored transfer set: setup → loss step → train → evaluate → save.
 
-The teacher's logits and hidden states come from the Parquet cache (students/data.py); it runs
-alongside the student only for the token-level layer losses (students/online.py). What differs
+The teacher's logits and hidden states come from the Parquet cache (students/data/__init__.py); it runs
+alongside the student only for the token-level layer losses (students/losses/online.py). What differs
 between students (the model, its parameter groups, what it is initialised from, how it is saved) is
 looked up in the family registry (students/build.py).
 Every random stream derives from the run's seed (students/seeds.py).
@@ -24,11 +24,12 @@ from typing import Iterable, Optional
 import numpy as np
 import torch
 
-from students import online, seeds
+from students import seeds
 from students.build import Setup, setup
 from students.data import EvalData, count_rows, iter_train_batches, read_eval_data
-from students.family import project
+from students.families import project
 from students.losses import NO_LABEL, LossWeights, combine
+from students.losses import online
 from students.plots import plot_curves
 from students.schedules import Phase, phases
 from students.student import Student, accuracy
@@ -76,7 +77,7 @@ def make_optimizer(s: Setup, params: list[torch.nn.Parameter]) -> torch.optim.Op
 
 
 class Trained(torch.nn.Module):
-    """The student, its width projection and the online teacher's W_h (students/online.py) as one module:
+    """The student, its width projection and the online teacher's W_h (students/losses/online.py) as one module:
     what DDP wraps, what a batch goes through."""
 
     def __init__(self, s: Setup):
@@ -85,7 +86,7 @@ class Trained(torch.nn.Module):
         self.online = getattr(s, "online", None)  # holds the teacher outside its parameters
 
     def forward(self, batch, weights: Optional[LossWeights] = None) -> dict:
-        # students.online.forward decides: the family's forward, or with a layer loss active the
+        # students.losses.online.forward decides: the family's forward, or with a layer loss active the
         # token-level states (the teacher's added to `batch`); `self` has the Setup's model/family/online.
         return project(online.forward(self, batch, weights), self.projection)
 

@@ -168,10 +168,10 @@ def _predicted(pred_dir: Path) -> list[str]:
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_bilstm_on_each_family_score_train_evaluate_export_predict(family, data, scored, family_teacher, tmp_path):
+    from students.compress.export import export
+    from students.data.tokens import pca_project, teacher_input_embeddings
     from students.evaluate import evaluate
-    from students.export import export
     from students.student import Student
-    from students.tokens import pca_project, teacher_input_embeddings
 
     teacher_dir = family_teacher(family)
     scored_dir = scored(family)

@@ -19,7 +19,7 @@ import yaml
 from transferset import fs, schema
 
 CARD_FILE = "README.md"
-EXPORT_KEY = "transferset_export"  # the record an export's config.json holds (students.export writes it)
+EXPORT_KEY = "transferset_export"  # the record an export's config.json holds (students.compress.export writes it)
 TEACHER, STUDENT, EXPORT = "teacher", "student", "export"
 _LATENCY_NAMES = {"batch_1": "CPU ms per example (batch 1)", "batch_64": "CPU ms per example (batch 64)"}
 

@@ -107,7 +107,7 @@ HF_CONFIG_FILE = "config.json"       # a Hugging Face model directory's config (
 WEIGHTS_FILE = "model.safetensors"   # the weights, in a student's and in a Hugging Face directory
 STUDENT_SIDECAR_FILE = "transferset.json"  # family, label names and tokens of a transferset student
 EXITS_FILE = "exits.json"              # a model with early exits: the branches' shape and training
-EXITS_WEIGHTS_FILE = "exits.safetensors"  # ... and their weights (students/exits.py)
+EXITS_WEIGHTS_FILE = "exits.safetensors"  # ... and their weights (students/families/exits.py)
 
 
 def prob_column(label_name: str) -> str:

@@ -6,11 +6,11 @@ import pytest
 from transferset.config import StudentConfig
 import torch
 
-from students import bilstm, transformer
-from students.family import GROUPS
+from students.build import FAMILIES
+from students.families import GROUPS
+from students.families import bilstm, transformer
 from students.losses import NO_LABEL, LossWeights
 from students.schedules import coarse, phases, top_down
-from students.build import FAMILIES
 from students.trainer import fit, set_trainable
 from transferset import schema
 

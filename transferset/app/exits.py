@@ -1,10 +1,10 @@
-"""`transferset exits`: FastBERT's early exits of a frozen model (students/exits_train.py)."""
+"""`transferset exits`: FastBERT's early exits of a frozen model (students/compress/exits_train.py)."""
 from __future__ import annotations
 
 import argparse
 import json
 
-from students.exits_train import train_exits
+from students.compress.exits_train import train_exits
 from transferset.app import flags
 from transferset.config import ExitsConfig
 from transferset.fs.output import OVERWRITE_HELP

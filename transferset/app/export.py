@@ -1,12 +1,12 @@
 """`transferset export`: a student, or any Hugging Face sequence classifier, as an ONNX directory
-(students/export.py)."""
+(students/compress/export.py)."""
 from __future__ import annotations
 
 import argparse
 import json
 from typing import Sequence
 
-from students.export import FORMATS, INT8_TOLERANCE, OPSET, QUANTIZE, export
+from students.compress.export import FORMATS, INT8_TOLERANCE, OPSET, QUANTIZE, export
 from transferset.fs.output import OVERWRITE_HELP
 from transferset.loading import check_hub_model
 
@@ -18,7 +18,7 @@ EPILOG = """examples:
 OUT: model.onnx (inputs named as the tokenizer names its arrays: input_ids, attention_mask,
 token_type_ids where the tokenizer emits them; output logits; dynamic batch and length), the
 tokenizer, and config.json with id2label. `transferset predict` / `evaluate --model OUT` run it on
-onnxruntime; so do onnxruntime and the tokenizer alone (the snippet in students/export.py).
+onnxruntime; so do onnxruntime and the tokenizer alone (the snippet in students/compress/export.py).
 With --quantize int8, model.onnx is the int8 graph (same inputs and output), kept only when it
 agrees with the model on the check sentences; config.json records the tolerance and the difference.
 OUT is never a teacher's or a student's folder, --overwrite or not (exit 2): choose another --output."""

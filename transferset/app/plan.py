@@ -12,10 +12,10 @@ from typing import Any, Callable, Optional
 
 from pipelines.augment import run_augment
 from pipelines.score import run_score
+from students.compress.exits_train import train_exits
+from students.compress.export import Int8Refused, export as export_model
+from students.compress.prune import prune as prune_model
 from students.evaluate import evaluate
-from students.exits_train import train_exits
-from students.export import Int8Refused, export as export_model
-from students.prune import prune as prune_model
 from students.trainer import train as train_student
 from transferset import fs, schema, transfer
 from transferset.app import keys

@@ -1,10 +1,10 @@
-"""`transferset prune`: the command line of students/prune.py."""
+"""`transferset prune`: the command line of students/compress/prune.py."""
 from __future__ import annotations
 
 import argparse
 import json
 
-from students.prune import prune
+from students.compress.prune import prune
 from transferset.app import flags
 from transferset.config import PruneConfig
 from transferset.fs.output import OVERWRITE_HELP

@@ -22,8 +22,8 @@ from typing import Callable, Optional, Sequence
 import yaml
 
 from pipelines.runtime import check_beam
+from students.data.teacher_files import check_dir_setting, refuse_student_folder
 from students.losses import check as check_losses
-from students.teacher_files import check_dir_setting, refuse_student_folder
 from transferset import fs, loading, schema, typed
 from transferset.augment import check_ops, needs
 from transferset.card import update_run_cards

@@ -5,7 +5,7 @@ import argparse
 import dataclasses
 import json
 
-from students.teacher_files import check_dir_setting, refuse_student_folder
+from students.data.teacher_files import check_dir_setting, refuse_student_folder
 from students.trainer import train
 from transferset import fs, typed
 from transferset.app import flags

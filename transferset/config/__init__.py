@@ -208,7 +208,7 @@ class StudentConfig:
     # student layer -> teacher layer for the layer losses: uniform | first | last | last-K | 2,4,6 | 3:6,4:12
     layer_map: Annotated[str, BeforeValidator(_layer_map)] = "uniform"
     temperature: Positive = 1.0  # T of the kd loss
-    # losses registered by other modules (students/losses.py `register`), by name: {NAME: weight} or
+    # losses registered by other modules (students/losses/__init__.py `register`), by name: {NAME: weight} or
     # {NAME: {weight: W, SETTING: value}}; the losses above are written as their own settings
     losses: dict[str, Any] = field(default_factory=dict)
     # tokens and initialisation

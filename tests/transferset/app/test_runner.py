@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 from transferset import schema, transfer
 from transferset.app.cli import main
 from transferset.card import read_front_matter
-from students.export import Int8Refused
+from students.compress.export import Int8Refused
 from transferset.errors import ConfigError, UserError
 from transferset.config import AugmentConfig, RunConfig, ScoreConfig, StudentConfig, TeacherConfig
 from transferset import typed

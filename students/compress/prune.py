@@ -1,0 +1,244 @@
+"""Head pruning of a BERT teacher or transformer student: rank → remove → recover (Michel et al. 2019).
+
+1. rank: each attention head's importance on the selection split, |∂loss/∂ξ_h| summed over its rows
+   (transferset.pruning.head_importance), the loss being cross-entropy against the gold labels;
+2. remove the least important heads (a count or a fraction; every layer keeps one), slicing their
+   weights away (transferset.pruning.prune_heads: a PrunedBertForSequenceClassification);
+3. recover by distillation from the cached `teacher_logits` of the scored transfer set (MSE or KL),
+   with the training recipe every model here trains with (transferset/training/), the pruned model
+   as it starts competing with each epoch on the selection split.
+With `heads: 0` nothing is ranked or removed and step 3 alone runs: the teacher distilled on its own
+cached logits over the transfer set (self-distillation, a born-again teacher: Furlanello et al. 2018).
+
+OUTPUT is the pruned model's directory, in the input's form: a Hugging Face directory for a Hugging
+Face classifier (the teacher: `score --teacher OUTPUT` takes it), a student directory (sidecar
+included) for a student; plus prune.json (what was removed, the importances, accuracies before and
+after). The model's config.json has model_type `transferset_pruned_bert` (see transferset/pruning.py
+for loading it outside transferset).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from typing import Optional
+
+import numpy as np
+import torch
+
+from students import seeds
+from students.data import EvalData, count_rows, iter_train_batches, read_eval_data
+from students.families import transformer
+from students.losses import kd_kl, logits_mse
+from students.student import OnnxStudent, Student, accuracy
+from students.trainer import require_input
+from transferset import pruning, schema, transfer, typed
+from transferset.config import PruneConfig
+from transferset.errors import UserError
+from transferset.fs.output import MODEL_NAMES, Output
+from transferset.progress import log_line
+from transferset.threads import set_torch_threads
+from transferset.training import TRACK_FILE, Engine, PhaseSpec, Recipe, check_engine, launched_processes
+
+
+def prune(cfg: PruneConfig, model_path: str, selection: str, output: str, *, transfer_dir: Optional[str] = None,
+          overwrite: bool = False, progress: bool = True) -> dict:
+    """Prune `model_path`'s least important heads (ranked on `selection`), recover from `transfer_dir`'s
+    teacher_logits when given (and cfg.epochs > 0), write OUTPUT; → the record written as prune.json."""
+    require_input(selection, "--selection")
+    refuse_exits(model_path)
+    if transfer_dir is None and cfg.epochs:
+        raise UserError("recovery (--epochs > 0) distils from a scored transfer set: pass --transfer DIR (the "
+                        "output of `transferset score`), or --epochs 0 to prune without recovery")
+    if cfg.heads == 0 and (transfer_dir is None or not cfg.epochs):
+        raise UserError("--heads 0 removes no head, so only the recovery would run, and there is none: pass "
+                        "--transfer DIR with --epochs 1 or more to distil the model on the set's cached logits, "
+                        "or --heads N to prune")
+    check_engine(cfg.engine, "prune engine")
+    if launched_processes() > 1 and int(os.environ.get("RANK", "0")) != 0:
+        # under torchrun: every rank ranks the same heads and recovers on its own rows; rank 0 alone writes
+        student = load_prunable(model_path, cfg.max_length)
+        return _prune(cfg, student, model_path, read_eval_data(selection, student.label_names), None,
+                      transfer_dir if cfg.epochs else None, progress)
+    out = Output(output, "prune", names=(*MODEL_NAMES, TRACK_FILE), overwrite=overwrite,
+                 inputs=[model_path, selection, transfer_dir])
+    with out.writing():
+        set_torch_threads(cfg.threads)
+        student = load_prunable(model_path, cfg.max_length)
+        dev = read_eval_data(selection, student.label_names)
+        if transfer_dir is not None and cfg.epochs:
+            transfer.data_files(transfer_dir)
+            transfer.require_complete(transfer_dir)
+            theirs = transfer.label_names(transfer_dir, scored=True)
+            if list(theirs) != list(student.label_names):
+                raise UserError(f"--transfer {transfer_dir}: label names {theirs} differ from the model's "
+                                f"{student.label_names}; recover from the scored set of this model's task")
+        out.prepare()  # every check passed: only now is anything under OUTPUT changed
+        with out.local() as work:
+            record = _prune(cfg, student, model_path, dev, work, transfer_dir if cfg.epochs else None, progress)
+    return record
+
+
+def refuse_exits(model_path: str) -> None:
+    """Refuse a model with early exits: each branch reads its layer's states, which removing that layer's heads
+    changes, and a pruned model with the old branches beside it is one that evaluate, predict and export refuse."""
+    from students.families.exits import has_exits
+
+    inner = os.path.join(model_path, schema.STUDENT_MODEL_DIR)
+    if has_exits(model_path) or (os.path.isdir(inner) and has_exits(inner)):
+        raise UserError(f"--model {model_path}: has early exits ({schema.EXITS_FILE}), trained on the states of "
+                        "the heads pruning removes: prune the backbone first (the model `transferset exits` was "
+                        "given), then train exits on the pruned model with `transferset exits`")
+
+
+def load_prunable(model_path: str, max_length: Optional[int] = None) -> Student:
+    student = Student.from_pretrained(model_path, max_length)
+    if isinstance(student, OnnxStudent):
+        raise UserError(f"--model {model_path}: an ONNX export; prune the PyTorch model it was exported from, "
+                        "then export the pruned one")
+    reason = pruning.unsupported(student.model)
+    if reason:
+        raise UserError(f"--model {model_path}: its attention heads cannot be pruned here: {reason}")
+    return student
+
+
+def importance_batches(student: Student, dev: EvalData, batch_size: int):
+    """The selection rows as the model's inputs, with their gold labels (-1: none)."""
+    for start in range(0, len(dev.texts), batch_size):
+        stop = start + batch_size
+        ids, mask, types = student.tokens.encode(dev.texts[start:stop],
+                                                 dev.texts_b[start:stop] if dev.texts_b is not None else None)
+        yield {"input_ids": ids, "attention_mask": mask.long(), "token_type_ids": types,
+               "labels": torch.from_numpy(np.asarray(dev.labels[start:stop], dtype=np.int64))}
+
+
+def rank_heads(student: Student, dev: EvalData, cfg: PruneConfig) -> tuple[np.ndarray, dict[int, list[int]]]:
+    """(importance (L, H), {layer: heads to remove})."""
+    kept = pruning.kept_heads(student.model)
+    have, can = sum(map(len, kept)), sum(len(k) - 1 for k in kept)
+    try:  # checked before the (longer) ranking
+        count = pruning.heads_to_remove(cfg.heads, have)
+    except ValueError as exc:
+        raise UserError(f"--heads {cfg.heads:g}: {exc}") from exc
+    if not 1 <= count <= can:
+        raise UserError(f"--heads {cfg.heads:g}: removes {count} of the model's {have} heads in {len(kept)} layers; "
+                        f"each layer keeps at least one, so pass a count from 1 to {can} or a fraction in (0, 1) "
+                        "that makes one")
+    # 1 and 1.0 are one count (one head), where a user may have meant a fraction (all of them): say which it took.
+    took = (f"{count} head{'s' if count != 1 else ''} (a count; a fraction of the heads is written below 1, e.g. 0.5)"
+            if cfg.heads >= 1 else f"{count} of the model's {have} heads (a fraction)")
+    log_line(f"[transferset] prune: --heads {cfg.heads:g}: removes {took}")
+    importance = pruning.head_importance(student.model, importance_batches(student, dev, cfg.batch_size),
+                                         loss=cfg.importance_loss)
+    return importance, pruning.least_important(importance, count, normalize=cfg.normalize)
+
+
+class _Logits(torch.nn.Module):
+    """The model being recovered as the recipe trains it: batch → logits."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, batch) -> torch.Tensor:
+        return transformer.forward(self.model, batch["ids"], batch["mask"], batch["type_ids"])["logits"]
+
+
+def recover(cfg: PruneConfig, student: Student, transfer_dir: str, dev: EvalData, work: Optional[str],
+            progress: bool) -> dict:
+    """Distil the pruned model towards the scored set's teacher_logits; keeps the best epoch on `dev`
+    (the pruned model as it starts competes). `work`: where metrics.jsonl goes (None: a rank other than 0)."""
+    rows, _ = count_rows(transfer_dir, len(student.label_names))
+    engine = Engine.create(cfg.engine, output=work, progress_bar=None if progress else False, log=log_line)
+    spec = PhaseSpec("recover", cfg.epochs, keep_best=True, start_competes=True, max_steps=cfg.max_steps,
+                     grad_clip=cfg.grad_clip, steps_per_epoch=max(1, math.ceil(rows / cfg.batch_size) // engine.world))
+    net = _Logits(student.model)
+
+    def loss_step(module, batch):
+        logits, target = module(batch), batch[schema.TEACHER_LOGITS].to(torch.float32)
+        if cfg.loss == "kd":
+            loss = kd_kl(logits, target, cfg.temperature)
+        else:
+            loss = logits_mse(logits, target)
+        return loss, {cfg.loss: float(loss.detach())}
+
+    def batches(epoch: int):
+        return iter_train_batches(transfer_dir, student.tokens, seeds.stream(cfg.seed, seeds.SHUFFLE, 0, epoch),
+                                  batch_size=cfg.batch_size, shuffle_rows=cfg.shuffle_rows,
+                                  rank=engine.rank, world=engine.world)
+
+    def evaluate() -> dict:
+        return {"accuracy": accuracy(student.predict_ids(dev.texts, dev.texts_b), dev.labels)}
+
+    def new_optimizer():
+        for p in student.model.parameters():
+            p.requires_grad_(True)
+        return torch.optim.AdamW(student.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+
+    started = time.perf_counter()
+    with engine.seeded(seeds.torch_seed(seeds.stream(cfg.seed, seeds.DROPOUT))):
+        recipe = Recipe(engine)
+        engine.start_tracking("transferset-prune", typed.to_dict(cfg))
+        entry = recipe.run(0, spec, net, loss_step, batches, evaluate, new_optimizer)
+        recipe.finish()
+    student.model.cpu().eval()
+    return {"transfer": transfer_dir, "rows": rows, "loss": cfg.loss, "seconds": time.perf_counter() - started,
+            "processes": engine.world, "effective_batch_size": cfg.batch_size * cfg.engine.grad_accum * engine.world,
+            "phase": entry, "history": recipe.history}
+
+
+def _prune(cfg: PruneConfig, student: Student, model_path: str, dev: EvalData, work: str,
+           transfer_dir: Optional[str], progress: bool) -> dict:
+    log = log_line
+    before = accuracy(student.predict_ids(dev.texts, dev.texts_b), dev.labels)
+    params_before = student.num_parameters()
+    kept_before = pruning.kept_heads(student.model)
+    if cfg.heads:
+        log(f"[transferset] prune: ranking {sum(map(len, kept_before))} heads on {len(dev.texts)} selection rows")
+        importance, remove = rank_heads(student, dev, cfg)
+        student.model = pruning.prune_heads(student.model, remove).eval()
+        pruned_acc = accuracy(student.predict_ids(dev.texts, dev.texts_b), dev.labels)
+        log(f"[transferset] prune: removed {sum(map(len, remove.values()))} heads {remove}; selection accuracy "
+            f"{before:.4f} -> {pruned_acc:.4f} before recovery")
+    else:  # --heads 0: no ranking, no head removed; the recovery alone (self-distillation)
+        importance, remove, pruned_acc = None, {}, before
+    recovery = None
+    if transfer_dir is not None:
+        recovery = recover(cfg, student, transfer_dir, dev, work, progress)
+    if work is None:  # a rank other than 0 (torchrun): rank 0 writes
+        return {"rank": int(os.environ.get("RANK", "0"))}
+    final = accuracy(student.predict_ids(dev.texts, dev.texts_b), dev.labels)
+    save(student, model_path, work)
+    record = {
+        "model": model_path,
+        "removed": {str(k): v for k, v in remove.items()},
+        "kept_heads": pruning.kept_heads(student.model),
+        "heads": {"before": sum(map(len, kept_before)), "after": sum(map(len, pruning.kept_heads(student.model)))},
+        "parameters": {"before": params_before, "after": student.num_parameters()},
+        # (L, H) in original head indices; null for a head removed before this run
+        "importance": None if importance is None else [[None if not np.isfinite(v) else float(v) for v in row]
+                                                       for row in importance],
+        "selection": {"path": dev.path, "rows": len(dev.texts), "accuracy_before": before,
+                      "accuracy_pruned": pruned_acc, "accuracy_final": final},
+        "recovery": recovery,
+        "config": typed.to_dict(cfg),
+    }
+    with open(os.path.join(work, schema.PRUNE_FILE), "w", encoding="utf-8") as fh:
+        json.dump(record, fh, indent=2)
+    return record
+
+
+def save(student: Student, model_path: str, work: str) -> None:
+    """In the input's form: a student directory stays one (sidecar and all), a Hugging Face classifier
+    directory stays a plain one (its tokenizer as it was)."""
+    inner = os.path.join(model_path, schema.STUDENT_MODEL_DIR)
+    source = inner if os.path.isdir(inner) else model_path
+    if os.path.isfile(os.path.join(source, schema.STUDENT_SIDECAR_FILE)):
+        student.save_pretrained(work)
+        return
+    from transferset.loading import quiet_transformers
+
+    with quiet_transformers():
+        student.model.save_pretrained(work)
+    student.tokens.tokenizer.save_pretrained(work)

@@ -1,0 +1,119 @@
+"""What a student family provides, and what it is given to build a student.
+
+A family (students/families/bilstm.py, students/families/transformer.py) is what differs between students: how the
+model and its tokens are built from the scored set and the teacher, its forward pass over a batch,
+its parameter groups (for progressive unfreezing) and how it is saved and loaded. Everything else
+(data, losses, schedules, the training loop, evaluation) is shared and looks a family up by name
+in the registry, students/build.py.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import torch.nn as nn
+
+from students.data.files import RESAVE, StudentFileError  # noqa: F401 (the families import them from here)
+from transferset.config import StudentConfig
+from transferset.errors import UserError
+
+Batch = dict  # str → tensor (and the batch's texts), as made by students.data.make_batch
+
+# Parameter groups, bottom-up, as every family's param_groups names them: progressive unfreezing
+# (students/schedules.py) thaws them top-down. A family may split "encoder" per layer ("encoder.1", ...:
+# the transformer does, for the pkt schedule); the other schedules fold the parts back into "encoder".
+GROUPS = ("embeddings", "encoder", "head", "classifier")
+
+
+@dataclass
+class Context:
+    """What a family's build gets: the settings and what the scored set tells."""
+
+    cfg: StudentConfig
+    teacher_dir: Optional[str]       # the teacher's local directory, None when the set's teacher_id is none
+    meta: dict                       # the scored set's metadata
+    label_names: list[str]
+    hidden_width: int                # the teacher's teacher_hidden width
+    transfer_dir: str
+    column_names: list[str]          # the scored set's columns
+    max_length: int                  # tokens per row
+    seed: int                        # the run's init stream as an int (e.g. PCA padding)
+
+
+@dataclass
+class Built:
+    model: nn.Module
+    tokens: Any                      # students.data.tokens.WordPieceTokens or WordTokens
+    config: Any                      # the model's own config dataclass (recorded in metrics.json and the sidecar)
+    repr_width: int                  # width of the model's "repr" output
+    pkd_columns: list[str]           # column of the teacher layer behind each student layer (PKD), else []
+    # Student width → teacher width for repr / pkd (see `projection`); None when they match or no loss needs it.
+    projection: Optional[nn.Module] = None
+
+
+@dataclass(frozen=True)
+class Family:
+    """One student family, registered by its module (`register`): everything that differs between students."""
+
+    name: str  # StudentConfig.student
+    build: Callable[[Context], Built]
+    forward: Callable[[nn.Module, Batch], dict]                 # → logits (B, C), repr (B, D), ...
+    param_groups: Callable[[nn.Module], dict]                   # GROUPS (encoder maybe per layer) → parameters
+    save: Callable[[str, nn.Module, Any], dict]                 # (dir, model, tokens) → sidecar entries
+    load: Callable[[str, dict], tuple[nn.Module, Any, Any]]     # (dir, sidecar) → (model, tokens, config)
+    default_lr: float  # AdamW's peak learning rate when StudentConfig.lr is None
+    tokens: tuple[str, ...] = ("wordpiece", "words")  # the StudentConfig.tokens kinds it is built on
+    # ONNX export (students/compress/export.py): (model, tokens) → a module taking (input_ids, attention_mask) → logits;
+    # None: the model is a Hugging Face classifier, exported with the tokenizer's inputs as they are
+    export_graph: Optional[Callable[[nn.Module, Any], nn.Module]] = None
+
+
+_FAMILIES: dict[str, Family] = {}
+
+
+def register(family: Family) -> Family:
+    """Add a family to the registry (by its module, at import); a name registered twice is refused."""
+    if family.name in _FAMILIES:
+        raise ValueError(f"student family {family.name!r} is already registered "
+                         f"(by {_FAMILIES[family.name].build.__module__})")
+    _FAMILIES[family.name] = family
+    return family
+
+
+def get(name: Optional[str], where: str = "student") -> Family:
+    """The registered family of that name; an unknown one is a UserError naming the known ones."""
+    if name not in _FAMILIES:
+        raise UserError(f"{where}: unknown student family {name!r}; known: {', '.join(sorted(_FAMILIES))}")
+    return _FAMILIES[name]
+
+
+def names() -> list[str]:
+    return list(_FAMILIES)
+
+
+def projection(student_width: int, teacher_width: int) -> Optional[nn.Linear]:
+    """TinyBERT's W_h (Jiao et al. 2020): a Linear from the student's hidden width to the teacher's, so
+    repr and pkd can compare states of different widths; None when the widths match.
+
+    It learns with the student but is no part of the student's model: the saved student stays a model of
+    its own width (a plain Hugging Face directory for the transformer), and predicting never needs it.
+    """
+    if student_width == teacher_width:
+        return None
+    return nn.Linear(student_width, teacher_width)
+
+
+def project(outputs: dict, proj: Optional[nn.Module]) -> dict:
+    """A family's outputs with repr (B, D) and cls_layers (B, L, D) taken to the teacher's width (B, ..., H)."""
+    if proj is None:
+        return outputs
+    return {k: proj(v) if k in ("repr", "cls_layers") else v for k, v in outputs.items()}
+
+
+def model_values(defaults: dict, cfg: StudentConfig, known: set[str], what: str, fixed: dict) -> dict:
+    """Model settings: defaults < the config's `model:` < what the data fixes (vocabulary, classes)."""
+    values = {**defaults, **cfg.model, **fixed}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise UserError(f"model: unknown {what} setting(s) {unknown}; known: {sorted(known)}")
+    return values
