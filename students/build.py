@@ -6,19 +6,19 @@ What a family provides is described in students/families/__init__.py; each famil
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import torch
 import torch.nn as nn
 
 from students import families as family_registry
 from students import seeds
-from students.data import count_rows, teacher_files
+from students.data import ScoredSet, teacher_files
 from students.families import Context, Family
 from students.families import bilstm, transformer  # noqa: F401 (register their families)
 from students.losses import online
 from students.schedules import SCHEDULES
-from transferset import schema, transfer
+from transferset import schema
 from transferset.config import DEFAULT_MAX_LENGTH, StudentConfig
 from transferset.errors import UserError
 from transferset.threads import set_torch_threads
@@ -51,31 +51,21 @@ class Setup:
     online: Optional[nn.Module] = None
 
 
-def setup(cfg: StudentConfig, transfer_dir: str) -> Setup:
-    """Check the scored set, build tokens and the student (initialised from the teacher if asked)."""
+def setup(cfg: StudentConfig, scored: Union[str, ScoredSet]) -> Setup:
+    """Build tokens and the student (initialised from the teacher if asked) for the scored set (its path: opened
+    here, an unfinished one too)."""
     fam = family(cfg.student, "student")
     if cfg.schedule not in SCHEDULES:
         raise UserError(f"unknown schedule {cfg.schedule!r}; known: {', '.join(SCHEDULES)}")
-    meta = transfer.read_metadata(transfer_dir, scored=True)  # refuses sets without teacher columns
-    label_names = list(meta.get(schema.META_LABEL_NAMES) or [])
-    if len(label_names) < 2:
-        raise UserError(f"{transfer_dir}: the transfer set records label names {label_names}; "
-                        "a classifier needs at least two (rebuild it with `transferset augment --labels`)")
-    file_schema = transfer.read_schema(transfer.data_files(transfer_dir)[0])
-    logits_width = file_schema.field(schema.TEACHER_LOGITS).type.list_size
-    if logits_width != len(label_names):
-        raise UserError(f"{transfer_dir}: teacher_logits has {logits_width} classes but the set names "
-                        f"{len(label_names)} labels {label_names}; it was scored by a teacher for another task")
-    hidden_width = file_schema.field(schema.TEACHER_HIDDEN).type.list_size
-    num_rows, num_labeled = count_rows(transfer_dir, num_classes=len(label_names))
-    if num_rows == 0:
-        raise UserError(f"{transfer_dir}: the transfer set has no rows")
+    if isinstance(scored, str):
+        scored = ScoredSet.open(scored, allow_incomplete=True)
+    meta, label_names, hidden_width = scored.meta, scored.label_names, scored.hidden_width
     set_torch_threads(cfg.threads)
 
     max_length = cfg.max_length or int(meta.get(schema.META_MAX_LENGTH) or DEFAULT_MAX_LENGTH)
     init_seed = seeds.torch_seed(seeds.stream(cfg.seed, seeds.INIT))
-    ctx = Context(cfg, teacher_files.teacher_dir(cfg, meta), meta, label_names, hidden_width, transfer_dir,
-                  list(file_schema.names), max_length, init_seed)
+    ctx = Context(cfg, teacher_files.teacher_dir(cfg, meta), meta, label_names, hidden_width, scored.path,
+                  scored.column_names, max_length, init_seed)
     # The caller's torch random state is left as it was: the init stream is the run's own.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(init_seed)
@@ -89,4 +79,4 @@ def setup(cfg: StudentConfig, transfer_dir: str) -> Setup:
                         f"student's head width ({built.repr_width}) to equal the teacher's hidden width "
                         f"({hidden_width}); drop the head_dim / preset override, or set repr: 0")
     return Setup(cfg, fam, built.model, built.config, built.tokens, label_names, meta, built.pkd_columns,
-                 num_rows, num_labeled, built.projection, online_teacher)
+                 scored.num_rows, scored.num_labeled, built.projection, online_teacher)

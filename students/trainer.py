@@ -26,7 +26,7 @@ import torch
 
 from students import seeds
 from students.build import Setup, setup
-from students.data import EvalData, count_rows, iter_train_batches, read_eval_data
+from students.data import EvalData, ScoredSet, count_rows, iter_train_batches, read_eval_data
 from students.families import project
 from students.losses import NO_LABEL, LossWeights, combine
 from students.losses import online
@@ -122,12 +122,12 @@ def fit(s: Setup, phase: Phase, batches: Iterable[dict], engine: Optional[Engine
 
 
 def train_batches(s: Setup, transfer_dir: str, seed, labeled_only: bool = False, rank: int = 0, world: int = 1,
-                  text_only: bool = False):
+                  text_only: bool = False, needs=None):
     """One epoch of the run's minibatches (students.data.iter_train_batches with its settings): with
-    several processes, this rank's rows of it."""
+    several processes, this rank's rows of it; `needs`: what the phase's losses read (None: every cached column)."""
     return iter_train_batches(transfer_dir, s.tokens, seed, batch_size=s.cfg.batch_size,
                               shuffle_rows=s.cfg.shuffle_rows, pkd_columns=() if text_only else s.pkd_columns,
-                              labeled_only=labeled_only, rank=rank, world=world, text_only=text_only)
+                              labeled_only=labeled_only, rank=rank, world=world, text_only=text_only, needs=needs)
 
 
 def reads_layer_texts(phase: Phase) -> bool:
@@ -175,7 +175,8 @@ def train_phase(s: Setup, recipe: Recipe, phase: Phase, p_index: int, transfer_d
 
     def batches(epoch: int):
         return train_batches(s, transfer_dir, seeds.stream(cfg.seed, seeds.SHUFFLE, p_index, epoch),
-                             labeled_only=phase.labeled_only, rank=eng.rank, world=eng.world, text_only=text_only)
+                             labeled_only=phase.labeled_only, rank=eng.rank, world=eng.world, text_only=text_only,
+                             needs=phase.weights.needs())
 
     def new_optimizer():
         return make_optimizer(s, set_trainable(s, phase))
@@ -280,10 +281,9 @@ def _train(cfg: StudentConfig, transfer_dir: str, dev_path: str, out: Optional[O
     # the set's label names before the (longer) setup.
     transfer.data_files(transfer_dir)  # a folder holding no transfer set at all says so first
     require_input(dev_path, "--dev")
-    transfer.require_complete(transfer_dir, allow_incomplete=cfg.allow_incomplete)
-    dev = read_eval_data(dev_path, transfer.label_names(transfer_dir, scored=True),
-                         text_b_column=cfg.dev_text_b_column)
-    s = setup(cfg, transfer_dir)
+    scored = ScoredSet.open(transfer_dir, allow_incomplete=cfg.allow_incomplete)  # the one check of the set
+    dev = read_eval_data(dev_path, scored.label_names, text_b_column=cfg.dev_text_b_column)
+    s = setup(cfg, scored)
     student = Student.from_setup(s)
     try:
         plan = phases(cfg.schedule, LossWeights.of(cfg), cfg.epochs, s.family.param_groups(s.model).keys(),

@@ -28,12 +28,12 @@ import numpy as np
 import torch
 
 from students import seeds
-from students.data import EvalData, count_rows, iter_train_batches, read_eval_data
+from students.data import EvalData, ScoredSet, iter_train_batches, read_eval_data
 from students.families import transformer
 from students.losses import kd_kl, logits_mse
 from students.student import OnnxStudent, Student, accuracy
 from students.trainer import require_input
-from transferset import pruning, schema, transfer, typed
+from transferset import pruning, schema, typed
 from transferset.config import PruneConfig
 from transferset.errors import UserError
 from transferset.fs.output import MODEL_NAMES, Output
@@ -60,24 +60,27 @@ def prune(cfg: PruneConfig, model_path: str, selection: str, output: str, *, tra
         # under torchrun: every rank ranks the same heads and recovers on its own rows; rank 0 alone writes
         student = load_prunable(model_path, cfg.max_length)
         return _prune(cfg, student, model_path, read_eval_data(selection, student.label_names), None,
-                      transfer_dir if cfg.epochs else None, progress)
+                      open_transfer(transfer_dir, student) if cfg.epochs else None, progress)
     out = Output(output, "prune", names=(*MODEL_NAMES, TRACK_FILE), overwrite=overwrite,
                  inputs=[model_path, selection, transfer_dir])
     with out.writing():
         set_torch_threads(cfg.threads)
         student = load_prunable(model_path, cfg.max_length)
         dev = read_eval_data(selection, student.label_names)
-        if transfer_dir is not None and cfg.epochs:
-            transfer.data_files(transfer_dir)
-            transfer.require_complete(transfer_dir)
-            theirs = transfer.label_names(transfer_dir, scored=True)
-            if list(theirs) != list(student.label_names):
-                raise UserError(f"--transfer {transfer_dir}: label names {theirs} differ from the model's "
-                                f"{student.label_names}; recover from the scored set of this model's task")
+        scored = open_transfer(transfer_dir, student) if cfg.epochs else None
         out.prepare()  # every check passed: only now is anything under OUTPUT changed
         with out.local() as work:
-            record = _prune(cfg, student, model_path, dev, work, transfer_dir if cfg.epochs else None, progress)
+            record = _prune(cfg, student, model_path, dev, work, scored, progress)
     return record
+
+
+def open_transfer(transfer_dir: str, student: Student) -> ScoredSet:
+    """The scored set the recovery distils from, checked once (students.data.ScoredSet), of the model's task."""
+    scored = ScoredSet.open(transfer_dir)
+    if scored.label_names != list(student.label_names):
+        raise UserError(f"--transfer {transfer_dir}: label names {scored.label_names} differ from the model's "
+                        f"{student.label_names}; recover from the scored set of this model's task")
+    return scored
 
 
 def refuse_exits(model_path: str) -> None:
@@ -145,11 +148,11 @@ class _Logits(torch.nn.Module):
         return transformer.forward(self.model, batch["ids"], batch["mask"], batch["type_ids"])["logits"]
 
 
-def recover(cfg: PruneConfig, student: Student, transfer_dir: str, dev: EvalData, work: Optional[str],
+def recover(cfg: PruneConfig, student: Student, scored: ScoredSet, dev: EvalData, work: Optional[str],
             progress: bool) -> dict:
     """Distil the pruned model towards the scored set's teacher_logits; keeps the best epoch on `dev`
     (the pruned model as it starts competes). `work`: where metrics.jsonl goes (None: a rank other than 0)."""
-    rows, _ = count_rows(transfer_dir, len(student.label_names))
+    transfer_dir, rows = scored.path, scored.num_rows
     engine = Engine.create(cfg.engine, output=work, progress_bar=None if progress else False, log=log_line)
     spec = PhaseSpec("recover", cfg.epochs, keep_best=True, start_competes=True, max_steps=cfg.max_steps,
                      grad_clip=cfg.grad_clip, steps_per_epoch=max(1, math.ceil(rows / cfg.batch_size) // engine.world))
@@ -189,7 +192,7 @@ def recover(cfg: PruneConfig, student: Student, transfer_dir: str, dev: EvalData
 
 
 def _prune(cfg: PruneConfig, student: Student, model_path: str, dev: EvalData, work: str,
-           transfer_dir: Optional[str], progress: bool) -> dict:
+           scored: Optional[ScoredSet], progress: bool) -> dict:
     log = log_line
     before = accuracy(student.predict_ids(dev.texts, dev.texts_b), dev.labels)
     params_before = student.num_parameters()
@@ -204,8 +207,8 @@ def _prune(cfg: PruneConfig, student: Student, model_path: str, dev: EvalData, w
     else:  # --heads 0: no ranking, no head removed; the recovery alone (self-distillation)
         importance, remove, pruned_acc = None, {}, before
     recovery = None
-    if transfer_dir is not None:
-        recovery = recover(cfg, student, transfer_dir, dev, work, progress)
+    if scored is not None:
+        recovery = recover(cfg, student, scored, dev, work, progress)
     if work is None:  # a rank other than 0 (torchrun): rank 0 writes
         return {"rank": int(os.environ.get("RANK", "0"))}
     final = accuracy(student.predict_ids(dev.texts, dev.texts_b), dev.labels)

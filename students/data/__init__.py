@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional, Sequence, Union
+from typing import Any, Collection, Iterator, Optional, Sequence, Union
 
 import numpy as np
 import pyarrow as pa
@@ -119,11 +119,16 @@ def count_rows(directory: str, num_classes: Optional[int] = None) -> tuple[int, 
     meta = require_transfer_set(directory)
     if num_classes is None:  # a set read for its texts (layer_texts): its values are checked all the same
         num_classes = len(meta.get(schema.META_LABEL_NAMES) or ()) or None
+    names = transfer.read_schema(transfer.data_files(directory)[0]).names if num_classes is not None else ()
+    return _count(directory, names, num_classes)
+
+
+def _count(directory: str, names: Sequence[str], num_classes: Optional[int]) -> tuple[int, int]:
+    """count_rows's one pass; `names`: the set's columns (whose teacher values are checked with num_classes)."""
     total = labeled = 0
     hashes = []
     columns = [schema.ID, schema.LABEL]
     if num_classes is not None:
-        names = transfer.read_schema(transfer.data_files(directory)[0]).names
         columns += [c for c in (schema.TEACHER_LABEL, schema.TEACHER_LOGITS, schema.TEACHER_HIDDEN) if c in names]
     for rb in transfer.iter_batches(directory, columns, batch_size=65536, num_classes=num_classes):
         total += rb.num_rows
@@ -141,6 +146,45 @@ def require_transfer_set(directory: str) -> dict:
         return transfer.read_metadata(directory)
     except schema.SchemaError as exc:
         raise UserError(f"{directory} is not a transfer set: {exc}") from None  # exc says what to give
+
+
+@dataclass(frozen=True)
+class ScoredSet:
+    """A scored transfer set, checked once (`open`): what the trainer and a family's build read of it.
+
+    `open` refuses, each in one line: a folder with no set, an unfinished one (unless `allow_incomplete`),
+    one without teacher columns or with fewer than two label names, logits of another width than the
+    label names, no rows, repeated ids, and a bad value (labels outside the set, non-finite teacher
+    values: count_rows's one pass).
+    """
+
+    path: str
+    meta: dict
+    label_names: list[str]
+    column_names: list[str]
+    hidden_width: int     # teacher_hidden's width
+    num_rows: int
+    num_labeled: int
+
+    @classmethod
+    def open(cls, path: str, *, allow_incomplete: bool = False) -> "ScoredSet":
+        files = transfer.data_files(path)  # a folder holding no transfer set at all says so first
+        transfer.require_complete(path, allow_incomplete=allow_incomplete)
+        meta = transfer.read_metadata(path, scored=True)  # refuses sets without teacher columns
+        label_names = list(meta.get(schema.META_LABEL_NAMES) or [])
+        if len(label_names) < 2:
+            raise UserError(f"{path}: the transfer set records label names {label_names}; "
+                            "a classifier needs at least two (rebuild it with `transferset augment --labels`)")
+        file_schema = transfer.read_schema(files[0])
+        logits_width = file_schema.field(schema.TEACHER_LOGITS).type.list_size
+        if logits_width != len(label_names):
+            raise UserError(f"{path}: teacher_logits has {logits_width} classes but the set names "
+                            f"{len(label_names)} labels {label_names}; it was scored by a teacher for another task")
+        num_rows, num_labeled = _count(path, file_schema.names, len(label_names))
+        if num_rows == 0:
+            raise UserError(f"{path}: the transfer set has no rows")
+        return cls(path, meta, label_names, list(file_schema.names),
+                   file_schema.field(schema.TEACHER_HIDDEN).type.list_size, num_rows, num_labeled)
 
 
 def check_file_values(path: str, columns: Sequence[str], num_classes: int) -> None:
@@ -231,9 +275,9 @@ def make_batch(tokens, arrays: dict[str, Any], idx: Sequence[int]) -> dict[str, 
 
 
 def iter_train_batches(transfer_dir: str, tokens, seed: Union[int, np.random.SeedSequence], *, batch_size: int,
-                       shuffle_rows: int, pkd_columns: Sequence[str] = (),
-                       labeled_only: bool = False, rank: int = 0,
-                       world: int = 1, text_only: bool = False) -> Iterator[dict[str, torch.Tensor]]:
+                       shuffle_rows: int, pkd_columns: Sequence[str] = (), labeled_only: bool = False, rank: int = 0,
+                       world: int = 1, text_only: bool = False,
+                       needs: Optional[Collection[str]] = None) -> Iterator[dict[str, torch.Tensor]]:
     """One epoch of shuffled minibatches of `batch_size` rows, streamed; `seed` is the epoch's shuffle stream.
 
     With `world` processes, this one (`rank`) keeps every world-th row of the stream (the shards'
@@ -245,8 +289,12 @@ def iter_train_batches(transfer_dir: str, tokens, seed: Union[int, np.random.See
     BiLSTM's cost follows the longest row), and the minibatch order is shuffled again.
     `labeled_only` keeps the rows with a gold label. `text_only`: the batches hold the rows' tokens and gold
     labels and no teacher columns (a set not scored: the phases that need only the teacher run alongside).
+    `needs`: the batch keys the phase's losses read (LossWeights.needs; None: all): only those cached columns
+    are read; the rows and their order do not depend on it.
     """
-    columns = list(TEXT_COLUMNS if text_only else TRAIN_COLUMNS) + [c for c in pkd_columns if c not in TRAIN_COLUMNS]
+    cached = () if text_only else [c for c in TRAIN_COLUMNS[3:] if needs is None or c in needs]
+    pkd_columns = pkd_columns if not text_only and (needs is None or TEACHER_LAYERS in needs) else ()
+    columns = [*TEXT_COLUMNS, *cached, *(c for c in pkd_columns if c not in cached)]
     # What the batches hold is checked as it is read (a few % of reading; see count_rows for the pass before).
     first = transfer.read_schema(transfer.data_files(transfer_dir)[0])
     num_classes = None if text_only else first.field(schema.TEACHER_LOGITS).type.list_size

@@ -115,6 +115,11 @@ class LossWeights:
         """The losses with a non-zero weight, in the registry's order (the order combine adds them)."""
         return {name: self.weights[name] for name in _REGISTRY if self.weights.get(name)}
 
+    def needs(self) -> set[str]:
+        """What the active losses read of a batch besides its tokens and labels (cached columns such as
+        teacher_logits, TEACHER_LAYERS, ONLINE): the columns the batches hold (students.data.iter_train_batches)."""
+        return {key for name in self.active() for key in _REGISTRY[name].needs}
+
     def layer_active(self) -> dict[str, float]:
         """The active losses that need the teacher's token-level states (the online teacher)."""
         return {k: v for k, v in self.active().items() if ONLINE in _REGISTRY[k].needs}

@@ -15,6 +15,7 @@ import torch
 from students import trainer
 from students.student import Student
 from transferset import typed
+from transferset.app.cli import close_process_group
 from transferset.config import StudentConfig
 
 
@@ -59,6 +60,7 @@ def main(path: str) -> int:
     torch.save(state, os.path.join(spec["record"], f"rank{rank}.pt"))
     with open(os.path.join(spec["record"], f"rank{rank}.json"), "w", encoding="utf-8") as fh:
         json.dump({"texts": texts, "world": int(os.environ["WORLD_SIZE"])}, fh)
+    close_process_group()  # as the CLI does: Gloo's threads may abort the process at exit otherwise
     return 0
 
 

@@ -49,6 +49,20 @@ def test_a_run_writes_model_metrics_and_curves(tmp_path, tiny_scored_dir, sst2_d
     assert {schema.WEIGHTS_FILE, schema.STUDENT_SIDECAR_FILE, "tokenizer"} <= files
 
 
+def test_a_run_checks_and_counts_its_scored_set_once(tmp_path, tiny_scored_dir, sst2_dev200, monkeypatch):
+    """Issue 43: before its first step the trainer opened the scored set six times, one a full pass; now once
+    (students.data.ScoredSet.open). The model card reads the set's records again afterwards."""
+    from students import data, trainer
+
+    passes, opens, before_step_1 = [], [], []
+    count, read_metadata, train_plan = data._count, data.transfer.read_metadata, trainer.train_plan
+    monkeypatch.setattr(data, "_count", lambda *a: passes.append(a[0]) or count(*a))
+    monkeypatch.setattr(data.transfer, "read_metadata", lambda *a, **k: opens.append(a[0]) or read_metadata(*a, **k))
+    monkeypatch.setattr(trainer, "train_plan", lambda *a: before_step_1.extend(opens) or train_plan(*a))
+    _run(tmp_path, tiny_scored_dir, sst2_dev200, "--epochs", "1", model={"embed_dim": 16, "hidden": 16})
+    assert passes == [tiny_scored_dir] and before_step_1 == [tiny_scored_dir]
+
+
 def test_the_training_time_latency_says_what_it_was_taken_under(tmp_path, tiny_scored_dir, sst2_dev200, capsys):
     """Issue 26 item 5: metrics.json recorded a latency on the training threads with no load, which the
     report no longer trusted; it is now taken the report's way (one thread) and carries its conditions."""

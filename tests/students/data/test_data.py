@@ -218,3 +218,36 @@ def test_evaluation_data_of_a_labeled_file_rejects_a_huge_label_at_once(tmp_path
     got = data.read_eval_data(str(path), ["0", "1"])
     assert got.texts == ["a fine film", "a dull film"] and got.labels.tolist() == [1, 0]
 
+
+
+def test_the_batches_hold_only_the_cached_columns_the_losses_need_and_the_same_rows(tiny_setup, tiny_scored_dir):
+    """Issue 43: what a loss declares it reads (`needs`) chooses the columns read; rows and order stay."""
+    from students.losses import LossWeights
+
+    def epoch(**kw):
+        return list(data.iter_train_batches(tiny_scored_dir, tiny_setup.tokens, seed=5, batch_size=8, shuffle_rows=40,
+                                            pkd_columns=[schema.hidden_layer_column(2)], **kw))
+    every = epoch()
+    assert LossWeights(ce=1.0).needs() == set() and LossWeights(kd=1.0, pkd=1.0).needs() == {
+        schema.TEACHER_LOGITS, TEACHER_LAYERS}
+    for weights, held in [(LossWeights(ce=1.0), set()), (LossWeights(kd=1.0, ce=0.5), {schema.TEACHER_LOGITS}),
+                          (LossWeights(repr=1.0), {schema.TEACHER_HIDDEN}), (LossWeights(pkd=1.0), {TEACHER_LAYERS})]:
+        got = epoch(needs=weights.needs())
+        assert len(got) == len(every)
+        for a, b in zip(got, every):
+            assert a[schema.TEXT] == b[schema.TEXT] and torch.equal(a[schema.LABEL], b[schema.LABEL])
+            assert {schema.TEACHER_LOGITS, schema.TEACHER_HIDDEN, TEACHER_LAYERS} & set(a) == held, weights
+            for key in held:
+                assert torch.equal(a[key], b[key])
+
+
+def test_a_scored_set_is_opened_once_with_what_the_trainer_needs(tmp_path, tiny_scored_dir):
+    s = data.ScoredSet.open(tiny_scored_dir)
+    assert (s.num_rows, s.num_labeled, len(s.label_names), s.hidden_width) == (128, 96, 2, 32)
+    assert schema.TEACHER_LOGITS in s.column_names and s.path == tiny_scored_dir
+    unfinished = tmp_path / "unfinished"
+    shutil.copytree(tiny_scored_dir, unfinished)
+    (unfinished / schema.COMPLETE_MARKER).unlink()
+    with pytest.raises(UserError, match="is incomplete"):
+        data.ScoredSet.open(str(unfinished))
+    assert data.ScoredSet.open(str(unfinished), allow_incomplete=True).num_rows == 128
