@@ -147,6 +147,16 @@ def _quiet_logging() -> None:
             hf_logging.disable_progress_bar()
 
 
+def close_process_group() -> None:
+    """After a command that ran under torchrun / accelerate launch finished: destroy its process group. Left to
+    interpreter exit, Gloo's threads can abort the process (SIGABRT, "terminate called without an active
+    exception": pytorch/pytorch#190489) after the work is done, so a finished run exits non-zero. Only on
+    success: a rank that failed must not wait in a collective teardown for the others."""
+    dist = sys.modules.get("torch.distributed")  # a command that never trained never imported it
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     top = _top_parser()
@@ -170,7 +180,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             check_beam_args(extra, known=[o for o in parser._option_string_actions if o.startswith("--")],
                             command=name)
         normalize_paths(name, args, getattr(module, "URL_SCHEMES", lambda: ())())
-        return int(module.run(args, extra) or 0)
+        rc = int(module.run(args, extra) or 0)
+        close_process_group()
+        return rc
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

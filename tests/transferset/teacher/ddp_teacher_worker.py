@@ -13,6 +13,7 @@ import sys
 import torch
 
 from transferset import loading, typed
+from transferset.app.cli import close_process_group
 from transferset.config import TeacherConfig
 from transferset.teacher import train as teacher_train
 
@@ -59,6 +60,7 @@ def main(path: str) -> int:
                os.path.join(spec["record"], f"rank{rank}.pt"))
     with open(os.path.join(spec["record"], f"rank{rank}.json"), "w", encoding="utf-8") as fh:
         json.dump({"rows": rows, "result": result, "world": int(os.environ["WORLD_SIZE"])}, fh)
+    close_process_group()  # as the CLI does: Gloo's threads may abort the process at exit otherwise
     return 0
 
 
