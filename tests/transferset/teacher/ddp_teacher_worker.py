@@ -1,4 +1,4 @@
-"""One rank of the teacher's 2-process test (test_teacher_distributed.py), started by `python -m torch.distributed.run`.
+"""One rank of the teacher's 2-process test (test_train_distributed.py), started by `python -m torch.distributed.run`.
 
 Fine-tunes through `transferset.teacher.train.train` as the CLI does, and records what the test checks: the rows
 (token ids without padding) this rank trained on, and this rank's weights at the end. With `kill_at`, rank 0

@@ -36,7 +36,7 @@ def test_the_latency_benchmark_times_an_ensemble_runs_first_member_as_the_teache
 
     from transferset import schema
 
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "latency.py"
+    path = Path(__file__).resolve().parents[3] / "benchmarks" / "latency.py"
     spec = importlib.util.spec_from_file_location("latency_benchmark", path)
     latency = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(latency)

@@ -1,3 +1,6 @@
+"""transferset/sources (the package): read_source over every format, label inference, rejects summarised, and the
+label rule as readers apply it. Each reader's own cases: test_delimited, test_hf, test_parquet; the row rules:
+test_records."""
 import json
 import re
 
@@ -5,16 +8,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from source_rows import LABELS, _data_lines, _jsonl, _read
 from transferset.sources import (Example, Reject, SourceError, SourceSpec, infer_label_names, normalize_text,
-                                 parse_hf_spec, parse_label, read_source)
+                                 parse_label, read_source)
 from transferset import schema
-
-LABELS = ("0", "1")
-
-
-def _read(path, **kw):
-    kw.setdefault("label_names", LABELS)
-    return list(read_source(SourceSpec(path=str(path), **kw)))
 
 
 def test_sst2_tsv_rows_are_examples(sst2_dir):
@@ -100,17 +97,6 @@ def test_sentence_pairs_and_unlabeled(tmp_path):
     assert [r.label for r in unl] == [None, None]
 
 
-def test_hf_dataset_spec_reads_through_datasets(tmp_path):
-    d = tmp_path / "local_ds"
-    d.mkdir()
-    (d / "train.csv").write_text("sentence,label\nfrom the hub,1\n,0\n")
-    recs = list(read_source(SourceSpec(path=f"hf:{d}:train", label_names=LABELS)))
-    assert recs[0].text == "from the hub" and recs[0].label == 1
-    assert recs[1].reason == "empty text"
-    assert parse_hf_spec("hf:glue:sst2:validation") == ("glue", "sst2", "validation")
-    assert parse_hf_spec("hf:imdb:test") == ("imdb", None, "test")
-
-
 def test_unknown_format_and_label_inference(tmp_path, sst2_dir):
     with pytest.raises(SourceError, match="unknown input format"):
         _read(tmp_path / "x.xlsx")
@@ -123,63 +109,7 @@ def test_unknown_format_and_label_inference(tmp_path, sst2_dir):
     assert normalize_text("  A  Fine\tFilm ") == "a fine film"
 
 
-def test_source_id_depends_on_content_only(tmp_path):
-    a = tmp_path / "a.tsv"
-    b = tmp_path / "b.tsv"
-    a.write_text("sentence\tlabel\nsame text\t0\nother\t1\n")
-    b.write_text("sentence\tlabel\nother\t1\nsame text\t0\n")
-    ids_a = {r.text: r.source_id for r in _read(a)}
-    ids_b = {r.text: r.source_id for r in _read(b)}
-    assert ids_a == ids_b and len(set(ids_a.values())) == 2
-
-
 # --- hardening (issue #12) ----------------------------------------------------------------------
-
-def _data_lines(path) -> int:
-    """What `wc -l` says minus the header: every physical data line must become one record."""
-    return path.read_bytes().count(b"\n") - 1
-
-
-def _sst2_csv(sst2_dir, dst, n):
-    """The header and first n rows of the real SST-2 dev set, written as CSV (test-local copy)."""
-    import csv
-
-    with open(sst2_dir / "dev.tsv", encoding="utf-8") as fh:
-        rows = [line.rstrip("\n").split("\t") for line in fh][: n + 1]
-    with open(dst, "w", encoding="utf-8", newline="") as out:
-        csv.writer(out, lineterminator="\n").writerows(rows)
-    return rows
-
-
-def test_unbalanced_quote_rejects_its_line_and_reading_resumes(tmp_path, sst2_dir):
-    path = tmp_path / "quote.csv"
-    rows = _sst2_csv(sst2_dir, path, 51)
-    lines = path.read_text(encoding="utf-8").split("\n")
-    # Line 22 opens a quote that never closes; later lines quote their commas, as csv.writer does.
-    lines[21] = '"an unclosed quote,1'
-    assert sum('"' in line for line in lines[22:]) >= 2
-    path.write_text("\n".join(lines), encoding="utf-8")
-    recs = _read(path)
-    assert len(recs) == _data_lines(path) == 51
-    rejects = [r for r in recs if isinstance(r, Reject)]
-    assert [r.line for r in rejects] == [22]
-    assert rejects[0].reason.startswith("unbalanced quote or embedded newline spanning lines 22-")
-    assert "line 22" in rejects[0].reason and "resumes at line 23" in rejects[0].reason
-    kept = [r for r in recs if isinstance(r, Example)]
-    assert len(kept) == 50 and kept[-1].line == 52 and kept[-1].text == rows[51][0]
-
-
-def test_multi_line_record_is_one_reject_per_physical_line(tmp_path):
-    path = tmp_path / "embedded.csv"
-    path.write_text('text,label\ngood,1\n"two\nlines",0\nafter,1\n')
-    recs = _read(path)
-    assert len(recs) == _data_lines(path) == 4
-    assert [(type(r).__name__, r.line) for r in recs] == [("Example", 2), ("Reject", 3), ("Reject", 4),
-                                                          ("Example", 5)]
-    assert all(r.reason.startswith("unbalanced quote or embedded newline spanning lines 3-4")
-               for r in recs[1:3])
-    assert [r.text for r in recs if isinstance(r, Example)] == ["good", "after"]
-
 
 def test_blank_lines_are_visible_rejects(tmp_path):
     tsv = tmp_path / "blank.tsv"
@@ -208,26 +138,6 @@ def test_byte_order_mark_is_not_part_of_the_header(tmp_path):
     assert rec.reason == "bytes that are not valid UTF-8"  # surrogateescape still on
 
 
-def _jsonl(path, objs):
-    path.write_text("".join(json.dumps(o) + "\n" for o in objs))
-    return path
-
-
-def test_label_types_other_than_names_and_integers_are_rejected(tmp_path):
-    path = _jsonl(tmp_path / "labels.jsonl", [
-        {"text": "int", "label": 1}, {"text": "name", "label": "0"}, {"text": "float", "label": 1.0},
-        {"text": "bool", "label": True}, {"text": "list", "label": [1]}, {"text": "dict", "label": {"y": 1}},
-    ])
-    recs = _read(path)
-    assert [r.label for r in recs[:2]] == [1, 0]
-    reasons = [r.reason for r in recs[2:]]
-    assert reasons[0] == "label 1.0 is a float; labels must be names or integer class indices"
-    assert reasons[1] == "label True is a boolean; labels must be names or integer class indices"
-    assert reasons[2] == "label [1] is a list; labels must be names or integer class indices"
-    assert reasons[3] == "label {'y': 1} is a dict; labels must be names or integer class indices"
-    assert parse_label(1.0, LABELS) is None and parse_label([1], LABELS) is None and parse_label(True, LABELS) is None
-
-
 def test_inferred_labels_skip_garbage_and_warn_about_rare_ones(tmp_path, caplog):
     objs = [{"text": f"t{i}", "label": i % 2} for i in range(10)]
     objs += [{"text": "f", "label": 1.0}, {"text": "b", "label": True}, {"text": "l", "label": [1]}]
@@ -246,20 +156,6 @@ def test_inferred_labels_skip_garbage_and_warn_about_rare_ones(tmp_path, caplog)
     (warning,) = [r for r in caplog.records if r.levelname == "WARNING"]
     assert "label '2' has only 1 row (line 22)" in warning.getMessage()
     assert "--labels" in warning.getMessage()
-
-
-def test_non_string_text_is_rejected(tmp_path):
-    path = _jsonl(tmp_path / "text.jsonl", [
-        {"text": 12345, "label": 1}, {"text": {"a": 1}, "label": 1}, {"text": ["a"], "label": 1},
-        {"text": "fine", "label": 1}, {"text": "pair", "b": 7, "label": 0},
-    ])
-    recs = _read(path)
-    assert [r.reason for r in recs[:3]] == ["text must be a string, found int",
-                                           "text must be a string, found dict",
-                                           "text must be a string, found list"]
-    assert recs[3].text == "fine"
-    recs = _read(path, text_b_column="b")
-    assert recs[4].reason == "text_b must be a string, found int"
 
 
 def test_summarize_rejects_names_file_reasons_and_flags(tmp_path):
@@ -287,101 +183,6 @@ def test_read_split_reports_rejects_as_a_user_error(tmp_path):
     msg = str(info.value)
     assert msg.startswith(f"{dev}: every row was rejected (2 rows).")
     assert "line 2: missing text column 'sentence or text'" in msg and "line 3:" in msg
-
-
-def test_lone_surrogate_is_a_reject_naming_its_position_and_reading_goes_on(tmp_path):
-    """A JSON escape of half a surrogate pair decodes to a str that has no UTF-8: a bad row, not a crash."""
-    path = tmp_path / "lone.jsonl"
-    path.write_text('{"text": "\\ud83d lone", "label": "1"}\n'
-                    '{"text": "ab\\udfff", "label": "0"}\n'
-                    '{"text": "\\udcff escaped byte", "label": "0"}\n'
-                    '{"text": "a pair \\ud83d\\ude00 is fine", "label": "\\ud83d"}\n'
-                    '{"text": "last one", "label": "0"}\n', encoding="utf-8")
-    recs = _read(path)
-    assert [type(r).__name__ for r in recs] == ["Reject", "Reject", "Reject", "Reject", "Example"]
-    assert recs[0].reason == "text is not valid Unicode (lone surrogate at char 1)"
-    assert recs[1].reason == "text is not valid Unicode (lone surrogate at char 3)"
-    assert recs[2].reason == "text is not valid Unicode (lone surrogate at char 1)"
-    assert recs[3].reason == "label '\\ud83d' is not valid Unicode"  # a label name must be storable too
-    for r in recs[:4]:  # every reject record is writable as UTF-8 JSON (the rejects files)
-        json.dumps(r.to_dict(), ensure_ascii=False).encode("utf-8")
-    assert "\\ud83d lone" in recs[0].raw
-    unlabeled = _read(path, label_column=None)
-    assert sum(isinstance(r, Example) for r in unlabeled) == 2  # the pair and the last row
-    pairs = tmp_path / "pairs.jsonl"
-    pairs.write_text('{"text": "fine", "text_b": "ab\\udfff", "label": "0"}\n', encoding="utf-8")
-    assert _read(pairs, text_b_column="text_b")[0].reason == "text_b is not valid Unicode (lone surrogate at char 3)"
-    # The label set is never inferred from a value that cannot be written.
-    assert infer_label_names(str(path)) == ("0", "1")
-
-
-def test_parquet_strings_that_are_not_utf8_are_rejects(tmp_path):
-    texts = pa.array([b"good one", b"bad \xff byte", b"\xed\xa0\xbd encoded surrogate", b"good two"]).view(pa.string())
-    path = tmp_path / "bytes.parquet"
-    pq.write_table(pa.table({"sentence": texts, "label": ["0", "1", "0", "1"]}), path)
-    recs = _read(path)
-    assert [isinstance(r, Example) for r in recs] == [True, False, False, True]
-    assert [r.line for r in recs] == [1, 2, 3, 4]
-    assert recs[1].reason == recs[2].reason == "bytes that are not valid UTF-8"
-    assert "\\xff" in recs[1].raw
-    not_parquet = tmp_path / "random.parquet"
-    not_parquet.write_bytes(b"PAR1 not really")
-    with pytest.raises(SourceError, match="random.parquet: not a readable Parquet file"):
-        _read(not_parquet)
-
-
-def test_a_carriage_return_inside_a_line_does_not_split_it(tmp_path):
-    """Lines end at \\n, as `wc -l` counts them: one stray \\r is one reject, not two rows."""
-    path = tmp_path / "cr.tsv"
-    path.write_bytes(b"sentence\tlabel\r\nfine\t1\r\nbroken \r line\t0\nlast\t0")
-    recs = _read(path)
-    assert [r.line for r in recs] == [2, 3, 4]
-    assert [isinstance(r, Example) for r in recs] == [True, False, True]
-    assert recs[1].reason == "a carriage return (\\r) inside the line: not a TSV row"
-
-
-@pytest.fixture
-def hub_offline(monkeypatch):
-    """The Hugging Face Hub unreachable at once, as on a machine without network (no 25 s of retries)."""
-    import datasets
-    import huggingface_hub.constants
-
-    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-
-
-def test_an_unknown_hf_dataset_offline_is_one_message(hub_offline):
-    """Issue 25 item 9: an unknown dataset offline was a ConnectionError traceback. Issue 42 item 7: after 25 s of
-    retries; now at once, a usage error (exit 2), whoever reads it first."""
-    from transferset.errors import ConfigError
-    from transferset.sources import check_readable
-
-    for call in (lambda p: check_readable(p), lambda p: list(read_source(SourceSpec(path=p, label_names=LABELS))),
-                 infer_label_names):
-        with pytest.raises(SourceError, match=r"^hf:nosuch-user/nosuch-set:train: the dataset nosuch-user/nosuch-set: "
-                                              r"not a local folder, and HF_HUB_OFFLINE is set with no copy of it in "
-                                              r"the Hugging Face cache: give a local folder of the dataset's files, or "
-                                              r"unset HF_HUB_OFFLINE on a machine with network$") as err:
-            call("hf:nosuch-user/nosuch-set:train")
-        assert isinstance(err.value, ConfigError)
-
-
-def test_an_hf_folder_of_files_that_are_not_utf8_is_one_message(tmp_path, hub_offline):
-    """Issue 25 item 9: `hf:` on a folder of non-UTF-8 files was a UnicodeDecodeError traceback."""
-    from transferset.sources import check_readable
-
-    d = tmp_path / "latin1"
-    d.mkdir()
-    (d / "train.csv").write_bytes("sentence,label\nun café noir,1\n".encode("latin-1"))
-    for call in (lambda p: check_readable(p), lambda p: list(read_source(SourceSpec(path=p, label_names=LABELS)))):
-        with pytest.raises(SourceError, match=rf"^hf:{re.escape(str(d))}:train: the files of .* are not UTF-8 text "
-                                              r"\('utf-8' codec can't decode byte 0xe9"):
-            call(f"hf:{d}:train")
-    with pytest.raises(SourceError, match=r"empty: no such folder \(hf:PATH:SPLIT reads a local folder"):
-        check_readable(f"hf:{tmp_path / 'empty'}:nosuch")  # issue 42: said "split 'nosuch'" after `datasets` tried
-    (tmp_path / "empty").mkdir()
-    with pytest.raises(SourceError, match=r"split 'nosuch'"):
-        check_readable(f"hf:{tmp_path / 'empty'}:nosuch")
 
 
 # --- the label rule (transferset.labels): issue 25 item 4 ------------------------------------------------

@@ -1,0 +1,26 @@
+"""transferset.config: the checks on load name the section. (The flags: tests/transferset/app/test_flags.py; loading
+and YAML: tests/transferset/test_typed.py; the nested augment settings: test_augment_settings.py.)"""
+import pytest
+
+from transferset import typed
+from transferset.config import RunConfig
+from transferset.errors import ConfigError
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"teacher": {"epochs": 0}}, "teacher.epochs = 0: input should be greater than or equal to 1 (expected int)"),
+    ({"augment": {"n_iter": -1}}, "augment.n_iter = -1: input should be greater than or equal to 0 (expected int)"),
+    ({"augment": {"words_per_variant": 0}}, "augment.words_per_variant = 0: input should be greater than or equal to 1"),
+    ({"augment": {"p_mlm": 1.5}}, "augment.p_mlm = 1.5: input should be less than or equal to 1 (expected float)"),
+    ({"unlabeled_rows": -2}, "unlabeled_rows = -2: input should be greater than or equal to -1 (expected int or null)"),
+    ({"score": {"hidden": "max"}}, "score.hidden = 'max': input should be 'cls' or 'mean'"),
+    ({"students": {"s": {"temperature": 0}}}, "students.s.temperature = 0: input should be greater than 0"),
+    ({"lowres": {"per_class": 5}, "unlabeled_rows": 10}, "lowres and unlabeled_rows both choose"),
+    ({"students": {}}, "no students"),
+    ({"beam": {"workers": "two"}}, "beam.workers = 'two': input should be a valid integer"),
+])
+def test_semantic_checks_name_the_section(values, message):
+    values = {"students": {"s": {}}, **values}
+    with pytest.raises(ConfigError) as exc:
+        typed.load(RunConfig, values, where="run.yaml")
+    assert message in str(exc.value) and str(exc.value).startswith("run.yaml: ")

@@ -1,0 +1,38 @@
+"""transferset/training/checkpoints.py: a killed training resumes at the exact step; other settings are refused."""
+import pytest
+import torch
+
+from linear_task import Linear, _loss, _run
+from transferset.errors import UserError
+from transferset.training import Checkpoints, PhaseSpec, Recipe
+
+
+def test_checkpoints_resume_the_exact_step_and_refuse_other_settings(engine, tmp_path):
+    spec = PhaseSpec("p", epochs=2, keep_best=False)
+    torch.manual_seed(0)
+    whole = Linear()
+    _run(Recipe(engine), spec, whole, lambda: {"accuracy": 0.5})
+
+    torch.manual_seed(0)
+    killed = Linear()
+    calls = {"n": 0}
+
+    def kill_on_step_7(net, batch):
+        calls["n"] += 1
+        if calls["n"] == 7:
+            raise KeyboardInterrupt
+        return _loss(net, batch)
+
+    ckpt = Checkpoints(str(tmp_path / "ck"), {"lr": 0.1}, every_steps=5)
+    with pytest.raises(KeyboardInterrupt):
+        _run(Recipe(engine, ckpt), spec, killed, lambda: {"accuracy": 0.5}, loss=kill_on_step_7)
+    with pytest.raises(UserError, match=r"other settings \(lr differ\)"):
+        Recipe(engine, Checkpoints(str(tmp_path / "ck"), {"lr": 0.2}), resume=True)
+    resumed = Linear()
+    recipe = Recipe(engine, ckpt, resume=True)
+    assert recipe.global_step == 5
+    _run(recipe, spec, resumed, lambda: {"accuracy": 0.5})
+    assert all(torch.equal(resumed.state_dict()[k], whole.state_dict()[k]) for k in whole.state_dict())
+    assert [h["rows"] for h in recipe.history] == [32, 32]
+    recipe.finish()
+    assert not (tmp_path / "ck").exists()

@@ -1,0 +1,84 @@
+"""transferset/training/engine.py: the settings it refuses, precision and device per training, the trackers."""
+import pytest
+import torch
+
+from linear_task import CPU, Linear, _run
+from transferset.config import EngineConfig
+from transferset.errors import UserError
+from transferset.training import Engine, PhaseSpec, Recipe
+
+
+def test_settings_the_engine_cannot_honour_are_refused(monkeypatch):
+    with pytest.raises(UserError, match="engine.device 'gpu': expected one of auto, cpu, cuda"):
+        Engine.create(EngineConfig(device="gpu"))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # as on a machine without one
+    with pytest.raises(UserError, match="engine.device cuda: no CUDA device is visible"):
+        Engine.create(EngineConfig(device="cuda"))
+    with pytest.raises(UserError, match="engine.precision fp16: float16 training needs a CUDA device"):
+        Engine.create(EngineConfig(device="auto", precision="fp16"))
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    with pytest.raises(UserError, match=r"engine.processes 2: this is one of 1 process\(es\); start the command with "
+                                        r"`torchrun --nproc_per_node 2 -m transferset.app.cli COMMAND"):
+        Engine.create(EngineConfig(device="cpu", processes=2))
+    from accelerate import utils
+
+    monkeypatch.setattr(utils, "is_tensorboard_available", lambda: False)
+    with pytest.raises(UserError, match=r"engine.tracker tensorboard: the tensorboard package is not installed; "
+                                        r"pip install tensorboard \(pip install 'transferset\[tracking\]'\)"):
+        Engine.create(EngineConfig(device="cpu", tracker="tensorboard"))
+
+
+def test_each_training_in_a_process_gets_its_own_precision_and_device():
+    # `run` trains the teacher and several students in one process: Accelerate's process-wide state
+    # would otherwise refuse the second setting ("already initialized").
+    first = Engine.create(EngineConfig(device="cpu", precision="bf16"), log=lambda msg: None)
+    assert first.autocast_dtype == torch.bfloat16 and first.device.type == "cpu"
+    second = Engine.create(CPU, log=lambda msg: None)
+    assert second.autocast_dtype is None and second.scaler is None
+    with first.autocast():
+        assert torch.nn.functional.linear(torch.ones(1, 2), torch.ones(2, 2)).dtype == torch.bfloat16
+    module = Linear()
+    recipe = Recipe(Engine.create(EngineConfig(device="cpu", precision="bf16"), log=lambda msg: None))
+    _run(recipe, PhaseSpec("bf16", epochs=1, keep_best=False), module, lambda: {"accuracy": 0.5})
+    assert recipe.history[0]["train_loss"] > 0 and module.fc.weight.dtype == torch.float32  # autocast, fp32 weights
+
+
+def test_every_logged_step_is_in_metrics_jsonl_and_in_tensorboards_event_file(tmp_path):
+    import json
+
+    pytest.importorskip("tensorboard")  # the `tracking` extra; the `test` extra installs it, so CI runs this
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    engine = Engine.create(EngineConfig(device="cpu", tracker="tensorboard"), output=str(tmp_path),
+                           log=lambda msg: None, progress_bar=False)
+    engine.start_tracking("transferset-test", {"lr": 0.1, "model": {"hidden": 4}})
+    recipe = Recipe(engine)
+    _run(recipe, PhaseSpec("p", epochs=2, keep_best=False), Linear(), lambda: {"accuracy": 0.75})
+    recipe.finish()
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    steps = [line for line in lines if "train/loss" in line]
+    assert [line["step"] for line in steps] == list(range(1, 9))
+    epochs = [line for line in lines if "dev/accuracy" in line]
+    assert [(e["step"], e["dev/accuracy"]) for e in epochs] == [(4, 0.75), (8, 0.75)]
+    assert [e["train/epoch_loss"] for e in epochs] == pytest.approx([h["train_loss"] for h in recipe.history])
+    events = list(tmp_path.rglob("events.out.tfevents.*"))
+    assert events, f"no TensorBoard event file under {tmp_path}"
+    acc = EventAccumulator(str(events[0].parent))
+    acc.Reload()
+    logged = [(e.step, e.value) for e in acc.Scalars("train/loss")]
+    assert [s for s, _ in logged] == list(range(1, 9))
+    # float32 in the event file: the jsonl's float64 values to float32 precision
+    assert [v for _, v in logged] == pytest.approx([line["train/loss"] for line in steps], rel=1e-6)
+    assert [e.value for e in acc.Scalars("dev/accuracy")] == [0.75, 0.75]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here (the GPU path runs where one is)")
+def test_fp16_on_cuda_trains_through_accelerates_gradient_scaler():
+    engine = Engine.create(EngineConfig(device="cuda", precision="fp16"), log=lambda msg: None, progress_bar=False)
+    assert engine.scaler is not None and engine.autocast_dtype == torch.float16
+    module = Linear()
+    start = module.fc.weight.detach().clone()
+    recipe = Recipe(engine)
+    _run(recipe, PhaseSpec("fp16", epochs=1, keep_best=False, grad_clip=1.0), module, lambda: {"accuracy": 0.5})
+    assert module.fc.weight.dtype == torch.float32 and module.fc.weight.device.type == "cuda"  # fp32 master weights
+    assert not torch.equal(module.fc.weight.cpu(), start) and recipe.history[0]["train_loss"] > 0

@@ -1,0 +1,81 @@
+"""transferset/training/recipe.py on a tiny linear model (linear_task.py): early stopping, the non-finite loss
+stop, max_steps, gradient accumulation. The engine, checkpoints and schedules have their own files here."""
+import pytest
+import torch
+
+from linear_task import Linear, _loss, _run
+from transferset.config import EngineConfig
+from transferset.errors import UserError
+from transferset.training import Engine, PhaseSpec, Recipe
+
+
+def test_early_stopping_keeps_the_best_epoch_and_the_start_competes(engine):
+    module = Linear()
+    scores = iter([0.5, 0.6, 0.55, 0.58, 0.9])  # start, then epochs 1-4
+    weights = []
+
+    def evaluate():
+        weights.append({k: v.clone() for k, v in module.state_dict().items()})
+        return {"accuracy": next(scores)}
+
+    recipe = Recipe(engine)
+    entry = _run(recipe, PhaseSpec("p", epochs=4, patience=2, start_competes=True), module, evaluate)
+    assert entry["epochs_run"] == 3 and entry["start_dev_accuracy"] == 0.5 and entry["best_dev_accuracy"] == 0.6
+    assert [h["dev_accuracy"] for h in recipe.history] == [0.6, 0.55, 0.58]
+    assert [h["step"] for h in recipe.history] == [4, 8, 12] and [h["rows"] for h in recipe.history] == [32] * 3
+    assert all(torch.equal(module.state_dict()[k], weights[1][k]) for k in weights[1])  # epoch 1's weights
+
+    # A phase none of whose epochs beats its start ends on the model it started from.
+    module = Linear()
+    start = {k: v.clone() for k, v in module.state_dict().items()}
+    scores2 = iter([0.7, 0.6, 0.6])
+    _run(Recipe(engine), PhaseSpec("q", epochs=2, start_competes=True), module,
+         lambda: {"accuracy": next(scores2)})
+    assert all(torch.equal(module.state_dict()[k], start[k]) for k in start)
+
+
+def test_a_non_finite_loss_names_the_phase_epoch_and_step(engine):
+    calls = {"n": 0}
+
+    def nan_on_step_6(net, batch):
+        calls["n"] += 1
+        loss, parts = _loss(net, batch)
+        return (loss * float("nan"), parts) if calls["n"] == 6 else (loss, parts)
+
+    with pytest.raises(UserError, match=r"not finite \(nan on this rank; ce [0-9.]+\) at phase 'distill', "
+                                        r"epoch 2, step 6 of the phase: nothing was saved"):
+        _run(Recipe(engine), PhaseSpec("distill", epochs=3), Linear(), lambda: {"accuracy": 0.5}, loss=nan_on_step_6)
+
+
+@pytest.mark.parametrize("max_steps, steps", [(6, [4, 6]), (8, [4, 8])])
+def test_max_steps_ends_the_phase_with_an_evaluated_epoch_and_no_empty_one(engine, max_steps, steps):
+    recipe = Recipe(engine)
+    _run(recipe, PhaseSpec("p", epochs=3, max_steps=max_steps), Linear(), lambda: {"accuracy": 0.5})
+    assert [h["step"] for h in recipe.history] == steps
+    assert [h["rows"] for h in recipe.history] == [32, 8 * (steps[1] - 4)]
+
+
+def test_two_batches_of_16_accumulated_give_the_gradients_of_one_batch_of_32():
+    # In float64 the two ways of summing 32 per-row gradients ((a + b) / 2 of two means of 16, or one mean of
+    # 32) differ only by rounding, ~32 * 2^-53 ≈ 4e-15 of the largest term (|x| < 6 here: ~2e-14); 1e-12 leaves
+    # room for that and none for a wrong factor (an unscaled sum is off by 2x, i.e. by the whole gradient).
+    g = torch.Generator().manual_seed(3)
+    x, y = torch.randn(32, 3, generator=g, dtype=torch.float64), torch.randint(0, 2, (32,), generator=g)
+
+    def trained(batches, accum):
+        torch.manual_seed(0)
+        module = Linear().double()
+        engine = Engine.create(EngineConfig(device="cpu", grad_accum=accum), log=lambda msg: None, progress_bar=False)
+        recipe = Recipe(engine)
+        recipe.run(0, PhaseSpec("p", epochs=1, keep_best=False), module, _loss, lambda epoch: iter(batches),
+                   lambda: {"accuracy": 0.5}, lambda: torch.optim.SGD(module.parameters(), lr=1.0))
+        return module, recipe
+
+    whole, one = trained([{"x": x, "labels": y}], accum=1)
+    halves, two = trained([{"x": x[:16], "labels": y[:16]}, {"x": x[16:], "labels": y[16:]}], accum=2)
+    assert one.global_step == two.global_step == 1 and two.history[0]["rows"] == 32
+    torch.manual_seed(0)
+    start = Linear().double()
+    assert not torch.allclose(start.fc.weight, whole.fc.weight)  # the step moved the weights
+    for name, w in whole.state_dict().items():
+        torch.testing.assert_close(halves.state_dict()[name], w, rtol=0, atol=1e-12)
