@@ -50,7 +50,7 @@ class Progress:
         self.every_s = EVERY_S if every_s is None else every_s
         self.stream = stream or sys.stderr
         self.log = log or (lambda msg: print(msg, file=self.stream, flush=True))
-        self.n = 0
+        self.n = self.before = 0  # before: done by an earlier process (a resumed run), left out of the rate
         self.start = self.last = clock()
         if bar is None:
             isatty = getattr(self.stream, "isatty", None)
@@ -61,7 +61,7 @@ class Progress:
 
     def line(self, now: Optional[float] = None) -> str:
         now = self.clock() if now is None else now
-        rate = self.n / max(now - self.start, 1e-9)
+        rate = (self.n - self.before) / max(now - self.start, 1e-9)
         if not self.total:
             return f"[transferset] {self.what}: {self.n:,} {self.unit} ({format_rate(rate)})"
         left = max(self.total - self.n, 0)
@@ -78,6 +78,15 @@ class Progress:
         if now - self.last >= self.every_s:
             self.last = now
             self.log(self.line(now))
+
+    def resumed(self, k: int) -> None:
+        """`k` units an earlier process did (a run resumed from its checkpoint): counted as done, left out of
+        the rate and so of the ETA (counted in, a 20-hour fine-tuning resumed half-way said ETA 33 minutes)."""
+        self.n += k
+        self.before += k
+        if self.bar is not None:  # tqdm leaves `initial` out of its rate
+            self.bar.initial = self.bar.n = self.bar.last_print_n = self.n
+            self.bar.refresh()
 
     def set_postfix(self, **values) -> None:
         """Figures shown next to the bar (e.g. the loss); lines leave them to the caller's own log."""

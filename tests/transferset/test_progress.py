@@ -35,6 +35,20 @@ def test_a_line_every_30_s_of_fake_time_with_rate_and_eta():
     assert progress.EVERY_S == 30.0
 
 
+def test_a_resumed_run_counts_the_steps_done_before_but_not_in_its_rate_and_eta():
+    """A fine-tuning resumed at step 900 of 1,749 said 0.40/s and ETA 33 min at 0.011 steps/s (20 h)."""
+    clock, lines = Clock(), []
+    p = Progress("fine-tuning", unit="steps", total=300, clock=clock, log=lines.append)
+    p.resumed(150)
+    for _ in range(15):  # one step every 2 s of fake time: 30 s
+        clock.t += 2.0
+        p.update(1)
+    assert lines == ["[transferset] fine-tuning: 165 of 300 steps (55%, 0.5/s, ETA 4m30s)"]
+    bar = Progress("fine-tuning", unit="steps", total=300, clock=clock, stream=Terminal(), bar=None)
+    bar.resumed(150)
+    assert bar.n == bar.bar.n == bar.bar.initial == 150
+
+
 def test_without_total_the_line_has_the_rate_only(capsys):
     clock = Clock()
     p = Progress("rows written", clock=clock)  # to stderr by default

@@ -174,7 +174,7 @@ class Recipe:
         # The epoch's sums so far (over every rank) go on from rank 0 alone.
         if not eng.is_main:
             phase.state.partial = None
-        phase.progress.update(phase.state.phase_step)
+        phase.progress.resumed(phase.state.phase_step)
         return True
 
     # ------------------------------------------------------------------ setup
