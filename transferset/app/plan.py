@@ -269,10 +269,15 @@ def layer_texts_stages(r: Run) -> tuple[list[StageDef], set[str]]:
                                                             overwrite=True))], rest
 
 
-def student_stages(r: Run, rest: set[str]) -> list[StageDef]:
-    """Students: trained here from the scored set (streamed from run_dir), saved locally, then uploaded."""
+def student_stages(r: Run, rest: set[str], teacher_dir: Optional[str] = None) -> list[StageDef]:
+    """Students: trained here from the scored set (streamed from run_dir), saved locally, then uploaded.
+    `teacher_dir`: the run's one teacher, for the students that name none (the scored set records where its
+    teacher was, which a run directory moved or copied elsewhere no longer holds); the key keeps the settings
+    as written."""
     def one(name: str, s_cfg) -> StageDef:
         run_cfg = replace(s_cfg, layer_texts=r.d("layer_texts")) if name in rest else s_cfg
+        if run_cfg.teacher is None and teacher_dir is not None:
+            run_cfg = replace(run_cfg, teacher=teacher_dir)
         return StageDef(f"students.{name}", r.d("students", name), functools.partial(student_settings, s_cfg),
                         ("score", "dev.score", *(("layer_texts",) if name in rest else ())),
                         run=lambda work: r.fn.student(run_cfg, r.d("scored"), r.d("dev", "scored"), work,
@@ -307,7 +312,7 @@ def build_plan(cfg: RunConfig, files: DataFiles, fn: StageFunctions, can_resume:
               score_stage(r, "dev.score", r.d("dev", "scored"), "dev", kind="score", **scoring)]
     more, rest = layer_texts_stages(r)
     students = {name: r.d("students", name) for name in cfg.students}
-    stages += [*more, *student_stages(r, rest)]
+    stages += [*more, *student_stages(r, rest, None if members else teacher_dir)]
     compress_stages, compressed = compress_plan(cfg, fn, r.d, teacher_dir, students, r.d("scored"), r.d("dev", "scored"))
     stages += compress_stages
     models = {"teacher": scorer, **students,  # an ensemble is evaluated as one model, its members beside

@@ -186,6 +186,9 @@ def test_run_passes_typed_settings_from_yaml_to_each_stage(tmp_path, sst2_dir):
     dev_rows = transfer.read_table(dev_input)
     assert dev_rows.num_rows == 1000 and dev_rows.column(schema.LABEL).null_count == 0
     assert {d for _, _, d in seen["students"]} == {str(tmp_path / "r" / "dev" / "scored")}
+    # ... and find their teacher in the run's own folder, not where the scored set recorded it (a run directory
+    # copied elsewhere trained no new student: "the transfer set names no tokenizer directory")
+    assert {c.teacher for c, _, _ in seen["students"]} == {str(tmp_path / "r" / "teacher")}
     # Every model is scored once on the test split (the official dev), after the students.
     students = tmp_path / "r" / "students"
     assert seen["test"] == [(str(tmp_path / "r" / "teacher"), official_dev),
