@@ -113,3 +113,12 @@ def test_module_names_under_tests_are_unique():
             names.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
     twice = {name: paths for name, paths in names.items() if len(paths) > 1}
     assert not twice, f"module names under tests/ must be unique (pytest's prepend import mode): {twice}; rename one"
+
+
+def test_the_only_conftest_modules_are_the_two_the_tests_import_from():
+    """Tests `from conftest import write_scored`: without __init__.py files every conftest.py is the module
+    `conftest`, and the name resolves to whichever was imported last. A third conftest.py (a fixture moved into
+    tests/transferset/training/) made 50 tests of a full `make test` fail with `cannot import name 'MAX_LENGTH'
+    from 'conftest'`: shared fixtures go in a helper module the tests import (linear_task.py, sst2_words.py)."""
+    found = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").rglob("conftest.py"))
+    assert found == ["tests/conftest.py", "tests/students/conftest.py"]

@@ -2,6 +2,7 @@
 et al.), same seed → same output. Each op's own statistics are in test_mask/test_pos/test_ngram.py."""
 import pytest
 
+from sst2_words import sentences, tagged  # noqa: F401 (fixtures)
 from transferset.augment import check_ops, generate, get, names, register, variant_rows
 from transferset.config import AugmentConfig
 from transferset.errors import ConfigError

@@ -1,6 +1,7 @@
 """transferset/augment/mask.py: the masked fraction matches p_mask; only the drawn positions change."""
 import numpy as np
 
+from sst2_words import sentences  # noqa: F401 (fixtures)
 from transferset.augment import generate
 from transferset.augment.mask import mask
 from transferset.augment.seeding import rng_for

@@ -3,6 +3,7 @@ from collections import Counter
 
 import numpy as np
 
+from sst2_words import sentences, tagged  # noqa: F401 (fixtures)
 from transferset.augment import generate
 from transferset.augment.pos import PosVocab, build_vocab, pos
 from transferset.config import AugmentConfig

@@ -3,6 +3,7 @@ import pytest
 import torch
 
 from linear_task import Linear, _loss, _run
+from linear_task import engine  # noqa: F401 (a fixture)
 from transferset.errors import UserError
 from transferset.training import Checkpoints, PhaseSpec, Recipe
 

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from linear_task import Linear, _loss, _run
+from linear_task import engine  # noqa: F401 (a fixture)
 from transferset.config import EngineConfig
 from transferset.errors import UserError
 from transferset.training import Engine, PhaseSpec, Recipe

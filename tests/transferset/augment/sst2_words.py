@@ -1,4 +1,5 @@
-"""Shared by the ops' tests: 400 SST-2 training sentences as words, and the same with their POS tags."""
+"""Fixtures shared by the ops' tests (imported by them, not a conftest.py: `from conftest import ...` in
+other tests takes whichever conftest module was imported last): 400 SST-2 training sentences as words, and the same with their POS tags."""
 import pytest
 
 from transferset.augment.pos import Tagger
