@@ -72,7 +72,7 @@ def student_round(layout: str, args, work: Path) -> dict:
     cmd, env = command(layout, ["train", "--transfer", args.scored, "--dev", args.dev, "--output", str(out),
                                 "--overwrite", "--preset", "tang", "--epochs", str(args.student_epochs),
                                 "--threads", "2" if layout == "1x2" else "1", "--latency-examples", "16",
-                                "--no-progress"])
+                                "--no-progress", *(["--teacher", args.set_teacher] if args.set_teacher else [])])
     seconds = timed(cmd, env)
     metrics = json.loads((out / "metrics.json").read_text())
     return {"seconds": seconds, "rows_per_second": metrics["train_rows_per_second"]}
@@ -89,6 +89,8 @@ def main() -> None:
     ap.add_argument("--model", default="sentence-transformers/all-MiniLM-L6-v2", help="the teacher's base model")
     ap.add_argument("--teacher-rows", type=int, default=960, help="SST-2 train rows the teacher trains on")
     ap.add_argument("--teacher-dev", type=int, default=200, help="SST-2 dev rows for the teacher's selection")
+    ap.add_argument("--set-teacher", default=None,
+                    help="the scored set's teacher folder, for its tokenizer (default: where the set records it)")
     ap.add_argument("--student-epochs", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--output", default=None, help="also write the figures to this JSON file")
