@@ -10,8 +10,7 @@ from typing import Optional, Sequence, Union
 
 import numpy as np
 
-from students.data import read_eval_data
-from students.losses import NO_LABEL
+from students.data import NO_LABEL, read_eval_data
 from students.student import Student, accuracy
 from students.trainer import require_input
 from transferset import fs

@@ -29,12 +29,12 @@ import numpy as np
 import torch
 
 from students.build import HF_FAMILY, Family, Setup, family
+from students.data import NO_LABEL
 from students.data.encoding import Encoder
 from students.data.files import JSON_KINDS, RESAVE, StudentFileError, json_kind, read_json_object
 from students.data.teacher_files import NO_CODE_LOAD
 from students.families.exits import Branches, adaptive_forward, check_speed, has_exits, load_branches, save_branches
 from students.families.transformer import load_hf_classifier
-from students.losses import NO_LABEL
 from transferset import __version__, schema
 from transferset.errors import ConfigError, UserError
 from transferset.loading import check_safetensors, label_names_of, load_tokenizer

@@ -26,9 +26,9 @@ import torch
 
 from students import seeds
 from students.build import Setup, setup
-from students.data import EvalData, ScoredSet, count_rows, iter_train_batches, read_eval_data
+from students.data import NO_LABEL, EvalData, ScoredSet, count_rows, iter_train_batches, read_eval_data
 from students.families import project
-from students.losses import NO_LABEL, LossWeights, combine
+from students.losses import LossWeights, combine
 from students.losses import online
 from students.plots import plot_curves
 from students.schedules import Phase, phases
@@ -126,7 +126,7 @@ def train_batches(s: Setup, transfer_dir: str, seed, labeled_only: bool = False,
     """One epoch of the run's minibatches (students.data.iter_train_batches with its settings): with
     several processes, this rank's rows of it; `needs`: what the phase's losses read (None: every cached column)."""
     return iter_train_batches(transfer_dir, s.tokens, seed, batch_size=s.cfg.batch_size,
-                              shuffle_rows=s.cfg.shuffle_rows, pkd_columns=() if text_only else s.pkd_columns,
+                              shuffle_rows=s.cfg.shuffle_rows, pkd_columns=s.pkd_columns,
                               labeled_only=labeled_only, rank=rank, world=world, text_only=text_only, needs=needs)
 
 

@@ -106,7 +106,7 @@ def test_the_rule_finds_each_form_and_misses_a_module_without_one(tmp_path):
 def test_module_names_under_tests_are_unique():
     # pytest imports test files in its `prepend` mode (no __init__.py under tests/): each file's folder goes on
     # sys.path and the file is imported by its bare name, so two test_x.py (or two helpers imported by name, such as
-    # builders.py) in different folders collide; conftest.py files are pytest's own and may repeat.
+    # builders.py) in different folders collide; conftest.py files are pytest's own, and only two may exist (below).
     names: dict[str, list[str]] = {}
     for path in sorted((ROOT / "tests").rglob("*.py")):
         if path.name != "conftest.py":

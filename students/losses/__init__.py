@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping, Optional, Tuple
 import torch
 import torch.nn.functional as F
 
-from students.data import NO_LABEL, TEACHER_LAYERS  # noqa: F401 (the losses' callers import them from here too)
+from students.data import NO_LABEL, TEACHER_LAYERS
 from students.losses import layers as layer_losses
 from transferset import schema
 from transferset.errors import UserError

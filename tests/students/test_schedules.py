@@ -9,7 +9,8 @@ import torch
 from students.build import FAMILIES
 from students.families import GROUPS
 from students.families import bilstm, transformer
-from students.losses import NO_LABEL, LossWeights
+from students.data import NO_LABEL
+from students.losses import LossWeights
 from students.schedules import coarse, phases, top_down
 from students.trainer import fit, set_trainable
 from transferset import schema

@@ -8,7 +8,7 @@ import torch
 from students import data
 from students.build import setup
 from students.data import count_rows
-from students.losses import TEACHER_LAYERS
+from students.data import TEACHER_LAYERS
 from transferset import schema
 from transferset.app.cli import main
 from transferset.config import StudentConfig

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from students import losses
-from students.losses import NO_LABEL, TEACHER_LAYERS, LossWeights
+from students.data import NO_LABEL, TEACHER_LAYERS
+from students.losses import LossWeights
 from transferset import schema
 
 S = torch.tensor([[2.0, -1.0, 0.5], [0.0, 1.0, -2.0]])
