@@ -39,12 +39,12 @@ from transferset.config import LAYER_TEXTS_REST, StudentConfig
 from transferset.errors import UserError
 from transferset.fs.output import STUDENT_NAMES, Output
 from transferset.progress import log_line
-from transferset.training import TRACK_FILE, Checkpoints, Engine, PhaseSpec, Recipe, check_engine
+from transferset.training import TRACK_DIR, TRACK_FILE, Checkpoints, Engine, PhaseSpec, Recipe, check_engine
 
 # OUTPUT/checkpoint/: where a killed run resumes from (`resume: true`); removed once model/ is written.
 CHECKPOINT_DIR = "checkpoint"
 # OUTPUT/logs/: the experiment tracker's folder (engine.tracker).
-LOGS_DIR = "logs"
+LOGS_DIR = TRACK_DIR
 
 
 # --------------------------------------------------------------------------- loss step

@@ -34,9 +34,9 @@ from transferset.fs.remote import local_teacher
 from transferset.loading import weights_sha256
 from transferset.progress import Progress
 from transferset.threads import set_torch_threads
-from transferset.training import TRACK_FILE, Engine, PhaseSpec, Recipe, check_engine, launched_processes
+from transferset.training import TRACK_DIR, TRACK_FILE, Engine, PhaseSpec, Recipe, check_engine, launched_processes
 
-EXITS_NAMES = (schema.STUDENT_MODEL_DIR, schema.METRICS_FILE, TRACK_FILE, schema.COMPLETE_MARKER)
+EXITS_NAMES = (schema.STUDENT_MODEL_DIR, schema.METRICS_FILE, TRACK_FILE, TRACK_DIR, schema.COMPLETE_MARKER)
 
 
 def train_exits(model_path: str, scored_dir: str, output: str, cfg: ExitsConfig = ExitsConfig(), *,

@@ -39,7 +39,7 @@ from transferset.errors import UserError
 from transferset.fs.output import MODEL_NAMES, Output
 from transferset.progress import log_line
 from transferset.threads import set_torch_threads
-from transferset.training import TRACK_FILE, Engine, PhaseSpec, Recipe, check_engine, launched_processes
+from transferset.training import TRACK_DIR, TRACK_FILE, Engine, PhaseSpec, Recipe, check_engine, launched_processes
 
 
 def prune(cfg: PruneConfig, model_path: str, selection: str, output: str, *, transfer_dir: Optional[str] = None,
@@ -61,7 +61,7 @@ def prune(cfg: PruneConfig, model_path: str, selection: str, output: str, *, tra
         student = load_prunable(model_path, cfg.max_length)
         return _prune(cfg, student, model_path, read_eval_data(selection, student.label_names), None,
                       open_transfer(transfer_dir, student) if cfg.epochs else None, progress)
-    out = Output(output, "prune", names=(*MODEL_NAMES, TRACK_FILE), overwrite=overwrite,
+    out = Output(output, "prune", names=(*MODEL_NAMES, TRACK_FILE, TRACK_DIR), overwrite=overwrite,
                  inputs=[model_path, selection, transfer_dir])
     with out.writing():
         set_torch_threads(cfg.threads)

@@ -33,7 +33,8 @@ class EngineConfig:
     schedule: Literal[LR_SCHEDULES] = "constant"
     warmup: Probability = 0.0  # fraction of a phase's optimizer steps with a linear warm-up from 0
     # where each step's loss and each epoch's figures go besides OUTPUT/metrics.jsonl (always written):
-    # none | tensorboard | mlflow | wandb (its package installed; `pip install transferset[tracking]`: tensorboard)
+    # none | tensorboard | mlflow | wandb (its package installed; `pip install transferset[tracking]`: tensorboard
+    # and mlflow, whose runs go to OUTPUT/logs/mlruns unless MLFLOW_TRACKING_URI names a server)
     tracker: Literal[TRACKERS] = "none"
 
 

@@ -25,9 +25,10 @@ drop_last), so that no rank waits forever in an all-reduce. A loss that is not f
 every rank with a UserError that names the phase, epoch and step.
 """
 from transferset.training.checkpoints import CHECKPOINT_FILE, CHECKPOINT_FINGERPRINT, Checkpoints
-from transferset.training.engine import TRACK_FILE, Engine, check_engine, launch_help, launched_processes
+from transferset.training.engine import TRACK_DIR, TRACK_FILE, Engine, check_engine, launch_help, launched_processes
 from transferset.training.recipe import PhaseSpec, PhaseState, Recipe, RecipeState
 from transferset.training.schedules import lr_factor
 
 __all__ = ["CHECKPOINT_FILE", "CHECKPOINT_FINGERPRINT", "Checkpoints", "Engine", "PhaseSpec",
-           "PhaseState", "Recipe", "RecipeState", "TRACK_FILE", "check_engine", "launch_help", "launched_processes", "lr_factor"]
+           "PhaseState", "Recipe", "RecipeState", "TRACK_DIR", "TRACK_FILE", "check_engine", "launch_help",
+           "launched_processes", "lr_factor"]

@@ -20,6 +20,9 @@ from transferset.config import DEVICES, PRECISIONS, TRACKERS, EngineConfig
 from transferset.errors import UserError
 
 TRACK_FILE = "metrics.jsonl"  # OUTPUT/metrics.jsonl: one line per logged step, whatever the tracker
+TRACK_DIR = "logs"  # OUTPUT/logs/: the tracker's files (TensorBoard's event files, MLflow's mlruns/)
+
+
 def launch_help(processes: object = "N") -> str:
     return f"torchrun --nproc_per_node {processes} -m transferset.app.cli COMMAND ..."
 
@@ -53,9 +56,25 @@ def check_engine(cfg: EngineConfig, where: str = "engine") -> None:
         available = {"tensorboard": is_tensorboard_available, "mlflow": is_mlflow_available,
                      "wandb": is_wandb_available}[cfg.tracker]()
         if not available:
-            extra = " (pip install 'transferset[tracking]')" if cfg.tracker == "tensorboard" else ""
+            extra = " (pip install 'transferset[tracking]')" if cfg.tracker in ("tensorboard", "mlflow") else ""
+            package = "mlflow-skinny" if cfg.tracker == "mlflow" else cfg.tracker
             raise UserError(f"{where}.tracker {cfg.tracker}: the {cfg.tracker} package is not installed; "
-                            f"pip install {cfg.tracker}{extra}, or set tracker: none")
+                            f"pip install {package}{extra}, or set tracker: none")
+
+
+def mlflow_store(logs: Optional[str]) -> Optional[str]:
+    """Where the mlflow tracker logs: the server or store MLFLOW_TRACKING_URI names when it is set, else a
+    local file store in `logs`/mlruns (read it with `mlflow ui --backend-store-uri THAT` or MlflowClient);
+    → the local store's URI (None: the user's). MLflow 3 keeps the file store in maintenance and refuses it
+    unless MLFLOW_ALLOW_FILE_STORE is set, which this does for the process when it chooses one."""
+    if os.environ.get("MLFLOW_TRACKING_URI") or logs is None:
+        return None
+    import mlflow
+
+    uri = "file:" + os.path.abspath(os.path.join(logs, "mlruns"))
+    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    mlflow.set_tracking_uri(uri)
+    return uri
 
 
 class Engine:
@@ -92,9 +111,12 @@ class Engine:
         # the run is on the CPU, so `auto` without a GPU says so.
         on_cpu = cfg.device == "cpu" or (cfg.device == "auto" and not torch.cuda.is_available())
         tracker = None if cfg.tracker == "none" else cfg.tracker
+        logs = os.path.join(output, TRACK_DIR) if output else None
+        if tracker == "mlflow":
+            mlflow_store(logs)
         try:
-            acc = Accelerator(cpu=on_cpu, mixed_precision="no", log_with=tracker,
-                              project_dir=os.path.join(output, "logs") if output else None, kwargs_handlers=[ddp])
+            acc = Accelerator(cpu=on_cpu, mixed_precision="no", log_with=tracker, project_dir=logs,
+                              kwargs_handlers=[ddp])
         except ValueError as exc:  # a CUDA training earlier in this process: Accelerate keeps its device
             raise UserError(f"engine.device {cfg.device}: {exc}; run this training in a process of its own") from exc
         return cls(acc, cfg, log or (lambda msg: print(msg, file=sys.stderr, flush=True)), progress_bar, output)

@@ -1,4 +1,6 @@
 """transferset/training/engine.py: the settings it refuses, precision and device per training, the trackers."""
+import json
+
 import pytest
 import torch
 
@@ -44,8 +46,6 @@ def test_each_training_in_a_process_gets_its_own_precision_and_device():
 
 
 def test_every_logged_step_is_in_metrics_jsonl_and_in_tensorboards_event_file(tmp_path):
-    import json
-
     pytest.importorskip("tensorboard")  # the `tracking` extra; the `test` extra installs it, so CI runs this
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -70,6 +70,32 @@ def test_every_logged_step_is_in_metrics_jsonl_and_in_tensorboards_event_file(tm
     # float32 in the event file: the jsonl's float64 values to float32 precision
     assert [v for _, v in logged] == pytest.approx([line["train/loss"] for line in steps], rel=1e-6)
     assert [e.value for e in acc.Scalars("dev/accuracy")] == [0.75, 0.75]
+
+
+def test_every_logged_step_and_the_settings_are_in_mlflows_local_file_store(tmp_path, monkeypatch):
+    pytest.importorskip("mlflow")  # mlflow-skinny, in the `tracking` and `test` extras
+    from mlflow import MlflowClient
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    engine = Engine.create(EngineConfig(device="cpu", tracker="mlflow"), output=str(tmp_path),
+                           log=lambda msg: None, progress_bar=False)
+    engine.start_tracking("transferset-test", {"lr": 0.1, "model": {"hidden": 4}})
+    recipe = Recipe(engine)
+    _run(recipe, PhaseSpec("p", epochs=2, keep_best=False), Linear(), lambda: {"accuracy": 0.75})
+    recipe.finish()
+    store = tmp_path / "logs" / "mlruns"
+    assert store.is_dir(), f"no MLflow store under {tmp_path}: {sorted(p.name for p in tmp_path.iterdir())}"
+    client = MlflowClient(tracking_uri=f"file:{store}")
+    [experiment] = [e for e in client.search_experiments() if e.name == "transferset-test"]
+    [run] = client.search_runs([experiment.experiment_id])
+    assert run.info.status == "FINISHED"
+    assert run.data.params["lr"] == "0.1" and run.data.params["model.hidden"] == "4"
+    steps = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    steps = [line for line in steps if "train/loss" in line]
+    logged = [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "train/loss")]
+    assert [s for s, _ in logged] == list(range(1, 9))
+    assert [v for _, v in logged] == [line["train/loss"] for line in steps]  # float64 both: equal
+    assert [m.value for m in client.get_metric_history(run.info.run_id, "dev/accuracy")] == [0.75, 0.75]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here (the GPU path runs where one is)")
