@@ -76,10 +76,18 @@ ENGINE_LEGACY: dict[str, tuple[str, ...]] = {"teacher": ("warmup",), "student": 
                                              "prune": ("device",), "exits": ()}
 
 
+# The engine a trainer's keys compare with, where it is not the trainer's default engine today: the students'
+# default became a linear warm-up and decay (config.STUDENT_ENGINE, issue 44) after they had trained at a
+# constant rate. Their keys compare with that constant rate, so a student at the new default gets a new key and
+# retrains, and one set to `engine: {schedule: constant}` keeps its key and its folder.
+ENGINE_KEY_DEFAULT: dict[str, dict[str, Any]] = {"student": {"schedule": "constant", "warmup": 0.0}}
+
+
 def engine(kind: str, values: dict, default: dict) -> dict:
     """A trainer's engine section as its key holds it (config.engine.flat_form): the settings of ENGINE_LEGACY
-    under their old names, any other engine field only when it differs from the trainer's default engine."""
-    return flat_form(values, default, ENGINE_LEGACY[kind])
+    under their old names, any other engine field only when it differs from the trainer's default engine
+    (over which ENGINE_KEY_DEFAULT says what the keys compare with)."""
+    return flat_form(values, {**default, **ENGINE_KEY_DEFAULT.get(kind, {})}, ENGINE_LEGACY[kind])
 
 
 # --- the compatibility rules, one per function --------------------------------------------------

@@ -32,8 +32,8 @@ from transferset.typed import AtLeast, NonNegative, Positive, Probability
 # so that `from transferset.config import X` finds every setting.
 from transferset.config.common import (_STRICT, COMBINES, FORWARDS, POOLINGS, Ints, LabelNames,  # noqa: F401
                                        Names, Speeds, _as_text, _split_commas, check_combine, check_forward_options)
-from transferset.config.engine import (DEVICES, LR_SCHEDULES, PRECISIONS, TEACHER_ENGINE, TRACKERS,  # noqa: F401
-                                       EngineConfig, engine_section)
+from transferset.config.engine import (DEVICES, LR_SCHEDULES, PRECISIONS, STUDENT_ENGINE,  # noqa: F401
+                                       TEACHER_ENGINE, TRACKERS, EngineConfig, engine_section)
 from transferset.config.compress import EXIT_TARGETS, CompressConfig, ExitsConfig, PruneConfig  # noqa: F401
 from transferset.config.augment_settings import RECIPES, AugmentConfig, nested_ops  # noqa: F401
 
@@ -120,11 +120,10 @@ class ScoreConfig:
 # Transformer presets (`preset: NAME`): a published recipe's settings, under the ones given (a setting in
 # the YAML or on the command line wins). Paper settings and what differs here: README.md, "Layer-wise
 # transfer with the teacher online, and the presets".
-# The learning-rate schedule their authors' code trains with (PUBLISHED_SCHEDULES): BERT's for the transformer
-# presets (linear warm-up over 10 % of the steps, then linear decay to 0; DistilBERT's train.py warms up over 5 %);
-# the BiLSTM presets (tang: Adadelta, xtremedistil: Adam) a constant rate, as their papers. A preset does not set
-# it yet: it trains at the constant rate it was measured with until the schedule table of issue 44 says which is
-# better on a split no choice has seen (set `engine: {schedule: linear, warmup: 0.1}` to train as published).
+# The learning-rate schedule their authors' code trains with (PUBLISHED_SCHEDULES), each preset's default
+# engine: BERT's for the transformer presets (linear warm-up over 10 % of the steps, then linear decay to 0;
+# DistilBERT's train.py warms up over 5 %). The BiLSTM recipes' papers (tang: Adadelta, xtremedistil: Adam)
+# train at a constant rate; here every other student trains as STUDENT_ENGINE, which measured better (issue 44).
 PUBLISHED_SCHEDULES: dict[str, dict[str, Any]] = {
     **{name: {"schedule": "linear", "warmup": 0.1} for name in ("tinybert", "mobilebert", "minilm", "pkd")},
     "distilbert": {"schedule": "linear", "warmup": 0.05},
@@ -237,14 +236,16 @@ class StudentConfig:
     resume: bool = False  # go on from OUTPUT/checkpoint/ of a killed run with the same settings
     checkpoint_steps: Optional[AtLeast(1)] = None  # also write the checkpoint every N optimizer steps (None: per epoch)
     # device, precision, processes (`torchrun --nproc_per_node N -m transferset.app.cli train ...`: DDP, gloo on
-    # CPU), grad_accum, schedule, warmup, tracker (transferset/training)
-    engine: EngineConfig = field(default_factory=EngineConfig)
+    # CPU), grad_accum, schedule, warmup, tracker (transferset/training). A student's default: linear warm-up over
+    # 10 % of each phase's steps, then linear decay (STUDENT_ENGINE); a preset's: its paper's (PUBLISHED_SCHEDULES)
+    engine: EngineConfig = field(default_factory=lambda: EngineConfig(**STUDENT_ENGINE))
 
     @model_validator(mode="before")
     @classmethod
     def _preset(cls, values: Any) -> Any:
         preset = values.get("preset") if isinstance(values, dict) else None
-        defaults = STUDENT_PRESETS.get(preset, {}).get("engine", {})  # a partial engine section keeps the preset's
+        # a partial engine section keeps the rest of the student's (or its preset's) default
+        defaults = {**STUDENT_ENGINE, **PUBLISHED_SCHEDULES.get(preset, {})}
         return engine_section(with_preset(values), defaults, legacy=("device", "bf16", "report_to"))
 
     def frozen_embeddings(self) -> bool:

@@ -23,10 +23,25 @@ def test_frozen_names_only_settings_that_exist(kind, cls):
 def test_an_engine_at_the_trainers_defaults_keys_as_its_flat_settings_did(kind, cls):
     """The engine section took over the teacher's warmup, the students' device / bf16 / report_to and prune's
     device: at a trainer's default engine they are in its key under those names, and no `engine` entry is."""
-    settings = keys.section(kind, cls())
+    old_default = dataclasses.replace(cls().engine, **keys.ENGINE_KEY_DEFAULT.get(kind, {}))
+    settings = keys.section(kind, cls(engine=old_default))
     assert "engine" not in settings and set(keys.ENGINE_LEGACY[kind]) <= set(settings)
-    changed = keys.section(kind, cls(engine=dataclasses.replace(cls().engine, grad_accum=4)))
+    changed = keys.section(kind, cls(engine=dataclasses.replace(old_default, grad_accum=4)))
     assert changed["engine"] == {"grad_accum": 4}
+
+
+def test_a_student_at_the_new_default_schedule_gets_a_new_key_and_one_set_to_constant_keeps_its_old_one():
+    """The students' default became linear warm-up 0.1 (issue 44); a student trained before at the constant rate
+    must not be reused for it, and one set back to the constant rate must be."""
+    from transferset import typed
+
+    default = typed.load(StudentConfig, {}, "student")
+    assert (default.engine.schedule, default.engine.warmup) == ("linear", 0.1)
+    assert keys.student(default)["engine"] == {"schedule": "linear", "warmup": 0.1}
+    constant = typed.load(StudentConfig, {"engine": {"schedule": "constant", "warmup": 0}}, "student")
+    assert "engine" not in keys.student(constant)
+    distilbert = typed.load(StudentConfig, {"preset": "distilbert"}, "student")
+    assert keys.student(distilbert)["engine"] == {"schedule": "linear", "warmup": 0.05}  # its paper's warm-up
 
 
 def test_a_setting_not_frozen_enters_the_key_only_when_it_differs_from_its_default(monkeypatch):

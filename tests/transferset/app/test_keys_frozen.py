@@ -36,6 +36,15 @@ def write_inputs(root: Path) -> None:
                    shards / "p0.parquet")
 
 
+def as_trained_then(config: str, overrides=()) -> list[str]:
+    """`overrides` and, for each student of the config, the constant learning rate every student trained at
+    when FROZEN was written (the default until issue 44 made it a linear warm-up and decay)."""
+    cfg = load_config(config, ["test=null", *overrides])
+    pinned = [f"students.{name}.engine.{k}={v}" for name in cfg.students for k, v in (("schedule", "constant"),
+                                                                                       ("warmup", 0))]
+    return [*overrides, *pinned]
+
+
 def stage_keys(config: str, overrides=(), *, root: Path, stored=None) -> dict[str, tuple[str, tuple[str, ...]]]:
     """{stage: (its key, its legacy keys)} of a config run in root/run on root/data. `stored`: the keys an
     earlier run's folders hold, by stage, which stand for them downstream (as run_stages does when it
@@ -303,10 +312,14 @@ def test_the_cases_cover_every_shipped_config():
 def test_a_run_directory_written_before_the_key_table_keeps_every_stage(case, tmp_path):
     config, overrides = CASES[case]
     frozen = FROZEN[case]
-    now = stage_keys(config, overrides, root=tmp_path, stored=frozen)
+    now = stage_keys(config, as_trained_then(config, overrides), root=tmp_path, stored=frozen)
     assert list(now) == list(frozen)
     stale = {name: key for name, key in frozen.items() if key not in (now[name][0], *now[name][1])}
     assert stale == {}
+    # At today's default schedule each student is trained anew, and nothing else is
+    now = stage_keys(config, overrides, root=tmp_path, stored=frozen)
+    stale = {name for name, key in frozen.items() if key not in (now[name][0], *now[name][1])}
+    assert stale == {name for name in frozen if name.startswith("students.")}
 
 
 INSTALL_AND_KEYS = '''
@@ -341,7 +354,9 @@ import test_keys_frozen as t  # noqa: E402
 out = {}
 for case in sys.argv[1:]:
     with tempfile.TemporaryDirectory() as d:
-        out[case] = {name: key for name, (key, _) in t.stage_keys(*t.CASES[case], root=Path(d)).items()}
+        config, overrides = t.CASES[case]
+        keys = t.stage_keys(config, t.as_trained_then(config, overrides), root=Path(d))
+        out[case] = {name: key for name, (key, _) in keys.items()}
 print(json.dumps(out))
 '''
 
@@ -371,7 +386,8 @@ def test_a_run_directory_written_before_is_reused_stage_by_stage(case, tmp_path)
 
     config, overrides = CASES[case]
     write_inputs(tmp_path)
-    cfg = load_config(config, [f"run_dir={tmp_path / 'run'}", f"data={tmp_path / 'data'}", "test=null", *overrides])
+    cfg = load_config(config, [f"run_dir={tmp_path / 'run'}", f"data={tmp_path / 'data'}", "test=null",
+                               *as_trained_then(config, overrides)])
     for s in plan_stages(cfg, resolve_data(cfg.data, cfg.test)).stages:
         if s.run is not None:
             folder = Path(s.folder)
