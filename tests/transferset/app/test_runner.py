@@ -762,16 +762,19 @@ def test_an_engine_at_its_defaults_leaves_the_keys_of_earlier_run_directories():
     from transferset.app.plan import student_settings
     from transferset.config import EngineConfig
 
-    student = typed.load(StudentConfig, {}, "test")
+    # the students' engine at the constant rate they trained at when these keys were made (today's default
+    # schedule, a linear warm-up and decay, is in the key: tests/transferset/app/test_keys.py)
+    then = {"schedule": "constant", "warmup": 0}
+    student = typed.load(StudentConfig, {"engine": then}, "test")
     settings = student_settings(student)
     assert "engine" not in settings and (settings["device"], settings["bf16"], settings["report_to"]) == (
         "auto", False, "none")
-    bf16 = student_settings(typed.load(StudentConfig, {"engine": {"precision": "bf16"}}, "test"))
+    bf16 = student_settings(typed.load(StudentConfig, {"engine": {**then, "precision": "bf16"}}, "test"))
     assert bf16["bf16"] is True and "engine" not in bf16
     # the flat form of before the section loads into it and keys as before
-    assert student_settings(typed.load(StudentConfig, {"bf16": True}, "test")) == bf16
+    assert student_settings(typed.load(StudentConfig, {"bf16": True, "engine": then}, "test")) == bf16
     accum = student_settings(typed.load(StudentConfig, {"engine": {"grad_accum": 4, "schedule": "cosine"}}, "test"))
-    assert accum["engine"] == {"grad_accum": 4, "schedule": "cosine"}
+    assert accum["engine"] == {"grad_accum": 4, "schedule": "cosine", "warmup": 0.1}  # the default warm-up
     teacher = teacher_settings(TeacherConfig())
     assert teacher["warmup"] == 0.1 and "engine" not in teacher
     assert teacher_settings(TeacherConfig(engine=EngineConfig(schedule="linear", warmup=0.1, precision="bf16")))[
