@@ -45,17 +45,22 @@ def test_each_training_in_a_process_gets_its_own_precision_and_device():
     assert recipe.history[0]["train_loss"] > 0 and module.fc.weight.dtype == torch.float32  # autocast, fp32 weights
 
 
-def test_every_logged_step_is_in_metrics_jsonl_and_in_tensorboards_event_file(tmp_path):
-    pytest.importorskip("tensorboard")  # the `tracking` extra; the `test` extra installs it, so CI runs this
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    engine = Engine.create(EngineConfig(device="cpu", tracker="tensorboard"), output=str(tmp_path),
+def _tracked_run(tmp_path, tracker: str):
+    """Two epochs of 4 steps logged to `tracker` and OUTPUT/metrics.jsonl; → the recipe, metrics.jsonl's lines."""
+    engine = Engine.create(EngineConfig(device="cpu", tracker=tracker), output=str(tmp_path),
                            log=lambda msg: None, progress_bar=False)
     engine.start_tracking("transferset-test", {"lr": 0.1, "model": {"hidden": 4}})
     recipe = Recipe(engine)
     _run(recipe, PhaseSpec("p", epochs=2, keep_best=False), Linear(), lambda: {"accuracy": 0.75})
     recipe.finish()
-    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    return recipe, [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_every_logged_step_is_in_metrics_jsonl_and_in_tensorboards_event_file(tmp_path):
+    pytest.importorskip("tensorboard")  # the `tracking` extra; the `test` extra installs it, so CI runs this
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    recipe, lines = _tracked_run(tmp_path, "tensorboard")
     steps = [line for line in lines if "train/loss" in line]
     assert [line["step"] for line in steps] == list(range(1, 9))
     epochs = [line for line in lines if "dev/accuracy" in line]
@@ -77,12 +82,7 @@ def test_every_logged_step_and_the_settings_are_in_mlflows_local_file_store(tmp_
     from mlflow import MlflowClient
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    engine = Engine.create(EngineConfig(device="cpu", tracker="mlflow"), output=str(tmp_path),
-                           log=lambda msg: None, progress_bar=False)
-    engine.start_tracking("transferset-test", {"lr": 0.1, "model": {"hidden": 4}})
-    recipe = Recipe(engine)
-    _run(recipe, PhaseSpec("p", epochs=2, keep_best=False), Linear(), lambda: {"accuracy": 0.75})
-    recipe.finish()
+    _, lines = _tracked_run(tmp_path, "mlflow")
     store = tmp_path / "logs" / "mlruns"
     assert store.is_dir(), f"no MLflow store under {tmp_path}: {sorted(p.name for p in tmp_path.iterdir())}"
     client = MlflowClient(tracking_uri=f"file:{store}")
@@ -90,8 +90,7 @@ def test_every_logged_step_and_the_settings_are_in_mlflows_local_file_store(tmp_
     [run] = client.search_runs([experiment.experiment_id])
     assert run.info.status == "FINISHED"
     assert run.data.params["lr"] == "0.1" and run.data.params["model.hidden"] == "4"
-    steps = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    steps = [line for line in steps if "train/loss" in line]
+    steps = [line for line in lines if "train/loss" in line]
     logged = [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "train/loss")]
     assert [s for s, _ in logged] == list(range(1, 9))
     assert [v for _, v in logged] == [line["train/loss"] for line in steps]  # float64 both: equal
