@@ -76,10 +76,11 @@ ENGINE_LEGACY: dict[str, tuple[str, ...]] = {"teacher": ("warmup",), "student": 
                                              "prune": ("device",), "exits": ()}
 
 
-# The engine a trainer's keys compare with, where it is not the trainer's default engine today: the students'
-# default became a linear warm-up and decay (config.STUDENT_ENGINE, issue 44) after they had trained at a
-# constant rate. Their keys compare with that constant rate, so a student at the new default gets a new key and
-# retrains, and one set to `engine: {schedule: constant}` keeps its key and its folder.
+# The engine a trainer's keys compare with, where it is not the trainer's default engine today: a BiLSTM's
+# default became a linear warm-up and decay (config.engine.STUDENT_ENGINE, issue 44) after every student had
+# trained at a constant rate. Student keys compare with that constant rate, so a BiLSTM at the new default gets
+# a new key and retrains, and one set to `engine: {schedule: constant, warmup: 0}` keeps its key and its folder
+# (as a transformer student at its default, the constant rate, does).
 ENGINE_KEY_DEFAULT: dict[str, dict[str, Any]] = {"student": {"schedule": "constant", "warmup": 0.0}}
 
 

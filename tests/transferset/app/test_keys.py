@@ -30,18 +30,24 @@ def test_an_engine_at_the_trainers_defaults_keys_as_its_flat_settings_did(kind, 
     assert changed["engine"] == {"grad_accum": 4}
 
 
-def test_a_student_at_the_new_default_schedule_gets_a_new_key_and_one_set_to_constant_keeps_its_old_one():
-    """The students' default became linear warm-up 0.1 (issue 44); a student trained before at the constant rate
-    must not be reused for it, and one set back to the constant rate must be."""
+def test_a_bilstm_at_the_new_default_schedule_gets_a_new_key_and_one_set_to_constant_keeps_its_old_one():
+    """A BiLSTM's default became linear warm-up 0.1 (issue 44); a BiLSTM trained before at the constant rate must
+    not be reused for it, and one set back to the constant rate must be. Transformers keep the constant rate
+    (the presets too) and their keys."""
     from transferset import typed
 
     default = typed.load(StudentConfig, {}, "student")
     assert (default.engine.schedule, default.engine.warmup) == ("linear", 0.1)
     assert keys.student(default)["engine"] == {"schedule": "linear", "warmup": 0.1}
+    assert typed.load(StudentConfig, {"engine": {"grad_accum": 2}}, "student").engine.schedule == "linear"
     constant = typed.load(StudentConfig, {"engine": {"schedule": "constant", "warmup": 0}}, "student")
     assert "engine" not in keys.student(constant)
-    distilbert = typed.load(StudentConfig, {"preset": "distilbert"}, "student")
-    assert keys.student(distilbert)["engine"] == {"schedule": "linear", "warmup": 0.05}  # its paper's warm-up
+    for values in ({"student": "transformer"}, {"preset": "tinybert"}, {"preset": "distilbert"}):
+        transformer = typed.load(StudentConfig, values, "student")
+        assert (transformer.engine.schedule, transformer.engine.warmup) == ("constant", 0.0), values
+        assert "engine" not in keys.student(transformer), values
+    linear = typed.load(StudentConfig, {"preset": "tinybert", "engine": {"schedule": "linear", "warmup": 0.1}}, "s")
+    assert keys.student(linear)["engine"] == {"schedule": "linear", "warmup": 0.1}
 
 
 def test_a_setting_not_frozen_enters_the_key_only_when_it_differs_from_its_default(monkeypatch):
