@@ -41,7 +41,7 @@ class EngineConfig:
 # A trainer's engine section: what the YAML / flags give, over the trainer's own defaults (a partial section
 # keeps the rest of them); the trainer's flat settings of before the section (`legacy`: device, bf16, report_to,
 # warmup) still load into it. Prune's recovery and exits train at a constant rate unless the section says
-# otherwise; the students as STUDENT_ENGINE (or their preset's published schedule) says.
+# otherwise; the students as STUDENT_ENGINE says for their family.
 def engine_section(values: Any, defaults: dict, legacy: tuple[str, ...] = ()) -> Any:
     if not isinstance(values, dict):
         return values

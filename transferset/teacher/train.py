@@ -29,7 +29,8 @@ from transferset.errors import UserError
 from transferset.fs.output import MODEL_NAMES, Output
 from transferset.sources import Example, Reject, SourceSpec
 from transferset import loading
-from transferset.training import TRACK_DIR, TRACK_FILE, Checkpoints, Engine, PhaseSpec, Recipe, check_engine, launched_processes
+from transferset.training import (TRACK_DIR, TRACK_FILE, Checkpoints, Engine, PhaseSpec, Recipe, check_engine,
+                                  launched_processes)
 
 CHECKPOINT_DIR = "checkpoint"  # OUTPUT/checkpoint/: what a killed fine-tuning resumes from
 LOGS_DIR = TRACK_DIR  # OUTPUT/logs/: the tracker's files (engine.tracker)
