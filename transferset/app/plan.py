@@ -238,9 +238,13 @@ def augment_stage(r: Run, name: str, folder: str, a: AugmentConfig, inputs: list
 def score_stage(r: Run, name: str, folder: str, source: str, scorer: Any, members: int,
                 kind: Optional[str] = None) -> StageDef:
     """A score pipeline run of `source`'s rows by the teacher (or the ensemble's members)."""
-    return StageDef(name, folder, keys.score(r.cfg.score, members), (source, "teacher"), kind=kind,
-                    run=lambda out: r.fn.score(r.cfg.score, input=r.d(*_FOLDERS[source]), teacher=scorer, output=out,
-                                               beam_cfg=r.beams[name], overwrite=True))
+    def score(out: str, resume: bool = False) -> Any:
+        return r.fn.score(r.cfg.score, input=r.d(*_FOLDERS[source]), teacher=scorer, output=out,
+                          beam_cfg=r.beams[name], resume=resume, overwrite=True)
+
+    # a killed run of this key goes on from its whole shards (score --resume checks each against this run)
+    return StageDef(name, folder, keys.score(r.cfg.score, members), (source, "teacher"), kind=kind, run=score,
+                    resume=lambda out: score(out, resume=True))
 
 
 _FOLDERS = {"augment": ("transfer",), "dev": ("dev", "transfer")}  # what score_stage reads, by upstream stage

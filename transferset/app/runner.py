@@ -17,7 +17,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass, replace
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import yaml
 
@@ -43,7 +43,7 @@ from transferset.teacher import ensemble
 from transferset.teacher.train import can_resume as can_resume_teacher
 from transferset.training import check_engine
 
-STAGE_FILE = ".stage.json"
+STAGE_FILE = schema.STAGE_FILE
 SHARED_SST2 = os.path.join("..", "shared", "data", "sst2")
 HF_SST2 = ("hf:glue:sst2:train", "hf:glue:sst2:validation")
 
@@ -217,6 +217,7 @@ class Stage:
     legacy_keys: tuple[str, ...] = ()  # earlier keys of the same work (StageDef.legacy)
     resumable: Optional[Callable[[str], bool]] = None  # StageDef.resumable
     legacy_done: Optional[str] = None  # StageDef.legacy_done
+    resume: Optional[Callable[[str], Any]] = None  # StageDef.resume
 
     def finished(self) -> bool:
         """Whether the folder holds a finished run of its stage's work (its done file)."""
@@ -225,12 +226,17 @@ class Stage:
         return (self.legacy_done is not None and fs.exists(fs.join(self.directory, self.legacy_done))
                 and not fs.exists(fs.join(self.directory, schema.MANIFEST_FILE)))
 
-    def current_key(self) -> Optional[str]:
-        """The key the finished folder holds when it is this stage's (its key or a legacy one), else None."""
+    def _record(self) -> dict:
         meta = fs.join(self.directory, STAGE_FILE)
-        if not (fs.exists(meta) and self.finished()):
+        return fs.read_json(meta) if fs.exists(meta) else {}
+
+    def current_key(self) -> Optional[str]:
+        """The key the finished folder holds when it is this stage's (its key or a legacy one), else None.
+        A record marked running is a run that began and never finished: nothing is current."""
+        record = self._record()
+        if not record or record.get("running") or not self.finished():
             return None
-        stored = fs.read_json(meta).get("key")
+        stored = record.get("key")
         return stored if stored in (self.key, *self.legacy_keys) else None
 
     def is_current(self) -> bool:
@@ -241,16 +247,21 @@ class Stage:
 
         The folder is never deleted: the stage's function, called with overwrite=True, clears what
         transferset wrote there through the output protocol (transferset.fs.output), so others' files
-        in it stay. The runner removes only its own record first; written again last, after any upload,
-        so a stage cut short is redone.
+        in it stay. The runner's own record says `running` while the stage runs and holds its key once
+        it finished, after any upload, so a stage cut short is redone (or resumed: StageDef.resume).
         """
         stored = self.current_key()
         if stored is not None:
             log(f"[{self.name}] up to date ({self.directory}, key {stored}): reused")
             return False
+        began = self._record()
+        began_here = bool(began.get("running")) and began.get("key") == self.key
         fs.delete(fs.join(self.directory, STAGE_FILE))
         if self.resumable is not None and self.resumable(self.directory):
             log(f"[{self.name}] resuming → {self.directory}")
+        elif self.resume is not None and began_here:
+            log(f"[{self.name}] resuming the run of key {self.key} killed here → {self.directory}")
+            fn = self.resume
         else:
             if self.local and fs.is_remote(self.directory):
                 # fn writes a local staging folder, uploaded into this one: what an earlier run wrote here
@@ -258,6 +269,7 @@ class Stage:
                 clear_output(self.directory)
             fs.makedirs(self.directory)
             log(f"[{self.name}] running → {self.directory}")
+        fs.write_json(fs.join(self.directory, STAGE_FILE), {"key": self.key, "running": True})
         t0 = time.time()
         if self.local:
             with remote.local_output(self.directory) as work:
@@ -278,7 +290,8 @@ def run_stages(stages: Sequence[StageDef], log) -> dict[str, str]:
             raise ValueError(f"stage {s.name}: upstream {missing} not declared before it")
         keys[s.name], legacy = s.keys([keys[u] for u in s.upstream])
         if s.run is not None:
-            stage = Stage(s.name, s.folder, keys[s.name], s.done_file, s.local, legacy, s.resumable, s.legacy_done)
+            stage = Stage(s.name, s.folder, keys[s.name], s.done_file, s.local, legacy, s.resumable, s.legacy_done,
+                          s.resume)
             stage.run(s.run, log)
             keys[s.name] = stage.current_key() or keys[s.name]  # a reused legacy key stands for it downstream
         elif s.folder:

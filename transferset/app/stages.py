@@ -43,6 +43,9 @@ class StageDef:
     # resumable(folder) → whether the folder holds a killed run of this stage's work that it goes on from
     # (a teacher's checkpoint): the stage then runs with resume, and its own output protocol keeps the checkpoint
     resumable: Optional[Callable[[str], bool]] = None
+    # resume(folder): goes on with a run of this very key that began in the folder and was killed, keeping what
+    # it wrote (the score stages' whole shards); without it such a run starts over
+    resume: Optional[Callable[[str], Any]] = None
 
     def keys(self, upstream_keys: Sequence[str]) -> tuple[str, tuple[str, ...]]:
         """(its key, the keys of its settings' legacy forms), the settings resolved once."""

@@ -61,6 +61,7 @@ from transferset.fs.written import (_delete_files, _names, _remove_empty_folders
 LOG = logging.getLogger("transferset.output")
 
 MANIFEST_FILE = schema.MANIFEST_FILE
+STAGE_FILE = schema.STAGE_FILE
 # What a data command writes at the top of its folder (augment, score, predict, an evaluation set).
 DATA_NAMES = (schema.DATA_DIR, schema.REJECTS_DIR, schema.STATS_FILE, schema.COMPLETE_MARKER)
 # A Hugging Face model folder (teacher, export): save_pretrained's names depend on the model, so every
@@ -189,8 +190,8 @@ class Output:
 
     # --- what the folder holds ------------------------------------------------------------------------
     def _entries(self) -> list[str]:
-        return [fs.basename(p) for p in fs.listdir(self.path)
-                if not fs.basename(p).startswith(LOCK_FILE) and fs.basename(p) != MANIFEST_FILE]
+        return [fs.basename(p) for p in fs.listdir(self.path)  # the stage record is `run`'s, beside any output
+                if not fs.basename(p).startswith(LOCK_FILE) and fs.basename(p) not in (MANIFEST_FILE, STAGE_FILE)]
 
     def manifest(self) -> Optional[dict]:
         """OUT's record of the run that wrote it; None when there is none (or it cannot be read)."""

@@ -144,9 +144,11 @@ class RecordingStages:
             pq.write_table(schema.transfer_schema(schema.base_metadata(["0", "1"])).empty_table(),
                            Path(output) / schema.DATA_DIR / "p.parquet")
 
-    def score(self, cfg, *, input, teacher, output, beam_cfg, overwrite):
+    def score(self, cfg, *, input, teacher, output, beam_cfg, overwrite, resume=False):
         self.seen.setdefault("score", []).append((cfg, input, teacher, beam_cfg))
-        _protocol_write(output, "score", DATA_NAMES, {"data/p.parquet": "rows", "rejects/rejects.jsonl": ""}, overwrite)
+        self.seen.setdefault("score_resume", []).append((str(output), resume))
+        _protocol_write(output, "score", DATA_NAMES, {"data/p.parquet": "rows", "rejects/rejects.jsonl": ""}, overwrite,
+                        keep=[schema.DATA_DIR] if resume else [])
 
     def student(self, cfg, transfer_dir, dev, output, overwrite):
         self.seen.setdefault("students", []).append((cfg, transfer_dir, dev))
@@ -705,6 +707,52 @@ def test_a_teacher_stage_killed_after_a_checkpoint_goes_on_from_it(tmp_path, sst
     assert stages.seen["teacher_resume"] == [False, True, False]
     # cleared by the teacher's own output protocol (overwrite=True), not by the runner deleting the folder
     assert not (run_dir / "teacher" / "checkpoint").exists()
+
+
+def test_a_score_stage_killed_midway_goes_on_from_its_shards_and_one_of_other_settings_starts_over(tmp_path,
+                                                                                                     sst2_dir):
+    """A killed score stage's shards were discarded by the rerun (82,945 MPNet rows): the runner's record says
+    which key began in the folder, and a rerun of that key resumes (score --resume keeps whole shards); a rerun
+    whose score key changed starts over."""
+    run_dir = tmp_path / "r"
+    base = [f"run_dir={run_dir}", f"data={sst2_dir}", "labeled_limit=200", "unlabeled_rows=20", "validation.rows=50"]
+    stages = RecordingStages()
+    fresh = stages.score
+
+    def killed(cfg, *, input, teacher, output, beam_cfg, overwrite, resume=False):
+        if output == scored and not stages.seen.get("killed"):
+            stages.seen["killed"] = True
+            with Output(str(output), "score", overwrite=overwrite).open() as out:
+                out.check()
+                out.prepare()
+                (Path(output) / "data").mkdir(exist_ok=True)
+                (Path(output) / "data" / "shard-0.parquet").write_text("rows")
+                raise KeyboardInterrupt
+        fresh(cfg, input=input, teacher=teacher, output=output, beam_cfg=beam_cfg, overwrite=overwrite, resume=resume)
+
+    stages.score = killed
+    scored, dev_scored = str(run_dir / "scored"), str(run_dir / "dev" / "scored")
+    with pytest.raises(KeyboardInterrupt):
+        run_pipeline(load_config("configs/demo.yaml", base), log=lambda m: None, functions=stages.functions())
+    record = json.loads((run_dir / "scored" / STAGE_FILE).read_text())
+    assert record["running"] is True
+    log = []
+    run_pipeline(load_config("configs/demo.yaml", base), log=log.append, functions=stages.functions())
+    assert stages.seen["score_resume"] == [(scored, True), (dev_scored, False)]  # dev/scored had not begun
+    assert any(m.startswith("[score] resuming the run of key") for m in log), log
+    assert (run_dir / "scored" / "data" / "shard-0.parquet").read_text() == "rows"  # kept
+    assert "running" not in json.loads((run_dir / "scored" / STAGE_FILE).read_text())
+    # finished: a rerun reuses it; a rerun of other score settings starts over, clearing the old shards
+    run_pipeline(load_config("configs/demo.yaml", base), log=lambda m: None, functions=stages.functions())
+    assert len(stages.seen["score_resume"]) == 2
+    stages.seen["killed"] = False
+    with pytest.raises(KeyboardInterrupt):
+        run_pipeline(load_config("configs/demo.yaml", [*base, "score.batch_size=16"]), log=lambda m: None,
+                     functions=stages.functions())
+    run_pipeline(load_config("configs/demo.yaml", [*base, "score.batch_size=64"]), log=lambda m: None,
+                 functions=stages.functions())
+    assert stages.seen["score_resume"][2:] == [(scored, False), (dev_scored, False)]
+    assert not (run_dir / "scored" / "data" / "shard-0.parquet").exists()
 
 
 @pytest.mark.parametrize("overrides, says", [
