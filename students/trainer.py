@@ -43,8 +43,6 @@ from transferset.training import TRACK_DIR, TRACK_FILE, Checkpoints, Engine, Pha
 
 # OUTPUT/checkpoint/: where a killed run resumes from (`resume: true`); removed once model/ is written.
 CHECKPOINT_DIR = "checkpoint"
-# OUTPUT/logs/: the experiment tracker's folder (engine.tracker).
-LOGS_DIR = TRACK_DIR
 
 
 # --------------------------------------------------------------------------- loss step
@@ -265,7 +263,7 @@ def train(cfg: StudentConfig, transfer_dir: str, dev_path: str, output: str, *, 
     check_engine(cfg.engine, "student engine")
     if int(os.environ.get("RANK", "0")) != 0:
         return _train(cfg, transfer_dir, dev_path, None, output, progress)
-    out = Output(output, "train", names=(*STUDENT_NAMES, CHECKPOINT_DIR, LOGS_DIR, TRACK_FILE), overwrite=overwrite,
+    out = Output(output, "train", names=(*STUDENT_NAMES, CHECKPOINT_DIR, TRACK_DIR, TRACK_FILE), overwrite=overwrite,
                  inputs=[transfer_dir, dev_path])
     with out.writing():
         # A URL is trained into a local staging folder (checkpoints too), uploaded whole at the end.

@@ -33,7 +33,6 @@ from transferset.training import (TRACK_DIR, TRACK_FILE, Checkpoints, Engine, Ph
                                   launched_processes)
 
 CHECKPOINT_DIR = "checkpoint"  # OUTPUT/checkpoint/: what a killed fine-tuning resumes from
-LOGS_DIR = TRACK_DIR  # OUTPUT/logs/: the tracker's files (engine.tracker)
 # Settings that change how a fine-tuning runs, never what it learns: in no checkpoint's fingerprint or stage key.
 RUNTIME_SETTINGS = ("progress", "resume", "checkpoint_steps")
 
@@ -133,7 +132,7 @@ def train(cfg: TeacherConfig, *, train: str, dev: str, output: str, overwrite: b
     if launched_processes() > 1 and int(os.environ.get("RANK", "0")) != 0:
         # the checkpoint (rank 0 writes it) is read from the output itself: a local folder
         return _fine_tune(cfg, train=train, dev=dev, out=None, output=output, log=log)
-    out = Output(output, "teacher", names=(*MODEL_NAMES, TRACK_FILE, LOGS_DIR), overwrite=overwrite,
+    out = Output(output, "teacher", names=(*MODEL_NAMES, TRACK_FILE, TRACK_DIR), overwrite=overwrite,
                  inputs=[train, dev, cfg.model if os.path.exists(cfg.model) else None])
     with out.writing():
         for flag, path in (("--train", train), ("--dev", dev)):
