@@ -230,10 +230,11 @@ class Stage:
         meta = fs.join(self.directory, STAGE_FILE)
         return fs.read_json(meta) if fs.exists(meta) else {}
 
-    def current_key(self) -> Optional[str]:
+    def current_key(self, record: Optional[dict] = None) -> Optional[str]:
         """The key the finished folder holds when it is this stage's (its key or a legacy one), else None.
-        A record marked running is a run that began and never finished: nothing is current."""
-        record = self._record()
+        A record marked running is a run that began and never finished: nothing is current. `record`: the
+        folder's record when already read."""
+        record = self._record() if record is None else record
         if not record or record.get("running") or not self.finished():
             return None
         stored = record.get("key")
@@ -250,13 +251,15 @@ class Stage:
         in it stay. The runner's own record says `running` while the stage runs and holds its key once
         it finished, after any upload, so a stage cut short is redone (or resumed: StageDef.resume).
         """
-        stored = self.current_key()
+        record = self._record()
+        stored = self.current_key(record)
         if stored is not None:
             log(f"[{self.name}] up to date ({self.directory}, key {stored}): reused")
             return False
-        began = self._record()
-        began_here = bool(began.get("running")) and began.get("key") == self.key
-        fs.delete(fs.join(self.directory, STAGE_FILE))
+        began_here = bool(record.get("running")) and record.get("key") == self.key
+        fs.makedirs(self.directory)
+        # replaces an earlier run's record before anything else changes here (the output protocol leaves it)
+        fs.write_json(fs.join(self.directory, STAGE_FILE), {"key": self.key, "running": True})
         if self.resumable is not None and self.resumable(self.directory):
             log(f"[{self.name}] resuming → {self.directory}")
         elif self.resume is not None and began_here:
@@ -267,9 +270,7 @@ class Stage:
                 # fn writes a local staging folder, uploaded into this one: what an earlier run wrote here
                 # is cleared by the same protocol first, or files it no longer writes would stay beside
                 clear_output(self.directory)
-            fs.makedirs(self.directory)
             log(f"[{self.name}] running → {self.directory}")
-        fs.write_json(fs.join(self.directory, STAGE_FILE), {"key": self.key, "running": True})
         t0 = time.time()
         if self.local:
             with remote.local_output(self.directory) as work:
