@@ -33,9 +33,10 @@ def stage_windows(run_dir: Path, since: float) -> list[tuple[str, float, float]]
     out = []
     for meta in run_dir.rglob(STAGE_FILE):
         end = meta.stat().st_mtime
-        if end < since:
+        record = json.loads(meta.read_text())
+        if end < since or "seconds" not in record:  # no seconds: a stage that began and did not finish
             continue
-        seconds = json.loads(meta.read_text())["seconds"]
+        seconds = record["seconds"]
         out.append((str(meta.parent.relative_to(run_dir)) or ".", end - seconds, end))
     return sorted(out, key=lambda w: w[1])
 
