@@ -33,6 +33,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import quality  # noqa: E402  (benchmarks/quality.py, beside this file)
 from students.evaluate import LENGTH_EDGES, evaluate  # noqa: E402
 from transferset import schema, typed  # noqa: E402
 
@@ -79,9 +80,8 @@ def selection_accuracy(folder: Path) -> float:
 
 
 def mean_sd(values: list[float]) -> str:
-    if len(values) == 1:
-        return f"{100 * values[0]:.1f}"
-    return f"{100 * statistics.mean(values):.1f} ± {100 * statistics.stdev(values):.1f}"
+    """quality.py's mean ± sd; one seed as its value alone."""
+    return f"{100 * values[0]:.1f}" if len(values) == 1 else quality.mean_sd(values)
 
 
 def measure(folders: list[Path], test: str) -> dict:
