@@ -240,9 +240,6 @@ class Stage:
         stored = record.get("key")
         return stored if stored in (self.key, *self.legacy_keys) else None
 
-    def is_current(self) -> bool:
-        return self.current_key() is not None
-
     def run(self, fn: Callable[[str], None], log) -> bool:
         """Run fn(output folder) unless the stage is current; return True when it ran.
 

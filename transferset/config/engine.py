@@ -67,7 +67,7 @@ TEACHER_ENGINE = {"schedule": "linear", "warmup": 0.1}
 #   more than the seeds' spread;
 # - transformer (the presets too): the constant rate, at which the 3-layer tinybert student was no worse
 #   (the difference inside the seeds' spread), so the presets keep the rate every figure of theirs was
-#   measured with; their papers' schedules are config.PUBLISHED_SCHEDULES.
+#   measured with; their papers' schedules: docs/scaling.md.
 # The keys compare with the constant rate every student trained at before (app/keys.py, ENGINE_KEY_DEFAULT),
 # so a BiLSTM student trained before retrains rather than being reused.
 STUDENT_ENGINE: dict[str, dict] = {"bilstm": {"schedule": "linear", "warmup": 0.1}, "transformer": {}}
