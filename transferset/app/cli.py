@@ -37,6 +37,8 @@ COMMANDS = {
     "run": ("transferset.app.runner", "run the whole chain: teacher, transfer set, scores, students, report "
             "(--data FILE, or a YAML config)", False),
     "init": ("transferset.app.init", "write a commented starter run config for your own data", False),
+    "migrate": ("transferset.app.migrate", "convert a run folder written by an earlier transferset, so `run` "
+                "reuses its finished stages", False),
 }
 
 # Path-like arguments of each command (argparse dest names), normalised once here before dispatch
@@ -51,6 +53,7 @@ PATH_ARGS = {
     "evaluate": ("model", "data"),
     "run": ("config", "data", "dev", "test"),
     "init": ("data", "dev", "test", "output"),
+    "migrate": ("run_dir", "config"),
     "predict": ("model", "input", "output"),
     "export": ("model", "output"),
     "prune": ("model", "selection", "transfer", "output"),

@@ -17,7 +17,7 @@ from students.compress.export import Int8Refused, export as export_model
 from students.compress.prune import prune as prune_model
 from students.evaluate import evaluate
 from students.trainer import train as train_student
-from transferset import fs, schema, transfer
+from transferset import fs, transfer
 from transferset.app import keys
 from transferset.app.report import write_report
 from transferset.app.stages import StageDef
@@ -85,11 +85,11 @@ def rest_file(data_dir: str) -> str:
     return path
 
 
-def student_settings(s_cfg) -> dict:
-    """A student stage's key settings (keys.student), with the content of the layer_texts set it reads (`rest`:
-    the run's layer_texts stage, whose key is upstream)."""
+def student_settings(rules: Any, s_cfg) -> dict:
+    """A student stage's key settings (`rules.student`: transferset/app/keys.py), with the content of the
+    layer_texts set it reads (`rest`: the run's layer_texts stage, whose key is upstream)."""
     made = not s_cfg.layer_texts or s_cfg.layer_texts == LAYER_TEXTS_REST
-    return keys.student(s_cfg, None if made else set_fingerprint(s_cfg.layer_texts))
+    return rules.student(s_cfg, None if made else set_fingerprint(s_cfg.layer_texts))
 
 
 @dataclass(frozen=True)
@@ -136,6 +136,7 @@ class Run:
     split: bool  # the data stage splits train
     teacher: Any  # the teacher: section, with labeled_limit as its limit when nothing is split
     augment: AugmentConfig  # likewise
+    rules: Any = keys  # the key rules (transferset/app/keys.py; `transferset migrate` passes the earlier ones)
 
     def d(self, *parts: str) -> str:
         return fs.join(self.cfg.run_dir, *parts)
@@ -171,17 +172,17 @@ class Run:
         return functools.cache(lambda: transfer.label_names(self.d("transfer")))
 
 
-def make_run(cfg: RunConfig, files: DataFiles, fn: StageFunctions) -> Run:
+def make_run(cfg: RunConfig, files: DataFiles, fn: StageFunctions, rules: Any = keys) -> Run:
     split = splits_train(cfg)
     # Without a split, labeled_limit reads the first N rows of train in every stage.
     limit = None if split else cfg.labeled_limit
     return Run(cfg, files, fn, stage_beam(cfg), split, replace(cfg.teacher, limit=limit) if limit else cfg.teacher,
-               replace(cfg.augment, limit=limit) if limit else cfg.augment)
+               replace(cfg.augment, limit=limit) if limit else cfg.augment, rules)
 
 
 def data_stage(r: Run) -> StageDef:
     """The train file and how it is split: a stage only when a split is asked, an input key always."""
-    return StageDef("data", r.data_dir, keys.data(r.cfg, fingerprint(r.files.train)),
+    return StageDef("data", r.data_dir, r.rules.data(r.cfg, fingerprint(r.files.train)),
                     run=(lambda out: split_stage(r.files.train, out, r.cfg)) if r.split else None,
                     done_file=SPLIT_STATS_FILE)
 
@@ -200,10 +201,10 @@ def trained_teacher(r: Run, name: str, out_dir: str, tc, can_resume: Callable, k
         return can_resume(tc, train=remote.local_file(r.labeled), dev=remote.local_file(r.selection), output=out)
 
     return StageDef(
-        name, out_dir, lambda: {"settings": keys.teacher(tc), "selection": fingerprint(r.selection)}, ("data",),
+        name, out_dir, lambda: {"settings": r.rules.teacher(tc), "selection": fingerprint(r.selection)}, ("data",),
         run=lambda out: r.fn.teacher(replace(tc, resume=resumable(out)), train=remote.local_file(r.labeled),
                                      dev=remote.local_file(r.selection), output=out, overwrite=True),
-        legacy_done=schema.METRICS_FILE, local=True, kind=kind, resumable=resumable)
+        local=True, kind=kind, resumable=resumable)
 
 
 def teacher_stages(r: Run, can_resume: Callable) -> tuple[list[StageDef], str, list[str]]:
@@ -230,7 +231,7 @@ def teacher_stages(r: Run, can_resume: Callable) -> tuple[list[StageDef], str, l
 def augment_stage(r: Run, name: str, folder: str, a: AugmentConfig, inputs: list[str], unlabeled: list[str],
                   upstream: tuple[str, ...] = ("data",), kind: Optional[str] = None) -> StageDef:
     """An augment pipeline run: the transfer set, or the layer_texts set of the rows no pool took."""
-    return StageDef(name, folder, lambda: keys.augment(a, [fingerprint(p) for p in r.guarded]), upstream, kind=kind,
+    return StageDef(name, folder, lambda: r.rules.augment(a, [fingerprint(p) for p in r.guarded]), upstream, kind=kind,
                     run=lambda out: r.fn.augment(a, inputs=inputs, unlabeled=unlabeled, exclude=r.guarded, output=out,
                                                  beam_cfg=r.beams["augment"], overwrite=True))
 
@@ -243,7 +244,7 @@ def score_stage(r: Run, name: str, folder: str, source: str, scorer: Any, member
                           beam_cfg=r.beams[name], resume=resume, overwrite=True)
 
     # a killed run of this key goes on from its whole shards (score --resume checks each against this run)
-    return StageDef(name, folder, keys.score(r.cfg.score, members), (source, "teacher"), kind=kind, run=score,
+    return StageDef(name, folder, r.rules.score(r.cfg.score, members), (source, "teacher"), kind=kind, run=score,
                     resume=lambda out: score(out, resume=True))
 
 
@@ -267,7 +268,7 @@ def layer_texts_stages(r: Run) -> tuple[list[StageDef], set[str]]:
     if not rest:
         return [], rest
     as_is = replace(r.augment, n_iter=0, unlabeled_n_iter=0, limit=None)
-    return [StageDef("layer_texts", r.d("layer_texts"), lambda: keys.augment(as_is, [fingerprint(p) for p in r.guarded]),
+    return [StageDef("layer_texts", r.d("layer_texts"), lambda: r.rules.augment(as_is, [fingerprint(p) for p in r.guarded]),
                      ("data",), run=lambda out: r.fn.augment(as_is, inputs=[rest_file(r.data_dir)], unlabeled=[],
                                                             exclude=r.guarded, output=out, beam_cfg=r.beams["augment"],
                                                             overwrite=True))], rest
@@ -282,12 +283,11 @@ def student_stages(r: Run, rest: set[str], teacher_dir: Optional[str] = None) ->
         run_cfg = replace(s_cfg, layer_texts=r.d("layer_texts")) if name in rest else s_cfg
         if run_cfg.teacher is None and teacher_dir is not None:
             run_cfg = replace(run_cfg, teacher=teacher_dir)
-        return StageDef(f"students.{name}", r.d("students", name), functools.partial(student_settings, s_cfg),
+        return StageDef(f"students.{name}", r.d("students", name), functools.partial(student_settings, r.rules, s_cfg),
                         ("score", "dev.score", *(("layer_texts",) if name in rest else ())),
                         run=lambda work: r.fn.student(run_cfg, r.d("scored"), r.d("dev", "scored"), work,
                                                       overwrite=True),
-                        legacy_done=schema.METRICS_FILE, local=True, kind="student",
-                        legacy=functools.partial(keys.student_legacy, s_cfg))
+                        local=True, kind="student")
 
     return [one(name, s_cfg) for name, s_cfg in r.cfg.students.items()]
 
@@ -304,9 +304,10 @@ def test_stage(r: Run, models: dict[str, Any], speeds: dict[str, float], upstrea
         done_file=TEST_RESULTS_FILE)
 
 
-def build_plan(cfg: RunConfig, files: DataFiles, fn: StageFunctions, can_resume: Callable) -> RunPlan:
-    """The run's stages as data, each kind from its builder, in the order they run."""
-    r = make_run(cfg, files, fn)
+def build_plan(cfg: RunConfig, files: DataFiles, fn: StageFunctions, can_resume: Callable,
+               rules: Any = keys) -> RunPlan:
+    """The run's stages as data, each kind from its builder, in the order they run; their keys by `rules`."""
+    r = make_run(cfg, files, fn, rules)
     teachers, teacher_dir, members = teacher_stages(r, can_resume)
     scorer = members if len(members) > 1 else (members[0] if members else teacher_dir)  # what score and test get
     scoring = dict(scorer=scorer, members=len(members))
@@ -317,7 +318,8 @@ def build_plan(cfg: RunConfig, files: DataFiles, fn: StageFunctions, can_resume:
     more, rest = layer_texts_stages(r)
     students = {name: r.d("students", name) for name in cfg.students}
     stages += [*more, *student_stages(r, rest, None if members else teacher_dir)]
-    compress_stages, compressed = compress_plan(cfg, fn, r.d, teacher_dir, students, r.d("scored"), r.d("dev", "scored"))
+    compress_stages, compressed = compress_plan(cfg, fn, r.d, teacher_dir, students, r.d("scored"), r.d("dev", "scored"),
+                                                 r.rules)
     stages += compress_stages
     models = {"teacher": scorer, **students,  # an ensemble is evaluated as one model, its members beside
               **{name: c["path"] for name, c in compressed.items()}}
@@ -334,7 +336,8 @@ def build_plan(cfg: RunConfig, files: DataFiles, fn: StageFunctions, can_resume:
 
 
 def compress_plan(cfg: RunConfig, fn: StageFunctions, d: Callable[..., str], teacher_dir: str,
-                  students: dict[str, str], scored_dir: str, dev_scored: str) -> tuple[list[StageDef], dict]:
+                  students: dict[str, str], scored_dir: str, dev_scored: str,
+                  rules: Any = keys) -> tuple[list[StageDef], dict]:
     """The `compress:` section's stages, and the models they make: {report name: {"path", "speed", "from",
     "how"}}. Each is made from a model of the run (the teacher: one, not an ensemble, RunConfig refuses
     that), in its own folder under RUN/compressed/, and tested and timed in the report as the others are."""
@@ -355,14 +358,14 @@ def compress_plan(cfg: RunConfig, fn: StageFunctions, d: Callable[..., str], tea
     if c.exits is not None:
         e = c.exits if c.exits.max_length is not None else replace(c.exits, max_length=teacher_length)
         folder = d("compressed", "teacher-exits")
-        stages.append(StageDef("compress.exits", folder, keys.section("exits", e), ("teacher", "score"),
+        stages.append(StageDef("compress.exits", folder, rules.compressed("exits", e), ("teacher", "score"),
                                run=lambda out: fn.exits(teacher_dir, scored_dir, out, e, overwrite=True, progress=False)))
         made.update({f"teacher (exits, speed {s:g})": {"path": folder, "speed": s, "from": "teacher", "how": "exits"}
                      for s in c.exit_speeds})
     if c.prune is not None:
         pc = c.prune if c.prune.max_length is not None else replace(c.prune, max_length=teacher_length)
         folder = d("compressed", "teacher-pruned")
-        stages.append(StageDef("compress.prune", folder, keys.section("prune", pc), ("teacher", "score", "dev.score"),
+        stages.append(StageDef("compress.prune", folder, rules.compressed("prune", pc), ("teacher", "score", "dev.score"),
                                run=lambda out: fn.prune(pc, teacher_dir, dev_scored, out, transfer_dir=scored_dir,
                                                         overwrite=True, progress=False)))
         # heads: 0 removes none: the recovery alone, the teacher distilled on its own cached logits

@@ -28,6 +28,7 @@ from transferset import fs, loading, schema, typed
 from transferset.augment import check_ops, needs
 from transferset.card import update_run_cards
 from transferset.app import init as starter_init
+from transferset.app import keys
 from transferset.app.report import RESULTS
 # The builders and declarations, also imported from here by the tests and the report's readers.
 from transferset.app.plan import (TEST_RESULTS_FILE, DataFiles, RunPlan, StageFunctions, build_plan,  # noqa: F401
@@ -44,6 +45,7 @@ from transferset.teacher.train import can_resume as can_resume_teacher
 from transferset.training import check_engine
 
 STAGE_FILE = schema.STAGE_FILE
+CONFIG_FILE = "config.yaml"  # RUN/config.yaml: the settings of the last run, as `transferset migrate` reads them
 SHARED_SST2 = os.path.join("..", "shared", "data", "sst2")
 HF_SST2 = ("hf:glue:sst2:train", "hf:glue:sst2:validation")
 
@@ -214,31 +216,26 @@ class Stage:
     done_file: str  # relative to directory: exists when the stage finished
     # fn writes local files only: a remote directory is staged in a local folder, then uploaded
     local: bool = False
-    legacy_keys: tuple[str, ...] = ()  # earlier keys of the same work (StageDef.legacy)
     resumable: Optional[Callable[[str], bool]] = None  # StageDef.resumable
-    legacy_done: Optional[str] = None  # StageDef.legacy_done
     resume: Optional[Callable[[str], Any]] = None  # StageDef.resume
 
     def finished(self) -> bool:
         """Whether the folder holds a finished run of its stage's work (its done file)."""
-        if fs.exists(fs.join(self.directory, self.done_file)):
-            return True
-        return (self.legacy_done is not None and fs.exists(fs.join(self.directory, self.legacy_done))
-                and not fs.exists(fs.join(self.directory, schema.MANIFEST_FILE)))
+        return fs.exists(fs.join(self.directory, self.done_file))
 
     def _record(self) -> dict:
         meta = fs.join(self.directory, STAGE_FILE)
         return fs.read_json(meta) if fs.exists(meta) else {}
 
     def current_key(self, record: Optional[dict] = None) -> Optional[str]:
-        """The key the finished folder holds when it is this stage's (its key or a legacy one), else None.
+        """The key the finished folder holds when it is this stage's, else None.
         A record marked running is a run that began and never finished: nothing is current. `record`: the
         folder's record when already read."""
         record = self._record() if record is None else record
         if not record or record.get("running") or not self.finished():
             return None
         stored = record.get("key")
-        return stored if stored in (self.key, *self.legacy_keys) else None
+        return stored if stored == self.key else None
 
     def run(self, fn: Callable[[str], None], log) -> bool:
         """Run fn(output folder) unless the stage is current; return True when it ran.
@@ -286,12 +283,9 @@ def run_stages(stages: Sequence[StageDef], log) -> dict[str, str]:
         missing = [u for u in s.upstream if u not in keys]
         if missing:
             raise ValueError(f"stage {s.name}: upstream {missing} not declared before it")
-        keys[s.name], legacy = s.keys([keys[u] for u in s.upstream])
+        keys[s.name] = s.key([keys[u] for u in s.upstream])
         if s.run is not None:
-            stage = Stage(s.name, s.folder, keys[s.name], s.done_file, s.local, legacy, s.resumable, s.legacy_done,
-                          s.resume)
-            stage.run(s.run, log)
-            keys[s.name] = stage.current_key() or keys[s.name]  # a reused legacy key stands for it downstream
+            Stage(s.name, s.folder, keys[s.name], s.done_file, s.local, s.resumable, s.resume).run(s.run, log)
         elif s.folder:
             log(f"[{s.name}] reusing {s.folder}")
     return keys
@@ -310,9 +304,11 @@ def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=T
     check_paths(cfg, files)
     check_engines(cfg)
     with output_lock(cfg.run_dir, command="run"):  # one run at a time owns run_dir
-        fs.makedirs(cfg.run_dir)
-        fs.write_text(fs.join(cfg.run_dir, "config.yaml"), yaml.safe_dump(typed.to_dict(cfg), sort_keys=False))
         plan = plan_stages(cfg, files, functions)
+        check_layout(cfg.run_dir, plan.stages)
+        fs.makedirs(cfg.run_dir)
+        keys.write_layout(cfg.run_dir)
+        fs.write_text(fs.join(cfg.run_dir, CONFIG_FILE), yaml.safe_dump(typed.to_dict(cfg), sort_keys=False))
         log(f"data: train {files.train}; selection split {plan.selection}; test split {plan.test or NO_TEST}")
         run_stages(plan.stages, log)
         result = functions.report(plan.paths, typed.to_dict(cfg), log=log)
@@ -320,6 +316,22 @@ def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=T
         if fs.exists(results_file):  # every model's card gets the report's figures (test split, latency)
             update_run_cards(plan.paths, results_file)
         return result
+
+
+def check_layout(run_dir: str, stages: Sequence[StageDef]) -> None:
+    """A run folder whose records follow other key rules than these (keys.LAYOUT) is refused before anything runs:
+    its finished stages would look unfinished and run again. `transferset migrate` converts it."""
+    layout = keys.read_layout(run_dir)
+    if layout == keys.LAYOUT:
+        return
+    if layout is None:
+        if not any(s.folder and fs.exists(fs.join(s.folder, STAGE_FILE)) for s in stages):
+            return  # a new run folder
+        what = "was written by an earlier transferset (its stage records follow other key rules)"
+    else:
+        what = f"records layout {layout}, this transferset writes layout {keys.LAYOUT}"
+    raise ConfigError(f"run_dir {run_dir} {what}: `transferset migrate {run_dir}` converts its records so its "
+                      "finished stages are reused (or give another run_dir)")
 
 
 def plan_stages(cfg: RunConfig, files: DataFiles, fn: StageFunctions = StageFunctions()) -> RunPlan:

@@ -31,15 +31,9 @@ class StageDef:
     upstream: tuple[str, ...] = ()  # names of earlier stages whose keys enter this one's
     run: Optional[Callable[[str], Any]] = None  # run(output folder); None: an input, only its key counts
     done_file: str = schema.COMPLETE_MARKER  # relative to folder: exists when the stage finished
-    # the done file of earlier versions (a teacher's or student's metrics.json): it counts only in a folder
-    # that has no output record (transferset.fs.output), i.e. one finished before stages wrote _COMPLETE
-    legacy_done: Optional[str] = None
     # run writes local files only: a remote folder is staged in a local folder, then uploaded
     local: bool = False
     kind: Optional[str] = None  # the name hashed into the key (None: name); every student hashes "student"
-    # legacy(settings) → earlier forms of those settings that name the same work: a folder whose key is one of
-    # theirs is current too, and its key stands for it downstream
-    legacy: Optional[Callable[[Any], list]] = None
     # resumable(folder) → whether the folder holds a killed run of this stage's work that it goes on from
     # (a teacher's checkpoint): the stage then runs with resume, and its own output protocol keeps the checkpoint
     resumable: Optional[Callable[[str], bool]] = None
@@ -47,9 +41,7 @@ class StageDef:
     # it wrote (the score stages' whole shards); without it such a run starts over
     resume: Optional[Callable[[str], Any]] = None
 
-    def keys(self, upstream_keys: Sequence[str]) -> tuple[str, tuple[str, ...]]:
-        """(its key, the keys of its settings' legacy forms), the settings resolved once."""
+    def key(self, upstream_keys: Sequence[str]) -> str:
+        """Its key: a hash of its settings (resolved now) and its upstream stages' keys."""
         settings = self.settings() if callable(self.settings) else self.settings
-        name = self.kind or self.name
-        forms = self.legacy(settings) if self.legacy else []
-        return stage_key(name, settings, upstream_keys), tuple(stage_key(name, f, upstream_keys) for f in forms)
+        return stage_key(self.kind or self.name, settings, upstream_keys)

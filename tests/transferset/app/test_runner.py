@@ -398,53 +398,15 @@ def test_layer_texts_rest_when_the_pools_took_every_row_is_refused_at_its_stage(
     assert not (run_dir / "layer_texts" / schema.COMPLETE_MARKER).exists()
 
 
-def test_a_student_trained_before_a_setting_was_added_is_reused(tmp_path, sst2_dir):
-    """layer_epochs and layer_texts entered every student's key as None when they were added, so a rerun
-    trained every cached student again. Unset, they are now out of the key, and a folder holding a key of
-    those earlier forms is reused; its key then stands for it downstream."""
-    run_dir = tmp_path / "r"
-    base = [f"run_dir={run_dir}", f"data={sst2_dir}", "labeled_limit=200", "unlabeled_rows=20", "validation.rows=50"]
-
-    def run() -> list[str]:
-        log = []
-        run_pipeline(load_config("configs/demo.yaml", base), log=log.append, functions=RecordingStages().functions())
-        return [m.split("]")[0][1:] for m in log if "] running → " in m]
-
-    assert "students.distilled" in run()
-    cfg = load_config("configs/demo.yaml", base)
-    settings = {s.name: s for s in plan_stages(cfg, resolve_data(cfg.data, cfg.test)).stages}["students.distilled"]
-    assert "layer_texts" not in settings.settings() and "layer_epochs" not in settings.settings()
-    upstream = [json.loads((run_dir / f / STAGE_FILE).read_text())["key"] for f in ("scored", "dev/scored")]
-    meta = run_dir / "students" / "distilled" / STAGE_FILE
-    for earlier in ({"layer_epochs": None}, {"layer_epochs": None, "layer_texts": None}):
-        key = stage_key("student", {**settings.settings(), **earlier}, upstream)
-        meta.write_text(json.dumps({"key": key}))
-        assert run() == ["test"]  # the student reused; the test stage's upstream key is the folder's
-        assert run() == []
-    meta.write_text(json.dumps({"key": stage_key("student", {**settings.settings(), "lr": 1.0}, upstream)}))
-    assert run() == ["students.distilled", "test"]  # another training's key is not taken
-
-
-def test_an_augment_setting_added_later_keeps_the_transfer_sets_key_while_unset(tmp_path, sst2_dir):
-    """words_per_variant came after run directories existed: unset, it is out of the augment key (the
-    transfer set, its scores and students are reused); set, it is in it."""
+def test_the_augment_key_holds_its_settings_at_their_values(tmp_path, sst2_dir):
+    """words_per_variant at its default is in the augment key, and set, it changes it."""
     def augment_settings(*overrides):
         cfg = load_config("configs/demo.yaml", [f"run_dir={tmp_path / 'r'}", f"data={sst2_dir}", *overrides])
         return {s.name: s for s in plan_stages(cfg, resolve_data(cfg.data, cfg.test)).stages}["augment"].settings()
 
     unset = augment_settings()["settings"]
-    assert "words_per_variant" not in unset and unset["n_iter"] == load_config("configs/demo.yaml").augment.n_iter
+    assert unset["words_per_variant"] is None and unset["n_iter"] == load_config("configs/demo.yaml").augment.n_iter
     assert augment_settings("augment.words_per_variant=5")["settings"] == {**unset, "words_per_variant": 5}
-
-
-def test_a_validation_carved_by_row_keeps_the_data_key_it_had_before_by_existed(tmp_path, sst2_dir):
-    def data_key(*overrides):
-        cfg = load_config("configs/demo.yaml", [f"run_dir={tmp_path / 'r'}", f"data={sst2_dir}", *overrides])
-        return {s.name: s for s in plan_stages(cfg, resolve_data(cfg.data, cfg.test)).stages}["data"].settings
-
-    by_row, by_sentence = data_key("validation.by=row"), data_key()
-    assert by_row["validation"] == {"rows": 1000, "seed": 0}  # the key's dict before `by` existed
-    assert by_sentence["validation"] == {"rows": 1000, "seed": 0, "by": "sentence"}
 
 
 # The demo's latency figures on 40 rows and 2 rounds (report and students): the runs below test the chain,
@@ -803,32 +765,6 @@ def test_an_engine_section_the_machine_cannot_honour_stops_the_run_before_any_st
         assert rec.seen == {} and not (tmp_path / "r").exists()  # no stage ran, no folder was made
 
 
-def test_an_engine_at_its_defaults_leaves_the_keys_of_earlier_run_directories():
-    """The engine section took over device / bf16 / report_to (students), warmup (teacher) and device (prune):
-    at their values they stay in keys under their old names, and the new settings enter only when set."""
-    from transferset.app.keys import teacher as teacher_settings
-    from transferset.app.plan import student_settings
-    from transferset.config import EngineConfig
-
-    # the students' engine at the constant rate they trained at when these keys were made (today's default
-    # schedule, a linear warm-up and decay, is in the key: tests/transferset/app/test_keys.py)
-    then = {"schedule": "constant", "warmup": 0}
-    student = typed.load(StudentConfig, {"engine": then}, "test")
-    settings = student_settings(student)
-    assert "engine" not in settings and (settings["device"], settings["bf16"], settings["report_to"]) == (
-        "auto", False, "none")
-    bf16 = student_settings(typed.load(StudentConfig, {"engine": {**then, "precision": "bf16"}}, "test"))
-    assert bf16["bf16"] is True and "engine" not in bf16
-    # the flat form of before the section loads into it and keys as before
-    assert student_settings(typed.load(StudentConfig, {"bf16": True, "engine": then}, "test")) == bf16
-    accum = student_settings(typed.load(StudentConfig, {"engine": {"grad_accum": 4, "schedule": "cosine"}}, "test"))
-    assert accum["engine"] == {"grad_accum": 4, "schedule": "cosine", "warmup": 0.1}  # the default warm-up
-    teacher = teacher_settings(TeacherConfig())
-    assert teacher["warmup"] == 0.1 and "engine" not in teacher
-    assert teacher_settings(TeacherConfig(engine=EngineConfig(schedule="linear", warmup=0.1, precision="bf16")))[
-        "engine"] == {"precision": "bf16"}
-
-
 RUN_BASE = ["labeled_limit=200", "unlabeled_rows=20", "validation.rows=50"]
 EVERY_STAGE = ["data", "teacher", "augment", "score", "dev", "dev.score", "students.labels_only",
                "students.distilled", "test"]
@@ -874,16 +810,4 @@ def test_teacher_and_student_stages_are_done_by_their_complete_marker(tmp_path, 
     assert _run_stages(run_dir, sst2_dir) == ["students.distilled"]  # the same key: nothing downstream changes
     (run_dir / "teacher" / schema.COMPLETE_MARKER).unlink()
     assert _run_stages(run_dir, sst2_dir) == ["teacher"]
-    assert _run_stages(run_dir, sst2_dir) == []
-
-
-def test_teacher_and_student_folders_finished_before_stages_wrote_complete_are_reused(tmp_path, sst2_dir):
-    """A run directory of an earlier version: its teacher and students finished with metrics.json and the
-    stage record, no output record and no _COMPLETE. It is reused, not trained again."""
-    run_dir = tmp_path / "r"
-    assert _run_stages(run_dir, sst2_dir) == EVERY_STAGE
-    for folder in ("teacher", "students/distilled", "students/labels_only"):
-        (run_dir / folder / schema.COMPLETE_MARKER).unlink()
-        (run_dir / folder / schema.MANIFEST_FILE).unlink()
-        assert (run_dir / folder / schema.METRICS_FILE).exists() and (run_dir / folder / STAGE_FILE).exists()
     assert _run_stages(run_dir, sst2_dir) == []

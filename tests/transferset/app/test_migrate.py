@@ -1,20 +1,23 @@
-"""Old run directories keep their keys: the stage keys of the shipped configs, written down with the code of
-7b25072 (before the key rules became one table, transferset/app/keys.py), are each a key or a legacy key of
-today's code for the same config, with the stored keys standing for their folders downstream as run_stages does.
+"""`transferset migrate`: a run folder of layout 1 (the earlier key rules) converted so that `run` reuses every
+stage it finished. The layout-1 keys of every shipped config are written down (LAYOUT1_KEYS, computed by the
+code that wrote such folders); a folder holding them is converted and reused stage by stage, and one holding
+another key is run again.
 
 Every input a key reads is written here with fixed content (the data folder, the carved validation split,
 the transfer set's labels), so a key depends on the config and the key rules only, never on the machine."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
-import pyarrow.parquet as pq
-
 from transferset import schema
-from transferset.app.runner import load_config, plan_stages, resolve_data
+from transferset.app import keys, migrate
+from transferset.app.runner import STAGE_FILE, load_config, plan_stages, resolve_data, run_pipeline
+from transferset.errors import ConfigError
 
 TRAIN = "sentence\tlabel\n" + "".join(f"row {i} is {'good' if i % 2 else 'bad'}\t{i % 2}\n" for i in range(40))
 DEV = "sentence\tlabel\n" + "".join(f"dev {i} was {'fine' if i % 2 else 'dull'}\t{i % 2}\n" for i in range(10))
@@ -38,26 +41,11 @@ def write_inputs(root: Path) -> None:
 
 def as_trained_then(config: str, overrides=()) -> list[str]:
     """`overrides` and, for each student of the config, the constant learning rate every student trained at
-    when FROZEN was written (the default until issue 44 made it a linear warm-up and decay)."""
+    when those keys were written (the BiLSTMs' default since is a linear warm-up and decay)."""
     cfg = load_config(config, ["test=null", *overrides])
     pinned = [f"students.{name}.engine.{k}={v}" for name in cfg.students for k, v in (("schedule", "constant"),
                                                                                        ("warmup", 0))]
     return [*overrides, *pinned]
-
-
-def stage_keys(config: str, overrides=(), *, root: Path, stored=None) -> dict[str, tuple[str, tuple[str, ...]]]:
-    """{stage: (its key, its legacy keys)} of a config run in root/run on root/data. `stored`: the keys an
-    earlier run's folders hold, by stage, which stand for them downstream (as run_stages does when it
-    reuses a folder); without it, each stage's own key does."""
-    write_inputs(root)
-    cfg = load_config(config, [f"run_dir={root / 'run'}", f"data={root / 'data'}", "test=null", *overrides])
-    keys: dict[str, str] = {}
-    out = {}
-    for s in plan_stages(cfg, resolve_data(cfg.data, cfg.test)).stages:
-        key, legacy = s.keys([keys[u] for u in s.upstream])
-        out[s.name] = (key, legacy)
-        keys[s.name] = stored[s.name] if stored else key
-    return out
 
 
 # config, overrides: the shipped configs, and two with the settings the legacy rules are about
@@ -84,8 +72,9 @@ CASES = {
                                    "labeled_limit=30", "unlabeled_rows=null"]),
 }
 
-# The keys 7b25072 computes for CASES (tests/transferset/app/stage_keys of this file, run at that commit).
-FROZEN = {
+# The layout-1 keys of CASES, as the code that wrote layout-1 folders computed them (with the students' constant
+# rate of then: as_trained_then).
+LAYOUT1_KEYS = {
     "demo_distilbert": {
         "data": "bd4f78d410925aa7",
         "teacher": "4b96abb58dbb319a",
@@ -303,102 +292,110 @@ FROZEN = {
 }
 
 
-def test_the_cases_cover_every_shipped_config():
-    shipped = {p.name for p in Path("configs").glob("*.yaml")}
-    assert shipped <= {Path(c).name for c, _ in CASES.values()}
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_a_run_directory_written_before_the_key_table_keeps_every_stage(case, tmp_path):
-    config, overrides = CASES[case]
-    frozen = FROZEN[case]
-    now = stage_keys(config, as_trained_then(config, overrides), root=tmp_path, stored=frozen)
-    assert list(now) == list(frozen)
-    stale = {name: key for name, key in frozen.items() if key not in (now[name][0], *now[name][1])}
-    assert stale == {}
-    # At today's default schedule each BiLSTM student is trained anew (a linear warm-up and decay, issue 44),
-    # and nothing else is
-    now = stage_keys(config, overrides, root=tmp_path, stored=frozen)
-    stale = {name for name, key in frozen.items() if key not in (now[name][0], *now[name][1])}
-    students = load_config(config, ["test=null", *overrides]).students
-    assert stale == {f"students.{name}" for name, s in students.items() if s.student == "bilstm"}
-
-
-INSTALL_AND_KEYS = '''
-import json, sys, tempfile
-from dataclasses import dataclass, fields
-from pathlib import Path
-
-from transferset.augment import register
-from transferset.augment.registry import SEQUENCE
-
-
-@dataclass(frozen=True)
-class ShoutSettings:
-    shout_times: int = 2  # a setting of the new op, at its default in every config
-
-
-@register("shout", kind=SEQUENCE, settings=ShoutSettings)
-def shout(*, words, rng, shout_times):
-    return [w.upper() for w in words]
-
-
-from students import losses  # noqa: E402
-
-losses.register("zero_loss")(lambda outputs, batch, weights: outputs["logits"].sum() * 0.0)
-
-from transferset.config import AugmentConfig  # noqa: E402  (made of the installed ops' settings, shout's too)
-
-assert "shout_times" in {f.name for f in fields(AugmentConfig)}
-sys.path.insert(0, "tests/transferset/app")
-import test_keys_frozen as t  # noqa: E402
-
-out = {}
-for case in sys.argv[1:]:
-    with tempfile.TemporaryDirectory() as d:
-        config, overrides = t.CASES[case]
-        keys = t.stage_keys(config, t.as_trained_then(config, overrides), root=Path(d))
-        out[case] = {name: key for name, (key, _) in keys.items()}
-print(json.dumps(out))
-'''
-
-
-def test_installing_an_op_and_registering_a_loss_change_no_key():
-    """An op installed before the config is imported (as an entry point's is) adds its settings to AugmentConfig,
-    and a loss registered by another module is one more name; at their defaults neither is in any key."""
-    import json
-    import subprocess
-    import sys
-
-    cases = ["demo", "demo_tinybert", "sst2_lowres"]
-    done = subprocess.run([sys.executable, "-c", INSTALL_AND_KEYS, *cases], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    keys = json.loads(done.stdout.strip().splitlines()[-1])
-    assert keys == {case: FROZEN[case] for case in cases}
-
-
-@pytest.mark.parametrize("case", ["demo", "demo_ensemble", "demo_compress"])
-def test_a_run_directory_written_before_is_reused_stage_by_stage(case, tmp_path):
-    """The run directory of a config as 7b25072 left it (each folder: its done file and the key of FROZEN) is
-    reused by today's run: no stage runs again."""
-    import json
-
-    from test_runner import RecordingStages
-    from transferset.app.runner import STAGE_FILE, load_config, plan_stages, resolve_data, run_pipeline
-
-    config, overrides = CASES[case]
-    write_inputs(tmp_path)
-    cfg = load_config(config, [f"run_dir={tmp_path / 'run'}", f"data={tmp_path / 'data'}", "test=null",
-                               *as_trained_then(config, overrides)])
+def layout1_folder(case: str, root: Path, overrides=()):
+    """The run folder of CASES[case] as layout 1 left it: each stage's folder with its done file and its
+    layout-1 key, no layout record. Returns the run's config."""
+    config, extra = CASES[case]
+    write_inputs(root)
+    cfg = load_config(config, [f"run_dir={root / 'run'}", f"data={root / 'data'}", "test=null",
+                               *as_trained_then(config, extra), *overrides])
     for s in plan_stages(cfg, resolve_data(cfg.data, cfg.test)).stages:
         if s.run is not None:
             folder = Path(s.folder)
             (folder / s.done_file).parent.mkdir(parents=True, exist_ok=True)
             if not (folder / s.done_file).exists():
                 (folder / s.done_file).write_text("{}")
-            (folder / STAGE_FILE).write_text(json.dumps({"key": FROZEN[case][s.name]}))
+            (folder / STAGE_FILE).write_text(json.dumps({"key": LAYOUT1_KEYS[case][s.name]}))
+    return cfg
+
+
+def test_the_cases_cover_every_shipped_config():
+    shipped = {p.name for p in Path("configs").glob("*.yaml")}
+    assert shipped <= {Path(c).name for c, _ in CASES.values()}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_stage_of_a_shipped_configs_layout1_folder_is_converted(case, tmp_path):
+    cfg = layout1_folder(case, tmp_path)
+    done = migrate.convert(cfg, resolve_data(cfg.data, cfg.test), log=lambda m: None)
+    ran = [s.name for s in plan_stages(cfg, resolve_data(cfg.data, cfg.test)).stages if s.run is not None]
+    assert done == {"reused": ran, "resumed": [], "rerun": []}
+    # each record now holds its layout-2 key, the one today's plan computes
+    new = {}
+    for s in plan_stages(cfg, resolve_data(cfg.data, cfg.test)).stages:
+        new[s.name] = s.key([new[u] for u in s.upstream])
+        if s.run is not None:
+            record = json.loads((Path(s.folder) / STAGE_FILE).read_text())
+            assert record == {"key": new[s.name], "layout1_key": LAYOUT1_KEYS[case][s.name]}
+
+
+@pytest.mark.parametrize("case", ["demo", "demo_ensemble", "demo_compress"])
+def test_run_refuses_a_layout1_folder_then_reuses_every_stage_once_migrated(case, tmp_path):
+    from test_runner import RecordingStages
+
+    cfg = layout1_folder(case, tmp_path)
+    before = {p: p.read_bytes() for p in (tmp_path / "run").rglob("*") if p.is_file()}
+    with pytest.raises(ConfigError, match=r"transferset migrate .*run"):
+        run_pipeline(cfg, log=lambda m: None, functions=RecordingStages().functions())
+    after = {p: p.read_bytes() for p in (tmp_path / "run").rglob("*") if p.is_file() and p.name != ".transferset.lock"}
+    assert after == before  # refused before anything was written
+
+    (tmp_path / "run" / "config.yaml").write_text(json.dumps(__import__("transferset").typed.to_dict(cfg)))
+    migrate.migrate(str(tmp_path / "run"), log=lambda m: None)
+    assert keys.read_layout(str(tmp_path / "run")) == keys.LAYOUT
     log = []
     run_pipeline(cfg, log=log.append, functions=RecordingStages().functions())
     assert [m for m in log if "] running → " in m or "resuming" in m] == []
-    assert sum("up to date" in m for m in log) == sum(1 for s in plan_stages(cfg, resolve_data(cfg.data, cfg.test)).stages
-                                                       if s.run is not None)
+    ran = [s for s in plan_stages(cfg, resolve_data(cfg.data, cfg.test)).stages if s.run is not None]
+    assert sum("up to date" in m for m in log) == len(ran)
+
+
+def test_a_stage_of_other_settings_is_run_again_and_its_downstream_too(tmp_path):
+    cfg = layout1_folder("demo", tmp_path, overrides=["teacher.epochs=2"])  # the folders hold epochs 5's keys
+    done = migrate.convert(cfg, resolve_data(cfg.data, cfg.test), log=lambda m: None)
+    assert "teacher" in done["rerun"] and "data" in done["reused"] and "augment" in done["reused"]
+    record = json.loads((tmp_path / "run" / "teacher" / STAGE_FILE).read_text())
+    assert record == {"key": LAYOUT1_KEYS["demo"]["teacher"]}  # left as it was: the next run trains it again
+
+
+def test_a_stage_killed_while_running_keeps_running_under_its_new_key(tmp_path):
+    cfg = layout1_folder("demo", tmp_path)
+    (tmp_path / "run" / "scored" / STAGE_FILE).write_text(json.dumps({"key": LAYOUT1_KEYS["demo"]["score"],
+                                                                      "running": True}))
+    (tmp_path / "run" / "scored" / schema.COMPLETE_MARKER).unlink()
+    done = migrate.convert(cfg, resolve_data(cfg.data, cfg.test), log=lambda m: None)
+    assert done["resumed"] == ["score"]
+    record = json.loads((tmp_path / "run" / "scored" / STAGE_FILE).read_text())
+    assert record["running"] is True and record["key"] != LAYOUT1_KEYS["demo"]["score"]
+
+
+def test_migrate_refuses_what_it_cannot_convert(tmp_path):
+    with pytest.raises(ConfigError, match="no config.yaml"):
+        migrate.migrate(str(tmp_path), log=lambda m: None)
+    keys.write_layout(str(tmp_path))
+    said = []
+    assert migrate.migrate(str(tmp_path), log=said.append)["reused"] == [] and "nothing to convert" in said[0]
+
+
+def test_a_student_keyed_by_an_earlier_form_and_trainers_finished_before_complete_are_converted(tmp_path):
+    """Layout 1 took two more forms as the same work: a student key with the settings added later as None,
+    and a teacher or student folder finished before the done file existed (metrics.json, no output record)."""
+    from transferset.app.stages import stage_key
+
+    cfg = layout1_folder("demo", tmp_path)
+    student = {s.name: s for s in migrate.build_plan(cfg, resolve_data(cfg.data, cfg.test), migrate.StageFunctions(),
+                                                     migrate.can_resume, rules=migrate.V1).stages}["students.distilled"]
+    upstream = [LAYOUT1_KEYS["demo"]["score"], LAYOUT1_KEYS["demo"]["dev.score"]]
+    earlier = stage_key("student", {**student.settings(), "layer_epochs": None}, upstream)
+    (tmp_path / "run" / "students" / "distilled" / STAGE_FILE).write_text(json.dumps({"key": earlier}))
+    for folder in ("teacher", "students/labels_only"):
+        (tmp_path / "run" / folder / schema.COMPLETE_MARKER).unlink()
+        (tmp_path / "run" / folder / schema.METRICS_FILE).write_text("{}")
+    done = migrate.convert(cfg, resolve_data(cfg.data, cfg.test), log=lambda m: None)
+    assert {"teacher", "students.distilled", "students.labels_only"} <= set(done["reused"])
+    # the student's earlier key stands for it downstream, as in layout 1: the test folder written here holds the
+    # key made of the student's other key, so it is not that work
+    assert done["rerun"] == ["test"]
+    assert (tmp_path / "run" / "teacher" / schema.COMPLETE_MARKER).exists()

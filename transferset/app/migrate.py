@@ -1,0 +1,284 @@
+"""`transferset migrate RUN_DIR`: a run folder written under the earlier key rules (layout 1) converted to today's.
+
+Layout 1 keyed a stage by its settings that differ from their defaults, plus the FROZEN ones each key held
+when those rules were written, with legacy forms for settings added later and the engine section in the flat
+form of before it existed. Today's keys (transferset/app/keys.py, layout 2) hold every setting at its value.
+Migrating computes both for the run's config (RUN/config.yaml, the last run's settings, unless --config is
+given): a folder whose record holds its layout-1 key (or a legacy form of it) is the same work, and its record
+gets the layout-2 key, so the next `transferset run` reuses it (or resumes it, when it was killed while
+running). A folder whose record holds any other key is left as it is: the next run does it again. Nothing else
+is changed. These layout-1 rules are kept here only, for this conversion.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+from typing import Any, Optional, Sequence
+
+from transferset import augment as augment_ops
+from transferset import fs, schema, typed
+from transferset.app import keys, runner
+from transferset.app.plan import StageFunctions, build_plan
+from transferset.app.stages import stage_key
+from transferset.teacher.train import can_resume
+from transferset.config.engine import flat_form
+from transferset.errors import ConfigError
+
+# --- the layout-1 rules --------------------------------------------------------------------------
+
+# The settings each section's layout-1 key held whatever their value; any other only when not at its default.
+FROZEN: dict[str, tuple[str, ...]] = {
+    "teacher": ("model", "epochs", "lr", "batch_size", "max_length", "warmup", "weight_decay", "max_steps",
+                "seed", "eval_batch_size", "limit", "text_column", "text_b_column", "label_column", "labels",
+                "allow_pickle", "trust_remote_code", "progress", "resume"),
+    "augment": ("text_column", "label_column", "text_b_column", "labels", "max_chars", "limit", "recipe", "ops",
+                "n_iter", "unlabeled_n_iter", "seed", "p_mask", "mask_token", "p_mlm", "mlm_model", "mlm_top_k",
+                "mlm_max_length", "p_ng", "max_n", "p_pos", "spacy_model"),
+    "score": ("hidden", "layers", "batch_size", "min_batch_size", "max_length", "forward", "forward_rows",
+              "forward_tokens", "shard_rows", "shard_seconds", "allow_incomplete", "large_model", "torch_threads",
+              "allow_pickle", "trust_remote_code"),
+    "student": ("student", "schedule", "epochs", "lr", "batch_size", "patience", "seed", "weight_decay", "grad_clip",
+                "max_length", "shuffle_rows", "threads", "dev_text_b_column", "allow_incomplete", "ce", "mse", "kd",
+                "repr", "pkd", "emb_mse", "hidden_mse", "att_mse", "att_kl", "value_kl", "cos", "layer_map",
+                "temperature", "tokens", "min_count", "max_vocab", "trim_vocab", "embed_init", "freeze_embeddings",
+                "teacher", "tokenizer", "preset", "model", "latency_examples", "agreement_rows", "device", "bf16",
+                "report_to", "resume", "checkpoint_steps"),
+    "exits": ("targets", "pool", "width", "epochs", "lr", "batch_size", "seed", "max_rows", "max_length", "threads"),
+    "prune": ("heads", "importance_loss", "normalize", "epochs", "max_steps", "loss", "temperature", "lr",
+              "batch_size", "weight_decay", "grad_clip", "seed", "shuffle_rows", "max_length", "threads", "device"),
+    "lowres": ("per_class", "seed"),
+    "validation": ("rows", "seed"),
+}
+
+# Settings in no key at any value: they change how a stage runs, never what it writes. The augment
+# ops' own (AugmentConfig.EXECUTION: batch sizes, threads, trust flags) are declared by each op.
+EXECUTION: dict[str, tuple[str, ...]] = {
+    # how often the fine-tuning writes a checkpoint changes no weight (added after run directories existed)
+    "teacher": ("checkpoint_steps",),
+}
+
+
+@functools.cache
+def _defaults(cls: type) -> dict[str, Any]:
+    return typed.to_dict(cls())
+
+
+def section(kind: str, cfg: Any) -> dict[str, Any]:
+    """A section's settings as its key holds them: FROZEN ones always, any other only when it differs from its
+    default, EXECUTION ones (and the config's own EXECUTION tuple) never; a trainer's engine section as
+    `engine` says."""
+    values, defaults = typed.to_dict(cfg), _defaults(type(cfg))
+    engine_values = values.pop("engine", None)
+    never = set(EXECUTION.get(kind, ())) | set(getattr(cfg, "EXECUTION", ()))
+    frozen = FROZEN[kind]
+    settings = {k: v for k, v in values.items() if k not in never and (k in frozen or v != defaults.get(k))}
+    if engine_values is not None:
+        settings.update(engine(kind, engine_values, defaults["engine"]))
+    return settings
+
+
+# A trainer's settings that became fields of its engine section (config.EngineConfig): keys made before the
+# section hold them under their old names, at any value (they are FROZEN).
+ENGINE_LEGACY: dict[str, tuple[str, ...]] = {"teacher": ("warmup",), "student": ("device", "bf16", "report_to"),
+                                             "prune": ("device",), "exits": ()}
+
+
+# The engine a trainer's keys compare with, where it is not the trainer's default engine today: a BiLSTM's
+# default became a linear warm-up and decay (config.engine.STUDENT_ENGINE, issue 44) after every student had
+# trained at a constant rate. Student keys compare with that constant rate, so a BiLSTM at the new default gets
+# a new key and retrains, and one set to `engine: {schedule: constant, warmup: 0}` keeps its key and its folder
+# (as a transformer student at its default, the constant rate, does).
+ENGINE_KEY_DEFAULT: dict[str, dict[str, Any]] = {"student": {"schedule": "constant", "warmup": 0.0}}
+
+
+def engine(kind: str, values: dict, default: dict) -> dict:
+    """A trainer's engine section as its key holds it (config.engine.flat_form): the settings of ENGINE_LEGACY
+    under their old names, any other engine field only when it differs from the trainer's default engine
+    (over which ENGINE_KEY_DEFAULT says what the keys compare with)."""
+    return flat_form(values, {**default, **ENGINE_KEY_DEFAULT.get(kind, {})}, ENGINE_LEGACY[kind])
+
+
+# --- the compatibility rules, one per function --------------------------------------------------
+
+def teacher(tc: Any) -> dict:
+    """A trained teacher's key settings (checkpoint_steps: EXECUTION)."""
+    return section("teacher", tc)
+
+
+def augment(a: Any, exclude: Sequence[str]) -> dict:
+    """An augment stage's key: the settings rows depend on, and the content (fingerprints) of the files it
+    excludes. The settings of an op the run does not use are in no key (but FROZEN ones: the four ops of
+    7b25072 were in every key), so installing an op changes no key; words_per_variant came after run
+    directories existed: out while unset (a non-FROZEN setting)."""
+    used = {f.name for name in a.ops for f in dataclasses.fields(augment_ops.get(name).settings)}
+    unused = {f.name for cls in augment_ops.settings_classes() for f in dataclasses.fields(cls)} - used
+    settings = {k: v for k, v in section("augment", a).items() if k not in unused or k in FROZEN["augment"]}
+    return {"settings": settings, "exclude": list(exclude)}
+
+
+def score(sc: Any, members: int) -> dict:
+    """A score stage's key: `combine` only with a teacher ensemble (always then, at any value), so a one-teacher
+    run keeps the key it had before ensembles existed."""
+    settings = section("score", sc)
+    if members > 1:
+        settings["combine"] = sc.combine
+    else:  # one teacher's logits whatever the rule
+        settings.pop("combine", None)
+    return settings
+
+
+# Student settings added after run directories existed, in the order they were added: they were in keys as
+# None for a while, so a folder holding one of those earlier forms is the same training (student_legacy).
+STUDENT_ONCE_AS_NONE = ("layer_epochs", "layer_texts")
+
+
+def student(s_cfg: Any, layer_texts_set: Optional[str] = None) -> dict:
+    """A student's key settings; `layer_texts_set`: the fingerprint of the layer_texts set it reads (a set the
+    run does not make), so a set written again at the same path retrains it. `losses` holds its non-zero
+    weights only: a loss at weight 0 trains nothing."""
+    settings = section("student", s_cfg)
+    if "losses" in settings:
+        settings["losses"] = {k: v for k, v in settings["losses"].items() if _weight(v)}
+        if not settings["losses"]:
+            del settings["losses"]
+    if layer_texts_set is not None:
+        settings["layer_texts_set"] = layer_texts_set
+    return settings
+
+
+def _weight(value: Any) -> float:
+    # students.NAME.losses: {name: weight} or {name: {weight: W, ...its settings}}
+    return value.get("weight", 0.0) if isinstance(value, dict) else value
+
+
+def student_legacy(s_cfg: Any, settings: dict) -> list[dict]:
+    """The earlier forms of a student's key `settings` that name the same training: the STUDENT_ONCE_AS_NONE
+    settings added up to each point in the key as None, while each of them is unset."""
+    forms = []
+    for n, name in enumerate(STUDENT_ONCE_AS_NONE, 1):
+        if getattr(s_cfg, name) is not None:
+            break
+        forms.append({**settings, **dict.fromkeys(STUDENT_ONCE_AS_NONE[:n])})
+    return forms
+
+
+def validation(v: Any) -> Optional[dict]:
+    """The carve's settings in the data stage's key. `by` is in it unless it is `row`: the carve made before `by`
+    existed keeps the key it had then."""
+    if v is None:
+        return None
+    settings = section("validation", v)
+    if v.by == "row":
+        settings.pop("by", None)
+    else:
+        settings["by"] = v.by
+    return settings
+
+
+def data(cfg: Any, train: str) -> dict:
+    """The data stage's key: the train file's fingerprint and how the run splits it."""
+    return {"train": train, "labeled_limit": cfg.labeled_limit, "unlabeled_rows": cfg.unlabeled_rows,
+            "lowres": section("lowres", cfg.lowres) if cfg.lowres else None,
+            "validation": validation(cfg.validation), "unlabeled_limit": cfg.unlabeled_limit}
+
+
+def compressed(kind: str, cfg: Any) -> dict:
+    return section(kind, cfg)
+
+
+class V1:
+    """The layout-1 key rules, with the names build_plan calls (`rules`)."""
+
+    data, teacher, augment, score, student = staticmethod(data), staticmethod(teacher), staticmethod(augment), \
+        staticmethod(score), staticmethod(student)
+    compressed = staticmethod(compressed)
+
+
+# --- the conversion ------------------------------------------------------------------------------
+
+def _finished(folder: str, done_file: str, kind: str) -> bool:
+    """Finished as layout 1 saw it: the done file, or a trainer's metrics.json in a folder the output protocol
+    never wrote (a teacher or student finished before the protocol's records existed)."""
+    if fs.exists(fs.join(folder, done_file)):
+        return True
+    return kind in ("teacher", "student") and fs.exists(fs.join(folder, schema.METRICS_FILE)) \
+        and not fs.exists(fs.join(folder, schema.MANIFEST_FILE))
+
+
+def convert(cfg, files, log) -> dict[str, list[str]]:
+    """Each stage of `cfg`'s run converted where its folder holds the same work → {"reused": [...], "rerun":
+    [...], "resumed": [...]} by stage name."""
+    fn = StageFunctions()
+    old = build_plan(cfg, files, fn, can_resume, rules=V1).stages
+    new = build_plan(cfg, files, fn, can_resume).stages
+    stored: dict[str, str] = {}
+    new_keys: dict[str, str] = {}
+    done: dict[str, list[str]] = {"reused": [], "resumed": [], "rerun": []}
+    for o, n in zip(old, new):
+        assert o.name == n.name, (o.name, n.name)  # one plan, two key rules
+        new_keys[n.name] = n.key([new_keys[u] for u in n.upstream])
+        stored[o.name] = o.key([stored[u] for u in o.upstream])
+        if o.run is None or not o.folder:
+            continue
+        accepted = {stored[o.name]}
+        if o.kind == "student":
+            s_cfg = cfg.students[o.name.split(".", 1)[1]]
+            settings = o.settings() if callable(o.settings) else o.settings
+            accepted |= {stage_key("student", f, [stored[u] for u in o.upstream])
+                         for f in student_legacy(s_cfg, settings)}
+        verdict = _convert_one(o, new_keys[n.name], accepted, stored)
+        done[verdict].append(o.name)
+        log(f"[{o.name}] {verdict}")
+    return done
+
+
+def _convert_one(stage, new_key: str, accepted: set, stored: dict) -> str:
+    path = fs.join(stage.folder, schema.STAGE_FILE)
+    record = fs.read_json(path) if fs.exists(path) else {}
+    if record.get("key") not in accepted:
+        return "rerun"
+    stored[stage.name] = record["key"]  # the folder's key stood for it downstream in layout 1
+    kind = stage.kind or stage.name
+    if record.get("running"):
+        fs.write_json(path, {**record, "key": new_key, "layout1_key": record["key"]})
+        return "resumed"
+    if not _finished(stage.folder, stage.done_file, kind):
+        return "rerun"
+    if not fs.exists(fs.join(stage.folder, stage.done_file)):
+        fs.write_text(fs.join(stage.folder, stage.done_file), "")
+    fs.write_json(path, {**record, "key": new_key, "layout1_key": record["key"]})
+    return "reused"
+
+
+def migrate(run_dir: str, config: Optional[str] = None, overrides: Sequence[str] = (), log=print) -> dict:
+    """Convert RUN_DIR's records to today's layout (see the module's docstring); returns convert()'s verdicts."""
+    layout = keys.read_layout(run_dir)
+    if layout == keys.LAYOUT:
+        log(f"{run_dir}: already layout {keys.LAYOUT}; nothing to convert")
+        return {"reused": [], "resumed": [], "rerun": []}
+    if layout is not None:
+        raise ConfigError(f"{run_dir}: layout {layout}; this transferset converts layout 1 only")
+    config = config or fs.join(run_dir, runner.CONFIG_FILE)
+    if not fs.exists(config):
+        raise ConfigError(f"{run_dir}: no {runner.CONFIG_FILE} (not a run folder?); give the run's --config YAML")
+    cfg = runner.load_config(config, [*overrides, f"run_dir={run_dir}"])
+    files = runner.resolve_data(cfg.data, cfg.test, cfg.dev)
+    with runner.output_lock(run_dir, command="migrate"):
+        done = convert(cfg, files, log)
+        keys.write_layout(run_dir)
+    log(f"{run_dir}: layout {keys.LAYOUT}; {len(done['reused'])} finished stage(s) kept, {len(done['resumed'])} "
+        f"to resume, {len(done['rerun'])} to run again ({', '.join(done['rerun']) or 'none'})")
+    return done
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="a run folder written by an earlier transferset")
+    parser.add_argument("--config", metavar="YAML",
+                        help="the run's config (default: RUN_DIR/config.yaml, the settings of its last run)")
+    parser.add_argument("overrides", nargs="*", metavar="key=value", help="the run's key=value overrides, as given to run")
+
+
+def run(args, extra: Sequence[str]) -> int:
+    migrate(args.run_dir, args.config, args.overrides)
+    return 0
