@@ -30,7 +30,7 @@ unchanged; it is checked again, against PyTorch, with a tolerance of its own. A 
 is quantized again the next way of INT8_VARIANTS (MatMul alone, 8-bit weights) and checked again; the
 config's `quantization.variant` says which was kept, `refused_before` why the earlier ones were not.
 
-Why the legacy TorchScript exporter (dynamo=False): the dynamo exporter needs onnxscript (not a
+Why the TorchScript-based exporter (dynamo=False): the dynamo exporter needs onnxscript (not a
 dependency), and the traced graphs below run in onnxruntime and match PyTorch to ~1e-6.
 """
 from __future__ import annotations
@@ -88,28 +88,20 @@ CHECK_PAIRS = ["the film is good", None, "a short second text", "the story"]
 # row by row: most of a BiLSTM's file). Gemm (the BiLSTM's small head), LayerNorm, softmax and
 # the activations stay float32.
 INT8_OPS = ("MatMul", "LSTM", "Gather")
-# The int8 check, against PyTorch on the same probe rows as the float32 one (alone and as pairs,
-# batched and one row at a time: 16 rows), in units of the range of PyTorch's logits there
-# (largest - smallest, at least 1). Measured with the settings above: a MiniLM-L6 SST-2 teacher
-# (dev 87.1) differed by 0.040 of its range (0.22 of 5.4) on the probe rows, 0.116 at worst on 200
-# SST-2 dev rows, with no label changed; the test models 0.001-0.048 (tests/students/
-# test_export_int8.py). Two more MiniLM-L6 SST-2 teachers (the demo's, 2026-12-02) differed on the probe
-# rows by 0.094-0.118 and 0.115-0.140 of the range (8-bit / 7-bit weights); the second's 7-bit graph on
-# SST-2 dev (872 rows): accuracy 84.3 against float32's 83.7, 13 labels changed, the 99th percentile of a
-# row's |logit difference| 0.14 of the range, so 0.1 refused a sound int8 model (the peer a user would
-# make instead of distilling). Weights per tensor instead of per channel do harm it, and differ by 0.32
-# (8-bit: 27 labels changed) and 0.37 (7-bit: 88 changed, accuracy -3.4) of the range on the probe rows.
-# INT8_TOLERANCE allows 0.20: above that noise, below the harm, and below what a broken graph does
-# (saturation, a wrong scale: errors the size of the logits themselves). And no probe row may
-# change its label unless PyTorch's margin between its two best classes is under INT8_TIE of the
-# range: a flip on a near tie is quantization noise, a flip beyond it a changed prediction.
+# The int8 check, against PyTorch on the same probe rows as the float32 one (alone and as pairs, batched
+# and one row at a time: 16 rows), in units of the range of PyTorch's logits there (largest - smallest, at
+# least 1). Sound int8 MiniLM-L6 SST-2 teachers differ by 0.04-0.14 of that range (accuracy on SST-2 dev
+# unchanged or higher), the test models by 0.001-0.048 (tests/students/test_export_int8.py); weights
+# quantized per tensor instead of per channel do harm (0.32-0.37, up to -3.4 accuracy), and a broken graph
+# (saturation, a wrong scale) errs by the size of the logits themselves. INT8_TOLERANCE sits between the
+# two. No probe row may change its label unless PyTorch's margin between its two best classes is under
+# INT8_TIE of the range: a flip on a near tie is quantization noise, a flip beyond it a changed prediction.
+# The measurements behind these figures: docs/history.md, "int8".
 INT8_TOLERANCE = 0.20
 INT8_TIE = 0.02
 # The quantizations tried in order; the first whose graph passes the check is kept. The second is for a
-# model the first changes too much: the MiniLM SST-2 teacher of benchmarks/README.md (int8) differed by
-# 0.644 against 0.570 allowed with one probe label changed; with MatMul alone in 8-bit weights (its
-# embeddings float32) by 0.512 with none, test accuracy 82.80 against float32's 82.57 (872 rows), 1.7x
-# faster at batch 1 under load. The check stands guard over the AVX2 saturation noted above.
+# model the first changes too much (a MiniLM SST-2 teacher at 0.644 of its range: MatMul alone in 8-bit
+# weights, its embeddings float32, gave 0.512 with no label changed and kept its test accuracy).
 INT8_VARIANTS = ({"ops": INT8_OPS, "reduce_range": True},
                  {"ops": ("MatMul",), "reduce_range": False})
 
@@ -371,7 +363,7 @@ def _trace(student: Student, graph: nn.Module, used: Sequence[str], path: str, o
                                        return_tensors="pt")
     axes = {name: {0: "batch", 1: "sequence"} for name in used}
     with warnings.catch_warnings(), torch.inference_mode(False), torch.no_grad():
-        warnings.simplefilter("ignore")  # the legacy exporter's deprecation and tracer warnings
+        warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation and tracer warnings
         torch.onnx.export(graph, tuple(example[name] for name in used), path, input_names=used,
                           output_names=[OUTPUT], dynamic_axes={**axes, OUTPUT: {0: "batch"}},
                           opset_version=opset, dynamo=False)

@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import json
+import os
 from typing import Any, Optional, Sequence
 
 from transferset import augment as augment_ops
@@ -22,8 +24,9 @@ from transferset.app import keys, runner
 from transferset.app.plan import StageFunctions, build_plan
 from transferset.app.stages import stage_key
 from transferset.teacher.train import can_resume
-from transferset.config.engine import flat_form
+from transferset.config import TeacherConfig
 from transferset.errors import ConfigError
+from transferset.training.checkpoints import CHECKPOINT_FILE, CHECKPOINT_FINGERPRINT
 
 # --- the layout-1 rules --------------------------------------------------------------------------
 
@@ -57,6 +60,19 @@ EXECUTION: dict[str, tuple[str, ...]] = {
     # how often the fine-tuning writes a checkpoint changes no weight (added after run directories existed)
     "teacher": ("checkpoint_steps",),
 }
+
+
+def flat_form(values: dict, default: dict, legacy: Sequence[str] = (), ignore: Sequence[str] = ()) -> dict:
+    """An engine section (`values`, a dict) in the form layout-1 records held it (stage keys, a teacher checkpoint's
+    fingerprint): the `legacy` settings (device, bf16, report_to, warmup) under their names of before the section,
+    at any value, and any other field, but `ignore`, only when it differs from the trainer's default engine
+    `default` (then under `engine`)."""
+    old = {"device": ("device", values["device"]), "bf16": ("precision", values["precision"] == "bf16"),
+           "report_to": ("tracker", values["tracker"]), "warmup": ("warmup", values["warmup"])}
+    # fp16 is not told by the old bf16 flag: it goes under engine
+    covered = {old[name][0] for name in legacy} - ({"precision"} if values["precision"] == "fp16" else set())
+    changed = {k: v for k, v in values.items() if k not in covered and k not in ignore and v != default[k]}
+    return {**{name: old[name][1] for name in legacy}, **({"engine": changed} if changed else {})}
 
 
 @functools.cache
@@ -241,6 +257,8 @@ def _convert_one(stage, new_key: str, accepted: set, stored: dict) -> str:
     stored[stage.name] = record["key"]  # the folder's key stood for it downstream in layout 1
     kind = stage.kind or stage.name
     if record.get("running"):
+        if kind in ("teacher", "student") and not fs.is_remote(stage.folder):
+            convert_checkpoint(os.path.join(stage.folder, "checkpoint"), teacher=kind == "teacher")
         fs.write_json(path, {**record, "key": new_key, "layout1_key": record["key"]})
         return "resumed"
     if not _finished(stage.folder, stage.done_file, kind):
@@ -249,6 +267,47 @@ def _convert_one(stage, new_key: str, accepted: set, stored: dict) -> str:
         fs.write_text(fs.join(stage.folder, stage.done_file), "")
     fs.write_json(path, {**record, "key": new_key, "layout1_key": record["key"]})
     return "reused"
+
+
+def teacher_fingerprint(old: dict) -> dict:
+    """A layout-1 teacher checkpoint's fingerprint with its engine section whole (teacher.train._checkpoints): the
+    flat warm-up and the fields that differed from the teacher's default engine put back into one section."""
+    settings = json.loads(old["settings"])
+    if "warmup" not in settings:
+        return old  # already whole
+    engine = {k: v for k, v in typed.to_dict(TeacherConfig().engine).items() if k != "tracker"}
+    engine.update(warmup=settings.pop("warmup"), **settings.pop("engine", {}))
+    return {**old, "settings": json.dumps({**settings, "engine": engine}, sort_keys=True, default=str)}
+
+
+def recipe_state(saved: dict) -> dict:
+    """A checkpoint written before the recipe's state became dataclasses (one flat mapping, one random state) in
+    the form the recipe reads (training.recipe.RecipeState, PhaseState)."""
+    if "recipe" in saved:
+        return saved
+    phase = {name: saved.get(name) for name in ("epoch", "batches", "phase_step", "best_state", "start_acc",
+                                                "partial")}
+    phase.update(index=saved["phase"], best_acc=saved.get("best_acc", -1.0), bad=saved.get("bad", 0))
+    recipe = {"history": saved.get("history", []), "phase_log": saved.get("phase_log", []),
+              "global_step": saved["global_step"]}
+    return {**saved, "phase": phase, "recipe": recipe, "rng": [saved["rng"]]}
+
+
+def convert_checkpoint(folder: str, teacher: bool) -> bool:
+    """A killed training's checkpoint in today's form (its state, and a teacher's fingerprint); False: none there."""
+    import torch  # noqa: PLC0415  (only a folder with a checkpoint needs it)
+
+    path = os.path.join(folder, CHECKPOINT_FILE)
+    if not os.path.exists(path):
+        return False
+    saved = recipe_state(torch.load(path, map_location="cpu", weights_only=True))
+    if teacher:
+        saved["fingerprint"] = teacher_fingerprint(saved["fingerprint"])
+    torch.save(saved, path + ".partial")
+    os.replace(path + ".partial", path)
+    with open(os.path.join(folder, CHECKPOINT_FINGERPRINT), "w", encoding="utf-8") as fh:
+        json.dump(saved["fingerprint"], fh, sort_keys=True, default=str)
+    return True
 
 
 def migrate(run_dir: str, config: Optional[str] = None, overrides: Sequence[str] = (), log=print) -> dict:

@@ -102,7 +102,7 @@ class StageFunctions:
     student: Callable = train_student
     evaluate: Callable = evaluate
     report: Callable = write_report
-    # compress: (issue 28)
+    # compress:
     export: Callable = export_model
     exits: Callable = train_exits
     prune: Callable = prune_model

@@ -76,7 +76,7 @@ class TeacherConfig:
     @model_validator(mode="before")
     @classmethod
     def _engine(cls, values: Any) -> Any:
-        return engine_section(values, TEACHER_ENGINE, legacy=("warmup",))
+        return engine_section(values, TEACHER_ENGINE)
 
 
 @with_config(_STRICT)
@@ -241,7 +241,7 @@ class StudentConfig:
         values = with_preset(values)
         family = values.get("student", "bilstm") if isinstance(values, dict) else None
         # a partial engine section keeps the rest of its family's default
-        return engine_section(values, STUDENT_ENGINE.get(family, {}), legacy=("device", "bf16", "report_to"))
+        return engine_section(values, STUDENT_ENGINE.get(family, {}))
 
     def frozen_embeddings(self) -> bool:
         """Whether the embedding table stays fixed (`freeze_embeddings`, None: a teacher-initialised BiLSTM)."""

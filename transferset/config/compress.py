@@ -72,13 +72,13 @@ class PruneConfig:
     @model_validator(mode="before")
     @classmethod
     def _engine(cls, values: Any) -> Any:
-        return engine_section(values, {}, legacy=("device",))
+        return engine_section(values, {})
 
 
 @with_config(_STRICT)
 @dataclass(frozen=True)
 class CompressConfig:
-    """The run's `compress:` section: cheaper models made from the run's own (issue 28), each scored on the
+    """The run's `compress:` section: cheaper models made from the run's own, each scored on the
     test split and timed in the report beside the teacher and the students, so the report's table and
     accuracy/latency plot show what each way of saving time costs. Every part is off until set."""
 

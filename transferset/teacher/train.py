@@ -24,7 +24,6 @@ from transferset import fs, typed
 from transferset import schema, sources
 from transferset.card import write_card
 from transferset.config import TeacherConfig
-from transferset.config.engine import flat_form
 from transferset.errors import UserError
 from transferset.fs.output import MODEL_NAMES, Output
 from transferset.sources import Example, Reject, SourceSpec
@@ -103,10 +102,7 @@ def length_grouped(lengths: Sequence[int], batch_size: int, rng: np.random.Gener
 def _checkpoints(cfg: TeacherConfig, train: str, dev: str, output: str) -> Checkpoints:
     """OUTPUT/checkpoint/, fingerprinted by the settings that decide the weights and the input paths."""
     settings = {k: v for k, v in typed.to_dict(cfg).items() if k not in RUNTIME_SETTINGS}
-    # The engine section as checkpoints written before it existed hold it (warmup flat, the rest only when not
-    # at the teacher's default), so a fine-tuning killed then resumes now; processes only when several.
-    settings.update(flat_form(settings.pop("engine"), typed.to_dict(TeacherConfig().engine), legacy=("warmup",),
-                              ignore=("tracker",)))
+    settings["engine"] = {k: v for k, v in settings["engine"].items() if k != "tracker"}  # logs, not weights
     processes = launched_processes()
     return Checkpoints(os.path.join(output, CHECKPOINT_DIR),
                        {"settings": json.dumps(settings, sort_keys=True, default=str), "train": train, "dev": dev,

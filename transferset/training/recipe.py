@@ -88,20 +88,6 @@ class RecipeState:
     global_step: int = 0                           # optimizer steps, every phase
 
 
-def from_flat(saved: dict) -> dict:
-    """A checkpoint as this recipe reads it. One written before the recipe's state became dataclasses
-    (2026-12-03: one flat mapping, one random state) is converted, so a run killed then (a large teacher's
-    hours-long fine-tuning) still goes on from it."""
-    if "recipe" in saved:
-        return saved
-    phase = {name: saved.get(name) for name in ("epoch", "batches", "phase_step", "best_state", "start_acc",
-                                                "partial")}
-    phase.update(index=saved["phase"], best_acc=saved.get("best_acc", -1.0), bad=saved.get("bad", 0))
-    recipe = {"history": saved.get("history", []), "phase_log": saved.get("phase_log", []),
-              "global_step": saved["global_step"]}
-    return {**saved, "phase": phase, "recipe": recipe, "rng": [saved["rng"]]}
-
-
 @dataclass
 class _Phase:
     """What `setup` builds for one phase: the spec, the state, and the objects that train."""
@@ -149,7 +135,7 @@ class Recipe:
         if not ck.exists():
             log(f"[transferset] resume: no checkpoint at {ck.path}; starting from the beginning")
             return None
-        saved = from_flat(ck.load())
+        saved = ck.load()
         self.state = RecipeState(**saved["recipe"])
         p = saved["phase"]
         log(f"[transferset] resuming from {ck.path}: phase {p['index'] + 1}, epoch {p['epoch'] + 1}, "

@@ -16,6 +16,7 @@ import pytest
 
 from transferset import schema
 from transferset.app import keys, migrate
+from transferset.config import TeacherConfig
 from transferset.app.runner import STAGE_FILE, load_config, plan_stages, resolve_data, run_pipeline
 from transferset.errors import ConfigError
 
@@ -399,3 +400,32 @@ def test_a_student_keyed_by_an_earlier_form_and_trainers_finished_before_complet
     # key made of the student's other key, so it is not that work
     assert done["rerun"] == ["test"]
     assert (tmp_path / "run" / "teacher" / schema.COMPLETE_MARKER).exists()
+
+
+def test_a_killed_teachers_layout1_checkpoint_is_converted_so_it_resumes(tmp_path):
+    """Layout 1 fingerprinted a teacher's checkpoint with its engine section in the flat form, and an older
+    checkpoint held the recipe's state as one flat mapping: both are rewritten in today's form."""
+    import torch
+
+    from transferset.teacher import train as teacher_train
+    from transferset.training.checkpoints import Checkpoints
+    from transferset.typed import to_dict
+
+    cfg, paths = TeacherConfig(epochs=2), dict(train="t.tsv", dev="d.tsv", output=str(tmp_path / "teacher"))
+    today = teacher_train._checkpoints(cfg, paths["train"], paths["dev"], paths["output"])
+    settings = {k: v for k, v in to_dict(cfg).items() if k not in teacher_train.RUNTIME_SETTINGS}
+    settings.update(migrate.flat_form(settings.pop("engine"), to_dict(TeacherConfig().engine), legacy=("warmup",),
+                                      ignore=("tracker",)))
+    layout1 = {**today.fingerprint, "settings": json.dumps(settings, sort_keys=True, default=str)}
+    flat_state = {"phase": 0, "epoch": 1, "batches": 3, "phase_step": 3, "best_state": None, "start_acc": None,
+                  "partial": None, "global_step": 9, "history": [{"epoch": 1}], "rng": {"cpu": torch.get_rng_state()}}
+    old = Checkpoints(today.folder, layout1)
+    old.save(flat_state)
+    assert not teacher_train.can_resume(cfg, **paths)  # today's fingerprint is another form
+
+    assert migrate.convert_checkpoint(today.folder, teacher=True)
+    assert teacher_train.can_resume(cfg, **paths)
+    state = today.load()  # the fingerprint inside the state matches too
+    assert state["recipe"]["global_step"] == 9 and state["phase"]["index"] == 0 and state["phase"]["batches"] == 3
+    assert len(state["rng"]) == 1 and torch.equal(state["rng"][0]["cpu"], flat_state["rng"]["cpu"])
+    assert not migrate.convert_checkpoint(str(tmp_path / "none"), teacher=True)

@@ -173,9 +173,9 @@ def test_every_setting_reaches_the_recipe():
     from transferset import typed
     from transferset.training import schedules
 
-    cfg = typed.load(TeacherConfig, {"epochs": 3, "lr": 2e-5, "batch_size": 8, "warmup": 0.25, "weight_decay": 0.05,
+    cfg = typed.load(TeacherConfig, {"epochs": 3, "lr": 2e-5, "batch_size": 8, "engine": {"warmup": 0.25}, "weight_decay": 0.05,
                                      "seed": 7, "eval_batch_size": 64}, "test")
-    # the flat `warmup` of before the engine section lands in it; the rest of the teacher's engine stays
+    # a partial engine section keeps the rest of the teacher's engine
     assert (cfg.engine.schedule, cfg.engine.warmup) == ("linear", 0.25)
     spec = phase_spec(cfg, 100)
     steps = spec.optimizer_steps(cfg.engine.grad_accum)
@@ -281,10 +281,10 @@ def test_a_fine_tuning_killed_mid_epoch_resumes_from_its_step_checkpoint(tmp_pat
     assert resumed["weights_sha256"] == whole["weights_sha256"]  # the same weights, bit for bit
 
 
-def test_a_checkpoint_written_before_the_recipes_state_was_dataclasses_still_resumes(tmp_path, tiny_teacher,
-                                                                                       monkeypatch):
-    """A fine-tuning killed under the recipe of 7b25072 (its checkpoint one flat mapping with one random state:
-    issue 46's MPNet teacher was killed so) goes on from it and ends on the uninterrupted model."""
+def test_a_checkpoint_of_the_flat_state_form_resumes_once_migrated(tmp_path, tiny_teacher, monkeypatch):
+    """A fine-tuning killed when the recipe's checkpoint was one flat mapping with one random state goes on from
+    it once `transferset migrate` converted it (app.migrate.convert_checkpoint), and ends on the uninterrupted
+    model."""
     from dataclasses import replace
 
     import torch
@@ -304,12 +304,15 @@ def test_a_checkpoint_written_before_the_recipes_state_was_dataclasses_still_res
     path = out / "checkpoint" / "state.pt"
     new = torch.load(path, map_location="cpu", weights_only=True)
     assert new["recipe"]["global_step"] == 4
-    # the flat form 7b25072's Recipe._save wrote
+    # the flat form the recipe wrote before its state became dataclasses
     flat = {"fingerprint": new["fingerprint"], "phase": new["phase"]["index"], "global_step": new["recipe"]["global_step"],
             "history": new["recipe"]["history"], "phase_log": new["recipe"]["phase_log"], "model": new["model"],
             "optimizer": new["optimizer"], "scheduler": new["scheduler"], "rng": new["rng"][0],
             **{k: new["phase"][k] for k in ("epoch", "batches", "phase_step", "best_acc", "best_state", "bad",
                                             "start_acc", "partial")}}
     torch.save(flat, path)
+    from transferset.app.migrate import convert_checkpoint
+
+    assert convert_checkpoint(str(out / "checkpoint"), teacher=True)
     resumed = train(replace(cfg, resume=True), train=train_tsv, dev=dev_tsv, output=str(out), log=lambda msg: None)
     assert resumed["weights_sha256"] == whole["weights_sha256"]  # the same weights, bit for bit
