@@ -15,7 +15,6 @@ from students import families as family_registry
 from students import seeds
 from students.data import ScoredSet, teacher_files
 from students.families import Context, Family
-from students.families import bilstm, transformer  # noqa: F401 (register their families)
 from students.losses import online
 from students.schedules import SCHEDULES
 from transferset import schema
@@ -23,8 +22,8 @@ from transferset.config import DEFAULT_MAX_LENGTH, StudentConfig
 from transferset.errors import UserError
 from transferset.threads import set_torch_threads
 
-# Each family's module registers it (students.families.register) when imported above: the registry, by name.
-FAMILIES = family_registry._FAMILIES
+# Each family's module registers it (students.families.register) when the registry is first read, by name.
+FAMILIES = family_registry.FAMILIES
 # A Hugging Face classifier saved by someone else (e.g. the teacher): predicts like the transformer.
 HF_FAMILY = FAMILIES["transformer"]
 

@@ -35,6 +35,7 @@ from students.data.files import JSON_KINDS, RESAVE, StudentFileError, json_kind,
 from students.data.teacher_files import NO_CODE_LOAD
 from students.families.exits import Branches, adaptive_forward, check_speed, has_exits, load_branches, save_branches
 from students.families.transformer import load_hf_classifier
+from transferset.registry import RegistryError
 from transferset import __version__, schema
 from transferset.errors import ConfigError, UserError
 from transferset.loading import check_safetensors, label_names_of, load_tokenizer
@@ -275,7 +276,10 @@ def read_sidecar(path: str) -> dict:
     StudentFileError naming the file, never a KeyError or a JSON traceback from deep in a loader."""
     sidecar = read_json_object(path, holds=f"a student's sidecar holds {', '.join(SIDECAR_KEYS)}", remedy=RESAVE)
     if isinstance(sidecar.get("family"), str):
-        family(sidecar["family"], path)  # first: another family's sidecar (a newer version's) may hold other keys
+        try:  # first: another family's sidecar (a newer version's, a plugin's) may hold other keys
+            family(sidecar["family"], path)
+        except RegistryError as exc:  # the folder, not a setting, names it: exit 1, as a damaged file
+            raise StudentFileError(f"{exc}; install the package that provides it, or {RESAVE}") from None
     missing = [k for k in SIDECAR_KEYS if k not in sidecar]
     if missing:
         raise StudentFileError(f"{path}: lacks {', '.join(repr(k) for k in missing)} (a student's sidecar holds "

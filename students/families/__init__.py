@@ -16,6 +16,7 @@ import torch.nn as nn
 from students.data.files import RESAVE, StudentFileError  # noqa: F401 (the families import them from here)
 from transferset.config import StudentConfig
 from transferset.errors import UserError
+from transferset.registry import Registry
 
 Batch = dict  # str → tensor (and the batch's texts), as made by students.data.make_batch
 
@@ -68,27 +69,23 @@ class Family:
     export_graph: Optional[Callable[[nn.Module, Any], nn.Module]] = None
 
 
-_FAMILIES: dict[str, Family] = {}
+# Every module of students.families registers its family when the registry is first read; families of other
+# packages come through the entry point group (transferset/registry.py).
+FAMILIES: Registry[Family] = Registry("student family", "transferset.families", "students.families")
 
 
 def register(family: Family) -> Family:
     """Add a family to the registry (by its module, at import); a name registered twice is refused."""
-    if family.name in _FAMILIES:
-        raise ValueError(f"student family {family.name!r} is already registered "
-                         f"(by {_FAMILIES[family.name].build.__module__})")
-    _FAMILIES[family.name] = family
-    return family
+    return FAMILIES.add(family.name, family, by=family.build.__module__)
 
 
 def get(name: Optional[str], where: str = "student") -> Family:
-    """The registered family of that name; an unknown one is a UserError naming the known ones."""
-    if name not in _FAMILIES:
-        raise UserError(f"{where}: unknown student family {name!r}; known: {', '.join(sorted(_FAMILIES))}")
-    return _FAMILIES[name]
+    """The registered family of that name; an unknown one is a RegistryError (a UserError) naming the known ones."""
+    return FAMILIES.get(name, where)
 
 
 def names() -> list[str]:
-    return list(_FAMILIES)
+    return FAMILIES.names()
 
 
 def projection(student_width: int, teacher_width: int) -> Optional[nn.Linear]:

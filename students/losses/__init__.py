@@ -25,6 +25,7 @@ from students.data import NO_LABEL, TEACHER_LAYERS
 from students.losses import layers as layer_losses
 from transferset import schema
 from transferset.errors import UserError
+from transferset.registry import Registry
 
 # What a loss needing the teacher run alongside declares (students/losses/online.py adds its states to the batch).
 ONLINE = layer_losses.TEACHER_STATES
@@ -44,38 +45,35 @@ class Loss:
     own_setting: bool  # its weight is the StudentConfig setting of its name (the losses users wrote before)
 
 
-_REGISTRY: dict[str, Loss] = {}
+# Every module of students.losses registers its losses when the registry is first read; losses of other
+# packages come through the entry point group (transferset/registry.py).
+_REGISTRY: Registry[Loss] = Registry("loss", "transferset.losses", "students.losses")
 
 
 def register(name: str, *, needs: tuple[str, ...] = (), settings: type = NoSettings, own_setting: bool = False):
     """Register fn(outputs, batch, weights) → its unweighted term under `name` (`weights.settings(name)`:
     its settings)."""
-    if name in _REGISTRY:
-        raise ValueError(f"loss {name!r} is already registered (by {_REGISTRY[name].fn.__module__})")
+    _REGISTRY.check_free(name)
     if not (dataclasses.is_dataclass(settings) and settings.__dataclass_params__.frozen):
         raise ValueError(f"loss {name!r}: settings must be a frozen dataclass, got {settings!r}")
     if "weight" in {f.name for f in dataclasses.fields(settings)}:
         raise ValueError(f"loss {name!r}: `weight` is every loss's weight, not a setting of its own")
 
     def deco(fn: Callable) -> Callable:
-        if name in _REGISTRY:
-            raise ValueError(f"loss {name!r} is already registered (by {_REGISTRY[name].fn.__module__})")
-        _REGISTRY[name] = Loss(name, fn, tuple(needs), settings, own_setting)
+        _REGISTRY.add(name, Loss(name, fn, tuple(needs), settings, own_setting), by=fn.__module__)
         return fn
 
     return deco
 
 
 def get(name: str) -> Loss:
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise UserError(f"unknown loss {name!r}; known: {', '.join(sorted(_REGISTRY))}") from None
+    """The loss of that name; an unknown one is a RegistryError (a UserError) naming the known ones."""
+    return _REGISTRY.get(name)
 
 
 def names() -> list[str]:
     """Every registered loss, in the order combine adds them."""
-    return list(_REGISTRY)
+    return _REGISTRY.names()
 
 
 class LossWeights:

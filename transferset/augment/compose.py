@@ -14,6 +14,7 @@ import numpy as np
 from transferset.augment import registry
 from transferset.augment.seeding import rng_for, row_id, source_int
 from transferset.errors import ConfigError
+from transferset.registry import RegistryError
 
 
 class AugmentConfig(Protocol):
@@ -41,8 +42,8 @@ def check_ops(cfg: AugmentConfig, where: str = "augment") -> None:
     """
     try:
         ops = [registry.get(name) for name in cfg.ops]
-    except KeyError as exc:
-        raise ConfigError(f"{where}: ops: {exc.args[0]}") from None
+    except RegistryError as exc:
+        raise ConfigError(f"{where}: ops: {exc}") from None
     word = [op for op in ops if op.kind == registry.WORD]
     total = sum(getattr(cfg, op.prob) for op in word)
     if total > 1:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence, Union
 
 from transferset.augment import registry
+from transferset.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -39,21 +40,18 @@ class CorpusContext:
 
 
 Context = Union[RowContext, CorpusContext]
-_CONTEXTS: dict[str, Context] = {}
+# The modules that provide contexts are the op modules (registered when the ops are discovered) and those of
+# the `transferset.augment_contexts` entry point group.
+CONTEXTS: Registry[Context] = Registry("augment context", "transferset.augment_contexts")
 
 
 def register_context(context: Context) -> Context:
-    if context.name in _CONTEXTS:
-        raise ValueError(f"augment context {context.name!r} is already registered")
-    _CONTEXTS[context.name] = context
-    return context
+    return CONTEXTS.add(context.name, context)
 
 
 def get_context(name: str) -> Context:
-    try:
-        return _CONTEXTS[name]
-    except KeyError:
-        raise KeyError(f"unknown augment context {name!r}; known: {', '.join(sorted(_CONTEXTS))}") from None
+    registry.REGISTRY.discover()  # the op modules register the contexts they provide
+    return CONTEXTS.get(name)
 
 
 def contexts_for(ops: Sequence[str]) -> list[Context]:

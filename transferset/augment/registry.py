@@ -18,6 +18,8 @@ import inspect
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+from transferset.registry import Registry
+
 WORD = "word"
 SEQUENCE = "sequence"
 _GIVEN = {WORD: ("words", "positions", "rng"), SEQUENCE: ("words", "rng")}  # what the composer always passes
@@ -39,14 +41,16 @@ class Augmenter:
     arguments: tuple[str, ...] = ()  # the keyword arguments of fn the composer fills from settings and context
 
 
-_REGISTRY: dict[str, Augmenter] = {}
+# Every module of transferset.augment but the machinery's is an op module; ops of other packages come through
+# the entry point group (transferset/registry.py).
+MACHINERY = ("compose", "context", "dedup", "registry", "seeding")
+REGISTRY: Registry[Augmenter] = Registry("augmenter", "transferset.augmenters", "transferset.augment", MACHINERY)
 
 
 def register(name: str, *, kind: str, settings: type = NoSettings, prob: str | None = None,
              needs: tuple[str, ...] = ()):
     """Register an op function under `name`; its signature is checked against what it declares."""
-    if name in _REGISTRY:
-        raise ValueError(f"augmenter {name!r} is already registered (by {_REGISTRY[name].fn.__module__})")
+    REGISTRY.check_free(name)
     if kind not in (WORD, SEQUENCE):
         raise ValueError(f"augmenter {name!r}: kind must be {WORD!r} or {SEQUENCE!r}, not {kind!r}")
     if not (dataclasses.is_dataclass(settings) and settings.__dataclass_params__.frozen):
@@ -57,8 +61,6 @@ def register(name: str, *, kind: str, settings: type = NoSettings, prob: str | N
                          f"probability (fields: {sorted(fields)})")
 
     def deco(fn: Callable) -> Callable:
-        if name in _REGISTRY:
-            raise ValueError(f"augmenter {name!r} is already registered (by {_REGISTRY[name].fn.__module__})")
         params = inspect.signature(fn).parameters
         swallow = [p.name for p in params.values() if p.kind is inspect.Parameter.VAR_KEYWORD]
         if swallow:
@@ -75,28 +77,26 @@ def register(name: str, *, kind: str, settings: type = NoSettings, prob: str | N
                 ([f"no {', '.join(missing)} (a {kind} op always gets {', '.join(_GIVEN[kind])})"] if missing else [])
                 + ([f"{', '.join(unknown)}, neither a field of {settings.__name__} nor a declared need"]
                    if unknown else [])))
-        _REGISTRY[name] = Augmenter(name, kind, fn, settings, prob, tuple(needs),
-                                    tuple(p for p in params if p not in _GIVEN[kind]))
+        REGISTRY.add(name, Augmenter(name, kind, fn, settings, prob, tuple(needs),
+                                     tuple(p for p in params if p not in _GIVEN[kind])), by=fn.__module__)
         return fn
 
     return deco
 
 
 def get(name: str) -> Augmenter:
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise KeyError(f"unknown augmenter {name!r}; known: {', '.join(sorted(_REGISTRY))}") from None
+    """The op of that name; an unknown one is a RegistryError naming the known ones."""
+    return REGISTRY.get(name)
 
 
 def names() -> list[str]:
-    return sorted(_REGISTRY)
+    return sorted(REGISTRY.names())
 
 
 def settings_classes() -> tuple[type, ...]:
     """Every registered op's settings class, once each, in registration order; two classes declaring
     the same field are refused (a field is one flag and one YAML key)."""
-    classes = list(dict.fromkeys(op.settings for op in _REGISTRY.values() if op.settings is not NoSettings))
+    classes = list(dict.fromkeys(op.settings for op in REGISTRY.values() if op.settings is not NoSettings))
     owner: dict[str, type] = {}
     for cls in classes:
         for f in dataclasses.fields(cls):

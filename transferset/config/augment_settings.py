@@ -9,6 +9,7 @@ from typing import Any, Optional
 
 from pydantic import model_validator, with_config
 
+from transferset.registry import RegistryError
 from transferset import augment  # importing it registers every op, whose settings AugmentConfig is made of
 from transferset.config.common import _STRICT, LabelNames, Names
 from transferset.sources import DEFAULT_LABEL_COLUMN, DEFAULT_MAX_CHARS
@@ -54,8 +55,8 @@ def nested_ops(values: Any) -> Any:
     for name, settings in values["ops"].items():
         try:
             op = augment.get(name)
-        except KeyError as exc:
-            raise ValueError(f"ops: {exc.args[0]}") from None
+        except RegistryError as exc:
+            raise ValueError(f"ops: {exc}") from None
         if not isinstance(settings, (dict, type(None))):
             raise ValueError(f"ops.{name}: {settings!r} is not a mapping of the op's settings, e.g. "
                              f"{{{name}: {{}}}} for its defaults")

@@ -7,6 +7,7 @@ import torch
 
 from students import losses
 from students.losses import LossWeights
+from transferset.registry import RegistryError
 from transferset import schema
 from transferset.config import StudentConfig
 from transferset.errors import UserError
@@ -29,11 +30,12 @@ def logit_l1(outputs, batch, weights: LossWeights) -> torch.Tensor:
 
 
 @pytest.fixture
-def registered(monkeypatch):
+def registered():
     """logit_l1 registered for one test: the registry as it was afterwards."""
-    monkeypatch.setattr(losses, "_REGISTRY", dict(losses._REGISTRY))
-    losses.register("logit_l1", needs=(schema.TEACHER_LOGITS,), settings=L1Settings)(logit_l1)
-    SEEN.clear()
+    with losses._REGISTRY.scratch():
+        losses.register("logit_l1", needs=(schema.TEACHER_LOGITS,), settings=L1Settings)(logit_l1)
+        SEEN.clear()
+        yield
 
 
 def test_a_registered_loss_trains_a_student_end_to_end(registered, tmp_path, tiny_scored_dir, sst2_dev200):
@@ -54,7 +56,7 @@ def test_combine_adds_a_registered_loss_by_its_weight(registered):
 
 
 def test_registering_twice_and_unknown_names_or_settings_are_refused(registered):
-    with pytest.raises(ValueError, match="'logit_l1' is already registered"):
+    with pytest.raises(RegistryError, match="'logit_l1' is already registered"):
         losses.register("logit_l1")(logit_l1)
     with pytest.raises(UserError, match=r"unknown loss 'nope'; known: .*kd.*logit_l1"):
         LossWeights.of(StudentConfig(losses={"nope": 1.0}))

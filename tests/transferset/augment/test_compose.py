@@ -3,6 +3,7 @@ et al.), same seed → same output. Each op's own statistics are in test_mask/te
 import pytest
 
 from sst2_words import sentences, tagged  # noqa: F401 (fixtures)
+from transferset.registry import RegistryError
 from transferset.augment import check_ops, generate, get, names, register, variant_rows
 from transferset.config import AugmentConfig
 from transferset.errors import ConfigError
@@ -11,9 +12,9 @@ from transferset.augment.pos import build_vocab
 
 def test_registry_names_duplicates_and_unknown():
     assert {"mask", "pos", "ngram", "mlm"} <= set(names())
-    with pytest.raises(ValueError, match="already registered"):
+    with pytest.raises(RegistryError, match="already registered"):
         register("mask", kind="word", prob="p_mask")(lambda **_: None)
-    with pytest.raises(KeyError, match="known: .*mask"):
+    with pytest.raises(RegistryError, match="known: .*mask"):
         get("nope")
     with pytest.raises(ConfigError, match="augment: ops: unknown augmenter 'shuffle'; known: mask, mlm"):
         check_ops(AugmentConfig(ops=("mask", "shuffle")))

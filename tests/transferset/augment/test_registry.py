@@ -141,19 +141,16 @@ def test_an_op_takes_exactly_its_declared_arguments(fn, message):
 
 def test_an_op_gets_its_settings_and_nothing_else():
     seen = []
+    with registry.REGISTRY.scratch():
+        @registry.register("x_record", kind=registry.WORD, settings=_Settings, prob="p_x")
+        def record(*, words, positions, rng, token):
+            seen.append(token)
+            return [token if i in positions else w for i, w in enumerate(words)]
 
-    @registry.register("x_record", kind=registry.WORD, settings=_Settings, prob="p_x")
-    def record(*, words, positions, rng, token):
-        seen.append(token)
-        return [token if i in positions else w for i, w in enumerate(words)]
-
-    try:
         op = registry.get("x_record")
         from transferset.augment.compose import _arguments
 
         assert _arguments(op, _Settings(token="Y"), {"tags": ["NOUN"]}) == {"token": "Y"}
         assert record(words=["a", "b"], positions=np.array([1]), rng=None, token="Z") == ["a", "Z"]
-    finally:
-        registry._REGISTRY.pop("x_record")
     with pytest.raises(ValueError, match="word augmenter 'x_p' needs `prob`"):
         registry.register("x_p", kind=registry.WORD, settings=_Settings)(lambda *, words, positions, rng: words)
