@@ -136,7 +136,8 @@ def carve_validation(rows: list[Example], n: int, seed: int, by: str = "sentence
     """
     if n >= len(rows):
         raise UserError(f"validation.rows = {n}, but train has only {len(rows)} accepted rows: "
-                        "carve fewer rows, or give a labeled test file instead")
+                        "carve fewer rows (validation.rows: auto fits the file), or give a labeled selection file "
+                        "instead (--dev FILE, or dev: FILE)")
     texts = [_padded(r.text) for r in rows]  # normalized once, for every comparison below
     if stratify is not True:
         carve = _left_out(texts, _seeded(texts, n, seed, by, at_most), by, stratified=False)
