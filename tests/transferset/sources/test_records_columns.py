@@ -8,7 +8,7 @@ import pytest
 
 from source_rows import _read
 from transferset.errors import ConfigError
-from transferset.sources import Example, Reject, SourceError, check_readable
+from transferset.sources import Example, Reject, SourceError, check_readable, infer_label_names
 from transferset.sources.records import local_open
 from transferset.sources.delimited import header
 
@@ -50,3 +50,10 @@ def test_a_json_line_that_repeats_a_key_is_a_reject_with_its_reason(tmp_path):
     assert [type(r) for r in recs] == [Example, Reject, Example, Example]  # only the row's own keys count
     assert recs[1].line == 2 and recs[1].reason == ("the key 'text' appears more than once in the object: which "
                                                     "value is meant is unclear")
+
+
+def test_a_header_without_rows_has_no_label_set_to_infer_and_says_so(tmp_path):
+    path = tmp_path / "only.csv"
+    path.write_text("text,label\n")
+    with pytest.raises(SourceError, match="only.csv has no data rows \\(a header at most\\)"):
+        infer_label_names(str(path))
