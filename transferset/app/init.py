@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import copy
 import os
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import yaml
 
@@ -20,6 +20,7 @@ from transferset.config import RunConfig, ValidationConfig
 from transferset.errors import ConfigError
 from transferset.sources import DEFAULT_LABEL_COLUMN, DEFAULT_TEXT_COLUMNS, HF_PREFIX, SourceError, detect_format
 from transferset.sources import delimited, hf, jsonl, parquet
+from transferset.sources.records import refuse_duplicate_columns
 
 # The starter's students: configs/demo.yaml's two (tests/transferset/app/test_init.py keeps them equal), each
 # the best of its kind on SST-2's validation split (benchmarks/README.md, quality per setting).
@@ -50,26 +51,53 @@ def columns_of(path: str) -> list[str]:
         import pyarrow.parquet as pq
 
         with fs.open(path, "rb") as fh:
-            return list(pq.ParquetFile(fh).schema_arrow.names)
+            names = list(pq.ParquetFile(fh).schema_arrow.names)
+        refuse_duplicate_columns(path, names, "its schema")
+        return names
+    if fmt in ("tsv", "csv"):  # the header, even with no row under it
+        return delimited.header(path, fmt, fs.open)
+    row = _first(path, fmt, lambda r: isinstance(r, dict))
+    return list(row) if row is not None else []
+
+
+def _first(path: str, fmt: str, wanted: Callable[[Any], bool]) -> Any:
+    """The first row (a dict or a Reject) the reader yields for which `wanted` holds, or None; the reader is
+    closed at once (a file of millions of rows is not read on)."""
     rows = _READERS[fmt](path, fmt, fs.open)
     try:
-        for _, row in rows:
-            if isinstance(row, dict):
-                return list(row)
-        return []
+        return next((row for _, row in rows if wanted(row)), None)
     finally:
         close = getattr(rows, "close", None)
         if close:
             close()
 
 
+def has_rows(path: str) -> bool:
+    """Whether a data file holds at least one row (or line, readable or not) besides its header."""
+    fmt = detect_format(path)
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        with fs.open(path, "rb") as fh:
+            return pq.ParquetFile(fh).metadata.num_rows > 0
+    return _first(path, fmt, lambda r: True) is not None
+
+
 def check_columns(path: str, text_column: Optional[str], label_column: Optional[str], where: str = "") -> None:
-    """Refuse a file that lacks the text or label column, naming it and listing the columns present."""
+    """Refuse a file that lacks the text or label column, naming it and listing the columns present, and a
+    file with no rows."""
     try:
         present = columns_of(path)
+        empty = not has_rows(path)
     except SourceError as exc:  # it says which file: `key=` names the setting, as the run's other checks do
         raise ConfigError(f"{where.removesuffix(': ')}={exc}" if where else str(exc)) from None
     listed = ", ".join(present) or "none"
+    if empty:
+        what = f"has a header ({listed}) but no data rows" if present else "is empty: no header, no rows"
+        raise ConfigError(f"{where}{path} {what}; give a file with labeled rows")
+    if not present:  # rows, but not one that parses (JSONL): its first problem says why
+        bad = _first(path, detect_format(path), lambda r: True)
+        raise ConfigError(f"{where}{path}: no row can be read to find its columns; line {bad.line}: {bad.reason}")
     if text_column and text_column not in present:
         raise ConfigError(f"{where}{path} has no text column {text_column!r}; its columns: {listed} "
                           "(choose one with --text-column)")
@@ -169,8 +197,8 @@ def starter_yaml(data: str, output: str, command: str, **columns_and_files: Opti
     if "test" in raw:
         lines.append(f"test: {_dump(raw['test'])}  # scored once by every model at the end; no choice sees it")
     if "validation" in raw:
-        lines += ["# no dev file: the selection split is `rows` train rows held out (seeded; by: sentence draws whole "
-                  "sentences)",
+        lines += ["# no dev file: the selection split is `rows` train rows held out (seeded; auto: 10 % of the rows, "
+                  "at most 2,000; by: sentence draws whole sentences; stratify: null draws per class when needed)",
                   f"validation: {_dump(raw['validation'])}"]
     for section, comment in (("teacher", "fine-tuned on the labeled rows; model: any Hugging Face encoder"),
                              ("augment", "the transfer set: tang (mask, POS, n-gram) or tinybert (MLM) variants")):

@@ -25,7 +25,8 @@ from transferset.config import LAYER_TEXTS_REST, AugmentConfig, BeamConfig, RunC
 from transferset.errors import UserError
 from transferset.evalset import write_eval_set
 from transferset.fs import remote
-from transferset.splits import LABELED_FILE, REST_FILE, SPLIT_STATS_FILE, UNLABELED_FILE, VALIDATION_FILE, split_data
+from transferset.splits import (LABELED_FILE, REJECTS_FILE, REST_FILE, SPLIT_STATS_FILE, UNLABELED_FILE,
+                               VALIDATION_FILE, split_data)
 from transferset.teacher import ensemble
 from transferset.teacher.train import train as train_teacher
 
@@ -141,6 +142,13 @@ class Run:
     def d(self, *parts: str) -> str:
         return fs.join(self.cfg.run_dir, *parts)
 
+    def split_labels(self, section: Any) -> Any:
+        """`section` (teacher: or augment:) with the split's label set (train's, split.json) when train is split
+        and the section names none: a class no labeled row holds keeps its place in the teacher's head."""
+        if not self.split or section.labels:
+            return section
+        return replace(section, labels=tuple(fs.read_json(fs.join(self.data_dir, SPLIT_STATS_FILE))["label_names"]))
+
     @property
     def data_dir(self) -> Optional[str]:
         return self.d("data") if self.split else None
@@ -198,11 +206,13 @@ def trained_teacher(r: Run, name: str, out_dir: str, tc, can_resume: Callable, k
     """A teacher fine-tuned locally (a staging folder when run_dir is a URL), then uploaded: the score workers
     copy it from run_dir (fs.remote.local_teacher). `can_resume`: teacher.train.can_resume."""
     def resumable(out: str) -> bool:
-        return can_resume(tc, train=remote.local_file(r.labeled), dev=remote.local_file(r.selection), output=out)
+        return can_resume(r.split_labels(tc), train=remote.local_file(r.labeled), dev=remote.local_file(r.selection),
+                          output=out)
 
     return StageDef(
         name, out_dir, lambda: {"settings": r.rules.teacher(tc), "selection": fingerprint(r.selection)}, ("data",),
-        run=lambda out: r.fn.teacher(replace(tc, resume=resumable(out)), train=remote.local_file(r.labeled),
+        run=lambda out: r.fn.teacher(replace(r.split_labels(tc), resume=resumable(out)),
+                                     train=remote.local_file(r.labeled),
                                      dev=remote.local_file(r.selection), output=out, overwrite=True),
         local=True, kind=kind, resumable=resumable)
 
@@ -232,7 +242,8 @@ def augment_stage(r: Run, name: str, folder: str, a: AugmentConfig, inputs: list
                   upstream: tuple[str, ...] = ("data",), kind: Optional[str] = None) -> StageDef:
     """An augment pipeline run: the transfer set, or the layer_texts set of the rows no pool took."""
     return StageDef(name, folder, lambda: r.rules.augment(a, [fingerprint(p) for p in r.guarded]), upstream, kind=kind,
-                    run=lambda out: r.fn.augment(a, inputs=inputs, unlabeled=unlabeled, exclude=r.guarded, output=out,
+                    run=lambda out: r.fn.augment(r.split_labels(a), inputs=inputs, unlabeled=unlabeled,
+                                                 exclude=r.guarded, output=out,
                                                  beam_cfg=r.beams["augment"], overwrite=True))
 
 
@@ -328,7 +339,7 @@ def build_plan(cfg: RunConfig, files: DataFiles, fn: StageFunctions, can_resume:
         stages.append(test_stage(r, models, speeds, ("teacher", *(f"students.{name}" for name in students),
                                                       *(s.name for s in compress_stages)), isinstance(scorer, list)))
     paths = {"run_dir": cfg.run_dir, "teacher": teacher_dir, "transfer": r.d("transfer"), "scored": r.d("scored"),
-             "students": students, "dev": r.selection, "test": r.test,
+             "students": students, "dev": r.selection, "test": r.test, "data": r.data_dir,
              "test_results": r.d("test", TEST_RESULTS_FILE) if r.test else None, "compressed": compressed}
     if isinstance(scorer, list):  # the report shows the ensemble and each member
         paths.update(teachers=scorer, combine=cfg.score.combine, dev_scored=r.d("dev", "scored"))
@@ -387,7 +398,7 @@ def split_stage(train: str, out: str, cfg: RunConfig) -> dict:
     """The data stage: split_data writes its files by name, without the output protocol; they are cleared by
     name first, so a split that writes fewer (no validation) leaves none of an earlier one's beside them."""
     fs.delete([fs.join(out, name) for name in (LABELED_FILE, UNLABELED_FILE, VALIDATION_FILE, REST_FILE,
-                                               SPLIT_STATS_FILE)])
+                                               REJECTS_FILE, SPLIT_STATS_FILE)])
     return split_data(train, out, cfg)
 
 

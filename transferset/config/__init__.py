@@ -21,9 +21,9 @@ pipelines.runtime.beam_flags); the checks here look at values only.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BeforeValidator, model_validator, with_config
+from pydantic import BeforeValidator, PlainValidator, model_validator, with_config
 
 from transferset.loading import DEFAULT_TEACHER_MODEL  # the packaged model loading finds offline
 from transferset.sources import DEFAULT_MAX_CHARS
@@ -290,18 +290,34 @@ class LowResConfig:
     seed: int = 0
 
 
+def _rows(value: Any) -> Any:
+    if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        return value
+    raise ValueError(f"{value!r}: give a number of rows (1 or more), or auto")
+
+
+Rows = Annotated[Union[int, Literal["auto"]], PlainValidator(_rows)]
+
+
 @with_config(_STRICT)
 @dataclass(frozen=True)
 class ValidationConfig:
     """A validation split carved from train (seeded): every choice is made on it, the dev file becomes the test."""
 
-    rows: AtLeast(1) = 2000
+    # how many train rows: N, or auto: 10 % of the accepted rows, raised toward 5 per class (never above 20 % of
+    # them), at most 2,000; a file too small for any carve (fewer than 2 rows per class) is refused
+    rows: Rows = "auto"
     seed: int = 0
     # sentence: rows are drawn among those no other train row contains (whole sentences, when train also
     # holds their phrases as SST-2 does) and every train row inside a validation row leaves the pools, so
     # no part of a validation sentence reaches the teacher or the transfer set | row: any row (the pools
     # lose exact copies only)
     by: Literal["sentence", "row"] = "sentence"
+    # per class: null (auto) keeps the seeded draw over all rows when every class keeps train rows and, with at
+    # least as many rows as classes, every class with 2 rows or more has one in validation, else carves as true
+    # does | true: each class gives its share of the rows (at least one where it can), never all of its rows |
+    # false: the seeded draw over all rows, whatever it leaves
+    stratify: Optional[bool] = None
 
 
 @with_config(_STRICT)

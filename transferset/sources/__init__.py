@@ -94,7 +94,9 @@ def infer_label_names(path: str, label_column: str = DEFAULT_LABEL_COLUMN, opene
     labels than MAX_CLASSES is a SourceError. Logs the set with the rows per label, and warns about
     rare labels.
     """
-    rows_of, lines_of = _count_labels(path, label_column, opener, limit)
+    rows_of, lines_of, count = _count_labels(path, label_column, opener, limit)
+    if not count:
+        raise SourceError(f"{path} has no data rows (a header at most): give a file with labeled rows")
     if not rows_of:
         raise SourceError(f"{path}: no label values found in column {label_column!r}; "
                           "pass --label-column, or --labels NAME,NAME,...")
@@ -112,9 +114,9 @@ def infer_label_names(path: str, label_column: str = DEFAULT_LABEL_COLUMN, opene
 
 
 def _count_labels(path: str, label_column: str, opener: Opener, limit: Optional[int]
-                  ) -> tuple[dict[str, int], dict[str, list[int]]]:
-    """(rows per label, the first line numbers of each label) over the first `limit` rows; values that are
-    not labels are left out and logged."""
+                  ) -> tuple[dict[str, int], dict[str, list[int]], int]:
+    """(rows per label, the first line numbers of each label, rows read) over the first `limit` rows; values
+    that are not labels are left out and logged."""
     rows_of: dict[str, int] = {}  # label -> rows
     lines_of: dict[str, list[int]] = {}  # label -> its first line numbers, for the warning about rare labels
     ignored: list[tuple[int, str]] = []
@@ -145,7 +147,7 @@ def _count_labels(path: str, label_column: str, opener: Opener, limit: Optional[
         shown = "; ".join(f"line {ln}: {why}" for ln, why in ignored)
         logger.warning("%s: ignored %d label value(s) that are neither names nor class indices (%s); "
                        "those rows will be rejected", path, n_ignored, shown)
-    return rows_of, lines_of
+    return rows_of, lines_of, count
 
 
 def _warn_rare_labels(path: str, names: Sequence[str], counts: dict[str, int], lines_of: dict[str, list[int]]) -> None:

@@ -5,7 +5,7 @@ import csv
 import io
 from typing import Generator, Iterator, Sequence, Union
 
-from transferset.sources.records import Opener, Reject, Row, SourceError, raw_repr
+from transferset.sources.records import Opener, Reject, Row, SourceError, raw_repr, refuse_duplicate_columns
 
 # A quoted field that runs on over more physical lines than this is taken for an unbalanced quote
 # without looking further ahead (the look-ahead is buffered, and real multi-line fields are short).
@@ -58,6 +58,11 @@ class _PeekableLines:
         return self._ahead[:n]
 
 
+def _dialect(fmt: str) -> dict:
+    # GLUE TSVs contain bare quotes inside sentences: no quoting at all.
+    return {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if fmt == "tsv" else {}
+
+
 def rows(path: str, fmt: str, opener: Opener) -> Iterator[tuple[int, Union[dict, Reject]]]:
     """(line number, row dict) or (line, Reject) for each line of a TSV/CSV after its header."""
     with opener(path) as fh:
@@ -74,15 +79,14 @@ def _iter_delimited(path: str, fmt: str, fh) -> Iterator[tuple[int, Union[dict, 
     # utf-8-sig: a byte order mark would otherwise stick to the first column name. newline="\n": a
     # line ends at \n (\r\n included), as `wc -l` counts; a stray \r inside a line does not split it.
     text = io.TextIOWrapper(fh, encoding="utf-8-sig", errors="surrogateescape", newline="\n")
-    # GLUE TSVs contain bare quotes inside sentences: no quoting at all.
-    dialect = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if fmt == "tsv" else {}
+    dialect = _dialect(fmt)
     lines = _PeekableLines(iter(text))
     try:
         header_line = next(lines)
     except StopIteration:
         return
-    header = _header(path, fmt, header_line, dialect)
-    width = len(header)
+    names = _header(path, fmt, header_line, dialect)
+    width = len(names)
     line = 1
     for raw_line in lines:
         line += 1
@@ -103,20 +107,29 @@ def _iter_delimited(path: str, fmt: str, fh) -> Iterator[tuple[int, Union[dict, 
         if len(values) != width:
             yield line, Reject(path, line, raw, f"expected {width} fields as in the header, found {len(values)}")
             continue
-        yield line, Row(zip(header, values), raw)
+        yield line, Row(zip(names, values), raw)
 
 
 def _header(path: str, fmt: str, header_line: str, dialect: dict) -> list[str]:
     """The column names of line 1; a header that does not parse stops the file (SourceError)."""
     try:
-        header, used = _parse_record([header_line], dialect)
+        names, used = _parse_record([header_line], dialect)
     except csv.Error as exc:
         hint = " (lines that end in a bare \\r, as on classic Mac OS: convert them to \\n)" \
             if "\r" in header_line.rstrip("\r\n") else ""
         raise SourceError(f"{path}, line 1: malformed {fmt.upper()} header: {exc}{hint}") from None
     if used is None:
         raise SourceError(f"{path}, line 1: the header has an unbalanced quote; fix the column names")
-    return header
+    refuse_duplicate_columns(path, names, "line 1: the header")
+    return names
+
+
+def header(path: str, fmt: str, opener: Opener) -> list[str]:
+    """The column names of a TSV/CSV (its line 1; [] for an empty file), without reading its rows."""
+    with opener(path) as fh:
+        text = io.TextIOWrapper(fh, encoding="utf-8-sig", errors="surrogateescape", newline="\n")
+        first = text.readline()
+        return _header(path, fmt, first, _dialect(fmt)) if first else []
 
 
 def _unclosed_quote(path: str, line: int, raw_line: str, lines: _PeekableLines, dialect: dict, width: int

@@ -7,13 +7,14 @@ from typing import Iterator, Union
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from transferset.sources.records import Opener, Reject, SourceError, raw_repr
+from transferset.sources.records import Opener, Reject, SourceError, raw_repr, refuse_duplicate_columns
 
 
 def rows(path: str, fmt: str, opener: Opener) -> Iterator[tuple[int, Union[dict, Reject]]]:
     """(row number from 1, row dict) or (row, Reject) for each row."""
     with opener(path) as fh:
         pf = _parquet_file(path, fh)
+        refuse_duplicate_columns(path, list(pf.schema_arrow.names), "its schema")
         row = 0
         batches = pf.iter_batches(batch_size=4096)
         while True:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Union
 
 from transferset import labels, schema
-from transferset.errors import UserError
+from transferset.errors import ConfigError, UserError
 
 Opener = Callable[[str], Any]  # path -> binary file object
 
@@ -75,6 +75,20 @@ class SourceSpec:
 
 class SourceError(UserError, ValueError):
     """An input cannot be read at all (unknown format, unreadable file, no usable row)."""
+
+
+class DuplicateColumnsError(SourceError, ConfigError):
+    """A file names a column twice: refused when it is opened, as a usage error (exit 2)."""
+
+
+def refuse_duplicate_columns(path: str, names: list[str], where: str) -> None:
+    """A SourceError naming the columns that appear twice: a row would keep only one of the two values, and
+    which one is the text (or the label) must not be a silent choice."""
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise DuplicateColumnsError(f"{path}, {where} names {'the column' if len(twice) == 1 else 'columns'} "
+                          f"{', '.join(map(repr, twice))} more than once ({', '.join(names)}); rename or drop "
+                          "the copies so that each column name is unique")
 
 
 def local_open(path: str):
