@@ -1,7 +1,8 @@
 """The ONE registry of student families, and setting a student up from a scored set.
 
 What a family provides is described in students/families/__init__.py; each family's module
-(students/families/bilstm.py, students/families/transformer.py) builds, runs, saves and loads its students.
+(students/families/bilstm.py, students/families/static.py, students/families/transformer.py) builds, runs, saves
+and loads its students.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from students import families as family_registry
 from students import seeds
 from students.data import ScoredSet, teacher_files
 from students.families import Context, Family
-from students.families import bilstm, transformer  # noqa: F401 (register their families)
+from students.families import bilstm, static, transformer  # noqa: F401 (register their families)
 from students.losses import online
 from students.schedules import SCHEDULES
 from transferset import schema
