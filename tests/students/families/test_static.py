@@ -101,6 +101,14 @@ def test_setup_takes_the_bilstms_tokens_and_teacher_vectors_and_keeps_them_froze
     assert torch.equal(s.model.embed.weight, table) and not torch.equal(s.model.head[0].weight, head)
 
 
+def test_word_tokens_take_the_bilstms_word_vectors(tiny_scored_dir):
+    values = dict(tokens="words", threads=1, model={"embed_dim": 16, "hidden": 8})
+    s = setup(StudentConfig(student="static", **values), tiny_scored_dir)
+    twin = setup(StudentConfig(student="bilstm", **values), tiny_scored_dir)
+    assert s.tokens.kind == "words" and s.tokens.vocab == twin.tokens.vocab
+    assert torch.equal(s.model.embed.weight, twin.model.embed.weight) and s.model.embed.weight.std() > 0.5
+
+
 def test_repr_across_widths_goes_through_a_projection_and_the_progressive_schedule_runs(tiny_scored_dir):
     s = setup(StudentConfig(student="static", threads=1, schedule="progressive", model={"embed_dim": 16,
                                                                                        "hidden": 12}),
@@ -178,3 +186,22 @@ def test_predict_writes_the_students_labels_from_the_export(shipped_static, sst2
 
 def test_the_static_family_shares_the_bilstms_file_format():
     assert static.FAMILY.save is bilstm.save and static.FAMILY.tokens == bilstm.FAMILY.tokens
+
+
+def test_the_int8_export_quantizes_the_table_and_the_mlp_within_its_tolerance(shipped_static, sst2_dev200, tmp_path):
+    import onnx
+
+    from students.compress.export import INT8_TOLERANCE
+    from students.student import ONNX_FILE
+
+    run, _ = shipped_static
+    out = tmp_path / "int8"
+    assert main(["export", "--model", run, "--output", str(out), "--quantize", "int8"]) == 0
+    kinds = [n.op_type for n in onnx.load(str(out / ONNX_FILE)).graph.node]
+    # The embedding table stored in int8 (dequantized as it is read) and the MLP's matrix products in int8.
+    assert "DequantizeLinear" in kinds and "MatMulInteger" in kinds
+    texts, _ = dev_rows(sst2_dev200, 200)
+    ref = Student.from_pretrained(run).logits(texts)
+    got = Student.from_pretrained(str(out)).logits(texts)
+    # The export's own bound (students/compress/export.py), in units of the range of PyTorch's logits.
+    assert np.abs(got - ref).max() <= INT8_TOLERANCE * max(1.0, float(ref.max() - ref.min()))
