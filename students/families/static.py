@@ -21,6 +21,9 @@ from students.families.bilstm import copy_vectors, initial_vectors, load_student
 from transferset.errors import UserError
 
 POOLINGS = ("mean", "max", "mean+max")
+# What max-pooling adds to a padding position: below any vector's value, and it absorbs the value (x - 1e30 is
+# -1e30 in float32 for |x| < 1e22), so a padded row's max is that of its real positions exactly.
+_FAR = 1e30
 ACTIVATIONS = ("gelu", "relu")
 
 
@@ -66,19 +69,20 @@ class Static(nn.Module):
                 "classifier": list(self.classifier.parameters())}
 
     def pool(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """Mean and/or max over the positions `mask` marks, whatever the padding holds: (B, T, E) → (B, P).
+        """Mean and/or max over the positions `mask` (0/1) marks, whatever the padding holds: (B, T, E) → (B, P).
 
-        A row without a real token pools to zeros (the tokenizers always give [CLS] and [SEP], so only a
+        Written in the few elementwise ops the exported graph runs as they are (at batch 1 the graph's time is
+        mostly per-node overhead): a real position's vector is added 0 or multiplied by 1, exactly itself. A
+        row without a real token pools to zeros (the tokenizers always give [CLS] and [SEP], so only a
         hand-made batch has one)."""
-        valid = (mask != 0).unsqueeze(-1)                                     # (B, T, 1)
-        n = valid.sum(1).clamp(min=1).to(x.dtype)                             # (B, 1)
+        w = mask.unsqueeze(-1).to(x.dtype)                                    # (B, T, 1): 1 real, 0 padding
         parts = []
         if self.config.pooling in ("mean", "mean+max"):
-            parts.append(x.masked_fill(~valid, 0.0).sum(1) / n)               # (B, E)
+            parts.append((x * w).sum(1) / w.sum(1).clamp(min=1))              # (B, E)
         if self.config.pooling in ("max", "mean+max"):
-            top = x.masked_fill(~valid, float("-inf")).max(dim=1).values     # (B, E)
-            parts.append(torch.where(valid.any(1), top, torch.zeros_like(top)))
-        return torch.cat(parts, dim=-1)                                       # (B, P)
+            top = (x + (w - 1) * _FAR).max(dim=1).values                      # (B, E): padding at -1e30
+            parts.append(top * w.amax(1))                                     # an empty row: 0, not -1e30
+        return torch.cat(parts, dim=-1) if len(parts) > 1 else parts[0]      # (B, P)
 
     def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
         x = self.embed(ids)                                                   # (B, T, E)
