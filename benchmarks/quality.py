@@ -95,7 +95,7 @@ def run_setting(setting: str, seeds: int, out: str, overrides: list[str], fresh:
     return summarize(setting, run_dir, raw, wall)
 
 
-FAMILIES = ("bilstm", "transformer")
+FAMILIES = ("bilstm", "static", "transformer")
 
 
 def family_of(metrics: dict) -> str:

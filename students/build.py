@@ -1,7 +1,8 @@
 """The ONE registry of student families, and setting a student up from a scored set.
 
 What a family provides is described in students/families/__init__.py; each family's module
-(students/families/bilstm.py, students/families/transformer.py) builds, runs, saves and loads its students.
+(students/families/bilstm.py, students/families/static.py, students/families/transformer.py) builds, runs, saves
+and loads its students.
 """
 from __future__ import annotations
 

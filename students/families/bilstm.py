@@ -141,19 +141,26 @@ class BiLSTM(nn.Module):
 
     def init_embeddings(self, weight: torch.Tensor) -> None:
         """Copy precomputed vectors (e.g. the teacher's, projected by PCA) into the embedding table."""
-        if weight.shape != self.embed.weight.shape:
-            raise ValueError(f"embedding init has shape {tuple(weight.shape)}, "
-                             f"the model needs {tuple(self.embed.weight.shape)}")
-        with torch.no_grad():
-            self.embed.weight.copy_(weight)
-            self.embed.weight[self.config.pad_id].zero_()
+        copy_vectors(self.embed, weight, self.config.pad_id)
+
+
+def copy_vectors(embed: nn.Embedding, weight: torch.Tensor, pad_id: int) -> None:
+    """Copy `weight` (V, E) into `embed`'s table, the pad row zero (the BiLSTM's and the static student's)."""
+    if weight.shape != embed.weight.shape:
+        raise ValueError(f"embedding init has shape {tuple(weight.shape)}, "
+                         f"the model needs {tuple(embed.weight.shape)}")
+    with torch.no_grad():
+        embed.weight.copy_(weight)
+        embed.weight[pad_id].zero_()
 
 
 # --------------------------------------------------------------------------- the family: build, save, load
 
 
-def _tokens(ctx: Context):
-    """→ (the student's tokens, the teacher's WordPiece tokens when its tokenizer or embeddings are needed)."""
+def student_tokens(ctx: Context):
+    """→ (the student's tokens, the teacher's WordPiece tokens when its tokenizer or embeddings are needed).
+
+    Shared with the static family (students/families/static.py): both embed the same tokens."""
     cfg = ctx.cfg
     wordpiece = None
     if cfg.tokens == "wordpiece" or cfg.embed_init == "teacher":
@@ -176,7 +183,7 @@ def build(ctx: Context) -> Built:
                            else ""))
     if cfg.pkd:
         raise UserError("pkd loss needs a transformer student (`--student transformer`)")
-    tokens, wordpiece = _tokens(ctx)
+    tokens, wordpiece = student_tokens(ctx)
     defaults = {"head_dim": ctx.hidden_width, **(PRESETS[cfg.preset] if cfg.preset else {})}
     fixed = {"vocab_size": tokens.vocab_size, "num_classes": len(ctx.label_names), "pad_id": tokens.pad_id}
     try:
@@ -185,15 +192,21 @@ def build(ctx: Context) -> Built:
     except ValueError as exc:
         raise UserError(f"bilstm student: {exc}") from exc
     if cfg.embed_init == "teacher":
-        if ctx.teacher_dir is None:
-            raise no_teacher_dir(ctx.meta, "embed_init: teacher", "`embed_init: random`")
-        table = teacher_input_embeddings(ctx.teacher_dir, len(wordpiece.tokenizer))  # (V_wp, H_t)
-        if isinstance(tokens, WordTokens):
-            table = word_vectors_from_wordpiece(tokens.vocab, wordpiece.tokenizer, table)
-        elif tokens.keep is not None:
-            table = table[torch.tensor(tokens.keep)]                       # (V_kept, H_t)
-        model.init_embeddings(pca_project(table, config.embed_dim, ctx.seed))
+        model.init_embeddings(initial_vectors(ctx, tokens, wordpiece, config.embed_dim))
     return Built(model, tokens, config, config.head_dim, [])
+
+
+def initial_vectors(ctx: Context, tokens, wordpiece, dim: int) -> torch.Tensor:
+    """`embed_init: teacher`: one `dim`-wide vector per token of `tokens` (V, dim), from the teacher's input
+    embedding table (a word's: the mean of its WordPiece rows), PCA'd to `dim`. The static family's too."""
+    if ctx.teacher_dir is None:
+        raise no_teacher_dir(ctx.meta, "embed_init: teacher", "`embed_init: random`")
+    table = teacher_input_embeddings(ctx.teacher_dir, len(wordpiece.tokenizer))  # (V_wp, H_t)
+    if isinstance(tokens, WordTokens):
+        table = word_vectors_from_wordpiece(tokens.vocab, wordpiece.tokenizer, table)
+    elif tokens.keep is not None:
+        table = table[torch.tensor(tokens.keep)]                       # (V_kept, H_t)
+    return pca_project(table, dim, ctx.seed)
 
 
 def forward_batch(model: BiLSTM, batch: Batch) -> dict[str, torch.Tensor]:
@@ -212,18 +225,24 @@ def save(model_dir: str, model: BiLSTM, tokens) -> dict:
 
 def load(model_dir: str, sidecar: dict):
     """→ (model, tokens, config) of a directory written by `save` (`sidecar`: its checked sidecar)."""
+    return load_student(model_dir, sidecar, BiLSTMConfig, BiLSTM, "BiLSTM")
+
+
+def load_student(model_dir: str, sidecar: dict, config_class, model_class, what: str):
+    """→ (model, tokens, config) of a `save`d student of `model_class(config_class(**settings))` (the BiLSTM's
+    and the static family's files: safetensors weights, the tokens' files, the settings in the sidecar)."""
     from safetensors.torch import load_file
 
     where = os.path.join(model_dir, schema.STUDENT_SIDECAR_FILE)
     settings = sidecar["model"]
     if not isinstance(settings, dict):
-        raise StudentFileError(f"{where}: model is {schema.cut(settings, 100)}, where a BiLSTM student records its "
+        raise StudentFileError(f"{where}: model is {schema.cut(settings, 100)}, where a {what} student records its "
                                f"model settings (an object); {RESAVE}")
     try:
-        config = BiLSTMConfig(**settings)
-        model = BiLSTM(config)
-    except (TypeError, ValueError) as exc:  # unknown or missing settings, a bad pool / head_act
-        raise StudentFileError(f"{where}: the model settings {schema.cut(settings, 200)} do not fit a BiLSTM "
+        config = config_class(**settings)
+        model = model_class(config)
+    except (TypeError, ValueError) as exc:  # unknown or missing settings, a bad choice of pooling / activation
+        raise StudentFileError(f"{where}: the model settings {schema.cut(settings, 200)} do not fit a {what} "
                                f"student ({exc}); was it saved by another version of transferset? {RESAVE}") from exc
     weights = os.path.join(model_dir, schema.WEIGHTS_FILE)
     if not os.path.isfile(weights):

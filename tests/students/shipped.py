@@ -22,11 +22,14 @@ from pathlib import Path
 from transferset import schema
 
 # The students every shipping test runs: the BiLSTM with a trimmed vocabulary (its id remapping must
-# travel with it) and max-pooling, the `tang` BiLSTM (last states), a 2-layer transformer.
+# travel with it) and max-pooling, the `tang` BiLSTM (last states), a 2-layer transformer; the static
+# student (tests/students/families/test_static.py).
 STUDENTS = {
     "bilstm": {"student": "bilstm", "trim_vocab": True, "model": {"embed_dim": 24, "hidden": 16}},
     "tang": {"student": "bilstm", "preset": "tang", "model": {"embed_dim": 24, "hidden": 12, "head_dim": 16}},
     "transformer": {"student": "transformer", "model": {"n_layer": 2}},
+    # the static family (mean+max pooled vectors, an MLP), trimmed vocabulary as the BiLSTM's
+    "static": {"student": "static", "trim_vocab": True, "model": {"embed_dim": 24, "hidden": 16}},
 }
 ROWS = 128
 

@@ -10,10 +10,10 @@ from transferset.config import StudentConfig
 from transferset.errors import UserError
 
 
-def test_one_registry_knows_both_families_and_names_them_on_a_typo():
-    assert set(FAMILIES) == {"bilstm", "transformer"}
-    assert {name: f.default_lr for name, f in FAMILIES.items()} == {"bilstm": 2e-3, "transformer": 1e-4}
-    with pytest.raises(UserError, match=r"unknown student family 'lstm'; known: bilstm, transformer"):
+def test_one_registry_knows_every_family_and_names_them_on_a_typo():
+    assert set(FAMILIES) == {"bilstm", "static", "transformer"}
+    assert {name: f.default_lr for name, f in FAMILIES.items()} == {"bilstm": 2e-3, "static": 2e-3, "transformer": 1e-4}
+    with pytest.raises(UserError, match=r"unknown student family 'lstm'; known: bilstm, static, transformer"):
         build.family("lstm")
 
 

@@ -134,8 +134,11 @@ def test_freeze_embeddings_keeps_the_table_fixed_in_every_phase():
         assert torch.equal(model.embed.weight, table) and not torch.equal(model.lstm.weight_ih_l0, lstm)
 
 
-def test_embeddings_are_frozen_by_default_only_for_a_teacher_initialised_bilstm():
+def test_embeddings_are_frozen_by_default_only_for_a_teacher_initialised_bilstm_or_static_student():
     assert StudentConfig().frozen_embeddings() is True
+    assert StudentConfig(student="static").frozen_embeddings() is True
+    assert StudentConfig(student="static", embed_init="random").frozen_embeddings() is False
+    assert StudentConfig(student="static", freeze_embeddings=False).frozen_embeddings() is False
     assert StudentConfig(embed_init="random").frozen_embeddings() is False
     assert StudentConfig(student="transformer").frozen_embeddings() is False
     assert StudentConfig(freeze_embeddings=False).frozen_embeddings() is False

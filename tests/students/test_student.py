@@ -248,7 +248,7 @@ def test_from_pretrained_refuses_a_directory_that_is_neither(tmp_path, capsys):
     assert f"neither model/{schema.STUDENT_SIDECAR_FILE} nor config.json" in err and "transferset teacher" in err
     (tmp_path / schema.STUDENT_SIDECAR_FILE).write_text(json.dumps({"family": "cnn"}))
     assert main(["evaluate", "--model", str(tmp_path), "--data", str(tmp_path)]) == 1
-    assert "unknown student family 'cnn'; known: bilstm, transformer" in capsys.readouterr().err
+    assert "unknown student family 'cnn'; known: bilstm, static, transformer" in capsys.readouterr().err
 
 
 class _OnDevice:

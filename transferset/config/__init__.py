@@ -164,7 +164,7 @@ LAYER_TEXTS_REST = "rest"  # a run config's students.NAME.layer_texts: the run m
 class StudentConfig:
     """`transferset train` (flags or --config YAML) and each entry of the run's `students:` section."""
 
-    student: str = "bilstm"  # student family: bilstm | transformer
+    student: str = "bilstm"  # student family: bilstm | transformer | static (mean+max pooled vectors, an MLP)
     schedule: str = "joint"  # joint | progressive | distill-then-finetune | two-step | pkt
     epochs: AtLeast(1) = 5  # at most this many epochs per phase (progressive: per unfreezing step)
     # two-step / pkt: epochs of each layer-loss phase (TinyBERT: 20 intermediate, 3 prediction); unset: epochs
@@ -209,7 +209,7 @@ class StudentConfig:
     tokens: Literal["wordpiece", "words"] = "wordpiece"  # wordpiece (the teacher's) | words (vocabulary from the transfer set)
     min_count: AtLeast(1) = 1  # words: keep words seen at least this often
     max_vocab: AtLeast(2) = 50000  # words: vocabulary size cap
-    # bilstm + wordpiece: embed only the WordPiece ids the transfer set uses. Off by default: with the
+    # bilstm / static + wordpiece: embed only the WordPiece ids the transfer set uses. Off by default: with the
     # teacher's whole vocabulary, words the transfer set never shows keep their teacher-derived
     # (PCA) vectors instead of becoming [UNK] (+1.6 on SST-2 dev, benchmarks/README.md)
     trim_vocab: bool = False
@@ -217,7 +217,8 @@ class StudentConfig:
     embed_init: Literal["teacher", "random"] = "teacher"
     # keep the embedding table fixed in every phase ("static" embeddings): words the transfer set
     # never shows keep teacher-derived vectors in the same space as the rest, and an epoch is ~3x
-    # faster with the whole vocabulary. None: frozen for a BiLSTM whose embeddings come from the teacher
+    # faster with the whole vocabulary. None: frozen for a BiLSTM or static student whose embeddings come
+    # from the teacher
     freeze_embeddings: Optional[bool] = None
     teacher: Optional[str] = None  # teacher directory (None: the set's teacher_id metadata when a directory)
     tokenizer: Optional[str] = None  # tokenizer directory (None: the set's tokenizer metadata, else the teacher's)
@@ -244,10 +245,11 @@ class StudentConfig:
         return engine_section(values, STUDENT_ENGINE.get(family, {}))
 
     def frozen_embeddings(self) -> bool:
-        """Whether the embedding table stays fixed (`freeze_embeddings`, None: a teacher-initialised BiLSTM)."""
+        """Whether the embedding table stays fixed (`freeze_embeddings`, None: a teacher-initialised BiLSTM or
+        static student)."""
         if self.freeze_embeddings is not None:
             return self.freeze_embeddings
-        return self.student == "bilstm" and self.embed_init == "teacher"
+        return self.student in ("bilstm", "static") and self.embed_init == "teacher"
 
 
 @with_config(_STRICT)

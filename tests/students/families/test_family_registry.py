@@ -104,7 +104,7 @@ def test_the_default_learning_rate_and_tokens_are_the_familys(registered, tiny_s
 def test_a_family_registered_twice_or_an_unknown_one_is_refused(registered):
     with pytest.raises(RegistryError, match="student family 'bag' is already registered"):
         families.register(BAG)
-    with pytest.raises(UserError, match=r"unknown student family 'bagg'; known: bag, bilstm, transformer"):
+    with pytest.raises(UserError, match=r"unknown student family 'bagg'; known: bag, bilstm, static, transformer"):
         families.get("bagg")
 
 

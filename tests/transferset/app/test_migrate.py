@@ -312,9 +312,15 @@ def layout1_folder(case: str, root: Path, overrides=()):
     return cfg
 
 
+# Shipped configs whose stages no layout-1 folder can hold: a student family that came after layout 2
+# (its stages' keys were never written by the earlier rules). Their other stages are demo.yaml's, covered above.
+AFTER_LAYOUT1 = {"demo_static.yaml"}
+
+
 def test_the_cases_cover_every_shipped_config():
     shipped = {p.name for p in Path("configs").glob("*.yaml")}
-    assert shipped <= {Path(c).name for c, _ in CASES.values()}
+    assert shipped - AFTER_LAYOUT1 <= {Path(c).name for c, _ in CASES.values()}
+    assert AFTER_LAYOUT1 <= shipped  # a name here that no config has any more goes
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
