@@ -25,7 +25,8 @@ from transferset.app.plan import StageFunctions, build_plan
 from transferset.app.stages import stage_key
 from transferset.teacher.train import can_resume
 from transferset.config import TeacherConfig
-from transferset.errors import ConfigError
+from transferset.errors import ConfigError, UserError
+from transferset.splits import SPLIT_STATS_FILE
 from transferset.training.checkpoints import CHECKPOINT_FILE, CHECKPOINT_FINGERPRINT
 
 # --- the layout-1 rules --------------------------------------------------------------------------
@@ -224,59 +225,97 @@ def _finished(folder: str, done_file: str, kind: str) -> bool:
 
 def convert(cfg, files, log) -> dict[str, list[str]]:
     """Each stage of `cfg`'s run converted where its folder holds the same work → {"reused": [...], "rerun":
-    [...], "resumed": [...]} by stage name."""
+    [...], "resumed": [...]} by stage name. Every stage is judged before any record is written, so a conversion
+    that stops midway changes nothing; a record converted already (its key today's) counts as converted."""
     fn = StageFunctions()
     old = build_plan(cfg, files, fn, can_resume, rules=V1).stages
     new = build_plan(cfg, files, fn, can_resume).stages
     stored: dict[str, str] = {}
     new_keys: dict[str, str] = {}
-    done: dict[str, list[str]] = {"reused": [], "resumed": [], "rerun": []}
+    verdicts: list[tuple[Any, str, str, dict]] = []
     for o, n in zip(old, new):
         assert o.name == n.name, (o.name, n.name)  # one plan, two key rules
-        new_keys[n.name] = n.key([new_keys[u] for u in n.upstream])
-        stored[o.name] = o.key([stored[u] for u in o.upstream])
+        if any(u not in stored for u in o.upstream):
+            verdicts.append((o, "rerun", "", {}))  # its upstream's inputs are not there yet: nothing to keep
+            continue
+        try:
+            new_keys[n.name] = n.key([new_keys[u] for u in n.upstream])
+            stored[o.name] = o.key([stored[u] for u in o.upstream])
+        except UserError:  # its key reads files an unfinished upstream stage writes (the transfer set's labels)
+            verdicts.append((o, "rerun", "", {}))
+            continue
         if o.run is None or not o.folder:
             continue
-        accepted = {stored[o.name]}
-        if o.kind == "student":
-            s_cfg = cfg.students[o.name.split(".", 1)[1]]
-            settings = o.settings() if callable(o.settings) else o.settings
-            accepted |= {stage_key("student", f, [stored[u] for u in o.upstream])
-                         for f in student_legacy(s_cfg, settings)}
-        verdict = _convert_one(o, new_keys[n.name], accepted, stored)
-        done[verdict].append(o.name)
-        log(f"[{o.name}] {verdict}")
+        record = _record(o.folder)
+        verdict = _judge(o, record, _accepted(cfg, o, stored), new_keys[n.name])
+        if verdict != "rerun":
+            stored[o.name] = record.get("layout1_key", record["key"])  # the folder's key stood for it downstream
+        verdicts.append((o, verdict, new_keys[n.name], record))
+    labels = _split_labels(cfg)
+    done: dict[str, list[str]] = {"reused": [], "resumed": [], "rerun": []}
+    for stage, verdict, key, record in verdicts:
+        if verdict != "rerun":
+            _apply(stage, verdict, key, record, labels)
+        done[verdict].append(stage.name)
+        log(f"[{stage.name}] {verdict}")
     return done
 
 
-def _convert_one(stage, new_key: str, accepted: set, stored: dict) -> str:
-    path = fs.join(stage.folder, schema.STAGE_FILE)
-    record = fs.read_json(path) if fs.exists(path) else {}
-    if record.get("key") not in accepted:
+def _record(folder: str) -> dict:
+    path = fs.join(folder, schema.STAGE_FILE)
+    return fs.read_json(path) if fs.exists(path) else {}
+
+
+def _accepted(cfg, stage, stored: dict) -> set:
+    """The layout-1 keys that name this stage's work: its key, and a student's legacy forms."""
+    accepted = {stored[stage.name]}
+    if stage.kind == "student":
+        s_cfg = cfg.students[stage.name.split(".", 1)[1]]
+        settings = stage.settings() if callable(stage.settings) else stage.settings
+        accepted |= {stage_key("student", f, [stored[u] for u in stage.upstream])
+                     for f in student_legacy(s_cfg, settings)}
+    return accepted
+
+
+def _judge(stage, record: dict, accepted: set, new_key: str) -> str:
+    converted = record.get("key") == new_key and record.get("layout1_key") in accepted
+    if record.get("key") not in accepted and not converted:
         return "rerun"
-    stored[stage.name] = record["key"]  # the folder's key stood for it downstream in layout 1
-    kind = stage.kind or stage.name
     if record.get("running"):
-        if kind in ("teacher", "student") and not fs.is_remote(stage.folder):
-            convert_checkpoint(os.path.join(stage.folder, "checkpoint"), teacher=kind == "teacher")
-        fs.write_json(path, {**record, "key": new_key, "layout1_key": record["key"]})
         return "resumed"
-    if not _finished(stage.folder, stage.done_file, kind):
-        return "rerun"
-    if not fs.exists(fs.join(stage.folder, stage.done_file)):
+    return "reused" if _finished(stage.folder, stage.done_file, stage.kind or stage.name) else "rerun"
+
+
+def _split_labels(cfg) -> Optional[list]:
+    """The label set split.json records when the run splits train (plan.Run.split_labels gives it the teacher)."""
+    path = fs.join(cfg.run_dir, "data", SPLIT_STATS_FILE)
+    return fs.read_json(path).get("label_names") if fs.exists(path) else None
+
+
+def _apply(stage, verdict: str, new_key: str, record: dict, labels: Optional[list]) -> None:
+    """Rewrite a stage's record under its new key (its done file too where layout 1 did without it, a killed
+    trainer's checkpoint where it resumes)."""
+    kind = stage.kind or stage.name
+    if verdict == "resumed" and kind in ("teacher", "student") and not fs.is_remote(stage.folder):
+        convert_checkpoint(os.path.join(stage.folder, "checkpoint"), teacher=kind == "teacher", labels=labels)
+    if verdict == "reused" and not fs.exists(fs.join(stage.folder, stage.done_file)):
         fs.write_text(fs.join(stage.folder, stage.done_file), "")
-    fs.write_json(path, {**record, "key": new_key, "layout1_key": record["key"]})
-    return "reused"
+    fs.write_json(fs.join(stage.folder, schema.STAGE_FILE),
+                  {**record, "key": new_key, "layout1_key": record.get("layout1_key", record["key"])})
 
 
-def teacher_fingerprint(old: dict) -> dict:
+def teacher_fingerprint(old: dict, labels: Optional[Sequence[str]] = None) -> dict:
     """A layout-1 teacher checkpoint's fingerprint with its engine section whole (teacher.train._checkpoints): the
-    flat warm-up and the fields that differed from the teacher's default engine put back into one section."""
+    flat warm-up and the fields that differed from the teacher's default engine put back into one section; and,
+    when the run splits train (`labels`: split.json's), the label set the run now gives a teacher that names none
+    (the one the labeled rows gave it then, unless a class had no labeled row)."""
     settings = json.loads(old["settings"])
     if "warmup" not in settings:
         return old  # already whole
     engine = {k: v for k, v in typed.to_dict(TeacherConfig().engine).items() if k != "tracker"}
     engine.update(warmup=settings.pop("warmup"), **settings.pop("engine", {}))
+    if labels is not None and settings.get("labels") is None:
+        settings["labels"] = list(labels)
     return {**old, "settings": json.dumps({**settings, "engine": engine}, sort_keys=True, default=str)}
 
 
@@ -293,7 +332,7 @@ def recipe_state(saved: dict) -> dict:
     return {**saved, "phase": phase, "recipe": recipe, "rng": [saved["rng"]]}
 
 
-def convert_checkpoint(folder: str, teacher: bool) -> bool:
+def convert_checkpoint(folder: str, teacher: bool, labels: Optional[Sequence[str]] = None) -> bool:
     """A killed training's checkpoint in today's form (its state, and a teacher's fingerprint); False: none there."""
     import torch  # noqa: PLC0415  (only a folder with a checkpoint needs it)
 
@@ -302,7 +341,7 @@ def convert_checkpoint(folder: str, teacher: bool) -> bool:
         return False
     saved = recipe_state(torch.load(path, map_location="cpu", weights_only=True))
     if teacher:
-        saved["fingerprint"] = teacher_fingerprint(saved["fingerprint"])
+        saved["fingerprint"] = teacher_fingerprint(saved["fingerprint"], labels)
     torch.save(saved, path + ".partial")
     os.replace(path + ".partial", path)
     with open(os.path.join(folder, CHECKPOINT_FINGERPRINT), "w", encoding="utf-8") as fh:

@@ -435,3 +435,16 @@ def test_a_killed_teachers_layout1_checkpoint_is_converted_so_it_resumes(tmp_pat
     assert state["recipe"]["global_step"] == 9 and state["phase"]["index"] == 0 and state["phase"]["batches"] == 3
     assert len(state["rng"]) == 1 and torch.equal(state["rng"][0]["cpu"], flat_state["rng"]["cpu"])
     assert not migrate.convert_checkpoint(str(tmp_path / "none"), teacher=True)
+
+
+def test_converting_twice_keeps_what_the_first_converted_and_a_stage_of_missing_inputs_is_run_again(tmp_path):
+    cfg = layout1_folder("demo", tmp_path)
+    files = resolve_data(cfg.data, cfg.test)
+    first = migrate.convert(cfg, files, log=lambda m: None)
+    assert migrate.convert(cfg, files, log=lambda m: None) == first  # idempotent: a stopped conversion goes on
+    # a run killed before its transfer set existed: the stages whose keys read it are run again, nothing fails
+    cfg = layout1_folder("demo", tmp_path / "killed")
+    for shard in (tmp_path / "killed" / "run" / "transfer" / schema.DATA_DIR).iterdir():
+        shard.unlink()
+    done = migrate.convert(cfg, resolve_data(cfg.data, cfg.test), log=lambda m: None)
+    assert {"data", "teacher", "augment"} <= set(done["reused"]) and "dev" in done["rerun"]
