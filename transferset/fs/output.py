@@ -283,6 +283,21 @@ class Output:
         rest = len(names) - SHOWN
         return ", ".join(shown) + (f" and {rest} more" if rest > 0 else "")
 
+    def _refuse_links(self) -> None:
+        """A symbolic link anywhere inside a local output is refused: clearing or writing through it would reach
+        what it points to (another output's data/ was emptied so). The output's own path may be a link."""
+        if fs.is_remote(self.path) or not os.path.isdir(self.path):
+            return
+        for folder, dirs, files in os.walk(self.path):  # a link to a folder is listed among dirs, never entered
+            for name in sorted(dirs + files):
+                path = os.path.join(folder, name)
+                if os.path.islink(path):
+                    rel = os.path.relpath(path, self.path)
+                    raise ConfigError(f"{self.option} {self.path}: {rel} is a symbolic link (to {os.readlink(path)}); "
+                                      "transferset never writes or deletes through a link inside an output, where it "
+                                      f"could reach another one: replace the link with a folder, or choose another "
+                                      f"{self.option}")
+
     # --- the protocol -----------------------------------------------------------------------------------
     def check(self) -> Optional[State]:
         """Refuse this run's output when writing it could destroy or mix results; nothing is changed.
@@ -306,6 +321,7 @@ class Output:
             LOG.warning("%s: not checked for earlier results or others' files (%s)", self.path, exc)
             self._unchecked = True
             return None
+        self._refuse_links()
         st = self.state()
         if st.foreign:
             clash = [n for n in st.foreign if self._writes(n)]

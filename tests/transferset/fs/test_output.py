@@ -1,5 +1,7 @@
 """transferset.fs.output: what an output folder holds, what a run may clear, and the finishing order."""
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -318,3 +320,35 @@ def test_clear_deletes_what_the_record_lists_and_keeps_the_rest(tmp_path):
     left = sorted(p.split("/stage/")[1] for p in fsspec.filesystem("memory").find(f"/{tmp_path.name}/stage"))
     assert left == [".stage.json", schema.MANIFEST_FILE, "model/notes.txt"]
     assert clear(f"memory://{tmp_path.name}/nothing") == []
+
+
+def _tree(root) -> dict:
+    """Every file under `root` with its bytes (links followed, as a reader would)."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_a_link_inside_an_output_is_refused_and_what_it_points_to_stays_byte_for_byte(tmp_path, sst2_dir):
+    """An unfinished augment output whose data/ is a link to another transfer set's data/: the rerun is refused
+    (one line, exit 2) and the other set keeps every byte; so is a model writer's folder holding a link."""
+    from transferset.app.cli import main
+
+    head = tmp_path / "t.tsv"
+    head.write_text("".join((Path(sst2_dir) / "train.tsv").read_text().splitlines(keepends=True)[:41]))
+    base = ["augment", "--input", str(head), "--runner", "FnApiRunner"]
+    assert main([*base, "--output", str(tmp_path / "big"), "--n-iter", "3"]) == 0
+    assert main([*base, "--output", str(tmp_path / "out"), "--n-iter", "1"]) == 0
+    shutil.rmtree(tmp_path / "out" / schema.DATA_DIR)
+    (tmp_path / "out" / schema.COMPLETE_MARKER).unlink()
+    (tmp_path / "out" / schema.DATA_DIR).symlink_to(tmp_path / "big" / schema.DATA_DIR)
+    before = _tree(tmp_path / "big")
+    assert main([*base, "--output", str(tmp_path / "out"), "--n-iter", "1"]) == 2
+    assert _tree(tmp_path / "big") == before
+    assert (tmp_path / "out" / schema.DATA_DIR).is_symlink()  # nothing of the output was touched either
+
+    model = tmp_path / "model"
+    (model / "sub").mkdir(parents=True)
+    (model / "sub" / "weights.bin").symlink_to(tmp_path / "big" / schema.STATS_FILE)
+    with pytest.raises(ConfigError, match=r"sub/weights.bin is a symbolic link \(to .*big/stats.json\)"):
+        with Output(str(model), "train", names=STUDENT_NAMES, overwrite=True).writing():
+            pass
+    assert _tree(tmp_path / "big") == before
