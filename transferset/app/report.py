@@ -200,9 +200,17 @@ def latency_note(cond: dict, rounds: int = REPORT_ROUNDS, rows: Sequence[dict] =
     return note
 
 
+def _cell(value: str) -> str:
+    """A table cell of results.md: a student's name (the user's) never ends the row, opens a tag or makes a link."""
+    one_line = " ".join(str(value).split())
+    for sign, escaped in (("|", "\\|"), ("<", "&lt;"), (">", "&gt;"), ("[", "\\["), ("]", "\\]")):
+        one_line = one_line.replace(sign, escaped)
+    return one_line
+
+
 def results_table(rows: list[dict], cond: Optional[dict] = None, rounds: int = REPORT_ROUNDS) -> str:
     lines = ["| " + " | ".join(HEADER) + " |", "|" + " --- |" * len(HEADER)]
-    lines += ["| " + " | ".join(_cells(r)) + " |" for r in rows]
+    lines += ["| " + " | ".join(_cell(c) for c in _cells(r)) + " |" for r in rows]
     if cond is not None:
         lines += ["", latency_note(cond, rounds, rows)]
     return "\n".join(lines)

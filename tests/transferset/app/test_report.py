@@ -46,3 +46,10 @@ def test_the_note_says_which_rows_ran_on_onnx_runtime():
                          "include ONNX Runtime's own over PyTorch (`python benchmarks/int8.py RUN_DIR` times every "
                          "model on ONNX Runtime).")
     assert "ONNX Runtime" not in results_table(rows[:2], cond).splitlines()[-1]
+
+
+def test_a_students_name_cannot_break_the_table_or_make_markup():
+    rows = [TEACHER, {**STUDENT, "name": "x | <b>y</b>\n[z](javascript:alert(1))"}]
+    line = results_table(rows).splitlines()[3]
+    assert line.count(" | ") == len(results_table(rows).splitlines()[0].split(" | ")) - 1  # one cell per column
+    assert line.startswith("| x \\| &lt;b&gt;y&lt;/b&gt; \\[z\\](javascript:alert(1)) | ")  # escaped: no tag, no link
