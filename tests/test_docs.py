@@ -91,3 +91,14 @@ def test_a_new_flag_makes_the_commands_page_stale(monkeypatch):
     monkeypatch.setattr(runner, "add_arguments", more)
     after = generate.commands_page()
     assert after != before and "`--brand-new-flag" in after and "`--brand-new-flag" not in before
+
+
+def test_no_line_of_the_docs_is_longer_than_120_characters():
+    """A page a person reads in an editor or a diff: prose wraps at 120 (a table row, one line by Markdown's rule,
+    is the exception)."""
+    from pathlib import Path
+
+    long = [f"{p.name}:{i}" for p in sorted(Path(__file__).resolve().parents[1].joinpath("docs").glob("*.md"))
+            for i, line in enumerate(p.read_text(encoding="utf-8").split("\n"), 1)
+            if len(line) > 120 and not line.lstrip().startswith("|")]
+    assert long == []

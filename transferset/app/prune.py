@@ -29,7 +29,7 @@ examples:
       --transfer runs/sst2/scored --output runs/sst2/teacher-pruned --heads 0.25 --epochs 2
   transferset prune --model runs/sst2/students/tinybert3 --selection runs/sst2/dev/scored \\
       --transfer runs/sst2/scored --output runs/sst2/tinybert3-pruned --heads 6
-  transferset prune --model runs/sst2/teacher --selection runs/sst2/dev/scored \
+  transferset prune --model runs/sst2/teacher --selection runs/sst2/dev/scored \\
       --transfer runs/sst2/scored --output runs/sst2/teacher-born-again --heads 0 --max-steps 200
 """
 
