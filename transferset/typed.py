@@ -105,8 +105,11 @@ def format_errors(cls: type, exc: pydantic.ValidationError, where: str, flag_sty
         if err["type"] == "unexpected_keyword_argument":
             parent = _expected(cls, loc[:-1]) if loc[:-1] else cls.__name__
             known = _known_keys(cls, loc[:-1])
-            lines.append(f"{where}: {key}: unknown setting" + (f"; known: {', '.join(known)}" if known else "")
-                         + (f" ({parent})" if not known else ""))
+            problem = "unknown setting" + (f"; known: {', '.join(known)}" if known else "") + \
+                (f" ({parent})" if not known else "")
+            # the override that made the unknown key (teachr.epochs=3 makes teachr) is what to correct
+            shown = next((g for k, g in (given or {}).items() if f"{k}.".startswith(f"{_key(loc, False)}.")), None)
+            lines.append(f"{shown}: {key}: {problem}" if shown else f"{where}: {key}: {problem}")
             continue
         value = err.get("input")
         if err["type"] == "value_error":
