@@ -9,7 +9,9 @@ local data file, with the readers the stages use, decides them up front: one lin
 """
 from __future__ import annotations
 
+import functools
 import math
+import os
 from typing import Optional
 
 from transferset import fs, labels, loading, schema
@@ -52,6 +54,18 @@ def check_given_teachers(cfg: RunConfig) -> None:
             raise ConfigError(f"{key}={path}: {exc}") from None
 
 
+def _counts(path: str, column: str, limit: Optional[int] = None) -> dict[str, int]:
+    """label_counts of a file, read once per process while its size and modification time stay (a test
+    session runs many runs on SST-2's 67,349 rows: two seconds each)."""
+    stamp = (os.stat(path).st_mtime_ns if os.path.exists(path) else None, fs.size(path))
+    return _cached_counts(path, column, limit, stamp)
+
+
+@functools.lru_cache(maxsize=16)
+def _cached_counts(path: str, column: str, limit: Optional[int], stamp: tuple) -> dict[str, int]:
+    return label_counts(path, column, fs.open, limit)
+
+
 def _local(path: Optional[str]) -> bool:
     return bool(path) and not path.startswith(HF_PREFIX)
 
@@ -63,7 +77,7 @@ def check_labels(cfg: RunConfig, files: DataFiles) -> None:
         return
     column = cfg.teacher.label_column
     limit = None if splits_train(cfg) else cfg.labeled_limit
-    counts = label_counts(files.train, column, fs.open, limit)
+    counts = _counts(files.train, column, limit)
     where = f"data: {files.train}" + (f" (its first {limit} rows, labeled_limit)" if limit else "")
     if not counts:
         raise ConfigError(f"{where}: no label in column {column!r}; name the label column with --label-column")
@@ -88,7 +102,7 @@ def _names(counts: dict[str, int]) -> tuple[str, ...]:
 
 
 def _check_known(key: str, path: str, column: str, names: tuple[str, ...], train: str) -> None:
-    unseen = sorted(v for v in label_counts(path, column, fs.open) if labels.parse(v, names) is None)
+    unseen = sorted(v for v in _counts(path, column) if labels.parse(v, names) is None)
     if unseen:
         raise ConfigError(f"{key}: {path} has label(s) {schema.cut(unseen, 200)} that the train file {train} never "
                           f"has (the teacher's labels: {schema.cut(list(names), 200)}), so no model can predict "
