@@ -290,8 +290,9 @@ def _train(cfg: StudentConfig, transfer_dir: str, dev_path: str, out: Optional[O
         raise UserError(str(exc)) from exc
     layer_rows = check_layer_texts(cfg, plan)
     if out is not None:
-        # Every check passed: clear what an earlier run wrote here (a resumed run keeps its checkpoints).
-        out.prepare(keep=[CHECKPOINT_DIR] if cfg.resume else [])
+        # Every check passed: clear what an earlier run wrote here (a resumed run keeps its checkpoints and the
+        # metrics lines written up to them).
+        out.prepare(keep=[CHECKPOINT_DIR, TRACK_FILE] if cfg.resume else [])
     engine = Engine.create(cfg.engine, output=output if out is not None else None,
                            progress_bar=None if progress else False, log=log_line)
     checkpoints = Checkpoints(os.path.join(output, CHECKPOINT_DIR), fingerprint(cfg, transfer_dir, dev_path, engine),

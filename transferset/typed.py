@@ -73,7 +73,31 @@ def _key(loc: tuple, flag_style: bool) -> str:
     return ".".join(parts)
 
 
-def format_errors(cls: type, exc: pydantic.ValidationError, where: str, flag_style: bool = False) -> str:
+def _given(loc: tuple, given: Optional[Mapping[str, str]]) -> Optional[str]:
+    """How the user wrote the setting at `loc` when a flag or a key=value set it (`given`: dotted key → the
+    flag or override as typed, e.g. "--epochs nan"), else None (it came from `where`)."""
+    if not given:
+        return None
+    parts = [str(p) for p in loc if not str(p).startswith("function-")]
+    for n in range(len(parts), 0, -1):
+        shown = given.get(".".join(parts[:n]))
+        if shown is not None:
+            return shown
+    return None
+
+
+def _line(where: str, loc: tuple, flag_style: bool, given: Optional[Mapping[str, str]], value: Any,
+          problem: str, show_value: bool = True, cls_name: str = "") -> str:
+    """One problem, blamed on what set the value: the flag or key=value as typed, else `where` and the key."""
+    shown = _given(loc, given)
+    if shown is not None:
+        return f"{shown}: {problem}"
+    key = _key(loc, flag_style) or cls_name
+    return f"{where}: {key} = {value}: {problem}" if show_value else f"{where}: {key}: {problem}"
+
+
+def format_errors(cls: type, exc: pydantic.ValidationError, where: str, flag_style: bool = False,
+                  given: Optional[Mapping[str, str]] = None) -> str:
     lines = []
     for err in exc.errors():
         loc = tuple(err["loc"])
@@ -81,21 +105,25 @@ def format_errors(cls: type, exc: pydantic.ValidationError, where: str, flag_sty
         if err["type"] == "unexpected_keyword_argument":
             parent = _expected(cls, loc[:-1]) if loc[:-1] else cls.__name__
             known = _known_keys(cls, loc[:-1])
-            lines.append(f"{where}: {key}: unknown setting" + (f"; known: {', '.join(known)}" if known else "")
-                         + (f" ({parent})" if not known else ""))
+            problem = "unknown setting" + (f"; known: {', '.join(known)}" if known else "") + \
+                (f" ({parent})" if not known else "")
+            # the override that made the unknown key (teachr.epochs=3 makes teachr) is what to correct
+            shown = next((g for k, g in (given or {}).items() if f"{k}.".startswith(f"{_key(loc, False)}.")), None)
+            lines.append(f"{shown}: {key}: {problem}" if shown else f"{where}: {key}: {problem}")
             continue
+        value = err.get("input")
         if err["type"] == "value_error":
             message = str(err.get("ctx", {}).get("error") or err["msg"])
-            lines.append(f"{where}: {key or cls.__name__}: {message}")
+            lines.append(_line(where, loc, flag_style, given, value, message, show_value=False,
+                               cls_name=cls.__name__))
             continue
         # a choice's message already lists the choices
         expected = None if err["type"] == "literal_error" else _expected(cls, loc)
-        value = err.get("input")
         if _numeric(expected) and _non_finite(value):  # NaN fails every bound: say what it is instead
-            lines.append(f"{where}: {key} = {value}: not a number (expected {expected})")
+            lines.append(_line(where, loc, flag_style, given, value, f"not a number (expected {expected})"))
             continue
-        lines.append(f"{where}: {key} = {value!r}: {err['msg'].lower()}"
-                     + (f" (expected {expected})" if expected else ""))
+        lines.append(_line(where, loc, flag_style, given, repr(value), err["msg"].lower()
+                           + (f" (expected {expected})" if expected else "")))
     return "\n".join(lines)
 
 
@@ -142,8 +170,11 @@ def _known_keys(cls: type, loc: tuple) -> list[str]:
     return [f.name for f in dataclasses.fields(tp)] if dataclasses.is_dataclass(tp) else []
 
 
-def load(cls: type[T], values: Mapping[str, Any], where: str, flag_style: bool = False) -> T:
-    """Build a `cls` from plain values (YAML, flags), type-checked; a ConfigError lists every problem."""
+def load(cls: type[T], values: Mapping[str, Any], where: str, flag_style: bool = False,
+         given: Optional[Mapping[str, str]] = None) -> T:
+    """Build a `cls` from plain values (YAML, flags), type-checked; a ConfigError lists every problem.
+    `given`: the settings a flag or a key=value override set (dotted key → as the user typed it), whose
+    problems are blamed on that flag or override instead of on `where`."""
     if values is None:
         values = {}
     if not isinstance(values, Mapping):
@@ -151,10 +182,10 @@ def load(cls: type[T], values: Mapping[str, Any], where: str, flag_style: bool =
     try:
         loaded = pydantic.TypeAdapter(cls).validate_python(dict(values))
     except pydantic.ValidationError as exc:
-        raise ConfigError(format_errors(cls, exc, where, flag_style)) from None
+        raise ConfigError(format_errors(cls, exc, where, flag_style, given)) from None
     # A float without bounds takes NaN and inf as pydantic reads them; no setting means either.
-    bad = [f"{where}: {_key(loc, flag_style)} = {value}: not a number"
-           + (f" (expected {_expected(cls, loc)})" if _numeric(_expected(cls, loc)) else "")
+    bad = [_line(where, loc, flag_style, given, value, "not a number"
+                 + (f" (expected {_expected(cls, loc)})" if _numeric(_expected(cls, loc)) else ""))
            for loc, value in _non_finite_values(loaded)]
     if bad:
         raise ConfigError("\n".join(bad))

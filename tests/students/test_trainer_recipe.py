@@ -71,6 +71,10 @@ def test_a_killed_training_resumes_from_its_checkpoint_to_the_same_model(tmp_pat
     a, b = _weights(tmp_path / "whole"), _weights(out)
     assert all(torch.equal(a[k], b[k]) for k in a)  # the same model, bit for bit
     assert not (out / trainer.CHECKPOINT_DIR).exists()
+    # metrics.jsonl has every step of the uninterrupted run, those before the checkpoint kept, none twice
+    steps = [[json.loads(line)["step"] for line in (d / "metrics.jsonl").read_text().splitlines()]
+             for d in (out, tmp_path / "whole")]
+    assert steps[0] == steps[1] and steps[0][0] == 1 and steps[0][-1] == whole_steps
 
 
 def test_resume_refuses_a_checkpoint_of_other_settings(tmp_path, tiny_scored_dir, sst2_dev200, monkeypatch):

@@ -145,22 +145,35 @@ def _section(tp: Any) -> Optional[type]:
 def _add_section(parser, cls: type, f: dataclasses.Field, section: type) -> None:
     """A section's fields as flags of their own (`--precision bf16` sets `engine: {precision: bf16}`), titled by
     the section; a name the command's own settings use already gets the section's prefix (`--engine-schedule`)."""
-    own = {g.name for g in dataclasses.fields(cls)}
     default = f.default_factory() if f.default_factory is not dataclasses.MISSING else section()
     group = parser.add_argument_group(f"{f.name} section ({section.__name__}; `{f.name}:` in YAML)")
     helps = field_help(section)
     for g in dataclasses.fields(section):
-        name = f"{f.name}-{g.name}" if g.name in own else g.name
         shown = getattr(default, g.name)
         help_text = f"{helps.get(g.name, '')} (default: {shown})".strip()
-        group.add_argument("--" + name.replace("_", "-"), dest=f"{f.name}.{g.name}", default=argparse.SUPPRESS,
+        group.add_argument(_section_flag(cls, f.name, g.name), dest=f"{f.name}.{g.name}", default=argparse.SUPPRESS,
                            metavar=_metavar(typing.get_type_hints(section, include_extras=True)[g.name]),
                            help=help_text.replace("%", "%%"))
 
 
+def _section_flag(cls: type, section: str, name: str) -> str:
+    """The flag of a section's field: its own name, or the section's prefix when `cls` has a field of that name."""
+    own = {g.name for g in dataclasses.fields(cls)}
+    return "--" + (f"{section}-{name}" if name in own else name).replace("_", "-")
+
+
+def _as_typed(flag: str, value: Any) -> str:
+    """A flag as the user typed it, for a message that blames it (`--epochs nan`, `--no-shuffle`)."""
+    if isinstance(value, bool):
+        return flag if value else "--no-" + flag[2:]
+    return f"{flag} {value}"
+
+
 def from_args(cls: type[T], args: Any, base: Optional[Mapping[str, Any]] = None, where: str = "command line") -> T:
-    """`cls` from the flags the user gave, on top of `base` (e.g. a --config YAML), type-checked."""
+    """`cls` from the flags the user gave, on top of `base` (e.g. a --config YAML), type-checked. A bad value
+    is blamed on its flag as typed (`--epochs nan`), one of the base on `where`."""
     values = dict(base or {})
+    typed_flags: dict[str, str] = {}
 
     def given(value):
         return None if isinstance(value, str) and value.lower() in ("none", "null") else value
@@ -169,13 +182,16 @@ def from_args(cls: type[T], args: Any, base: Optional[Mapping[str, Any]] = None,
     for f in dataclasses.fields(cls):
         if hasattr(args, f.name):
             values[f.name] = given(getattr(args, f.name))
+            typed_flags[f.name] = _as_typed("--" + f.name.replace("_", "-"), getattr(args, f.name))
         section = _section(hints[f.name])
         if section is not None:
             flags = {g.name: given(getattr(args, f"{f.name}.{g.name}")) for g in dataclasses.fields(section)
                      if hasattr(args, f"{f.name}.{g.name}")}
+            typed_flags.update({f"{f.name}.{g}": _as_typed(_section_flag(cls, f.name, g), getattr(args, f"{f.name}.{g}"))
+                                for g in flags})
             if flags:
                 values[f.name] = {**(values.get(f.name) or {}), **flags}
-    return load(cls, values, where, flag_style=base is None)
+    return load(cls, values, where, flag_style=base is None, given=typed_flags)
 
 
 def finite_float(text: str) -> float:

@@ -27,8 +27,7 @@ from students.losses import check as check_losses
 from transferset import fs, loading, schema, typed
 from transferset.augment import check_ops, needs
 from transferset.card import update_run_cards
-from transferset.app import init as starter_init
-from transferset.app import keys
+from transferset.app import init as starter_init, keys, preflight
 from transferset.app.report import RESULTS
 # The builders and declarations, also imported from here by the tests and the report's readers.
 from transferset.app.plan import (TEST_RESULTS_FILE, DataFiles, RunPlan, StageFunctions, build_plan,  # noqa: F401
@@ -103,12 +102,14 @@ def load_config(path: Optional[str], overrides: Sequence[str] = (), data: Option
         raise ConfigError("give --config YAML, or --data PATH to run on the packaged defaults")
     for item in overrides:
         apply_override(raw, item)
-    return load_raw(raw, where=path or "--data")
+    # a bad value an override set is blamed on the override as typed, not on the YAML
+    return load_raw(raw, where=path or "--data", given={item.split("=", 1)[0]: item for item in overrides})
 
 
-def load_raw(raw: dict, where: str) -> RunConfig:
-    """A raw run config (a YAML's mapping) type-checked, its models and URLs normalised."""
-    cfg = typed.load(RunConfig, raw, where=where)
+def load_raw(raw: dict, where: str, given: Optional[dict[str, str]] = None) -> RunConfig:
+    """A raw run config (a YAML's mapping) type-checked, its models and URLs normalised. `given`: the settings
+    key=value overrides set (key → the override as typed)."""
+    cfg = typed.load(RunConfig, raw, where=where, given=given)
     check_ops(cfg.augment, where=f"{where}: augment")
     check_beam(cfg.beam, where=f"{where}: beam")  # a runner Beam cannot create fails here, not after the teacher
     for name, s in cfg.students.items():  # a misspelt loss fails here, not after the teacher and the scoring
@@ -303,6 +304,7 @@ def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=T
     files = resolve_data(cfg.data, cfg.test, cfg.dev)
     check_paths(cfg, files)
     check_engines(cfg)
+    preflight.check_run(cfg, files)  # the data's labels and columns, a given teacher's files
     with output_lock(cfg.run_dir, command="run"):  # one run at a time owns run_dir
         plan = plan_stages(cfg, files, functions)
         check_layout(cfg.run_dir, plan.stages)

@@ -113,6 +113,13 @@ def infer_label_names(path: str, label_column: str = DEFAULT_LABEL_COLUMN, opene
     return names
 
 
+def label_counts(path: str, label_column: str = DEFAULT_LABEL_COLUMN, opener: Opener = local_open,
+                 limit: Optional[int] = None) -> dict[str, int]:
+    """Rows per label (transferset.labels.key) of a labeled file's first `limit` rows: the classes it holds;
+    values that are not labels are left out and logged."""
+    return _count_labels(path, label_column, opener, limit)[0]
+
+
 def _count_labels(path: str, label_column: str, opener: Opener, limit: Optional[int]
                   ) -> tuple[dict[str, int], dict[str, list[int]], int]:
     """(rows per label, the first line numbers of each label, rows read) over the first `limit` rows; values

@@ -135,7 +135,8 @@ def train(cfg: TeacherConfig, *, train: str, dev: str, output: str, overwrite: b
             if not path.startswith(sources.HF_PREFIX) and not os.path.isfile(path):
                 raise UserError(f"{flag} {path}: no such file")
             sources.check_readable(path)  # a broken header, an hf: split that does not load: before any output
-        out.prepare(keep=[CHECKPOINT_DIR] if cfg.resume else [])  # a resumed fine-tuning keeps its checkpoints
+        # a resumed fine-tuning keeps its checkpoints, and the metrics lines written up to them
+        out.prepare(keep=[CHECKPOINT_DIR, TRACK_FILE] if cfg.resume else [])
         with out.local() as work:
             metrics = _fine_tune(cfg, train=train, dev=dev, out=out, output=work, log=log)
     return metrics

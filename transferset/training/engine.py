@@ -17,10 +17,13 @@ from typing import Any, Callable, Optional
 import torch
 
 from transferset.config import DEVICES, PRECISIONS, TRACKERS, EngineConfig
-from transferset.errors import UserError
+from transferset.errors import ConfigError, UserError
 
 TRACK_FILE = "metrics.jsonl"  # OUTPUT/metrics.jsonl: one line per logged step, whatever the tracker
 TRACK_DIR = "logs"  # OUTPUT/logs/: the tracker's files (TensorBoard's event files, MLflow's mlruns/)
+# one question to an MLflow server before any step: a reachable one answers in well under a second, and
+# MLflow's own client retries an unreachable one for minutes once the training has begun
+TRACKING_TIMEOUT_S = 3.0
 
 
 def launch_help(processes: object = "N") -> str:
@@ -60,6 +63,28 @@ def check_engine(cfg: EngineConfig, where: str = "engine") -> None:
             package = "mlflow-skinny" if cfg.tracker == "mlflow" else cfg.tracker
             raise UserError(f"{where}.tracker {cfg.tracker}: the {cfg.tracker} package is not installed; "
                             f"pip install {package}{extra}, or set tracker: none")
+        if cfg.tracker == "mlflow":
+            check_tracking_server(where)
+
+
+def check_tracking_server(where: str = "engine") -> None:
+    """The MLflow server MLFLOW_TRACKING_URI names (http or https) answers within TRACKING_TIMEOUT_S; any HTTP
+    answer will do (a 404 too: the server is there). Another store (a folder, a database) is MLflow's to open."""
+    import urllib.error
+    import urllib.request
+
+    uri = os.environ.get("MLFLOW_TRACKING_URI", "")
+    if not uri.lower().startswith(("http://", "https://")):
+        return
+    try:
+        urllib.request.urlopen(uri, timeout=TRACKING_TIMEOUT_S).close()
+    except urllib.error.HTTPError:
+        return
+    except (OSError, ValueError) as exc:  # refused, no route, DNS, a timeout, a malformed URL
+        reason = " ".join(str(getattr(exc, "reason", exc) or type(exc).__name__).split())[:200]
+        raise ConfigError(f"{where}.tracker mlflow: MLFLOW_TRACKING_URI={uri} does not answer within "
+                          f"{TRACKING_TIMEOUT_S:g} s ({reason}): start the server or correct the URI, or unset "
+                          "MLFLOW_TRACKING_URI to log to OUTPUT/logs/mlruns") from None
 
 
 def mlflow_store(logs: Optional[str]) -> Optional[str]:
@@ -87,6 +112,8 @@ class Engine:
         self.progress_bar = progress_bar if accelerator.is_main_process else False
         self.track_dir = track_dir if accelerator.is_main_process else None
         self.tracking = False
+        self.tracked = 0  # lines written to metrics.jsonl: a checkpoint records how many were written by then
+        self.resumed_lines: Optional[int] = None  # the checkpoint's count of them, when a run resumes from one
         amp = cfg.precision != "fp32" and self.device.type in ("cpu", "cuda")
         self.autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.precision) if amp else None
         self.scaler = None
@@ -162,7 +189,12 @@ class Engine:
     def start_tracking(self, project: str, config: dict) -> None:
         if self.track_dir is not None:
             os.makedirs(self.track_dir, exist_ok=True)
-            open(os.path.join(self.track_dir, TRACK_FILE), "w", encoding="utf-8").close()
+            path = os.path.join(self.track_dir, TRACK_FILE)
+            # a resumed run keeps the lines written up to its checkpoint and writes the rest again
+            kept = _first_lines(path, self.resumed_lines) if self.resumed_lines else []
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.writelines(kept)
+            self.tracked = len(kept)
         if self.acc.log_with:
             self.acc.init_trackers(project, config=_flat(config))
             self.tracking = True
@@ -172,6 +204,7 @@ class Engine:
         if self.track_dir is not None:
             with open(os.path.join(self.track_dir, TRACK_FILE), "a", encoding="utf-8") as fh:
                 fh.write(json.dumps({"step": step, **values}) + "\n")
+            self.tracked += 1
         if self.tracking:
             self.acc.log(values, step=step)
 
@@ -227,6 +260,19 @@ class Engine:
 
     def barrier(self) -> None:
         self.acc.wait_for_everyone()
+
+
+def _first_lines(path: str, n: int) -> list[str]:
+    """The first `n` whole lines of `path` (fewer when it has fewer; none when it is missing)."""
+    if not os.path.exists(path):
+        return []
+    kept = []
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if len(kept) == n or not line.endswith("\n"):
+                break
+            kept.append(line)
+    return kept
 
 
 def _flat(config: dict, prefix: str = "") -> dict:

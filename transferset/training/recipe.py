@@ -137,6 +137,7 @@ class Recipe:
             return None
         saved = ck.load()
         self.state = RecipeState(**saved["recipe"])
+        self.engine.resumed_lines = saved.get("tracked")  # None: a checkpoint from before it was recorded
         p = saved["phase"]
         log(f"[transferset] resuming from {ck.path}: phase {p['index'] + 1}, epoch {p['epoch'] + 1}, "
             f"{p['batches']} batch(es) into it, step {self.state.global_step}")
@@ -175,6 +176,11 @@ class Recipe:
               make_optimizer: Callable[[], torch.optim.Optimizer], evaluate: Optional[Callable[[], dict]],
               describe: Optional[dict] = None) -> _Phase:
         eng = self.engine
+        if spec.steps_per_epoch and eng.cfg.grad_accum > spec.steps_per_epoch:
+            # one optimizer step per epoch, and an effective batch the epoch does not hold
+            raise UserError(f"grad_accum {eng.cfg.grad_accum} exceeds the {spec.steps_per_epoch} batches of an "
+                            f"epoch (phase {spec.name!r}): lower engine.grad_accum to {spec.steps_per_epoch} or "
+                            "less, or batch_size")
         optimizer = make_optimizer()
         optimizer.zero_grad(set_to_none=True)  # gradients start from zero, whatever an earlier phase left
         total = spec.optimizer_steps(eng.cfg.grad_accum)
@@ -362,7 +368,7 @@ class Recipe:
                 "model": cpu_state(phase.module),
                 "optimizer": phase.optimizer.state_dict() if phase.optimizer is not None else None,
                 "scheduler": phase.scheduler.state_dict() if phase.scheduler is not None else None,
-                "rng": rngs,
+                "rng": rngs, "tracked": eng.tracked,
             })
         eng.barrier()
 

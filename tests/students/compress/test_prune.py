@@ -171,5 +171,5 @@ def test_heads_says_whether_it_took_a_count_or_a_fraction_and_names_a_bad_value_
     for value in ("nan", "inf", "-inf"):
         assert run_prune(task, tmp_path / "bad", "--heads", value, "--epochs", "0") == 2
         err = capsys.readouterr().err
-        assert f"--heads = {value}: not a number (expected float)" in err and "should be" not in err, err
+        assert f"error: --heads {value}: not a number (expected float)" in err and "should be" not in err, err
     assert not (tmp_path / "bad" / "model.safetensors").exists()

@@ -85,7 +85,7 @@ def test_flags_build_a_checked_config():
     cfg = flags.from_args(AugmentConfig, parser.parse_args(["--n-iter", "3", "--ops", "mask,ngram",
                                                              "--labels", "neg,pos"]))
     assert (cfg.n_iter, cfg.ops, cfg.labels, cfg.p_mask) == (3, ("mask", "ngram"), ("neg", "pos"), 0.1)
-    with pytest.raises(ConfigError, match=r"command line: --n-iter = 'x': input should be a valid integer"):
+    with pytest.raises(ConfigError, match=r"^--n-iter x: input should be a valid integer"):
         flags.from_args(AugmentConfig, parser.parse_args(["--n-iter", "x"]))
 
 
@@ -98,11 +98,11 @@ def test_a_yaml_base_under_the_flags():
 
 
 @pytest.mark.parametrize("cls, argv, message", [
-    (PredictConfig, ["--speed", "nan"], "command line: --speed = nan: not a number (expected float or null)"),
-    (PruneConfig, ["--heads", "nan"], "command line: --heads = nan: not a number (expected float)"),
-    (PruneConfig, ["--heads", "inf"], "command line: --heads = inf: not a number (expected float)"),  # ≥ 0 holds
-    (StudentConfig, ["--lr=-inf"], "command line: --lr = -inf: not a number"),
-    (StudentConfig, ["--temperature", "NaN"], "command line: --temperature = NaN: not a number"),
+    (PredictConfig, ["--speed", "nan"], "--speed nan: not a number (expected float or null)"),
+    (PruneConfig, ["--heads", "nan"], "--heads nan: not a number (expected float)"),
+    (PruneConfig, ["--heads", "inf"], "--heads inf: not a number (expected float)"),  # ≥ 0 holds
+    (StudentConfig, ["--lr=-inf"], "--lr -inf: not a number"),
+    (StudentConfig, ["--temperature", "NaN"], "--temperature NaN: not a number"),
 ])
 def test_numeric_flags_refuse_nan_and_inf_as_not_a_number(cls, argv, message):
     """Issue 42 item 9: `--speed nan` said "should be ≤ 1" and `--heads nan` "≥ 0"; an unbounded float took NaN."""
@@ -120,3 +120,26 @@ def test_a_float_flag_outside_the_settings_refuses_nan():
     for value in ("nan", "inf", "-inf"):
         with pytest.raises(SystemExit):
             parser.parse_args(["--speed", value])
+
+
+def test_a_bad_flag_is_blamed_on_the_flag_and_a_bad_yaml_value_on_the_yaml():
+    """`train --config small.yaml --epochs nan` said "small.yaml: epochs = nan": the flag set it, not the file."""
+    parser = argparse.ArgumentParser()
+    flags.add_arguments(parser, StudentConfig)
+    with pytest.raises(ConfigError) as exc:
+        flags.from_args(StudentConfig, parser.parse_args(["--epochs", "nan"]), base={"epochs": 2}, where="small.yaml")
+    assert str(exc.value) == "--epochs nan: not a number (expected int)"
+    with pytest.raises(ConfigError) as exc:
+        flags.from_args(StudentConfig, parser.parse_args([]), base={"epochs": "nan"}, where="small.yaml")
+    assert str(exc.value) == "small.yaml: epochs = nan: not a number (expected int)"
+
+
+def test_a_section_flag_is_named_as_the_user_types_it():
+    """The teacher's engine flags were named `--engine[warmup]`, a flag that does not exist."""
+    parser = argparse.ArgumentParser()
+    flags.add_arguments(parser, TeacherConfig)
+    for argv, message in ((["--warmup", "nan"], "--warmup nan: not a number (expected float)"),
+                          (["--grad-accum", "0"], "--grad-accum 0: input should be greater than or equal to 1")):
+        with pytest.raises(ConfigError) as exc:
+            flags.from_args(TeacherConfig, parser.parse_args(argv))
+        assert str(exc.value).startswith(message) and "[" not in str(exc.value)

@@ -279,6 +279,10 @@ def test_a_fine_tuning_killed_mid_epoch_resumes_from_its_step_checkpoint(tmp_pat
     resumed = train(replace(every4, resume=True), train=train_tsv, dev=dev_tsv, output=str(out), log=messages.append)
     assert any("resuming from" in m for m in messages)
     assert resumed["weights_sha256"] == whole["weights_sha256"]  # the same weights, bit for bit
+    # metrics.jsonl keeps the steps before the checkpoint (it started at step 5), and step 5 is written once
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [json.loads(line)["step"] for line in (tmp_path / "whole" / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3, 4, 5, 6, 6]  # six optimizer steps, then the epoch's evaluation at step 6
 
 
 def test_a_checkpoint_of_the_flat_state_form_resumes_once_migrated(tmp_path, tiny_teacher, monkeypatch):

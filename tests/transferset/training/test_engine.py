@@ -107,3 +107,42 @@ def test_fp16_on_cuda_trains_through_accelerates_gradient_scaler():
     _run(recipe, PhaseSpec("fp16", epochs=1, keep_best=False, grad_clip=1.0), module, lambda: {"accuracy": 0.5})
     assert module.fc.weight.dtype == torch.float32 and module.fc.weight.device.type == "cuda"  # fp32 master weights
     assert not torch.equal(module.fc.weight.cpu(), start) and recipe.history[0]["train_loss"] > 0
+
+
+def _closed_port() -> int:
+    """A port of 127.0.0.1 nothing listens on: bound by the OS, then closed."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_mlflow_server_that_does_not_answer_is_refused_at_once(monkeypatch):
+    """MLFLOW_TRACKING_URI=http://127.0.0.1:9 was retried for minutes, after the run had taken its lock."""
+    pytest.importorskip("mlflow")
+    from transferset.errors import ConfigError
+    from transferset.training import check_engine
+
+    uri = f"http://127.0.0.1:{_closed_port()}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    with pytest.raises(ConfigError, match=rf"^teacher.engine.tracker mlflow: MLFLOW_TRACKING_URI={uri} does not "
+                                          r"answer within 3 s \(.*refused.*\): start the server"):
+        check_engine(EngineConfig(device="cpu", tracker="mlflow"), "teacher.engine")
+    check_engine(EngineConfig(device="cpu", tracker="none"), "teacher.engine")  # no tracker: nothing asked
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "file:/tmp/mlruns-unused")  # a store, not a server: MLflow's to open
+    check_engine(EngineConfig(device="cpu", tracker="mlflow"), "teacher.engine")
+
+
+def test_a_run_with_an_unreachable_mlflow_server_writes_nothing(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("mlflow")
+    from transferset.app.cli import main
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{_closed_port()}")
+    train = tmp_path / "train.tsv"
+    train.write_text("sentence\tlabel\n" + "".join(f"row {i}\t{i % 2}\n" for i in range(8)))
+    run_dir = tmp_path / "run"
+    rc = main(["run", "--data", str(train), f"run_dir={run_dir}", "teacher.engine.tracker=mlflow"])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "does not answer within 3 s" in err, err
+    assert not run_dir.exists()  # no lock, no stage

@@ -80,3 +80,17 @@ def test_two_batches_of_16_accumulated_give_the_gradients_of_one_batch_of_32():
     assert not torch.allclose(start.fc.weight, whole.fc.weight)  # the step moved the weights
     for name, w in whole.state_dict().items():
         torch.testing.assert_close(halves.state_dict()[name], w, rtol=0, atol=1e-12)
+
+
+def test_a_grad_accum_past_the_epochs_batches_is_refused_before_any_step():
+    """grad_accum 64 on an epoch of 4 batches made one optimizer step per epoch, with no word of it."""
+    engine = Engine.create(EngineConfig(device="cpu", grad_accum=5), log=lambda msg: None, progress_bar=False)
+    module = Linear()
+    start = {k: v.clone() for k, v in module.state_dict().items()}
+    with pytest.raises(UserError, match=r"^grad_accum 5 exceeds the 4 batches of an epoch \(phase 'p'\)"):
+        _run(Recipe(engine), PhaseSpec("p", epochs=2, steps_per_epoch=4), module, lambda: {"accuracy": 0.5})
+    assert all(torch.equal(module.state_dict()[k], start[k]) for k in start)
+    engine4 = Engine.create(EngineConfig(device="cpu", grad_accum=4), log=lambda msg: None, progress_bar=False)
+    recipe = Recipe(engine4)  # as many as the epoch has: one step per epoch, as asked
+    _run(recipe, PhaseSpec("p", epochs=2, steps_per_epoch=4), module, lambda: {"accuracy": 0.5})
+    assert recipe.global_step == 2
