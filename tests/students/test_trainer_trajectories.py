@@ -61,3 +61,20 @@ def test_a_transformer_student_cut_from_the_teacher_follows_its_pinned_trajector
     out = str(tmp_path / "transformer")
     trainer.train(cfg, tiny_scored_dir, sst2_dev200, out, progress=False)
     _check("transformer", _losses(out), PINNED["transformer"])
+
+
+def test_a_killed_and_resumed_bilstm_follows_the_same_pinned_trajectory(tmp_path, tiny_scored_dir, sst2_dev200,
+                                                                         monkeypatch):
+    """Killed after step 6 (a checkpoint every 3 steps), resumed: metrics.jsonl holds the pinned losses, each step
+    once, the steps before the checkpoint kept and those after it trained again."""
+    from test_trainer_recipe import Killed, _kill_after
+
+    values = dict(SMALL, epochs=2, embed_init="random", model={"embed_dim": 16, "hidden": 16}, kd=1.0, ce=0.5,
+                  mse=0.0, checkpoint_steps=3)
+    out = str(tmp_path / "bilstm")
+    _kill_after(monkeypatch, 7)
+    with pytest.raises(Killed):
+        trainer.train(StudentConfig(**values), tiny_scored_dir, sst2_dev200, out, progress=False)
+    monkeypatch.undo()
+    trainer.train(StudentConfig(**values, resume=True), tiny_scored_dir, sst2_dev200, out, progress=False)
+    _check("bilstm resumed", _losses(out), PINNED["bilstm"])
