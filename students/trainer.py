@@ -71,7 +71,13 @@ def make_optimizer(s: Setup, params: list[torch.nn.Parameter]) -> torch.optim.Op
     # A fresh optimiser per phase holding only the trainable parameters: frozen ones then stay
     # bit-identical (AdamW's decoupled weight decay would otherwise still move them).
     lr = s.cfg.lr if s.cfg.lr is not None else s.family.default_lr
-    return torch.optim.AdamW(params, lr=lr, weight_decay=s.cfg.weight_decay)
+    if s.cfg.embed_lr is None:
+        return torch.optim.AdamW(params, lr=lr, weight_decay=s.cfg.weight_decay)
+    # The table's own rate: a pretrained table can learn slower than the layers above it.
+    table = {id(p) for p in s.family.param_groups(s.model).get("embeddings", [])}
+    groups = [{"params": [p for p in params if id(p) not in table]},
+              {"params": [p for p in params if id(p) in table], "lr": s.cfg.embed_lr}]
+    return torch.optim.AdamW([g for g in groups if g["params"]], lr=lr, weight_decay=s.cfg.weight_decay)
 
 
 class Trained(torch.nn.Module):

@@ -9,6 +9,7 @@ direction, the concatenated last states (no max-pool), FC 200 + ReLU, classifier
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, fields
 
 import torch
@@ -22,9 +23,11 @@ from students.families import RESAVE, Batch, Built, Context, Family, StudentFile
 from students.families.bilstm_onnx import BiLSTMGraph
 from students.data.tokens import (WordPieceTokens, WordTokens, load_tokens, pca_project, teacher_input_embeddings,
                              teacher_wordpiece, word_vectors_from_wordpiece)
+from students.data.vectors import embedding_table
 from transferset import schema
 from transferset.config import STUDENT_PRESETS
 from transferset.errors import UserError
+from transferset.progress import log_line
 
 
 @dataclass
@@ -163,7 +166,7 @@ def student_tokens(ctx: Context):
     Shared with the static family (students/families/static.py): both embed the same tokens."""
     cfg = ctx.cfg
     wordpiece = None
-    if cfg.tokens == "wordpiece" or cfg.embed_init == "teacher":
+    if cfg.tokens == "wordpiece" or cfg.embed_init != "random":
         wordpiece = teacher_wordpiece(cfg, ctx.meta, ctx.max_length)
     if cfg.tokens == "words":
         texts = (t for batch in iter_texts(ctx.transfer_dir) for t in batch)
@@ -191,22 +194,31 @@ def build(ctx: Context) -> Built:
         model = BiLSTM(config)
     except ValueError as exc:
         raise UserError(f"bilstm student: {exc}") from exc
-    if cfg.embed_init == "teacher":
+    if cfg.embed_init != "random":
         model.init_embeddings(initial_vectors(ctx, tokens, wordpiece, config.embed_dim))
     return Built(model, tokens, config, config.head_dim, [])
 
 
 def initial_vectors(ctx: Context, tokens, wordpiece, dim: int) -> torch.Tensor:
-    """`embed_init: teacher`: one `dim`-wide vector per token of `tokens` (V, dim), from the teacher's input
-    embedding table (a word's: the mean of its WordPiece rows), PCA'd to `dim`. The static family's too."""
+    """The student's table (V, dim) from `embed_init`, one row per token of `tokens` (a word's: the mean of its
+    WordPiece rows): the teacher's input embeddings PCA'd to `dim`, or word2vec / model2vec vectors
+    (students/data/vectors.py). The static family's too."""
     if ctx.teacher_dir is None:
-        raise no_teacher_dir(ctx.meta, "embed_init: teacher", "`embed_init: random`")
-    table = teacher_input_embeddings(ctx.teacher_dir, len(wordpiece.tokenizer))  # (V_wp, H_t)
+        raise no_teacher_dir(ctx.meta, f"embed_init: {ctx.cfg.embed_init}", "`embed_init: random`")
+    if ctx.cfg.embed_init == "teacher":
+        # PCA after trimming / pooling into words: the axes are those of the rows the student keeps.
+        table = teacher_input_embeddings(ctx.teacher_dir, len(wordpiece.tokenizer))  # (V_wp, H_t)
+    else:
+        started = time.perf_counter()
+        table = embedding_table(wordpiece.tokenizer, ctx.teacher_dir, dim, ctx.cfg.embed_init,
+                                iter_texts(ctx.transfer_dir), ctx.seed)                   # (V_wp, dim)
+        log_line(f"embed_init {ctx.cfg.embed_init}: {table.shape[0]} vectors of {dim} in "
+                 f"{time.perf_counter() - started:.1f}s")
     if isinstance(tokens, WordTokens):
         table = word_vectors_from_wordpiece(tokens.vocab, wordpiece.tokenizer, table)
     elif tokens.keep is not None:
-        table = table[torch.tensor(tokens.keep)]                       # (V_kept, H_t)
-    return pca_project(table, dim, ctx.seed)
+        table = table[torch.tensor(tokens.keep)]                           # (V_kept, H)
+    return pca_project(table, dim, ctx.seed) if ctx.cfg.embed_init == "teacher" else table
 
 
 def forward_batch(model: BiLSTM, batch: Batch) -> dict[str, torch.Tensor]:

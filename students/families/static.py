@@ -5,7 +5,7 @@ No recurrence and no attention: a row costs one embedding lookup per token, two 
 a few small matrix products, so it is the fastest point of the speed frontier (a bag of vectors, as in
 Joulin et al. 2017's fastText classifier and Shen et al. 2018's SWEM, whose mean+max pooling this is).
 Its vectors are the BiLSTM's: the same tokens and the same `embed_init` table (students/families/bilstm.py
-`initial_vectors`), frozen when they come from the teacher (StudentConfig.freeze_embeddings).
+`initial_vectors`), frozen unless they are random (StudentConfig.freeze_embeddings).
 """
 from __future__ import annotations
 
@@ -131,7 +131,7 @@ def build(ctx: Context) -> Built:
         model = Static(config)
     except (TypeError, ValueError) as exc:
         raise UserError(f"static student: {exc}") from exc
-    if cfg.embed_init == "teacher":
+    if cfg.embed_init != "random":
         model.init_embeddings(initial_vectors(ctx, tokens, wordpiece, config.embed_dim))
     # repr (and the progressive schedule's stage 1) compare the MLP's output with teacher_hidden: through
     # a projection when the widths differ, as a narrow transformer's do.

@@ -260,6 +260,9 @@ def build(ctx: Context) -> Built:
         return build_pretrained(ctx)
     if cfg.tokens == "words":
         raise UserError("the transformer student uses the teacher's WordPiece tokens; drop `tokens: words`")
+    if cfg.embed_init not in ("teacher", "random"):
+        raise UserError(f"embed_init: {cfg.embed_init} builds a BiLSTM's word vectors; a transformer student "
+                        "takes embed_init: teacher or random")
     if cfg.preset and cfg.preset not in STUDENT_PRESETS:
         raise UserError(f"preset {cfg.preset!r} is a BiLSTM preset; the transformer takes `model:` settings or "
                         f"one of its presets: {', '.join(STUDENT_PRESETS)}")

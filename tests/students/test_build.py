@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from students import build
+from students import build, seeds
 from students.build import FAMILIES, setup
 from students.trainer import make_optimizer
 from transferset import schema
@@ -84,8 +84,34 @@ def test_pkd_refuses_a_set_without_the_layers_it_needs(tiny_scored_dir):
     ({"student": "transformer", "model": {"d_model": 8}}, "unknown transformer setting(s) ['d_model']"),
     ({"student": "bilstm", "pkd": 1.0}, "pkd loss needs a transformer student"),
     ({"student": "bilstm", "model": {"hiden": 3}}, "unknown BiLSTM setting(s) ['hiden']"),
+    ({"student": "transformer", "embed_init": "model2vec"}, "a transformer student takes embed_init: teacher or"),
 ])
 def test_setup_refuses_settings_that_do_not_fit_the_family(tiny_scored_dir, values, message):
     with pytest.raises(UserError) as err:
         setup(StudentConfig(**values), tiny_scored_dir)
     assert message in str(err.value)
+
+
+@pytest.mark.parametrize("method", ["word2vec", "model2vec"])
+def test_bilstm_word_vectors_come_from_embed_init_over_the_kept_ids_and_stay_frozen(tiny_scored_dir, tiny_teacher4,
+                                                                                    method):
+    from students.data import iter_texts
+    from students.data.vectors import embedding_table
+
+    cfg = StudentConfig(model={"embed_dim": 8, "hidden": 8}, embed_init=method, trim_vocab=True, seed=2)
+    s = setup(cfg, tiny_scored_dir)
+    init_seed = seeds.torch_seed(seeds.stream(2, seeds.INIT))  # what setup hands the family
+    table = embedding_table(s.tokens.tokenizer, tiny_teacher4, 8, method, iter_texts(tiny_scored_dir), init_seed)
+    expected = table[torch.tensor(s.tokens.keep)]
+    expected[s.tokens.pad_id] = 0
+    assert torch.allclose(s.model.embed.weight, expected, atol=1e-5)
+    assert cfg.frozen_embeddings()
+
+
+def test_embed_lr_gives_the_table_its_own_optimizer_group(tiny_scored_dir):
+    s = setup(StudentConfig(model={"embed_dim": 8, "hidden": 8}, embed_init="random", lr=0.01, embed_lr=0.001),
+              tiny_scored_dir)
+    groups = make_optimizer(s, list(s.model.parameters())).param_groups
+    assert [g["lr"] for g in groups] == [0.01, 0.001]
+    assert groups[1]["params"] == [s.model.embed.weight]
+    assert sum(len(g["params"]) for g in groups) == len(list(s.model.parameters()))

@@ -213,12 +213,16 @@ class StudentConfig:
     # teacher's whole vocabulary, words the transfer set never shows keep their teacher-derived
     # (PCA) vectors instead of becoming [UNK] (+1.6 on SST-2 dev, benchmarks/README.md)
     trim_vocab: bool = False
-    # teacher (PCA of the teacher's input embeddings: the BiLSTM's table, a narrower transformer's tables) | random
-    embed_init: Literal["teacher", "random"] = "teacher"
+    # teacher (PCA of the teacher's input embeddings: the BiLSTM's table, a narrower transformer's tables) | random;
+    # bilstm + the teacher's vocabulary also: word2vec (skip-gram on the transfer set's texts, the `vectors` extra)
+    # | model2vec (each token alone through the teacher's encoder, PCA, SIF weighting; students/data/vectors.py)
+    embed_init: Literal["teacher", "random", "word2vec", "model2vec"] = "teacher"
+    # learning rate of the embedding table when it learns (its own optimizer group; None: `lr`)
+    embed_lr: Optional[Positive] = None
     # keep the embedding table fixed in every phase ("static" embeddings): words the transfer set
     # never shows keep teacher-derived vectors in the same space as the rest, and an epoch is ~3x
-    # faster with the whole vocabulary. None: frozen for a BiLSTM or static student whose embeddings come
-    # from the teacher
+    # faster with the whole vocabulary. None: frozen for a BiLSTM or static student whose embeddings are not
+    # random
     freeze_embeddings: Optional[bool] = None
     teacher: Optional[str] = None  # teacher directory (None: the set's teacher_id metadata when a directory)
     tokenizer: Optional[str] = None  # tokenizer directory (None: the set's tokenizer metadata, else the teacher's)
@@ -249,7 +253,7 @@ class StudentConfig:
         static student)."""
         if self.freeze_embeddings is not None:
             return self.freeze_embeddings
-        return self.student in ("bilstm", "static") and self.embed_init == "teacher"
+        return self.student in ("bilstm", "static") and self.embed_init != "random"
 
 
 @with_config(_STRICT)

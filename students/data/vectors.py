@@ -1,0 +1,115 @@
+"""Initial word-vector tables over the teacher's WordPiece vocabulary (`embed_init`).
+
+Every method returns one row per id of the teacher's tokenizer, so the student's tokens, trimming and
+export stay as they are whatever the vectors' source:
+
+- teacher: the teacher's input embedding table, PCA'd to the student's width (students.data.tokens).
+- word2vec: gensim skip-gram trained on the run's own texts, tokenized into WordPiece ids. Ids the
+  texts never show get the teacher's row mapped into the word2vec space by the least-squares linear
+  map fitted on the ids they do show, so they stay in the same space as the rest instead of noise.
+- model2vec: MinishLab's model2vec distillation done here: each id alone through the teacher's
+  encoder, mean of the last layer over the sequence, PCA, then SIF weighting from Zipf ranks.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import torch
+
+from students.data.tokens import pca_project, teacher_input_embeddings
+from transferset.errors import UserError
+
+METHODS = ("teacher", "word2vec", "model2vec")
+SIF_COEFFICIENT = 1e-4  # model2vec's default sif_coefficient
+
+
+def embedding_table(tokenizer, teacher_dir: str, width: int, method: str, texts: Iterable[Sequence[str]],
+                    seed: int = 0) -> torch.Tensor:
+    """(len(tokenizer), width) float table by `method`; `texts`: batches of the run's texts (word2vec only)."""
+    if method == "teacher":
+        return pca_project(teacher_input_embeddings(teacher_dir, len(tokenizer)), width, seed)
+    if method == "word2vec":
+        fallback = pca_project(teacher_input_embeddings(teacher_dir, len(tokenizer)), width, seed)
+        return word2vec_table(tokenizer, texts, width, fallback, seed)
+    if method == "model2vec":
+        return model2vec_table(tokenizer, teacher_dir, width, seed)
+    raise UserError(f"embed_init {method!r}: unknown; known: {', '.join(METHODS)}, random")
+
+
+# --------------------------------------------------------------------------- word2vec
+
+
+def _gensim_word2vec():
+    try:
+        from gensim.models import Word2Vec
+    except ImportError as exc:
+        raise UserError("embed_init: word2vec needs gensim: pip install 'transferset[vectors]' "
+                        "(or pick embed_init: teacher / model2vec)") from exc
+    return Word2Vec
+
+
+def word2vec_table(tokenizer, texts: Iterable[Sequence[str]], width: int, fallback: torch.Tensor,
+                   seed: int = 0, epochs: int = 5) -> torch.Tensor:
+    """Skip-gram vectors of the WordPiece ids in `texts`, unit overall std; unseen ids: `fallback` (V, width)
+    mapped by least squares from its seen rows onto their word2vec rows."""
+    Word2Vec = _gensim_word2vec()
+    sentences = [[str(i) for i in ids] for batch in texts if batch
+                 for ids in tokenizer(list(batch), add_special_tokens=False)["input_ids"] if ids]
+    if not sentences:
+        raise UserError("embed_init: word2vec found no text to train on in the transfer set; "
+                        "use embed_init: teacher")
+    # workers=1 and a fixed seed: gensim is only deterministic single-threaded.
+    w2v = Word2Vec(sentences, vector_size=width, sg=1, window=5, min_count=1, epochs=epochs,
+                   seed=seed % 2**32,  # numpy's RandomState takes 32 bits; a run's seed can be wider
+                   workers=1)
+    seen = torch.tensor([int(k) for k in w2v.wv.index_to_key])
+    vecs = torch.tensor(w2v.wv.vectors, dtype=torch.float32)
+    vecs = vecs / vecs.std().clamp(min=1e-8)
+    # Fit on centred rows with a bias column so the mapped rows land around the word2vec mean.
+    source = torch.cat([fallback, torch.ones(fallback.shape[0], 1)], dim=1)                 # (V, width+1)
+    mapping = torch.linalg.lstsq(source[seen].double(), vecs.double()).solution.float()   # (width+1, width)
+    out = source @ mapping
+    out[seen] = vecs
+    return out
+
+
+# --------------------------------------------------------------------------- model2vec
+
+
+@torch.inference_mode()
+def encoder_token_outputs(teacher_dir: str, tokenizer, batch_size: int = 1024) -> torch.Tensor:
+    """(len(tokenizer), H): each id alone through the teacher's encoder, the last layer averaged over the sequence.
+
+    As model2vec's create_output_embeddings_from_model: the sequence is [SEP] id [CLS] (their note: the
+    reversed special tokens did better on their benchmarks) and the mean covers all three positions.
+    """
+    from transformers import AutoModel
+
+    model = AutoModel.from_pretrained(teacher_dir).eval()
+    tok = tokenizer
+    if tok.cls_token_id is None or tok.sep_token_id is None:
+        raise UserError(f"{teacher_dir}: the tokenizer has no [CLS]/[SEP] token, which embed_init: model2vec "
+                        "wraps each token in; use embed_init: teacher")
+    tokens = len(tokenizer)
+    ids = torch.arange(tokens)
+    seqs = torch.stack([torch.full_like(ids, tok.sep_token_id), ids, torch.full_like(ids, tok.cls_token_id)], 1)
+    out = []
+    for start in range(0, tokens, batch_size):
+        batch = seqs[start:start + batch_size]
+        hidden = model(input_ids=batch, attention_mask=torch.ones_like(batch)).last_hidden_state  # (B, 3, H)
+        out.append(hidden.float().mean(1))
+    return torch.cat(out)
+
+
+def sif_weights(rows: int, sif: float = SIF_COEFFICIENT) -> torch.Tensor:
+    """model2vec's _post_process_embeddings: the id's Zipf probability p = (1/(id+2)) / sum over ids of
+    1/(id+2) (ids taken as frequency ranks), weight sif / (sif + p)."""
+    inv_rank = 1.0 / torch.arange(2, rows + 2, dtype=torch.float64)
+    return (sif / (sif + inv_rank / inv_rank.sum())).float()
+
+
+def model2vec_table(tokenizer, teacher_dir: str, width: int, seed: int = 0) -> torch.Tensor:
+    """model2vec's static vectors of the teacher's vocabulary at `width`, (len(tokenizer), width)."""
+    outputs = encoder_token_outputs(teacher_dir, tokenizer)
+    return pca_project(outputs, width, seed) * sif_weights(outputs.shape[0])[:, None]

@@ -1,0 +1,94 @@
+import builtins
+
+import pytest
+import torch
+
+from students.data import vectors
+from students.data.tokens import pca_project, teacher_input_embeddings
+from transferset.errors import UserError
+
+TEXTS = [["the movie was good", "the film was bad", "a good story and a bad plot", "the acting was great"],
+         ["i love this film", "i hate this movie", "the best story ever", "the worst plot ever"]]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_teacher):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_teacher)
+
+
+def test_sif_weights_are_model2vecs_formula_on_zipf_ranks():
+    # two ids: 1/(id+2) = 1/2, 1/3, normalised p = 0.6, 0.4; weight sif / (sif + p)
+    w = vectors.sif_weights(2, sif=0.4)
+    assert w.tolist() == pytest.approx([0.4 / 1.0, 0.4 / 0.8])
+    many = vectors.sif_weights(1000)
+    assert bool((many[1:] > many[:-1]).all())  # rarer (later) ids weigh more
+    assert 0 < float(many[0]) < float(many[-1]) < 1
+
+
+def test_model2vec_rows_are_the_pca_of_each_token_alone_through_the_encoder_then_weighted(tiny_teacher, tokenizer):
+    from transformers import AutoModel
+
+    model = AutoModel.from_pretrained(tiny_teacher).eval()
+    direct = []
+    with torch.no_grad():  # one sequence at a time: [SEP] id [CLS], mean of the last layer over the three positions
+        for i in range(len(tokenizer)):
+            ids = torch.tensor([[tokenizer.sep_token_id, i, tokenizer.cls_token_id]])
+            direct.append(model(input_ids=ids).last_hidden_state[0].mean(0))
+    direct = torch.stack(direct)
+    batched = vectors.encoder_token_outputs(tiny_teacher, tokenizer, batch_size=7)  # a ragged last batch
+    assert batched.shape == direct.shape
+    assert torch.allclose(batched, direct, atol=1e-5)
+    table = vectors.embedding_table(tokenizer, tiny_teacher, 8, "model2vec", [])
+    expected = pca_project(direct, 8) * vectors.sif_weights(len(tokenizer))[:, None]
+    assert table.shape == (len(tokenizer), 8)
+    # a principal axis is defined up to its sign, and eigh picks it afresh for inputs 1e-6 apart
+    signs = torch.sign((table * expected).sum(0))
+    assert torch.allclose(table, expected * signs, atol=1e-4)
+
+
+def test_teacher_method_is_the_pca_of_the_input_embeddings(tiny_teacher, tokenizer):
+    table = vectors.embedding_table(tokenizer, tiny_teacher, 8, "teacher", [], seed=3)
+    assert torch.equal(table, pca_project(teacher_input_embeddings(tiny_teacher, len(tokenizer)), 8, 3))
+
+
+def test_word2vec_rows_of_seen_ids_are_gensims_and_unseen_ids_map_affinely(tokenizer):
+    from gensim.models import Word2Vec
+
+    fallback = torch.randn(len(tokenizer), 8, generator=torch.Generator().manual_seed(0))
+    seen = sorted({i for batch in TEXTS for ids in tokenizer(batch, add_special_tokens=False)["input_ids"]
+                   for i in ids})
+    unseen = [i for i in range(len(tokenizer)) if i not in seen]
+    u1, u2, u3 = unseen[:3]
+    fallback[u3] = (fallback[u1] + fallback[u2]) / 2
+    table = vectors.word2vec_table(tokenizer, TEXTS, 8, fallback, seed=5)
+    again = vectors.word2vec_table(tokenizer, TEXTS, 8, fallback, seed=5)
+    assert torch.equal(table, again)  # seeded, one worker
+    sentences = [[str(i) for i in ids] for batch in TEXTS
+                 for ids in tokenizer(batch, add_special_tokens=False)["input_ids"]]
+    w2v = Word2Vec(sentences, vector_size=8, sg=1, window=5, min_count=1, epochs=5, seed=5, workers=1)
+    own = torch.tensor(w2v.wv.vectors)
+    for i in seen:
+        assert torch.allclose(table[i], own[w2v.wv.key_to_index[str(i)]] / own.std(), atol=1e-5)
+    # an affine map keeps midpoints; a random or teacher-space row would not
+    assert torch.allclose(table[u3], (table[u1] + table[u2]) / 2, atol=1e-4)
+    assert not torch.allclose(table[u1], fallback[u1], atol=1e-2)
+
+
+def test_word2vec_without_gensim_names_the_extra(monkeypatch, tokenizer):
+    real = builtins.__import__
+
+    def no_gensim(name, *args, **kwargs):
+        if name.startswith("gensim"):
+            raise ImportError("No module named 'gensim'")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_gensim)
+    with pytest.raises(UserError, match=r"transferset\[vectors\]"):
+        vectors.word2vec_table(tokenizer, TEXTS, 8, torch.zeros(len(tokenizer), 8))
+
+
+def test_word2vec_on_no_text_is_refused(tokenizer):
+    with pytest.raises(UserError, match="no text"):
+        vectors.word2vec_table(tokenizer, [[]], 8, torch.zeros(len(tokenizer), 8))
