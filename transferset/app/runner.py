@@ -28,7 +28,7 @@ from transferset import fs, loading, schema, typed
 from transferset.augment import check_ops, needs
 from transferset.card import update_run_cards
 from transferset.app import init as starter_init
-from transferset.app.report import RESULTS
+from transferset.app.report import FIGURES_DIR, REPORT, RESULTS, TABLE
 # The builders and declarations, also imported from here by the tests and the report's readers.
 from transferset.app.plan import (TEST_RESULTS_FILE, DataFiles, RunPlan, StageFunctions, build_plan,  # noqa: F401
                                   compress_plan, evaluate_on_test, fingerprint, splits_train, stage_beam)
@@ -36,6 +36,7 @@ from transferset.app.stages import StageDef, stage_key  # noqa: F401
 from transferset.config import LAYER_TEXTS_REST, RunConfig
 from transferset.errors import ConfigError, UserError
 from transferset.fs import remote
+from transferset.fs.links import links_on_the_way, links_under, refuse_links
 from transferset.fs.lock import output_lock
 from transferset.sources import HF_PREFIX, check_hf_names
 from transferset.fs.output import clear as clear_output
@@ -313,9 +314,10 @@ def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=T
     check_paths(cfg, files)
     check_engines(cfg)
     with output_lock(cfg.run_dir, command="run"):  # one run at a time owns run_dir
+        plan = plan_stages(cfg, files, functions)
+        check_links(cfg.run_dir, plan.stages)
         fs.makedirs(cfg.run_dir)
         fs.write_text(fs.join(cfg.run_dir, "config.yaml"), yaml.safe_dump(typed.to_dict(cfg), sort_keys=False))
-        plan = plan_stages(cfg, files, functions)
         log(f"data: train {files.train}; selection split {plan.selection}; test split {plan.test or NO_TEST}")
         run_stages(plan.stages, log)
         result = functions.report(plan.paths, typed.to_dict(cfg), log=log)
@@ -323,6 +325,18 @@ def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=T
         if fs.exists(results_file):  # every model's card gets the report's figures (test split, latency)
             update_run_cards(plan.paths, results_file)
         return result
+
+
+def check_links(run_dir: str, stages: Sequence[StageDef]) -> None:
+    """Refuse a symbolic link on the way to, or inside, any folder or file the run writes in `run_dir`
+    (transferset.fs.links): a stage would clear and write the folder it points to. Before anything is written."""
+    links = [link for name in ("config.yaml", REPORT, RESULTS, TABLE, FIGURES_DIR)
+             for link in links_on_the_way(run_dir, fs.join(run_dir, name))]
+    for s in stages:
+        if s.run is not None and s.folder:
+            rel = os.path.relpath(s.folder, run_dir) if not fs.is_remote(s.folder) else s.folder
+            links += links_on_the_way(run_dir, s.folder) + [f"{rel}/{link}" for link in links_under(s.folder)]
+    refuse_links(run_dir, links, "run_dir")
 
 
 def plan_stages(cfg: RunConfig, files: DataFiles, fn: StageFunctions = StageFunctions()) -> RunPlan:

@@ -54,6 +54,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 from transferset import __version__, fs, schema
 from transferset.errors import ConfigError, UserError
 from transferset.fs import remote
+from transferset.fs.links import links_under, refuse_links
 from transferset.fs.lock import LOCK_FILE, output_lock
 from transferset.fs.written import (_delete_files, _names, _remove_empty_folders, _write_line,  # noqa: F401
                                     reject_line, stats_bytes, write_finish)
@@ -269,6 +270,10 @@ class Output:
     def _writes(self, name: str) -> bool:
         return any(fnmatch.fnmatchcase(name, pattern) for pattern in self.names)
 
+    def _touches(self, name: str, st: State) -> bool:
+        """Whether the run may write, clear or record anything at the top-level entry `name`."""
+        return name in st.ours or self._writes(name) or name in (MANIFEST_FILE, STAGE_FILE) or name.startswith(LOCK_FILE)
+
     def _shown(self, names: Sequence[str]) -> str:
         shown = []
         for name in sorted(names)[:SHOWN]:
@@ -307,6 +312,9 @@ class Output:
             self._unchecked = True
             return None
         st = self.state()
+        # a link among what the run writes or clears, or its record: refused; one inside another's entry is kept
+        refuse_links(self.path, [link for link in links_under(self.path) if self._touches(link.split("/")[0], st)],
+                     self.option)
         if st.foreign:
             clash = [n for n in st.foreign if self._writes(n)]
             if clash or not self.overwrite:

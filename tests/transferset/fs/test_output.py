@@ -1,5 +1,7 @@
 """transferset.fs.output: what an output folder holds, what a run may clear, and the finishing order."""
 import json
+import os
+import shutil
 
 import pytest
 
@@ -318,3 +320,36 @@ def test_clear_deletes_what_the_record_lists_and_keeps_the_rest(tmp_path):
     left = sorted(p.split("/stage/")[1] for p in fsspec.filesystem("memory").find(f"/{tmp_path.name}/stage"))
     assert left == [".stage.json", schema.MANIFEST_FILE, "model/notes.txt"]
     assert clear(f"memory://{tmp_path.name}/nothing") == []
+
+
+@pytest.mark.parametrize("overwrite", (False, True))
+def test_a_link_inside_an_output_is_refused_and_the_folder_it_points_to_is_unchanged(tmp_path, overwrite):
+    """A killed `train` whose model/ was replaced by a link to another student's model/: its rerun (and
+    --overwrite) would have cleared and written that student's weights."""
+    from transferset.testing import tree_hashes
+
+    other = tmp_path / "other"
+    (other / schema.STUDENT_MODEL_DIR).mkdir(parents=True)
+    (other / schema.STUDENT_MODEL_DIR / "weights.bin").write_bytes(b"the other student")
+    out = tmp_path / "out"
+    student = Output(str(out), "train", names=STUDENT_NAMES)
+    with student.writing():
+        student.prepare()
+        (out / schema.STUDENT_MODEL_DIR).mkdir()
+        (out / schema.STUDENT_MODEL_DIR / "weights.bin").write_bytes(b"ours")
+    shutil.rmtree(out / schema.STUDENT_MODEL_DIR)
+    (out / schema.COMPLETE_MARKER).unlink()
+    os.symlink(other / schema.STUDENT_MODEL_DIR, out / schema.STUDENT_MODEL_DIR)
+    before, ours = tree_hashes(str(other)), tree_hashes(str(out))
+    with pytest.raises(ConfigError, match=rf"^--output {out}: model is a symbolic link \(to {other}/model\); "):
+        with Output(str(out), "train", names=STUDENT_NAMES, overwrite=overwrite).writing() as again:
+            again.prepare()
+    assert tree_hashes(str(other)) == before and tree_hashes(str(out)) == ours
+
+
+def test_a_link_among_others_entries_is_kept_and_written_beside(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    os.symlink(tmp_path, out / "notes")  # another's entry the run neither writes nor clears
+    _run(out, "augment", overwrite=True)
+    assert os.path.islink(out / "notes") and (out / schema.COMPLETE_MARKER).exists()
