@@ -20,6 +20,7 @@ import numpy as np
 
 from students.student import OnnxStudent, Student
 from transferset import fs, schema, timing, transfer
+from transferset.card import text as markdown_text
 from transferset.config import DEFAULT_MAX_LENGTH, AugmentConfig, ReportConfig
 from transferset.fs.remote import local_output, local_teacher
 from transferset.sources import read_texts
@@ -201,7 +202,8 @@ def latency_note(cond: dict, rounds: int = REPORT_ROUNDS, rows: Sequence[dict] =
 
 def results_table(rows: list[dict], cond: Optional[dict] = None, rounds: int = REPORT_ROUNDS) -> str:
     lines = ["| " + " | ".join(HEADER) + " |", "|" + " --- |" * len(HEADER)]
-    lines += ["| " + " | ".join(_cells(r)) + " |" for r in rows]
+    # a model's name comes from the YAML (a student's key) or a folder's name: plain text, never Markdown or HTML
+    lines += ["| " + " | ".join([markdown_text(cell) for cell in _cells(r)]) + " |" for r in rows]
     if cond is not None:
         lines += ["", latency_note(cond, rounds, rows)]
     return "\n".join(lines)

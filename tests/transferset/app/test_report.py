@@ -46,3 +46,19 @@ def test_the_note_says_which_rows_ran_on_onnx_runtime():
                          "include ONNX Runtime's own over PyTorch (`python benchmarks/int8.py RUN_DIR` times every "
                          "model on ONNX Runtime).")
     assert "ONNX Runtime" not in results_table(rows[:2], cond).splitlines()[-1]
+
+
+def test_a_models_name_is_plain_text_in_results_md_and_report_html(tmp_path):
+    """A student's name is a YAML key: `<script>`, a `javascript:` link, a newline or a `|` in it is shown as
+    text in results.md (one row, its cells whole) and in report.html, never run, linked or split."""
+    from transferset.app.report import _html
+
+    name = "student: <script>alert(1)</script> [x](javascript:alert(1)) a|b\nc (bilstm, joint)"
+    table = results_table([TEACHER, {**STUDENT, "name": name}])
+    row = table.splitlines()[-1]
+    assert len(table.splitlines()) == 4 and row.startswith(
+        "| student: &lt;script&gt;alert(1)&lt;/script&gt; \\[x\\](javascript:alert(1)) a\\|b c (bilstm, joint) | 85.0")
+    assert len(row.replace("\\|", "").split("|")) == len(table.splitlines()[0].split("|"))
+    page = _html(table_rows=[{**STUDENT, "name": name}], aug={"mean_variants_per_example": 1.0, "plot": "a.png"},
+                 conf={"plot": "c.png"}, curves=[], stats={}, run_dir=str(tmp_path), dev="dev.tsv")
+    assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
