@@ -272,7 +272,8 @@ class Output:
 
     def _touches(self, name: str, st: State) -> bool:
         """Whether the run may write, clear or record anything at the top-level entry `name`."""
-        return name in st.ours or self._writes(name) or name in (MANIFEST_FILE, STAGE_FILE) or name.startswith(LOCK_FILE)
+        return (name in st.ours or self._writes(name) or name in (MANIFEST_FILE, STAGE_FILE)
+                or name.startswith(LOCK_FILE))
 
     def _shown(self, names: Sequence[str]) -> str:
         shown = []
