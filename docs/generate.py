@@ -161,7 +161,12 @@ def configuration_page() -> str:
              _wrap("Every setting of a run config (`transferset run --config YAML`, or `key=value` on its command "
                    "line), its type, default, bound and meaning. The single commands take the same settings as "
                    "flags: `augment: {n_iter: 20}` in a YAML is `--n-iter 20` on `transferset augment`. Every value "
-                   "is type-checked before any stage runs. `transferset init` writes a commented starter file."), ""]
+                   "is type-checked before any stage runs. `transferset init` writes a commented starter file."), "",
+             _wrap("A relative path in a YAML (`run_dir`, `data`, `dev`, `test`, `teacher_path`, ...) is read from "
+                   "the folder the command starts in, as on the command line, not from the YAML's folder: "
+                   "`configs/*.yaml` are run from the repository root. `transferset init` writes its data paths "
+                   "absolute, so its file runs from any folder; its `run_dir` stays relative (`runs/NAME` under the "
+                   "folder `run` starts in)."), ""]
     lines += _section(RunConfig, "the run (top level)")
     seen: set[type] = {RunConfig}
     queue = [(k, c) for k, c in _nested(RunConfig)]

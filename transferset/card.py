@@ -71,7 +71,7 @@ def records(folder: str) -> dict[str, Any]:
         config = _read_json(fs.join(folder, schema.HF_CONFIG_FILE)) or {}
         id2label = config.get("id2label") or {}
         out.update(labels=metrics.get("label_names") or [id2label[k] for k in sorted(id2label, key=int)],
-                   base_model=hub_id(metrics.get("base_model")) or hub_id(config.get("_name_or_path")),
+                   base_model=backbone(metrics.get("base_model")) or backbone(config.get("_name_or_path")),
                    train=metrics.get("train"), selection_file=metrics.get("dev"),
                    train_rows=metrics.get("train_rows"), settings=metrics.get("config") or {})
         out["figures"]["selection"] = metrics.get("best_dev_accuracy")
@@ -79,16 +79,16 @@ def records(folder: str) -> dict[str, Any]:
         sidecar = _read_json(fs.join(folder, schema.STUDENT_MODEL_DIR, schema.STUDENT_SIDECAR_FILE)) or {}
         t = metrics.get("transfer") or {}
         meta = _set_metadata(t.get("dir"))
-        teacher = t.get("teacher_id") or meta.get(schema.META_TEACHER_ID) or sidecar.get("teacher_id")
         augment = meta.get(schema.META_AUGMENT_CONFIG)
         if isinstance(augment, str):
             augment = json.loads(augment)
         out.update(labels=sidecar.get("label_names") or meta.get(schema.META_LABEL_NAMES) or [],
-                   teacher=where_in_run(teacher, folder), base_model=_backbone(teacher),
+                   teacher=t.get("teacher_id") or meta.get(schema.META_TEACHER_ID) or sidecar.get("teacher_id"),
                    family=metrics.get("student") or sidecar.get("family"), schedule=metrics.get("schedule"),
                    parameters=metrics.get("parameters"), transfer_dir=t.get("dir"), transfer_rows=t.get("rows"),
                    labeled_rows=t.get("labeled_rows"), augment=augment or {}, selection_file=metrics.get("dev"),
                    agreement=metrics.get("teacher_agreement"), settings=metrics.get("config") or {})
+        out["base_model"] = backbone(out["teacher"])
         out["figures"].update(selection=metrics.get("dev_accuracy"),
                               latency=_latency(metrics.get("latency_ms_per_example")),
                               machine=_machine(metrics.get("latency_conditions")))
@@ -108,15 +108,53 @@ def records(folder: str) -> dict[str, Any]:
     return out
 
 
-def _backbone(teacher: Optional[str]) -> Optional[str]:
-    """The hub id a teacher was fine-tuned from (its own id when it is one), None when only a local path is known."""
-    if hub_id(teacher):
-        return teacher
-    if not teacher or not fs.isdir(teacher):
+# A model hub id: NAME or OWNER/NAME (letters, digits, '-', '_', '.'), what `base_model:` must hold.
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
+
+
+def backbone(model: Any, depth: int = 0) -> Optional[str]:
+    """The hub id a model came from: `model` itself when it is one (not a local path), else what a local
+    teacher folder's records say it was fine-tuned from; None when only a local path is known, so a card
+    never carries its author's file system as `base_model`."""
+    if not isinstance(model, str) or not model or depth > 3:
         return None
-    metrics = _read_json(fs.join(teacher, schema.METRICS_FILE)) or {}
-    config = _read_json(fs.join(teacher, schema.HF_CONFIG_FILE)) or {}
-    return hub_id(metrics.get("base_model")) or hub_id(config.get("_name_or_path"))
+    if _HUB_ID.match(model) and not os.path.exists(model) and not model.startswith("."):
+        return model
+    if fs.is_remote(model) or not os.path.isdir(model):
+        return None
+    metrics = _read_json(os.path.join(model, schema.METRICS_FILE)) or {}
+    config = _read_json(os.path.join(model, schema.HF_CONFIG_FILE)) or {}
+    return backbone(metrics.get("base_model"), depth + 1) or backbone(config.get("_name_or_path"), depth + 1)
+
+
+def shown_path(path: Any, folder: str) -> str:
+    """`path` as a card shows it: a local path relative to the folder it shares with the model's `folder` (a run's
+    teacher/ for its students), its name alone when they share none; a hub id or a URL as it is."""
+    path = str(path)
+    if fs.is_remote(path) or fs.is_remote(folder) or not os.path.isabs(path) and not os.path.exists(path):
+        return path
+    a, b = os.path.abspath(path), os.path.abspath(folder)
+    common = os.path.commonpath([a, b])
+    if common == os.path.dirname(common):  # only the root in common
+        return os.path.basename(a.rstrip(os.sep)) or a
+    return os.path.relpath(a, common) if a != common else os.path.basename(a)
+
+
+def text(value: Any) -> str:
+    """A recorded value as plain text in Markdown (a card's body, a table's cell): one line, HTML escaped, and
+    the marks of links, emphasis, code and table cells escaped (a label `<script>` or `[x](javascript:...)` is
+    shown, never run or linked)."""
+    line = html.escape(" ".join(str(value).splitlines()), quote=False)
+    line = re.sub(r"([\\`*\[\]|~])", r"\\\1", line)
+    return re.sub(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])", r"\\_", line)  # labels_only stays as it is
+
+
+def code(value: Any) -> str:
+    """A recorded value as one Markdown code span (shown as is: no HTML or link inside one), on one line."""
+    line = " ".join(str(value).splitlines())
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", line)), default=0) + 1)
+    pad = " " if line.startswith("`") or line.endswith("`") else ""
+    return f"{fence}{pad}{line}{pad}{fence}"
 
 
 def _model_folder(path: str) -> str:
@@ -191,90 +229,57 @@ def _pct(value: Optional[float]) -> str:
     return "not measured" if value is None else f"{100 * value:.1f}%"
 
 
-_MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+!|~>-])")
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
-
-
-def text(value: Any) -> str:
-    """A value from a file (a label name, a path) as plain text in Markdown: one line, HTML-escaped, every Markdown
-    sign escaped, so no name makes a link, a tag or a heading of the card (the front matter is YAML-quoted)."""
-    one_line = " ".join(str(value).split())
-    return _MARKDOWN.sub(r"\\\1", html.escape(one_line, quote=False))
-
-
-def code(value: Any) -> str:
-    """A value as an inline code span: one line, fenced by more backticks than it holds."""
-    one_line = " ".join(str(value).split())
-    fence = "`" * (max((len(m) for m in re.findall("`+", one_line)), default=0) + 1)
-    pad = " " if one_line.startswith("`") or one_line.endswith("`") else ""
-    return f"{fence}{pad}{one_line}{pad}{fence}"
-
-
-def hub_id(value: Any) -> Optional[str]:
-    """`value` when it names a model on a hub (`org/name`), None for a local folder (never published in a card)."""
-    if not isinstance(value, str) or not _HUB_ID.match(value) or os.path.exists(value):
-        return None
-    return value
-
-
-def where_in_run(path: Optional[str], folder: str) -> Optional[str]:
-    """`path` relative to the run directory both it and `folder` lie in (a card names no one's file system)."""
-    if not path:
-        return None
-    if fs.is_remote(path) or fs.is_remote(folder):
-        return fs.basename(path.rstrip("/"))
-    a, b = os.path.abspath(path), os.path.abspath(folder)
-    common = os.path.commonpath([a, b])
-    return os.path.relpath(a, common) if common not in ("/", "") else os.path.basename(a)
-
-
 def render(rec: dict) -> str:
-    """The card: front matter, then the model's story in a few short sections."""
-    kind, fig = rec["kind"], rec["figures"]
-    name = fs.basename(rec["folder"].rstrip("/")) or "model"
+    """The card: front matter, then the model's story in a few short sections. Every recorded value in the body
+    is escaped (`text`, `code`) and every local path is shown relative to the model (`shown_path`)."""
+    kind, fig, folder = rec["kind"], rec["figures"], rec["folder"]
+    name = fs.basename(folder.rstrip("/")) or "model"
     labels = ", ".join(text(label) for label in rec.get("labels") or []) or "unknown"
+    base = f" (fine-tuned from {code(rec['base_model'])})" if rec.get("base_model") else ""
     lines = ["---", yaml.safe_dump(front_matter(rec), sort_keys=False, allow_unicode=True).strip(), "---", "",
              f"# {text(name)}", ""]
-    backbone = code(rec["base_model"]) if rec.get("base_model") else "a local model"
-    teacher = code(rec["teacher"]) if rec.get("teacher") else "its run's teacher"
-    what = {TEACHER: f"A text classifier fine-tuned from {backbone}: the teacher of a transferset run.",
-            STUDENT: f"A {text(rec.get('family'))} student distilled by transferset from the teacher {teacher} "
-                     f"(fine-tuned from {backbone}).",
-            EXPORT: f"An ONNX export ({text((rec.get('export') or {}).get('quantize') or 'float32')}) of "
-                    f"{code(where_in_run(rec.get('source'), rec['folder']) or 'a model')}, a "
-                    f"{text(rec.get('source_kind') or 'model')}."}[kind]
-    selection = f" ({code(fs.basename(rec['selection_file']))})" if rec.get("selection_file") else ""
+    tuned = f" fine-tuned from {code(rec['base_model'])}" if rec.get("base_model") else ""
+    what = {TEACHER: f"A text classifier{tuned}: the teacher of a transferset run.",
+            STUDENT: f"A {text(rec.get('family'))} student distilled by transferset from the teacher "
+                     f"{_path(rec.get('teacher'), folder)}{base}.",
+            EXPORT: f"An ONNX export ({(rec.get('export') or {}).get('quantize') or 'float32'}) of "
+                    f"{_path(rec.get('source'), folder)}, a {rec.get('source_kind') or 'model'}."}[kind]
+    selection = f" ({_path(rec['selection_file'], folder)})" if rec.get("selection_file") else ""
     lines += [what, "", f"Labels, in class order: {labels}.", "", "## Accuracy and speed", "",
               f"- selection split: {_pct(fig['selection'])}{selection}", f"- test split: {_pct(fig['test'])}"]
     if fig["latency"]:
         cells = ", ".join(f"{v:.3g} ms at batch {k.split('_')[1]}" for k, v in fig["latency"].items())
-        lines.append(f"- CPU latency per example: {cells}" + (f" (timed on {text(fig['machine'])})"
-                                                               if fig["machine"] else ""))
+        lines.append(f"- CPU latency per example: {cells}" + (f" (timed on {fig['machine']})" if fig["machine"] else ""))
     else:
         lines.append("- latency: not timed here (`transferset run`'s report times every model together)")
     if rec.get("agreement") is not None:
         lines.append(f"- agreement with the teacher: {_pct(rec['agreement'])}")
-    lines += _made(rec, kind, teacher, backbone)
-    lines += ["", "## Use it", "", "```python", *_usage(kind, rec["folder"]), "```", ""]
+    lines += _how_it_was_made(rec, base)
+    lines += ["", "## Use it", "", "```python", *_usage(kind, folder), "```", ""]
     return "\n".join(lines)
 
 
-def _made(rec: dict, kind: str, teacher: str, backbone: str) -> list[str]:
-    """The card's "How it was made" lines."""
+def _path(path: Any, folder: str) -> str:
+    return code(shown_path(path, folder)) if path else "an unrecorded model"
+
+
+def _how_it_was_made(rec: dict, base: str) -> list[str]:
+    kind, folder = rec["kind"], rec["folder"]
     lines: list[str] = []
     if kind in (STUDENT, EXPORT) and rec.get("transfer_dir"):
         aug = rec.get("augment") or {}
         recipe = ",".join(aug.get("ops") or []) or aug.get("recipe") or "unknown"
-        lines += ["", "## How it was made", "", f"- distilled from: {teacher} (fine-tuned from {backbone})",
-                  f"- transfer set: {code(where_in_run(rec['transfer_dir'], rec['folder']))}, "
-                  f"{rec.get('transfer_rows')} rows ({rec.get('labeled_rows')} with a gold label); recipe "
-                  f"{text(recipe)}, {text(aug.get('n_iter', '?'))} variants per labeled example, seed "
-                  f"{text(aug.get('seed', '?'))}",
+        lines += ["", "## How it was made", "",
+                  f"- distilled from: {_path(rec.get('teacher'), folder)}{base}",
+                  f"- transfer set: {_path(rec['transfer_dir'], folder)}, {rec.get('transfer_rows')} rows "
+                  f"({rec.get('labeled_rows')} with a gold label); recipe {text(recipe)}, "
+                  f"{text(aug.get('n_iter', '?'))} variants per labeled example, seed {text(aug.get('seed', '?'))}",
                   f"- training: {text(_settings(rec.get('settings') or {}))}"]
     elif kind == TEACHER:
+        origin = code(rec["base_model"]) if rec.get("base_model") else "a local model"
         lines += ["", "## How it was made", "",
-                  f"- fine-tuned from {backbone} on {code(fs.basename(str(rec.get('train'))))} "
-                  f"({rec.get('train_rows')} rows)", f"- training: {text(_settings(rec.get('settings') or {}))}"]
+                  f"- fine-tuned from {origin} on {_path(rec.get('train'), folder)} ({rec.get('train_rows')} rows)",
+                  f"- training: {text(_settings(rec.get('settings') or {}))}"]
     if kind == EXPORT and rec.get("export"):
         e = rec["export"]
         lines.append(f"- export: opset {e.get('opset')}, max_length {e.get('max_length')}, checked against PyTorch "
@@ -292,14 +297,11 @@ def _settings(settings: dict) -> str:
 
 
 def _usage(kind: str, folder: str) -> list[str]:
-    """Three lines that load and run the model, from the folder that holds this one (no absolute path)."""
-    name = fs.basename(folder.rstrip("/")) or "."
     if kind == TEACHER:
-        return [f"# run in the folder that holds {name}/", "from transformers import pipeline",
-                f"classify = pipeline('text-classification', model={name!r})",
+        return ["from transformers import pipeline", f"classify = pipeline('text-classification', model={folder!r})",
                 "print(classify('a charming and funny film'))"]
-    return [f"# run in the folder that holds {name}/", "from students.student import Student",
-            f"model = Student.from_pretrained({name!r})", "print(model.predict(['a charming and funny film']).labels)"]
+    return ["from students.student import Student", f"model = Student.from_pretrained({folder!r})",
+            "print(model.predict(['a charming and funny film']).labels)"]
 
 
 def write_card(folder: str, figures: Optional[dict] = None, shown_as: Optional[str] = None) -> Optional[str]:

@@ -393,3 +393,16 @@ def tiny_family_mlm(directory: str, family: str, texts: Sequence[str], *, hidden
     AutoModelForMaskedLM.from_config(config).eval().save_pretrained(directory)
     tok.save_pretrained(directory)
     return directory
+
+
+def tree_hashes(directory: str) -> dict[str, str]:
+    """Every file under `directory` (its path inside it) → the SHA-256 of its bytes: a folder byte for byte."""
+    import hashlib
+
+    found = {}
+    for root, _, files in os.walk(directory):
+        for name in files:
+            path = os.path.join(root, name)
+            with open(path, "rb") as fh:
+                found[os.path.relpath(path, directory)] = hashlib.sha256(fh.read()).hexdigest()
+    return found

@@ -2,6 +2,7 @@
 import json
 import os
 import re
+import shutil
 from pathlib import Path
 
 import apache_beam as beam
@@ -412,3 +413,25 @@ def test_a_users_files_inside_data_and_rejects_survive_a_rerun_and_an_overwrite(
     files = json.loads((p / schema.MANIFEST_FILE).read_text())["files"]
     assert "data/keep.txt" not in files and "rejects/mine.jsonl" not in files
     assert [f for f in files if f.endswith(".parquet")] and [f for f in files if f.startswith("rejects/")]
+
+
+def test_a_data_folder_linked_to_another_set_is_refused_and_that_set_stays_byte_for_byte(tmp_path, capsys):
+    """An unfinished augment output whose data/ is a link to another transfer set's data/: the plain rerun
+    replaced that set's shards (953 → 527 rows) while its stats.json still described the old ones."""
+    from transferset.testing import tree_hashes
+
+    src = _small_tsv(tmp_path / "t.tsv")
+    big, out = tmp_path / "big", tmp_path / "out"
+    base = ["augment", "--input", str(src), "--n-iter", "1", "--ops", "mask", "--runner", "FnApiRunner"]
+    assert main([*base, "--output", str(big)]) == 0
+    assert main([*base, "--output", str(out)]) == 0
+    shutil.rmtree(out / schema.DATA_DIR)
+    (out / schema.COMPLETE_MARKER).unlink()
+    os.symlink(big / schema.DATA_DIR, out / schema.DATA_DIR)
+    before, ours = tree_hashes(str(big)), tree_hashes(str(out))
+    for extra in ([], ["--overwrite"]):
+        capsys.readouterr()
+        assert main([*base, "--output", str(out), *extra]) == 2, extra
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert f"--output {out}: data is a symbolic link (to {big}/data); transferset never writes" in err
+        assert tree_hashes(str(big)) == before and tree_hashes(str(out)) == ours, extra

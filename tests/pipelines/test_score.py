@@ -601,3 +601,24 @@ def test_a_users_files_in_data_and_rejects_survive_a_rerun_a_resume_and_an_overw
             os.path.relpath(p, g4) for p in transfer.data_files(g4)), extra
         if extra == []:  # the next resume finds the set complete
             os.remove(os.path.join(g4, schema.COMPLETE_MARKER))
+
+
+def test_a_data_folder_linked_to_another_scored_set_is_refused_and_that_set_stays_byte_for_byte(
+        scored_copy, transfer_dir, teacher_dir, tmp_path, capsys):
+    """`score` onto an unfinished output whose data/ links to another scored set's data/: refused before
+    anything is cleared or written (a rerun, --resume and --overwrite alike), exit 2."""
+    from transferset.testing import tree_hashes
+
+    src, _ = transfer_dir
+    out = str(tmp_path / "g5")
+    shutil.copytree(scored_copy, out)
+    shutil.rmtree(os.path.join(out, schema.DATA_DIR))
+    os.remove(os.path.join(out, schema.COMPLETE_MARKER))
+    os.symlink(os.path.join(scored_copy, schema.DATA_DIR), os.path.join(out, schema.DATA_DIR))
+    before, ours = tree_hashes(scored_copy), tree_hashes(out)
+    args = ["score", "--input", src, "--teacher", teacher_dir, "--output", out, "--runner", "FnApiRunner"]
+    for extra in ([], ["--resume"], ["--overwrite"]):
+        capsys.readouterr()
+        assert cli.main(args + extra) == 2, extra
+        assert f"--output {out}: data is a symbolic link" in capsys.readouterr().err, extra
+        assert tree_hashes(scored_copy) == before and tree_hashes(out) == ours, extra

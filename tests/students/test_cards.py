@@ -2,7 +2,7 @@
 and `transferset export` keeps it in the export folder with what the export changed. (A run's cards carry the
 report's figures: tests/transferset/app/test_init.py.)"""
 import json
-import os
+import re
 
 import pytest
 
@@ -10,7 +10,7 @@ from shipped import shipped_models
 from students.student import OnnxStudent, Student
 from transferset import schema
 from transferset.app.cli import main
-from transferset.card import CARD_FILE, read_front_matter, write_card
+from transferset.card import CARD_FILE, read_front_matter, shown_path, write_card
 
 pytest.importorskip("onnxruntime")
 
@@ -28,25 +28,21 @@ def test_a_trained_student_has_a_card_from_its_records(student):
     metrics = json.load(open(f"{student}/{schema.METRICS_FILE}"))
     meta = read_front_matter(f"{student}/{CARD_FILE}")
     assert meta["pipeline_tag"] == "text-classification" and meta["labels"] == ["0", "1"]
-    # its teacher is a local folder: no base_model a hub would misread, and no one's file system in the text
+    # the tiny teacher is known by its local folder only: no base_model, and its folder relative to the student's
     assert "base_model" not in meta
-    assert metrics["transfer"]["teacher_id"] not in open(f"{student}/{CARD_FILE}", encoding="utf-8").read()
+    text = open(f"{student}/{CARD_FILE}", encoding="utf-8").read()
+    teacher = metrics["transfer"]["teacher_id"]
+    shown = shown_path(teacher, student)
+    assert f"from the teacher `{shown}`." in text and not shown.startswith("/")
     assert _metrics(meta) == {"accuracy on the selection split": metrics["dev_accuracy"],
                               "CPU ms per example (batch 1)": metrics["latency_ms_per_example"]["batch_1"],
                               "CPU ms per example (batch 64)": metrics["latency_ms_per_example"]["batch_64"]}
-    text = open(f"{student}/{CARD_FILE}", encoding="utf-8").read()
     assert f"{metrics['transfer']['rows']} rows ({metrics['transfer']['labeled_rows']} with a gold label)" in text
-    name = os.path.basename(student)
-    assert f"Student.from_pretrained({name!r})" in text and "test split: not measured" in text
-    # the card's lines load and run the model they name, from the folder that holds it
+    assert f"Student.from_pretrained({student!r})" in text and "test split: not measured" in text
+    # the card's three lines load and run the model they name
     code = text.split("```python\n", 1)[1].split("```", 1)[0]
     scope: dict = {}
-    here = os.getcwd()
-    os.chdir(os.path.dirname(student))
-    try:
-        exec(code.replace("print(", "result = ("), scope)
-    finally:
-        os.chdir(here)
+    exec(code.replace("print(", "result = ("), scope)
     assert scope["result"][0] in ("0", "1")
 
 
@@ -55,12 +51,13 @@ def test_export_keeps_the_card_with_what_it_changed(student, tmp_path):
     assert main(["export", "--model", student, "--output", str(out), "--format", "onnx"]) == 0
     source = read_front_matter(f"{student}/{CARD_FILE}")
     meta = read_front_matter(str(out / CARD_FILE))
-    assert "onnx" in meta["tags"] and meta["labels"] == source["labels"] and "base_model" not in meta
+    assert "onnx" in meta["tags"] and meta["labels"] == source["labels"]
+    assert meta.get("base_model") == source.get("base_model")
     # float32 computes what the student computes: its accuracy stands; latency is the export's own to measure
     assert _metrics(meta) == {"accuracy on the selection split": _metrics(source)["accuracy on the selection split"]}
     text = (out / CARD_FILE).read_text(encoding="utf-8")
-    assert "An ONNX export (float32) of `" in text and ", a student." in text and "opset" in text
-    assert f"Student.from_pretrained('onnx')" in text
+    assert f"An ONNX export (float32) of `{shown_path(student, str(out))}`, a student" in text and "opset" in text
+    assert f"Student.from_pretrained({str(out)!r})" in text
     assert isinstance(Student.from_pretrained(str(out)), OnnxStudent)
     # a rewritten card takes measured figures over the records', as `run` does with results.json's
     write_card(str(out), {"selection": 0.5, "test": 0.25})
@@ -72,32 +69,54 @@ def test_a_folder_without_a_model_gets_no_card(tmp_path):
     assert write_card(str(tmp_path)) is None and not (tmp_path / CARD_FILE).exists()
 
 
-NASTY = ["<script>alert(1)</script>", "[click](javascript:alert(1))", "two\nlines", "`code` *bold*"]
+HOSTILE = ["<script>alert(1)</script>", "[click](javascript:alert(1))", "two\nlines *and* _more_"]
 
 
-def test_label_names_and_paths_cannot_make_markup_and_a_hub_backbone_is_the_base_model(tmp_path):
-    """Label names come from a user's file: in the card's body they stay plain text on one line (no tag, no link,
-    no split sentence), and the front matter keeps them exact. The teacher's base model is its hub id; the card
-    names no absolute local path."""
-    teacher = tmp_path / "runs" / "demo" / "teacher"
+def _fake_run(tmp_path, labels, base_model):
+    """A run folder's teacher/ and students/s/ records (no weights: a card reads only the records)."""
+    run = tmp_path / "home" / "me" / "runs" / "demo"
+    teacher, student = run / "teacher", run / "students" / "s"
     teacher.mkdir(parents=True)
-    (teacher / schema.HF_CONFIG_FILE).write_text(json.dumps(
-        {"id2label": {str(i): name for i, name in enumerate(NASTY)},
-         "_name_or_path": "/home/me/.cache/all-MiniLM-L6-v2"}))
-    (teacher / schema.METRICS_FILE).write_text(json.dumps(
-        {"base_model": "sentence-transformers/all-MiniLM-L6-v2", "train": str(tmp_path / "runs/demo/data/l.jsonl"),
-         "train_rows": 10, "best_dev_accuracy": 0.5}))
-    write_card(str(teacher))
-    meta = read_front_matter(str(teacher / CARD_FILE))
-    assert meta["labels"] == NASTY and meta["base_model"] == "sentence-transformers/all-MiniLM-L6-v2"
-    text = (teacher / CARD_FILE).read_text(encoding="utf-8")
-    body = text.split("\n---\n", 1)[1]
-    assert "<script>" not in body and "](javascript:" not in body and "&lt;script&gt;" in body
-    labels_line = next(line for line in body.splitlines() if line.startswith("Labels, in class order:"))
-    assert "two lines" in labels_line and "\\`code\\` \\*bold\\*" in labels_line
-    assert str(tmp_path) not in body and "/home/me" not in text
-    # a teacher fine-tuned from a local folder has no base_model at all
-    (teacher / schema.METRICS_FILE).write_text(json.dumps({"base_model": str(tmp_path / "mpnet")}))
-    write_card(str(teacher))
-    assert "base_model" not in read_front_matter(str(teacher / CARD_FILE))
-    assert "fine-tuned from a local model" in (teacher / CARD_FILE).read_text(encoding="utf-8")
+    (teacher / "config.json").write_text(json.dumps({"id2label": {str(i): n for i, n in enumerate(labels)}}))
+    (teacher / schema.METRICS_FILE).write_text(json.dumps({
+        "base_model": base_model, "label_names": labels, "train": str(run / "data" / "labeled.jsonl"),
+        "train_rows": 10, "best_dev_accuracy": 0.5}))
+    (student / schema.STUDENT_MODEL_DIR).mkdir(parents=True)
+    (student / schema.STUDENT_MODEL_DIR / schema.STUDENT_SIDECAR_FILE).write_text(json.dumps({"label_names": labels}))
+    (student / schema.METRICS_FILE).write_text(json.dumps({
+        "student": "bilstm", "dev_accuracy": 0.5, "dev": str(run / "data" / "validation.jsonl"),
+        "transfer": {"dir": str(run / "transfer"), "teacher_id": str(teacher), "rows": 30, "labeled_rows": 10}}))
+    return run, teacher, student
+
+
+def test_label_names_are_escaped_in_the_body_and_kept_whole_in_the_front_matter(tmp_path):
+    run, teacher, student = _fake_run(tmp_path, HOSTILE, "prajjwal1/bert-tiny")
+    for folder in (teacher, student):
+        write_card(str(folder))
+        text = (folder / CARD_FILE).read_text(encoding="utf-8")
+        assert read_front_matter(str(folder / CARD_FILE))["labels"] == HOSTILE
+        body = text.split("\n---\n", 1)[1]
+        # no tag, no link (its `[` escaped), the sentence on one line
+        assert "<script>" not in body and re.search(r"(?<!\\)\[click", body) is None and "two\nlines" not in body
+        assert ("Labels, in class order: &lt;script&gt;alert(1)&lt;/script&gt;, \\[click\\](javascript:alert(1)), "
+                "two lines \\*and\\* \\_more\\_.") in body
+
+
+def test_base_model_is_the_teachers_hub_id_and_no_card_names_the_authors_folders(tmp_path):
+    run, teacher, student = _fake_run(tmp_path, ["neg", "pos"], "prajjwal1/bert-tiny")
+    for folder in (teacher, student):
+        write_card(str(folder))
+        assert read_front_matter(str(folder / CARD_FILE))["base_model"] == "prajjwal1/bert-tiny"
+    text = (student / CARD_FILE).read_text(encoding="utf-8")
+    assert "from the teacher `teacher` (fine-tuned from `prajjwal1/bert-tiny`)." in text
+    assert "- transfer set: `transfer`, 30 rows" in text and "(`data/validation.jsonl`)" in text
+    assert "on `data/labeled.jsonl` (10 rows)" in (teacher / CARD_FILE).read_text(encoding="utf-8")
+    # a teacher fine-tuned from a local folder: only that path is known, so no base_model at all
+    local = tmp_path / "my-encoder"
+    local.mkdir()
+    run, teacher, student = _fake_run(tmp_path / "b", ["neg", "pos"], str(local))
+    for folder in (teacher, student):
+        write_card(str(folder))
+        assert "base_model" not in read_front_matter(str(folder / CARD_FILE))
+        body = (folder / CARD_FILE).read_text(encoding="utf-8").split("## Use it")[0]
+        assert str(tmp_path) not in body

@@ -190,6 +190,8 @@ def starter_yaml(data: str, output: str, command: str, **columns_and_files: Opti
     lines = [f"# transferset run --config {output}",
              f"# Written by `{command}`. A setting given on the command line wins: key=value, e.g. teacher.epochs=1.",
              "# Every setting, its default and bound: docs/configuration.md (transferset/config/).",
+             "# A relative path here (run_dir) is read from the folder `transferset run` starts in, as on the command "
+             "line;", "# the data paths are absolute, so this file runs from any folder.",
              f"run_dir: {_dump(raw['run_dir'])}  # every stage writes into a folder of it; a rerun reuses what is done",
              f"data: {_dump(raw['data'])}  # the train file (TSV, CSV, JSONL, Parquet), or hf:NAME[:CONFIG]"]
     if "dev" in raw:
@@ -241,19 +243,43 @@ def command_line(argv: Sequence[str]) -> str:
     return " ".join(["transferset", "init", *argv])
 
 
+def absolute(path: str) -> str:
+    """A local path made absolute (an hf: split and a URL as they are)."""
+    return path if path.startswith(HF_PREFIX) or fs.is_remote(path) else os.path.abspath(path)
+
+
+def check_output(output: str, overwrite: bool) -> None:
+    """Refuse an --output that cannot be the YAML file written: a folder, one below a file, an existing file
+    without --overwrite."""
+    if os.path.isdir(output):
+        raise ConfigError(f"--output {output} is a folder: give the path of the YAML file to write, e.g. "
+                          f"{os.path.join(output, 'run.yaml')}")
+    if os.path.lexists(output) and not overwrite:
+        raise ConfigError(f"--output {output} exists: choose another file, or add --overwrite")
+    parent = os.path.dirname(output)
+    while parent and not os.path.isdir(parent):
+        if os.path.lexists(parent):
+            raise ConfigError(f"--output {output}: {parent} is a file, not a folder; choose another --output")
+        parent = os.path.dirname(parent)
+
+
 def run(args: argparse.Namespace, extra) -> int:
     for flag in ("data", "dev", "test"):
         path = getattr(args, flag, None)
         if path and not path.startswith(HF_PREFIX) and not fs.exists(path):
             raise ConfigError(f"--{flag} {path}: no such file")
-    if os.path.exists(args.output) and not args.overwrite:
-        raise ConfigError(f"--output {args.output} exists: choose another file, or add --overwrite")
+    check_output(args.output, args.overwrite)
     kwargs = data_kwargs(args)
     argv = ["--data", args.data, *[f"--{k.replace('_', '-')} {v}" for k, v in kwargs.items() if v],
             "--output", args.output]
-    text = starter_yaml(args.data, args.output, command_line(argv), **kwargs)
+    # the YAML's relative paths are read from the folder `run` starts in: its data paths are written absolute
+    kwargs.update({k: absolute(kwargs[k]) for k in ("dev", "test") if kwargs.get(k)})
+    text = starter_yaml(absolute(args.data), args.output, command_line(argv), **kwargs)
     cfg = typed.load(RunConfig, yaml.safe_load(text), where=args.output)  # type-checked as `run --config` will
     check_data(cfg)
+    parent = os.path.dirname(args.output)
+    if parent:
+        os.makedirs(parent, exist_ok=True)  # a YAML in a folder not made yet: the folder is made, as an editor does
     with open(args.output, "w", encoding="utf-8") as fh:
         fh.write(text)
     print(f"wrote {args.output}: run it with `transferset run --config {args.output}`")

@@ -28,7 +28,7 @@ from transferset import fs, loading, schema, typed
 from transferset.augment import check_ops, needs
 from transferset.card import update_run_cards
 from transferset.app import init as starter_init, keys, preflight
-from transferset.app.report import RESULTS
+from transferset.app.report import FIGURES_DIR, REPORT, RESULTS, TABLE
 # The builders and declarations, also imported from here by the tests and the report's readers.
 from transferset.app.plan import (TEST_RESULTS_FILE, DataFiles, RunPlan, StageFunctions, build_plan,  # noqa: F401
                                   compress_plan, evaluate_on_test, fingerprint, splits_train, stage_beam)
@@ -36,6 +36,7 @@ from transferset.app.stages import StageDef, stage_key  # noqa: F401
 from transferset.config import LAYER_TEXTS_REST, RunConfig
 from transferset.errors import ConfigError, UserError
 from transferset.fs import remote
+from transferset.fs.links import links_on_the_way, links_under, refuse_links
 from transferset.fs.lock import output_lock
 from transferset.sources import HF_PREFIX, check_hf_names
 from transferset.fs.output import clear as clear_output
@@ -307,6 +308,7 @@ def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=T
     preflight.check_run(cfg, files)  # the data's labels and columns, a given teacher's files
     with output_lock(cfg.run_dir, command="run"):  # one run at a time owns run_dir
         plan = plan_stages(cfg, files, functions)
+        check_links(cfg.run_dir, plan.stages)
         check_layout(cfg.run_dir, plan.stages)
         fs.makedirs(cfg.run_dir)
         keys.write_layout(cfg.run_dir)
@@ -334,6 +336,18 @@ def check_layout(run_dir: str, stages: Sequence[StageDef]) -> None:
         what = f"records layout {layout}, this transferset writes layout {keys.LAYOUT}"
     raise ConfigError(f"run_dir {run_dir} {what}: `transferset migrate {run_dir}` converts its records so its "
                       "finished stages are reused (or give another run_dir)")
+
+
+def check_links(run_dir: str, stages: Sequence[StageDef]) -> None:
+    """Refuse a symbolic link on the way to, or inside, any folder or file the run writes in `run_dir`
+    (transferset.fs.links): a stage would clear and write the folder it points to. Before anything is written."""
+    links = [link for name in (CONFIG_FILE, keys.LAYOUT_FILE, REPORT, RESULTS, TABLE, FIGURES_DIR)
+             for link in links_on_the_way(run_dir, fs.join(run_dir, name))]
+    for s in stages:
+        if s.run is not None and s.folder:
+            rel = os.path.relpath(s.folder, run_dir) if not fs.is_remote(s.folder) else s.folder
+            links += links_on_the_way(run_dir, s.folder) + [f"{rel}/{link}" for link in links_under(s.folder)]
+    refuse_links(run_dir, links, "run_dir")
 
 
 def plan_stages(cfg: RunConfig, files: DataFiles, fn: StageFunctions = StageFunctions()) -> RunPlan:

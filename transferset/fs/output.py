@@ -54,6 +54,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 from transferset import __version__, fs, schema
 from transferset.errors import ConfigError, UserError
 from transferset.fs import remote
+from transferset.fs.links import links_under, refuse_links
 from transferset.fs.lock import LOCK_FILE, output_lock
 from transferset.fs.written import (_delete_files, _names, _remove_empty_folders, _write_line,  # noqa: F401
                                     reject_line, stats_bytes, write_finish)
@@ -269,6 +270,11 @@ class Output:
     def _writes(self, name: str) -> bool:
         return any(fnmatch.fnmatchcase(name, pattern) for pattern in self.names)
 
+    def _touches(self, name: str, st: State) -> bool:
+        """Whether the run may write, clear or record anything at the top-level entry `name`."""
+        return (name in st.ours or self._writes(name) or name in (MANIFEST_FILE, STAGE_FILE)
+                or name.startswith(LOCK_FILE))
+
     def _shown(self, names: Sequence[str]) -> str:
         shown = []
         for name in sorted(names)[:SHOWN]:
@@ -282,21 +288,6 @@ class Output:
                 shown.append(name)
         rest = len(names) - SHOWN
         return ", ".join(shown) + (f" and {rest} more" if rest > 0 else "")
-
-    def _refuse_links(self) -> None:
-        """A symbolic link anywhere inside a local output is refused: clearing or writing through it would reach
-        what it points to (another output's data/ was emptied so). The output's own path may be a link."""
-        if fs.is_remote(self.path) or not os.path.isdir(self.path):
-            return
-        for folder, dirs, files in os.walk(self.path):  # a link to a folder is listed among dirs, never entered
-            for name in sorted(dirs + files):
-                path = os.path.join(folder, name)
-                if os.path.islink(path):
-                    rel = os.path.relpath(path, self.path)
-                    raise ConfigError(f"{self.option} {self.path}: {rel} is a symbolic link (to {os.readlink(path)}); "
-                                      "transferset never writes or deletes through a link inside an output, where it "
-                                      f"could reach another one: replace the link with a folder, or choose another "
-                                      f"{self.option}")
 
     # --- the protocol -----------------------------------------------------------------------------------
     def check(self) -> Optional[State]:
@@ -321,8 +312,10 @@ class Output:
             LOG.warning("%s: not checked for earlier results or others' files (%s)", self.path, exc)
             self._unchecked = True
             return None
-        self._refuse_links()
         st = self.state()
+        # a link among what the run writes or clears, or its record: refused; one inside another's entry is kept
+        refuse_links(self.path, [link for link in links_under(self.path) if self._touches(link.split("/")[0], st)],
+                     self.option)
         if st.foreign:
             clash = [n for n in st.foreign if self._writes(n)]
             if clash or not self.overwrite:

@@ -106,8 +106,9 @@ def test_run_on_your_own_file_in_one_command(suffix, teacher, tmp_path, capsys):
         text = (folders[row["name"]] / "README.md").read_text()
         assert f"{100 * row['test_accuracy']:.1f}%" in text and ("from_pretrained(" in text or "pipeline(" in text)
     student_meta = read_front_matter(str(folders[names[2]] / "README.md"))
-    assert student_meta["base_model"] == str(run_dir / "teacher")  # distilled from the run's teacher
     card = (folders[names[2]] / "README.md").read_text()
+    # the tiny teacher is known by its local folder only: no base_model; the run's teacher/ named in the run
+    assert "base_model" not in student_meta and "from the teacher `teacher`." in card
     assert "recipe mask,ngram, 1 variants per labeled example" in card and "kd 1.0" in card
 
 
@@ -188,3 +189,40 @@ def test_init_refuses_a_file_that_is_not_there(tmp_path, capsys):
     assert main(["init", "--data", str(tmp_path / "nope.csv"), "--output", str(tmp_path / "my.yaml")]) == 2
     assert f"--data {tmp_path / 'nope.csv'}: no such file" in capsys.readouterr().err
     assert not (tmp_path / "my.yaml").exists()
+
+
+def test_init_makes_a_missing_folder_and_refuses_a_folder_or_a_file_on_the_way(tmp_path, capsys):
+    data = write(tmp_path / "reviews.csv", reviews(10, seed=1))
+    nested = tmp_path / "configs" / "mine" / "my.yaml"
+    assert main(["init", "--data", data, "--text-column", "review", "--label-column", "sentiment",
+                 "--output", str(nested)]) == 0
+    assert yaml.safe_load(nested.read_text())["data"] == data
+    (tmp_path / "afile").write_text("mine\n")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    for output, flags, says in ((tmp_path / "configs", ["--overwrite"], "is a folder: give the path of the YAML"),
+                                (tmp_path / "configs", [], "is a folder"),
+                                (tmp_path / "afile" / "my.yaml", [], f"{tmp_path / 'afile'} is a file, not a folder")):
+        capsys.readouterr()
+        assert main(["init", "--data", data, "--output", str(output), *flags]) == 2
+        err = capsys.readouterr().err
+        assert says in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+    assert (tmp_path / "afile").read_text() == "mine\n"
+
+
+def test_an_init_yaml_runs_from_any_folder_and_says_how_its_relative_paths_are_read(tmp_path, monkeypatch):
+    """Its data paths are written absolute; run_dir, relative, is read from the folder `run` starts in, as every
+    relative path of a run YAML is (configs/*.yaml are run from the repository root)."""
+    (tmp_path / "here").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    write(tmp_path / "here" / "reviews.csv", reviews(10, seed=1))
+    write(tmp_path / "here" / "test.csv", reviews(4, seed=2))
+    monkeypatch.chdir(tmp_path / "here")
+    assert main(["init", "--data", "reviews.csv", "--test", "test.csv", "--text-column", "review",
+                 "--label-column", "sentiment", "--output", "../my.yaml"]) == 0
+    text = (tmp_path / "my.yaml").read_text()
+    assert "# A relative path here (run_dir) is read from the folder `transferset run` starts in" in text
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    cfg = load_config("../my.yaml", [])
+    assert (cfg.data, cfg.test) == (str(tmp_path / "here" / "reviews.csv"), str(tmp_path / "here" / "test.csv"))
+    assert cfg.run_dir == "runs/reviews"  # under the folder the run starts in

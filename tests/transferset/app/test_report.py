@@ -48,8 +48,17 @@ def test_the_note_says_which_rows_ran_on_onnx_runtime():
     assert "ONNX Runtime" not in results_table(rows[:2], cond).splitlines()[-1]
 
 
-def test_a_students_name_cannot_break_the_table_or_make_markup():
-    rows = [TEACHER, {**STUDENT, "name": "x | <b>y</b>\n[z](javascript:alert(1))"}]
-    line = results_table(rows).splitlines()[3]
-    assert line.count(" | ") == len(results_table(rows).splitlines()[0].split(" | ")) - 1  # one cell per column
-    assert line.startswith("| x \\| &lt;b&gt;y&lt;/b&gt; \\[z\\](javascript:alert(1)) | ")  # escaped: no tag, no link
+def test_a_models_name_is_plain_text_in_results_md_and_report_html(tmp_path):
+    """A student's name is a YAML key: `<script>`, a `javascript:` link, a newline or a `|` in it is shown as
+    text in results.md (one row, its cells whole) and in report.html, never run, linked or split."""
+    from transferset.app.report import _html
+
+    name = "student: <script>alert(1)</script> [x](javascript:alert(1)) a|b\nc (bilstm, joint)"
+    table = results_table([TEACHER, {**STUDENT, "name": name}])
+    row = table.splitlines()[-1]
+    assert len(table.splitlines()) == 4 and row.startswith(
+        "| student: &lt;script&gt;alert(1)&lt;/script&gt; \\[x\\](javascript:alert(1)) a\\|b c (bilstm, joint) | 85.0")
+    assert len(row.replace("\\|", "").split("|")) == len(table.splitlines()[0].split("|"))
+    page = _html(table_rows=[{**STUDENT, "name": name}], aug={"mean_variants_per_example": 1.0, "plot": "a.png"},
+                 conf={"plot": "c.png"}, curves=[], stats={}, run_dir=str(tmp_path), dev="dev.tsv")
+    assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page

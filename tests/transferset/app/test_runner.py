@@ -561,6 +561,29 @@ def test_a_run_dir_owned_by_another_run_is_refused_before_anything_is_written(tm
     assert sorted(p.name for p in run_dir.iterdir()) == [schema.LOCK_FILE]  # no config.yaml, no stage
 
 
+@pytest.mark.parametrize("link", ("transfer", "students"))
+def test_a_stage_folder_reached_through_a_link_is_refused_before_anything_is_written(tmp_path, sst2_dir, capsys,
+                                                                                     link):
+    """A run directory whose transfer/ (or students/) is a link to another folder: its stages would clear and
+    write that folder. One line, exit 2, the other folder byte for byte as it was, and no config.yaml."""
+    import os
+
+    from transferset.testing import tree_hashes
+
+    other = tmp_path / "other"
+    (other / schema.DATA_DIR).mkdir(parents=True)
+    (other / schema.DATA_DIR / "part-0.parquet").write_bytes(b"another set's rows")
+    (other / schema.COMPLETE_MARKER).write_bytes(b"")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    os.symlink(other, run_dir / link)
+    before = tree_hashes(str(other))
+    rc = main(["run", "--config", "configs/demo.yaml", f"run_dir={run_dir}", f"data={sst2_dir}"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and f"run_dir {run_dir}: {link} is a symbolic link (to {other})" in err[-1]
+    assert tree_hashes(str(other)) == before and sorted(p.name for p in run_dir.iterdir()) == [link]
+
+
 def test_file_urls_and_unknown_schemes_in_a_run_config(tmp_path, sst2_dir):
     cfg = load_config("configs/demo.yaml", [f"run_dir=file://{tmp_path}/r", f"data=file://{sst2_dir}",
                                             f"test=file://{sst2_dir}/dev.tsv"])

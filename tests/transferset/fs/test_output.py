@@ -1,7 +1,7 @@
 """transferset.fs.output: what an output folder holds, what a run may clear, and the finishing order."""
 import json
+import os
 import shutil
-from pathlib import Path
 
 import pytest
 
@@ -322,33 +322,34 @@ def test_clear_deletes_what_the_record_lists_and_keeps_the_rest(tmp_path):
     assert clear(f"memory://{tmp_path.name}/nothing") == []
 
 
-def _tree(root) -> dict:
-    """Every file under `root` with its bytes (links followed, as a reader would)."""
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+@pytest.mark.parametrize("overwrite", (False, True))
+def test_a_link_inside_an_output_is_refused_and_the_folder_it_points_to_is_unchanged(tmp_path, overwrite):
+    """A killed `train` whose model/ was replaced by a link to another student's model/: its rerun (and
+    --overwrite) would have cleared and written that student's weights."""
+    from transferset.testing import tree_hashes
+
+    other = tmp_path / "other"
+    (other / schema.STUDENT_MODEL_DIR).mkdir(parents=True)
+    (other / schema.STUDENT_MODEL_DIR / "weights.bin").write_bytes(b"the other student")
+    out = tmp_path / "out"
+    student = Output(str(out), "train", names=STUDENT_NAMES)
+    with student.writing():
+        student.prepare()
+        (out / schema.STUDENT_MODEL_DIR).mkdir()
+        (out / schema.STUDENT_MODEL_DIR / "weights.bin").write_bytes(b"ours")
+    shutil.rmtree(out / schema.STUDENT_MODEL_DIR)
+    (out / schema.COMPLETE_MARKER).unlink()
+    os.symlink(other / schema.STUDENT_MODEL_DIR, out / schema.STUDENT_MODEL_DIR)
+    before, ours = tree_hashes(str(other)), tree_hashes(str(out))
+    with pytest.raises(ConfigError, match=rf"^--output {out}: model is a symbolic link \(to {other}/model\); "):
+        with Output(str(out), "train", names=STUDENT_NAMES, overwrite=overwrite).writing() as again:
+            again.prepare()
+    assert tree_hashes(str(other)) == before and tree_hashes(str(out)) == ours
 
 
-def test_a_link_inside_an_output_is_refused_and_what_it_points_to_stays_byte_for_byte(tmp_path, sst2_dir):
-    """An unfinished augment output whose data/ is a link to another transfer set's data/: the rerun is refused
-    (one line, exit 2) and the other set keeps every byte; so is a model writer's folder holding a link."""
-    from transferset.app.cli import main
-
-    head = tmp_path / "t.tsv"
-    head.write_text("".join((Path(sst2_dir) / "train.tsv").read_text().splitlines(keepends=True)[:41]))
-    base = ["augment", "--input", str(head), "--runner", "FnApiRunner"]
-    assert main([*base, "--output", str(tmp_path / "big"), "--n-iter", "3"]) == 0
-    assert main([*base, "--output", str(tmp_path / "out"), "--n-iter", "1"]) == 0
-    shutil.rmtree(tmp_path / "out" / schema.DATA_DIR)
-    (tmp_path / "out" / schema.COMPLETE_MARKER).unlink()
-    (tmp_path / "out" / schema.DATA_DIR).symlink_to(tmp_path / "big" / schema.DATA_DIR)
-    before = _tree(tmp_path / "big")
-    assert main([*base, "--output", str(tmp_path / "out"), "--n-iter", "1"]) == 2
-    assert _tree(tmp_path / "big") == before
-    assert (tmp_path / "out" / schema.DATA_DIR).is_symlink()  # nothing of the output was touched either
-
-    model = tmp_path / "model"
-    (model / "sub").mkdir(parents=True)
-    (model / "sub" / "weights.bin").symlink_to(tmp_path / "big" / schema.STATS_FILE)
-    with pytest.raises(ConfigError, match=r"sub/weights.bin is a symbolic link \(to .*big/stats.json\)"):
-        with Output(str(model), "train", names=STUDENT_NAMES, overwrite=True).writing():
-            pass
-    assert _tree(tmp_path / "big") == before
+def test_a_link_among_others_entries_is_kept_and_written_beside(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    os.symlink(tmp_path, out / "notes")  # another's entry the run neither writes nor clears
+    _run(out, "augment", overwrite=True)
+    assert os.path.islink(out / "notes") and (out / schema.COMPLETE_MARKER).exists()
