@@ -102,7 +102,7 @@ ENGINE_LEGACY: dict[str, tuple[str, ...]] = {"teacher": ("warmup",), "student": 
 
 
 # The engine a trainer's keys compare with, where it is not the trainer's default engine today: a BiLSTM's
-# default became a linear warm-up and decay (config.engine.STUDENT_ENGINE, issue 44) after every student had
+# default became a linear warm-up and decay (config.engine.STUDENT_ENGINE) after every student had
 # trained at a constant rate. Student keys compare with that constant rate, so a BiLSTM at the new default gets
 # a new key and retrains, and one set to `engine: {schedule: constant, warmup: 0}` keeps its key and its folder
 # (as a transformer student at its default, the constant rate, does).
@@ -126,7 +126,7 @@ def teacher(tc: Any) -> dict:
 def augment(a: Any, exclude: Sequence[str]) -> dict:
     """An augment stage's key: the settings rows depend on, and the content (fingerprints) of the files it
     excludes. The settings of an op the run does not use are in no key (but FROZEN ones: the four ops of
-    7b25072 were in every key), so installing an op changes no key; words_per_variant came after run
+    layout 1 were in every key), so installing an op changes no key; words_per_variant came after run
     directories existed: out while unset (a non-FROZEN setting)."""
     used = {f.name for name in a.ops for f in dataclasses.fields(augment_ops.get(name).settings)}
     unused = {f.name for cls in augment_ops.settings_classes() for f in dataclasses.fields(cls)} - used
