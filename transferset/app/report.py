@@ -24,6 +24,7 @@ from transferset.card import text as markdown_text
 from transferset.config import DEFAULT_MAX_LENGTH, AugmentConfig, ReportConfig
 from transferset.fs.remote import local_output, local_teacher
 from transferset.sources import read_texts
+from transferset.splits import SPLIT_STATS_FILE
 from transferset.teacher import ensemble
 from transferset.threads import torch_threads
 
@@ -296,6 +297,8 @@ def write_report(paths: dict, cfg: dict, log=print) -> dict[str, Any]:
     rows += compressed_rows(compressed, lat, tlat, paths, cfg, test_accuracy, busy)
     stats = {stage: fs.read_json(fs.join(paths[stage], schema.STATS_FILE)) for stage in ("transfer", "scored")
              if fs.exists(fs.join(paths[stage], schema.STATS_FILE))}
+    if paths.get("data") and fs.exists(fs.join(paths["data"], SPLIT_STATS_FILE)):  # train was split
+        stats["data"] = fs.read_json(fs.join(paths["data"], SPLIT_STATS_FILE))
     table = results_table(rows, cond, rounds)
     _write_files(paths, cfg, rows, cond, rounds, stats, table)
     report = fs.join(run_dir, REPORT)
@@ -381,6 +384,22 @@ def _img(path: str, run_dir: str, alt: str) -> str:
     return f'<img src="{html.escape(os.path.relpath(path, run_dir))}" alt="{html.escape(alt)}">'
 
 
+def split_line(d: dict) -> str:
+    """split.json in one sentence: every line of the train file, kept or rejected, and where the kept went."""
+    kept = (f"{d['train_rows']} kept: {d['validation_rows']} validation"
+            f"{' (drawn per class)' if d.get('validation_stratified') else ''}, {d['labeled_rows']} labeled, "
+            f"{d['unlabeled_rows']} unlabeled, {d['rest_rows']} in no pool, "
+            f"{d['pool_rows_dropped_as_validation_copies']} copies and "
+            f"{d['pool_rows_dropped_inside_validation_rows']} phrases of validation rows left out")
+    rejected = d.get("rejected_rows", 0)
+    return (f"{d.get('input_rows', d['train_rows'])} train rows read; {kept}; {rejected} rejected"
+            + (f" (each with its reason in data/{d.get('rejects')})" if rejected else "") + ".")
+
+
+def _split_html(d: Optional[dict]) -> list[str]:
+    return ["<h2>Train file</h2>", f"<p>{html.escape(split_line(d))}</p>"] if d else []
+
+
 def _html(*, table_rows, aug, conf, curves, stats, run_dir, dev, test=None, frontier=None, title=None,
           latency: str = "") -> str:
     trs = ["<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in _cells(r)) + "</tr>" for r in table_rows]
@@ -398,6 +417,7 @@ def _html(*, table_rows, aug, conf, curves, stats, run_dir, dev, test=None, fron
         *([f"<p>{html.escape(latency)}</p>"] if latency else []),
         *(["<h2>Accuracy against latency</h2>", _img(frontier["plot"], run_dir, "accuracy against latency")]
           if frontier else []),
+        *_split_html(stats.get("data")),
         "<h2>Transfer set</h2>",
         f"<p>{t.get('accepted_rows', '?')} input rows accepted, {t.get('rejected_rows', '?')} rejected; "
         f"{t.get('variants_generated', '?')} variants generated, {t.get('duplicates_dropped', '?')} duplicates and "
