@@ -222,8 +222,7 @@ class Student(Predictor):
         A folder written by `transferset exits` (exits.json beside the model) loads with its early exits:
         `predict(..., speed=S)` then lets rows leave at a layer's branch (students/families/exits.py).
         """
-        inner = os.path.join(path, schema.STUDENT_MODEL_DIR)
-        model_dir = inner if os.path.isdir(inner) else path
+        model_dir = schema.model_dir(path)
         if os.path.isfile(os.path.join(model_dir, ONNX_FILE)):
             return OnnxStudent.from_dir(model_dir, max_length)
         sidecar_path = os.path.join(model_dir, schema.STUDENT_SIDECAR_FILE)

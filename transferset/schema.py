@@ -6,6 +6,7 @@ through these constants, never through string literals.
 from __future__ import annotations
 
 import json
+import os
 from typing import Annotated, Any, Iterable, Mapping, Optional, Sequence, Union
 
 import pyarrow as pa
@@ -110,6 +111,12 @@ WEIGHTS_FILE = "model.safetensors"   # the weights, in a student's and in a Hugg
 STUDENT_SIDECAR_FILE = "transferset.json"  # family, label names and tokens of a transferset student
 EXITS_FILE = "exits.json"              # a model with early exits: the branches' shape and training
 EXITS_WEIGHTS_FILE = "exits.safetensors"  # ... and their weights (students/families/exits.py)
+
+
+def model_dir(path: str) -> str:
+    """The folder holding a model's files: a `transferset train` output's model/, else `path` itself (local)."""
+    inner = os.path.join(path, STUDENT_MODEL_DIR)
+    return inner if os.path.isdir(inner) else path
 
 
 def prob_column(label_name: str) -> str:
