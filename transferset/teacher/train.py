@@ -5,8 +5,9 @@ seeding, early stopping bookkeeping on the selection split (here: every epoch ru
 dev epoch's weights are kept), progress lines and checkpoints (OUTPUT/checkpoint/, removed once
 the model is written; `resume: true` goes on from it after a kill). What is the teacher's own:
 length-grouped batches with dynamic padding (`DataCollatorWithPadding`), fused AdamW with linear
-warm-up and decay, and the Hugging Face model's own loss. It replaced `transformers.Trainer`, which
-had replaced a hand-written loop (benchmarks/teacher.py; benchmarks/README.md).
+warm-up and decay, and the Hugging Face model's own loss (benchmarks/teacher.py times it). The output,
+rank 0, staging, the engine, tracking, metrics.json and the model card are the job shell's
+(transferset/training/job.py); this module supplies the data, the model, the step, the evaluation and the save.
 """
 from __future__ import annotations
 
@@ -25,13 +26,11 @@ from transferset import schema, sources
 from transferset.card import write_card
 from transferset.config import TeacherConfig
 from transferset.errors import UserError
-from transferset.fs.output import MODEL_NAMES, Output
+from transferset.fs.output import MODEL_NAMES
 from transferset.sources import Example, Reject, SourceSpec
 from transferset import loading
-from transferset.training import (TRACK_DIR, TRACK_FILE, Checkpoints, Engine, PhaseSpec, Recipe, check_engine,
-                                  launched_processes)
-
-CHECKPOINT_DIR = "checkpoint"  # OUTPUT/checkpoint/: what a killed fine-tuning resumes from
+from transferset.training import Checkpoints, Engine, PhaseSpec, launched_processes
+from transferset.training.job import CHECKPOINT_DIR, Job, Phase, Run, checkpoints_at, run_job  # noqa: F401
 # Settings that change how a fine-tuning runs, never what it learns: in no checkpoint's fingerprint or stage key.
 RUNTIME_SETTINGS = ("progress", "resume", "checkpoint_steps")
 
@@ -101,13 +100,15 @@ def length_grouped(lengths: Sequence[int], batch_size: int, rng: np.random.Gener
 
 def _checkpoints(cfg: TeacherConfig, train: str, dev: str, output: str) -> Checkpoints:
     """OUTPUT/checkpoint/, fingerprinted by the settings that decide the weights and the input paths."""
+    return checkpoints_at(output, _fingerprint(cfg, train, dev), cfg.checkpoint_steps)
+
+
+def _fingerprint(cfg: TeacherConfig, train: str, dev: str) -> dict:
     settings = {k: v for k, v in typed.to_dict(cfg).items() if k not in RUNTIME_SETTINGS}
     settings["engine"] = {k: v for k, v in settings["engine"].items() if k != "tracker"}  # logs, not weights
     processes = launched_processes()
-    return Checkpoints(os.path.join(output, CHECKPOINT_DIR),
-                       {"settings": json.dumps(settings, sort_keys=True, default=str), "train": train, "dev": dev,
-                        **({"processes": processes} if processes > 1 else {})},
-                       every_steps=cfg.checkpoint_steps)
+    return {"settings": json.dumps(settings, sort_keys=True, default=str), "train": train, "dev": dev,
+            **({"processes": processes} if processes > 1 else {})}
 
 
 def can_resume(cfg: TeacherConfig, *, train: str, dev: str, output: str) -> bool:
@@ -123,23 +124,9 @@ def train(cfg: TeacherConfig, *, train: str, dev: str, output: str, overwrite: b
     Under `torchrun` every process trains on its own batches and rank 0 alone owns the output and writes;
     the other ranks return {"rank": r}.
     """
-    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    check_engine(cfg.engine, "teacher.engine")
-    if launched_processes() > 1 and int(os.environ.get("RANK", "0")) != 0:
-        # the checkpoint (rank 0 writes it) is read from the output itself: a local folder
-        return _fine_tune(cfg, train=train, dev=dev, out=None, output=output, log=log)
-    out = Output(output, "teacher", names=(*MODEL_NAMES, TRACK_FILE, TRACK_DIR), overwrite=overwrite,
-                 inputs=[train, dev, cfg.model if os.path.exists(cfg.model) else None])
-    with out.writing():
-        for flag, path in (("--train", train), ("--dev", dev)):
-            if not path.startswith(sources.HF_PREFIX) and not os.path.isfile(path):
-                raise UserError(f"{flag} {path}: no such file")
-            sources.check_readable(path)  # a broken header, an hf: split that does not load: before any output
-        # a resumed fine-tuning keeps its checkpoints, and the metrics lines written up to them
-        out.prepare(keep=[CHECKPOINT_DIR, TRACK_FILE] if cfg.resume else [])
-        with out.local() as work:
-            metrics = _fine_tune(cfg, train=train, dev=dev, out=out, output=work, log=log)
-    return metrics
+    job = _Teacher(cfg, train, dev, log or (lambda msg: print(msg, file=sys.stderr, flush=True)))
+    return run_job(job, output, inputs=[train, dev, cfg.model if os.path.exists(cfg.model) else None],
+                   overwrite=overwrite)
 
 
 @dataclass
@@ -157,8 +144,8 @@ class _Run:
     collate: object
 
 
-def _prepare(cfg: TeacherConfig, train: str, dev: str, out: Optional[Output], log) -> _Run:
-    """setup → data: the splits (rejects through `out`, rank 0's), the model, the encoded rows."""
+def _prepare(cfg: TeacherConfig, train: str, dev: str) -> _Run:
+    """setup → data: the splits, the model, the encoded rows."""
     import torch
     from transformers import DataCollatorWithPadding
 
@@ -168,13 +155,6 @@ def _prepare(cfg: TeacherConfig, train: str, dev: str, out: Optional[Output], lo
     model_path = loading.resolve_model(cfg.model)
     label_names = cfg.labels or sources.infer_label_names(train, cfg.label_column)
     splits = {"train": read_split(train, cfg, label_names), "dev": read_split(dev, cfg, label_names)}
-    for name, d in splits.items():
-        if d.rejects and out is not None:
-            first = d.rejects[0]
-            log(f"{name}: {len(d.rejects)} row(s) rejected, see {out.write_rejects(d.rejects, f'{name}.jsonl')} "
-                f"(first: line {first.line}: {first.reason})")
-    log(f"train rows {len(splits['train'].examples)}, dev rows {len(splits['dev'].examples)}, "
-        f"labels {list(label_names)}")
     tokenizer = loading.load_tokenizer(model_path, trust_remote_code=cfg.trust_remote_code)
     model = loading.load_classifier(model_path, allow_pickle=cfg.allow_pickle,
                                     trust_remote_code=cfg.trust_remote_code, label_names=label_names)
@@ -185,32 +165,57 @@ def _prepare(cfg: TeacherConfig, train: str, dev: str, out: Optional[Output], lo
                 DataCollatorWithPadding(tokenizer))
 
 
-def _fine_tune(cfg: TeacherConfig, *, train: str, dev: str, out: Optional[Output], output: str, log) -> dict:
-    """The fine-tuning itself: rejects through `out`, the model and metrics.json into the local folder `output`
-    (rank 0; `out` is None on the other ranks, which write nothing)."""
-    run = _prepare(cfg, train, dev, out, log)
-    engine = Engine.create(cfg.engine, output=output if out is not None else None, log=log,
-                           progress_bar=cfg.progress)
-    spec = phase_spec(cfg, len(run.train_feats), engine.world)
-    with engine.seeded(cfg.seed):
-        recipe = Recipe(engine, _checkpoints(cfg, train, dev, output), resume=cfg.resume)
-        engine.start_tracking("transferset-teacher", typed.to_dict(cfg))
-        recipe.run(0, spec, run.model, lambda net, batch: (net(**batch).loss, {}), _batches(cfg, run, engine),
-                   _evaluator(cfg, run, engine), lambda: optimizer(cfg, run.model))
-        recipe.restore_finished(run.model)
-    if not engine.is_main:
-        recipe.finish()
-        return {"rank": engine.rank}
-    with loading.quiet_transformers():  # no "Writing model shards" bar
-        run.model.cpu().save_pretrained(output)  # the best epoch's weights; id2label travels in config.json
-    run.tokenizer.save_pretrained(output)
-    recipe.finish()
-    metrics = _metrics(cfg, run, recipe.history, engine, train=train, dev=dev, output=output)
-    with open(os.path.join(output, schema.METRICS_FILE), "w", encoding="utf-8") as fh:
-        json.dump(metrics, fh, indent=2, sort_keys=True, default=list)
-        fh.write("\n")
-    write_card(output, shown_as=out.path)  # README.md: the model card, from the records just written
-    return metrics
+class _Teacher(Job):
+    """The fine-tuning as a job of the shell (transferset.training.job): one phase, the model's own loss."""
+
+    command, names, project, card, where = "teacher", MODEL_NAMES, "transferset-teacher", True, "teacher.engine"
+
+    def __init__(self, cfg: TeacherConfig, train: str, dev: str, log):
+        super().__init__(cfg.engine, log)
+        self.cfg, self.train, self.dev = cfg, train, dev
+        self.resume, self.checkpoint_steps, self.seed, self.progress_bar = (cfg.resume, cfg.checkpoint_steps,
+                                                                            cfg.seed, cfg.progress)
+        self.run: Optional[_Run] = None
+
+    def check(self) -> None:
+        for flag, path in (("--train", self.train), ("--dev", self.dev)):
+            if not path.startswith(sources.HF_PREFIX) and not os.path.isfile(path):
+                raise UserError(f"{flag} {path}: no such file")
+            sources.check_readable(path)  # a broken header, an hf: split that does not load: before any output
+        self.run = _prepare(self.cfg, self.train, self.dev)
+
+    def prepare(self, run: Run) -> None:
+        r = self.run
+        for name, d in (("train", r.train), ("dev", r.dev)):
+            if d.rejects and run.out is not None:
+                first = d.rejects[0]
+                self.log(f"{name}: {len(d.rejects)} row(s) rejected, see "
+                         f"{run.out.write_rejects(d.rejects, f'{name}.jsonl')} (first: line {first.line}: {first.reason})")
+        self.log(f"train rows {len(r.train.examples)}, dev rows {len(r.dev.examples)}, labels {list(r.label_names)}")
+
+    def fingerprint(self, engine: Engine) -> dict:
+        return _fingerprint(self.cfg, self.train, self.dev)
+
+    def tracked(self) -> dict:
+        return typed.to_dict(self.cfg)
+
+    def phases(self, engine: Engine):
+        cfg, r = self.cfg, self.run
+        yield Phase(phase_spec(cfg, len(r.train_feats), engine.world), r.model,
+                    lambda net, batch: (net(**batch).loss, {}), _batches(cfg, r, engine), _evaluator(cfg, r, engine),
+                    lambda: optimizer(cfg, r.model))
+
+    def module(self):
+        return self.run.model
+
+    def evaluate(self, run: Run) -> dict:
+        return _metrics(self.cfg, self.run, run.recipe.history, run.engine, train=self.train, dev=self.dev)
+
+    def save(self, run: Run, metrics: dict) -> None:
+        with loading.quiet_transformers():  # no "Writing model shards" bar
+            self.run.model.cpu().save_pretrained(run.work)  # the best epoch's weights; id2label travels in config.json
+        self.run.tokenizer.save_pretrained(run.work)
+        metrics["weights_sha256"] = loading.weights_sha256(run.work)
 
 
 def _batches(cfg: TeacherConfig, run: _Run, engine: Engine):
@@ -243,8 +248,8 @@ def _evaluator(cfg: TeacherConfig, run: _Run, engine: Engine):
     return evaluate
 
 
-def _metrics(cfg: TeacherConfig, run: _Run, history: list, engine: Engine, *, train: str, dev: str,
-             output: str) -> dict:
+def _metrics(cfg: TeacherConfig, run: _Run, history: list, engine: Engine, *, train: str, dev: str) -> dict:
+    """metrics.json, but the saved weights' hash (added once they are written)."""
     best = max(history, key=lambda r: r["dev_accuracy"])  # max keeps the first of equal bests, as the recipe
     return {
         "best_dev_accuracy": best["dev_accuracy"],
@@ -258,7 +263,6 @@ def _metrics(cfg: TeacherConfig, run: _Run, history: list, engine: Engine, *, tr
         "base_model": cfg.model,
         "base_model_path": run.model_path,
         "max_length": cfg.max_length,
-        "weights_sha256": loading.weights_sha256(output),
         "train": train,
         "dev": dev,
         "processes": engine.world,
