@@ -10,16 +10,16 @@ The loop is the recipe the teacher trains with too (transferset/training/, on Ac
 phase of the schedule (students/schedules.py) is one run of it, with its own optimizer over the
 parameter groups that phase trains, and its own learning-rate schedule. The engine section (device,
 precision, gradient accumulation, schedule, tracker), checkpoints and `resume` come from the StudentConfig;
-the process count from the launcher (`torchrun`), each rank streaming its own rows.
+the process count from the launcher (`torchrun`), each rank streaming its own rows. The output, rank 0,
+staging, the engine, tracking, metrics.json and the model card are the job shell's (transferset/training/job.py).
 """
 from __future__ import annotations
 
 import json
 import math
 import os
-import time
 from dataclasses import asdict
-from typing import Iterable, Optional
+from typing import Iterable, Iterator, Optional
 
 import numpy as np
 import torch
@@ -34,15 +34,13 @@ from students.plots import plot_curves
 from students.schedules import Phase, phases
 from students.student import Student, accuracy
 from transferset import fs, schema, sources, timing, transfer, typed
-from transferset.card import write_card
 from transferset.config import LAYER_TEXTS_REST, StudentConfig
 from transferset.errors import UserError
-from transferset.fs.output import STUDENT_NAMES, Output
+from transferset.fs.output import STUDENT_NAMES
 from transferset.progress import log_line
-from transferset.training import TRACK_DIR, TRACK_FILE, Checkpoints, Engine, PhaseSpec, Recipe, check_engine
-
-# OUTPUT/checkpoint/: where a killed run resumes from (`resume: true`); removed once model/ is written.
-CHECKPOINT_DIR = "checkpoint"
+from transferset.training import Engine, PhaseSpec, Recipe
+from transferset.training.job import CHECKPOINT_DIR, Job, Run, Skipped, run_job
+from transferset.training.job import Phase as RecipePhase
 
 
 # --------------------------------------------------------------------------- loss step
@@ -164,34 +162,42 @@ def check_layer_texts(cfg: StudentConfig, plan: list[Phase]) -> Optional[int]:
 # --------------------------------------------------------------------------- train
 
 
-def train_phase(s: Setup, recipe: Recipe, phase: Phase, p_index: int, transfer_dir: str, evaluate,
-                layer_rows: Optional[int] = None) -> Optional[dict]:
+def phase_run(s: Setup, engine: Engine, phase: Phase, p_index: int, transfer_dir: str, evaluate,
+              layer_rows: Optional[int] = None) -> RecipePhase:
     """One phase of the schedule as one run of the recipe (students.schedules decides what learns).
     `layer_rows`: the rows of StudentConfig.layer_texts, which a phase on layer losses alone reads instead."""
-    cfg, eng = s.cfg, recipe.engine
+    cfg = s.cfg
     text_only = layer_rows is not None and reads_layer_texts(phase)
     if text_only:
         transfer_dir = cfg.layer_texts
     rows = s.num_labeled if phase.labeled_only else layer_rows if text_only else s.num_rows
     spec = PhaseSpec(phase.name, phase.epochs, keep_best=phase.early_stop,
                      patience=cfg.patience if phase.early_stop else None, start_competes=phase.early_stop,
-                     grad_clip=cfg.grad_clip, steps_per_epoch=max(1, math.ceil(rows / cfg.batch_size) // eng.world))
+                     grad_clip=cfg.grad_clip, steps_per_epoch=max(1, math.ceil(rows / cfg.batch_size) // engine.world))
 
     def batches(epoch: int):
         return train_batches(s, transfer_dir, seeds.stream(cfg.seed, seeds.SHUFFLE, p_index, epoch),
-                             labeled_only=phase.labeled_only, rank=eng.rank, world=eng.world, text_only=text_only,
-                             needs=phase.weights.needs())
+                             labeled_only=phase.labeled_only, rank=engine.rank, world=engine.world,
+                             text_only=text_only, needs=phase.weights.needs())
 
     def new_optimizer():
         return make_optimizer(s, set_trainable(s, phase))
 
-    entry = recipe.run(p_index, spec, Trained(s), lambda net, batch: loss_step(net, batch, phase.weights),
-                       batches, evaluate, new_optimizer,
-                       describe={"stage": phase.stage, "trainable": list(phase.trainable),
-                                 **({"rows_from": transfer_dir} if text_only else {})})
-    if entry is not None:
-        entry["losses"] = phase.weights.active()
-    return entry
+    return RecipePhase(spec, Trained(s), lambda net, batch: loss_step(net, batch, phase.weights), batches, evaluate,
+                       new_optimizer, describe={"stage": phase.stage, "trainable": list(phase.trainable),
+                                                **({"rows_from": transfer_dir} if text_only else {})},
+                       logged={"losses": phase.weights.active()})
+
+
+def plan_phases(s: Setup, engine: Engine, plan: list[Phase], transfer_dir: str, evaluate,
+                layer_rows: Optional[int]) -> Iterator[RecipePhase | Skipped]:
+    """Every phase of the plan, as the shell runs them (a phase on gold labels alone skipped without any)."""
+    for p_index, phase in enumerate(plan):
+        if phase.labeled_only and s.num_labeled == 0:
+            yield Skipped({"phase": phase.name, "stage": phase.stage,
+                           "skipped": "the transfer set has no row with a gold label"})
+        else:
+            yield phase_run(s, engine, phase, p_index, transfer_dir, evaluate, layer_rows)
 
 
 # --------------------------------------------------------------------------- evaluate
@@ -266,100 +272,79 @@ def train(cfg: StudentConfig, transfer_dir: str, dev_path: str, output: str, *, 
     Under `torchrun` / `accelerate launch` every process trains on its own rows and rank 0 alone owns
     the output, evaluates and writes; the other ranks return {"rank": r}.
     """
-    check_engine(cfg.engine, "student engine")
-    if int(os.environ.get("RANK", "0")) != 0:
-        return _train(cfg, transfer_dir, dev_path, None, output, progress)
-    out = Output(output, "train", names=(*STUDENT_NAMES, CHECKPOINT_DIR, TRACK_DIR, TRACK_FILE), overwrite=overwrite,
-                 inputs=[transfer_dir, dev_path])
-    with out.writing():
-        # A URL is trained into a local staging folder (checkpoints too), uploaded whole at the end.
-        with out.local() as work:
-            metrics = _train(cfg, transfer_dir, dev_path, out, work, progress)
-    return metrics
+    return run_job(StudentJob(cfg, transfer_dir, dev_path, progress), output, inputs=[transfer_dir, dev_path],
+                   overwrite=overwrite)
 
 
-def _train(cfg: StudentConfig, transfer_dir: str, dev_path: str, out: Optional[Output], output: str,
-           progress: bool) -> dict:
-    """The training itself, writing into the local folder `output`; `out` is None on ranks other than 0."""
-    # ---- setup: a set whose scoring did not finish is refused; the dev data is checked against
-    # the set's label names before the (longer) setup.
-    transfer.data_files(transfer_dir)  # a folder holding no transfer set at all says so first
-    require_input(dev_path, "--dev")
-    scored = ScoredSet.open(transfer_dir, allow_incomplete=cfg.allow_incomplete)  # the one check of the set
-    dev = read_eval_data(dev_path, scored.label_names, text_b_column=cfg.dev_text_b_column)
-    s = setup(cfg, scored)
-    student = Student.from_setup(s)
-    try:
-        plan = phases(cfg.schedule, LossWeights.of(cfg), cfg.epochs, s.family.param_groups(s.model).keys(),
-                      cfg.layer_epochs)
-    except ValueError as exc:
-        raise UserError(str(exc)) from exc
-    layer_rows = check_layer_texts(cfg, plan)
-    if out is not None:
-        # Every check passed: clear what an earlier run wrote here (a resumed run keeps its checkpoints and the
-        # metrics lines written up to them).
-        out.prepare(keep=[CHECKPOINT_DIR, TRACK_FILE] if cfg.resume else [])
-    engine = Engine.create(cfg.engine, output=output if out is not None else None,
-                           progress_bar=None if progress else False, log=log_line)
-    checkpoints = Checkpoints(os.path.join(output, CHECKPOINT_DIR), fingerprint(cfg, transfer_dir, dev_path, engine),
-                              every_steps=cfg.checkpoint_steps)
+class StudentJob(Job):
+    """A student's training as a job of the shell (transferset.training.job): the schedule's phases."""
 
-    def evaluate() -> dict:
-        return {"accuracy": accuracy(student.predict_ids(dev.texts, dev.texts_b), dev.labels)}
+    command, project, card, where = "train", "transferset-train", True, "student engine"
+    names = (*STUDENT_NAMES, CHECKPOINT_DIR)
 
-    started = time.perf_counter()
-    recipe = train_plan(s, engine, checkpoints, plan, transfer_dir, evaluate, layer_rows)
-    train_seconds = time.perf_counter() - started
-    if not engine.is_main:
-        recipe.finish()
-        return {"rank": engine.rank}
-    metrics = evaluate_run(s, student, transfer_dir, dev)
-    _save(s, student, recipe, engine, metrics, train_seconds, output, out.path if out is not None else None)
-    return metrics
+    def __init__(self, cfg: StudentConfig, transfer_dir: str, dev_path: str, progress: bool):
+        super().__init__(cfg.engine, log_line)
+        self.cfg, self.transfer_dir, self.dev_path = cfg, transfer_dir, dev_path
+        self.resume, self.checkpoint_steps = cfg.resume, cfg.checkpoint_steps
+        self.progress_bar = None if progress else False
+        # Dropout draws from torch's global generator: seeded from the run's stream, carried on by checkpoints.
+        self.seed = seeds.torch_seed(seeds.stream(cfg.seed, seeds.DROPOUT))
 
+    def check(self) -> None:
+        """setup: a set whose scoring did not finish is refused; the dev data is checked against the set's
+        label names before the (longer) setup."""
+        cfg = self.cfg
+        transfer.data_files(self.transfer_dir)  # a folder holding no transfer set at all says so first
+        require_input(self.dev_path, "--dev")
+        scored = ScoredSet.open(self.transfer_dir, allow_incomplete=cfg.allow_incomplete)  # the one check of the set
+        self.dev = read_eval_data(self.dev_path, scored.label_names, text_b_column=cfg.dev_text_b_column)
+        self.s = s = setup(cfg, scored)
+        self.student = Student.from_setup(s)
+        try:
+            self.plan = phases(cfg.schedule, LossWeights.of(cfg), cfg.epochs, s.family.param_groups(s.model).keys(),
+                               cfg.layer_epochs)
+        except ValueError as exc:
+            raise UserError(str(exc)) from exc
+        self.layer_rows = check_layer_texts(cfg, self.plan)
 
-def train_plan(s: Setup, engine: Engine, checkpoints: Checkpoints, plan: list[Phase], transfer_dir: str, evaluate,
-               layer_rows: Optional[int]) -> Recipe:
-    """Every phase of the plan through the recipe; → the recipe (its history and phase log). The model ends on
-    the CPU with every parameter learning again, as it is saved and served."""
-    cfg = s.cfg
-    # Dropout draws from torch's global generator: seeded from the run's stream (the caller's random
-    # state is given back afterwards), carried on by checkpoints.
-    with engine.seeded(seeds.torch_seed(seeds.stream(cfg.seed, seeds.DROPOUT))):
-        recipe = Recipe(engine, checkpoints, resume=cfg.resume)
-        engine.start_tracking("transferset-train", typed.to_dict(cfg))
-        for p_index, phase in enumerate(plan):
-            if phase.labeled_only and s.num_labeled == 0:
-                recipe.skip(p_index, {"phase": phase.name, "stage": phase.stage,
-                                      "skipped": "the transfer set has no row with a gold label"})
-                continue
-            train_phase(s, recipe, phase, p_index, transfer_dir, evaluate, layer_rows)
-        recipe.restore_finished(Trained(s))
-    for p in s.model.parameters():
-        p.requires_grad_(True)
-    s.model.cpu()  # saved and timed on the CPU, as it will be served
-    return recipe
+    def fingerprint(self, engine: Engine) -> dict:
+        return fingerprint(self.cfg, self.transfer_dir, self.dev_path, engine)
 
+    def tracked(self) -> dict:
+        return typed.to_dict(self.cfg)
 
-def _save(s: Setup, student: Student, recipe: Recipe, engine: Engine, metrics: dict, train_seconds: float,
-          output: str, shown_as: Optional[str]) -> None:
-    """metrics.json (with the training's figures added to `metrics`), model/ and curves.png; the checkpoint goes."""
-    cfg, history = s.cfg, recipe.history
-    trained = sum(h["rows"] for h in history)
-    # Rows per second of the training steps alone (dev evaluation after each epoch excluded).
-    step_seconds = sum(h["rows"] / h["rows_per_second"] for h in history if h["rows"])
-    metrics.update(train_seconds=train_seconds, train_rows=trained,
-                   train_rows_per_second=trained / step_seconds if step_seconds else None,
-                   processes=engine.world, device=str(engine.device),
-                   effective_batch_size=cfg.batch_size * cfg.engine.grad_accum * engine.world,
-                   phases=recipe.phase_log, history=history)
-    student.save_pretrained(os.path.join(output, schema.STUDENT_MODEL_DIR))
-    with open(os.path.join(output, schema.METRICS_FILE), "w", encoding="utf-8") as fh:
-        json.dump(metrics, fh, indent=2)
-    if history:
-        plot_curves(history, os.path.join(output, schema.CURVES_FILE))
-    write_card(output, shown_as=shown_as)  # README.md: the model card, from its records
-    recipe.finish()
+    def selection_accuracy(self) -> dict:
+        return {"accuracy": accuracy(self.student.predict_ids(self.dev.texts, self.dev.texts_b), self.dev.labels)}
+
+    def phases(self, engine: Engine):
+        return plan_phases(self.s, engine, self.plan, self.transfer_dir, self.selection_accuracy, self.layer_rows)
+
+    def module(self):
+        return Trained(self.s)
+
+    def trained(self, run: Run) -> None:
+        """The model ends on the CPU with every parameter learning again, as it is saved and served."""
+        for p in self.s.model.parameters():
+            p.requires_grad_(True)
+        self.s.model.cpu()
+
+    def evaluate(self, run: Run) -> dict:
+        return evaluate_run(self.s, self.student, self.transfer_dir, self.dev)
+
+    def save(self, run: Run, metrics: dict) -> None:
+        """model/ and curves.png; the metrics gain the training's figures."""
+        cfg, history, engine = self.cfg, run.recipe.history, run.engine
+        trained = sum(h["rows"] for h in history)
+        # Rows per second of the training steps alone (dev evaluation after each epoch excluded).
+        step_seconds = sum(h["rows"] / h["rows_per_second"] for h in history if h["rows"])
+        metrics.update(train_seconds=run.seconds, train_rows=trained,
+                       train_rows_per_second=trained / step_seconds if step_seconds else None,
+                       processes=engine.world, device=str(engine.device),
+                       effective_batch_size=cfg.batch_size * cfg.engine.grad_accum * engine.world,
+                       phases=run.recipe.phase_log, history=history)
+        self.student.save_pretrained(os.path.join(run.work, schema.STUDENT_MODEL_DIR))
+        if history:
+            plot_curves(history, os.path.join(run.work, schema.CURVES_FILE))
 
 
 def fingerprint(cfg: StudentConfig, transfer_dir: str, dev_path: str, engine: Engine) -> dict:

@@ -55,10 +55,10 @@ def test_a_run_checks_and_counts_its_scored_set_once(tmp_path, tiny_scored_dir, 
     from students import data, trainer
 
     passes, opens, before_step_1 = [], [], []
-    count, read_metadata, train_plan = data._count, data.transfer.read_metadata, trainer.train_plan
+    count, read_metadata, plan_phases = data._count, data.transfer.read_metadata, trainer.plan_phases
     monkeypatch.setattr(data, "_count", lambda *a: passes.append(a[0]) or count(*a))
     monkeypatch.setattr(data.transfer, "read_metadata", lambda *a, **k: opens.append(a[0]) or read_metadata(*a, **k))
-    monkeypatch.setattr(trainer, "train_plan", lambda *a: before_step_1.extend(opens) or train_plan(*a))
+    monkeypatch.setattr(trainer, "plan_phases", lambda *a: before_step_1.extend(opens) or plan_phases(*a))
     _run(tmp_path, tiny_scored_dir, sst2_dev200, "--epochs", "1", model={"embed_dim": 16, "hidden": 16})
     assert passes == [tiny_scored_dir] and before_step_1 == [tiny_scored_dir]
 
