@@ -9,6 +9,8 @@
    as it starts competing with each epoch on the selection split.
 With `heads: 0` nothing is ranked or removed and step 3 alone runs: the teacher distilled on its own
 cached logits over the transfer set (self-distillation, a born-again teacher: Furlanello et al. 2018).
+The output, rank 0, staging, the engine, tracking and prune.json are the job shell's
+(transferset/training/job.py).
 
 OUTPUT is the pruned model's directory, in the input's form: a Hugging Face directory for a Hugging
 Face classifier (the teacher: `score --teacher OUTPUT` takes it), a student directory (sidecar
@@ -18,10 +20,8 @@ for loading it outside transferset).
 """
 from __future__ import annotations
 
-import json
 import math
 import os
-import time
 from typing import Optional
 
 import numpy as np
@@ -36,10 +36,11 @@ from students.trainer import require_input
 from transferset import pruning, schema, typed
 from transferset.config import PruneConfig
 from transferset.errors import UserError
-from transferset.fs.output import MODEL_NAMES, Output
+from transferset.fs.output import MODEL_NAMES
 from transferset.progress import log_line
 from transferset.threads import set_torch_threads
-from transferset.training import TRACK_DIR, TRACK_FILE, Engine, PhaseSpec, Recipe, check_engine, launched_processes
+from transferset.training import Engine, PhaseSpec
+from transferset.training.job import Job, Phase, Run, run_job
 
 
 def prune(cfg: PruneConfig, model_path: str, selection: str, output: str, *, transfer_dir: Optional[str] = None,
@@ -55,23 +56,8 @@ def prune(cfg: PruneConfig, model_path: str, selection: str, output: str, *, tra
         raise UserError("--heads 0 removes no head, so only the recovery would run, and there is none: pass "
                         "--transfer DIR with --epochs 1 or more to distil the model on the set's cached logits, "
                         "or --heads N to prune")
-    check_engine(cfg.engine, "prune engine")
-    if launched_processes() > 1 and int(os.environ.get("RANK", "0")) != 0:
-        # under torchrun: every rank ranks the same heads and recovers on its own rows; rank 0 alone writes
-        student = load_prunable(model_path, cfg.max_length)
-        return _prune(cfg, student, model_path, read_eval_data(selection, student.label_names), None,
-                      open_transfer(transfer_dir, student) if cfg.epochs else None, progress)
-    out = Output(output, "prune", names=(*MODEL_NAMES, TRACK_FILE, TRACK_DIR), overwrite=overwrite,
-                 inputs=[model_path, selection, transfer_dir])
-    with out.writing():
-        set_torch_threads(cfg.threads)
-        student = load_prunable(model_path, cfg.max_length)
-        dev = read_eval_data(selection, student.label_names)
-        scored = open_transfer(transfer_dir, student) if cfg.epochs else None
-        out.prepare()  # every check passed: only now is anything under OUTPUT changed
-        with out.local() as work:
-            record = _prune(cfg, student, model_path, dev, work, scored, progress)
-    return record
+    return run_job(_Prune(cfg, model_path, selection, transfer_dir, progress), output,
+                   inputs=[model_path, selection, transfer_dir], overwrite=overwrite)
 
 
 def open_transfer(transfer_dir: str, student: Student) -> ScoredSet:
@@ -88,8 +74,7 @@ def refuse_exits(model_path: str) -> None:
     changes, and a pruned model with the old branches beside it is one that evaluate, predict and export refuse."""
     from students.families.exits import has_exits
 
-    inner = os.path.join(model_path, schema.STUDENT_MODEL_DIR)
-    if has_exits(model_path) or (os.path.isdir(inner) and has_exits(inner)):
+    if has_exits(schema.model_dir(model_path)):
         raise UserError(f"--model {model_path}: has early exits ({schema.EXITS_FILE}), trained on the states of "
                         "the heads pruning removes: prune the backbone first (the model `transferset exits` was "
                         "given), then train exits on the pruned model with `transferset exits`")
@@ -148,15 +133,12 @@ class _Logits(torch.nn.Module):
         return transformer.forward(self.model, batch["ids"], batch["mask"], batch["type_ids"])["logits"]
 
 
-def recover(cfg: PruneConfig, student: Student, scored: ScoredSet, dev: EvalData, work: Optional[str],
-            progress: bool) -> dict:
+def recovery_phase(cfg: PruneConfig, student: Student, scored: ScoredSet, dev: EvalData, engine: Engine) -> Phase:
     """Distil the pruned model towards the scored set's teacher_logits; keeps the best epoch on `dev`
-    (the pruned model as it starts competes). `work`: where metrics.jsonl goes (None: a rank other than 0)."""
+    (the pruned model as it starts competes)."""
     transfer_dir, rows = scored.path, scored.num_rows
-    engine = Engine.create(cfg.engine, output=work, progress_bar=None if progress else False, log=log_line)
     spec = PhaseSpec("recover", cfg.epochs, keep_best=True, start_competes=True, max_steps=cfg.max_steps,
                      grad_clip=cfg.grad_clip, steps_per_epoch=max(1, math.ceil(rows / cfg.batch_size) // engine.world))
-    net = _Logits(student.model)
 
     def loss_step(module, batch):
         logits, target = module(batch), batch[schema.TEACHER_LOGITS].to(torch.float32)
@@ -179,65 +161,92 @@ def recover(cfg: PruneConfig, student: Student, scored: ScoredSet, dev: EvalData
             p.requires_grad_(True)
         return torch.optim.AdamW(student.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
 
-    started = time.perf_counter()
-    with engine.seeded(seeds.torch_seed(seeds.stream(cfg.seed, seeds.DROPOUT))):
-        recipe = Recipe(engine)
-        engine.start_tracking("transferset-prune", typed.to_dict(cfg))
-        entry = recipe.run(0, spec, net, loss_step, batches, evaluate, new_optimizer)
-        recipe.finish()
-    student.model.cpu().eval()
-    return {"transfer": transfer_dir, "rows": rows, "loss": cfg.loss, "seconds": time.perf_counter() - started,
-            "processes": engine.world, "effective_batch_size": cfg.batch_size * cfg.engine.grad_accum * engine.world,
-            "phase": entry, "history": recipe.history}
+    return Phase(spec, _Logits(student.model), loss_step, batches, evaluate, new_optimizer)
 
 
-def _prune(cfg: PruneConfig, student: Student, model_path: str, dev: EvalData, work: str,
-           scored: Optional[ScoredSet], progress: bool) -> dict:
-    log = log_line
-    before = accuracy(student.predict_ids(dev.texts, dev.texts_b), dev.labels)
-    params_before = student.num_parameters()
-    kept_before = pruning.kept_heads(student.model)
-    if cfg.heads:
-        log(f"[transferset] prune: ranking {sum(map(len, kept_before))} heads on {len(dev.texts)} selection rows")
-        importance, remove = rank_heads(student, dev, cfg)
-        student.model = pruning.prune_heads(student.model, remove).eval()
-        pruned_acc = accuracy(student.predict_ids(dev.texts, dev.texts_b), dev.labels)
-        log(f"[transferset] prune: removed {sum(map(len, remove.values()))} heads {remove}; selection accuracy "
-            f"{before:.4f} -> {pruned_acc:.4f} before recovery")
-    else:  # --heads 0: no ranking, no head removed; the recovery alone (self-distillation)
-        importance, remove, pruned_acc = None, {}, before
-    recovery = None
-    if scored is not None:
-        recovery = recover(cfg, student, scored, dev, work, progress)
-    if work is None:  # a rank other than 0 (torchrun): rank 0 writes
-        return {"rank": int(os.environ.get("RANK", "0"))}
-    final = accuracy(student.predict_ids(dev.texts, dev.texts_b), dev.labels)
-    save(student, model_path, work)
-    record = {
-        "model": model_path,
-        "removed": {str(k): v for k, v in remove.items()},
-        "kept_heads": pruning.kept_heads(student.model),
-        "heads": {"before": sum(map(len, kept_before)), "after": sum(map(len, pruning.kept_heads(student.model)))},
-        "parameters": {"before": params_before, "after": student.num_parameters()},
-        # (L, H) in original head indices; null for a head removed before this run
-        "importance": None if importance is None else [[None if not np.isfinite(v) else float(v) for v in row]
-                                                       for row in importance],
-        "selection": {"path": dev.path, "rows": len(dev.texts), "accuracy_before": before,
-                      "accuracy_pruned": pruned_acc, "accuracy_final": final},
-        "recovery": recovery,
-        "config": typed.to_dict(cfg),
-    }
-    with open(os.path.join(work, schema.PRUNE_FILE), "w", encoding="utf-8") as fh:
-        json.dump(record, fh, indent=2)
-    return record
+class _Prune(Job):
+    """rank → remove → recover as a job of the shell (transferset.training.job); prune.json is its metrics."""
+
+    command, names, project, where = "prune", MODEL_NAMES, "transferset-prune", "prune engine"
+    metrics_file = schema.PRUNE_FILE
+
+    def __init__(self, cfg: PruneConfig, model_path: str, selection: str, transfer_dir: Optional[str],
+                 progress: bool):
+        super().__init__(cfg.engine, log_line)
+        self.cfg, self.model_path, self.selection, self.transfer_dir = cfg, model_path, selection, transfer_dir
+        self.progress_bar = None if progress else False
+        self.seed = seeds.torch_seed(seeds.stream(cfg.seed, seeds.DROPOUT))
+        self.recovery: Optional[dict] = None
+
+    def check(self) -> None:
+        set_torch_threads(self.cfg.threads)
+        self.student = load_prunable(self.model_path, self.cfg.max_length)
+        self.dev = read_eval_data(self.selection, self.student.label_names)
+        self.scored = open_transfer(self.transfer_dir, self.student) if self.cfg.epochs else None
+
+    def prepare(self, run: Run) -> None:
+        """rank and remove (every rank removes the same heads)."""
+        cfg, student, dev = self.cfg, self.student, self.dev
+        self.before = accuracy(student.predict_ids(dev.texts, dev.texts_b), dev.labels)
+        self.params_before = student.num_parameters()
+        self.kept_before = pruning.kept_heads(student.model)
+        if cfg.heads:
+            log_line(f"[transferset] prune: ranking {sum(map(len, self.kept_before))} heads on {len(dev.texts)} "
+                     "selection rows")
+            self.importance, self.remove = rank_heads(student, dev, cfg)
+            student.model = pruning.prune_heads(student.model, self.remove).eval()
+            self.pruned_acc = accuracy(student.predict_ids(dev.texts, dev.texts_b), dev.labels)
+            log_line(f"[transferset] prune: removed {sum(map(len, self.remove.values()))} heads {self.remove}; "
+                     f"selection accuracy {self.before:.4f} -> {self.pruned_acc:.4f} before recovery")
+        else:  # --heads 0: no ranking, no head removed; the recovery alone (self-distillation)
+            self.importance, self.remove, self.pruned_acc = None, {}, self.before
+
+    def trains(self) -> bool:
+        return self.scored is not None
+
+    def tracked(self) -> dict:
+        return typed.to_dict(self.cfg)
+
+    def phases(self, engine: Engine):
+        yield recovery_phase(self.cfg, self.student, self.scored, self.dev, engine)
+
+    def trained(self, run: Run) -> None:
+        self.student.model.cpu().eval()
+        if run.engine is not None:
+            cfg, engine = self.cfg, run.engine
+            self.recovery = {"transfer": self.scored.path, "rows": self.scored.num_rows, "loss": cfg.loss,
+                             "seconds": run.seconds, "processes": engine.world,
+                             "effective_batch_size": cfg.batch_size * cfg.engine.grad_accum * engine.world,
+                             "phase": run.entries[0], "history": run.recipe.history}
+
+    def evaluate(self, run: Run) -> dict:
+        student, dev = self.student, self.dev
+        final = accuracy(student.predict_ids(dev.texts, dev.texts_b), dev.labels)
+        importance = self.importance
+        return {
+            "model": self.model_path,
+            "removed": {str(k): v for k, v in self.remove.items()},
+            "kept_heads": pruning.kept_heads(student.model),
+            "heads": {"before": sum(map(len, self.kept_before)),
+                      "after": sum(map(len, pruning.kept_heads(student.model)))},
+            "parameters": {"before": self.params_before, "after": student.num_parameters()},
+            # (L, H) in original head indices; null for a head removed before this run
+            "importance": None if importance is None else [[None if not np.isfinite(v) else float(v) for v in row]
+                                                           for row in importance],
+            "selection": {"path": dev.path, "rows": len(dev.texts), "accuracy_before": self.before,
+                          "accuracy_pruned": self.pruned_acc, "accuracy_final": final},
+            "recovery": self.recovery,
+            "config": typed.to_dict(self.cfg),
+        }
+
+    def save(self, run: Run, metrics: dict) -> None:
+        save(self.student, self.model_path, run.work)
 
 
 def save(student: Student, model_path: str, work: str) -> None:
     """In the input's form: a student directory stays one (sidecar and all), a Hugging Face classifier
     directory stays a plain one (its tokenizer as it was)."""
-    inner = os.path.join(model_path, schema.STUDENT_MODEL_DIR)
-    source = inner if os.path.isdir(inner) else model_path
-    if os.path.isfile(os.path.join(source, schema.STUDENT_SIDECAR_FILE)):
+    if os.path.isfile(os.path.join(schema.model_dir(model_path), schema.STUDENT_SIDECAR_FILE)):
         student.save_pretrained(work)
         return
     from transferset.loading import quiet_transformers
