@@ -51,14 +51,14 @@ def cached(tmp_path_factory, teacher):
 def trained(tmp_path_factory, teacher, cached):
     """`train_exits` on the teacher, with the targets it handed to the branches' fit recorded."""
     seen = {}
-    real_fit = exits_train.fit_branches
+    real_phase = exits_train.branch_phase
 
-    def spy(features, targets, cfg, engine=None):
+    def spy(features, targets, cfg, engine):
         seen["features"], seen["targets"] = features.clone(), targets.clone()
-        return real_fit(features, targets, cfg, engine)
+        return real_phase(features, targets, cfg, engine)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(exits_train, "fit_branches", spy)
+        mp.setattr(exits_train, "branch_phase", spy)
         out = str(tmp_path_factory.mktemp("run") / "out")
         metrics = train_exits(teacher, cached[0], out, CFG)
     return out, metrics, seen
@@ -85,14 +85,14 @@ def test_a_students_exits_learn_its_own_head(tmp_path, teacher, cached):
     other = Student.from_pretrained(testing.tiny_classifier(str(tmp_path / "hf"), num_layers=3, seed=3))
     Student(other.model, other.tokens, other.label_names, HF_FAMILY).save_pretrained(str(tmp_path / "student"))
     seen = {}
-    real_fit = exits_train.fit_branches
+    real_phase = exits_train.branch_phase
 
-    def spy(features, targets, cfg, engine=None):
+    def spy(features, targets, cfg, engine):
         seen["targets"] = targets.clone()
-        return real_fit(features, targets, cfg, engine)
+        return real_phase(features, targets, cfg, engine)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(exits_train, "fit_branches", spy)
+        mp.setattr(exits_train, "branch_phase", spy)
         metrics = train_exits(str(tmp_path / "student"), cached[0], str(tmp_path / "out"), CFG)
     assert metrics["targets"] == "own" and metrics["layers"] == 3
     # the trainer's batches against logits()' batches: the same sums in another order (tests/tolerances.py);
