@@ -28,7 +28,7 @@ UNMIRRORED = {
     "transferset/app/train.py": _COMMAND + "tests/students/test_trainer.py and test_user_errors.py",
     # `transferset run`'s declarations: a plan and its stage keys mean something only as a run of them
     "transferset/app/plan.py": "the stages of a run: planned and run in tests/transferset/app/test_runner.py",
-    "transferset/app/stages.py": "stage keys and declarations: tests/transferset/app/test_runner.py, test_keys.py",
+    "transferset/app/outputs.py": "what the stage kinds make: tests/transferset/app/stages/ (each kind's part)",
     # parts reached only through a whole that is tested at its path
     "transferset/augment/context.py": "the contexts an op declares: tests/transferset/augment/test_registry.py",
     "transferset/config/common.py": "value checks of several sections: tests/transferset/config/test_config.py",

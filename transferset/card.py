@@ -327,16 +327,15 @@ def read_front_matter(path: str) -> dict:
     return yaml.safe_load(text[4:text.index("\n---", 4)])
 
 
-def update_run_cards(paths: dict, results_file: str) -> list[str]:
+def update_run_cards(models: dict, results_file: str) -> list[str]:
     """Rewrite the card of every model of a run with the figures of its results.json (selection and test
-    accuracy, latency and the machine): `paths` is the run plan's (teacher, students, compressed)."""
+    accuracy, latency and the machine): `models` holds "teacher" (its folder, or None: no card of its own),
+    "students" ({name: folder}) and "compressed" ({results row name: folder})."""
     results = fs.read_json(results_file)
-    folders = {"teacher": paths.get("teacher")} if not paths.get("teachers") else {}
-    folders.update({row["name"]: paths["students"][name] for row in results.get("rows", [])
-                    for name in paths.get("students", {}) if row["name"].startswith(f"student: {name} (")})
-    for name, c in (paths.get("compressed") or {}).items():
-        if c.get("speed") is None:  # a model with exits is one folder timed at several speeds: its own card
-            folders[name] = c["path"]
+    folders = {"teacher": models.get("teacher")}
+    folders.update({row["name"]: models["students"][name] for row in results.get("rows", [])
+                    for name in models.get("students", {}) if row["name"].startswith(f"student: {name} (")})
+    folders.update(models.get("compressed") or {})
     written = []
     for name, folder in folders.items():
         if folder and fs.isdir(folder):

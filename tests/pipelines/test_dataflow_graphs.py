@@ -21,7 +21,8 @@ from pipelines.score import ScoreJob
 from pipelines.score import build as build_score
 from transferset import fs, schema
 from transferset.config import BeamConfig
-from transferset.app.runner import load_config, stage_beam
+from transferset.app.runner import load_config
+from transferset.app.stages.context import stage_beam
 from transferset.sources import SourceSpec
 from transferset.scored import plan as score_plan
 import builders as testing

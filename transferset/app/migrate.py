@@ -21,9 +21,9 @@ from typing import Any, Optional, Sequence
 from transferset import augment as augment_ops
 from transferset import fs, schema, typed
 from transferset.app import keys, runner
-from transferset.app.plan import StageFunctions, build_plan
+from transferset.app.plan import build_plan
 from transferset.app.stages import stage_key
-from transferset.teacher.train import can_resume
+from transferset.app.stages.context import StageFunctions
 from transferset.config import TeacherConfig
 from transferset.errors import ConfigError, UserError
 from transferset.splits import SPLIT_STATS_FILE
@@ -228,8 +228,8 @@ def convert(cfg, files, log) -> dict[str, list[str]]:
     [...], "resumed": [...]} by stage name. Every stage is judged before any record is written, so a conversion
     that stops midway changes nothing; a record converted already (its key today's) counts as converted."""
     fn = StageFunctions()
-    old = build_plan(cfg, files, fn, can_resume, rules=V1).stages
-    new = build_plan(cfg, files, fn, can_resume).stages
+    old = build_plan(cfg, files, fn, rules=V1).stages
+    new = build_plan(cfg, files, fn).stages
     stored: dict[str, str] = {}
     new_keys: dict[str, str] = {}
     verdicts: list[tuple[Any, str, str, dict]] = []

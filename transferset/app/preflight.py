@@ -15,7 +15,7 @@ import os
 from typing import Optional
 
 from transferset import fs, labels, loading, schema
-from transferset.app.plan import DataFiles, splits_train
+from transferset.app.stages.context import DataFiles, splits_train
 from transferset.config import RunConfig
 from transferset.errors import ConfigError
 from transferset.sources import HF_PREFIX, label_counts

@@ -20,6 +20,7 @@ import numpy as np
 
 from students.student import OnnxStudent, Student
 from transferset import fs, schema, timing, transfer
+from transferset.app.outputs import Compressed, RunOutputs
 from transferset.card import text as markdown_text
 from transferset.config import DEFAULT_MAX_LENGTH, AugmentConfig, ReportConfig
 from transferset.fs.remote import local_output, local_teacher
@@ -244,9 +245,9 @@ def member_rows(members: Sequence[str], lat: dict, dev_accuracy: Sequence[Option
     return rows
 
 
-def compressed_rows(compressed: dict[str, dict], lat: dict, tlat: dict, paths: dict, cfg: dict,
+def compressed_rows(compressed: dict[str, Compressed], lat: dict, tlat: dict, out: RunOutputs, cfg: dict,
                     test_accuracy, busy: bool) -> list[dict]:
-    """One results row per model of the run's `compress:` section (runner.compress_plan), its speed-up against
+    """One results row per model of the run's `compress:` section (transferset/app/stages/compress.py), its speed-up against
     the teacher. Its selection accuracy is measured here, on the split the students stopped on (nothing
     was chosen with it: the pruned teacher's heads were ranked on it, which its row says)."""
     from students.evaluate import evaluate  # the report's one evaluation: only runs with a compress: section
@@ -255,77 +256,82 @@ def compressed_rows(compressed: dict[str, dict], lat: dict, tlat: dict, paths: d
     columns = {k: v for k, v in columns.items() if v is not None}
     rows = []
     for name, c in compressed.items():
-        # as the test stage evaluates it (runner.evaluate_on_test)
-        selection = evaluate(c["path"], paths["dev"], **columns,
-                             **({"speed": c["speed"]} if c["speed"] is not None else {}))
-        row = {"name": name, "kind": "compressed", "compressed": {"from": c["from"], "how": c["how"], "path": c["path"]},
+        # as the test stage evaluates it (transferset/app/stages/heldout.py)
+        selection = evaluate(c.path, out.selection, **columns, **({"speed": c.speed} if c.speed is not None else {}))
+        row = {"name": name, "kind": "compressed", "compressed": {"from": c.source, "how": c.how, "path": c.path},
                "dev_accuracy": selection["accuracy"], "test_accuracy": test_accuracy(name), "agreement": None,
                **timed_fields(lat[name], tlat, busy)}
-        if c["speed"] is not None:
-            row["speed"], row["mean_layers"] = c["speed"], selection.get("mean_layers")
-        if c["how"] == "pruned":
+        if c.speed is not None:
+            row["speed"], row["mean_layers"] = c.speed, selection.get("mean_layers")
+        if c.how == "pruned":
             row["display"] = f"{name}: heads ranked on the selection split"
         rows.append(row)
     return rows
 
 
-def _dev_texts(dev: str, text_column: Optional[str] = None) -> list[str]:
+def selection_texts(dev: str, text_column: Optional[str] = None) -> list[str]:
     return list(read_texts(dev, text_column=text_column, opener=fs.open))
 
 
-def write_report(paths: dict, cfg: dict, log=print) -> dict[str, Any]:
-    """report.html, results.json and results.md in the run directory (written locally, then uploaded)."""
-    run_dir = paths["run_dir"]
-    # A teacher ensemble (paths["teachers"]): each member is timed, the ensemble is their sum
-    members = list(paths.get("teachers") or [])
-    teachers = {f"teacher {k}": p for k, p in enumerate(members)} if members else {"teacher": paths["teacher"]}
+def write_report(out: RunOutputs, cfg: dict, log=print) -> dict[str, Any]:
+    """report.html, results.json and results.md in the run directory (written locally, then uploaded) from what the
+    run's stages made (`out`)."""
+    run_dir = out.run_dir
+    # A teacher ensemble: each member is timed, the ensemble is their sum
+    members = list(out.members) if out.ensemble else []
+    teachers = {f"teacher {k}": p for k, p in enumerate(members)} if members else {"teacher": out.teacher}
     settings = ReportConfig(**(cfg.get("report") or {}))  # the run's report: section
     rounds = settings.latency_rounds
-    compressed = paths.get("compressed") or {}  # the compress: section's models, by their row names
-    timed = _time_models(paths, settings, teachers, compressed, (cfg.get("augment") or {}).get("text_column"))
+    compressed = out.compressed  # the compress: section's models, by their row names
+    timed = _time_models(out, settings, teachers, compressed, (cfg.get("augment") or {}).get("text_column"))
     lat, cond = timed["models"], timed["conditions"]
     busy = cond["busy"]
     log(f"[report] latency: median of {rounds} interleaved rounds, {timing.describe(cond)}")
-    tested = fs.read_json(paths["test_results"])["models"] if paths.get("test_results") else {}
+    tested = fs.read_json(out.test_results)["models"] if out.test_results else {}
 
     def test_accuracy(name: str) -> Optional[float]:
         return tested[name]["accuracy"] if name in tested else None
 
-    rows = _teacher_rows(paths, members, teachers, lat, tested, busy)
+    rows = _teacher_rows(out, members, teachers, lat, tested, busy)
     tlat = lat["teacher"]
-    rows += _student_rows(paths, lat, tlat, test_accuracy, busy)
-    rows += compressed_rows(compressed, lat, tlat, paths, cfg, test_accuracy, busy)
-    stats = {stage: fs.read_json(fs.join(paths[stage], schema.STATS_FILE)) for stage in ("transfer", "scored")
-             if fs.exists(fs.join(paths[stage], schema.STATS_FILE))}
-    if paths.get("data") and fs.exists(fs.join(paths["data"], SPLIT_STATS_FILE)):  # train was split
-        stats["data"] = fs.read_json(fs.join(paths["data"], SPLIT_STATS_FILE))
+    rows += _student_rows(out, lat, tlat, test_accuracy, busy)
+    rows += compressed_rows(compressed, lat, tlat, out, cfg, test_accuracy, busy)
+    stats = {stage: fs.read_json(fs.join(folder, schema.STATS_FILE))
+             for stage, folder in (("transfer", out.transfer), ("scored", out.scored))
+             if fs.exists(fs.join(folder, schema.STATS_FILE))}
+    if out.data and fs.exists(fs.join(out.data, SPLIT_STATS_FILE)):  # train was split
+        stats["data"] = fs.read_json(fs.join(out.data, SPLIT_STATS_FILE))
     table = results_table(rows, cond, rounds)
-    _write_files(paths, cfg, rows, cond, rounds, stats, table)
+    _write_files(out, cfg, rows, cond, rounds, stats, table)
     report = fs.join(run_dir, REPORT)
     log(f"[report] {report}")
     return {"table": table, "report": report, "rows": rows}
 
 
-def _time_models(paths: dict, settings: ReportConfig, teachers: dict, compressed: dict,
+def _time_models(out: RunOutputs, settings: ReportConfig, teachers: dict, compressed: dict[str, Compressed],
                  text_column: Optional[str]) -> dict:
     """Every model timed at report time, interleaved: figures taken at training time, each under its own
     machine load, made two identical students differ by 2x."""
-    return model_latency({**teachers, **{f"student:{name}": out for name, out in paths["students"].items()},
-                          **{name: c["path"] for name, c in compressed.items()}},
-                         _dev_texts(paths["dev"], text_column)[:settings.latency_rows], rounds=settings.latency_rounds,
-                         speeds={name: c["speed"] for name, c in compressed.items() if c["speed"] is not None})
+    return model_latency({**teachers, **{f"student:{name}": folder for name, folder in out.students.items()},
+                          **{name: c.path for name, c in compressed.items()}},
+                         selection_texts(out.selection, text_column)[:settings.latency_rows], rounds=settings.latency_rounds,
+                         speeds=out.speeds())
 
 
-def _teacher_rows(paths: dict, members: list, teachers: dict, lat: dict, tested: dict, busy: bool) -> list[dict]:
+def _teacher_rows(out: RunOutputs, members: list, teachers: dict, lat: dict, tested: dict, busy: bool) -> list[dict]:
     """The teacher's results row, then one per ensemble member; an ensemble's latency (lat["teacher"]) is set
     here, as the sum of its members'."""
     if members:
         lat["teacher"] = ensemble_latency([lat[name] for name in teachers])
         # the ensemble's and each member's selection accuracy, read back from the scored selection split
-        selection = ensemble.accuracies(paths["dev_scored"])
+        selection = ensemble.accuracies(out.dev_scored)
         teacher_dev = selection["teacher"]
     else:
-        teacher_dev = fs.read_json(fs.join(paths["teacher"], schema.METRICS_FILE))["best_dev_accuracy"]
+        metrics = fs.join(out.teacher, schema.METRICS_FILE)
+        # a teacher given by its folder (teacher_path) that transferset did not train has no metrics.json: its
+        # selection accuracy is read back from the scored selection split, as an ensemble's is
+        teacher_dev = fs.read_json(metrics)["best_dev_accuracy"] if fs.exists(metrics) \
+            else ensemble.accuracies(out.dev_scored)["teacher"]
     tlat = lat["teacher"]
     teacher_test = tested["teacher"]["accuracy"] if "teacher" in tested else None
     rows = [{"name": "teacher", "kind": "teacher", "dev_accuracy": teacher_dev, "test_accuracy": teacher_test,
@@ -333,14 +339,14 @@ def _teacher_rows(paths: dict, members: list, teachers: dict, lat: dict, tested:
              "latency_64": tlat["latency_64"], "latency_spread_1": tlat["spread_1"],
              "latency_spread_64": tlat["spread_64"], "latency_busy": busy, "runtime": tlat.get("runtime", PYTORCH)}]
     if members:
-        rows[0]["display"] = f"teacher: ensemble of {len(members)} ({paths.get('combine', 'mean')})"
+        rows[0]["display"] = f"teacher: ensemble of {len(members)} ({out.combine or 'mean'})"
         rows += member_rows(members, lat, selection["members"], tested.get("teacher"), busy)
     return rows
 
 
-def _student_rows(paths: dict, lat: dict, tlat: dict, test_accuracy, busy: bool) -> list[dict]:
+def _student_rows(out: RunOutputs, lat: dict, tlat: dict, test_accuracy, busy: bool) -> list[dict]:
     """One results row per student, from its metrics.json, its speed-up against the teacher."""
-    metrics = {name: fs.read_json(fs.join(out, schema.METRICS_FILE)) for name, out in paths["students"].items()}
+    metrics = {name: fs.read_json(fs.join(folder, schema.METRICS_FILE)) for name, folder in out.students.items()}
     return [{"name": f"student: {name} ({m['student']}, {m['schedule']})", "kind": "student",
              "dev_accuracy": m["dev_accuracy"],
              "test_accuracy": test_accuracy(name), "agreement": m.get("teacher_agreement"),
@@ -349,31 +355,32 @@ def _student_rows(paths: dict, lat: dict, tlat: dict, test_accuracy, busy: bool)
             for name, m in metrics.items()]
 
 
-def _write_files(paths: dict, cfg: dict, rows: list[dict], cond: dict, rounds: int, stats: dict, table: str) -> None:
+def _write_files(out: RunOutputs, cfg: dict, rows: list[dict], cond: dict, rounds: int, stats: dict, table: str) -> None:
     """The plots, report.html, results.json and results.md, written in a local folder then uploaded to the run."""
-    run_dir = paths["run_dir"]
+    run_dir = out.run_dir
     busy = cond["busy"]
     with local_output(run_dir) as work:
         fig_dir = os.path.join(work, FIGURES_DIR)
         os.makedirs(fig_dir, exist_ok=True)
         curves = []
-        for name, out in paths["students"].items():
-            src = fs.join(out, schema.CURVES_FILE)
+        for name, folder in out.students.items():
+            src = fs.join(folder, schema.CURVES_FILE)
             if fs.exists(src):
                 dst = os.path.join(fig_dir, f"curves_{name}.png")
                 fs.copy_file(src, dst)
                 curves.append((name, dst))
-        aug = augmentation_plots(paths["transfer"], fig_dir)
-        frontier = frontier_plot(rows, fig_dir, busy) if len(paths["students"]) > 1 else None
-        conf = confidence_plot(paths["scored"], fig_dir)
+        aug = augmentation_plots(out.transfer, fig_dir)
+        frontier = frontier_plot(rows, fig_dir, busy) if len(out.students) > 1 else None
+        conf = confidence_plot(out.scored, fig_dir)
         with open(os.path.join(work, REPORT), "w", encoding="utf-8") as fh:
             fh.write(_html(table_rows=rows, aug=aug, conf=conf, curves=curves, stats=stats, run_dir=work,
-                           title=run_dir, dev=paths["dev"], test=paths.get("test"), frontier=frontier,
+                           title=run_dir, dev=out.selection, test=out.test, frontier=frontier,
                            latency=latency_note(cond, rounds, rows)))
         for part in (aug, conf, *([frontier] if frontier else [])):  # results.json names the plots where they end up
             part["plot"] = fs.join(run_dir, FIGURES_DIR, os.path.basename(part["plot"]))
         results = {"rows": rows, "latency_conditions": cond, "augmentation": aug, "teacher_confidence": conf,
-                   "frontier": frontier, "stats": stats, "selection": paths["dev"], "test": paths.get("test"), "config": cfg}
+                   "frontier": frontier, "stats": stats, "selection": out.selection, "test": out.test, "config": cfg,
+                   **({"search": fs.read_json(out.search)} if out.search and fs.exists(out.search) else {})}
         with open(os.path.join(work, RESULTS), "w", encoding="utf-8") as fh:
             json.dump(results, fh, indent=2, default=str)
         with open(os.path.join(work, TABLE), "w", encoding="utf-8") as fh:

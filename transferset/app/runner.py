@@ -15,9 +15,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
-from dataclasses import dataclass, replace
-from typing import Any, Callable, Optional, Sequence
+from dataclasses import replace
+from typing import Any, Optional, Sequence
 
 import yaml
 
@@ -29,19 +28,16 @@ from transferset.augment import check_ops, needs
 from transferset.card import update_run_cards
 from transferset.app import init as starter_init, keys, preflight
 from transferset.app.report import FIGURES_DIR, REPORT, RESULTS, TABLE
-# The builders and declarations, also imported from here by the tests and the report's readers.
-from transferset.app.plan import (TEST_RESULTS_FILE, DataFiles, RunPlan, StageFunctions, build_plan,  # noqa: F401
-                                  compress_plan, evaluate_on_test, fingerprint, splits_train, stage_beam)
-from transferset.app.stages import StageDef, stage_key  # noqa: F401
+from transferset.app.plan import RunPlan, build_plan
+from transferset.app.stages import Stage, StageDef
+from transferset.app.stages.context import DataFiles, StageFunctions, splits_train
 from transferset.config import LAYER_TEXTS_REST, RunConfig
 from transferset.errors import ConfigError, UserError
-from transferset.fs import remote
 from transferset.fs.links import links_on_the_way, links_under, refuse_links
 from transferset.fs.lock import output_lock
+from transferset.progress import log_line
 from transferset.sources import HF_PREFIX, check_hf_names
-from transferset.fs.output import clear as clear_output
 from transferset.teacher import ensemble
-from transferset.teacher.train import can_resume as can_resume_teacher
 from transferset.training import check_engine
 
 STAGE_FILE = schema.STAGE_FILE
@@ -208,76 +204,6 @@ def resolve_data(data: Optional[str], test: Optional[str] = None, dev: Optional[
     return DataFiles(HF_SST2[0], dev or HF_SST2[1], test)
 
 
-# --- stages ------------------------------------------------------------------------
-
-@dataclass
-class Stage:
-    name: str
-    directory: str
-    key: str
-    done_file: str  # relative to directory: exists when the stage finished
-    # fn writes local files only: a remote directory is staged in a local folder, then uploaded
-    local: bool = False
-    resumable: Optional[Callable[[str], bool]] = None  # StageDef.resumable
-    resume: Optional[Callable[[str], Any]] = None  # StageDef.resume
-
-    def finished(self) -> bool:
-        """Whether the folder holds a finished run of its stage's work (its done file)."""
-        return fs.exists(fs.join(self.directory, self.done_file))
-
-    def _record(self) -> dict:
-        meta = fs.join(self.directory, STAGE_FILE)
-        return fs.read_json(meta) if fs.exists(meta) else {}
-
-    def current_key(self, record: Optional[dict] = None) -> Optional[str]:
-        """The key the finished folder holds when it is this stage's, else None.
-        A record marked running is a run that began and never finished: nothing is current. `record`: the
-        folder's record when already read."""
-        record = self._record() if record is None else record
-        if not record or record.get("running") or not self.finished():
-            return None
-        stored = record.get("key")
-        return stored if stored == self.key else None
-
-    def run(self, fn: Callable[[str], None], log) -> bool:
-        """Run fn(output folder) unless the stage is current; return True when it ran.
-
-        The folder is never deleted: the stage's function, called with overwrite=True, clears what
-        transferset wrote there through the output protocol (transferset.fs.output), so others' files
-        in it stay. The runner's own record says `running` while the stage runs and holds its key once
-        it finished, after any upload, so a stage cut short is redone (or resumed: StageDef.resume).
-        """
-        record = self._record()
-        stored = self.current_key(record)
-        if stored is not None:
-            log(f"[{self.name}] up to date ({self.directory}, key {stored}): reused")
-            return False
-        began_here = bool(record.get("running")) and record.get("key") == self.key
-        fs.makedirs(self.directory)
-        # replaces an earlier run's record before anything else changes here (the output protocol leaves it)
-        fs.write_json(fs.join(self.directory, STAGE_FILE), {"key": self.key, "running": True})
-        if self.resumable is not None and self.resumable(self.directory):
-            log(f"[{self.name}] resuming → {self.directory}")
-        elif self.resume is not None and began_here:
-            log(f"[{self.name}] resuming the run of key {self.key} killed here → {self.directory}")
-            fn = self.resume
-        else:
-            if self.local and fs.is_remote(self.directory):
-                # fn writes a local staging folder, uploaded into this one: what an earlier run wrote here
-                # is cleared by the same protocol first, or files it no longer writes would stay beside
-                clear_output(self.directory)
-            log(f"[{self.name}] running → {self.directory}")
-        t0 = time.time()
-        if self.local:
-            with remote.local_output(self.directory) as work:
-                fn(work)
-        else:
-            fn(self.directory)
-        fs.write_json(fs.join(self.directory, STAGE_FILE), {"key": self.key, "seconds": round(time.time() - t0, 1)})
-        log(f"[{self.name}] done in {time.time() - t0:.0f}s")
-        return True
-
-
 def run_stages(stages: Sequence[StageDef], log) -> dict[str, str]:
     """Run the declared stages in order, each reused when current; returns every stage's key by name."""
     keys: dict[str, str] = {}
@@ -307,7 +233,7 @@ def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=T
     check_engines(cfg)
     preflight.check_run(cfg, files)  # the data's labels and columns, a given teacher's files
     with output_lock(cfg.run_dir, command="run"):  # one run at a time owns run_dir
-        plan = plan_stages(cfg, files, functions)
+        plan = plan_stages(cfg, files, functions, log)
         check_links(cfg.run_dir, plan.stages)
         check_layout(cfg.run_dir, plan.stages)
         fs.makedirs(cfg.run_dir)
@@ -315,10 +241,10 @@ def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=T
         fs.write_text(fs.join(cfg.run_dir, CONFIG_FILE), yaml.safe_dump(typed.to_dict(cfg), sort_keys=False))
         log(f"data: train {files.train}; selection split {plan.selection}; test split {plan.test or NO_TEST}")
         run_stages(plan.stages, log)
-        result = functions.report(plan.paths, typed.to_dict(cfg), log=log)
+        result = functions.report(plan.outputs, typed.to_dict(cfg), log=log)
         results_file = fs.join(cfg.run_dir, RESULTS)
         if fs.exists(results_file):  # every model's card gets the report's figures (test split, latency)
-            update_run_cards(plan.paths, results_file)
+            update_run_cards(run_cards(plan.outputs), results_file)
         return result
 
 
@@ -350,10 +276,18 @@ def check_links(run_dir: str, stages: Sequence[StageDef]) -> None:
     refuse_links(run_dir, links, "run_dir")
 
 
-def plan_stages(cfg: RunConfig, files: DataFiles, fn: StageFunctions = StageFunctions()) -> RunPlan:
-    """The run's stages as data: folders, settings, upstream stages and what each one calls (the builders of
-    transferset/app/plan.py, one per stage kind)."""
-    return build_plan(cfg, files, fn, can_resume_teacher)
+def plan_stages(cfg: RunConfig, files: DataFiles, fn: StageFunctions = StageFunctions(), log=None) -> RunPlan:
+    """The run's stages as data: folders, settings, upstream stages and what each one calls (one module per stage
+    kind under transferset/app/stages/)."""
+    return build_plan(cfg, files, fn, log=log or log_line)
+
+
+def run_cards(out: Any) -> dict[str, Any]:
+    """The folders whose model cards get the report's figures, by their results row: the teacher (not an
+    ensemble's), each student (by its name) and each compressed model with no exits (a model with exits is one
+    folder timed at several speeds: its own card)."""
+    return {"teacher": None if out.ensemble else out.teacher, "students": out.students,
+            "compressed": {name: c.path for name, c in out.compressed.items() if c.speed is None}}
 
 
 def check_engines(cfg: RunConfig) -> None:
@@ -376,13 +310,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("overrides", nargs="*", metavar="key=value",
                         help="override settings, e.g. data=PATH teacher.epochs=1 students.distilled.epochs=3")
     starter_init.add_data_arguments(parser, required=False)
+    budget = parser.add_argument_group("search: the most accurate student under a budget (the `search:` section)")
+    for flag, unit in BUDGET_FLAGS.items():
+        budget.add_argument(f"--{flag}", type=float, metavar=unit.split(":")[0], help=unit.split(": ", 1)[1])
+
+
+# run's budget flags, each the search: section's setting of its name (budget_ms, ...): "METAVAR: help"
+BUDGET_FLAGS = {
+    "budget-ms": "MS: CPU ms per example at batch 1 on one thread, tokenization included (the report's timing)",
+    "budget-mb": "MB: the saved model's size on disk",
+    "budget-speedup": "X: at least X times the teacher's speed at batch 1",
+}
+
+
+def budget_overrides(args) -> list[str]:
+    """The budget flags given, as key=value overrides of the search: section (a flag wins over the file)."""
+    return [f"search.{flag.replace('-', '_')}={value}" for flag in BUDGET_FLAGS
+            if (value := getattr(args, flag.replace("-", "_"), None)) is not None]
 
 
 def run(args, extra: Sequence[str]) -> int:
     data = {"data": args.data, **starter_init.data_kwargs(args)} if args.data else None
     if not args.data and any(starter_init.data_kwargs(args).values()):
         raise ConfigError("--text-column, --label-column, --dev and --test describe --data: give --data too")
-    cfg = load_config(args.config, args.overrides, data)
+    cfg = load_config(args.config, [*args.overrides, *budget_overrides(args)], data)
     starter_init.check_data(cfg)  # a missing column stops the run here, naming the columns the file has
     results = run_pipeline(cfg)
     print(results["table"])

@@ -35,6 +35,7 @@ from transferset.config.common import (_STRICT, COMBINES, FORWARDS, POOLINGS, In
 from transferset.config.engine import (DEVICES, LR_SCHEDULES, PRECISIONS, STUDENT_ENGINE,  # noqa: F401
                                        TEACHER_ENGINE, TRACKERS, EngineConfig, engine_section)
 from transferset.config.compress import EXIT_TARGETS, CompressConfig, ExitsConfig, PruneConfig  # noqa: F401
+from transferset.config.search import SearchConfig  # noqa: F401
 from transferset.config.augment_settings import RECIPES, AugmentConfig, nested_ops  # noqa: F401
 
 # Values that travel through several modules but are defaults of settings, written once here.
@@ -369,6 +370,8 @@ class RunConfig:
     beam: BeamConfig = field(default_factory=BeamConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
     compress: CompressConfig = field(default_factory=CompressConfig)
+    # the most accurate student under a budget (transferset/app/stages/search.py); None: no search
+    search: Optional[SearchConfig] = None
 
     def __post_init__(self):
         if self.lowres is not None and self.unlabeled_rows is not None:

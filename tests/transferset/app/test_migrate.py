@@ -393,7 +393,7 @@ def test_a_student_keyed_by_an_earlier_form_and_trainers_finished_before_complet
 
     cfg = layout1_folder("demo", tmp_path)
     student = {s.name: s for s in migrate.build_plan(cfg, resolve_data(cfg.data, cfg.test), migrate.StageFunctions(),
-                                                     migrate.can_resume, rules=migrate.V1).stages}["students.distilled"]
+                                                     rules=migrate.V1).stages}["students.distilled"]
     upstream = [LAYOUT1_KEYS["demo"]["score"], LAYOUT1_KEYS["demo"]["dev.score"]]
     earlier = stage_key("student", {**student.settings(), "layer_epochs": None}, upstream)
     (tmp_path / "run" / "students" / "distilled" / STAGE_FILE).write_text(json.dumps({"key": earlier}))

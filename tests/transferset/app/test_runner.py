@@ -15,8 +15,9 @@ from transferset.errors import ConfigError, UserError
 from transferset.config import AugmentConfig, RunConfig, ScoreConfig, StudentConfig, TeacherConfig
 from transferset import typed
 from transferset.fs.output import DATA_NAMES, MODEL_NAMES, STUDENT_NAMES, Output
-from transferset.app.runner import (STAGE_FILE, StageFunctions, load_config, plan_stages, resolve_data,
-                                    run_pipeline, stage_key)
+from transferset.app.runner import STAGE_FILE, load_config, plan_stages, resolve_data, run_pipeline
+from transferset.app.stages import stage_key
+from transferset.app.stages.context import StageFunctions
 
 CONFIGS = sorted((Path(__file__).resolve().parents[3] / "configs").glob("*.yaml"))
 
@@ -108,15 +109,17 @@ def _protocol_write(output, command, names, files: dict, overwrite=True, keep=()
 
 class RecordingStages:
     """Stage functions that record their arguments and write what the real ones mark as done, through the
-    output protocol as the real ones do (the runner no longer empties a stage's folder: issue 42)."""
+    output protocol as the real ones do (the runner never empties a stage's folder)."""
 
     def __init__(self):
         self.seen = {}
+        self.can_resume_teacher = StageFunctions.can_resume_teacher
 
     def functions(self) -> StageFunctions:
         return StageFunctions(teacher=self.teacher, augment=self.augment, score=self.score, student=self.student,
-                              evaluate=self.evaluate, report=lambda paths, cfg, log: {"paths": paths},
-                              export=self.export, exits=self.exits, prune=self.prune)
+                              evaluate=self.evaluate, report=lambda outputs, cfg, log: {"outputs": outputs},
+                              export=self.export, exits=self.exits, prune=self.prune,
+                              can_resume_teacher=self.can_resume_teacher)
 
     def export(self, model, output, **settings):
         self.seen.setdefault("export", []).append((model, output, settings))
@@ -676,8 +679,8 @@ def test_a_teacher_stage_killed_after_a_checkpoint_goes_on_from_it(tmp_path, sst
 
     stages.teacher = killed
     matches = {"value": True}
-    monkeypatch.setattr(runner, "can_resume_teacher", lambda cfg, **paths: matches["value"]
-                        and (Path(paths["output"]) / "checkpoint" / "state.pt").exists())
+    stages.can_resume_teacher = lambda cfg, **paths: matches["value"] \
+        and (Path(paths["output"]) / "checkpoint" / "state.pt").exists()
     with pytest.raises(KeyboardInterrupt):
         run_pipeline(load_config("configs/demo.yaml", base), log=lambda m: None, functions=stages.functions())
     log = []

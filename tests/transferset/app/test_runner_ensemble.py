@@ -9,7 +9,8 @@ import builders as testing
 from test_runner import RecordingStages
 from transferset import typed
 from transferset.app.cli import main
-from transferset.app.runner import STAGE_FILE, load_config, plan_stages, resolve_data, run_pipeline, stage_key
+from transferset.app.runner import STAGE_FILE, load_config, plan_stages, resolve_data, run_pipeline
+from transferset.app.stages import stage_key
 from transferset.errors import UserError
 
 
@@ -41,9 +42,9 @@ def test_teacher_seeds_train_each_member_once_and_score_once_with_all(tmp_path, 
     assert [(teacher, c.combine) for c, _, teacher, _ in rec.seen["score"]] == [(members, "probs")] * 2
     # the test split: the ensemble as one model (with its combination), then each student
     assert rec.seen["test"][0] == (members, str(sst2_dir / "dev.tsv"))
-    paths = result["paths"]
-    assert (paths["teacher"], paths["teachers"], paths["combine"]) == (members[0], members, "probs")
-    assert paths["dev_scored"] == str(tmp_path / "r" / "dev" / "scored")
+    out = result["outputs"]
+    assert (out.teacher, out.members, out.combine, out.scorer) == (members[0], members, "probs", members)
+    assert out.dev_scored == str(tmp_path / "r" / "dev" / "scored")
     # a rerun reuses every member; one more seed trains only it, then scores again
     log.clear()
     run_pipeline(load_config("configs/demo.yaml", [*base, "teacher_seeds=[0, 1, 2]", "score.combine=probs"]),
@@ -65,7 +66,7 @@ def test_teacher_paths_and_the_chosen_member(tmp_path, sst2_dir):
     assert names == [("data", ()), ("teacher.0", ()), ("teacher.1", ()), ("teacher", ("teacher.0", "teacher.1")),
                      ("augment", ("data",))]
     # the chosen member's directory is the set's teacher (its id, hidden states, the students' online teacher)
-    assert plan.paths["teacher"] == given[1] and plan.paths["teachers"] == given
+    assert plan.outputs.teacher == given[1] and plan.outputs.members == given
 
 
 def test_one_seed_is_the_single_teacher_and_its_score_key_is_unchanged(tmp_path, sst2_dir):
@@ -74,7 +75,7 @@ def test_one_seed_is_the_single_teacher_and_its_score_key_is_unchanged(tmp_path,
     result = run_pipeline(cfg, log=lambda m: None, functions=rec.functions())
     member = str(tmp_path / "r" / "teachers" / "seed4")
     assert [teacher for _, _, teacher, _ in rec.seen["score"]] == [member, member]  # a str: the old schema
-    assert "teachers" not in result["paths"] and rec.seen["test"][0] == (member, str(sst2_dir / "dev.tsv"))
+    assert not result["outputs"].ensemble and rec.seen["test"][0] == (member, str(sst2_dir / "dev.tsv"))
     # the score key leaves out `combine` with one teacher: run directories made before ensembles are reused
     keys = {f: json.loads((tmp_path / "r" / f / STAGE_FILE).read_text())["key"] for f in ("transfer", "scored")}
     old_settings = {k: v for k, v in typed.to_dict(cfg.score).items() if k != "combine"}

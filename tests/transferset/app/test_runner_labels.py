@@ -4,7 +4,9 @@ import json
 from dataclasses import replace
 
 from transferset import typed
-from transferset.app.plan import DataFiles, StageFunctions, augment_stage, make_run, trained_teacher
+from transferset.app.stages.augment import augment_stage
+from transferset.app.stages.context import DataFiles, StageFunctions, make_run
+from transferset.app.stages.teacher import trained_teacher
 from transferset.config import RunConfig
 from transferset.splits import split_data
 
@@ -20,13 +22,13 @@ def test_the_teacher_and_augment_get_the_split_label_set(tmp_path):
     (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     seen = {}
     fn = replace(StageFunctions(), teacher=lambda tc, **kw: seen.update(teacher=tc.labels),
-                 augment=lambda a, **kw: seen.update(augment=a.labels))
+                 augment=lambda a, **kw: seen.update(augment=a.labels), can_resume_teacher=lambda tc, **kw: False)
     r = _run(tmp_path, fn, validation={"rows": 5, "by": "row"}, labeled_limit=4)
     split_data(r.files.train, r.data_dir, r.cfg)
     labeled = (tmp_path / "run" / "data" / "labeled.jsonl").read_text().splitlines()
     assert {json.loads(line)["label"] for line in labeled} == {"a", "b"}
-    trained_teacher(r, "teacher", r.d("teacher"), r.teacher, lambda tc, **kw: False).run(r.d("teacher"))
-    augment_stage(r, "augment", r.d("transfer"), r.augment, [r.labeled], [r.unlabeled]).run(r.d("transfer"))
+    trained_teacher(r, "teacher", r.path("teacher"), r.teacher).run(r.path("teacher"))
+    augment_stage(r, "augment", r.path("transfer"), r.augment, [r.labeled], [r.unlabeled]).run(r.path("transfer"))
     assert seen == {"teacher": ("a", "b", "rare"), "augment": ("a", "b", "rare")}
 
 

@@ -1,0 +1,58 @@
+"""Stage kinds are ordered from their declarations (`after`, `before`); a new kind is one module, found by the
+registry, and its stages run in the place it declares."""
+import pytest
+
+from transferset.app.stages import KINDS, RunOutputs, StageDef, StageKind, in_order, register
+from transferset.registry import RegistryError
+from stage_plans import plan_of  # noqa: F401 (a fixture)
+
+
+def _kind(name, after=(), before=()):
+    return StageKind(name, lambda r, out: [], after=after, before=before)
+
+
+def test_the_shipped_kinds_in_their_order():
+    assert [k.name for k in in_order(KINDS.values())] == ["data", "teacher", "augment", "score", "layer_texts",
+                                                          "students", "compress", "search", "test"]
+
+
+def test_after_and_before_place_a_kind_and_ties_keep_registration_order():
+    kinds = [_kind("a"), _kind("c", after=("a",)), _kind("d", after=("a",)), _kind("b", after=("a",), before=("c",))]
+    # after a, b and d are free (c waits for b): b goes first by name, then c and d are free
+    assert [k.name for k in in_order(kinds)] == ["a", "b", "c", "d"]
+    kinds[3] = _kind("b", after=("a",), before=("c", "d"))
+    assert [k.name for k in in_order(kinds)] == ["a", "b", "c", "d"]
+    kinds[0] = _kind("a", after=("d",))
+    kinds[2] = _kind("d")
+    kinds[3] = _kind("b", after=("a",))
+    assert [k.name for k in in_order(kinds)] == ["d", "a", "b", "c"]
+
+
+def test_an_unknown_neighbour_and_a_circle_are_refused():
+    with pytest.raises(RegistryError, match="run stage kind b: no stage kind 'x' to follow or precede"):
+        in_order([_kind("a"), _kind("b", after=("x",))])
+    with pytest.raises(RegistryError, match="follow each other in a circle"):
+        in_order([_kind("a", after=("b",)), _kind("b", after=("a",))])
+
+
+def test_a_kind_registered_twice_is_refused():
+    with KINDS.scratch(), pytest.raises(RegistryError, match="run stage kind 'students' is already registered"):
+        register(StageKind("students", lambda r, out: []))
+
+
+def test_a_new_kind_runs_in_its_declared_place_and_reads_what_earlier_kinds_made(plan_of):
+    seen = {}
+
+    def build(r, out: RunOutputs) -> list[StageDef]:
+        seen["students"] = dict(out.students)  # the students' kind ran before: its folders are known
+        out.model_stages.append("extra")
+        return [StageDef("extra", r.path("extra"), {"n": 1}, ("students.distilled",))]
+
+    with KINDS.scratch():
+        register(StageKind("extra", build, after=("students",), before=("test",)))
+        plan = plan_of()
+    names = [s.name for s in plan.stages]
+    assert names.index("students.distilled") < names.index("extra") < names.index("test")
+    assert set(seen["students"]) == {"labels_only", "distilled"}
+    assert "extra" in plan.stages[-1].upstream  # the test stage waits for it
+    assert "extra" not in [k.name for k in KINDS.values()]  # the scratch registration is gone

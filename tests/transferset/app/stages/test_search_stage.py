@@ -1,0 +1,119 @@
+"""The search stage: candidates timed untrained, those over budget dropped before any training, successive halving
+on the selection split, every candidate a student folder reused by key; the refusals before any training."""
+import json
+
+import pytest
+import yaml
+
+from transferset.app.runner import load_config, run_pipeline
+from transferset.app.stages.context import StageFunctions
+from transferset.app.stages.search import closest, over_budget, rung_sizes
+from transferset.config.search import DEFAULT_SPACE, SearchConfig
+from transferset.errors import UserError
+from stage_plans import plan_of  # noqa: F401 (a fixture)
+
+
+@pytest.mark.parametrize("n, rungs, keep, sizes", [(6, (1, 4), 0.5, [6, 3]), (5, (1, 2, 4), 0.5, [5, 3, 2]),
+                                                   (1, (1, 4), 0.5, [1, 1]), (9, (1, 2, 3), 0.34, [9, 4, 2]),
+                                                   (4, (2,), 0.5, [4])])
+def test_rung_sizes_keep_the_best_fraction_rounded_up_and_never_none(n, rungs, keep, sizes):
+    assert rung_sizes(n, rungs, keep) == sizes
+
+
+def test_over_budget_says_each_bound_a_candidate_misses_and_closest_is_the_nearest():
+    sc = SearchConfig(budget_ms=1.0, budget_mb=10.0)
+    fast_big = {"latency_1": 0.5, "mb": 40.0, "teacher_ms": None}
+    slow_small = {"latency_1": 3.0, "mb": 2.0, "teacher_ms": None}
+    assert over_budget(fast_big, sc, None) == ["40 MB > 10 MB"]
+    assert over_budget(slow_small, sc, None) == ["3 ms > 1 ms"]
+    assert over_budget({"latency_1": 1.0, "mb": 10.0}, sc, None) == []  # on the bound is within it
+    assert closest({"a": fast_big, "b": slow_small}, sc) == "b"  # 3x over against 4x over
+    speed = SearchConfig(budget_speedup=50)
+    assert over_budget({"latency_1": 0.5, "mb": 1.0}, speed, 12.0) == ["24x the teacher's speed < 50x"]
+
+
+def test_the_default_space_covers_the_families_and_the_search_sits_before_the_test(plan_of):
+    assert {s["student"] for s in SearchConfig(budget_ms=1).candidates().values()} == {"bilstm", "static",
+                                                                                       "transformer"}
+    assert set(SearchConfig(budget_ms=1).candidates()) == set(DEFAULT_SPACE)
+    plan = plan_of("search.budget_ms=1")
+    names = [s.name for s in plan.stages]
+    assert names[-2:] == ["search", "test"] and "search" in plan.stages[-1].upstream
+    assert plan.outputs.students["search"].endswith("/r/search/chosen")
+    with pytest.raises(ValueError, match="students.search: the search's chosen student has that name"):
+        plan_of("search.budget_ms=1", "students.search={student: static}")
+
+
+def _config(tmp_path, data, teacher, budget_mb):
+    small = {"threads": 1, "latency_examples": 8, "epochs": 1}
+    cfg = {"run_dir": str(tmp_path / "run"), "data": str(data), "validation": {"rows": 60, "seed": 0},
+           "labeled_limit": 200, "unlabeled_rows": 50, "teacher_path": teacher,
+           "augment": {"recipe": "tang", "n_iter": 1, "seed": 0},
+           "students": {"plain": {**small, "student": "bilstm", "model": {"embed_dim": 8, "hidden": 8}}},
+           "report": {"latency_rows": 8, "latency_rounds": 1},
+           "search": {"budget_mb": budget_mb, "rungs": [1, 2], "keep": 0.5, "timing_rows": 8, "timing_rounds": 1,
+                      "space": {"small": {"student": "bilstm", "model": {"embed_dim": 8, "hidden": 8}},
+                                "wide": {"student": "bilstm", "model": {"embed_dim": 8, "hidden": 32}},
+                                "static": {"student": "static"},
+                                "huge": {"student": "bilstm", "model": {"embed_dim": 8, "hidden": 512}}},
+                      "base": {"threads": 1, "latency_examples": 8, "kd": 1.0, "ce": 0.0, "mse": 0.0}}}
+    path = tmp_path / f"search_{budget_mb}.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return load_config(str(path))
+
+
+class Killed(Exception):
+    pass
+
+
+@pytest.mark.integration
+def test_a_tiny_search_chooses_in_budget_resumes_when_killed_and_a_second_budget_reuses(tmp_path, sst2_dir,
+                                                                                      head_tsv, tiny_teacher):
+    data = tmp_path / "data"
+    data.mkdir()
+    head_tsv(sst2_dir / "train.tsv", data / "train.tsv", 600)
+    head_tsv(sst2_dir / "dev.tsv", data / "dev.tsv", 80)
+    trained = []
+
+    def student(cfg, scored, dev, out, **kw):
+        trained.append((cfg.model.get("hidden"), cfg.student, cfg.epochs))
+        if len(trained) == 3:  # killed while the search trains its second candidate
+            raise Killed
+        return StageFunctions.student(cfg, scored, dev, out, **kw)
+
+    with pytest.raises(Killed):
+        run_pipeline(_config(tmp_path, data, tiny_teacher, 2.0), log=lambda m: None,
+                     functions=StageFunctions(student=student))
+    log = []
+    run_pipeline(_config(tmp_path, data, tiny_teacher, 2.0), log=log.append, functions=StageFunctions(student=student))
+    doc = json.loads((tmp_path / "run" / "search" / "search.json").read_text())
+    c = doc["candidates"]
+    # huge (a 512-unit BiLSTM) is over 2 MB: dropped before any training, never trained
+    assert c["huge"]["stopped"].startswith("over budget: ") and "MB > 2 MB" in c["huge"]["stopped"]
+    assert "selection_accuracy" not in c["huge"] and all(h != 512 for h, _, _ in trained)
+    # rung 1: the three in budget, 1 epoch; rung 2: the best two (ceil 1.5), 2 epochs; the best of those chosen
+    assert all(list(c[n]["selection_accuracy"]) [:1] == ["1 epochs"] for n in ("small", "wide", "static"))
+    second = [n for n in ("small", "wide", "static") if "2 epochs" in c[n]["selection_accuracy"]]
+    assert len(second) == 2 and doc["chosen"] in second and c[doc["chosen"]]["stopped"].startswith("chosen")
+    assert c[doc["chosen"]]["selection_accuracy"]["2 epochs"] == max(c[n]["selection_accuracy"]["2 epochs"]
+                                                                     for n in second)
+    (dropped,) = {"small", "wide", "static"} - set(second)
+    assert c[dropped]["stopped"] == "rung 1 (1 epochs): not among the best 2 of 3"
+    # the killed run's finished candidate was reused, not trained again
+    assert any(m.startswith("[search.small.e1] up to date") for m in log)
+    # the chosen student is tested and reported with the run's other models
+    tested = json.loads((tmp_path / "run" / "test" / "accuracy.json").read_text())["models"]
+    assert set(tested) == {"teacher", "plain", "search"} and 0 <= tested["search"]["accuracy"] <= 1
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["search"]["chosen"] == doc["chosen"]
+    assert any(r["name"].startswith("student: search (") for r in results["rows"])
+    # another budget: every candidate it keeps is reused by key, none trained again
+    before = len(trained)
+    log.clear()
+    run_pipeline(_config(tmp_path, data, tiny_teacher, 1.5), log=log.append, functions=StageFunctions(student=student))
+    assert len(trained) == before and any(m.startswith("[search] running") for m in log)
+    # a budget no candidate meets is refused, naming the closest, before any training
+    with pytest.raises(UserError, match=r"search: no candidate meets the budget; the closest is (small|static)"):
+        run_pipeline(_config(tmp_path, data, tiny_teacher, 1e-4), log=lambda m: None,
+                     functions=StageFunctions(student=student))
+    assert len(trained) == before

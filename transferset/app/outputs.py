@@ -1,0 +1,54 @@
+"""What a run's stages make, by role (`RunOutputs`): each stage kind (transferset/app/stages/) fills in its part as
+the plan is built; the report and the model cards read it."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional, Union
+
+
+@dataclass(frozen=True)
+class Compressed:
+    """A model the `compress:` section makes from one of the run's models."""
+
+    path: str
+    speed: Optional[float]  # the early-exit threshold it is timed and tested at (None: no exits)
+    source: str  # the model it is made from: "teacher" or a student's name
+    how: str  # int8, exits, pruned or self-distilled
+
+
+@dataclass
+class RunOutputs:
+    """What the run's stages make, by role: each stage kind fills in its part as the plan is built."""
+
+    run_dir: str
+    selection: str  # the split every choice is made on
+    test: Optional[str]  # the split every model is scored on at the end (None: no test split)
+    data: Optional[str] = None  # the data stage's folder when it splits train
+    transfer: Optional[str] = None
+    scored: Optional[str] = None
+    dev_scored: Optional[str] = None  # the selection split scored by the teacher
+    teacher: Optional[str] = None  # the teacher's folder (an ensemble's primary member)
+    members: list[str] = field(default_factory=list)  # a teacher ensemble's members, in score.combine's order
+    combine: Optional[str] = None  # an ensemble's rule
+    students: dict[str, str] = field(default_factory=dict)  # name → folder
+    compressed: dict[str, Compressed] = field(default_factory=dict)  # the report's row name → model
+    model_stages: list[str] = field(default_factory=list)  # the stages whose models the test split scores
+    test_results: Optional[str] = None
+    search: Optional[str] = None  # the search stage's record of its candidates (search.json)
+
+    @property
+    def ensemble(self) -> bool:
+        return len(self.members) > 1
+
+    @property
+    def scorer(self) -> Union[str, list[str], None]:
+        """What scores the rows and is tested as "teacher": the teacher, or an ensemble's members."""
+        return self.members if self.ensemble else (self.members[0] if self.members else self.teacher)
+
+    def models(self) -> dict[str, Any]:
+        """Every model of the run by its name in the test results: an ensemble is one model."""
+        return {"teacher": self.scorer, **self.students, **{name: c.path for name, c in self.compressed.items()}}
+
+    def speeds(self) -> dict[str, float]:
+        """The early-exit threshold of each model with exits, by name."""
+        return {name: c.speed for name, c in self.compressed.items() if c.speed is not None}

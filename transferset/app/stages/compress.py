@@ -1,0 +1,74 @@
+"""The `compress:` section's stages: each makes a model from a model of the run (the teacher: one, not an
+ensemble, RunConfig refuses that) in its own folder under RUN/compressed/, tested and timed in the report as
+the others are."""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Optional
+
+from students.compress.export import Int8Refused
+from transferset.app.stages.base import Compressed, RunOutputs, StageDef, StageKind, register
+from transferset.app.stages.context import Run, StageFunctions
+
+
+def _int8_stage(fn: StageFunctions, name: str, source: str, out: str, length: Optional[int]) -> dict:
+    """compress.int8's export of one model; a graph the check refuses stops the run saying what to change in it."""
+    try:
+        return fn.export(source, out, format="onnx", quantize="int8", max_length=length, overwrite=True)
+    except Int8Refused as exc:
+        raise Int8Refused(f"{exc}. In this run: remove {name} from compress.int8 and run it again (every finished "
+                          "stage is reused)") from None
+
+
+def int8_stages(r: Run, out: RunOutputs, teacher_length: Optional[int]) -> list[StageDef]:
+    stages = []
+    for name in r.cfg.compress.int8:
+        source, upstream = (out.teacher, "teacher") if name == "teacher" else (out.students[name], f"students.{name}")
+        length = teacher_length if name == "teacher" else None
+        folder = r.path("compressed", f"{name}-int8")
+        stages.append(StageDef(f"compress.int8.{name}", folder, {"quantize": "int8", "max_length": length},
+                               (upstream,), kind="compress.int8",
+                               run=lambda work, source=source, length=length, name=name: _int8_stage(
+                                   r.fn, name, source, work, length)))
+        out.compressed[f"{name} (int8)"] = Compressed(folder, None, name, "int8")
+    return stages
+
+
+def exits_stages(r: Run, out: RunOutputs, teacher_length: Optional[int]) -> list[StageDef]:
+    c = r.cfg.compress
+    if c.exits is None:
+        return []
+    e = c.exits if c.exits.max_length is not None else replace(c.exits, max_length=teacher_length)
+    folder = r.path("compressed", "teacher-exits")
+    teacher, scored = out.teacher, out.scored
+    out.compressed.update({f"teacher (exits, speed {s:g})": Compressed(folder, s, "teacher", "exits")
+                           for s in c.exit_speeds})
+    return [StageDef("compress.exits", folder, r.rules.compressed("exits", e), ("teacher", "score"),
+                     run=lambda work: r.fn.exits(teacher, scored, work, e, overwrite=True, progress=False))]
+
+
+def prune_stages(r: Run, out: RunOutputs, teacher_length: Optional[int]) -> list[StageDef]:
+    c = r.cfg.compress
+    if c.prune is None:
+        return []
+    pc = c.prune if c.prune.max_length is not None else replace(c.prune, max_length=teacher_length)
+    folder = r.path("compressed", "teacher-pruned")
+    teacher, scored, dev_scored = out.teacher, out.scored, out.dev_scored
+    # heads: 0 removes none: the recovery alone, the teacher distilled on its own cached logits
+    name = "teacher (pruned)" if pc.heads else "teacher (self-distilled)"
+    out.compressed[name] = Compressed(folder, None, "teacher", "pruned" if pc.heads else "self-distilled")
+    return [StageDef("compress.prune", folder, r.rules.compressed("prune", pc), ("teacher", "score", "dev.score"),
+                     run=lambda work: r.fn.prune(pc, teacher, dev_scored, work, transfer_dir=scored, overwrite=True,
+                                                 progress=False))]
+
+
+def build(r: Run, out: RunOutputs) -> list[StageDef]:
+    # the teacher's derivatives read rows as the scored set did: its logits are the exits' and the recovery's targets
+    teacher_length = r.cfg.score.max_length or r.cfg.teacher.max_length
+    stages = [*int8_stages(r, out, teacher_length), *exits_stages(r, out, teacher_length),
+              *prune_stages(r, out, teacher_length)]
+    out.model_stages.extend(s.name for s in stages)
+    return stages
+
+
+KIND = register(StageKind("compress", build, after=("students",)))

@@ -1,0 +1,46 @@
+"""The test stage: every model of the run scored once on the held-out split, after every choice was made."""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+from students.evaluate import evaluate
+from transferset import fs
+from transferset.app.stages.base import RunOutputs, StageDef, StageKind, register
+from transferset.app.stages.context import Run, fingerprint
+from transferset.config import AugmentConfig
+
+TEST_RESULTS_FILE = "accuracy.json"  # in run_dir/test/: every model's accuracy on the test split
+
+
+def evaluate_on_test(test: str, models: dict[str, Any], out: str, a: AugmentConfig,
+                     evaluate_fn: Callable = evaluate, speeds: Optional[dict[str, float]] = None,
+                     **ensemble_kwargs: Any) -> dict:
+    """Accuracy of each model on the test file, as `transferset evaluate` computes it.
+
+    A model given as a list is a teacher ensemble (`ensemble_kwargs`: its combine setting): its result
+    holds each member's too. `speeds`: the early-exit threshold of the models with exits, by name."""
+    speeds = speeds or {}
+    fs.delete(fs.join(out, TEST_RESULTS_FILE))  # written without the output protocol: cleared by name
+    results = {name: evaluate_fn(path, test, **a.column_kwargs(), **(ensemble_kwargs if isinstance(path, list) else {}),
+                                 **({"speed": speeds[name]} if name in speeds else {}))
+               for name, path in models.items()}
+    doc = {"test": test, "models": results}
+    fs.write_json(fs.join(out, TEST_RESULTS_FILE), doc, indent=2)
+    return doc
+
+
+def build(r: Run, out: RunOutputs) -> list[StageDef]:
+    if not r.test:
+        return []
+    models, speeds = out.models(), out.speeds()
+    combine = {"combine": r.cfg.score.combine} if out.ensemble else {}
+    columns = list(r.augment.column_kwargs().values())
+    out.test_results = r.path("test", TEST_RESULTS_FILE)
+    return [StageDef(
+        "test", r.path("test"), {"test": fingerprint(r.test), "columns": columns, "models": list(models), **combine,
+                                 **({"speeds": speeds} if speeds else {})}, tuple(out.model_stages),
+        run=lambda folder: evaluate_on_test(r.test, models, folder, r.augment, r.fn.evaluate, speeds=speeds, **combine),
+        done_file=TEST_RESULTS_FILE)]
+
+
+KIND = register(StageKind("test", build, after=("compress",)))

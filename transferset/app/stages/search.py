@@ -1,0 +1,179 @@
+"""The search stage (`search:`, or `run --budget-ms / --budget-mb / --budget-speedup`): the most accurate student
+under a budget. Every candidate trains from the run's one scored set, so trying one costs minutes, not a teacher
+pass.
+
+1. Each candidate is built untrained and timed as the report times models (CPU ms per example at batch 1 on one
+   thread, tokenization included), and its saved size measured; those over budget are dropped before any training.
+2. Successive halving on the selection split: every candidate left trains `rungs[0]` epochs, the best `keep` of
+   them train `rungs[1]` epochs, and so on; the best of the last rung is chosen. The test split chooses nothing.
+   Each (candidate, rung) is a normal student folder, search/candidates/NAME-eE, keyed as a student stage is (its
+   settings and the scored sets' keys): a killed search goes on, and another budget reuses what one trained.
+3. The chosen student is copied to search/chosen, tested and reported with the run's other models as `search`;
+   search/search.json says, for each candidate, its latency, size, accuracy at each rung and why it stopped.
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import replace
+from typing import Optional, Sequence
+
+from students.build import setup
+from students.student import Student
+from transferset import fs, schema, typed
+from transferset.app.report import model_latency, selection_texts
+from transferset.app.stages.base import RunOutputs, Stage, StageDef, StageKind, register, stage_key
+from transferset.app.stages.context import Run
+from transferset.config import StudentConfig
+from transferset.config.search import SearchConfig
+from transferset.errors import ConfigError, UserError
+
+NAME = "search"  # the chosen student's name among the run's models
+SEARCH_FILE = "search.json"  # in RUN/search/: every candidate, what it measured and why it stopped
+CHOSEN_DIR = "chosen"
+
+
+def rung_sizes(candidates: int, rungs: Sequence[int], keep: float) -> list[int]:
+    """How many candidates train at each rung: all of them, then the best `keep` of those before (at least one)."""
+    sizes = []
+    for _ in rungs:
+        sizes.append(candidates)
+        candidates = max(1, math.ceil(candidates * keep))
+    return sizes
+
+
+def over_budget(entry: dict, sc: SearchConfig, teacher_ms: Optional[float]) -> list[str]:
+    """Why a timed candidate cannot ship under the budget (empty: it can)."""
+    why = []
+    if sc.budget_ms is not None and entry["latency_1"] > sc.budget_ms:
+        why.append(f"{entry['latency_1']:.3g} ms > {sc.budget_ms:g} ms")
+    if sc.budget_mb is not None and entry["mb"] > sc.budget_mb:
+        why.append(f"{entry['mb']:.3g} MB > {sc.budget_mb:g} MB")
+    if sc.budget_speedup is not None and teacher_ms is not None and teacher_ms / entry["latency_1"] < sc.budget_speedup:
+        why.append(f"{teacher_ms / entry['latency_1']:.3g}x the teacher's speed < {sc.budget_speedup:g}x")
+    return why
+
+
+def closest(timed: dict[str, dict], sc: SearchConfig) -> str:
+    """The candidate nearest the budget: the smallest of its worst ratio to each bound."""
+    def worst(e: dict) -> float:
+        ratios = []
+        if sc.budget_ms is not None:
+            ratios.append(e["latency_1"] / sc.budget_ms)
+        if sc.budget_mb is not None:
+            ratios.append(e["mb"] / sc.budget_mb)
+        if sc.budget_speedup is not None and e.get("teacher_ms"):
+            ratios.append(sc.budget_speedup * e["latency_1"] / e["teacher_ms"])
+        return max(ratios, default=1.0)
+    return min(timed, key=lambda n: worst(timed[n]))
+
+
+def candidate_configs(r: Run, sc: SearchConfig) -> dict[str, StudentConfig]:
+    """Each candidate's settings, typed and checked as a student's are (a bad one is refused before any stage)."""
+    return {name: typed.load(StudentConfig, settings, where=f"search.space.{name}")
+            for name, settings in sc.candidates().items()}
+
+
+def folder_mb(path: str) -> float:
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files) / 1e6
+
+
+def time_candidates(r: Run, out: RunOutputs, configs: dict[str, StudentConfig], folder: str, log) -> dict[str, dict]:
+    """Every candidate built untrained (its tokens and initialisation as training would start), saved, timed and
+    sized; the teacher timed beside them when the budget is a speed-up."""
+    sc = r.cfg.search
+    models = {}
+    for name, cfg in configs.items():
+        path = fs.join(folder, "untrained", name)
+        Student.from_setup(setup(with_teacher(cfg, out), out.scored)).save_pretrained(path)
+        models[name] = path
+    if sc.budget_speedup is not None:
+        models["teacher"] = out.teacher
+    texts = selection_texts(out.selection, r.augment.text_column)[:sc.timing_rows]
+    log(f"[search] timing {len(configs)} untrained candidates on {len(texts)} selection rows")
+    lat = model_latency(models, texts, rounds=sc.timing_rounds)["models"]
+    teacher_ms = lat["teacher"]["latency_1"] if "teacher" in lat else None
+    return {name: {"latency_1": lat[name]["latency_1"], "parameters": lat[name]["parameters"],
+                   "mb": folder_mb(models[name]), "teacher_ms": teacher_ms} for name in configs}
+
+
+def with_teacher(cfg: StudentConfig, out: RunOutputs) -> StudentConfig:
+    """A candidate naming no teacher gets the run's (as the students' stages do)."""
+    return cfg if cfg.teacher is not None or out.ensemble else replace(cfg, teacher=out.teacher)
+
+
+def train_rung(r: Run, out: RunOutputs, name: str, cfg: StudentConfig, epochs: int, log) -> float:
+    """One candidate trained `epochs` epochs: a student folder keyed as the students' stages are → its selection
+    accuracy."""
+    cfg = replace(cfg, epochs=epochs)
+    upstream = [fs.read_json(fs.join(d, schema.STAGE_FILE))["key"] for d in (out.scored, out.dev_scored)]
+    folder = r.path("search", "candidates", f"{name}-e{epochs}")
+    key = stage_key("student", r.rules.student(cfg), upstream)
+    Stage(f"search.{name}.e{epochs}", folder, key, schema.COMPLETE_MARKER, local=True).run(
+        lambda work: r.fn.student(with_teacher(cfg, out), out.scored, out.dev_scored, work, overwrite=True), log)
+    return fs.read_json(fs.join(folder, schema.METRICS_FILE))["dev_accuracy"]
+
+
+def halve(r: Run, out: RunOutputs, configs: dict[str, StudentConfig], alive: list[str], record: dict, log) -> str:
+    """Successive halving over `alive` → the chosen candidate; each candidate's accuracies and end in `record`."""
+    sc = r.cfg.search
+    sizes = rung_sizes(len(alive), sc.rungs, sc.keep)
+    for rung, (epochs, size) in enumerate(zip(sc.rungs, sizes)):
+        scores = {}
+        for name in alive:
+            scores[name] = train_rung(r, out, name, configs[name], epochs, log)
+            record[name].setdefault("selection_accuracy", {})[f"{epochs} epochs"] = scores[name]
+        ranked = sorted(alive, key=lambda n: (-scores[n], list(configs).index(n)))
+        keep = sizes[rung + 1] if rung + 1 < len(sizes) else 1
+        for name in ranked[keep:]:
+            record[name]["stopped"] = f"rung {rung + 1} ({epochs} epochs): not among the best {keep} of {size}"
+        alive = ranked[:keep]
+        log(f"[search] rung {rung + 1}: {size} trained {epochs} epochs; kept {', '.join(alive)}")
+    record[alive[0]]["stopped"] = "chosen: the best selection accuracy of the last rung"
+    return alive[0]
+
+
+def run_search(r: Run, out: RunOutputs, folder: str, log) -> dict:
+    sc = r.cfg.search
+    configs = candidate_configs(r, sc)
+    timed = time_candidates(r, out, configs, folder, log)
+    record = {name: {**entry, "over_budget": over_budget(entry, sc, entry["teacher_ms"])} for name, entry in timed.items()}
+    alive = [n for n in configs if not record[n]["over_budget"]]
+    for name in configs:
+        if record[name]["over_budget"]:
+            record[name]["stopped"] = "over budget: " + "; ".join(record[name]["over_budget"])
+    if not alive:
+        near = closest(timed, sc)
+        raise UserError(f"search: no candidate meets the budget; the closest is {near} "
+                        f"({'; '.join(record[near]['over_budget'])}): raise the budget or add smaller candidates")
+    chosen = halve(r, out, configs, alive, record, log)
+    source = r.path("search", "candidates", f"{chosen}-e{sc.rungs[-1]}")
+    target = fs.join(folder, CHOSEN_DIR)
+    fs.delete(target)
+    fs.copy_tree(source, target)
+    doc = {"budget": {k: getattr(sc, k) for k in ("budget_ms", "budget_mb", "budget_speedup")}, "chosen": chosen,
+           "from": source, "rungs": list(sc.rungs), "keep": sc.keep, "candidates": record}
+    fs.write_json(fs.join(folder, SEARCH_FILE), doc, indent=2)
+    log(f"[search] chosen: {chosen} ({record[chosen]['latency_1']:.3g} ms, selection accuracy "
+        f"{record[chosen]['selection_accuracy'][f'{sc.rungs[-1]} epochs']:.4f})")
+    return doc
+
+
+def build(r: Run, out: RunOutputs) -> list[StageDef]:
+    sc = r.cfg.search
+    if sc is None:
+        return []
+    if NAME in r.cfg.students:
+        raise ConfigError(f"students.{NAME}: the search's chosen student has that name; rename the student")
+    configs = candidate_configs(r, sc)
+    folder = r.path("search")
+    out.students[NAME] = fs.join(folder, CHOSEN_DIR)
+    out.search = fs.join(folder, SEARCH_FILE)
+    out.model_stages.append("search")
+    settings = {"search": {k: v for k, v in typed.to_dict(sc).items() if k not in ("space", "base")},
+                "candidates": {name: r.rules.student(cfg) for name, cfg in configs.items()}}
+    return [StageDef("search", folder, settings, ("score", "dev.score", "teacher"), done_file=SEARCH_FILE,
+                     run=lambda work: run_search(r, out, work, r.log))]
+
+
+KIND = register(StageKind("search", build, after=("students",), before=("test",)))

@@ -1,0 +1,43 @@
+"""The students' stages: each trained here from the scored set (streamed from run_dir), saved locally, then
+uploaded."""
+from __future__ import annotations
+
+import functools
+from dataclasses import replace
+from typing import Any
+
+from transferset.app.stages.base import RunOutputs, StageDef, StageKind, register
+from transferset.app.stages.context import Run, set_fingerprint
+from transferset.app.stages.layer_texts import students_reading_rest
+from transferset.config import LAYER_TEXTS_REST
+
+
+def student_settings(rules: Any, s_cfg) -> dict:
+    """A student stage's key settings (`rules.student`: transferset/app/keys.py), with the content of the
+    layer_texts set it reads (`rest`: the run's layer_texts stage, whose key is upstream)."""
+    made = not s_cfg.layer_texts or s_cfg.layer_texts == LAYER_TEXTS_REST
+    return rules.student(s_cfg, None if made else set_fingerprint(s_cfg.layer_texts))
+
+
+def build(r: Run, out: RunOutputs) -> list[StageDef]:
+    """The students that name no teacher get the run's one teacher (the scored set records where its teacher
+    was, which a run folder moved or copied elsewhere no longer holds); their keys keep the settings as written."""
+    rest = students_reading_rest(r)
+    teacher_dir = None if out.members else out.teacher
+
+    def one(name: str, s_cfg) -> StageDef:
+        run_cfg = replace(s_cfg, layer_texts=r.path("layer_texts")) if name in rest else s_cfg
+        if run_cfg.teacher is None and teacher_dir is not None:
+            run_cfg = replace(run_cfg, teacher=teacher_dir)
+        return StageDef(f"students.{name}", out.students[name], functools.partial(student_settings, r.rules, s_cfg),
+                        ("score", "dev.score", *(("layer_texts",) if name in rest else ())),
+                        run=lambda work: r.fn.student(run_cfg, out.scored, out.dev_scored, work, overwrite=True),
+                        local=True, kind="student")
+
+    out.students.update({name: r.path("students", name) for name in r.cfg.students})
+    stages = [one(name, s_cfg) for name, s_cfg in r.cfg.students.items()]
+    out.model_stages.extend(s.name for s in stages)
+    return stages
+
+
+KIND = register(StageKind("students", build, after=("layer_texts",)))

@@ -1,0 +1,59 @@
+"""The teacher stage: a teacher fine-tuned here or given by its folder, or a teacher ensemble's members, each
+its own stage, and an ensemble's "teacher" stage standing for them all downstream (its key made of theirs)."""
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from typing import Optional
+
+from transferset import fs
+from transferset.app.stages.base import RunOutputs, StageDef, StageKind, register
+from transferset.app.stages.context import Run, fingerprint
+from transferset.fs import remote
+from transferset.teacher import ensemble
+
+
+def given_teacher(name: str, path: str) -> StageDef:
+    """A teacher given by its folder: its weights are the key."""
+    return StageDef(name, path, {
+        "path": path if fs.is_remote(path) else os.path.abspath(path),
+        "weights": [fingerprint(f) for f in fs.listdir(path) if f.endswith(".safetensors")]})
+
+
+def trained_teacher(r: Run, name: str, folder: str, tc, kind: Optional[str] = None) -> StageDef:
+    """A teacher fine-tuned locally (a staging folder when run_dir is a URL), then uploaded: the score workers
+    copy it from run_dir (fs.remote.local_teacher)."""
+    def resumable(out: str) -> bool:
+        return r.fn.can_resume_teacher(r.split_labels(tc), train=remote.local_file(r.labeled),
+                                       dev=remote.local_file(r.selection), output=out)
+
+    return StageDef(
+        name, folder, lambda: {"settings": r.rules.teacher(tc), "selection": fingerprint(r.selection)}, ("data",),
+        run=lambda out: r.fn.teacher(replace(r.split_labels(tc), resume=resumable(out)),
+                                     train=remote.local_file(r.labeled),
+                                     dev=remote.local_file(r.selection), output=out, overwrite=True),
+        local=True, kind=kind, resumable=resumable)
+
+
+def build(r: Run, out: RunOutputs) -> list[StageDef]:
+    cfg = r.cfg
+    out.model_stages.append("teacher")
+    if not (cfg.teacher_paths or cfg.teacher_seeds):
+        if cfg.teacher_path:  # an existing directory (runner.check_paths)
+            out.teacher = cfg.teacher_path
+            return [given_teacher("teacher", cfg.teacher_path)]
+        out.teacher = r.path("teacher")
+        return [trained_teacher(r, "teacher", out.teacher, r.teacher)]
+    if cfg.teacher_paths:
+        members = [given_teacher(f"teacher.{i}", p) for i, p in enumerate(cfg.teacher_paths)]
+    else:
+        members = [trained_teacher(r, f"teacher.seed{seed}", r.path("teachers", f"seed{seed}"),
+                                   replace(r.teacher, seed=seed), kind="teacher")
+                   for seed in cfg.teacher_seeds]
+    out.members = [m.folder for m in members]
+    out.teacher = out.members[ensemble.primary(ensemble.parse_combine(cfg.score.combine, len(members)))]
+    out.combine = cfg.score.combine
+    return [*members, StageDef("teacher", None, {"members": len(members)}, tuple(m.name for m in members))]
+
+
+KIND = register(StageKind("teacher", build, after=("data",)))

@@ -1,0 +1,74 @@
+"""The run's `search:` section: the most accurate student under a budget, among candidates that all train from the
+run's one scored set (transferset/app/stages/search.py; transferset.config imports it back)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from pydantic import with_config
+
+from transferset.config.common import _STRICT, Ints
+from transferset.typed import AtLeast, Positive, Probability
+
+# The smallest budget the timing can tell apart: CPU ms per example at batch 1, tokenization included, is the median
+# of rounds of calls, each a few hundredths of a millisecond at the fastest (the static student).
+RESOLUTION_MS = 0.02
+
+# Settings every candidate starts from (a candidate's own settings go over them): the demo's distillation,
+# KL on the teacher's logits at T = 2 (configs/demo.yaml's `distilled`).
+DEFAULT_BASE: dict[str, Any] = {"schedule": "joint", "ce": 0.0, "mse": 0.0, "kd": 1.0, "temperature": 2.0,
+                                "patience": 2}
+
+# The families that exist, in the shapes worth trying on a CPU: BiLSTM widths and depths, the static student and
+# transformer students cut from the teacher (every other layer; 2 and 4 layers).
+DEFAULT_SPACE: dict[str, dict[str, Any]] = {
+    "bilstm-150": {"student": "bilstm", "preset": "tang"},
+    "bilstm-300": {"student": "bilstm", "model": {"hidden": 300}},
+    "bilstm-2x150": {"student": "bilstm", "preset": "tang", "model": {"layers": 2}},
+    "static": {"student": "static"},
+    "transformer-2": {"student": "transformer", "lr": 1.0e-4, "model": {"n_layer": 2, "init": "skip"}},
+    "transformer-4": {"student": "transformer", "lr": 1.0e-4, "model": {"n_layer": 4, "init": "skip"}},
+}
+
+
+@with_config(_STRICT)
+@dataclass(frozen=True)
+class SearchConfig:
+    """A budget (one or more: a candidate meets each), the candidates, and how they are trained and dropped."""
+
+    # CPU ms per example at batch 1 on one thread, tokenization included: the report's latency
+    budget_ms: Optional[Positive] = None
+    budget_mb: Optional[Positive] = None  # the saved model's size on disk (its model/ folder), in MB
+    budget_speedup: Optional[Positive] = None  # at least this many times the teacher's speed at batch 1
+    # the candidates: name → a student's settings, as under `students:` (None: DEFAULT_SPACE)
+    space: Optional[dict[str, dict[str, Any]]] = None
+    # what every candidate shares, under its own settings (None: DEFAULT_BASE)
+    base: Optional[dict[str, Any]] = None
+    # successive halving on the selection split, the epochs of each rung: every candidate in budget trains rungs[0]
+    # epochs, the best `keep` of them rungs[1] epochs (afresh: each rung's model is a normal student), and so on
+    rungs: Ints = (1, 4)
+    keep: Probability = 0.5  # the fraction of a rung's candidates that go on to the next (at least one)
+    timing_rows: AtLeast(1) = 64  # selection rows each candidate is timed on
+    timing_rounds: AtLeast(1) = 5  # interleaved rounds of the timing (the median is kept)
+
+    def __post_init__(self):
+        budgets = {k: v for k, v in (("budget_ms", self.budget_ms), ("budget_mb", self.budget_mb),
+                                     ("budget_speedup", self.budget_speedup)) if v is not None}
+        if not budgets:
+            raise ValueError("search: no budget: set budget_ms, budget_mb or budget_speedup (e.g. run --budget-ms 1)")
+        if self.budget_ms is not None and self.budget_ms < RESOLUTION_MS:
+            raise ValueError(f"search.budget_ms={self.budget_ms:g}: below what the timing can tell apart "
+                             f"({RESOLUTION_MS:g} ms per example); give at least {RESOLUTION_MS:g}")
+        if not self.candidates():
+            raise ValueError("search.space is empty: name at least one candidate, or leave space out for the default "
+                             f"({', '.join(DEFAULT_SPACE)})")
+        if not self.rungs or any(e < 1 for e in self.rungs) or list(self.rungs) != sorted(set(self.rungs)):
+            raise ValueError(f"search.rungs={list(self.rungs)}: epochs per rung, at least 1, each rung more than "
+                             "the one before")
+        if not 0 < self.keep < 1:
+            raise ValueError(f"search.keep={self.keep}: the fraction kept after each rung, between 0 and 1")
+
+    def candidates(self) -> dict[str, dict[str, Any]]:
+        """Each candidate's settings: the base under its own."""
+        base = DEFAULT_BASE if self.base is None else self.base
+        return {name: {**base, **own} for name, own in (DEFAULT_SPACE if self.space is None else self.space).items()}
