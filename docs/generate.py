@@ -154,6 +154,23 @@ def _nested(cls: type) -> list[tuple[str, type]]:
     return out
 
 
+def precedence_section() -> list[str]:
+    """The order a setting takes its value in, from transferset/config/precedence.py (STUDENT_LAYERS)."""
+    from transferset.config import STUDENT_LAYERS
+
+    order = " < ".join(name for name, _ in STUDENT_LAYERS)
+    lines = ["## Where a setting gets its value", "",
+             _wrap(f"A student's setting (`students.NAME:` of a run config, `transferset train`) takes its value in "
+                   f"one order, each layer over the one below: **{order}**. The other sections take their "
+                   "defaults and the layers above the preset alike (a file, a command's flags, `run`'s `key=value`). A section (`engine:`, "
+                   "`model:`, `losses:`) merges key by key: `--warmup 0.2` over a file's `engine: {schedule: "
+                   "cosine}` keeps the cosine. The order is written once, in transferset/config/precedence.py."), ""]
+    for i, (name, what) in enumerate(STUDENT_LAYERS, start=1):
+        lines.append(textwrap.fill(" ".join(f"{i}. **{name}**: {what}.".split()), width=WIDTH,
+                                   subsequent_indent="   ", break_long_words=False, break_on_hyphens=False))
+    return lines + [""]
+
+
 def configuration_page() -> str:
     from transferset.config import PredictConfig, RunConfig
 
@@ -167,6 +184,7 @@ def configuration_page() -> str:
                    "`configs/*.yaml` are run from the repository root. `transferset init` writes its data paths "
                    "absolute, so its file runs from any folder; its `run_dir` stays relative (`runs/NAME` under the "
                    "folder `run` starts in)."), ""]
+    lines += precedence_section()
     lines += _section(RunConfig, "the run (top level)")
     seen: set[type] = {RunConfig}
     queue = [(k, c) for k, c in _nested(RunConfig)]

@@ -1,7 +1,8 @@
 """Command-line flags from a settings dataclass: one `--field-name` per field, `--help` from its comment.
 
 `add_arguments` builds the flags, `from_args` turns the flags the user gave (on top of a YAML
-base) into the dataclass through `typed.load`, so a flag and a YAML key are checked alike.
+base, under key=value overrides: transferset/config/precedence.py) into the dataclass through `typed.load`,
+so a flag and a YAML key are checked alike.
 """
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ import math
 import threading
 import tokenize
 import typing
-from typing import Any, Mapping, Optional, TypeVar
+from typing import Any, Mapping, Optional, Sequence, TypeVar
 
 from transferset.config import BeamConfig
+from transferset.config.precedence import apply_override, over
 from transferset.fs.output import OVERWRITE_HELP
 from transferset.typed import _type_name, _unwrap, load
 
@@ -169,10 +171,23 @@ def _as_typed(flag: str, value: Any) -> str:
     return f"{flag} {value}"
 
 
-def from_args(cls: type[T], args: Any, base: Optional[Mapping[str, Any]] = None, where: str = "command line") -> T:
-    """`cls` from the flags the user gave, on top of `base` (e.g. a --config YAML), type-checked. A bad value
-    is blamed on its flag as typed (`--epochs nan`), one of the base on `where`."""
-    values = dict(base or {})
+def from_args(cls: type[T], args: Any, base: Optional[Mapping[str, Any]] = None, where: str = "command line",
+              overrides: Sequence[str] = ()) -> T:
+    """`cls` from the layers the user gave, in the order of config/precedence.py: `base` (e.g. a --config YAML),
+    the flags over it, the key=value `overrides` over them; type-checked. A bad value is blamed on its flag or
+    override as typed (`--epochs nan`), one of the base on `where`."""
+    flagged, typed_flags = flag_values(cls, args)
+    values = over(base or {}, flagged)
+    for item in overrides:
+        apply_override(values, item)
+        typed_flags[item.split("=", 1)[0]] = item
+    return load(cls, values, where, flag_style=base is None, given=typed_flags)
+
+
+def flag_values(cls: type, args: Any) -> tuple[dict[str, Any], dict[str, str]]:
+    """The settings of `cls` the flags in `args` set (a section's under its name: {engine: {warmup: 0.2}}), and each
+    as the user typed it (dotted key → `--warmup 0.2`)."""
+    values: dict[str, Any] = {}
     typed_flags: dict[str, str] = {}
 
     def given(value):
@@ -190,8 +205,8 @@ def from_args(cls: type[T], args: Any, base: Optional[Mapping[str, Any]] = None,
             typed_flags.update({f"{f.name}.{g}": _as_typed(_section_flag(cls, f.name, g), getattr(args, f"{f.name}.{g}"))
                                 for g in flags})
             if flags:
-                values[f.name] = {**(values.get(f.name) or {}), **flags}
-    return load(cls, values, where, flag_style=base is None, given=typed_flags)
+                values[f.name] = flags
+    return values, typed_flags
 
 
 def finite_float(text: str) -> float:

@@ -17,6 +17,7 @@ import yaml
 
 from transferset import fs, typed
 from transferset.config import RunConfig, ValidationConfig
+from transferset.config.precedence import over
 from transferset.errors import ConfigError
 from transferset.sources import DEFAULT_LABEL_COLUMN, DEFAULT_TEXT_COLUMNS, HF_PREFIX, SourceError, detect_format
 from transferset.sources import delimited, hf, jsonl, parquet
@@ -153,14 +154,9 @@ def data_settings(data: str, *, text_column: Optional[str] = None, label_column:
 
 
 def merge(base: dict, extra: dict) -> dict:
-    """`extra`'s keys over `base`'s, section by section (a copy)."""
-    out = copy.deepcopy(base)
-    for k, v in extra.items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = merge(out[k], v)
-        else:
-            out[k] = copy.deepcopy(v)
-    return out
+    """`extra`'s keys over `base`'s, section by section (a copy): the data flags over the file, in the order of
+    transferset/config/precedence.py."""
+    return over(base, extra)
 
 
 def run_dir_for(data: str) -> str:

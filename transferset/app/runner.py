@@ -32,6 +32,7 @@ from transferset.app.plan import RunPlan, build_plan
 from transferset.app.stages import Stage, StageDef
 from transferset.app.stages.context import DataFiles, StageFunctions, splits_train
 from transferset.config import LAYER_TEXTS_REST, RunConfig
+from transferset.config.precedence import apply_override
 from transferset.errors import ConfigError, UserError
 from transferset.fs.links import links_on_the_way, links_under, refuse_links
 from transferset.fs.lock import output_lock
@@ -56,33 +57,6 @@ examples:
 
 
 # --- configuration ---------------------------------------------------------------
-
-def apply_override(raw: dict, item: str) -> None:
-    """`a.b.c=value` (a YAML value) into the raw config mapping."""
-    if "=" not in item:
-        raise ConfigError(f"override {item!r}: expected key=value, e.g. teacher.epochs=1")
-    key, text = item.split("=", 1)
-    try:
-        value = typed.yaml_load(text) if text else None
-    except typed.DuplicateKeyError as exc:
-        raise ConfigError(f"override {item!r}: {exc.problem}") from None
-    except yaml.constructor.ConstructorError as exc:
-        raise ConfigError(f"override {item!r}: {exc.problem}; a setting holds plain values "
-                          "(no !!python tags or other objects)") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"override {item!r}: the value is not valid YAML: {' '.join(str(exc).split())}") from None
-    node = raw
-    parts = key.split(".")
-    for i, p in enumerate(parts[:-1]):
-        if node.get(p) is None:
-            node[p] = {}
-        elif not isinstance(node[p], dict):
-            where = ".".join(parts[:i + 1])
-            raise ConfigError(f"override {item!r}: {where} is {node[p]!r}, not a section, so it has no "
-                            f"setting {parts[i + 1]!r}; set {where}=VALUE instead")
-        node = node[p]
-    node[parts[-1]] = value
-
 
 def load_config(path: Optional[str], overrides: Sequence[str] = (), data: Optional[dict] = None) -> RunConfig:
     """The run config of a YAML file plus key=value overrides, type-checked before anything runs.

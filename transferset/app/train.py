@@ -18,11 +18,14 @@ EPILOG = """\
 --config takes a YAML mapping of StudentConfig settings (transferset/config/; the same keys as an
 entry of a run config's `students:` section), e.g. `ce: 0`, `mse: 1`, `preset: tang`, and `model:`
 for the student's own settings (e.g. model: {hidden: 150, n_layer: 3, init: first}).
-Flags given on the command line win over the YAML.
+Each setting takes its value in one order (docs/configuration.md): default (the family's) < preset
+< --config < flags < key=value.
 
 example:
   transferset train --transfer runs/sst2/scored --dev ../shared/data/sst2/dev.tsv \\
       --output runs/sst2/bilstm --student bilstm --schedule progressive --epochs 3
+  transferset train --transfer runs/sst2/scored --dev ../shared/data/sst2/dev.tsv \\
+      --output runs/sst2/tiny --config student.yaml lr=5e-4 model.n_layer=2
 """
 
 
@@ -33,12 +36,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", default=None, metavar="YAML", help="YAML file of student settings (see below)")
     parser.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar: a line every 30 s instead")
+    parser.add_argument("overrides", nargs="*", metavar="key=value",
+                        help="settings over --config and the flags, e.g. lr=5e-4 engine.warmup=0.2 model.hidden=150")
     flags.add_arguments(parser, StudentConfig, title="settings (StudentConfig; also keys of --config)")
 
 
 def load_config(args: argparse.Namespace) -> StudentConfig:
     base = typed.read_yaml(args.config, "--config") if args.config else None
-    cfg = flags.from_args(StudentConfig, args, base=base, where=args.config or "command line")
+    cfg = flags.from_args(StudentConfig, args, base=base, where=args.config or "command line",
+                          overrides=getattr(args, "overrides", ()))
     # Paths a --config YAML sets are normalised as the command line's are (file:// URLs, unknown schemes).
     cfg = dataclasses.replace(cfg, **{k: fs.normalize(getattr(cfg, k), k)
                                       for k in ("teacher", "tokenizer") if getattr(cfg, k)})

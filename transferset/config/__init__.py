@@ -37,6 +37,8 @@ from transferset.config.engine import (DEVICES, LR_SCHEDULES, PRECISIONS, STUDEN
 from transferset.config.compress import EXIT_TARGETS, CompressConfig, ExitsConfig, PruneConfig  # noqa: F401
 from transferset.config.search import SearchConfig  # noqa: F401
 from transferset.config.augment_settings import RECIPES, AugmentConfig, nested_ops  # noqa: F401
+from transferset.config.precedence import (DEFAULT_FAMILY, STUDENT_LAYERS, STUDENT_PRESETS,  # noqa: F401
+                                           student_values)
 
 # Values that travel through several modules but are defaults of settings, written once here.
 DEFAULT_RUNNER = "FnApiRunner"
@@ -118,38 +120,6 @@ class ScoreConfig:
         check_combine(self.combine)
 
 
-# Transformer presets (`preset: NAME`): a published recipe's settings, under the ones given (a setting in
-# the YAML or on the command line wins). Paper settings and what differs here: README.md, "Layer-wise
-# transfer with the teacher online, and the presets".
-# A preset does not set the learning-rate schedule: transformer students train at the constant rate and the
-# BiLSTMs with a linear warm-up and decay (config.engine.STUDENT_ENGINE); the papers' own schedules are listed
-# in docs/scaling.md, with the setting that trains as published.
-STUDENT_PRESETS: dict[str, dict[str, Any]] = {
-    # Jiao et al. 2020, task distillation: embedding, hidden and attention-score MSE, then soft CE (T = 1).
-    "tinybert": {"student": "transformer", "schedule": "two-step", "layer_map": "uniform", "emb_mse": 1.0,
-                 "hidden_mse": 1.0, "att_mse": 1.0, "kd": 1.0, "temperature": 1.0, "ce": 0.0, "mse": 0.0},
-    # Sun et al. 2020: feature-map and attention transfer, progressive (layer by layer), then prediction KD.
-    "mobilebert": {"student": "transformer", "schedule": "pkt", "layer_map": "uniform", "hidden_mse": 1.0,
-                   "att_kl": 1.0, "kd": 1.0, "temperature": 1.0, "ce": 0.0, "mse": 0.0},
-    # Wang et al. 2020: the last layer's attention and value-relation KL, then prediction KD.
-    "minilm": {"student": "transformer", "schedule": "two-step", "layer_map": "last-1", "att_kl": 1.0,
-               "value_kl": 1.0, "kd": 1.0, "temperature": 1.0, "ce": 0.0, "mse": 0.0},
-    # Sanh et al. 2019 without the MLM term: 5·KD(T = 2) + 1·cosine of the last hidden states, skip init.
-    "distilbert": {"student": "transformer", "schedule": "joint", "kd": 5.0, "temperature": 2.0, "cos": 1.0,
-                   "ce": 0.0, "mse": 0.0},
-    # Sun et al. 2019 (PKD-skip): (1 - α)·CE + α·KD(T) + β·PKD with α = 0.7, T = 5, β = 100.
-    "pkd": {"student": "transformer", "schedule": "joint", "ce": 0.3, "kd": 0.7, "temperature": 5.0,
-            "pkd": 100.0, "mse": 0.0},
-}
-
-
-def with_preset(values: Any) -> Any:
-    """StudentConfig settings with a transformer preset's values under the given ones (other values as they are)."""
-    if isinstance(values, dict) and values.get("preset") in STUDENT_PRESETS:
-        return {**STUDENT_PRESETS[values["preset"]], **values}
-    return values
-
-
 def _layer_map(value: Any) -> Any:
     # YAML `layer_map: [2, 4, 6]` (or `6` for a 1-layer student) means the string "2,4,6" that flags take.
     if isinstance(value, int) and not isinstance(value, bool):
@@ -165,7 +135,7 @@ LAYER_TEXTS_REST = "rest"  # a run config's students.NAME.layer_texts: the run m
 class StudentConfig:
     """`transferset train` (flags or --config YAML) and each entry of the run's `students:` section."""
 
-    student: str = "bilstm"  # student family: bilstm | transformer | static (mean+max pooled vectors, an MLP)
+    student: str = DEFAULT_FAMILY  # student family: bilstm | transformer | static (mean+max pooled vectors, an MLP)
     schedule: str = "joint"  # joint | progressive | distill-then-finetune | two-step | pkt
     epochs: AtLeast(1) = 5  # at most this many epochs per phase (progressive: per unfreezing step)
     # two-step / pkt: epochs of each layer-loss phase (TinyBERT: 20 intermediate, 3 prediction); unset: epochs
@@ -227,8 +197,9 @@ class StudentConfig:
     freeze_embeddings: Optional[bool] = None
     teacher: Optional[str] = None  # teacher directory (None: the set's teacher_id metadata when a directory)
     tokenizer: Optional[str] = None  # tokenizer directory (None: the set's tokenizer metadata, else the teacher's)
-    # bilstm presets: tang | xtremedistil; transformer presets (settings of a published recipe, under the ones
-    # given; applied where settings are read): tinybert | mobilebert | minilm | distilbert | pkd
+    # bilstm presets (a model shape, under `model:`): tang | xtremedistil; transformer presets (a published recipe's
+    # settings, under the file's, the flags' and key=value's: config/precedence.py): tinybert | mobilebert | minilm
+    # | distilbert | pkd
     preset: Optional[str] = None
     model: dict[str, Any] = field(default_factory=dict)  # the student model's own settings, e.g. {hidden: 150}
     # reporting
@@ -239,15 +210,13 @@ class StudentConfig:
     # device, precision, processes (`torchrun --nproc_per_node N -m transferset.app.cli train ...`: DDP, gloo on
     # CPU), grad_accum, schedule, warmup, tracker (transferset/training). The default by family (STUDENT_ENGINE):
     # a BiLSTM warms up over 10 % of each phase's steps, then decays linearly; a transformer keeps a constant rate
-    engine: EngineConfig = field(default_factory=lambda: EngineConfig(**STUDENT_ENGINE["bilstm"]))
+    engine: EngineConfig = field(default_factory=lambda: EngineConfig(**STUDENT_ENGINE[DEFAULT_FAMILY]))
 
     @model_validator(mode="before")
     @classmethod
-    def _preset(cls, values: Any) -> Any:
-        values = with_preset(values)
-        family = values.get("student", "bilstm") if isinstance(values, dict) else None
-        # a partial engine section keeps the rest of its family's default
-        return engine_section(values, STUDENT_ENGINE.get(family, {}))
+    def _layers(cls, values: Any) -> Any:
+        # the preset and the family's defaults under what was given, however the config is made (precedence.py)
+        return student_values(values)
 
     def frozen_embeddings(self) -> bool:
         """Whether the embedding table stays fixed (`freeze_embeddings`, None: a teacher-initialised BiLSTM or

@@ -39,8 +39,9 @@ class EngineConfig:
 
 
 # A trainer's engine section: what the YAML / flags give, over the trainer's own defaults (a partial section
-# keeps the rest of them). Prune's recovery and exits train at a constant rate unless the section says
-# otherwise; the students as STUDENT_ENGINE says for their family.
+# keeps the rest of them): the teacher's and compress's. Prune's recovery and exits train at a constant rate
+# unless the section says otherwise; a student's family's engine (STUDENT_ENGINE) is its default layer,
+# under the preset and what is given (config/precedence.py).
 def engine_section(values: Any, defaults: dict) -> Any:
     if not isinstance(values, dict):
         return values

@@ -1,0 +1,105 @@
+"""One order for every student setting (transferset/config/precedence.py): default < preset < file < flags <
+key=value. A test per layer, each showing it over the layer below, through the paths a user's settings take:
+`transferset train`'s parser and load_config, `transferset run`'s load_config (its YAML and key=value) and the
+starter `transferset init` writes."""
+import os
+from types import SimpleNamespace
+
+import torch
+import yaml
+
+from students import trainer
+from students.families import get as family
+from transferset import typed
+from transferset.app import cli, init, runner, train
+from transferset.config import STUDENT_LAYERS, STUDENT_PRESETS, RunConfig, StudentConfig
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+TINYBERT = {"preset": "tinybert", "kd": 2.0, "lr": 1e-3, "engine": {"warmup": 0.2}}  # a file over a preset
+
+
+def _train(tmp_path, *argv: str, config=None) -> StudentConfig:
+    """The StudentConfig `transferset train ... ARGV` trains with (its own parser and load_config)."""
+    _, parser, _ = cli.build_subparser("train")
+    words = ["--transfer", "scored", "--dev", "dev.tsv", "--output", "out"]
+    if config is not None:
+        path = tmp_path / "student.yaml"
+        path.write_text(yaml.safe_dump(config), encoding="utf-8")
+        words += ["--config", str(path)]
+    return train.load_config(parser.parse_args([*words, *argv]))
+
+
+def _trained_lr(cfg: StudentConfig) -> float:
+    """The learning rate the trainer's optimizer takes for `cfg` (its family's default when `lr` is null)."""
+    setup = SimpleNamespace(cfg=cfg, family=family(cfg.student), model=torch.nn.Linear(2, 2))
+    return trainer.make_optimizer(setup, list(setup.model.parameters())).param_groups[0]["lr"]
+
+
+def test_the_order_is_written_once_and_the_configuration_page_states_it():
+    assert [name for name, _ in STUDENT_LAYERS] == ["default", "preset", "file", "flags", "key=value"]
+    with open(os.path.join(ROOT, "docs", "configuration.md"), encoding="utf-8") as fh:
+        page = " ".join(fh.read().split())
+    assert "default < preset < file < flags < key=value" in page
+    assert all(" ".join(what.split()) in page for _, what in STUDENT_LAYERS)
+
+
+def test_default_layer_the_family_sets_the_engine_and_the_learning_rate(tmp_path):
+    bilstm, transformer = _train(tmp_path), _train(tmp_path, "--student", "transformer")
+    assert (bilstm.engine.schedule, bilstm.engine.warmup) == ("linear", 0.1)
+    assert (transformer.engine.schedule, transformer.engine.warmup) == ("constant", 0.0)
+    assert bilstm.lr is None and transformer.lr is None  # null: the family's, read where the optimizer is made
+    assert (_trained_lr(bilstm), _trained_lr(transformer)) == (2e-3, 1e-4)
+    # the page states the families' rates as the families hold them
+    assert family("static").default_lr == 2e-3 and "BiLSTM and static 2e-3, transformer 1e-4" in STUDENT_LAYERS[0][1]
+    assert bilstm.kd == 0.0 and bilstm.temperature == 1.0  # the settings' own defaults
+
+
+def test_preset_layer_over_the_default(tmp_path, monkeypatch):
+    cfg = _train(tmp_path, "--preset", "tinybert")
+    # the preset chooses the family (over the default bilstm), so the family's defaults are the transformer's
+    assert (cfg.student, cfg.schedule, cfg.kd, cfg.att_mse, cfg.ce) == ("transformer", "two-step", 1.0, 1.0, 0.0)
+    assert cfg.engine.schedule == "constant"
+    # a preset that sets the learning rate and part of the engine: over the family's, the rest of the engine kept
+    monkeypatch.setitem(STUDENT_PRESETS, "slow", {"lr": 3e-4, "engine": {"warmup": 0.05}})
+    slow = _train(tmp_path, "--preset", "slow")
+    assert (slow.student, _trained_lr(slow), slow.engine.schedule, slow.engine.warmup) == ("bilstm", 3e-4, "linear", 0.05)
+
+
+def test_file_layer_over_the_preset(tmp_path):
+    cfg = _train(tmp_path, config=TINYBERT)
+    assert (cfg.kd, cfg.lr, cfg.engine.warmup) == (2.0, 1e-3, 0.2)
+    assert (cfg.student, cfg.att_mse, cfg.engine.schedule) == ("transformer", 1.0, "constant")  # the layers below
+
+
+def test_flags_layer_over_the_file(tmp_path):
+    cfg = _train(tmp_path, "--kd", "3", "--lr", "5e-4", "--warmup", "0.3", "--engine-schedule", "cosine",
+                 config=TINYBERT)
+    assert (cfg.kd, cfg.lr, cfg.engine.warmup, cfg.engine.schedule) == (3.0, 5e-4, 0.3, "cosine")
+    assert cfg.att_mse == 1.0 and cfg.preset == "tinybert"
+
+
+def test_key_value_layer_over_the_flags(tmp_path):
+    cfg = _train(tmp_path, "--kd", "3", "--lr", "5e-4", "--warmup", "0.3", "kd=4", "lr=2e-4", "engine.warmup=0.4",
+                 "model.n_layer=2", config=TINYBERT)
+    assert (cfg.kd, cfg.lr, cfg.engine.warmup, cfg.model) == (4.0, 2e-4, 0.4, {"n_layer": 2})
+    assert cfg.engine.schedule == "constant"  # a section merges key by key: the family's schedule stays
+
+
+def test_run_takes_the_same_order(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump({"data": str(tmp_path), "students": {"tiny": TINYBERT, "plain": {}}}))
+    cfg = runner.load_config(str(path), ["students.tiny.kd=4", "students.tiny.engine.warmup=0.4",
+                                         "students.plain.lr=2e-4"])
+    tiny, plain = cfg.students["tiny"], cfg.students["plain"]
+    assert (tiny.kd, tiny.lr, tiny.engine.warmup, tiny.att_mse, tiny.engine.schedule) == (4.0, 1e-3, 0.4, 1.0, "constant")
+    assert (plain.student, plain.lr, plain.engine.schedule, plain.engine.warmup) == ("bilstm", 2e-4, "linear", 0.1)
+
+
+def test_the_starter_is_a_file_layer_of_the_same_order(tmp_path):
+    data = tmp_path / "reviews.tsv"
+    data.write_text("sentence\tlabel\ngood\t1\nbad\t0\n", encoding="utf-8")
+    written = typed.load(RunConfig, init.starter(str(data)), where="starter").students["distilled"]
+    assert (written.kd, written.temperature, written.engine.schedule) == (1.0, 2.0, "linear")  # file, default
+    assert (written.preset, written.model) == ("tang", {})  # a BiLSTM preset: a model shape, applied at build
+    ran = runner.load_config(None, ["students.distilled.kd=0.5"], data={"data": str(data)}).students["distilled"]
+    assert ran.kd == 0.5 and ran.temperature == 2.0

@@ -1,0 +1,126 @@
+"""Where a setting gets its value: one order, written here once (docs/configuration.md renders STUDENT_LAYERS).
+
+Every section of a run config and every command takes what the user gave in this order, each layer over
+the one below, setting by setting: the file, then the command's flags, then `key=value` words (`over`,
+`apply_override`). A section (`engine:`, `model:`, `losses:`) merges key by key, so `--warmup 0.2` over a
+file's `engine: {schedule: cosine}` keeps the cosine. A student's settings have two layers below those
+(`resolve_student`, which every load of a StudentConfig goes through: its validator calls it): the defaults,
+its family's among them, and the preset the layers above name. (`StudentConfig(...)` in Python is a plain
+dataclass: it holds the values it is given and the field defaults, no preset and no family's engine;
+`typed.load(StudentConfig, {...})` takes the layers.)
+
+Two defaults of a family are not written into the settings, so that a student's stage key (the settings at
+their values, transferset/app/keys.py) stays what it was: the learning rate (`lr: null` is read where the
+optimizer is made as the family's `default_lr`) and the shape of its model (a BiLSTM preset is a model shape
+too, and both stand under `model:` where the model is built, students.families.model_values).
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any, Mapping
+
+import yaml
+
+from transferset import typed
+from transferset.config.engine import STUDENT_ENGINE
+from transferset.errors import ConfigError
+
+# A student's layers, lowest first: (layer, what sets it).
+STUDENT_LAYERS: tuple[tuple[str, str], ...] = (
+    ("default", "the setting's default (this page), or its family's where the family has one: the `engine:` "
+                "section (a BiLSTM or static student warms up over 10 % of each phase's steps, then decays "
+                "linearly; a transformer keeps a constant rate), the learning rate (`lr: null`: BiLSTM and static "
+                "2e-3, transformer 1e-4) and the model's shape (`model:`)"),
+    ("preset", "`preset: NAME`: a transformer preset's settings (tinybert, mobilebert, minilm, distilbert, pkd; "
+               "each also chooses `student: transformer`); a BiLSTM preset (tang, xtremedistil) is a model shape, "
+               "under `model:`"),
+    ("file", "the YAML: `transferset train --config FILE`, or a run config's `students.NAME:` (the starter "
+             "`transferset init` writes, and `run --data` runs, is one)"),
+    ("flags", "`transferset train --lr 1e-3` (a section's field: `--warmup 0.2`, `--engine-schedule cosine`)"),
+    ("key=value", "`transferset train ... lr=1e-3 engine.warmup=0.2`, `transferset run ... students.NAME.lr=1e-3`"),
+)
+
+DEFAULT_FAMILY = "bilstm"  # StudentConfig.student
+
+# Transformer presets (`preset: NAME`): a published recipe's settings, the layer under the file's. Paper
+# settings and what differs here: README.md, "Layer-wise transfer with the teacher online, and the presets".
+# A preset does not set the learning-rate schedule: transformer students train at the constant rate and the
+# BiLSTMs with a linear warm-up and decay (config.engine.STUDENT_ENGINE); the papers' own schedules are listed
+# in docs/scaling.md, with the setting that trains as published.
+STUDENT_PRESETS: dict[str, dict[str, Any]] = {
+    # Jiao et al. 2020, task distillation: embedding, hidden and attention-score MSE, then soft CE (T = 1).
+    "tinybert": {"student": "transformer", "schedule": "two-step", "layer_map": "uniform", "emb_mse": 1.0,
+                 "hidden_mse": 1.0, "att_mse": 1.0, "kd": 1.0, "temperature": 1.0, "ce": 0.0, "mse": 0.0},
+    # Sun et al. 2020: feature-map and attention transfer, progressive (layer by layer), then prediction KD.
+    "mobilebert": {"student": "transformer", "schedule": "pkt", "layer_map": "uniform", "hidden_mse": 1.0,
+                   "att_kl": 1.0, "kd": 1.0, "temperature": 1.0, "ce": 0.0, "mse": 0.0},
+    # Wang et al. 2020: the last layer's attention and value-relation KL, then prediction KD.
+    "minilm": {"student": "transformer", "schedule": "two-step", "layer_map": "last-1", "att_kl": 1.0,
+               "value_kl": 1.0, "kd": 1.0, "temperature": 1.0, "ce": 0.0, "mse": 0.0},
+    # Sanh et al. 2019 without the MLM term: 5·KD(T = 2) + 1·cosine of the last hidden states, skip init.
+    "distilbert": {"student": "transformer", "schedule": "joint", "kd": 5.0, "temperature": 2.0, "cos": 1.0,
+                   "ce": 0.0, "mse": 0.0},
+    # Sun et al. 2019 (PKD-skip): (1 - α)·CE + α·KD(T) + β·PKD with α = 0.7, T = 5, β = 100.
+    "pkd": {"student": "transformer", "schedule": "joint", "ce": 0.3, "kd": 0.7, "temperature": 5.0,
+            "pkd": 100.0, "mse": 0.0},
+}
+
+
+def over(*layers: Mapping[str, Any]) -> dict[str, Any]:
+    """The layers merged, each over the ones before it (a copy): a mapping over a mapping merges key by key, a
+    section left empty (`engine:` with nothing under it, null) keeps the one below, any other value replaces."""
+    out: dict[str, Any] = {}
+    for layer in layers:
+        for key, value in (layer or {}).items():
+            below = out.get(key)
+            if isinstance(below, dict) and isinstance(value, Mapping):
+                out[key] = over(below, value)
+            elif not (isinstance(below, dict) and value is None):
+                out[key] = copy.deepcopy(value)
+    return out
+
+
+def family_defaults(family: Any) -> dict[str, Any]:
+    """The settings a student family sets in the default layer: its engine section (STUDENT_ENGINE)."""
+    return {"engine": dict(STUDENT_ENGINE.get(family, {}))}
+
+
+def resolve_student(*given: Mapping[str, Any]) -> dict[str, Any]:
+    """A student's settings: the layers the user gave (lowest first: file, flags, key=value) over the preset
+    they name, over the defaults of the family they choose (or the preset chooses)."""
+    top = over(*given)
+    preset = STUDENT_PRESETS.get(top.get("preset"), {}) if isinstance(top.get("preset"), str) else {}
+    family = top.get("student", preset.get("student", DEFAULT_FAMILY))
+    return over(family_defaults(family), preset, top)
+
+
+def student_values(values: Any) -> Any:
+    """StudentConfig's validator: the mapping it is loaded from (typed.load: a file, flags, key=value) resolved."""
+    return resolve_student(values) if isinstance(values, dict) else values
+
+
+def apply_override(raw: dict, item: str) -> None:
+    """`a.b.c=value` (a YAML value), the key=value layer, set into a raw mapping of the layers below."""
+    if "=" not in item:
+        raise ConfigError(f"override {item!r}: expected key=value, e.g. teacher.epochs=1")
+    key, text = item.split("=", 1)
+    try:
+        value = typed.yaml_load(text) if text else None
+    except typed.DuplicateKeyError as exc:
+        raise ConfigError(f"override {item!r}: {exc.problem}") from None
+    except yaml.constructor.ConstructorError as exc:
+        raise ConfigError(f"override {item!r}: {exc.problem}; a setting holds plain values "
+                          "(no !!python tags or other objects)") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"override {item!r}: the value is not valid YAML: {' '.join(str(exc).split())}") from None
+    node = raw
+    parts = key.split(".")
+    for i, p in enumerate(parts[:-1]):
+        if node.get(p) is None:
+            node[p] = {}
+        elif not isinstance(node[p], dict):
+            where = ".".join(parts[:i + 1])
+            raise ConfigError(f"override {item!r}: {where} is {node[p]!r}, not a section, so it has no "
+                              f"setting {parts[i + 1]!r}; set {where}=VALUE instead")
+        node = node[p]
+    node[parts[-1]] = value
