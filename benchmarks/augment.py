@@ -144,8 +144,8 @@ def bench_pipeline(args, tmp: str) -> dict:
 
 def bench_parts(args) -> dict:
     from transferset.augment import split_words, variant_rows
-    from transferset.config import AugmentConfig
     from transferset.augment.pos import PosVocab, Tagger, build_vocab
+    from transferset.config import AugmentConfig
 
     examples = read_examples(args.data, args.rows)
     sentences = [split_words(e.text) for e in examples]
@@ -186,8 +186,8 @@ def _cut_graph(p, job, cut: str):
     import apache_beam as beam
 
     from pipelines import augment as pa
-    from transferset import schema
     from transferset.augment.dedup import SPILL_DIR, dedup_digest
+    from transferset.contract import schema
 
     cfg = job.augment
     specs = [replace(s, label_names=job.label_names) for s in job.inputs]
@@ -286,9 +286,9 @@ def bench_mlm(args) -> dict:
     import transformers
 
     from transferset.augment import split_words, variant_rows
-    from transferset.config import AugmentConfig
     from transferset.augment.mlm import MlmCandidates
-    from transferset.threads import set_torch_threads
+    from transferset.config import AugmentConfig
+    from transferset.runtime.threads import set_torch_threads
 
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()

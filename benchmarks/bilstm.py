@@ -22,8 +22,8 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from students.families import bilstm  # noqa: E402
-from transferset.loading import resolve_model  # noqa: E402
-from transferset.threads import set_torch_threads  # noqa: E402
+from transferset.models.loading import resolve_model  # noqa: E402
+from transferset.runtime.threads import set_torch_threads  # noqa: E402
 
 
 def packed_forward(model: bilstm.BiLSTM, ids, mask):

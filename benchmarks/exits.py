@@ -2,7 +2,7 @@
 1 against the same model without exits, measured in the same run.
 
 For each threshold (`speed`): test accuracy, the mean layers a test row ran, and ms per example at batch 1
-and 64 on one thread (transferset.timing: every threshold and the baseline in the same interleaved rounds,
+and 64 on one thread (transferset.runtime.timing: every threshold and the baseline in the same interleaved rounds,
 tokenization included, the machine's load printed with the figures). The baseline is the exits folder's
 own model with its exits switched off: the same weights and truncation, what `transferset exits` left
 unchanged. Also the cost of one branch next to one encoder layer at batch 1, since the branch runs after
@@ -31,8 +31,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from students.data import read_eval_data  # noqa: E402
 from students.families.exits import pool  # noqa: E402
 from students.student import Student, accuracy  # noqa: E402
-from transferset.threads import set_torch_threads, torch_threads  # noqa: E402
-from transferset.timing import describe, measure, ratios  # noqa: E402
+from transferset.runtime.threads import set_torch_threads, torch_threads  # noqa: E402
+from transferset.runtime.timing import describe, measure, ratios  # noqa: E402
 
 SST2_DEV = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "sst2", "dev.tsv")
 SPEEDS = tuple(round(0.1 * i, 1) for i in range(11))

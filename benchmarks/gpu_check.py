@@ -23,8 +23,8 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
-from transferset import typed  # noqa: E402
 from transferset.config import EngineConfig, ScoreConfig, StudentConfig, TeacherConfig  # noqa: E402
+from transferset.runtime import typed  # noqa: E402
 
 
 def head(src: Path, dst: Path, n: int) -> str:

@@ -6,12 +6,12 @@
 For RUN/teacher and every RUN/students/NAME: `transferset export` in float32 (ONNX_DIR/NAME) and with
 `--quantize int8` (ONNX_DIR/NAME-int8; the export's own check against PyTorch runs, and a refusal is
 printed and that model skipped), both kept and reused when --onnx-dir holds them. Then every graph is
-timed in the same interleaved rounds (transferset.timing.measure: one thread by default, batch 1 and
+timed in the same interleaved rounds (transferset.runtime.timing.measure: one thread by default, batch 1 and
 64, tokenization included, median ms per example), and each predicts the labeled --data. Printed per
 model: accuracy in float32 and int8 (and how many labels differ), ms per example and the int8 speed-up
 at batch 1 and 64, the file sizes; then the int8 teacher as the peer, what a user would ship instead of
 distilling: each float32 student's speed-up over it. Run it on an idle machine (the figures carry the
-load the timing saw, transferset.timing.describe).
+load the timing saw, transferset.runtime.timing.describe).
 
 CPU instructions decide the int8 speed-up, so they are printed and written with the figures. ONNX
 Runtime's int8 matrix products (MatMulInteger, DynamicQuantizeLSTM) use AVX512-VNNI or AVX-VNNI
@@ -38,12 +38,12 @@ from latency import SST2_DEV, models_of  # noqa: E402
 from students.compress.export import export  # noqa: E402
 from students.data import read_eval_data  # noqa: E402
 from students.student import EXPORT_KEY, ONNX_FILE, OnnxStudent, accuracy  # noqa: E402
-from transferset import schema  # noqa: E402
 from transferset.config import DEFAULT_MAX_LENGTH  # noqa: E402
-from transferset.errors import UserError  # noqa: E402
+from transferset.contract import schema  # noqa: E402
+from transferset.runtime.errors import UserError  # noqa: E402
+from transferset.runtime.threads import set_torch_threads  # noqa: E402
+from transferset.runtime.timing import describe, measure  # noqa: E402
 from transferset.sources import read_texts  # noqa: E402
-from transferset.threads import set_torch_threads  # noqa: E402
-from transferset.timing import describe, measure  # noqa: E402
 
 KINDS = {"fp32": None, "int8": "int8"}  # the name in the tables → export's `quantize`
 # The flags that decide which int8 kernels ONNX Runtime runs (x86; absent elsewhere).

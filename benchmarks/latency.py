@@ -1,6 +1,6 @@
 """Latency of a run's teacher and students on PyTorch and on ONNX Runtime, measured so it holds still.
 
-Every model on both runtimes is timed in the same rounds, interleaved (transferset.timing: each round
+Every model on both runtimes is timed in the same rounds, interleaved (transferset.runtime.timing: each round
 times every model once per batch size, in an order rotated each round), threads pinned, tokenization
 included. Printed: the median ms per example and its spread (quartiles) at batch 1 and 64, and the
 speed-up over the teacher on the same runtime. For each BiLSTM student, where its time goes at batch
@@ -32,10 +32,10 @@ from students.compress.export import export  # noqa: E402
 from students.data.encoding import Encoder, hf_arrays  # noqa: E402
 from students.families.bilstm import BiLSTM  # noqa: E402
 from students.student import EXPORT_KEY, ONNX_FILE, OnnxStudent, Student  # noqa: E402
-from transferset import schema  # noqa: E402
-from transferset.timing import describe, measure, ratios  # noqa: E402
-from transferset.threads import set_torch_threads  # noqa: E402
 from transferset.config import DEFAULT_MAX_LENGTH  # noqa: E402
+from transferset.contract import schema  # noqa: E402
+from transferset.runtime.threads import set_torch_threads  # noqa: E402
+from transferset.runtime.timing import describe, measure, ratios  # noqa: E402
 from transferset.sources import read_texts  # noqa: E402
 
 SST2_DEV = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "sst2", "dev.tsv")

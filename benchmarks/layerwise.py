@@ -39,9 +39,10 @@ from students.build import setup  # noqa: E402
 from students.families import transformer  # noqa: E402
 from students.losses import LossWeights  # noqa: E402
 from students.schedules import phases  # noqa: E402
-from transferset import sources, typed  # noqa: E402
+from transferset import sources  # noqa: E402
 from transferset.config import StudentConfig  # noqa: E402
-from transferset.threads import set_torch_threads  # noqa: E402
+from transferset.runtime import typed  # noqa: E402
+from transferset.runtime.threads import set_torch_threads  # noqa: E402
 
 MODES = {
     "logits": {"ce": 0.0, "mse": 0.0, "kd": 1.0},

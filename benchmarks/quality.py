@@ -35,9 +35,10 @@ from typing import Optional
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from transferset import schema, typed  # noqa: E402
 from transferset.app.report import pct  # noqa: E402
-from transferset.timing import describe  # noqa: E402
+from transferset.contract import schema  # noqa: E402
+from transferset.runtime import typed  # noqa: E402
+from transferset.runtime.timing import describe  # noqa: E402
 from students.families.transformer import TransformerConfig  # noqa: E402
 from transferset.config import RunConfig  # noqa: E402
 

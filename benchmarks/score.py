@@ -105,7 +105,7 @@ def make_teacher(directory: str, layers: Optional[int] = None) -> str:
     """
     import torch
 
-    from transferset import loading
+    from transferset.models import loading
 
     torch.manual_seed(0)
     model = loading.load_classifier(loading.resolve_model(loading.DEFAULT_MODEL), label_names=("0", "1"))
@@ -151,8 +151,8 @@ def ours(teacher, texts, device, beam_batch) -> Clock:
 
 
 def pipeline_run(teacher_dir: str, texts: list[str], workdir: str, extra: list[str]) -> float:
-    from transferset import schema
     from transferset.app import cli
+    from transferset.contract import schema
     import builders as testing
 
     src = testing.write_transfer_set(os.path.join(workdir, "transfer"), [testing.transfer_rows(texts)], ("0", "1"))
@@ -194,8 +194,8 @@ def main(argv=None) -> int:
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
+    from transferset.runtime.threads import set_torch_threads
     from transferset.teacher import scoring
-    from transferset.threads import set_torch_threads
 
     set_torch_threads(args.threads)
     texts = load_rows(args.rows)
@@ -378,9 +378,9 @@ def family_main(args) -> int:
     import torch
 
     import family_models as fm
-    from transferset import loading
+    from transferset.models import loading
+    from transferset.runtime.threads import set_torch_threads
     from transferset.teacher import scoring
-    from transferset.threads import set_torch_threads
 
     threads = args.threads or 1
     set_torch_threads(threads)

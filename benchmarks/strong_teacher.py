@@ -35,7 +35,8 @@ sys.path.insert(0, str(ROOT))
 
 import quality  # noqa: E402  (benchmarks/quality.py, beside this file)
 from students.evaluate import LENGTH_EDGES, evaluate  # noqa: E402
-from transferset import schema, typed  # noqa: E402
+from transferset.contract import schema  # noqa: E402
+from transferset.runtime import typed  # noqa: E402
 
 SST2_DEV = ROOT.parent / "shared" / "data" / "sst2" / "dev.tsv"
 SEED_FOLDER = re.compile(r"^(?P<name>.+)_s(?P<seed>\d+)$")

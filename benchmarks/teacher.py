@@ -35,12 +35,15 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from transferset import loading, schema, sources, typed  # noqa: E402
+from transferset import sources  # noqa: E402
 from transferset.config import TeacherConfig  # noqa: E402
-from transferset.teacher import train as trainer_version  # noqa: E402
+from transferset.contract import schema  # noqa: E402
 from transferset.fs.output import Output  # noqa: E402
+from transferset.models import loading  # noqa: E402
+from transferset.runtime import typed  # noqa: E402
+from transferset.runtime.threads import set_torch_threads  # noqa: E402
+from transferset.teacher import train as trainer_version  # noqa: E402
 from transferset.teacher.train import encode, read_split  # noqa: E402
-from transferset.threads import set_torch_threads  # noqa: E402
 
 SST2 = ROOT.parent / "shared" / "data" / "sst2"
 

@@ -41,11 +41,12 @@ from students.losses import LossWeights  # noqa: E402
 from students.schedules import phases  # noqa: E402
 from students.build import setup  # noqa: E402
 from students.student import Student  # noqa: E402
+from transferset import sources  # noqa: E402
 from transferset.config import StudentConfig  # noqa: E402
-from transferset import schema, sources  # noqa: E402
+from transferset.contract import schema  # noqa: E402
+from transferset.runtime.threads import set_torch_threads  # noqa: E402
+from transferset.runtime.timing import measure  # noqa: E402
 from transferset.teacher.scoring import Teacher  # noqa: E402
-from transferset.threads import set_torch_threads  # noqa: E402
-from transferset.timing import measure  # noqa: E402
 
 SST2 = ROOT.parent / "shared" / "data" / "sst2"
 
@@ -175,7 +176,7 @@ def main(argv=None) -> int:
 
     teacher_params = sum(p.numel() for p in teacher.model.parameters())
     teacher_bytes = sum(p.numel() * p.element_size() for p in teacher.model.parameters())
-    # Both models timed together, interleaved, on one thread (transferset.timing), with the load recorded.
+    # Both models timed together, interleaved, on one thread (transferset.runtime.timing), with the load recorded.
     timed = measure({"student": student.logits, "teacher": teacher.predict}, dev[:512])
     lat = {f"{name}_{key}": cell["median"] for name, by_bs in timed["latency"].items() for key, cell in by_bs.items()}
     res = {

@@ -89,7 +89,7 @@ def commands_page() -> str:
 # --- configuration -----------------------------------------------------------------------------
 
 def _bounds(tp: Any) -> list[str]:
-    """The bounds a setting's type carries (transferset.typed: AtLeast, Probability, Positive, NonNegative)."""
+    """The bounds a setting's type carries (transferset.runtime.typed: AtLeast, Probability, Positive, NonNegative)."""
     out: list[str] = []
     origin = typing.get_origin(tp)
     if origin is typing.Annotated:
@@ -123,7 +123,7 @@ def _default(f: dataclasses.Field) -> str:
 
 def _section(cls: type, key: str) -> list[str]:
     from transferset.app.flags import field_help
-    from transferset.typed import _type_name
+    from transferset.runtime.typed import _type_name
 
     hints = typing.get_type_hints(cls, include_extras=True)
     helps = field_help(cls)

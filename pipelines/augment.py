@@ -15,14 +15,17 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindows
 
 from pipelines import runtime as opts
-from transferset import fs, heap, loading, schema
+from transferset import fs
 from transferset.augment import check_ops, needs, original_row, split_words, variant_rows
 from transferset.augment.context import CorpusContext, RowContext, contexts_for
 from transferset.augment.dedup import (SPILL_DIR, SpillWriter, bad_inputs, bucket_file, collapse,
                                       dedup_digest, dedup_spilled, pack, reconcile, write_rows)
 from transferset.config import AugmentConfig, BeamConfig
-from transferset.errors import UserError
-from transferset.progress import Progress
+from transferset.contract import schema
+from transferset.models import loading
+from transferset.runtime import malloc
+from transferset.runtime.errors import UserError
+from transferset.runtime.progress import Progress
 from transferset.sources import (Example, SourceSpec, check_readable, detect_format, infer_label_names,
                                  read_source)
 
@@ -352,7 +355,7 @@ def run_augment(cfg: AugmentConfig, *, inputs: Sequence[str], output: str, unlab
     if not job.exclude:
         print("transferset augment: warning: no --exclude given; nothing guards against evaluation "
               "sentences leaking into the transfer set", file=sys.stderr)
-    heap.fix_mmap_threshold()  # a local runner's groupings (sources, bucket files) run here (transferset.heap)
+    malloc.fix_mmap_threshold()  # a local runner's groupings (sources, bucket files) run here (transferset.runtime.malloc)
     with out.open():
         out.prepare()
         per = (f"one variant per {cfg.words_per_variant} words, at most {cfg.n_iter}, per example"

@@ -7,7 +7,7 @@
 The same shape as `score`: a ModelHandler whose model object has one `predict(texts, texts_b)`
 method, wrapped in KeyedModelHandler so ids travel with rows. The model is loaded by a `loader`
 the caller injects (transferset.app.predict passes students.predict.load_predictor): pipelines
-never import the students. Rows and schema come from transferset.predictions, as in-process.
+never import the students. Rows and schema come from transferset.data.predictions, as in-process.
 """
 from __future__ import annotations
 
@@ -18,11 +18,12 @@ import apache_beam as beam
 from apache_beam.ml.inference.base import KeyedModelHandler, ModelHandler, RunInference
 
 from pipelines import runtime as opts
-from transferset import predictions, schema
 from transferset.config import BeamConfig
-from transferset.errors import UserError
 from transferset.config import PredictConfig
-from transferset.progress import Progress
+from transferset.contract import schema
+from transferset.data import predictions
+from transferset.runtime.errors import UserError
+from transferset.runtime.progress import Progress
 from transferset.sources import Reject
 
 METRICS_NAMESPACE = "transferset_predict"

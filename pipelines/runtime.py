@@ -15,10 +15,11 @@ from apache_beam.io.filesystem import FileSystem
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from transferset import fs, schema
+from transferset import fs
 from transferset.config import BeamConfig
-from transferset.errors import ConfigError, UserError
+from transferset.contract import schema
 from transferset.fs.output import Output, reject_line, write_finish
+from transferset.runtime.errors import ConfigError, UserError
 from transferset.sources import Reject, read_source
 
 

@@ -38,14 +38,16 @@ from apache_beam.options.pipeline_options import DirectOptions
 from apache_beam.transforms.window import GlobalWindows
 
 from pipelines import runtime as opts
-from transferset import fs, heap, schema
+from transferset import fs
 from transferset.config import DEFAULT_MAX_LENGTH, BeamConfig, ScoreConfig
+from transferset.contract import schema
 from transferset.fs import remote
-from transferset.progress import Progress
+from transferset.runtime import malloc
+from transferset.runtime.progress import Progress
+from transferset.runtime.threads import set_torch_threads
 from transferset.scored import plan as score_plan
 from transferset.scored import shards
 from transferset.teacher import ensemble, scoring
-from transferset.threads import set_torch_threads
 
 EPILOG = (
     "Example:\n"
@@ -210,14 +212,14 @@ class TeacherModelHandler(ModelHandler):
         self.loader = loader
 
     def load_model(self) -> scoring.Teacher:
-        # Before torch runs anything: oneDNN reads its cache size once (transferset.heap).
-        heap.limit_primitive_cache()
+        # Before torch runs anything: oneDNN reads its cache size once (transferset.runtime.malloc).
+        malloc.limit_primitive_cache()
         # On the worker, once: the launcher that builds the graph (e.g. for Dataflow) never needs torch.
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()  # one bar per worker is noise in pipeline logs
         set_torch_threads(self.torch_threads)  # several workers on one machine must not each use every core
-        heap.fix_mmap_threshold()  # or the heap grows ~4 KB per row scored (transferset.heap)
+        malloc.fix_mmap_threshold()  # or the heap grows ~4 KB per row scored (transferset.runtime.malloc)
         if isinstance(self.teacher_dir, str):
             return self._load(self.teacher_dir, self.load_kwargs["sha256"])
         # An ensemble: every member on this worker, each scoring every row (memory: the sum of the members).

@@ -18,10 +18,10 @@ from students.data import ScoredSet, teacher_files
 from students.families import Context, Family
 from students.losses import online
 from students.schedules import SCHEDULES
-from transferset import schema
 from transferset.config import DEFAULT_MAX_LENGTH, StudentConfig
-from transferset.errors import UserError
-from transferset.threads import set_torch_threads
+from transferset.contract import schema
+from transferset.runtime.errors import UserError
+from transferset.runtime.threads import set_torch_threads
 
 # Each family's module registers it (students.families.register) when the registry is first read, by name.
 FAMILIES = family_registry.FAMILIES

@@ -2,7 +2,7 @@
 
 Reads every input with transferset.sources (every format; each row kept or rejected with a reason),
 predicts in chunks with any loaded classifier (Student, OnnxStudent), and writes OUT as
-transferset.predictions describes it: the same layout and rows as pipelines/predict.py writes on Beam.
+transferset.data.predictions describes it: the same layout and rows as pipelines/predict.py writes on Beam.
 """
 from __future__ import annotations
 
@@ -12,13 +12,15 @@ from typing import Optional, Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 from students.student import Predictor, Student
-from transferset import fs, predictions, schema
-from transferset.errors import UserError
+from transferset import fs
+from transferset.config import PredictConfig
+from transferset.contract import schema
+from transferset.data import predictions
 from transferset.fs.output import Output
 from transferset.fs.remote import local_teacher
-from transferset.config import PredictConfig
-from transferset.progress import Progress
-from transferset.threads import set_torch_threads
+from transferset.runtime.errors import UserError
+from transferset.runtime.progress import Progress
+from transferset.runtime.threads import set_torch_threads
 from transferset.sources import Example, Reject, read_source
 
 CHUNK_ROWS = 4096  # rows read, predicted and written at a time (one Parquet row group)

@@ -35,10 +35,11 @@ from students.data.files import JSON_KINDS, RESAVE, StudentFileError, json_kind,
 from students.data.teacher_files import NO_CODE_LOAD
 from students.families.exits import Branches, adaptive_forward, check_speed, has_exits, load_branches, save_branches
 from students.families.transformer import load_hf_classifier
-from transferset.registry import RegistryError
-from transferset import __version__, schema
-from transferset.errors import ConfigError, UserError
-from transferset.loading import check_safetensors, label_names_of, load_tokenizer
+from transferset import __version__
+from transferset.contract import schema
+from transferset.models.loading import check_safetensors, label_names_of, load_tokenizer
+from transferset.runtime.errors import ConfigError, UserError
+from transferset.runtime.registry import RegistryError
 
 
 @dataclass

@@ -33,11 +33,14 @@ from students.losses import online
 from students.plots import plot_curves
 from students.schedules import Phase, phases
 from students.student import Student, accuracy
-from transferset import fs, schema, sources, timing, transfer, typed
+from transferset import fs, sources
 from transferset.config import LAYER_TEXTS_REST, StudentConfig
-from transferset.errors import UserError
+from transferset.contract import schema
+from transferset.data import transfer
 from transferset.fs.output import STUDENT_NAMES
-from transferset.progress import log_line
+from transferset.runtime import timing, typed
+from transferset.runtime.errors import UserError
+from transferset.runtime.progress import log_line
 from transferset.training import Engine, PhaseSpec, Recipe
 from transferset.training.job import CHECKPOINT_DIR, Job, Run, Skipped, run_job
 from transferset.training.job import Phase as RecipePhase

@@ -19,8 +19,10 @@ import pytest
 import torch
 
 import builders as testing
-from transferset import fs, schema, transfer
+from transferset import fs
 from transferset.app.cli import main
+from transferset.contract import schema
+from transferset.data import transfer
 from tolerances import assert_reordered, tiny_bert
 
 # Whole pipelines (augment, score) and training: `integration`, run by `make test` and CI.
@@ -139,8 +141,8 @@ def _check_scores(scored_dir: str, teacher_dir: str):
 
 def _train(scored_dir: str, dev: str, out: Path, settings: dict) -> dict:
     from students.trainer import train
-    from transferset import typed
     from transferset.config import StudentConfig
+    from transferset.runtime import typed
 
     return train(typed.load(StudentConfig, settings, "test"), scored_dir, dev, str(out), progress=False)
 

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from transferset import typed
 from transferset.config import RunConfig, StudentConfig
+from transferset.runtime import typed
 
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = sorted((ROOT / "benchmarks" / "quality").glob("*.yaml"))

@@ -39,12 +39,12 @@ def test_the_contract_is_kept():
 
 @pytest.mark.parametrize("module, planted, contract", [
     # the library reaching the app layer, inside a function, as the old runner dodges did
-    ("transferset/schema.py", "def _f():\n    from transferset.app import cli\n",
+    ("transferset/contract/schema.py", "def _f():\n    from transferset.app import cli\n",
      "Nothing in the library imports the app layer"),
     # a reader reaching for Beam's file systems (sources is a package: plant it in one of its modules)
     ("transferset/sources/delimited.py", "def _f():\n    import apache_beam\n",
      "The library never imports students, pipelines or Apache Beam"),
-    ("transferset/transfer.py", "def _f():\n    from students import losses\n",
+    ("transferset/data/transfer.py", "def _f():\n    from students import losses\n",
      "The library never imports students, pipelines or Apache Beam"),
     ("students/losses/layers.py", "def _f():\n    from pipelines import runtime\n",
      "students and pipelines are independent of each other"),

@@ -20,7 +20,7 @@ UNMIRRORED = {
     "transferset/app/evaluate.py": _COMMAND + "tests/students/test_student.py and compress/test_export.py",
     "transferset/app/exits.py": _COMMAND + "tests/students/families/test_exits.py",
     "transferset/app/export.py": _COMMAND + "tests/students/compress/test_export.py and test_export_int8.py",
-    "transferset/app/inspect.py": _COMMAND + "tests/transferset/test_schema.py and tests/test_remote_chain.py",
+    "transferset/app/inspect.py": _COMMAND + "tests/transferset/contract/test_schema.py and tests/test_remote_chain.py",
     "transferset/app/predict.py": _COMMAND + "tests/students/test_predict_files.py",
     "transferset/app/prune.py": _COMMAND + "tests/students/compress/test_prune.py",
     "transferset/app/score.py": _COMMAND + "tests/pipelines/test_score.py and test_score_ensemble.py",
@@ -36,15 +36,15 @@ UNMIRRORED = {
                                       "and tests/transferset/app/test_keys.py",
     "transferset/config/engine.py": "the engine section: tests/transferset/training/test_engine.py and "
                                     "tests/transferset/app/test_keys.py (its flat form in the keys)",
-    "transferset/card.py": "a model card describes a trained model: tests/students/test_cards.py (train, export) "
+    "transferset/data/card.py": "a model card describes a trained model: tests/students/test_cards.py (train, export) "
                            "and tests/transferset/app/test_init.py (a run's cards)",
-    "transferset/errors.py": "the exception classes only; every test that expects an error raises one",
+    "transferset/runtime/errors.py": "the exception classes only; every test that expects an error raises one",
     "transferset/fs/written.py": "the output protocol's writes and deletes: tests/transferset/fs/test_output.py",
     "transferset/packed/biases.py": "the packed forward's parts, checked against each family's Hugging Face forward "
                                     "in tests/transferset/packed/test_families.py",
     "transferset/packed/encoder.py": "as packed/biases.py: tests/transferset/packed/test_families.py",
     "transferset/packed/heads.py": "as packed/biases.py: tests/transferset/packed/test_families.py, "
-                                   "tests/transferset/teacher/test_scoring.py, tests/transferset/test_pruning.py",
+                                   "tests/transferset/teacher/test_scoring.py, tests/transferset/models/test_pruning.py",
     "transferset/sources/jsonl.py": "one line of json.loads a row: with the other readers in "
                                     "tests/transferset/sources/test_sources.py and test_records.py",
     # students: the lead's packages (tests/students mirrors them); these are tested through their callers

@@ -15,9 +15,11 @@ import pytest
 import yaml
 
 import fake_remote
-from transferset import fs, schema, transfer
+from transferset import fs
 from transferset.app.cli import main
 from transferset.app.runner import STAGE_FILE
+from transferset.contract import schema
+from transferset.data import transfer
 import builders as testing
 from tolerances import tiny_bert
 

@@ -70,7 +70,7 @@ def transfer_rows(texts: Sequence[str], labels: Optional[Sequence[Optional[int]]
                   texts_b: Optional[Sequence[Optional[str]]] = None, ops: Optional[Sequence[Sequence[str]]] = None,
                   ids: Optional[Sequence[str]] = None) -> list[dict]:
     """Rows of the transfer-set contract (ids derived from the texts unless given)."""
-    from transferset import schema
+    from transferset.contract import schema
     from transferset.sources import source_id_for
 
     rows = []
@@ -98,7 +98,7 @@ def write_transfer_set(directory: str, shards: Sequence[Sequence[dict]], label_n
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from transferset import schema
+    from transferset.contract import schema
 
     data = os.path.join(directory, schema.DATA_DIR)
     os.makedirs(data, exist_ok=True)
@@ -125,7 +125,7 @@ def write_scored_set(directory: str, texts: Sequence[str], logits: Any, hidden: 
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from transferset import schema
+    from transferset.contract import schema
 
     logits, hidden = np.asarray(logits, dtype=np.float32), np.asarray(hidden, dtype=np.float32)
     rows = transfer_rows(texts, labels, ids=ids)

@@ -1,1 +1,1 @@
-"""Compressing a trained model: ONNX/int8 export (export), training early exits (exits_train; the exit branches themselves are part of the model: students/families/exits.py), head pruning (prune; the pruned model type is transferset/pruning.py, which the library loaders register)."""
+"""Compressing a trained model: ONNX/int8 export (export), training early exits (exits_train; the exit branches themselves are part of the model: students/families/exits.py), head pruning (prune; the pruned model type is transferset/models/pruning.py, which the library loaders register)."""

@@ -29,13 +29,15 @@ import torch
 from students.data import ScoredSet
 from students.families.exits import Branches, BranchesConfig, check_bert_like, layer_states, save_branches
 from students.student import Student
-from transferset import fs, schema, transfer
+from transferset import fs
 from transferset.config import ExitsConfig
-from transferset.errors import UserError
+from transferset.contract import schema
+from transferset.data import transfer
 from transferset.fs.remote import local_teacher
-from transferset.loading import weights_sha256
-from transferset.progress import Progress
-from transferset.threads import set_torch_threads
+from transferset.models.loading import weights_sha256
+from transferset.runtime.errors import UserError
+from transferset.runtime.progress import Progress
+from transferset.runtime.threads import set_torch_threads
 from transferset.training import Engine, PhaseSpec, Recipe
 from transferset.training.job import Job, Phase, Run, run_job
 

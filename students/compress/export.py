@@ -51,11 +51,12 @@ import torch.nn as nn
 from students.families.bilstm_onnx import BiLSTMGraph  # noqa: F401 (tests export it from here)
 from students.data.tokens import WordPieceTokens
 from students.student import EXPORT_KEY, ONNX_FILE, OnnxStudent, Student
-from transferset import __version__, fs, schema
-from transferset.card import write_card
-from transferset.errors import ConfigError, UserError
+from transferset import __version__, fs
+from transferset.contract import schema
+from transferset.data.card import write_card
 from transferset.fs.output import MODEL_NAMES, WHAT, Output
 from transferset.fs.remote import local_teacher
+from transferset.runtime.errors import ConfigError, UserError
 
 FORMATS = ("onnx",)
 QUANTIZE = ("int8",)

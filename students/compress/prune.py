@@ -1,9 +1,9 @@
 """Head pruning of a BERT teacher or transformer student: rank → remove → recover (Michel et al. 2019).
 
 1. rank: each attention head's importance on the selection split, |∂loss/∂ξ_h| summed over its rows
-   (transferset.pruning.head_importance), the loss being cross-entropy against the gold labels;
+   (transferset.models.pruning.head_importance), the loss being cross-entropy against the gold labels;
 2. remove the least important heads (a count or a fraction; every layer keeps one), slicing their
-   weights away (transferset.pruning.prune_heads: a PrunedBertForSequenceClassification);
+   weights away (transferset.models.pruning.prune_heads: a PrunedBertForSequenceClassification);
 3. recover by distillation from the cached `teacher_logits` of the scored transfer set (MSE or KL),
    with the training recipe every model here trains with (transferset/training/), the pruned model
    as it starts competing with each epoch on the selection split.
@@ -15,7 +15,7 @@ The output, rank 0, staging, the engine, tracking and prune.json are the job she
 OUTPUT is the pruned model's directory, in the input's form: a Hugging Face directory for a Hugging
 Face classifier (the teacher: `score --teacher OUTPUT` takes it), a student directory (sidecar
 included) for a student; plus prune.json (what was removed, the importances, accuracies before and
-after). The model's config.json has model_type `transferset_pruned_bert` (see transferset/pruning.py
+after). The model's config.json has model_type `transferset_pruned_bert` (see transferset/models/pruning.py
 for loading it outside transferset).
 """
 from __future__ import annotations
@@ -33,12 +33,14 @@ from students.families import transformer
 from students.losses import kd_kl, logits_mse
 from students.student import OnnxStudent, Student, accuracy
 from students.trainer import require_input
-from transferset import pruning, schema, typed
 from transferset.config import PruneConfig
-from transferset.errors import UserError
+from transferset.contract import schema
 from transferset.fs.output import MODEL_NAMES
-from transferset.progress import log_line
-from transferset.threads import set_torch_threads
+from transferset.models import pruning
+from transferset.runtime import typed
+from transferset.runtime.errors import UserError
+from transferset.runtime.progress import log_line
+from transferset.runtime.threads import set_torch_threads
 from transferset.training import Engine, PhaseSpec
 from transferset.training.job import Job, Phase, Run, run_job
 
@@ -249,7 +251,7 @@ def save(student: Student, model_path: str, work: str) -> None:
     if os.path.isfile(os.path.join(schema.model_dir(model_path), schema.STUDENT_SIDECAR_FILE)):
         student.save_pretrained(work)
         return
-    from transferset.loading import quiet_transformers
+    from transferset.models.loading import quiet_transformers
 
     with quiet_transformers():
         student.model.save_pretrained(work)

@@ -12,8 +12,10 @@ import pyarrow.compute as pc
 import torch
 from tqdm import tqdm
 
-from transferset import fs, ids, schema, sources, transfer
-from transferset.errors import UserError
+from transferset import fs, sources
+from transferset.contract import ids, schema
+from transferset.data import transfer
+from transferset.runtime.errors import UserError
 
 NO_LABEL = -1
 # Batch key of the (B, L, H) stack of teacher_hidden_l{k} columns matched to the student's layers.

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from transferset import schema
-from transferset.errors import UserError
+from transferset.contract import schema
+from transferset.runtime.errors import UserError
 
 
 class StudentFileError(UserError, ValueError):

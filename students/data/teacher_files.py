@@ -7,13 +7,14 @@ import json
 import os
 from typing import Any, Optional, Sequence
 
-from transferset import fs, schema
+from transferset import fs
 from transferset.config import StudentConfig
-from transferset.errors import ConfigError, UserError
-from transferset.loading import check_remote_code, load_config, resolve_model
+from transferset.contract import schema
+from transferset.models.loading import check_remote_code, load_config, resolve_model
+from transferset.runtime.errors import ConfigError, UserError
 
 # Students have no opt-in to a model's own Python code (StudentConfig has no trust_remote_code field): a
-# directory with an auto_map is refused by transferset.loading's check, and its message ends with these.
+# directory with an auto_map is refused by transferset.models.loading's check, and its message ends with these.
 NO_CODE_TRAIN = ("students do not run a model's own code: use a tokenizer and teacher directory without auto_map, "
                  "or train with `tokens: words` and `embed_init: random`, which read no file of the teacher")
 NO_CODE_PRETRAINED = "students do not run a model's own code: start from a checkpoint without auto_map"

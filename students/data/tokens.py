@@ -23,10 +23,10 @@ import torch
 from students.data import teacher_files
 from students.data.encoding import ARRAYS, Encoder
 from students.data.files import RESAVE, StudentFileError
-from transferset import schema
 from transferset.config import StudentConfig
-from transferset.errors import UserError
-from transferset.loading import check_remote_code, load_tokenizer
+from transferset.contract import schema
+from transferset.models.loading import check_remote_code, load_tokenizer
+from transferset.runtime.errors import UserError
 
 WORDS_FILE = "vocab.json"
 TOKENIZER_DIR = "tokenizer"

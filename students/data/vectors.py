@@ -18,7 +18,7 @@ from typing import Iterable, Sequence
 import torch
 
 from students.data.tokens import pca_project, teacher_input_embeddings
-from transferset.errors import UserError
+from transferset.runtime.errors import UserError
 
 METHODS = ("teacher", "word2vec", "model2vec")
 SIF_COEFFICIENT = 1e-4  # model2vec's default sif_coefficient

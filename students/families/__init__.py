@@ -15,8 +15,8 @@ import torch.nn as nn
 
 from students.data.files import RESAVE, StudentFileError  # noqa: F401 (the families import them from here)
 from transferset.config import StudentConfig
-from transferset.errors import UserError
-from transferset.registry import Registry
+from transferset.runtime.errors import UserError
+from transferset.runtime.registry import Registry
 
 Batch = dict  # str → tensor (and the batch's texts), as made by students.data.make_batch
 
@@ -70,7 +70,7 @@ class Family:
 
 
 # Every module of students.families registers its family when the registry is first read; families of other
-# packages come through the entry point group (transferset/registry.py).
+# packages come through the entry point group (transferset/runtime/registry.py).
 FAMILIES: Registry[Family] = Registry("student family", "transferset.families", "students.families")
 
 

@@ -24,10 +24,10 @@ from students.families.bilstm_onnx import BiLSTMGraph
 from students.data.tokens import (WordPieceTokens, WordTokens, load_tokens, pca_project, teacher_input_embeddings,
                              teacher_wordpiece, word_vectors_from_wordpiece)
 from students.data.vectors import embedding_table
-from transferset import schema
 from transferset.config import STUDENT_PRESETS
-from transferset.errors import UserError
-from transferset.progress import log_line
+from transferset.contract import schema
+from transferset.runtime.errors import UserError
+from transferset.runtime.progress import log_line
 
 
 @dataclass

@@ -34,8 +34,9 @@ import torch
 import torch.nn as nn
 
 from students.data.files import StudentFileError, json_kind, read_json_object
-from transferset import __version__, schema
-from transferset.errors import UserError
+from transferset import __version__
+from transferset.contract import schema
+from transferset.runtime.errors import UserError
 
 POOLS = ("mean", "cls")  # what a branch reads of its layer: the masked mean of its tokens, or its [CLS] state
 REMEDY = "train the exits again (`transferset exits`)"
@@ -224,7 +225,7 @@ def load_branches(model_dir: str, model: nn.Module) -> Branches:
     """The branches saved beside `model`, checked against it (layers, width, classes)."""
     from safetensors.torch import load_file
 
-    from transferset.loading import check_safetensors
+    from transferset.models.loading import check_safetensors
 
     path = os.path.join(model_dir, schema.EXITS_FILE)
     info = read_json_object(path, holds="exits.json holds the branches' shape", remedy=REMEDY)

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from students.families import Batch, Built, Context, Family, model_values, projection, register
 from students.families.bilstm import copy_vectors, initial_vectors, load_student, save, student_tokens
-from transferset.errors import UserError
+from transferset.runtime.errors import UserError
 
 POOLINGS = ("mean", "max", "mean+max")
 # What max-pooling adds to a padding position: below any vector's value, and it absorbs the value (x - 1e30 is

@@ -35,10 +35,10 @@ from students.data.tokens import PretrainedTokens, WordPieceTokens, pca_basis, t
 from students.families.transformer_layers import (FUSED_QKV, LAYER_LISTS, QKV_NAMES, capture_attention,  # noqa: F401
                                         encoder_layers, forward, layer_list, qkv_modules)
 from students.families.transformer_maps import INITS, LAYER_MAPS, layer_pairs, teacher_layer_map  # noqa: F401
-from transferset import schema
 from transferset.config import STUDENT_PRESETS
-from transferset.errors import UserError
-from transferset.loading import check_remote_code, quiet_transformers, register_ours
+from transferset.contract import schema
+from transferset.models.loading import check_remote_code, quiet_transformers, register_ours
+from transferset.runtime.errors import UserError
 
 
 @dataclass
@@ -253,7 +253,7 @@ def param_groups(model: nn.Module) -> dict[str, list[nn.Parameter]]:
 def build(ctx: Context) -> Built:
     """A k-layer copy of the teacher's architecture, initialised from its layers, with its whole tokenizer;
     or, with `pretrained`, that checkpoint with its own tokenizer (build_pretrained)."""
-    from transferset.loading import load_config
+    from transferset.models.loading import load_config
 
     cfg = ctx.cfg
     if cfg.model.get("pretrained") is not None:
@@ -306,7 +306,7 @@ def uses_teacher_hidden(cfg) -> bool:
 def build_pretrained(ctx: Context) -> Built:
     """A pretrained checkpoint with a fresh head for the task's labels, its own tokenizer, and a projection
     to the teacher's width when a loss compares hidden states and the widths differ."""
-    from transferset.loading import load_classifier
+    from transferset.models.loading import load_classifier
 
     cfg = ctx.cfg
     name = cfg.model["pretrained"]
@@ -372,12 +372,12 @@ RESAVE_HF = "re-save the model with `save_pretrained`, or copy it again"
 
 def check_hf_config(model_dir: str) -> dict:
     """config.json of a classifier directory, checked before transformers reads it: JSON, an object, no
-    auto_map (transferset.loading's check; students have no opt-in) and a model_type transformers knows.
+    auto_map (transferset.models.loading's check; students have no opt-in) and a model_type transformers knows.
     Each mistake is one StudentFileError naming the file, not a ValueError from inside transformers."""
     import transformers
     from transformers import CONFIG_MAPPING
 
-    register_ours()  # a pruned BERT's model_type (transferset.pruning)
+    register_ours()  # a pruned BERT's model_type (transferset.models.pruning)
     path = os.path.join(model_dir, schema.HF_CONFIG_FILE)
     values = read_json_object(path, holds="a Hugging Face config.json holds model_type, id2label, ...",
                               remedy=RESAVE_HF)
@@ -397,7 +397,7 @@ def load_hf_classifier(model_dir: str, max_length: Optional[int] = None):
     Goes through the teacher's loader: safetensors only, shipped Python code (auto_map) refused, and
     refused for good (students have no opt-in, see students.data.teacher_files.NO_CODE_LOAD).
     """
-    from transferset.loading import label_names_of, load_classifier, load_tokenizer
+    from transferset.models.loading import label_names_of, load_classifier, load_tokenizer
 
     check_hf_config(model_dir)
     try:

@@ -23,9 +23,9 @@ import torch.nn.functional as F
 
 from students.data import NO_LABEL, TEACHER_LAYERS
 from students.losses import layers as layer_losses
-from transferset import schema
-from transferset.errors import UserError
-from transferset.registry import Registry
+from transferset.contract import schema
+from transferset.runtime.errors import UserError
+from transferset.runtime.registry import Registry
 
 # What a loss needing the teacher run alongside declares (students/losses/online.py adds its states to the batch).
 ONLINE = layer_losses.TEACHER_STATES
@@ -46,7 +46,7 @@ class Loss:
 
 
 # Every module of students.losses registers its losses when the registry is first read; losses of other
-# packages come through the entry point group (transferset/registry.py).
+# packages come through the entry point group (transferset/runtime/registry.py).
 _REGISTRY: Registry[Loss] = Registry("loss", "transferset.losses", "students.losses")
 
 

@@ -28,8 +28,8 @@ from students.families import transformer
 from students.losses import LossWeights
 from students.losses import layers as layer_losses
 from students.losses.layers import States
-from transferset import schema
-from transferset.errors import ConfigError, UserError
+from transferset.contract import schema
+from transferset.runtime.errors import ConfigError, UserError
 
 # Two texts in which tokenizers differ most (case, accents, punctuation, digits, a pair).
 PROBE = (["Hello, WORLD! Naïve café: 1,234 un-believable ##x [unused]", "Ünïcödé — ok?"], ["b", "Zürich"])
@@ -103,7 +103,7 @@ def check_same_teacher(ctx: Context, names: str) -> None:
     """Refuse an online teacher whose weights are not the ones that scored the set: the layer losses would pull
     the student towards one model's states and the cached logits towards another's, with no error anywhere.
     The set records its teacher's weights hash (for an ensemble, the primary member's, the one run online)."""
-    from transferset.loading import weights_sha256
+    from transferset.models.loading import weights_sha256
 
     recorded = ctx.meta.get(schema.META_TEACHER_SHA256)
     if not recorded:
@@ -120,7 +120,7 @@ def check_same_teacher(ctx: Context, names: str) -> None:
 
 def make(ctx: Context, built: Built) -> Optional[OnlineTeacher]:
     """The online teacher of a run whose settings turn a layer loss on, else None; refuses what cannot work."""
-    from transferset.loading import load_classifier, load_tokenizer
+    from transferset.models.loading import load_classifier, load_tokenizer
 
     cfg = ctx.cfg
     active = layer_weights(cfg)

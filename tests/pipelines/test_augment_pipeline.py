@@ -13,9 +13,10 @@ from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that
 
 from pipelines.augment import AugmentJob, build
-from transferset import schema, transfer
-from transferset.config import AugmentConfig
 from transferset.app.cli import main
+from transferset.config import AugmentConfig
+from transferset.contract import schema
+from transferset.data import transfer
 from transferset.sources import SourceSpec, normalize_text
 
 

@@ -19,12 +19,13 @@ from pipelines.augment import AugmentJob
 from pipelines.augment import build as build_augment
 from pipelines.score import ScoreJob
 from pipelines.score import build as build_score
-from transferset import fs, schema
-from transferset.config import BeamConfig
+from transferset import fs
 from transferset.app.runner import load_config
 from transferset.app.stages.context import stage_beam
-from transferset.sources import SourceSpec
+from transferset.config import BeamConfig
+from transferset.contract import schema
 from transferset.scored import plan as score_plan
+from transferset.sources import SourceSpec
 import builders as testing
 
 DATAFLOW = BeamConfig(runner="DataflowRunner", options={

@@ -4,9 +4,11 @@ import os
 
 import pytest
 
-from transferset import fs, schema, transfer
+from transferset import fs
 from transferset.app import cli
-from transferset.errors import ConfigError
+from transferset.contract import schema
+from transferset.data import transfer
+from transferset.runtime.errors import ConfigError
 import builders as testing
 
 

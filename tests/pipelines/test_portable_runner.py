@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 import builders as testing
-from transferset import schema, transfer
 from transferset.app.cli import main
+from transferset.contract import schema
+from transferset.data import transfer
 from tolerances import tiny_bert
 
 PORTABLE = ["--runner", "PortableRunner", "--job_endpoint", "embed", "--environment_type", "LOOPBACK"]

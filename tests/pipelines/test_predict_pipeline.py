@@ -10,9 +10,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipelines import predict
-from transferset import predictions, schema
-from transferset.errors import UserError
 from transferset.config import PredictConfig
+from transferset.contract import schema
+from transferset.data import predictions
+from transferset.runtime.errors import UserError
 from transferset.sources import source_id_for
 
 Out = namedtuple("Out", "labels probabilities label_names")

@@ -14,11 +14,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipelines import score
-from transferset import schema, transfer
 from transferset.app import flags
 from transferset.app import cli
 from transferset.config import ScoreConfig
-from transferset.errors import UserError
+from transferset.contract import schema
+from transferset.data import transfer
+from transferset.runtime.errors import UserError
 import builders as testing
 from transferset.teacher import scoring
 from apache_beam.metrics.metric import MetricsFilter
@@ -558,7 +559,7 @@ def test_input_read_in_small_units_scores_and_rejects_the_same_rows(tmp_path, mo
 
 def test_colliding_id_hashes_change_no_route(tmp_path, monkeypatch, transfer_dir, teacher_dir, scored):
     """Every id with one hash: each is counted exactly, and the output, rejects and stats are the same."""
-    from transferset import ids
+    from transferset.contract import ids
 
     monkeypatch.setattr(ids, "id_hash", lambda key: 7)
     src, _ = transfer_dir

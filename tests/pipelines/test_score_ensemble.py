@@ -10,10 +10,11 @@ import pytest
 
 import builders as testing
 from pipelines import score
-from transferset import schema, transfer
 from transferset.app import cli
 from transferset.config import ScoreConfig
-from transferset.errors import ConfigError, UserError
+from transferset.contract import schema
+from transferset.data import transfer
+from transferset.runtime.errors import ConfigError, UserError
 from tolerances import assert_reordered, tiny_bert
 
 # A float16 column holds the float32 value rounded to 2**-11 relative (F16), on top of sums reordered by other

@@ -17,7 +17,8 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from transferset import schema, sources, testing
+from transferset import sources, testing
+from transferset.contract import schema
 
 ROWS = 1000
 LAYERS = (2, 4, 6)  # hidden_states[k] of the 6-layer MiniLM, for PKD: l2, l4 columns; 6 is teacher_hidden
@@ -110,8 +111,8 @@ def _weights_hash(teacher_dir: str) -> str:
     """The teacher folder's weights hash, as `score` records it: the online teacher of the layer losses is
     compared with it (the fitted-head sets' logits are MiniLM's states through a fitted head, and their
     hidden states MiniLM's own). A folder without safetensors weights (the shipped-code cases) records none."""
-    from transferset.errors import UserError
-    from transferset.loading import weights_sha256
+    from transferset.models.loading import weights_sha256
+    from transferset.runtime.errors import UserError
 
     try:
         return weights_sha256(teacher_dir)

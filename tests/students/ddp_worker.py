@@ -14,9 +14,9 @@ import torch
 
 from students import trainer
 from students.student import Student
-from transferset import typed
 from transferset.app.cli import close_process_group
 from transferset.config import StudentConfig
+from transferset.runtime import typed
 
 
 def main(path: str) -> int:

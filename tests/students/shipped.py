@@ -19,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from transferset import schema
+from transferset.contract import schema
 
 # The students every shipping test runs: the BiLSTM with a trimmed vocabulary (its id remapping must
 # travel with it) and max-pooling, the `tang` BiLSTM (last states), a 2-layer transformer; the static

@@ -5,9 +5,9 @@ import torch
 from students import build, seeds
 from students.build import FAMILIES, setup
 from students.trainer import make_optimizer
-from transferset import schema
 from transferset.config import StudentConfig
-from transferset.errors import UserError
+from transferset.contract import schema
+from transferset.runtime.errors import UserError
 
 
 def test_one_registry_knows_every_family_and_names_them_on_a_typo():

@@ -1,4 +1,4 @@
-"""Model cards (transferset/card.py): a student saved by `transferset train` has one written from its records,
+"""Model cards (transferset/data/card.py): a student saved by `transferset train` has one written from its records,
 and `transferset export` keeps it in the export folder with what the export changed. (A run's cards carry the
 report's figures: tests/transferset/app/test_init.py.)"""
 import json
@@ -8,9 +8,9 @@ import pytest
 
 from shipped import shipped_models
 from students.student import OnnxStudent, Student
-from transferset import schema
 from transferset.app.cli import main
-from transferset.card import CARD_FILE, read_front_matter, shown_path, write_card
+from transferset.contract import schema
+from transferset.data.card import CARD_FILE, read_front_matter, shown_path, write_card
 
 pytest.importorskip("onnxruntime")
 

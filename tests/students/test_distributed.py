@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from students.student import Student
-from transferset import schema
+from transferset.contract import schema
 
 ROOT = Path(__file__).resolve().parents[2]
 

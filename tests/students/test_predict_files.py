@@ -12,9 +12,10 @@ import pytest
 from shipped import dev_rows, shipped_models
 from students.predict import predict_files
 from students.student import Student
-from transferset import predictions, schema
 from transferset.app.cli import main
 from transferset.config import PredictConfig
+from transferset.contract import schema
+from transferset.data import predictions
 from transferset.sources import source_id_for
 from tolerances import reordered
 
@@ -191,7 +192,7 @@ def test_predict_refuses_clearly(models, inputs, tmp_path, capsys):
 
 def test_predict_files_reports_progress_with_an_eta(models, inputs, tmp_path, monkeypatch):
     import students.predict
-    from transferset.progress import Progress
+    from transferset.runtime.progress import Progress
 
     tsv = next(p for p in inputs[0] if p.endswith(".tsv"))
     lines = []

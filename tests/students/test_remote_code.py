@@ -1,6 +1,6 @@
 """Students never run a model's own Python code: every tokenizer and teacher directory a student reads
 (named by --tokenizer / --teacher, or by the scored set's teacher_id / tokenizer metadata) goes through
-transferset.loading's auto_map check. A directory with an auto_map is refused with its message, and with
+transferset.models.loading's auto_map check. A directory with an auto_map is refused with its message, and with
 no opt-in (StudentConfig has no trust_remote_code): otherwise transformers would silently load its
 built-in class (bert) in place of the shipped code."""
 import json
@@ -10,8 +10,9 @@ import pytest
 import yaml
 
 from conftest import write_scored
-from transferset import schema, testing
+from transferset import testing
 from transferset.app.cli import main
+from transferset.contract import schema
 
 AUTO_MAPS = {
     schema.HF_CONFIG_FILE: {"AutoConfig": "modeling.MyConfig",

@@ -1,4 +1,4 @@
-"""The run report's latency (transferset/app/report.py, over transferset/timing.py) with a real teacher and a
+"""The run report's latency (transferset/app/report.py, over transferset/runtime/timing.py) with a real teacher and a
 trained student: every model timed together, on one thread, with the load it ran under."""
 from shipped import scored, trained
 from transferset.app.report import model_latency

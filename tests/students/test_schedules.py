@@ -13,7 +13,7 @@ from students.data import NO_LABEL
 from students.losses import LossWeights
 from students.schedules import coarse, phases, top_down
 from students.trainer import fit, set_trainable
-from transferset import schema
+from transferset.contract import schema
 
 W = LossWeights(ce=1.0, mse=1.0, repr=0.5)
 

@@ -12,9 +12,10 @@ from students.build import setup
 from students.losses import LossWeights
 from students.schedules import phases
 from students.student import Predictions, Student
-from transferset import schema, testing
+from transferset import testing
 from transferset.app.cli import main
 from transferset.config import StudentConfig
+from transferset.contract import schema
 from tolerances import assert_reordered  # tests/tolerances.py: a bound from the arithmetic
 
 

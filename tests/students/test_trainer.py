@@ -8,8 +8,9 @@ import re
 
 import pytest
 
-from transferset import schema, testing
+from transferset import testing
 from transferset.app.cli import main
+from transferset.contract import schema
 
 from conftest import write_scored
 

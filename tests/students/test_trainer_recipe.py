@@ -9,10 +9,10 @@ import torch
 
 from students import trainer
 from students.student import Student
-from transferset import schema
 from transferset.app.cli import main
 from transferset.config import StudentConfig
-from transferset.errors import UserError
+from transferset.contract import schema
+from transferset.runtime.errors import UserError
 
 SMALL = dict(threads=1, latency_examples=16, embed_init="random", model={"embed_dim": 16, "hidden": 16},
              batch_size=16, patience=5)

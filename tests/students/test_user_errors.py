@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from transferset import schema, testing
+from transferset import testing
+from transferset.contract import schema
 from students.data import count_rows
 from transferset.app.cli import main
-from transferset.errors import UserError
+from transferset.runtime.errors import UserError
 
 
 def _call(args, capsys):

@@ -15,11 +15,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from transferset import augment, schema
+from transferset import augment
 from transferset.augment.dedup import to_record
 from transferset.augment.pos import PosVocab
 from transferset.config import AugmentConfig
-from transferset.errors import UserError
+from transferset.contract import schema
+from transferset.runtime.errors import UserError
 from transferset.sources import Example, Reject, SourceError, SourceSpec, read_source
 
 FAST = settings(max_examples=100, deadline=None, derandomize=True,
@@ -217,7 +218,7 @@ def test_the_fuzz_strategies_do_produce_lone_surrogates():
     assert np.mean(found) < 1
 
 
-# --- labels (transferset.labels): every line accounted for, never a new class -----------------------
+# --- labels (transferset.contract.labels): every line accounted for, never a new class -----------------------
 NUMERIC = st.one_of(
     st.integers(-10**40, 10**40),                                     # huge and negative
     st.integers(0, 3),                                                # real class indices
@@ -243,7 +244,7 @@ def _labels_file(values, fmt: str) -> bytes:
 @FAST
 @given(values=st.lists(NUMERIC, min_size=1, max_size=15), fmt=st.sampled_from(["tsv", "csv", "jsonl", "parquet"]))
 def test_random_labels_are_classes_or_rejects_never_a_new_class(values, fmt):
-    from transferset import labels
+    from transferset.contract import labels
     from transferset.sources import infer_label_names
 
     if fmt in ("tsv", "csv"):
@@ -303,7 +304,7 @@ FLOATS = st.one_of(st.floats(-1e4, 1e4, width=16), st.sampled_from([float("nan")
 def test_random_scored_values_are_refused_by_file_and_row_or_read(num_classes, data):
     import re
 
-    from transferset import transfer
+    from transferset.data import transfer
 
     n = data.draw(st.integers(1, 12))
     classes = st.integers(-2, num_classes + 2)

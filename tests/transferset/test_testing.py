@@ -3,7 +3,9 @@ import subprocess
 import sys
 
 import builders
-from transferset import schema, testing, transfer
+from transferset import testing
+from transferset.contract import schema
+from transferset.data import transfer
 
 
 def test_importing_the_builders_loads_no_test_framework_and_no_model_library():
@@ -24,8 +26,8 @@ def test_the_projects_builders_are_the_package_ones(tmp_path):
 
 
 def test_the_small_student_builder_merges_settings_and_round_trips_through_yaml(tmp_path):
-    from transferset import typed
     from transferset.config import StudentConfig
+    from transferset.runtime import typed
 
     assert testing.small_student() == {"threads": 1, "model": {"embed_dim": 8, "hidden": 8}}
     # a model given is merged into the small one; the width sets both small sizes

@@ -12,7 +12,7 @@ from transferset.app.flags import add_runner_arguments
 from transferset.augment import check_ops, needs
 from transferset.augment.dedup import STAT_KEYS
 from transferset.config import AugmentConfig, BeamConfig
-from transferset.loading import check_model
+from transferset.models.loading import check_model
 from transferset.sources import check_hf_names
 
 EPILOG = """examples:

@@ -16,8 +16,8 @@ import sys
 from typing import Optional, Sequence
 
 from transferset import __version__, fs
-from transferset.errors import ConfigError
-from transferset.errors import UserError
+from transferset.runtime.errors import ConfigError
+from transferset.runtime.errors import UserError
 
 # name -> (module, one-line help, passes unknown args through as Beam options)
 COMMANDS = {

@@ -7,8 +7,8 @@ import json
 from students.evaluate import LENGTH_EDGES, check_edges, evaluate
 from transferset.app.flags import finite_float
 from transferset.config import check_combine
-from transferset.errors import ConfigError
-from transferset.loading import check_hub_model
+from transferset.models.loading import check_hub_model
+from transferset.runtime.errors import ConfigError
 from transferset.sources import DEFAULT_LABEL_COLUMN, check_hf_names
 
 EPILOG = """\

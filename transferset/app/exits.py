@@ -8,7 +8,7 @@ from students.compress.exits_train import train_exits
 from transferset.app import flags
 from transferset.config import ExitsConfig
 from transferset.fs.output import OVERWRITE_HELP
-from transferset.loading import check_hub_model
+from transferset.models.loading import check_hub_model
 
 EPILOG = """\
 A small classifier ("branch") after every encoder layer but the last, each trained by KL to the model's

@@ -8,7 +8,7 @@ from typing import Sequence
 
 from students.compress.export import FORMATS, INT8_TOLERANCE, OPSET, QUANTIZE, export
 from transferset.fs.output import OVERWRITE_HELP
-from transferset.loading import check_hub_model
+from transferset.models.loading import check_hub_model
 
 EPILOG = """examples:
   transferset export --model runs/sst2/students/bilstm --output runs/sst2/onnx/bilstm --format onnx

@@ -19,7 +19,7 @@ from typing import Any, Mapping, Optional, Sequence, TypeVar
 from transferset.config import BeamConfig
 from transferset.config.precedence import apply_override, over
 from transferset.fs.output import OVERWRITE_HELP
-from transferset.typed import _type_name, _unwrap, load
+from transferset.runtime.typed import _type_name, _unwrap, load
 
 T = TypeVar("T")
 

@@ -15,10 +15,11 @@ from typing import Any, Callable, Optional, Sequence
 
 import yaml
 
-from transferset import fs, typed
+from transferset import fs
 from transferset.config import RunConfig, ValidationConfig
 from transferset.config.precedence import over
-from transferset.errors import ConfigError
+from transferset.runtime import typed
+from transferset.runtime.errors import ConfigError
 from transferset.sources import DEFAULT_LABEL_COLUMN, DEFAULT_TEXT_COLUMNS, HF_PREFIX, SourceError, detect_format
 from transferset.sources import delimited, hf, jsonl, parquet
 from transferset.sources.records import refuse_duplicate_columns

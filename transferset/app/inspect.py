@@ -6,7 +6,9 @@ import json
 from collections import Counter
 from typing import Any, Sequence
 
-from transferset import fs, schema, transfer
+from transferset import fs
+from transferset.contract import schema
+from transferset.data import transfer
 
 
 def summarize(directory: str) -> dict[str, Any]:

@@ -15,7 +15,8 @@ import json
 from typing import Any, Optional, Sequence
 
 from transferset import augment as augment_ops
-from transferset import fs, typed
+from transferset import fs
+from transferset.runtime import typed
 
 LAYOUT = 2  # the version of these rules and of a run folder's records
 LAYOUT_FILE = ".transferset-run.json"  # RUN/LAYOUT_FILE: {"layout": LAYOUT}

@@ -19,14 +19,16 @@ import os
 from typing import Any, Optional, Sequence
 
 from transferset import augment as augment_ops
-from transferset import fs, schema, typed
+from transferset import fs
 from transferset.app import keys, runner
 from transferset.app.plan import build_plan
 from transferset.app.stages import stage_key
 from transferset.app.stages.context import StageFunctions
 from transferset.config import TeacherConfig
-from transferset.errors import ConfigError, UserError
-from transferset.splits import SPLIT_STATS_FILE
+from transferset.contract import schema
+from transferset.data.splits import SPLIT_STATS_FILE
+from transferset.runtime import typed
+from transferset.runtime.errors import ConfigError, UserError
 from transferset.training.checkpoints import CHECKPOINT_FILE, CHECKPOINT_FINGERPRINT
 
 # --- the layout-1 rules --------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from transferset.app import keys
 from transferset.app.stages import KINDS, RunOutputs, StageDef, in_order
 from transferset.app.stages.context import DataFiles, StageFunctions, make_run
 from transferset.config import RunConfig
-from transferset.progress import log_line
+from transferset.runtime.progress import log_line
 
 
 @dataclass(frozen=True)

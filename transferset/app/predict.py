@@ -2,7 +2,7 @@
 
 Inputs below `--beam-above` rows run in this process (students/predict.py); larger ones, or any run
 given --beam, --runner, --workers or another Beam option, run on Apache Beam (pipelines/predict.py).
-Both write the same OUT (transferset/predictions.py).
+Both write the same OUT (transferset/data/predictions.py).
 """
 from __future__ import annotations
 
@@ -13,12 +13,14 @@ import time
 from typing import Optional, Sequence
 
 from students.predict import load_predictor, predict_files
-from transferset import fs, predictions, schema
+from transferset import fs
 from transferset.app import flags
 from transferset.app.flags import add_runner_arguments
 from transferset.config import BeamConfig, PredictConfig
-from transferset.errors import ConfigError, UserError
-from transferset.loading import check_hub_model
+from transferset.contract import schema
+from transferset.data import predictions
+from transferset.models.loading import check_hub_model
+from transferset.runtime.errors import ConfigError, UserError
 from transferset.sources import HF_PREFIX, check_hf_names, check_readable, detect_format
 
 EPILOG = """examples:

@@ -14,10 +14,12 @@ import math
 import os
 from typing import Optional
 
-from transferset import fs, labels, loading, schema
+from transferset import fs
 from transferset.app.stages.context import DataFiles, splits_train
 from transferset.config import RunConfig
-from transferset.errors import ConfigError
+from transferset.contract import labels, schema
+from transferset.models import loading
+from transferset.runtime.errors import ConfigError
 from transferset.sources import HF_PREFIX, label_counts
 
 

@@ -8,7 +8,7 @@ from students.compress.prune import prune
 from transferset.app import flags
 from transferset.config import PruneConfig
 from transferset.fs.output import OVERWRITE_HELP
-from transferset.loading import check_hub_model
+from transferset.models.loading import check_hub_model
 from transferset.sources import check_hf_names
 
 EPILOG = """\
@@ -21,8 +21,8 @@ alone runs, the model distilled on its own cached logits over the transfer set (
 
 OUT is the pruned model in the input's form (a Hugging Face directory for the teacher, a student
 directory for a student) and prune.json (heads removed, importances, selection accuracies). score,
-evaluate, predict and export take it; outside transferset, `import transferset.pruning;
-transferset.pruning.register()` before AutoModelForSequenceClassification.from_pretrained(OUT).
+evaluate, predict and export take it; outside transferset, `import transferset.models.pruning;
+transferset.models.pruning.register()` before AutoModelForSequenceClassification.from_pretrained(OUT).
 
 examples:
   transferset prune --model runs/sst2/teacher --selection ../shared/data/sst2/dev.tsv \\

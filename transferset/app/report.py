@@ -19,15 +19,18 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from students.student import OnnxStudent, Student
-from transferset import fs, schema, timing, transfer
+from transferset import fs
 from transferset.app.outputs import Compressed, RunOutputs
-from transferset.card import text as markdown_text
 from transferset.config import DEFAULT_MAX_LENGTH, AugmentConfig, ReportConfig
+from transferset.contract import schema
+from transferset.data import transfer
+from transferset.data.card import text as markdown_text
+from transferset.data.splits import SPLIT_STATS_FILE
 from transferset.fs.remote import local_output, local_teacher
+from transferset.runtime import timing
+from transferset.runtime.threads import torch_threads
 from transferset.sources import read_texts
-from transferset.splits import SPLIT_STATS_FILE
 from transferset.teacher import ensemble
-from transferset.threads import torch_threads
 
 REPORT = "report.html"
 FIGURES_DIR = "report_files"
@@ -124,7 +127,7 @@ def frontier_plot(rows: list[dict], out_dir: str, busy: bool = False) -> dict[st
     return {"plot": path, "split": split}
 
 
-REPORT_ROUNDS = ReportConfig().latency_rounds  # interleaved latency rounds at report time (transferset.timing)
+REPORT_ROUNDS = ReportConfig().latency_rounds  # interleaved latency rounds at report time (transferset.runtime.timing)
 
 
 def model_latency(models: dict[str, str], texts: Sequence[str], rounds: int = REPORT_ROUNDS,
@@ -132,7 +135,7 @@ def model_latency(models: dict[str, str], texts: Sequence[str], rounds: int = RE
     """{"models": {name: {parameters, latency_1, latency_64, spread_1, spread_64}}, "conditions": ...} for
     model directories (the teacher, students).
 
-    One measurement over all of them (transferset.timing.measure): CPU ms per example at batch 1 and 64,
+    One measurement over all of them (transferset.runtime.timing.measure): CPU ms per example at batch 1 and 64,
     tokenization included, on one thread, the median of `rounds` rounds in which every model is timed in
     turn, so a busy spell of the machine falls on all alike; "conditions" holds the load it was taken
     under and whether the machine was busy. The teacher truncates at DEFAULT_MAX_LENGTH, each student at

@@ -23,20 +23,23 @@ import yaml
 from pipelines.runtime import check_beam
 from students.data.teacher_files import check_dir_setting, refuse_student_folder
 from students.losses import check as check_losses
-from transferset import fs, loading, schema, typed
-from transferset.augment import check_ops, needs
-from transferset.card import update_run_cards
+from transferset import fs
 from transferset.app import init as starter_init, keys, preflight
-from transferset.app.report import FIGURES_DIR, REPORT, RESULTS, TABLE
 from transferset.app.plan import RunPlan, build_plan
+from transferset.app.report import FIGURES_DIR, REPORT, RESULTS, TABLE
 from transferset.app.stages import Stage, StageDef
 from transferset.app.stages.context import DataFiles, StageFunctions, splits_train
+from transferset.augment import check_ops, needs
 from transferset.config import LAYER_TEXTS_REST, RunConfig
 from transferset.config.precedence import apply_override
-from transferset.errors import ConfigError, UserError
+from transferset.contract import schema
+from transferset.data.card import update_run_cards
 from transferset.fs.links import links_on_the_way, links_under, refuse_links
 from transferset.fs.lock import output_lock
-from transferset.progress import log_line
+from transferset.models import loading
+from transferset.runtime import typed
+from transferset.runtime.errors import ConfigError, UserError
+from transferset.runtime.progress import log_line
 from transferset.sources import HF_PREFIX, check_hf_names
 from transferset.teacher import ensemble
 from transferset.training import check_engine

@@ -11,7 +11,7 @@ from pipelines.score import EPILOG, run_score  # noqa: F401 (cli reads the modul
 from transferset.app import flags
 from transferset.app.flags import add_runner_arguments
 from transferset.config import BeamConfig, ScoreConfig
-from transferset.loading import check_hub_model
+from transferset.models.loading import check_hub_model
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

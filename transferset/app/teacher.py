@@ -8,7 +8,7 @@ from transferset.app import flags
 from transferset.config import DEFAULT_TEACHER_MODEL, TeacherConfig
 from transferset.fs.output import OVERWRITE_HELP
 from transferset.fs.remote import local_file
-from transferset.loading import check_model
+from transferset.models.loading import check_model
 from transferset.sources import check_hf_names
 from transferset.teacher.train import train
 

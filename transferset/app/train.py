@@ -7,11 +7,12 @@ import json
 
 from students.data.teacher_files import check_dir_setting, refuse_student_folder
 from students.trainer import train
-from transferset import fs, typed
+from transferset import fs
 from transferset.app import flags
 from transferset.config import StudentConfig
 from transferset.fs.output import OVERWRITE_HELP
-from transferset.loading import check_hub_model
+from transferset.models.loading import check_hub_model
+from transferset.runtime import typed
 from transferset.sources import check_hf_names
 
 EPILOG = """\

@@ -1,6 +1,6 @@
 """Augmenters (one module per op), their registry, context, seeding and composition into recipes.
 
-Importing the package registers every op (transferset/registry.py): each module of this package that is
+Importing the package registers every op (transferset/runtime/registry.py): each module of this package that is
 not part of the machinery (registry.MACHINERY), then every module named by the `transferset.augmenters`
 entry point group (a user's own ops, from an installed package). An op module registers its function,
 settings and context (see registry and context); adding an op is adding such a module. `check_ops` refuses a

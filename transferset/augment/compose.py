@@ -13,8 +13,8 @@ import numpy as np
 
 from transferset.augment import registry
 from transferset.augment.seeding import rng_for, row_id, source_int
-from transferset.errors import ConfigError
-from transferset.registry import RegistryError
+from transferset.runtime.errors import ConfigError
+from transferset.runtime.registry import RegistryError
 
 
 class AugmentConfig(Protocol):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence, Union
 
 from transferset.augment import registry
-from transferset.registry import Registry
+from transferset.runtime.registry import Registry
 
 
 @dataclass(frozen=True)

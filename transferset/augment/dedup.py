@@ -10,8 +10,9 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
-from transferset import fs, schema
+from transferset import fs
 from transferset.augment.compose import Row
+from transferset.contract import schema
 from transferset.sources import normalize_text
 
 

@@ -6,8 +6,8 @@ from typing import Sequence
 
 import numpy as np
 
-from transferset.typed import Probability
 from transferset.augment.registry import WORD, register
+from transferset.runtime.typed import Probability
 
 
 @dataclass(frozen=True)

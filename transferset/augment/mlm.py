@@ -18,9 +18,9 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
-from transferset.typed import AtLeast, Probability
 from transferset.augment.context import RowContext, register_context
 from transferset.augment.registry import WORD, register
+from transferset.runtime.typed import AtLeast, Probability
 
 
 @dataclass(frozen=True)
@@ -67,8 +67,8 @@ class MlmCandidates:
             raise ValueError(f"forward: choose auto, packed or padded, not {forward!r}")
         import torch
 
-        from transferset import loading
-        from transferset.threads import set_torch_threads
+        from transferset.models import loading
+        from transferset.runtime.threads import set_torch_threads
 
         set_torch_threads(threads)  # oversubscribed threads slow a forward pass tenfold on a busy machine
 

@@ -6,8 +6,8 @@ from typing import Sequence
 
 import numpy as np
 
-from transferset.typed import AtLeast, Probability
 from transferset.augment.registry import SEQUENCE, register
+from transferset.runtime.typed import AtLeast, Probability
 
 
 @dataclass(frozen=True)

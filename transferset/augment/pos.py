@@ -12,10 +12,10 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from transferset import heap
-from transferset.typed import AtLeast, Probability
 from transferset.augment.context import CorpusContext, RowContext, register_context
 from transferset.augment.registry import WORD, register
+from transferset.runtime import malloc
+from transferset.runtime.typed import AtLeast, Probability
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,7 @@ class Tagger:
 
 
 def _load_tagger(settings: PosSettings) -> Tagger:
-    heap.fix_mmap_threshold()  # the tagger's arrays of many sizes fragment the heap (transferset.heap)
+    malloc.fix_mmap_threshold()  # the tagger's arrays of many sizes fragment the heap (transferset.runtime.malloc)
     return Tagger(settings.spacy_model)
 
 

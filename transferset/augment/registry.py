@@ -18,7 +18,7 @@ import inspect
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from transferset.registry import Registry
+from transferset.runtime.registry import Registry
 
 WORD = "word"
 SEQUENCE = "sequence"
@@ -42,7 +42,7 @@ class Augmenter:
 
 
 # Every module of transferset.augment but the machinery's is an op module; ops of other packages come through
-# the entry point group (transferset/registry.py).
+# the entry point group (transferset/runtime/registry.py).
 MACHINERY = ("compose", "context", "dedup", "registry", "seeding")
 REGISTRY: Registry[Augmenter] = Registry("augmenter", "transferset.augmenters", "transferset.augment", MACHINERY)
 

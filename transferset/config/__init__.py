@@ -5,11 +5,11 @@ and compress.py, whose names it imports back; common.py holds the value types th
 it takes from their owner:
 each augment op's settings (a dataclass in its module, transferset/augment/OP.py: AugmentConfig is
 composed of them), the readers' label column and row-length limit (transferset.sources) and the
-teacher's default model (transferset.loading, which finds it offline): config is imported by the
+teacher's default model (transferset.models.loading, which finds it offline): config is imported by the
 augment package's neighbours, so those cannot import config. Command-line flags
 (`transferset augment --n-iter 20`) and run-YAML sections (`augment: {n_iter: 20}`) map onto
 the fields one to one: transferset/app/flags.py builds the flags and their `--help` (the comment
-after each field) from these dataclasses, and transferset/typed.py type-checks every value with
+after each field) from these dataclasses, and transferset/runtime/typed.py type-checks every value with
 pydantic before any stage runs, refusing a bad one with its key, the value, the expected type and
 where it came from. Stage functions receive these objects; no argv is built in between.
 
@@ -25,20 +25,20 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BeforeValidator, PlainValidator, model_validator, with_config
 
-from transferset.loading import DEFAULT_TEACHER_MODEL  # the packaged model loading finds offline
+from transferset.models.loading import DEFAULT_TEACHER_MODEL  # the packaged model loading finds offline
+from transferset.runtime.typed import AtLeast, NonNegative, Positive, Probability
 from transferset.sources import DEFAULT_MAX_CHARS
-from transferset.typed import AtLeast, NonNegative, Positive, Probability
 # Shared value types and checks, and the compress section's settings: modules of this package, imported back
 # so that `from transferset.config import X` finds every setting.
+from transferset.config.augment_settings import RECIPES, AugmentConfig, nested_ops  # noqa: F401
 from transferset.config.common import (_STRICT, COMBINES, FORWARDS, POOLINGS, Ints, LabelNames,  # noqa: F401
                                        Names, Speeds, _as_text, _split_commas, check_combine, check_forward_options)
+from transferset.config.compress import EXIT_TARGETS, CompressConfig, ExitsConfig, PruneConfig  # noqa: F401
 from transferset.config.engine import (DEVICES, LR_SCHEDULES, PRECISIONS, STUDENT_ENGINE,  # noqa: F401
                                        TEACHER_ENGINE, TRACKERS, EngineConfig, engine_section)
-from transferset.config.compress import EXIT_TARGETS, CompressConfig, ExitsConfig, PruneConfig  # noqa: F401
-from transferset.config.search import SearchConfig  # noqa: F401
-from transferset.config.augment_settings import RECIPES, AugmentConfig, nested_ops  # noqa: F401
 from transferset.config.precedence import (DEFAULT_FAMILY, STUDENT_LAYERS, STUDENT_PRESETS,  # noqa: F401
                                            student_values)
+from transferset.config.search import SearchConfig  # noqa: F401
 
 # Values that travel through several modules but are defaults of settings, written once here.
 DEFAULT_RUNNER = "FnApiRunner"
@@ -300,7 +300,7 @@ class ValidationConfig:
 @dataclass(frozen=True)
 class ReportConfig:
     """The run's `report:` section: how its latency columns are taken (every model timed together, one
-    thread, batch 1 and 64; transferset.timing)."""
+    thread, batch 1 and 64; transferset.runtime.timing)."""
 
     latency_rows: AtLeast(1) = 256  # the first N rows of the selection split are timed
     latency_rounds: AtLeast(1) = 5  # interleaved rounds; the table shows each model's median

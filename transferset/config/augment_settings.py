@@ -9,11 +9,11 @@ from typing import Any, Optional
 
 from pydantic import model_validator, with_config
 
-from transferset.registry import RegistryError
 from transferset import augment  # importing it registers every op, whose settings AugmentConfig is made of
 from transferset.config.common import _STRICT, LabelNames, Names
+from transferset.runtime.registry import RegistryError
+from transferset.runtime.typed import AtLeast
 from transferset.sources import DEFAULT_LABEL_COLUMN, DEFAULT_MAX_CHARS
-from transferset.typed import AtLeast
 
 # Named op sequences; `AugmentConfig.recipe` picks one unless `ops` is given. The op names are checked
 # against the registry by transferset.augment.check_ops, which every augment entry point calls.

@@ -5,9 +5,9 @@ from typing import Annotated, Any, Optional
 
 from pydantic import AfterValidator, BeforeValidator, ConfigDict
 
-from transferset import labels as label_rule
-from transferset.errors import ConfigError
-from transferset.typed import Probability
+from transferset.contract import labels as label_rule
+from transferset.runtime.errors import ConfigError
+from transferset.runtime.typed import Probability
 
 POOLINGS = ("cls", "mean")  # ScoreConfig.hidden
 # auto: packed on CPU for the encoder families packed.py serves (measured, benchmarks/README.md), padded elsewhere; the
@@ -40,14 +40,14 @@ def _split_commas(value: Any) -> Any:
 
 
 Names = Annotated[tuple[str, ...], BeforeValidator(_split_commas)]
-# A label set by the one label rule (transferset.labels): what one command accepts, every command does.
+# A label set by the one label rule (transferset.contract.labels): what one command accepts, every command does.
 LabelNames = Annotated[Names, AfterValidator(lambda names: label_rule.check_names(names, where=""))]
 Ints = Annotated[tuple[int, ...], BeforeValidator(_split_commas)]
 Speeds = Annotated[tuple[Probability, ...], BeforeValidator(_split_commas)]
 
 _STRICT = ConfigDict(extra="forbid")
 
-# Bounds are part of a setting's type (transferset.typed: AtLeast, Probability, Positive, NonNegative).
+# Bounds are part of a setting's type (transferset.runtime.typed: AtLeast, Probability, Positive, NonNegative).
 
 
 def check_forward_options(forward: str, forward_rows: Optional[int], forward_tokens: Optional[int]) -> None:

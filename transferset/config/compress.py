@@ -9,7 +9,7 @@ from pydantic import model_validator, with_config
 
 from transferset.config.common import _STRICT, Names, Speeds
 from transferset.config.engine import EngineConfig, engine_section
-from transferset.typed import AtLeast, NonNegative, Positive
+from transferset.runtime.typed import AtLeast, NonNegative, Positive
 
 
 EXIT_TARGETS = ("auto", "cached", "own")

@@ -8,7 +8,7 @@ from typing import Any, Literal, Optional
 from pydantic import with_config
 
 from transferset.config.common import _STRICT
-from transferset.typed import AtLeast, Probability
+from transferset.runtime.typed import AtLeast, Probability
 
 DEVICES = ("auto", "cpu", "cuda")
 PRECISIONS = ("fp32", "bf16", "fp16")

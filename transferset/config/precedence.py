@@ -21,9 +21,9 @@ from typing import Any, Mapping
 
 import yaml
 
-from transferset import typed
 from transferset.config.engine import STUDENT_ENGINE
-from transferset.errors import ConfigError
+from transferset.runtime import typed
+from transferset.runtime.errors import ConfigError
 
 # A student's layers, lowest first: (layer, what sets it).
 STUDENT_LAYERS: tuple[tuple[str, str], ...] = (

@@ -8,7 +8,7 @@ from typing import Any, Optional
 from pydantic import with_config
 
 from transferset.config.common import _STRICT, Ints
-from transferset.typed import AtLeast, Positive, Probability
+from transferset.runtime.typed import AtLeast, Positive, Probability
 
 # The smallest budget the timing can tell apart: CPU ms per example at batch 1, tokenization included, is the median
 # of rounds of calls, each a few hundredths of a millisecond at the fastest (the static student).

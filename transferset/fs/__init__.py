@@ -20,7 +20,7 @@ from typing import IO, Any, Iterable, Iterator, Optional, Sequence
 import fsspec
 from fsspec.registry import known_implementations, registry
 
-from transferset.errors import ConfigError, UserError
+from transferset.runtime.errors import ConfigError, UserError
 
 FILE_URL = "file://"
 # RFC 3986: a scheme is a letter, then letters, digits, "+", "-" or "."; fsspec chains URLs with "::".

@@ -12,7 +12,7 @@ import os
 from typing import Iterable, Optional
 
 from transferset import fs
-from transferset.errors import ConfigError
+from transferset.runtime.errors import ConfigError
 
 
 def links_under(folder: str) -> list[str]:

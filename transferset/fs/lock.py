@@ -40,8 +40,9 @@ import uuid
 from dataclasses import asdict, dataclass
 from typing import Iterator, Optional
 
-from transferset import fs, schema
-from transferset.errors import ConfigError, UserError
+from transferset import fs
+from transferset.contract import schema
+from transferset.runtime.errors import ConfigError, UserError
 
 LOG = logging.getLogger("transferset.lock")
 

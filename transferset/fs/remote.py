@@ -15,8 +15,8 @@ import uuid
 from typing import Iterator, Optional
 
 from transferset import fs
-from transferset.errors import UserError
-from transferset import loading
+from transferset.models import loading
+from transferset.runtime.errors import UserError
 
 CACHE_ENV = "TRANSFERSET_CACHE"  # where remote teachers are copied (default: ~/.cache/transferset)
 COPIED_MARKER = ".transferset-copied"  # written last: a copy without it was interrupted

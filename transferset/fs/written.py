@@ -6,7 +6,8 @@ import json
 import logging
 from typing import IO, Any, Callable, Optional, Sequence
 
-from transferset import fs, schema
+from transferset import fs
+from transferset.contract import schema
 
 LOG = logging.getLogger("transferset.output")
 

@@ -37,7 +37,7 @@ MASKED_LMS = {
     "DistilBertForMaskedLM": "distilbert",
     "MPNetForMaskedLM": "mpnet",
 }
-PRUNED_BERT = ("transferset.pruning", "PrunedBertForSequenceClassification")
+PRUNED_BERT = ("transferset.models.pruning", "PrunedBertForSequenceClassification")
 # Families people fine-tune that take the padded path, and why (the log says it).
 NOT_SERVED = {
     "ModernBertForMaskedLM": "ModernBERT's MLM (its head and sparse prediction) has no packed path yet",
@@ -52,7 +52,7 @@ def family_of(model, served: Optional[dict] = None) -> Optional[str]:
     name = type(model).__name__
     served = CLASSIFIERS if served is None else served
     if served is CLASSIFIERS and (type(model).__module__, name) == PRUNED_BERT:
-        # a head-pruned BERT (transferset.pruning): BERT's modules, narrower per layer; each packed layer
+        # a head-pruned BERT (transferset.models.pruning): BERT's modules, narrower per layer; each packed layer
         # reads its head count from its own attention module, and the probe checks it
         return "bert"
     if name not in served or not type(model).__module__.startswith("transformers.models."):

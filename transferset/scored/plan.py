@@ -14,11 +14,14 @@ from typing import Any, Callable, Optional, Sequence, Union
 
 import pyarrow as pa
 
-from transferset import fs, loading, schema, transfer
+from transferset import fs
 from transferset.config import DEFAULT_MAX_LENGTH, ScoreConfig
-from transferset.errors import UserError
+from transferset.contract import schema
+from transferset.data import transfer
 from transferset.fs import remote
 from transferset.fs.output import Output
+from transferset.models import loading
+from transferset.runtime.errors import UserError
 from transferset.scored import shards
 from transferset.teacher import ensemble, scoring
 from transferset.teacher.train import trained_max_length

@@ -19,7 +19,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from transferset import fs, ids, schema
+from transferset import fs
+from transferset.contract import ids, schema
 from transferset.sources import Reject
 
 LOG = logging.getLogger("transferset.score")
@@ -86,7 +87,7 @@ def read_input_ids(path: str, start: int = 0, stop: Optional[int] = None, file_i
 # Finding the ids repeated in the input (or already in the output) is done in two passes so that no
 # runner holds one entry per row: first every scorable id's 64-bit hash (8 bytes a row, in numpy arrays
 # combined into one sorted array of the hashes seen twice or already in the output: `suspect_hashes`,
-# transferset.ids), then an exact count of only the ids with such a hash.
+# transferset.contract.ids), then an exact count of only the ids with such a hash.
 def read_input_hashes(path: str, start: int = 0, stop: Optional[int] = None, file_index: int = 0) -> np.ndarray:
     """The id hashes of the scorable rows of rows start..stop-1 of one input shard (uint64, 8 bytes a row)."""
     return ids.id_hashes(key for key, _ in read_input_ids(path, start, stop, file_index))

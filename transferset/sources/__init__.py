@@ -3,7 +3,7 @@
 Every input row becomes exactly one of the two; nothing is dropped silently. One module per format
 (`delimited` for TSV/CSV, `jsonl`, `parquet`, `hf`) turns the input into (line, row dict) pairs or
 rejects for what cannot even be parsed; `records` holds the records and the rules every row then goes
-through (columns, text checks, Unicode), and `transferset.labels` the label rule. Files are opened
+through (columns, text checks, Unicode), and `transferset.contract.labels` the label rule. Files are opened
 through an `opener` callable so that Beam pipelines can pass `FileSystems.open` (gs://, s3://) while
 the library itself stays Beam-free.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from typing import Callable, Iterator, Optional, Sequence, Union
 
-from transferset import labels
+from transferset.contract import labels
 from transferset.sources import delimited, hf, jsonl, parquet
 from transferset.sources.hf import parse_hf_spec
 from transferset.sources.records import (DEFAULT_LABEL_COLUMN, DEFAULT_MAX_CHARS, DEFAULT_TEXT_COLUMNS, HF_PREFIX,
@@ -36,7 +36,7 @@ _READERS: dict[str, Callable[[str, str, Opener], Iterator[tuple[int, Union[dict,
     "tsv": delimited.rows, "csv": delimited.rows, "jsonl": jsonl.rows, "parquet": parquet.rows, "hf": hf.rows,
 }
 
-# The label rule (transferset.labels), under the names this module has always exported.
+# The label rule (transferset.contract.labels), under the names this module has always exported.
 label_type_problem = labels.problem
 parse_label = labels.parse
 
@@ -86,7 +86,7 @@ def read_source(spec: SourceSpec, opener: Opener = local_open) -> Iterator[Union
 
 def infer_label_names(path: str, label_column: str = DEFAULT_LABEL_COLUMN, opener: Opener = local_open,
                       limit: Optional[int] = None) -> tuple[str, ...]:
-    """The label set of a labeled file: its distinct labels (transferset.labels), integers sorted numerically.
+    """The label set of a labeled file: its distinct labels (transferset.contract.labels), integers sorted numerically.
 
     Values that are not labels (floats, `1.0`, `-1`, booleans, lists, indices of MAX_CLASSES and up)
     are left out and logged; they are rejected when the rows are read. Integer labels are class indices:
@@ -115,7 +115,7 @@ def infer_label_names(path: str, label_column: str = DEFAULT_LABEL_COLUMN, opene
 
 def label_counts(path: str, label_column: str = DEFAULT_LABEL_COLUMN, opener: Opener = local_open,
                  limit: Optional[int] = None) -> dict[str, int]:
-    """Rows per label (transferset.labels.key) of a labeled file's first `limit` rows: the classes it holds;
+    """Rows per label (transferset.contract.labels.key) of a labeled file's first `limit` rows: the classes it holds;
     values that are not labels are left out and logged."""
     return _count_labels(path, label_column, opener, limit)[0]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Optional
 
-from transferset.errors import ConfigError
+from transferset.runtime.errors import ConfigError
 from transferset.sources.records import HF_PREFIX, Opener, SourceError
 
 
@@ -70,7 +70,7 @@ def check_name(path: str, what: Optional[str] = None) -> None:
     Called before any output is written, and by `load` itself, so no reader meets `datasets`' minute of retries."""
     import os
 
-    from transferset.loading import check_hub_name
+    from transferset.models.loading import check_hub_name
 
     name, _, _ = parse_hf_spec(path)
     where = f"{what}={path}" if what else path

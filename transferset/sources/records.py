@@ -8,8 +8,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Union
 
-from transferset import labels, schema
-from transferset.errors import ConfigError, UserError
+from transferset.contract import labels, schema
+from transferset.runtime.errors import ConfigError, UserError
 
 Opener = Callable[[str], Any]  # path -> binary file object
 

@@ -13,9 +13,10 @@ from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
-from transferset import schema, transfer
 from transferset.config import COMBINES
-from transferset.errors import ConfigError, UserError
+from transferset.contract import schema
+from transferset.data import transfer
+from transferset.runtime.errors import ConfigError, UserError
 from transferset.teacher.scoring import Scores
 
 Combine = Union[str, int]  # "mean" | "probs" | a member's index

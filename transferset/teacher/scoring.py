@@ -17,12 +17,12 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from transferset import schema
-from transferset.errors import UserError
-from transferset import loading
-from transferset.config import DEFAULT_MAX_LENGTH, POOLINGS, check_forward_options
 from transferset import packed as packed_path
-from transferset.threads import set_torch_threads
+from transferset.config import DEFAULT_MAX_LENGTH, POOLINGS, check_forward_options
+from transferset.contract import schema
+from transferset.models import loading
+from transferset.runtime.errors import UserError
+from transferset.runtime.threads import set_torch_threads
 
 # Forward passes after sorting by length: at most this many rows and tokens (padded tokens on the
 # padded path). Measured with MiniLM on 2 idle CPU cores (benchmarks/score.py, 2,000 SST-2 rows in

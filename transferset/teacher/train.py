@@ -21,14 +21,16 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from transferset import fs, typed
-from transferset import schema, sources
-from transferset.card import write_card
+from transferset import fs
+from transferset import sources
 from transferset.config import TeacherConfig
-from transferset.errors import UserError
+from transferset.contract import schema
+from transferset.data.card import write_card
 from transferset.fs.output import MODEL_NAMES
+from transferset.models import loading
+from transferset.runtime import typed
+from transferset.runtime.errors import UserError
 from transferset.sources import Example, Reject, SourceSpec
-from transferset import loading
 from transferset.training import Checkpoints, Engine, PhaseSpec, launched_processes
 from transferset.training.job import CHECKPOINT_DIR, Job, Phase, Run, checkpoints_at, run_job  # noqa: F401
 # Settings that change how a fine-tuning runs, never what it learns: in no checkpoint's fingerprint or stage key.

@@ -8,7 +8,7 @@ from typing import Optional
 
 import torch
 
-from transferset.errors import UserError
+from transferset.runtime.errors import UserError
 
 CHECKPOINT_FILE = "state.pt"
 CHECKPOINT_FINGERPRINT = "fingerprint.json"  # the checkpoint's fingerprint, beside it

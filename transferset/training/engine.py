@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from transferset.config import DEVICES, PRECISIONS, TRACKERS, EngineConfig
-from transferset.errors import ConfigError, UserError
+from transferset.runtime.errors import ConfigError, UserError
 
 TRACK_FILE = "metrics.jsonl"  # OUTPUT/metrics.jsonl: one line per logged step, whatever the tracker
 TRACK_DIR = "logs"  # OUTPUT/logs/: the tracker's files (TensorBoard's event files, MLflow's mlruns/)

@@ -31,9 +31,9 @@ from typing import Callable, Iterable, Iterator, Optional, Sequence, Union
 
 import torch
 
-from transferset import schema
-from transferset.card import write_card
 from transferset.config import EngineConfig
+from transferset.contract import schema
+from transferset.data.card import write_card
 from transferset.fs.output import Output
 from transferset.training.checkpoints import Checkpoints
 from transferset.training.engine import TRACK_DIR, TRACK_FILE, Engine, check_engine, launched_processes

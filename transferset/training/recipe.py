@@ -15,8 +15,8 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 
 import torch
 
-from transferset.errors import UserError
-from transferset.progress import Progress
+from transferset.runtime.errors import UserError
+from transferset.runtime.progress import Progress
 from transferset.training.checkpoints import Checkpoints, cpu_state, rng_state, set_rng_state
 from transferset.training.engine import Engine
 from transferset.training.schedules import scheduler as make_scheduler

@@ -12,9 +12,10 @@ from shipped import dev_rows, labels_without_transferset, scored, shipped_models
 from students.compress.export import export
 from students.evaluate import evaluate
 from students.student import EXPORT_KEY, ONNX_FILE, OnnxStudent, Student
-from transferset import schema, testing
+from transferset import testing
 from transferset.app.cli import main
-from transferset.errors import UserError
+from transferset.contract import schema
+from transferset.runtime.errors import UserError
 from tolerances import reordered
 
 pytest.importorskip("onnxruntime")

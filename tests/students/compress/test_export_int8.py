@@ -15,9 +15,9 @@ import students.compress.export as export_module
 from shipped import dev_rows, labels_without_transferset, scored, shipped_models
 from students.compress.export import INT8_TOLERANCE, export, refuse_int8
 from students.student import EXPORT_KEY, ONNX_FILE, OnnxStudent, Student
-from transferset import schema
 from transferset.app.cli import main
-from transferset.errors import UserError
+from transferset.contract import schema
+from transferset.runtime.errors import UserError
 
 pytest.importorskip("onnxruntime")
 

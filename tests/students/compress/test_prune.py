@@ -15,8 +15,10 @@ from students.build import FAMILIES
 from students.data.tokens import WordPieceTokens
 from students.families.transformer import TransformerConfig
 from students.student import OnnxStudent, Student
-from transferset import loading, pruning, schema, testing
+from transferset import testing
 from transferset.app import cli
+from transferset.contract import schema
+from transferset.models import loading, pruning
 from transferset.teacher.scoring import Teacher
 from tolerances import assert_reordered  # reordered sums, at most 4 layers deep
 

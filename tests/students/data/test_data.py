@@ -9,10 +9,10 @@ from students import data
 from students.build import setup
 from students.data import count_rows
 from students.data import TEACHER_LAYERS
-from transferset import schema
 from transferset.app.cli import main
 from transferset.config import StudentConfig
-from transferset.errors import UserError
+from transferset.contract import schema
+from transferset.runtime.errors import UserError
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from students.data.files import StudentFileError, json_phrase, read_json_object
-from transferset.errors import UserError
+from transferset.runtime.errors import UserError
 
 
 def test_an_object_is_read_back(tmp_path):

@@ -3,8 +3,8 @@ depth and the columns pkd reads (the teacher and tokenizer folders are tested th
 import pytest
 
 from students.data import teacher_files
-from transferset import schema
-from transferset.errors import UserError
+from transferset.contract import schema
+from transferset.runtime.errors import UserError
 
 META = {schema.META_HIDDEN_SPEC: {schema.HIDDEN_LAYER: 4, schema.HIDDEN_NUM_LAYERS: 4}}
 L1, L2 = schema.hidden_layer_column(1), schema.hidden_layer_column(2)  # teacher_hidden_l1, teacher_hidden_l2

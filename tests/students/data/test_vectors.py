@@ -5,7 +5,7 @@ import torch
 
 from students.data import vectors
 from students.data.tokens import pca_project, teacher_input_embeddings
-from transferset.errors import UserError
+from transferset.runtime.errors import UserError
 
 TEXTS = [["the movie was good", "the film was bad", "a good story and a bad plot", "the acting was great"],
          ["i love this film", "i hate this movie", "the best story ever", "the worst plot ever"]]

@@ -17,11 +17,11 @@ from students.compress import exits_train
 from students.families.exits import (Branches, BranchesConfig, exit_layers, layer_states, normalized_entropy)
 from students.compress.exits_train import choose_targets, train_exits
 from students.student import Student
-from transferset import schema
 from transferset.app.cli import main
 from transferset.config import ExitsConfig
-from transferset.errors import ConfigError, UserError
-from transferset.loading import weights_sha256
+from transferset.contract import schema
+from transferset.models.loading import weights_sha256
+from transferset.runtime.errors import ConfigError, UserError
 from tolerances import tiny_bert
 
 LAYERS = 4
@@ -244,8 +244,8 @@ def test_the_command_line(tmp_path, teacher, cached, capsys):
 
 
 def test_the_report_loads_a_model_with_exits_once_and_times_it_at_each_speed(trained, monkeypatch):
-    from transferset import timing
     from transferset.app import report
+    from transferset.runtime import timing
 
     out, loads, seen = trained[0], [], {}
     real_load, real_measure = Student.from_pretrained, timing.measure

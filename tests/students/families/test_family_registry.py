@@ -15,10 +15,10 @@ from students.data.tokens import load_tokens, teacher_wordpiece
 from students.families import Built, Context, Family
 from students.student import Student
 from students.trainer import make_optimizer
-from transferset.registry import RegistryError
-from transferset import schema
 from transferset.config import StudentConfig
-from transferset.errors import UserError
+from transferset.contract import schema
+from transferset.runtime.errors import UserError
+from transferset.runtime.registry import RegistryError
 
 from test_trainer import _run
 
@@ -164,7 +164,7 @@ register(Family("mean_bag", build=build, forward=lambda model, batch: model(batc
 '''
 PLUGIN_LOSS = '''
 from students.losses import register
-from transferset import schema
+from transferset.contract import schema
 
 
 @register("plugin_l1", needs=(schema.TEACHER_LOGITS,))

@@ -17,10 +17,10 @@ from students.losses import LossWeights
 from students.schedules import phases
 from students.student import Student
 from students.trainer import fit, set_trainable, train_batches
-from transferset import schema
 from transferset.app.cli import main
 from transferset.config import StudentConfig
-from transferset.errors import UserError
+from transferset.contract import schema
+from transferset.runtime.errors import UserError
 from tolerances import assert_reordered  # tests/tolerances.py: a bound from the arithmetic
 
 # The student's own vocabulary: the teacher's words in another order, and some it lacks.

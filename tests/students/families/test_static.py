@@ -16,10 +16,10 @@ from students.families import bilstm, static
 from students.losses import LossWeights
 from students.schedules import phases
 from students.student import OnnxStudent, Student
-from transferset import schema
 from transferset.app.cli import main
 from transferset.config import StudentConfig
-from transferset.errors import UserError
+from transferset.contract import schema
+from transferset.runtime.errors import UserError
 from tolerances import reordered
 
 E, H = 8, 6  # the tiny model's vector and MLP widths

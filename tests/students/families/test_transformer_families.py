@@ -147,7 +147,7 @@ def test_the_teachers_embedding_rows_beyond_its_tokenizer_are_cut(family, family
     assert full.shape[0] > tokens
     torch.testing.assert_close(teacher_input_embeddings(path, tokens), full[:tokens])
     # Fewer rows than tokens: the tokenizer is not the teacher's, said with the remedy.
-    from transferset.errors import UserError
+    from transferset.runtime.errors import UserError
 
     with pytest.raises(UserError, match=rf"have {full.shape[0]} rows and the tokenizer {full.shape[0] + 1} tokens.*"
                                         r"set `tokenizer:`.*embed_init: random"):

@@ -12,9 +12,10 @@ from students.losses import LossWeights
 from students.losses.layers import LAYER_PAIRS, STUDENT_STATES, TEACHER_STATES
 from students.schedules import phases
 from students.trainer import fit, set_trainable, train_batches
-from transferset import schema, typed
 from transferset.config import STUDENT_PRESETS, StudentConfig
-from transferset.errors import UserError
+from transferset.contract import schema
+from transferset.runtime import typed
+from transferset.runtime.errors import UserError
 
 
 # --------------------------------------------------------------------------- layer maps
@@ -405,7 +406,7 @@ def test_an_online_teacher_other_than_the_one_that_scored_the_set_is_refused(tin
     from safetensors.torch import load_file, save_file
 
     from transferset.app.cli import main
-    from transferset.loading import weights_sha256
+    from transferset.models.loading import weights_sha256
 
     other = tmp_path / "teacher"
     shutil.copytree(tiny_teacher4, other)

@@ -7,10 +7,10 @@ import torch
 
 from students import losses
 from students.losses import LossWeights
-from transferset.registry import RegistryError
-from transferset import schema
 from transferset.config import StudentConfig
-from transferset.errors import UserError
+from transferset.contract import schema
+from transferset.runtime.errors import UserError
+from transferset.runtime.registry import RegistryError
 
 from test_trainer import _run
 

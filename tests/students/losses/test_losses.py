@@ -7,7 +7,7 @@ import torch
 from students import losses
 from students.data import NO_LABEL, TEACHER_LAYERS
 from students.losses import LossWeights
-from transferset import schema
+from transferset.contract import schema
 
 S = torch.tensor([[2.0, -1.0, 0.5], [0.0, 1.0, -2.0]])
 T = torch.tensor([[1.0, 0.0, 0.0], [-1.0, 2.0, 1.0]])

@@ -6,9 +6,9 @@ import dataclasses
 import pytest
 
 from transferset.app import flags
-from transferset.errors import ConfigError
 from transferset.config import (AugmentConfig, BeamConfig, ExitsConfig, PredictConfig, ScoreConfig, PruneConfig,
                                 StudentConfig, TeacherConfig)
+from transferset.runtime.errors import ConfigError
 
 STAGES = (AugmentConfig, TeacherConfig, ScoreConfig, StudentConfig, BeamConfig, PredictConfig, ExitsConfig)
 

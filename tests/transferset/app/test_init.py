@@ -13,7 +13,7 @@ from transferset import testing
 from transferset.app.cli import main
 from transferset.app.init import STARTER_STUDENTS, starter
 from transferset.app.runner import load_config
-from transferset.card import read_front_matter
+from transferset.data.card import read_front_matter
 
 REPO = Path(__file__).resolve().parents[3]
 # the chain's figures on 40 rows and 2 rounds: these runs test the data flags, not the timing

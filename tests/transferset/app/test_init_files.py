@@ -8,7 +8,7 @@ import yaml
 
 from transferset.app.cli import main
 from transferset.app.runner import load_config
-from transferset.splits import split_data
+from transferset.data.splits import split_data
 
 
 def _reviews(n: int) -> str:

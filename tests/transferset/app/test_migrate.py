@@ -14,11 +14,11 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from transferset import schema
 from transferset.app import keys, migrate
-from transferset.config import TeacherConfig
 from transferset.app.runner import STAGE_FILE, load_config, plan_stages, resolve_data, run_pipeline
-from transferset.errors import ConfigError
+from transferset.config import TeacherConfig
+from transferset.contract import schema
+from transferset.runtime.errors import ConfigError
 
 TRAIN = "sentence\tlabel\n" + "".join(f"row {i} is {'good' if i % 2 else 'bad'}\t{i % 2}\n" for i in range(40))
 DEV = "sentence\tlabel\n" + "".join(f"dev {i} was {'fine' if i % 2 else 'dull'}\t{i % 2}\n" for i in range(10))
@@ -413,9 +413,9 @@ def test_a_killed_teachers_layout1_checkpoint_is_converted_so_it_resumes(tmp_pat
     checkpoint held the recipe's state as one flat mapping: both are rewritten in today's form."""
     import torch
 
+    from transferset.runtime.typed import to_dict
     from transferset.teacher import train as teacher_train
     from transferset.training.checkpoints import Checkpoints
-    from transferset.typed import to_dict
 
     cfg, paths = TeacherConfig(epochs=2), dict(train="t.tsv", dev="d.tsv", output=str(tmp_path / "teacher"))
     today = teacher_train._checkpoints(cfg, paths["train"], paths["dev"], paths["output"])

@@ -1,6 +1,6 @@
 """transferset/app/report.py: what a person reads in the results table about the latency figures."""
-from transferset import timing
 from transferset.app.report import results_table
+from transferset.runtime import timing
 
 TEACHER = {"name": "teacher", "dev_accuracy": 0.9, "test_accuracy": 0.88, "agreement": None, "parameters": 22_000_000,
            "latency_1": 12.5, "latency_64": 1.25}

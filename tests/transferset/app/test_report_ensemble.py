@@ -34,7 +34,7 @@ def test_the_latency_benchmark_times_an_ensemble_runs_first_member_as_the_teache
     import importlib.util
     from pathlib import Path
 
-    from transferset import schema
+    from transferset.contract import schema
 
     path = Path(__file__).resolve().parents[3] / "benchmarks" / "latency.py"
     spec = importlib.util.spec_from_file_location("latency_benchmark", path)

@@ -7,17 +7,18 @@ import pytest
 
 import pyarrow.parquet as pq
 
-from transferset import schema, transfer
 from transferset.app.cli import main
-from transferset.card import read_front_matter
+from transferset.contract import schema
+from transferset.data import transfer
+from transferset.data.card import read_front_matter
 from students.compress.export import Int8Refused
-from transferset.errors import ConfigError, UserError
-from transferset.config import AugmentConfig, RunConfig, ScoreConfig, StudentConfig, TeacherConfig
-from transferset import typed
-from transferset.fs.output import DATA_NAMES, MODEL_NAMES, STUDENT_NAMES, Output
 from transferset.app.runner import STAGE_FILE, load_config, plan_stages, resolve_data, run_pipeline
 from transferset.app.stages import stage_key
 from transferset.app.stages.context import StageFunctions
+from transferset.config import AugmentConfig, RunConfig, ScoreConfig, StudentConfig, TeacherConfig
+from transferset.fs.output import DATA_NAMES, MODEL_NAMES, STUDENT_NAMES, Output
+from transferset.runtime import typed
+from transferset.runtime.errors import ConfigError, UserError
 
 CONFIGS = sorted((Path(__file__).resolve().parents[3] / "configs").glob("*.yaml"))
 
@@ -467,7 +468,7 @@ def test_demo_config_runs_end_to_end_reduced(sst2_dir, tmp_path, head_tsv, capsy
     assert {d: (run_dir / d / STAGE_FILE).stat().st_mtime_ns for d in ("teacher", "transfer", "scored")} == stamps
     assert (run_dir / "students" / "labels_only" / STAGE_FILE).stat().st_mtime_ns == labels_only
     assert (run_dir / "students" / "distilled" / STAGE_FILE).stat().st_mtime_ns != distilled
-    # every saved model folder has a model card whose figures are the rerun's report's (transferset/card.py)
+    # every saved model folder has a model card whose figures are the rerun's report's (transferset/data/card.py)
     results = json.loads((run_dir / "results.json").read_text())
     for row, folder in zip(results["rows"], ("teacher", "students/labels_only", "students/distilled"), strict=True):
         card = read_front_matter(str(run_dir / folder / "README.md"))["model-index"][0]["results"][0]["metrics"]

@@ -3,12 +3,12 @@ labels), not the labeled rows': a class the carve left out of labeled.jsonl keep
 import json
 from dataclasses import replace
 
-from transferset import typed
 from transferset.app.stages.augment import augment_stage
 from transferset.app.stages.context import DataFiles, StageFunctions, make_run
 from transferset.app.stages.teacher import trained_teacher
 from transferset.config import RunConfig
-from transferset.splits import split_data
+from transferset.data.splits import split_data
+from transferset.runtime import typed
 
 
 def _run(tmp_path, fn, **values):

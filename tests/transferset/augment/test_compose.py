@@ -3,11 +3,11 @@ et al.), same seed → same output. Each op's own statistics are in test_mask/te
 import pytest
 
 from sst2_words import sentences, tagged  # noqa: F401 (fixtures)
-from transferset.registry import RegistryError
 from transferset.augment import check_ops, generate, get, names, register, variant_rows
-from transferset.config import AugmentConfig
-from transferset.errors import ConfigError
 from transferset.augment.pos import build_vocab
+from transferset.config import AugmentConfig
+from transferset.runtime.errors import ConfigError
+from transferset.runtime.registry import RegistryError
 
 
 def test_registry_names_duplicates_and_unknown():

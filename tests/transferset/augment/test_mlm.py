@@ -3,10 +3,10 @@ import numpy as np
 import pytest
 
 from transferset.augment import generate
-from transferset.config import AugmentConfig
 from transferset.augment.mlm import MlmCandidates, mlm
 from transferset.augment.seeding import rng_for
-from transferset.errors import UserError
+from transferset.config import AugmentConfig
+from transferset.runtime.errors import UserError
 from tolerances import tiny_bert
 
 SENTENCES = [

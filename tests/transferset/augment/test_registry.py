@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 import yaml
 
-from transferset import augment, typed
+from transferset import augment
 from transferset.augment import registry
 from transferset.augment.context import contexts_for
 from transferset.config import AugmentConfig
-from transferset.errors import ConfigError
+from transferset.runtime import typed
+from transferset.runtime.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -44,9 +45,11 @@ def swap(*, words, rng, p_swap):
 # One process: the op is registered when transferset.augment is first imported, as for a user.
 CHECKS = '''
 import contextlib, io, json, sys
-from transferset import augment, transfer, schema
+from transferset import augment
 from transferset.app.cli import main
 from transferset.app.runner import load_config
+from transferset.contract import schema
+from transferset.data import transfer
 
 help_text = io.StringIO()
 with contextlib.redirect_stdout(help_text), contextlib.suppress(SystemExit):

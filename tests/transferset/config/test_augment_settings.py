@@ -3,14 +3,14 @@ import re
 
 import pytest
 
-from transferset.errors import ConfigError
+from transferset.runtime.errors import ConfigError
 
 
 def test_augment_settings_nested_per_op_are_the_flat_ones():
     """`ops: {mask: {p: 0.3}, ngram: {max_n: 3}}` is `ops: [mask, ngram]` with p_mask 0.3 and max_n 3: the flat
     form users write today stays, and both give the same config (hence the same key)."""
-    from transferset import typed
     from transferset.config import AugmentConfig
+    from transferset.runtime import typed
 
     nested = typed.load(AugmentConfig, {"ops": {"mask": {"p": 0.3}, "ngram": {"max_n": 3}, "pos": None}}, where="x")
     flat = typed.load(AugmentConfig, {"ops": ["mask", "ngram", "pos"], "p_mask": 0.3, "max_n": 3}, where="x")

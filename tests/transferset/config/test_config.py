@@ -1,10 +1,10 @@
 """transferset.config: the checks on load name the section. (The flags: tests/transferset/app/test_flags.py; loading
-and YAML: tests/transferset/test_typed.py; the nested augment settings: test_augment_settings.py.)"""
+and YAML: tests/transferset/runtime/test_typed.py; the nested augment settings: test_augment_settings.py.)"""
 import pytest
 
-from transferset import typed
 from transferset.config import RunConfig
-from transferset.errors import ConfigError
+from transferset.runtime import typed
+from transferset.runtime.errors import ConfigError
 
 
 @pytest.mark.parametrize("values, message", [

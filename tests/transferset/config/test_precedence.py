@@ -10,9 +10,9 @@ import yaml
 
 from students import trainer
 from students.families import get as family
-from transferset import typed
 from transferset.app import cli, init, runner, train
 from transferset.config import STUDENT_LAYERS, STUDENT_PRESETS, RunConfig, StudentConfig
+from transferset.runtime import typed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 TINYBERT = {"preset": "tinybert", "kd": 2.0, "lr": 1e-3, "engine": {"warmup": 0.2}}  # a file over a preset

@@ -6,8 +6,10 @@ import uuid
 import numpy as np
 import pytest
 
-from transferset import fs, schema, transfer
-from transferset.errors import ConfigError, UserError
+from transferset import fs
+from transferset.contract import schema
+from transferset.data import transfer
+from transferset.runtime.errors import ConfigError, UserError
 import builders as testing
 
 LABELS = ("neg", "pos")

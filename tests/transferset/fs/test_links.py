@@ -3,8 +3,8 @@ import os
 
 import pytest
 
-from transferset.errors import ConfigError
 from transferset.fs.links import links_on_the_way, links_under, refuse_links
+from transferset.runtime.errors import ConfigError
 
 
 def test_links_under_a_folder_are_listed_and_never_entered(tmp_path):

@@ -10,7 +10,8 @@ import uuid
 
 import pytest
 
-from transferset import fs, schema
+from transferset import fs
+from transferset.contract import schema
 from transferset.fs.lock import LockInfo, OutputInUse, output_lock
 
 MESSAGE = (r"{out} is in use by pid {pid} on host {host} since \S+; wait for it, "

@@ -5,9 +5,9 @@ import shutil
 
 import pytest
 
-from transferset import schema
-from transferset.errors import ConfigError, UserError
+from transferset.contract import schema
 from transferset.fs.output import STUDENT_NAMES, Output, reject_line
+from transferset.runtime.errors import ConfigError, UserError
 from transferset.sources import Reject
 
 

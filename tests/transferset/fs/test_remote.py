@@ -5,9 +5,9 @@ import uuid
 import pytest
 
 from transferset import fs
-from transferset.errors import UserError
-from transferset import loading
 from transferset.fs import remote
+from transferset.models import loading
+from transferset.runtime.errors import UserError
 
 
 def upload(local_dir, url):

@@ -5,8 +5,10 @@ import os
 
 import pytest
 
-from transferset import schema, testing, transfer
-from transferset.errors import UserError
+from transferset import testing
+from transferset.contract import schema
+from transferset.data import transfer
+from transferset.runtime.errors import UserError
 from transferset.scored import plan
 
 

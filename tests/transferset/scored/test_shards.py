@@ -7,7 +7,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from transferset import fs, ids, schema
+from transferset import fs
+from transferset.contract import ids, schema
 import builders as testing
 from transferset.scored import shards
 

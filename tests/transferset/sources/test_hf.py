@@ -31,7 +31,7 @@ def hub_offline(monkeypatch):
 def test_an_unknown_hf_dataset_offline_is_one_message(hub_offline):
     """Issue 25 item 9: an unknown dataset offline was a ConnectionError traceback. Issue 42 item 7: after 25 s of
     retries; now at once, a usage error (exit 2), whoever reads it first."""
-    from transferset.errors import ConfigError
+    from transferset.runtime.errors import ConfigError
     from transferset.sources import check_readable
 
     for call in (lambda p: check_readable(p), lambda p: list(read_source(SourceSpec(path=p, label_names=LABELS))),

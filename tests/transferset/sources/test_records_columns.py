@@ -7,10 +7,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from source_rows import _read
-from transferset.errors import ConfigError
+from transferset.runtime.errors import ConfigError
 from transferset.sources import Example, Reject, SourceError, check_readable, infer_label_names
-from transferset.sources.records import local_open
 from transferset.sources.delimited import header
+from transferset.sources.records import local_open
 
 
 @pytest.mark.parametrize("suffix, sep", [(".csv", ","), (".tsv", "\t")])

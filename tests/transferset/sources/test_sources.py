@@ -9,9 +9,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from source_rows import LABELS, _data_lines, _jsonl, _read
+from transferset.contract import schema
 from transferset.sources import (Example, Reject, SourceError, SourceSpec, infer_label_names, normalize_text,
                                  parse_label, read_source)
-from transferset import schema
 
 
 def test_sst2_tsv_rows_are_examples(sst2_dir):
@@ -171,8 +171,8 @@ def test_summarize_rejects_names_file_reasons_and_flags(tmp_path):
 
 
 def test_read_split_reports_rejects_as_a_user_error(tmp_path):
-    from transferset.errors import UserError
     from transferset.config import TeacherConfig
+    from transferset.runtime.errors import UserError
     from transferset.teacher.train import read_split
 
     dev = tmp_path / "dev.tsv"
@@ -185,7 +185,7 @@ def test_read_split_reports_rejects_as_a_user_error(tmp_path):
     assert "line 2: missing text column 'sentence or text'" in msg and "line 3:" in msg
 
 
-# --- the label rule (transferset.labels): issue 25 item 4 ------------------------------------------------
+# --- the label rule (transferset.contract.labels): issue 25 item 4 ------------------------------------------------
 
 @pytest.mark.parametrize("fmt", ["tsv", "csv"])
 def test_float_like_and_negative_labels_are_rejects_that_shift_no_class(tmp_path, sst2_dir, head_tsv, fmt):
@@ -250,8 +250,9 @@ def test_more_distinct_labels_than_a_set_may_hold_is_one_error(tmp_path):
 ])
 def test_teacher_and_augment_refuse_the_same_label_sets(stage, labels, says):
     """`teacher` accepted a 5,001-class label set that `augment` refused: one rule for --labels now."""
-    from transferset import config, typed
-    from transferset.errors import ConfigError
+    from transferset import config
+    from transferset.runtime import typed
+    from transferset.runtime.errors import ConfigError
 
     with pytest.raises(ConfigError, match=re.escape(says)):
         typed.load(getattr(config, stage), {"labels": labels}, where="--labels")

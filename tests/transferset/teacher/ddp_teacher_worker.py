@@ -12,9 +12,10 @@ import sys
 
 import torch
 
-from transferset import loading, typed
 from transferset.app.cli import close_process_group
 from transferset.config import TeacherConfig
+from transferset.models import loading
+from transferset.runtime import typed
 from transferset.teacher import train as teacher_train
 
 

@@ -3,9 +3,11 @@ import numpy as np
 import pytest
 
 import builders as testing
-from transferset import schema, transfer, typed
 from transferset.config import ScoreConfig
-from transferset.errors import ConfigError, UserError
+from transferset.contract import schema
+from transferset.data import transfer
+from transferset.runtime import typed
+from transferset.runtime.errors import ConfigError, UserError
 from transferset.teacher import ensemble
 
 MEMBERS = [np.array([[2.0, -1.0], [0.5, 0.0]], np.float32),

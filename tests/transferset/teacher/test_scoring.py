@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 import torch
 
-from transferset.errors import UserError
 from transferset import packed
+from transferset.runtime.errors import UserError
 from transferset.teacher import scoring
 from tolerances import assert_reordered  # reordered sums, at most 4 layers deep
 

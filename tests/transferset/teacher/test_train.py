@@ -6,12 +6,14 @@ import numpy as np
 import pytest
 
 from transferset.app import cli
-from transferset.errors import UserError
+from transferset.runtime.errors import UserError
 import builders as testing
-from transferset import loading, progress, schema
-from transferset.schema import METRICS_FILE
-from transferset.teacher import scoring
 from transferset.config import TeacherConfig
+from transferset.contract import schema
+from transferset.contract.schema import METRICS_FILE
+from transferset.models import loading
+from transferset.runtime import progress
+from transferset.teacher import scoring
 from transferset.teacher.train import length_grouped, optimizer, phase_spec, train
 
 POSITIVE = ["great", "brilliant", "best", "love", "funny"]
@@ -170,7 +172,7 @@ def test_progress_lines_and_epoch_lines_off_a_terminal(trained):
 def test_every_setting_reaches_the_recipe():
     import torch
 
-    from transferset import typed
+    from transferset.runtime import typed
     from transferset.training import schedules
 
     cfg = typed.load(TeacherConfig, {"epochs": 3, "lr": 2e-5, "batch_size": 8, "engine": {"warmup": 0.25}, "weight_decay": 0.05,

@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from transferset import schema
+from transferset.contract import schema
 
 ROOT = Path(__file__).resolve().parents[3]
 WORKER = ROOT / "tests" / "transferset" / "teacher" / "ddp_teacher_worker.py"

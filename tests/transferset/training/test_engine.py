@@ -6,7 +6,7 @@ import torch
 
 from linear_task import CPU, Linear, _run
 from transferset.config import EngineConfig
-from transferset.errors import UserError
+from transferset.runtime.errors import UserError
 from transferset.training import Engine, PhaseSpec, Recipe
 
 
@@ -121,7 +121,7 @@ def _closed_port() -> int:
 def test_an_mlflow_server_that_does_not_answer_is_refused_at_once(monkeypatch):
     """MLFLOW_TRACKING_URI=http://127.0.0.1:9 was retried for minutes, after the run had taken its lock."""
     pytest.importorskip("mlflow")
-    from transferset.errors import ConfigError
+    from transferset.runtime.errors import ConfigError
     from transferset.training import check_engine
 
     uri = f"http://127.0.0.1:{_closed_port()}"

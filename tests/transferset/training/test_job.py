@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from linear_task import CPU, Linear, _batches, _loss
-from transferset import schema
-from transferset.errors import UserError
+from transferset.contract import schema
+from transferset.runtime.errors import UserError
 from transferset.training import PhaseSpec
 from transferset.training.job import Job, Phase, Skipped, run_job
 

@@ -6,7 +6,7 @@ import torch
 from linear_task import Linear, _loss, _run
 from linear_task import engine  # noqa: F401 (a fixture)
 from transferset.config import EngineConfig
-from transferset.errors import UserError
+from transferset.runtime.errors import UserError
 from transferset.training import Engine, PhaseSpec, Recipe
 
 

@@ -11,11 +11,12 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
-from transferset import fs, schema
+from transferset import fs
+from transferset.app.outputs import Compressed, RunOutputs  # noqa: F401 (what a kind's build fills in)
+from transferset.contract import schema
 from transferset.fs import remote
 from transferset.fs.output import clear as clear_output
-from transferset.app.outputs import Compressed, RunOutputs  # noqa: F401 (what a kind's build fills in)
-from transferset.registry import Registry, RegistryError
+from transferset.runtime.registry import Registry, RegistryError
 
 
 def stage_key(name: str, settings: Any, upstream: Sequence[str]) -> str:

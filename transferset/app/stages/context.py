@@ -14,12 +14,13 @@ from students.compress.export import export as export_model
 from students.compress.prune import prune as prune_model
 from students.evaluate import evaluate
 from students.trainer import train as train_student
-from transferset import fs, transfer
+from transferset import fs
 from transferset.app import keys
 from transferset.app.report import write_report
 from transferset.config import AugmentConfig, BeamConfig, RunConfig
-from transferset.progress import log_line
-from transferset.splits import LABELED_FILE, SPLIT_STATS_FILE, UNLABELED_FILE, VALIDATION_FILE
+from transferset.data import transfer
+from transferset.data.splits import LABELED_FILE, SPLIT_STATS_FILE, UNLABELED_FILE, VALIDATION_FILE
+from transferset.runtime.progress import log_line
 from transferset.teacher.train import can_resume as can_resume_teacher
 from transferset.teacher.train import train as train_teacher
 

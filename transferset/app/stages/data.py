@@ -6,7 +6,7 @@ from transferset import fs
 from transferset.app.stages.base import RunOutputs, StageDef, StageKind, register
 from transferset.app.stages.context import Run, fingerprint
 from transferset.config import RunConfig
-from transferset.splits import (LABELED_FILE, REJECTS_FILE, REST_FILE, SPLIT_STATS_FILE, UNLABELED_FILE,
+from transferset.data.splits import (LABELED_FILE, REJECTS_FILE, REST_FILE, SPLIT_STATS_FILE, UNLABELED_FILE,
                                VALIDATION_FILE, split_data)
 
 

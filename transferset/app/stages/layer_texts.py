@@ -8,8 +8,8 @@ from transferset import fs
 from transferset.app.stages.base import RunOutputs, StageDef, StageKind, register
 from transferset.app.stages.context import Run
 from transferset.config import LAYER_TEXTS_REST
-from transferset.errors import UserError
-from transferset.splits import REST_FILE
+from transferset.data.splits import REST_FILE
+from transferset.runtime.errors import UserError
 
 
 def rest_file(data_dir: str) -> str:

@@ -7,7 +7,7 @@ from typing import Optional
 
 from transferset.app.stages.base import RunOutputs, StageDef, StageKind, register
 from transferset.app.stages.context import Run, fingerprint
-from transferset.evalset import write_eval_set
+from transferset.data.evalset import write_eval_set
 
 
 def score_stage(r: Run, name: str, folder: str, source: str, source_dir: str, out: RunOutputs,

@@ -20,13 +20,15 @@ from typing import Optional, Sequence
 
 from students.build import setup
 from students.student import Student
-from transferset import fs, schema, typed
+from transferset import fs
 from transferset.app.report import model_latency, selection_texts
 from transferset.app.stages.base import RunOutputs, Stage, StageDef, StageKind, register, stage_key
 from transferset.app.stages.context import Run
 from transferset.config import StudentConfig
 from transferset.config.search import SearchConfig
-from transferset.errors import ConfigError, UserError
+from transferset.contract import schema
+from transferset.runtime import typed
+from transferset.runtime.errors import ConfigError, UserError
 
 NAME = "search"  # the chosen student's name among the run's models
 SEARCH_FILE = "search.json"  # in RUN/search/: every candidate, what it measured and why it stopped

@@ -3,7 +3,7 @@ registry, and its stages run in the place it declares."""
 import pytest
 
 from transferset.app.stages import KINDS, RunOutputs, StageDef, StageKind, in_order, register
-from transferset.registry import RegistryError
+from transferset.runtime.registry import RegistryError
 from stage_plans import plan_of  # noqa: F401 (a fixture)
 
 

@@ -9,7 +9,7 @@ from transferset.app.runner import load_config, run_pipeline
 from transferset.app.stages.context import StageFunctions
 from transferset.app.stages.search import closest, over_budget, rung_sizes
 from transferset.config.search import DEFAULT_SPACE, SearchConfig
-from transferset.errors import UserError
+from transferset.runtime.errors import UserError
 from stage_plans import plan_of  # noqa: F401 (a fixture)
 
 

@@ -1,0 +1,1 @@
+"""Hugging Face models: safe loading and the pruned BERT variant registered with transformers."""
