@@ -21,6 +21,7 @@ import numpy as np
 from students.student import OnnxStudent, Student
 from transferset import fs
 from transferset.app.outputs import Compressed, RunOutputs
+from transferset.app.search_report import search_html, search_markdown
 from transferset.config import DEFAULT_MAX_LENGTH, AugmentConfig, ReportConfig
 from transferset.contract import schema
 from transferset.data import transfer
@@ -375,19 +376,20 @@ def _write_files(out: RunOutputs, cfg: dict, rows: list[dict], cond: dict, round
         aug = augmentation_plots(out.transfer, fig_dir)
         frontier = frontier_plot(rows, fig_dir, busy) if len(out.students) > 1 else None
         conf = confidence_plot(out.scored, fig_dir)
+        search = fs.read_json(out.search) if out.search and fs.exists(out.search) else None
         with open(os.path.join(work, REPORT), "w", encoding="utf-8") as fh:
             fh.write(_html(table_rows=rows, aug=aug, conf=conf, curves=curves, stats=stats, run_dir=work,
                            title=run_dir, dev=out.selection, test=out.test, frontier=frontier,
-                           latency=latency_note(cond, rounds, rows)))
+                           latency=latency_note(cond, rounds, rows), search=search))
         for part in (aug, conf, *([frontier] if frontier else [])):  # results.json names the plots where they end up
             part["plot"] = fs.join(run_dir, FIGURES_DIR, os.path.basename(part["plot"]))
         results = {"rows": rows, "latency_conditions": cond, "augmentation": aug, "teacher_confidence": conf,
                    "frontier": frontier, "stats": stats, "selection": out.selection, "test": out.test, "config": cfg,
-                   **({"search": fs.read_json(out.search)} if out.search and fs.exists(out.search) else {})}
+                   **({"search": search} if search else {})}
         with open(os.path.join(work, RESULTS), "w", encoding="utf-8") as fh:
             json.dump(results, fh, indent=2, default=str)
         with open(os.path.join(work, TABLE), "w", encoding="utf-8") as fh:
-            fh.write(table + "\n")
+            fh.write(table + (search_markdown(search) if search else "") + "\n")
 
 
 def _img(path: str, run_dir: str, alt: str) -> str:
@@ -411,7 +413,7 @@ def _split_html(d: Optional[dict]) -> list[str]:
 
 
 def _html(*, table_rows, aug, conf, curves, stats, run_dir, dev, test=None, frontier=None, title=None,
-          latency: str = "") -> str:
+          latency: str = "", search: Optional[dict] = None) -> str:
     trs = ["<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in _cells(r)) + "</tr>" for r in table_rows]
     t = stats.get("transfer", {})
     parts = [
@@ -427,6 +429,7 @@ def _html(*, table_rows, aug, conf, curves, stats, run_dir, dev, test=None, fron
         *([f"<p>{html.escape(latency)}</p>"] if latency else []),
         *(["<h2>Accuracy against latency</h2>", _img(frontier["plot"], run_dir, "accuracy against latency")]
           if frontier else []),
+        *(search_html(search) if search else []),
         *_split_html(stats.get("data")),
         "<h2>Transfer set</h2>",
         f"<p>{t.get('accepted_rows', '?')} input rows accepted, {t.get('rejected_rows', '?')} rejected; "

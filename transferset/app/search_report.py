@@ -1,0 +1,37 @@
+"""The search's part of the report (RUN/search/search.json, transferset/app/stages/search.py): each candidate's
+latency and size against the budget, its selection accuracy at each rung, and why it stopped."""
+from __future__ import annotations
+
+import html
+from typing import Any
+
+HEADER = ("candidate", "CPU ms/example (batch 1, untrained)", "MB", "selection accuracy by rung", "stopped")
+
+
+def _budget(doc: dict[str, Any]) -> str:
+    units = {"budget_ms": "{:g} ms per example", "budget_mb": "{:g} MB", "budget_speedup": "{:g}x the teacher's speed"}
+    return ", ".join(units[k].format(v) for k, v in doc["budget"].items() if v is not None)
+
+
+def _rows(doc: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for name, c in doc["candidates"].items():
+        accuracies = ", ".join(f"{rung}: {100 * a:.1f}" for rung, a in (c.get("selection_accuracy") or {}).items())
+        rows.append([name, f"{c['latency_1']:.3g}", f"{c['mb']:.3g}", accuracies or "-", c.get("stopped", "")])
+    return rows
+
+
+def search_markdown(doc: dict[str, Any]) -> str:
+    """results.md's search section."""
+    lines = ["", f"Search: budget {_budget(doc)}; chosen: {doc['chosen']} (the row `student: search`).", "",
+             "| " + " | ".join(HEADER) + " |", "|" + " --- |" * len(HEADER)]
+    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in _rows(doc)]
+    return "\n".join(lines)
+
+
+def search_html(doc: dict[str, Any]) -> list[str]:
+    """report.html's search section."""
+    trs = ["<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>" for row in _rows(doc)]
+    return [f"<h2>Search</h2><p>Budget: {html.escape(_budget(doc))}. Chosen: {html.escape(doc['chosen'])}, the "
+            "row <i>student: search</i> above; the selection split chose it, the test split did not.</p>",
+            "<table><tr>" + "".join(f"<th>{h}</th>" for h in HEADER) + "</tr>" + "".join(trs) + "</table>"]
