@@ -1,4 +1,4 @@
-"""Benchmark: 2 processes × 1 thread against 1 process × 2 threads, for the teacher and a student (issue 44).
+"""Benchmark: 2 processes × 1 thread against 1 process × 2 threads, for the teacher and a student.
 
     .venv/bin/python benchmarks/processes.py --scored runs/demo/scored --dev runs/demo/dev/scored
     .venv/bin/python benchmarks/processes.py --scored S --dev D --rounds 3 --teacher-rows 960 --student-epochs 1

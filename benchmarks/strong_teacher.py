@@ -1,4 +1,4 @@
-"""The strong-teacher table (issue 46): teacher, labels-only and distilled BiLSTMs, by length, and the margin.
+"""The strong-teacher table: teacher, labels-only and distilled BiLSTMs, by length, and the margin.
 
     RUN=$HOME/.cache/transferset/runs/sst2_mpnet
     OMP_NUM_THREADS=1 transferset run --config configs/sst2_mpnet.yaml \

@@ -1,4 +1,4 @@
-"""How far apart two float32 computations of the same numbers may be, from the arithmetic (issue 42).
+"""How far apart two float32 computations of the same numbers may be, from the arithmetic.
 
 The same logits computed through differently composed batches (a row alone or among others, a batch
 cut elsewhere by Beam), another thread count, the packed and the padded forward, PyTorch and ONNX

@@ -74,7 +74,7 @@ def test_two_processes_train_a_transformer_student(tmp_path, tiny_scored_dir, ss
 
 @pytest.mark.integration
 def test_a_killed_two_process_training_resumes_to_the_uninterrupted_model(tmp_path, tiny_scored_dir, sst2_dev200):
-    """issue 42: rank 0 killed once checkpoint/state.pt exists, rerun with resume: every rank's data position and
+    """Rank 0 killed once checkpoint/state.pt exists, rerun with resume: every rank's data position and
     random state (dropout) are restored, so the model is the uninterrupted 2-process run's, bit for bit."""
     config = {"student": "transformer", "epochs": 2, "batch_size": 16, "kd": 1.0, "mse": 0.0, "checkpoint_steps": 5,
               "model": {"n_layer": 2, "init": "skip"}, "engine": {"schedule": "linear", "warmup": 0.2}}

@@ -148,7 +148,7 @@ def test_export_onto_a_model_folder_is_refused_and_leaves_it_as_it_was(tmp_path,
     shutil.copytree(model_dirs["teacher"], copy)
     before = {p.name: p.read_bytes() for p in copy.iterdir()}
     assert schema.HF_CONFIG_FILE in before
-    # A model folder is never an export's to replace, not even with --overwrite (issue 42: a usage error).
+    # A model folder is never an export's to replace, not even with --overwrite (a usage error).
     for flags in ([], ["--overwrite"]):
         rc = main(["export", "--model", model_dirs["bilstm"], "--output", str(copy), *flags])
         err = capsys.readouterr().err

@@ -236,11 +236,11 @@ def test_the_command_line(tmp_path, teacher, cached, capsys):
     assert main(["export", "--model", out, "--output", str(tmp_path / "onnx")]) == 1
     assert "early exits" in capsys.readouterr().err
     assert main(["evaluate", "--model", teacher, "--data", str(data), "--speed", "0.5"]) == 2
-    assert "speed 0.5: this model has no early exits (no exits.json beside it)" in capsys.readouterr().err  # issue 42
+    assert "speed 0.5: this model has no early exits (no exits.json beside it)" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exc:  # argparse's usage error
         main(["evaluate", "--model", teacher, "--data", str(data), "--speed", "nan"])
     assert exc.value.code == 2
-    assert "argument --speed: 'nan': not a number" in capsys.readouterr().err  # issue 42: "from 0 ... to 1"
+    assert "argument --speed: 'nan': not a number" in capsys.readouterr().err  # "from 0 ... to 1"
 
 
 def test_the_report_loads_a_model_with_exits_once_and_times_it_at_each_speed(trained, monkeypatch):

@@ -605,7 +605,7 @@ def test_file_urls_and_unknown_schemes_in_a_run_config(tmp_path, sst2_dir):
     (["augment.recipe=tinybert", "augment.mlm_model=./no/such/mlm"], "augment.mlm_model ./no/such/mlm: no such model"),
     (["students.distilled.tokenizer=/no/such/tok"], "students.distilled.tokenizer=/no/such/tok: no such directory"),
     (["teacher_path=/no/such/teacher"], "teacher_path=/no/such/teacher: no such directory"),
-    # issue 42 item 8: exit 1, suggesting gcsfs for http
+    # exit 1, suggesting gcsfs for http
     (["students.distilled.teacher=http://example.com/x"],
      "students.distilled.teacher=http://example.com/x: an http:// URL names one file on a web server"),
     (["beam.runner=NoSuchRunner"], "beam.runner 'NoSuchRunner': not a Beam runner; known: DataflowRunner"),
@@ -658,7 +658,7 @@ def test_a_missing_config_and_a_python_tag_in_an_override_are_one_line_usage_err
 
 
 def test_a_teacher_stage_killed_after_a_checkpoint_goes_on_from_it(tmp_path, sst2_dir, monkeypatch):
-    """issue 46: the run keeps a killed teacher's checkpoint (its folder is not cleared) and resumes from it,
+    """The run keeps a killed teacher's checkpoint (its folder is not cleared) and resumes from it,
     when the checkpoint is of the same settings; checkpoint_steps is in no key."""
     from transferset.app import runner
 
@@ -755,7 +755,7 @@ def test_a_score_stage_killed_midway_goes_on_from_its_shards_and_one_of_other_se
                                                              "local folder, and HF_HUB_OFFLINE is set"),
     (["data=hf:nosuchorg/nosuchds"], "data=hf:nosuchorg/nosuchds:train: the dataset nosuchorg/nosuchds: not a local "
                                      "folder, and HF_HUB_OFFLINE is set"),
-    # issue 42 item 9: said "no such file"
+    # not "no such file": the hub name is what is missing
     (["test=hf:nosuchds:validation"], "test=hf:nosuchds:validation: the dataset nosuchds: not a local folder, and "
                                       "HF_HUB_OFFLINE is set"),
 ])

@@ -74,7 +74,7 @@ def test_resume_keeps_the_data_and_clears_the_rest(tmp_path):
     resumed.prepare(keep=(schema.DATA_DIR,))
     assert sorted(p.name for p in out.iterdir()) == [schema.MANIFEST_FILE, schema.DATA_DIR]
     assert (out / schema.DATA_DIR / "part-0.parquet").read_bytes() == b"rows"
-    # The kept shards are the run's own again when it finishes (issue 42: recorded by name).
+    # The kept shards are the run's own again when it finishes (recorded by name).
     (out / schema.DATA_DIR / "part-1.parquet").write_bytes(b"more rows")
     resumed.finish({})
     assert json.loads((out / schema.MANIFEST_FILE).read_text())["files"] == [
@@ -118,7 +118,7 @@ def test_an_earlier_versions_complete_layout_is_recognised_by_its_names(tmp_path
     out = tmp_path / "out"
     (out / schema.DATA_DIR).mkdir(parents=True)
     (out / schema.DATA_DIR / "part-00000.parquet").write_bytes(b"rows")
-    (out / schema.DATA_DIR / "keep.tsv").write_text("mine")  # issue 42: another's file inside that layout
+    (out / schema.DATA_DIR / "keep.tsv").write_text("mine")  # another's file inside that layout
     (out / schema.STATS_FILE).write_text("{}")
     (out / schema.COMPLETE_MARKER).write_text("")
     with pytest.raises(UserError, match=r"already holds a complete run of an earlier transferset version"):
@@ -306,7 +306,7 @@ def test_writing_finishes_a_block_that_ends_well_and_leaves_a_failed_one_unfinis
 
 
 def test_clear_deletes_what_the_record_lists_and_keeps_the_rest(tmp_path):
-    """`transferset run` clears a staged stage's URL folder this way before uploading into it (issue 42)."""
+    """`transferset run` clears a staged stage's URL folder this way before uploading into it."""
     from transferset.fs.output import clear
     import fsspec
 

@@ -234,7 +234,7 @@ def test_corrupt_safetensors_refused(tmp_path, damage):
         loading.load_classifier(path)
 
 
-# --- hub names resolved up front (issue 42 item 7) ----------------------------------------------------------
+# --- hub names resolved up front ----------------------------------------------------------
 
 @pytest.fixture
 def online_hub(monkeypatch, tmp_path):

@@ -56,7 +56,7 @@ def test_an_hf_folder_of_files_that_are_not_utf8_is_one_message(tmp_path, hub_of
                                               r"\('utf-8' codec can't decode byte 0xe9"):
             call(f"hf:{d}:train")
     with pytest.raises(SourceError, match=r"empty: no such folder \(hf:PATH:SPLIT reads a local folder"):
-        check_readable(f"hf:{tmp_path / 'empty'}:nosuch")  # issue 42: said "split 'nosuch'" after `datasets` tried
+        check_readable(f"hf:{tmp_path / 'empty'}:nosuch")  # the folder, not the split
     (tmp_path / "empty").mkdir()
     with pytest.raises(SourceError, match=r"split 'nosuch'"):
         check_readable(f"hf:{tmp_path / 'empty'}:nosuch")

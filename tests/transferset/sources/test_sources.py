@@ -185,7 +185,7 @@ def test_read_split_reports_rejects_as_a_user_error(tmp_path):
     assert "line 2: missing text column 'sentence or text'" in msg and "line 3:" in msg
 
 
-# --- the label rule (transferset.contract.labels): issue 25 item 4 ------------------------------------------------
+# --- the label rule (transferset.contract.labels) ---------------------------------------------------------------
 
 @pytest.mark.parametrize("fmt", ["tsv", "csv"])
 def test_float_like_and_negative_labels_are_rejects_that_shift_no_class(tmp_path, sst2_dir, head_tsv, fmt):

@@ -255,7 +255,7 @@ def test_a_killed_fine_tuning_resumes_from_its_checkpoint(tmp_path, tiny_teacher
 
 
 def test_a_fine_tuning_killed_mid_epoch_resumes_from_its_step_checkpoint(tmp_path, tiny_teacher, monkeypatch):
-    # issue 46: a large teacher's epoch takes hours on CPU; checkpoint_steps bounds what a kill loses
+    # a large teacher's epoch takes hours on CPU; checkpoint_steps bounds what a kill loses
     from dataclasses import replace
 
     from transferset.teacher import train as teacher_train
