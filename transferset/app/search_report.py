@@ -13,6 +13,10 @@ def _budget(doc: dict[str, Any]) -> str:
     return ", ".join(units[k].format(v) for k, v in doc["budget"].items() if v is not None)
 
 
+def _timed_on(doc: dict[str, Any]) -> str:
+    return {"onnx": ", each candidate's ONNX export timed on ONNX Runtime", "pytorch": ""}.get(doc.get("runtime"), "")
+
+
 def _rows(doc: dict[str, Any]) -> list[list[str]]:
     rows = []
     for name, c in doc["candidates"].items():
@@ -23,7 +27,8 @@ def _rows(doc: dict[str, Any]) -> list[list[str]]:
 
 def search_markdown(doc: dict[str, Any]) -> str:
     """results.md's search section."""
-    lines = ["", f"Search: budget {_budget(doc)}; chosen: {doc['chosen']} (the row `student: search`).", "",
+    lines = ["", f"Search: budget {_budget(doc)}{_timed_on(doc)}; chosen: {doc['chosen']} (the row "
+             "`student: search`).", "",
              "| " + " | ".join(HEADER) + " |", "|" + " --- |" * len(HEADER)]
     lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in _rows(doc)]
     return "\n".join(lines)
@@ -32,6 +37,6 @@ def search_markdown(doc: dict[str, Any]) -> str:
 def search_html(doc: dict[str, Any]) -> list[str]:
     """report.html's search section."""
     trs = ["<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>" for row in _rows(doc)]
-    return [f"<h2>Search</h2><p>Budget: {html.escape(_budget(doc))}. Chosen: {html.escape(doc['chosen'])}, the "
+    return [f"<h2>Search</h2><p>Budget: {html.escape(_budget(doc) + _timed_on(doc))}. Chosen: {html.escape(doc['chosen'])}, the "
             "row <i>student: search</i> above; the selection split chose it, the test split did not.</p>",
             "<table><tr>" + "".join(f"<th>{h}</th>" for h in HEADER) + "</tr>" + "".join(trs) + "</table>"]

@@ -3,7 +3,7 @@ run's one scored set (transferset/app/stages/search.py; transferset.config impor
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 from pydantic import with_config
 
@@ -48,6 +48,9 @@ class SearchConfig:
     # epochs, the best `keep` of them rungs[1] epochs (afresh: each rung's model is a normal student), and so on
     rungs: Ints = (1, 4)
     keep: Probability = 0.5  # the fraction of a rung's candidates that go on to the next (at least one)
+    # what each candidate is timed on: onnx, its ONNX export on ONNX Runtime (the path a student ships on:
+    # `transferset export`), or pytorch, the saved student as the report times students
+    runtime: Literal["onnx", "pytorch"] = "onnx"
     timing_rows: AtLeast(1) = 64  # selection rows each candidate is timed on
     timing_rounds: AtLeast(1) = 5  # interleaved rounds of the timing (the median is kept)
 

@@ -27,7 +27,7 @@ from transferset.app.stages.context import Run
 from transferset.config import StudentConfig
 from transferset.config.search import SearchConfig
 from transferset.contract import schema
-from transferset.runtime import typed
+from transferset.runtime import timing, typed
 from transferset.runtime.errors import ConfigError, UserError
 
 NAME = "search"  # the chosen student's name among the run's models
@@ -84,19 +84,24 @@ def time_candidates(r: Run, out: RunOutputs, configs: dict[str, StudentConfig], 
     """Every candidate built untrained (its tokens and initialisation as training would start), saved, timed and
     sized; the teacher timed beside them when the budget is a speed-up."""
     sc = r.cfg.search
-    models = {}
+    models, saved = {}, {}
     for name, cfg in configs.items():
-        path = fs.join(folder, "untrained", name)
-        Student.from_setup(setup(with_teacher(cfg, out), out.scored)).save_pretrained(path)
-        models[name] = path
+        saved[name] = fs.join(folder, "untrained", name)
+        Student.from_setup(setup(with_teacher(cfg, out), out.scored)).save_pretrained(saved[name])
+        models[name] = saved[name]
+        if sc.runtime == "onnx":
+            models[name] = fs.join(folder, "untrained-onnx", name)
+            r.fn.export(saved[name], models[name], format="onnx", overwrite=True)
     if sc.budget_speedup is not None:
         models["teacher"] = out.teacher
     texts = selection_texts(out.selection, r.augment.text_column)[:sc.timing_rows]
-    log(f"[search] timing {len(configs)} untrained candidates on {len(texts)} selection rows")
-    lat = model_latency(models, texts, rounds=sc.timing_rounds)["models"]
+    log(f"[search] timing {len(configs)} untrained candidates ({sc.runtime}) on {len(texts)} selection rows")
+    timed = model_latency(models, texts, rounds=sc.timing_rounds)
+    lat = timed["models"]
     teacher_ms = lat["teacher"]["latency_1"] if "teacher" in lat else None
     return {name: {"latency_1": lat[name]["latency_1"], "parameters": lat[name]["parameters"],
-                   "mb": folder_mb(models[name]), "teacher_ms": teacher_ms} for name in configs}
+                   "mb": folder_mb(saved[name]), "teacher_ms": teacher_ms, "runtime": lat[name]["runtime"],
+                   "conditions": timed["conditions"]} for name in configs}
 
 
 def with_teacher(cfg: StudentConfig, out: RunOutputs) -> StudentConfig:
@@ -146,15 +151,20 @@ def run_search(r: Run, out: RunOutputs, folder: str, log) -> dict:
             record[name]["stopped"] = "over budget: " + "; ".join(record[name]["over_budget"])
     if not alive:
         near = closest(timed, sc)
+        cond = timed[near]["conditions"]
+        busy = f"; timed on a busy machine ({timing.describe(cond)})" if cond.get("busy") else ""
         raise UserError(f"search: no candidate meets the budget; the closest is {near} "
-                        f"({'; '.join(record[near]['over_budget'])}): raise the budget or add smaller candidates")
+                        f"({'; '.join(record[near]['over_budget'])}{busy}): raise the budget or add smaller "
+                        "candidates")
     chosen = halve(r, out, configs, alive, record, log)
     source = r.path("search", "candidates", f"{chosen}-e{sc.rungs[-1]}")
     target = fs.join(folder, CHOSEN_DIR)
     fs.delete(target)
     fs.copy_tree(source, target)
     doc = {"budget": {k: getattr(sc, k) for k in ("budget_ms", "budget_mb", "budget_speedup")}, "chosen": chosen,
-           "from": source, "rungs": list(sc.rungs), "keep": sc.keep, "candidates": record}
+           "from": source, "rungs": list(sc.rungs), "keep": sc.keep, "runtime": sc.runtime,
+           "timing_conditions": record[chosen].pop("conditions"),
+           "candidates": {name: {k: v for k, v in c.items() if k != "conditions"} for name, c in record.items()}}
     fs.write_json(fs.join(folder, SEARCH_FILE), doc, indent=2)
     log(f"[search] chosen: {chosen} ({record[chosen]['latency_1']:.3g} ms, selection accuracy "
         f"{record[chosen]['selection_accuracy'][f'{sc.rungs[-1]} epochs']:.4f})")

@@ -113,7 +113,8 @@ def test_a_tiny_search_chooses_in_budget_resumes_when_killed_and_a_second_budget
     run_pipeline(_config(tmp_path, data, tiny_teacher, 1.5), log=log.append, functions=StageFunctions(student=student))
     assert len(trained) == before and any(m.startswith("[search] running") for m in log)
     results_md = (tmp_path / "run" / "results.md").read_text()
-    assert "Search: budget 1.5 MB; chosen: " in results_md and "| huge |" in results_md
+    assert "Search: budget 1.5 MB, each candidate's ONNX export timed on ONNX Runtime; chosen: " in results_md
+    assert "| huge |" in results_md
     assert "<h2>Search</h2>" in (tmp_path / "run" / "report.html").read_text()
     # a budget no candidate meets is refused, naming the closest, before any training
     with pytest.raises(UserError, match=r"search: no candidate meets the budget; the closest is (small|static)"):
