@@ -27,7 +27,7 @@ def _rows(doc: dict[str, Any]) -> list[list[str]]:
 
 def search_markdown(doc: dict[str, Any]) -> str:
     """results.md's search section."""
-    lines = ["", f"Search: budget {_budget(doc)}{_timed_on(doc)}; chosen: {doc['chosen']} (the row "
+    lines = ["", "", f"Search: budget {_budget(doc)}{_timed_on(doc)}; chosen: {doc['chosen']} (the row "
              "`student: search`).", "",
              "| " + " | ".join(HEADER) + " |", "|" + " --- |" * len(HEADER)]
     lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in _rows(doc)]

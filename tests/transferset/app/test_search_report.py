@@ -12,11 +12,11 @@ DOC = {"budget": {"budget_ms": 1.0, "budget_mb": None, "budget_speedup": 50.0}, 
 
 def test_the_markdown_section_names_the_budget_and_each_candidates_end():
     md = search_markdown(DOC).splitlines()
-    assert md[1] == "Search: budget 1 ms per example, 50x the teacher's speed; chosen: bilstm-150 (the row " \
+    assert md[:2] == ["", ""] and md[2] == "Search: budget 1 ms per example, 50x the teacher's speed; chosen: bilstm-150 (the row " \
                     "`student: search`)."
-    assert md[5] == "| bilstm-150 | 0.41 | 36.9 | 1 epochs: 80.1, 4 epochs: 83.0 | chosen: the best selection " \
+    assert md[6] == "| bilstm-150 | 0.41 | 36.9 | 1 epochs: 80.1, 4 epochs: 83.0 | chosen: the best selection " \
                     "accuracy of the last rung |"
-    assert md[7] == "| a\\|b<i> | 2.5 | 90 | - | over budget: 2.5 ms > 1 ms |"  # a pipe cannot split the row
+    assert md[8] == "| a\\|b<i> | 2.5 | 90 | - | over budget: 2.5 ms > 1 ms |"  # a pipe cannot split the row
 
 
 def test_the_html_section_escapes_names():
