@@ -18,6 +18,7 @@ from transferset.app import keys, migrate
 from transferset.app.runner import STAGE_FILE, load_config, plan_stages, resolve_data, run_pipeline
 from transferset.config import TeacherConfig
 from transferset.contract import schema
+from transferset.runtime import typed
 from transferset.runtime.errors import ConfigError
 
 TRAIN = "sentence\tlabel\n" + "".join(f"row {i} is {'good' if i % 2 else 'bad'}\t{i % 2}\n" for i in range(40))
@@ -349,7 +350,7 @@ def test_run_refuses_a_layout1_folder_then_reuses_every_stage_once_migrated(case
     after = {p: p.read_bytes() for p in (tmp_path / "run").rglob("*") if p.is_file() and p.name != ".transferset.lock"}
     assert after == before  # refused before anything was written
 
-    (tmp_path / "run" / "config.yaml").write_text(json.dumps(__import__("transferset").typed.to_dict(cfg)))
+    (tmp_path / "run" / "config.yaml").write_text(json.dumps(typed.to_dict(cfg)))
     migrate.migrate(str(tmp_path / "run"), log=lambda m: None)
     assert keys.read_layout(str(tmp_path / "run")) == keys.LAYOUT
     log = []
