@@ -175,6 +175,9 @@ def build(r: Run, out: RunOutputs) -> list[StageDef]:
     sc = r.cfg.search
     if sc is None:
         return []
+    if fs.is_remote(r.cfg.run_dir):
+        raise ConfigError(f"search: run_dir {r.cfg.run_dir} is a URL; the search saves and times its candidates in "
+                          "local folders: give a local run_dir")
     if NAME in r.cfg.students:
         raise ConfigError(f"students.{NAME}: the search's chosen student has that name; rename the student")
     configs = candidate_configs(r, sc)

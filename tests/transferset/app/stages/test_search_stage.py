@@ -42,6 +42,8 @@ def test_the_default_space_covers_the_families_and_the_search_sits_before_the_te
     assert plan.outputs.students["search"].endswith("/r/search/chosen")
     with pytest.raises(ValueError, match="students.search: the search's chosen student has that name"):
         plan_of("search.budget_ms=1", "students.search={student: static}")
+    with pytest.raises(ValueError, match="search: run_dir memory://runs/r is a URL"):
+        plan_of("search.budget_ms=1", "run_dir=memory://runs/r")
 
 
 def _config(tmp_path, data, teacher, budget_mb):
