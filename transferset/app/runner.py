@@ -25,6 +25,8 @@ from students.data.teacher_files import check_dir_setting, refuse_student_folder
 from students.losses import check as check_losses
 from transferset import fs
 from transferset.app import init as starter_init, keys, preflight
+from transferset.app.calibrate import measure_rates
+from transferset.app.estimate import Measure, plan_time
 from transferset.app.plan import RunPlan, build_plan
 from transferset.app.report import FIGURES_DIR, REPORT, RESULTS, TABLE
 from transferset.app.stages import Stage, StageDef
@@ -197,8 +199,12 @@ def run_stages(stages: Sequence[StageDef], log) -> dict[str, str]:
 
 
 def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=True),
-                 functions: StageFunctions = StageFunctions()) -> dict:
+                 functions: StageFunctions = StageFunctions(), measure: Optional[Measure] = None) -> dict:
     """Every stage of the run, each reused when current; returns the report's table and paths.
+
+    `measure` (calibrate.measure_rates, as `run` passes): the plan, each stage's rows and minutes, is printed
+    before the first stage and cut to fit `budget_minutes` (estimate.py); None: no plan unless budget_minutes
+    asks for one (then measured by calibrate.measure_rates).
 
     Selection and report never share a split: early stopping and the teacher's best epoch use the
     selection split (the carved validation rows with `validation`, else dev); the test split (the
@@ -211,6 +217,9 @@ def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=T
     preflight.check_run(cfg, files)  # the data's labels and columns, a given teacher's files
     with output_lock(cfg.run_dir, command="run"):  # one run at a time owns run_dir
         plan = plan_stages(cfg, files, functions, log)
+        if measure is not None or cfg.budget_minutes is not None:
+            cfg, _ = plan_time(cfg, files, plan.stages, plan.outputs.data, measure or measure_rates, log)
+            plan = plan_stages(cfg, files, functions, log)  # afresh: the estimate read what its settings cache
         check_links(cfg.run_dir, plan.stages)
         check_layout(cfg.run_dir, plan.stages)
         fs.makedirs(cfg.run_dir)
@@ -287,6 +296,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("overrides", nargs="*", metavar="key=value",
                         help="override settings, e.g. data=PATH teacher.epochs=1 students.distilled.epochs=3")
     starter_init.add_data_arguments(parser, required=False)
+    parser.add_argument("--budget-minutes", type=float, metavar="M",
+                        help="minutes the run may take on this machine: the transfer set and the epochs are cut to "
+                             "fit (budget_minutes)")
     budget = parser.add_argument_group("search: the most accurate student under a budget (the `search:` section)")
     for flag, unit in BUDGET_FLAGS.items():
         budget.add_argument(f"--{flag}", type=float, metavar=unit.split(":")[0], help=unit.split(": ", 1)[1])
@@ -310,9 +322,10 @@ def run(args, extra: Sequence[str]) -> int:
     data = {"data": args.data, **starter_init.data_kwargs(args)} if args.data else None
     if not args.data and any(starter_init.data_kwargs(args).values()):
         raise ConfigError("--text-column, --label-column, --dev and --test describe --data: give --data too")
-    cfg = load_config(args.config, [*args.overrides, *budget_overrides(args)], data)
+    minutes = [f"budget_minutes={args.budget_minutes}"] if getattr(args, "budget_minutes", None) is not None else []
+    cfg = load_config(args.config, [*args.overrides, *budget_overrides(args), *minutes], data)
     starter_init.check_data(cfg)  # a missing column stops the run here, naming the columns the file has
-    results = run_pipeline(cfg)
+    results = run_pipeline(cfg, measure=measure_rates)
     print(results["table"])
     print(f"\nreport: {results['report']}")
     return 0
