@@ -33,7 +33,7 @@ from transferset.data.splits import SPLIT_STATS_FILE, validation_rows
 from transferset.runtime.errors import ConfigError, UserError
 from transferset.sources import Example, SourceSpec, infer_label_names, read_source
 
-BEAM_START_S = 10.0  # a local Beam pipeline's start and finish (FnApiRunner): assumed, not measured
+BEAM_START_S = 3.0  # a local Beam pipeline's start and finish (FnApiRunner, 2 workers): assumed, not measured
 SAMPLE_ROWS = 256  # train rows the calibration runs on
 
 
@@ -56,6 +56,12 @@ class Rates:
     score_rows_s: Optional[float] = None  # rows the teacher scores per second (scoring, its evaluation)
     augment_rows_s: Optional[float] = None  # transfer rows made per second (contexts and variants), in process
     student_step_s: dict[str, float] = field(default_factory=dict)  # one step at the student's batch_size
+    teacher_fixed_s: float = 0.0  # a teacher stage's own start and end: loading the model, saving it
+    teacher_epoch_s: float = 0.0  # each epoch's checkpoint (weights and optimizer state)
+    score_fixed_s: float = 0.0  # a score stage's teacher, loaded and made ready in its worker
+    augment_fixed_s: float = 0.0  # the augment ops' models (a POS tagger, an MLM), loaded
+    student_fixed_s: dict[str, float] = field(default_factory=dict)  # a student built, and its latency timed
+    tokenize_rows_s: Optional[float] = None  # rows tokenized per second (a vocabulary made from the transfer set)
     measured: str = ""  # what was measured, in words
 
 
@@ -125,7 +131,8 @@ def teacher_estimate(name: str, tc, rows: Rows, rates: Rates) -> Estimate:
     text = f"{rows.labeled:,} rows × {tc.epochs} epochs = {steps:,} steps of {tc.batch_size}"
     if rates.teacher_step_s is None or rates.score_rows_s is None:
         return Estimate(name, text, None)
-    return Estimate(name, text, steps * rates.teacher_step_s + epochs * rows.selection / rates.score_rows_s)
+    return Estimate(name, text, rates.teacher_fixed_s + steps * rates.teacher_step_s
+                    + epochs * (rows.selection / rates.score_rows_s + rates.teacher_epoch_s))
 
 
 def student_estimate(name: str, s_cfg, transfer: int, rows: Rows, rates: Rates) -> Estimate:
@@ -134,16 +141,22 @@ def student_estimate(name: str, s_cfg, transfer: int, rows: Rows, rates: Rates) 
     seen = sum((rows.labeled if p.labeled_only else transfer) * p.epochs for p in plan)
     epochs = sum(p.epochs for p in plan)
     text = f"{seen // max(1, epochs):,} rows × {epochs} epochs = {seen:,}"
-    step = rates.student_step_s.get(name.split(".", 1)[1])
+    key = name.split(".", 1)[1]
+    step = rates.student_step_s.get(key)
     if step is None:
         return Estimate(name, text + " (not calibrated)", None)
     steps = sum(math.ceil((rows.labeled if p.labeled_only else transfer) / s_cfg.batch_size) * p.epochs
                 for p in plan)
-    return Estimate(name, text, steps * step)
+    # each epoch ends with the selection split's forward passes (about a third of a training step per batch); a
+    # vocabulary made from the transfer set reads it once first
+    evaluation = epochs * math.ceil(rows.selection / s_cfg.batch_size) * step / 3
+    vocabulary = transfer / rates.tokenize_rows_s if rates.tokenize_rows_s and (
+        s_cfg.trim_vocab or s_cfg.tokens == "words") else 0.0
+    return Estimate(name, text, rates.student_fixed_s.get(key, 0.0) + vocabulary + steps * step + evaluation)
 
 
-def _pipeline(name: str, text: str, n: int, rate: Optional[float]) -> Estimate:
-    return Estimate(name, text, None if rate is None else BEAM_START_S + n / rate)
+def _pipeline(name: str, text: str, n: int, rate: Optional[float], fixed: float = 0.0) -> Estimate:
+    return Estimate(name, text, None if rate is None else BEAM_START_S + fixed + n / rate)
 
 
 def estimate(cfg: RunConfig, stages: Sequence[StageDef], rows: Rows, rates: Rates, reused: set[str]) -> list[Estimate]:
@@ -161,12 +174,13 @@ def estimate(cfg: RunConfig, stages: Sequence[StageDef], rows: Rows, rates: Rate
         elif s.name == "augment":
             text = (f"{rows.labeled:,} labeled × {1 + a.variants_for(True)} + {rows.unlabeled:,} unlabeled × "
                     f"{1 + a.variants_for(False)} = {transfer:,} (before dedup)")
-            out.append(_pipeline(s.name, text, transfer, rates.augment_rows_s))
+            out.append(_pipeline(s.name, text, transfer, rates.augment_rows_s, rates.augment_fixed_s))
         elif s.name == "score":
             text = f"{transfer:,} rows" + (f" × {members} teachers" if members > 1 else "")
-            out.append(_pipeline(s.name, text, transfer * members, rates.score_rows_s))
+            out.append(_pipeline(s.name, text, transfer * members, rates.score_rows_s, rates.score_fixed_s * members))
         elif s.name == "dev.score":
-            out.append(_pipeline(s.name, f"{rows.selection:,} rows", rows.selection * members, rates.score_rows_s))
+            out.append(_pipeline(s.name, f"{rows.selection:,} rows", rows.selection * members, rates.score_rows_s,
+                                 rates.score_fixed_s * members))
         elif s.name == "layer_texts":
             out.append(_pipeline(s.name, f"{rows.rest:,} rows", rows.rest, rates.augment_rows_s))
         elif s.name.startswith("students."):
@@ -295,7 +309,8 @@ def plan_lines(estimates: Sequence[Estimate], rates: Rates, cuts: Sequence[str] 
         minutes = "reused" if e.reused else "not estimated" if e.seconds is None else f"{e.seconds / 60:6.1f} min"
         lines.append(f"  {e.stage:<{width}}  {minutes:>13}  {e.rows}".rstrip())
     total = f"{total_seconds(estimates) / 60:6.1f} min"
-    lines.append(f"  {'total':<{width}}  {total:>13}  at most: dedup and early stopping make it less")
+    lines.append(f"  {'total':<{width}}  {total:>13}  at most (dedup and early stopping make it less), "
+                 "the stages not estimated and the report's timing apart")
     if cuts:
         lines.append(f"cut to fit budget_minutes: {'; '.join(cuts)}")
     return lines
@@ -304,16 +319,47 @@ def plan_lines(estimates: Sequence[Estimate], rates: Rates, cuts: Sequence[str] 
 Measure = Callable[[RunConfig, Rows, set[str]], Rates]
 
 
-def plan_time(cfg: RunConfig, files: DataFiles, stages: Sequence[StageDef], data_dir: Optional[str],
-              measure: Measure, log: Callable[[str], None]) -> tuple[RunConfig, list[str]]:
+def cut_settings(cfg: RunConfig) -> dict[str, Any]:
+    """The settings a budget may cut, by name, in the order it cuts them (unlabeled_limit None: every row)."""
+    return {"augment.unlabeled_n_iter": cfg.augment.variants_for(False), "augment.n_iter": cfg.augment.n_iter,
+            "unlabeled_limit": cfg.unlabeled_limit, "teacher.epochs": cfg.teacher.epochs,
+            **{f"students.{n}.epochs": s.epochs for n, s in cfg.students.items()}}
+
+
+def earlier_cut(cfg: RunConfig, earlier: Optional[RunConfig]) -> Optional[RunConfig]:
+    """The config the last run in this folder ran when it is this one cut by the same budget (every setting a
+    budget does not cut the same): a rerun keeps those cuts, since rates measured again on a busy machine differ and
+    another cut would run its stages again."""
+    if earlier is None or cfg.budget_minutes is None or earlier.budget_minutes != cfg.budget_minutes \
+            or set(earlier.students) != set(cfg.students):
+        return None
+    e = earlier
+    same = replace(cfg, augment=replace(cfg.augment, n_iter=e.augment.n_iter, unlabeled_n_iter=e.augment.unlabeled_n_iter),
+                   unlabeled_limit=e.unlabeled_limit, teacher=replace(cfg.teacher, epochs=e.teacher.epochs),
+                   students={n: replace(s, epochs=e.students[n].epochs) for n, s in cfg.students.items()})
+    return e if same == e else None
+
+
+def plan_time(cfg: RunConfig, files: DataFiles, replan: Callable[[RunConfig], Sequence[StageDef]],
+              data_dir: Optional[str], measure: Measure, log: Callable[[str], None],
+              earlier: Optional[RunConfig] = None) -> tuple[RunConfig, list[str]]:
     """Print the plan (rows and minutes of each stage) and return the config cut to fit `budget_minutes` with the
-    cuts made. `measure(cfg, rows, will_run)`: the rates of the stages that will run (calibrate.measure_rates)."""
+    cuts made. `replan(cfg)`: the run's stages; `measure(cfg, rows, will_run)`: the rates of the stages that will run
+    (calibrate.measure_rates); `earlier`: the config the last run in the folder recorded (earlier_cut)."""
+    start = earlier_cut(cfg, earlier) or cfg
+    stages = replan(start)
     reused = current(stages)
-    rows = count_rows(cfg, files, data_dir, "data" in reused and data_dir is not None)
-    rates = measure(cfg, rows, {s.name for s in stages} - reused)
-    cuts: list[str] = []
+    rows = count_rows(start, files, data_dir, "data" in reused and data_dir is not None)
+    rates = measure(start, rows, {s.name for s in stages} - reused)
+    cut = start
     if cfg.budget_minutes is not None:
-        cfg, cuts = fit(cfg, stages, rows, rates, reused, cfg.budget_minutes)
-    for line in plan_lines(estimate(cfg, stages, rows, rates, reused), rates, cuts):
+        cut, _ = fit(start, stages, rows, rates, reused, cfg.budget_minutes)
+    before, after = cut_settings(cfg), cut_settings(cut)
+    cuts = [f"{k} {_shown(before[k])} → {_shown(after[k])}" for k in before if before[k] != after[k]]
+    for line in plan_lines(estimate(cut, stages, rows, rates, reused), rates, cuts):
         log(line)
-    return cfg, cuts
+    return cut, cuts
+
+
+def _shown(value: Any) -> str:
+    return "every row" if value is None else f"{value:,}"

@@ -217,11 +217,12 @@ def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=T
     preflight.check_run(cfg, files)  # the data's labels and columns, a given teacher's files
     with output_lock(cfg.run_dir, command="run"):  # one run at a time owns run_dir
         plan = plan_stages(cfg, files, functions, log)
-        if measure is not None or cfg.budget_minutes is not None:
-            cfg, _ = plan_time(cfg, files, plan.stages, plan.outputs.data, measure or measure_rates, log)
-            plan = plan_stages(cfg, files, functions, log)  # afresh: the estimate read what its settings cache
         check_links(cfg.run_dir, plan.stages)
         check_layout(cfg.run_dir, plan.stages)
+        if measure is not None or cfg.budget_minutes is not None:  # a cut changes keys, never folders
+            cfg, _ = plan_time(cfg, files, lambda c: plan_stages(c, files, functions, log).stages, plan.outputs.data,
+                               measure or measure_rates, log, earlier=recorded_config(cfg.run_dir))
+            plan = plan_stages(cfg, files, functions, log)  # afresh: the estimate read what its settings cache
         fs.makedirs(cfg.run_dir)
         keys.write_layout(cfg.run_dir)
         fs.write_text(fs.join(cfg.run_dir, CONFIG_FILE), yaml.safe_dump(typed.to_dict(cfg), sort_keys=False))
@@ -232,6 +233,17 @@ def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=T
         if fs.exists(results_file):  # every model's card gets the report's figures (test split, latency)
             update_run_cards(run_cards(plan.outputs), results_file)
         return result
+
+
+def recorded_config(run_dir: str) -> Optional[RunConfig]:
+    """The config the last run in `run_dir` recorded (RUN/config.yaml), None when there is none it can read."""
+    path = fs.join(run_dir, CONFIG_FILE)
+    if not fs.exists(path):
+        return None
+    try:
+        return load_raw(yaml.safe_load(fs.read_text(path)), where=path)
+    except (ConfigError, UserError, ValueError, yaml.YAMLError):
+        return None
 
 
 def check_layout(run_dir: str, stages: Sequence[StageDef]) -> None:

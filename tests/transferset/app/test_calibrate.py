@@ -19,6 +19,7 @@ def test_each_kind_that_runs_is_measured_and_said(tiny_teacher):
                           {"teacher", "augment", "score", "students.distilled"})
     assert rates.teacher_step_s > 0 and rates.score_rows_s > 0 and rates.augment_rows_s > 0
     assert set(rates.student_step_s) == {"distilled"} and rates.student_step_s["distilled"] > 0
+    assert rates.student_fixed_s["distilled"] > 0 and rates.tokenize_rows_s > 0 and rates.teacher_fixed_s > 0
     for said in ("teacher", "s/step of 8 rows", "scoring", "distilled", "augment", "measured in"):
         assert said in rates.measured
 

@@ -51,9 +51,15 @@ def test_each_stage_gets_its_rows_and_seconds_from_the_rates(tmp_path, sst2_dir)
     assert by["teacher"].seconds == pytest.approx(470 + 50) and "470 steps" in by["teacher"].rows
     assert by["augment"].rows == "3,000 labeled × 3 + 14,000 unlabeled × 1 = 23,000 (before dedup)"
     assert by["score"].seconds == pytest.approx(est.BEAM_START_S + 230)
-    # a student on gold labels alone iterates the labeled rows; a distilled one the whole transfer set
-    assert by["students.labels_only"].seconds == pytest.approx(47 * 8 * 0.1)
-    assert by["students.distilled"].seconds == pytest.approx(360 * 5 * 0.1)
+    # a student on gold labels alone iterates the labeled rows, a distilled one the whole transfer set; each epoch
+    # ends with 16 batches of the selection split, forward only (a third of a step)
+    assert by["students.labels_only"].seconds == pytest.approx(47 * 8 * 0.1 + 8 * 16 * 0.1 / 3)
+    assert by["students.distilled"].seconds == pytest.approx(360 * 5 * 0.1 + 5 * 16 * 0.1 / 3)
+    # the fixed parts measured (a student built and timed, a vocabulary read from the transfer set) add up
+    more = replace(RATES, student_fixed_s={"labels_only": 5.0}, tokenize_rows_s=2300.0)
+    by_more = {e.stage: e for e in est.estimate(cfg, stages, ROWS, more, reused={"data"})}
+    assert by_more["students.labels_only"].seconds == pytest.approx(by["students.labels_only"].seconds + 5 + 10)
+    assert by_more["students.distilled"].seconds == by["students.distilled"].seconds  # the teacher's vocabulary
     assert by["data"].reused and by["data"].seconds == 0
     lines = est.plan_lines(list(by.values()), RATES)
     assert lines[0] == "plan, estimated on this machine (given):" and "reused" in lines[1]
@@ -126,3 +132,23 @@ def test_run_prints_its_plan_before_its_first_stage_and_runs_the_cut_config(tmp_
                                              est.Rows(3000, 50, 1000), RATES, {"data"})) + 1) / 60
     run_pipeline(replace(small, budget_minutes=budget), log=log.append, functions=rec.functions(), measure=measure)
     assert rec.seen["augment"][0].n_iter == 2 and "cut to fit budget_minutes: augment.n_iter 8 → 2" in log
+
+
+def test_a_rerun_under_the_same_budget_keeps_the_cuts_the_last_run_made(tmp_path, sst2_dir):
+    """Rates measured again differ on a busy machine: another cut would run every stage again."""
+    from test_runner import RecordingStages
+
+    rates = [RATES]
+    rec, log = RecordingStages(), []
+    cfg = load_config("configs/demo.yaml", [f"run_dir={tmp_path / 'r'}", f"data={sst2_dir}", "unlabeled_rows=50",
+                                            "augment.n_iter=8"])
+    budget = (est.total_seconds(est.estimate(replace(cfg, augment=replace(cfg.augment, n_iter=2)),
+                                             plan_stages(cfg, resolve_data(cfg.data, cfg.test, cfg.dev)).stages,
+                                             est.Rows(3000, 50, 1000), RATES, {"data"})) + 1) / 60
+    cfg = replace(cfg, budget_minutes=budget)
+    run_pipeline(cfg, log=log.append, functions=rec.functions(), measure=lambda c, r, w: rates[0])
+    assert rec.seen["augment"][0].n_iter == 2
+    log.clear()
+    rates[0] = replace(RATES, teacher_step_s=0.5)  # faster now: a fresh fit would cut less
+    run_pipeline(cfg, log=log.append, functions=rec.functions(), measure=lambda c, r, w: rates[0])
+    assert not any("running →" in m for m in log) and "cut to fit budget_minutes: augment.n_iter 8 → 2" in log
