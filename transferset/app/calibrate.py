@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from typing import Callable, Optional, Sequence
 
-from transferset.app.estimate import Rates, Rows
+from transferset.app.estimate import Rates, Rows, quiet
 from transferset.augment.compose import split_words, variant_rows
 from transferset.augment.context import RowContext, contexts_for
 from transferset.config import DEFAULT_MAX_LENGTH, RunConfig
@@ -232,7 +232,8 @@ def measure_rates(cfg: RunConfig, rows: Rows, will_run: set[str]) -> Rates:
     needs_model = teacher_runs or bool({"score", "dev.score"} & will_run) or bool(students)
     if not texts or not needs_model and "augment" not in will_run:
         return Rates(measured="nothing to measure")
-    got, said = _model_rates(cfg, texts, teacher_runs, students) if needs_model else ({}, [])
+    with quiet():
+        got, said = _model_rates(cfg, texts, teacher_runs, students) if needs_model else ({}, [])
     if "augment" in will_run or "layer_texts" in will_run:
         got["augment_rows_s"], got["augment_fixed_s"] = augment_rate(cfg, texts)
         said.append(f"augment {got['augment_rows_s']:,.0f} rows/s in process")

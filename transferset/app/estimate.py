@@ -7,7 +7,8 @@ is labeled × (1 + n_iter) + unlabeled × (1 + unlabeled_n_iter), before dedup; 
 rows × epochs. Both are at most: dedup drops copies and early stopping ends a phase sooner. A stage whose folder
 holds its current key is reused and costs nothing.
 
-Cuts, in this order, each only as deep as the budget needs before the next is touched:
+Cuts, in this order, each only as deep as the budget needs before the next is touched (and, once the plan fits,
+each earlier cut given back as far as the budget allows: a deep later cut may make it needless):
 1. augment.unlabeled_n_iter, halved down to 0
 2. augment.n_iter, halved down to 1
 3. every student's epochs, one at a time down to 1
@@ -18,10 +19,12 @@ learns from it). A cut that would change the key of a stage the run reuses is ne
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
+import logging
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 from students.losses import LossWeights
 from students.schedules import phases
@@ -73,11 +76,25 @@ class Estimate:
     reused: bool = False
 
 
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """transferset's notes while the plan reads files and loads models (the labels inferred, a new head, the forward
+    path) are the stages' to say when they run."""
+    logger = logging.getLogger("transferset")
+    before = logger.level
+    logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(before)
+
+
 # --- rows ------------------------------------------------------------------------------------------
 
 def _read(path: str, cfg: RunConfig, limit: Optional[int] = None) -> tuple[list[Example], int]:
     a = cfg.augment
-    labels = infer_label_names(path, label_column=a.label_column, opener=fs.open)
+    with quiet():  # the data stage says what labels it infers
+        labels = infer_label_names(path, label_column=a.label_column, opener=fs.open)
     spec = SourceSpec(path=path, label_names=labels, text_column=a.text_column, label_column=a.label_column)
     rows = read_source(spec, opener=fs.open)
     return [r for r in itertools.islice(rows, limit) if isinstance(r, Example)], len(labels)
@@ -86,12 +103,13 @@ def _read(path: str, cfg: RunConfig, limit: Optional[int] = None) -> tuple[list[
 def count_rows(cfg: RunConfig, files: DataFiles, data_dir: Optional[str], data_current: bool) -> Rows:
     """The pools as splits.split_data makes them (its split.json when the data stage is current); a sentence
     carve drops a few more rows than this counts."""
-    sample = tuple(e.text for e in _read(files.train, cfg, SAMPLE_ROWS)[0])
     if data_current:
         s = fs.read_json(fs.join(data_dir, SPLIT_STATS_FILE))
         selection = s["validation_rows"] if cfg.validation is not None else len(_read(files.dev, cfg)[0])
+        sample = tuple(e.text for e in _read(files.train, cfg, SAMPLE_ROWS)[0])
         return Rows(s["labeled_rows"], s["unlabeled_rows"], selection, s["rest_rows"], sample)
     rows, classes = _read(files.train, cfg)
+    sample = tuple(e.text for e in rows[:SAMPLE_ROWS])
     selection = validation_rows(rows, cfg.validation.rows) if cfg.validation is not None else None
     if selection is None:
         selection = len(_read(files.dev, cfg)[0]) if files.dev else 0
@@ -216,31 +234,35 @@ def halvings(value: int, floor: int) -> list[int]:
     return out
 
 
-def _augment(key: str) -> Callable[[RunConfig, Any], RunConfig]:
-    return lambda c, v: replace(c, augment=replace(c.augment, **{key: v}))
+def _augment(key: str, original: Any) -> Callable[[RunConfig, Any], RunConfig]:
+    return lambda c, v: replace(c, augment=replace(c.augment, **{key: original if v is None else v}))
 
 
 def levers(cfg: RunConfig, stages: Sequence[StageDef], rows: Rows) -> list[Lever]:
-    """The cuts, in the order they are made (the module's docstring says why)."""
+    """The cuts, in the order they are made (the module's docstring says why); a lever applied with None gives the
+    setting back its value in `cfg`."""
     a = cfg.augment
     names = [s.name for s in stages]
     trained = tuple(s.name for s in stages if s.run is not None and (s.name == "teacher" or s.kind == "teacher"))
     students = tuple(n for n in names if n.startswith("students."))
-    epochs = max((s.epochs for s in cfg.students.values()), default=1)
+    given = {n: s.epochs for n, s in cfg.students.items()}
+    epochs = max(given.values(), default=1)
 
-    def student_epochs(c: RunConfig, e: int) -> RunConfig:
-        return replace(c, students={n: replace(s, epochs=min(s.epochs, e)) for n, s in c.students.items()})
+    def student_epochs(c: RunConfig, e: Optional[int]) -> RunConfig:
+        return replace(c, students={n: replace(s, epochs=given[n] if e is None else min(given[n], e))
+                                    for n, s in c.students.items()})
 
     out = [Lever("augment.unlabeled_n_iter", a.variants_for(False), halvings(a.variants_for(False), 0),
-                 _augment("unlabeled_n_iter"), ("augment",)),
-           Lever("augment.n_iter", a.n_iter, halvings(a.n_iter, 1), _augment("n_iter"), ("augment",)),
+                 _augment("unlabeled_n_iter", a.unlabeled_n_iter), ("augment",)),
+           Lever("augment.n_iter", a.n_iter, halvings(a.n_iter, 1), _augment("n_iter", a.n_iter), ("augment",)),
            Lever("students' epochs", epochs, list(range(epochs - 1, 0, -1)), student_epochs, students)]
     if splits_train(cfg) and rows.unlabeled:
         out.append(Lever("unlabeled rows", rows.unlabeled, halvings(rows.unlabeled, 0),
-                         lambda c, v: replace(c, unlabeled_limit=v), ("data",)))
+                         lambda c, v: replace(c, unlabeled_limit=cfg.unlabeled_limit if v is None else v), ("data",)))
     if trained:
         out.append(Lever("teacher.epochs", cfg.teacher.epochs, list(range(cfg.teacher.epochs - 1, 0, -1)),
-                         lambda c, v: replace(c, teacher=replace(c.teacher, epochs=v)), trained))
+                         lambda c, v: replace(c, teacher=replace(c.teacher, epochs=cfg.teacher.epochs if v is None
+                                                                 else v)), trained))
     return out
 
 
@@ -255,22 +277,29 @@ def downstream(stages: Sequence[StageDef], names: Sequence[str]) -> set[str]:
 
 def fit(cfg: RunConfig, stages: Sequence[StageDef], rows: Rows, rates: Rates, reused: set[str],
         budget_minutes: float) -> tuple[RunConfig, list[str]]:
-    """`cfg` cut to fit the budget, and each cut in words; refuses (ConfigError) when the smallest plan does not fit.
-    A lever whose cut would change a reused stage's key is left as it is."""
+    """`cfg` cut to fit the budget, and each cut as first made in words (plan_time says the cuts that stay);
+    refuses (ConfigError) when the smallest plan does not fit. A lever whose cut would change a reused stage's key
+    is left as it is."""
     def seconds(c: RunConfig) -> float:
         return total_seconds(estimate(c, stages, rows, rates, reused))
 
     budget = budget_minutes * 60
     cuts: list[str] = []
+    used: list[Lever] = []
     for lever in levers(cfg, stages, rows):
         if seconds(cfg) <= budget:
-            return cfg, cuts
+            break
         if not lever.values or downstream(stages, lever.stages) & reused:
             continue
         chosen = next((v for v in lever.values if seconds(lever.apply(cfg, v)) <= budget), lever.values[-1])
         cfg = lever.apply(cfg, chosen)
         cuts.append(f"{lever.name} {lever.now:,} → {chosen:,}")
+        used.append(lever)
     if seconds(cfg) <= budget:
+        # a later, deeper cut may have made an earlier one needless: give each back as much as the budget allows,
+        # the one cut last first (the later a lever comes in the order, the more it is worth)
+        for lever in reversed(used[:-1]):
+            cfg = next(c for c in (*(lever.apply(cfg, v) for v in (None, *lever.values)), cfg) if seconds(c) <= budget)
         return cfg, cuts
     made = "; ".join(cuts) or "nothing it may cut"
     raise ConfigError(f"budget_minutes={budget_minutes:g}: even the smallest plan ({made}) takes about "

@@ -152,3 +152,14 @@ def test_a_rerun_under_the_same_budget_keeps_the_cuts_the_last_run_made(tmp_path
     rates[0] = replace(RATES, teacher_step_s=0.5)  # faster now: a fresh fit would cut less
     run_pipeline(cfg, log=log.append, functions=rec.functions(), measure=lambda c, r, w: rates[0])
     assert not any("running →" in m for m in log) and "cut to fit budget_minutes: augment.n_iter 8 → 2" in log
+
+
+def test_a_deep_later_cut_gives_the_earlier_cuts_back_as_far_as_the_budget_allows(tmp_path, sst2_dir):
+    """A slow teacher: cutting its epochs is what it takes, and the unlabeled rows it first cut to none come back."""
+    cfg, stages = _demo(tmp_path, sst2_dir)
+    slow = replace(RATES, teacher_step_s=10.0)
+    three = replace(cfg, teacher=replace(cfg.teacher, epochs=3))
+    budget = est.total_seconds(est.estimate(three, stages, ROWS, slow, set())) / 60 + 1e-3
+    cut, cuts = est.fit(cfg, stages, ROWS, slow, set(), budget)
+    assert "unlabeled rows 14,000 → 0" in cuts and cut.teacher.epochs < 5  # the forward pass went that deep
+    assert cut.unlabeled_limit != 0 and est.total_seconds(est.estimate(cut, stages, ROWS, slow, set())) <= budget * 60
