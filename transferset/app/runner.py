@@ -25,6 +25,8 @@ from students.data.teacher_files import check_dir_setting, refuse_student_folder
 from students.losses import check as check_losses
 from transferset import fs
 from transferset.app import init as starter_init, keys, preflight
+from transferset.app.calibrate import measure_rates
+from transferset.app.estimate import Measure, plan_time
 from transferset.app.plan import RunPlan, build_plan
 from transferset.app.report import FIGURES_DIR, REPORT, RESULTS, TABLE
 from transferset.app.stages import Stage, StageDef
@@ -197,8 +199,12 @@ def run_stages(stages: Sequence[StageDef], log) -> dict[str, str]:
 
 
 def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=True),
-                 functions: StageFunctions = StageFunctions()) -> dict:
+                 functions: StageFunctions = StageFunctions(), measure: Optional[Measure] = None) -> dict:
     """Every stage of the run, each reused when current; returns the report's table and paths.
+
+    `measure` (calibrate.measure_rates, as `run` passes): the plan, each stage's rows and minutes, is printed
+    before the first stage and cut to fit `budget_minutes` (estimate.py); None: no plan unless budget_minutes
+    asks for one (then measured by calibrate.measure_rates).
 
     Selection and report never share a split: early stopping and the teacher's best epoch use the
     selection split (the carved validation rows with `validation`, else dev); the test split (the
@@ -213,6 +219,10 @@ def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=T
         plan = plan_stages(cfg, files, functions, log)
         check_links(cfg.run_dir, plan.stages)
         check_layout(cfg.run_dir, plan.stages)
+        if measure is not None or cfg.budget_minutes is not None:  # a cut changes keys, never folders
+            cfg, _ = plan_time(cfg, files, lambda c: plan_stages(c, files, functions, log).stages, plan.outputs.data,
+                               measure or measure_rates, log, earlier=recorded_config(cfg.run_dir))
+            plan = plan_stages(cfg, files, functions, log)  # afresh: the estimate read what its settings cache
         fs.makedirs(cfg.run_dir)
         keys.write_layout(cfg.run_dir)
         fs.write_text(fs.join(cfg.run_dir, CONFIG_FILE), yaml.safe_dump(typed.to_dict(cfg), sort_keys=False))
@@ -223,6 +233,17 @@ def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=T
         if fs.exists(results_file):  # every model's card gets the report's figures (test split, latency)
             update_run_cards(run_cards(plan.outputs), results_file)
         return result
+
+
+def recorded_config(run_dir: str) -> Optional[RunConfig]:
+    """The config the last run in `run_dir` recorded (RUN/config.yaml), None when there is none it can read."""
+    path = fs.join(run_dir, CONFIG_FILE)
+    if not fs.exists(path):
+        return None
+    try:
+        return load_raw(yaml.safe_load(fs.read_text(path)), where=path)
+    except (ConfigError, UserError, ValueError, yaml.YAMLError):
+        return None
 
 
 def check_layout(run_dir: str, stages: Sequence[StageDef]) -> None:
@@ -287,6 +308,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("overrides", nargs="*", metavar="key=value",
                         help="override settings, e.g. data=PATH teacher.epochs=1 students.distilled.epochs=3")
     starter_init.add_data_arguments(parser, required=False)
+    parser.add_argument("--budget-minutes", type=float, metavar="M",
+                        help="minutes the run may take on this machine: the transfer set and the epochs are cut to "
+                             "fit (budget_minutes)")
     budget = parser.add_argument_group("search: the most accurate student under a budget (the `search:` section)")
     for flag, unit in BUDGET_FLAGS.items():
         budget.add_argument(f"--{flag}", type=float, metavar=unit.split(":")[0], help=unit.split(": ", 1)[1])
@@ -310,9 +334,10 @@ def run(args, extra: Sequence[str]) -> int:
     data = {"data": args.data, **starter_init.data_kwargs(args)} if args.data else None
     if not args.data and any(starter_init.data_kwargs(args).values()):
         raise ConfigError("--text-column, --label-column, --dev and --test describe --data: give --data too")
-    cfg = load_config(args.config, [*args.overrides, *budget_overrides(args)], data)
+    minutes = [f"budget_minutes={args.budget_minutes}"] if getattr(args, "budget_minutes", None) is not None else []
+    cfg = load_config(args.config, [*args.overrides, *budget_overrides(args), *minutes], data)
     starter_init.check_data(cfg)  # a missing column stops the run here, naming the columns the file has
-    results = run_pipeline(cfg)
+    results = run_pipeline(cfg, measure=measure_rates)
     print(results["table"])
     print(f"\nreport: {results['report']}")
     return 0

@@ -341,6 +341,10 @@ class RunConfig:
     compress: CompressConfig = field(default_factory=CompressConfig)
     # the most accurate student under a budget (transferset/app/stages/search.py); None: no search
     search: Optional[SearchConfig] = None
+    # minutes the run may take on this machine (`run --budget-minutes`): when the plan's estimate is longer, the
+    # transfer set's variants, the students' epochs, the unlabeled rows and the teacher's epochs are cut to fit,
+    # in that order (transferset/app/estimate.py); None: no limit
+    budget_minutes: Optional[Positive] = None
 
     def __post_init__(self):
         if self.lowres is not None and self.unlabeled_rows is not None:

@@ -1,0 +1,35 @@
+"""The rates of the plan (transferset/app/calibrate.py), measured on a tiny teacher: each kind of stage that runs
+gets its rate, the others none, and the plan says what was measured."""
+from __future__ import annotations
+
+from transferset.app.calibrate import measure_rates
+from transferset.app.estimate import Rows
+from transferset.app.runner import load_config
+
+TEXTS = tuple(f"the film was {'very ' * (i % 7)}good and not boring" for i in range(40))
+
+
+def _cfg(tiny_teacher, *overrides):
+    return load_config("configs/demo.yaml", [f"teacher.model={tiny_teacher}", "teacher.batch_size=8",
+                                             "students.distilled.batch_size=8", "augment.ops=mask,ngram", *overrides])
+
+
+def test_each_kind_that_runs_is_measured_and_said(tiny_teacher):
+    rates = measure_rates(_cfg(tiny_teacher), Rows(100, 0, 10, sample=TEXTS),
+                          {"teacher", "augment", "score", "students.distilled"})
+    assert rates.teacher_step_s > 0 and rates.score_rows_s > 0 and rates.augment_rows_s > 0
+    assert set(rates.student_step_s) == {"distilled"} and rates.student_step_s["distilled"] > 0
+    assert rates.student_fixed_s["distilled"] > 0 and rates.tokenize_rows_s > 0 and rates.teacher_fixed_s > 0
+    for said in ("teacher", "s/step of 8 rows", "scoring", "distilled", "augment", "measured in"):
+        assert said in rates.measured
+
+
+def test_what_is_reused_is_not_measured(tiny_teacher):
+    rates = measure_rates(_cfg(tiny_teacher), Rows(100, 0, 10, sample=TEXTS), {"students.distilled"})
+    assert rates.teacher_step_s is None and rates.augment_rows_s is None and set(rates.student_step_s) == {"distilled"}
+    assert measure_rates(_cfg(tiny_teacher), Rows(100, 0, 10, sample=TEXTS), set()).measured == "nothing to measure"
+
+
+def test_a_transformer_student_is_not_calibrated(tiny_teacher):
+    cfg = _cfg(tiny_teacher, "students.distilled.student=transformer", "students.distilled.preset=null")
+    assert measure_rates(cfg, Rows(100, 0, 10, sample=TEXTS), {"students.distilled"}).student_step_s == {}

@@ -1,0 +1,165 @@
+"""The plan `run` prints before its first stage (transferset/app/estimate.py): the rows it counts, the minutes from
+given rates, the cuts a budget makes in their order and their message, the refusal, and the plan printed first."""
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from transferset.app import estimate as est
+from transferset.app.runner import load_config, plan_stages, resolve_data, run_pipeline
+from transferset.data.splits import split_data
+from transferset.runtime.errors import ConfigError
+
+RATES = est.Rates(teacher_step_s=1.0, score_rows_s=100.0, augment_rows_s=1000.0,
+                  student_step_s={"distilled": 0.1, "labels_only": 0.1}, measured="given")
+ROWS = est.Rows(labeled=3000, unlabeled=14000, selection=1000)
+
+
+def _demo(tmp_path, data, *overrides):
+    cfg = load_config("configs/demo.yaml", [f"run_dir={tmp_path / 'r'}", f"data={data}", *overrides])
+    return cfg, plan_stages(cfg, resolve_data(cfg.data, cfg.test, cfg.dev)).stages
+
+
+def test_the_rows_counted_before_the_run_are_those_the_data_stage_splits(tmp_path, sst2_dir, head_tsv):
+    folder = tmp_path / "d"
+    folder.mkdir()
+    head_tsv(sst2_dir / "train.tsv", folder / "train.tsv", 600)
+    head_tsv(sst2_dir / "dev.tsv", folder / "dev.tsv", 50)
+    cfg, _ = _demo(tmp_path, folder, "validation={rows: 100, by: row}", "labeled_limit=200", "unlabeled_rows=150",
+                   "augment.n_iter=3", "augment.unlabeled_n_iter=1")
+    files = resolve_data(cfg.data, cfg.test, cfg.dev)
+    rows = est.count_rows(cfg, files, None, False)
+    split_data(files.train, str(tmp_path / "split"), cfg)
+    stats = json.loads((tmp_path / "split" / "split.json").read_text())
+    counted = (rows.labeled, rows.unlabeled, rows.selection, rows.rest)
+    assert counted == (stats["labeled_rows"], stats["unlabeled_rows"], stats["validation_rows"], stats["rest_rows"])
+    assert counted[:3] == (200, 150, 100) and len(rows.sample) == est.SAMPLE_ROWS
+    # once the data stage is current, its split.json is read
+    again = est.count_rows(cfg, files, str(tmp_path / "split"), True)
+    assert (again.labeled, again.unlabeled, again.selection, again.rest) == counted
+    # the transfer set before dedup: each row and its variants
+    assert est.transfer_rows(cfg, rows) == 200 * (1 + 3) + 150 * (1 + 1)
+    assert est.transfer_rows(replace(cfg, augment=replace(cfg.augment, unlabeled_n_iter=None)), rows) == 200 * 4 + 150 * 4
+
+
+def test_each_stage_gets_its_rows_and_seconds_from_the_rates(tmp_path, sst2_dir):
+    cfg, stages = _demo(tmp_path, sst2_dir)
+    by = {e.stage: e for e in est.estimate(cfg, stages, ROWS, RATES, reused={"data"})}
+    # 3,000 rows of 32 → 94 steps × 5 epochs at 1 s, and 5 evaluations of 1,000 rows at 100 rows/s
+    assert by["teacher"].seconds == pytest.approx(470 + 50) and "470 steps" in by["teacher"].rows
+    assert by["augment"].rows == "3,000 labeled × 3 + 14,000 unlabeled × 1 = 23,000 (before dedup)"
+    assert by["score"].seconds == pytest.approx(est.BEAM_START_S + 230)
+    # a student on gold labels alone iterates the labeled rows, a distilled one the whole transfer set; each epoch
+    # ends with 16 batches of the selection split, forward only (a third of a step)
+    assert by["students.labels_only"].seconds == pytest.approx(47 * 8 * 0.1 + 8 * 16 * 0.1 / 3)
+    assert by["students.distilled"].seconds == pytest.approx(360 * 5 * 0.1 + 5 * 16 * 0.1 / 3)
+    # the fixed parts measured (a student built and timed, a vocabulary read from the transfer set) add up
+    more = replace(RATES, student_fixed_s={"labels_only": 5.0}, tokenize_rows_s=2300.0)
+    by_more = {e.stage: e for e in est.estimate(cfg, stages, ROWS, more, reused={"data"})}
+    assert by_more["students.labels_only"].seconds == pytest.approx(by["students.labels_only"].seconds + 5 + 10)
+    assert by_more["students.distilled"].seconds == by["students.distilled"].seconds  # the teacher's vocabulary
+    assert by["data"].reused and by["data"].seconds == 0
+    lines = est.plan_lines(list(by.values()), RATES)
+    assert lines[0] == "plan, estimated on this machine (given):" and "reused" in lines[1]
+
+
+def _total(cfg, stages, reused=frozenset()):
+    return est.total_seconds(est.estimate(cfg, stages, ROWS, RATES, set(reused)))
+
+
+def test_a_budget_cuts_the_variants_first_and_only_as_deep_as_it_needs(tmp_path, sst2_dir):
+    cfg, stages = _demo(tmp_path, sst2_dir, "augment.n_iter=4", "augment.unlabeled_n_iter=4")
+    one_cut = replace(cfg, augment=replace(cfg.augment, unlabeled_n_iter=2))
+    cut, cuts = est.fit(cfg, stages, ROWS, RATES, set(), (_total(one_cut, stages) + 1e-3) / 60)
+    assert cuts == ["augment.unlabeled_n_iter 4 → 2"] and cut.augment == one_cut.augment
+    assert est.fit(cfg, stages, ROWS, RATES, set(), _total(cfg, stages) / 60 + 1) == (cfg, [])
+    # deeper: no unlabeled variants, one per labeled row, the students' epochs, then half the unlabeled rows
+    deep = replace(cfg, augment=replace(cfg.augment, unlabeled_n_iter=0, n_iter=1), unlabeled_limit=7000,
+                   students={n: replace(s, epochs=1) for n, s in cfg.students.items()})
+    cut, cuts = est.fit(cfg, stages, ROWS, RATES, set(), (_total(deep, stages) + 1e-3) / 60)
+    assert cuts == ["augment.unlabeled_n_iter 4 → 0", "augment.n_iter 4 → 1", "students' epochs 8 → 1",
+                    "unlabeled rows 14,000 → 7,000"]
+    assert cut.teacher.epochs == 5 and cut.unlabeled_limit == 7000
+    assert est.plan_lines(est.estimate(cut, stages, ROWS, RATES, set()), RATES, cuts)[-1] == \
+        "cut to fit budget_minutes: " + "; ".join(cuts)
+
+
+def test_a_budget_the_smallest_plan_cannot_meet_is_refused_with_the_minimum(tmp_path, sst2_dir):
+    cfg, stages = _demo(tmp_path, sst2_dir)
+    with pytest.raises(ConfigError, match=r"^budget_minutes=0.5: even the smallest plan \(augment.n_iter 2 → 1; "
+                                          r".*teacher.epochs 5 → 1\) takes about .* give at least \d+, or fewer rows$"):
+        est.fit(cfg, stages, ROWS, RATES, set(), 0.5)
+
+
+def test_a_cut_never_changes_the_key_of_a_stage_the_run_reuses(tmp_path, sst2_dir):
+    cfg, stages = _demo(tmp_path, sst2_dir)
+    reused = {"data", "teacher", "augment", "score", "dev", "dev.score"}
+    budget = (_total(cfg, stages, reused) - 1) / 60
+    cut, cuts = est.fit(cfg, stages, ROWS, RATES, reused, budget)
+    assert [c.split(" ")[0] for c in cuts] == ["students'"]  # the variants, rows and teacher are reused
+    assert cut.augment == cfg.augment and cut.teacher == cfg.teacher
+
+
+def test_run_prints_its_plan_before_its_first_stage_and_runs_the_cut_config(tmp_path, sst2_dir):
+    from test_runner import RecordingStages
+
+    measured = []
+
+    def measure(cfg, rows, will_run):
+        measured.append(set(will_run))
+        return RATES
+
+    rec, log = RecordingStages(), []
+    cfg = load_config("configs/demo.yaml", [f"run_dir={tmp_path / 'r'}", f"data={sst2_dir}", "unlabeled_rows=50",
+                                            "augment.n_iter=8"])
+    run_pipeline(cfg, log=log.append, functions=rec.functions(), measure=measure)
+    first_stage = next(i for i, m in enumerate(log) if "running →" in m)
+    plan = next(i for i, m in enumerate(log) if m.startswith("plan, estimated on this machine (given)"))
+    assert plan < first_stage and any(m.strip().startswith("teacher") and "min" in m for m in log[plan:first_stage])
+    assert {"teacher", "augment", "score", "students.distilled"} <= measured[0]
+    # again: every stage is current, the plan says so and measures nothing it would not run
+    log.clear()
+    run_pipeline(cfg, log=log.append, functions=rec.functions(), measure=measure)
+    assert [m.split()[-1] for m in log if m.startswith("  teacher") or m.startswith("  augment")] == ["reused"] * 2
+    assert "teacher" not in measured[1] and "augment" not in measured[1]
+    # a budget in a fresh folder: the run's augment stage makes the cut transfer set
+    rec, log = RecordingStages(), []
+    small = replace(cfg, run_dir=str(tmp_path / "b"))
+    budget = (est.total_seconds(est.estimate(replace(small, augment=replace(small.augment, n_iter=2)),
+                                             plan_stages(small, resolve_data(small.data, small.test, small.dev)).stages,
+                                             est.Rows(3000, 50, 1000), RATES, {"data"})) + 1) / 60
+    run_pipeline(replace(small, budget_minutes=budget), log=log.append, functions=rec.functions(), measure=measure)
+    assert rec.seen["augment"][0].n_iter == 2 and "cut to fit budget_minutes: augment.n_iter 8 → 2" in log
+
+
+def test_a_rerun_under_the_same_budget_keeps_the_cuts_the_last_run_made(tmp_path, sst2_dir):
+    """Rates measured again differ on a busy machine: another cut would run every stage again."""
+    from test_runner import RecordingStages
+
+    rates = [RATES]
+    rec, log = RecordingStages(), []
+    cfg = load_config("configs/demo.yaml", [f"run_dir={tmp_path / 'r'}", f"data={sst2_dir}", "unlabeled_rows=50",
+                                            "augment.n_iter=8"])
+    budget = (est.total_seconds(est.estimate(replace(cfg, augment=replace(cfg.augment, n_iter=2)),
+                                             plan_stages(cfg, resolve_data(cfg.data, cfg.test, cfg.dev)).stages,
+                                             est.Rows(3000, 50, 1000), RATES, {"data"})) + 1) / 60
+    cfg = replace(cfg, budget_minutes=budget)
+    run_pipeline(cfg, log=log.append, functions=rec.functions(), measure=lambda c, r, w: rates[0])
+    assert rec.seen["augment"][0].n_iter == 2
+    log.clear()
+    rates[0] = replace(RATES, teacher_step_s=0.5)  # faster now: a fresh fit would cut less
+    run_pipeline(cfg, log=log.append, functions=rec.functions(), measure=lambda c, r, w: rates[0])
+    assert not any("running →" in m for m in log) and "cut to fit budget_minutes: augment.n_iter 8 → 2" in log
+
+
+def test_a_deep_later_cut_gives_the_earlier_cuts_back_as_far_as_the_budget_allows(tmp_path, sst2_dir):
+    """A slow teacher: cutting its epochs is what it takes, and the unlabeled rows it first cut to none come back."""
+    cfg, stages = _demo(tmp_path, sst2_dir)
+    slow = replace(RATES, teacher_step_s=10.0)
+    three = replace(cfg, teacher=replace(cfg.teacher, epochs=3))
+    budget = est.total_seconds(est.estimate(three, stages, ROWS, slow, set())) / 60 + 1e-3
+    cut, cuts = est.fit(cfg, stages, ROWS, slow, set(), budget)
+    assert "unlabeled rows 14,000 → 0" in cuts and cut.teacher.epochs < 5  # the forward pass went that deep
+    assert cut.unlabeled_limit != 0 and est.total_seconds(est.estimate(cut, stages, ROWS, slow, set())) <= budget * 60

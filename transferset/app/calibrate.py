@@ -1,0 +1,241 @@
+"""The rates behind the plan's minutes (transferset/app/estimate.py), measured here on the run's own first train
+rows in a few seconds per kind, and only for the kinds of stage that will run: a few optimizer steps of the
+teacher at its batch size and max_length, a few scoring batches of it, the augment ops' contexts and variants
+in this process, a few steps of each BiLSTM or static student. A transformer student is not calibrated (its
+stage says so)."""
+from __future__ import annotations
+
+import time
+from typing import Callable, Optional, Sequence
+
+from transferset.app.estimate import Rates, Rows, quiet
+from transferset.augment.compose import split_words, variant_rows
+from transferset.augment.context import RowContext, contexts_for
+from transferset.config import DEFAULT_MAX_LENGTH, RunConfig
+from transferset.models import loading
+from transferset.runtime.threads import torch_threads
+from transferset.runtime.timing import ROUNDS
+
+STEPS = 3  # timed optimizer steps per model (a short, a middle and a long batch), after one untimed step
+SCORE_ROWS = 256  # rows timed through the teacher's scoring forward pass
+LATENCY_ROWS = 16  # rows a student predicts one at a time, for the latency its metrics time
+
+
+def _chunks(tokenizer, texts: Sequence[str], batch_size: int, max_length: int) -> list[list[str]]:
+    """The texts sorted by tokens, cut into batches: the trainers put rows of similar lengths in one batch (the
+    teacher's length_grouped, the students' buffer), so a step costs its batch's longest row."""
+    lengths = [len(ids) for ids in tokenizer(list(texts), truncation=True, max_length=max_length)["input_ids"]]
+    ordered = [t for _, t in sorted(zip(lengths, texts), key=lambda p: p[0])]
+    ordered = (ordered * (batch_size // max(1, len(ordered)) + 1))[:max(batch_size, len(ordered))]
+    return [ordered[i:i + batch_size] for i in range(0, len(ordered) - batch_size + 1, batch_size)]
+
+
+def per_step(run: Callable[[list[str]], None], chunks: list[list[str]], tokens: Callable[[list[str]], int]) -> float:
+    """Seconds of an average step over `chunks` (every batch of the sample): a middle batch untimed, then a short,
+    a middle and a long one timed, and seconds = a + b × padded tokens fitted to them (their mean ratio when the
+    fit says a cost falls with length: noise on a busy machine)."""
+    picks = [chunks[len(chunks) // 2], chunks[0], chunks[len(chunks) // 2], chunks[-1]]
+    run(picks[0])
+    xs, ys = [], []
+    for batch in picks[1:]:
+        t0 = time.perf_counter()
+        run(batch)
+        ys.append(time.perf_counter() - t0)
+        xs.append(tokens(batch))
+    mean_tokens = sum(tokens(c) for c in chunks) / len(chunks)
+    n, sx, sy = len(xs), sum(xs), sum(ys)
+    spread = sum((x - sx / n) ** 2 for x in xs)
+    b = sum((x - sx / n) * (y - sy / n) for x, y in zip(xs, ys)) / spread if spread else -1.0
+    a = sy / n - b * sx / n
+    return a + b * mean_tokens if a >= 0 and b >= 0 else sy / sx * mean_tokens
+
+
+def _padded(tokenizer, max_length: int) -> Callable[[list[str]], int]:
+    def tokens(batch: list[str]) -> int:
+        return len(batch) * max(len(ids) for ids in tokenizer(batch, truncation=True, max_length=max_length)["input_ids"])
+    return tokens
+
+
+def teacher_step(model, tokenizer, texts: Sequence[str], batch_size: int, max_length: int) -> tuple[float, float]:
+    """Seconds per optimizer step of the teacher's fine-tuning (AdamW, fused, as teacher/train.py), and of writing
+    its checkpoint (weights and optimizer state: once per epoch)."""
+    import tempfile
+
+    import torch
+
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5, fused=True)
+    model.train()
+
+    def step(batch: list[str]) -> None:
+        enc = tokenizer(batch, truncation=True, max_length=max_length, padding=True, return_tensors="pt")
+        out = model(**enc, labels=torch.zeros(enc["input_ids"].shape[0], dtype=torch.long))
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad()
+
+    seconds = per_step(step, _chunks(tokenizer, texts, batch_size, max_length), _padded(tokenizer, max_length))
+    model.eval()
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict()}, f"{tmp}/state.pt")
+        return seconds, time.perf_counter() - t0
+
+
+def score_rate(model, tokenizer, cfg: RunConfig, texts: Sequence[str]) -> tuple[float, float]:
+    """Rows per second through transferset.teacher.scoring.Teacher, the score stage's forward pass on the threads
+    the stage gives each worker (oversubscribed threads are several times slower on a busy machine), and the
+    seconds the Teacher takes to make (its padding-free path built and checked), as each score stage does."""
+    from pipelines.runtime import pipeline_options
+    from pipelines.score import default_threads
+    from transferset.teacher.scoring import Teacher
+
+    s = cfg.score
+    threads = s.torch_threads or default_threads(pipeline_options(cfg.beam))
+    t0 = time.perf_counter()
+    teacher = Teacher(model, tokenizer, pooling=s.hidden, layers=s.layers, forward=s.forward,
+                      max_length=s.max_length or cfg.teacher.max_length, forward_rows=s.forward_rows,
+                      forward_tokens=s.forward_tokens)
+    made = time.perf_counter() - t0
+    rows = (list(texts) * (SCORE_ROWS // max(1, len(texts)) + 1))[:SCORE_ROWS]
+    with torch_threads(threads):
+        teacher.predict(rows[:16])
+        t0 = time.perf_counter()
+        teacher.predict(rows)
+        return len(rows) / (time.perf_counter() - t0), made
+
+
+def augment_rate(cfg: RunConfig, texts: Sequence[str]) -> tuple[float, float]:
+    """Transfer rows (originals and variants) made per second by the augment ops and their contexts, in this
+    process, and the seconds their contexts' models (a POS tagger, an MLM) take to load, apart."""
+    a = cfg.augment
+    words = [split_words(t) for t in texts]
+    contexts = contexts_for(a.ops) if a.makes_variants else []
+    t0 = time.perf_counter()
+    models = {c.name: c.load(a) for c in contexts if isinstance(c, RowContext)}
+    load_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    row_ctx: list[dict] = [{} for _ in words]
+    corpus = {}
+    for c in contexts:
+        if isinstance(c, RowContext):
+            for d, v in zip(row_ctx, c.compute(models[c.name], words, a)):
+                d[c.name] = v
+        else:
+            acc = c.create()
+            for w, d in zip(words, row_ctx):
+                acc = c.add(acc, w, d)
+            corpus[c.name] = c.build(acc)
+    made = 0
+    for i, text in enumerate(texts):
+        made += 1 + sum(1 for _ in variant_rows(str(i), text, None, cfg=a, context={**row_ctx[i], **corpus}))
+    return made / max(time.perf_counter() - t0, 1e-6), load_s
+
+
+def student_step(s_cfg, tokenizer, texts: Sequence[str], hidden_width: int, max_length: int
+                 ) -> Optional[tuple[float, float]]:
+    """Seconds per optimizer step of a BiLSTM or static student at its batch size, built as its family builds it
+    on the teacher's vocabulary (its embeddings fixed or learning as training holds them), and its stage's own
+    seconds besides the epochs: building it, and the latency its metrics time (latency_examples rows at batch 1,
+    timing.ROUNDS rounds). None for other families."""
+    import torch
+
+    from students.families import bilstm, model_values, static
+
+    t0 = time.perf_counter()
+    fixed = {"vocab_size": len(tokenizer), "num_classes": 2, "pad_id": tokenizer.pad_token_id or 0}
+    if s_cfg.student == "bilstm":
+        defaults = {"head_dim": hidden_width, **(bilstm.PRESETS.get(s_cfg.preset or "", {}))}
+        model = bilstm.BiLSTM(bilstm.BiLSTMConfig(**model_values(defaults, s_cfg, bilstm.config_fields(), "BiLSTM",
+                                                                 fixed)))
+    elif s_cfg.student == "static":
+        model = static.Static(static.StaticConfig(**model_values({}, s_cfg, static.config_fields(), "static", fixed)))
+    else:
+        return None
+    built_s = time.perf_counter() - t0
+    if s_cfg.frozen_embeddings():
+        model.embed.weight.requires_grad_(False)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+
+    def step(batch: list[str]) -> None:
+        enc = tokenizer(batch, truncation=True, max_length=max_length, padding=True, return_tensors="pt")
+        out = model(enc["input_ids"], enc["attention_mask"])
+        out["logits"].pow(2).mean().backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad()
+
+    seconds = per_step(step, _chunks(tokenizer, texts, s_cfg.batch_size, max_length), _padded(tokenizer, max_length))
+    with torch.inference_mode():
+        t0 = time.perf_counter()
+        for text in texts[:LATENCY_ROWS]:
+            enc = tokenizer([text], truncation=True, max_length=max_length, return_tensors="pt")
+            model(enc["input_ids"], enc["attention_mask"])
+        one = (time.perf_counter() - t0) / min(LATENCY_ROWS, len(texts))
+    return seconds, built_s + one * s_cfg.latency_examples * ROUNDS
+
+
+def tokenize_rate(tokenizer, texts: Sequence[str], max_length: int) -> float:
+    """Rows per second the teacher's tokenizer reads (a student whose vocabulary comes from the transfer set
+    reads every row once before training)."""
+    t0 = time.perf_counter()
+    tokenizer(list(texts), truncation=True, max_length=max_length)
+    return len(texts) / max(time.perf_counter() - t0, 1e-6)
+
+
+def _teacher_model(cfg: RunConfig):
+    """The model the teacher stages train (or the given teacher), with its tokenizer, and the seconds it took to
+    load."""
+    t0 = time.perf_counter()
+    path = cfg.teacher_path or (cfg.teacher_paths[0] if cfg.teacher_paths else loading.resolve_model(cfg.teacher.model))
+    tokenizer = loading.load_tokenizer(path, trust_remote_code=cfg.teacher.trust_remote_code)
+    with loading.quiet_transformers():
+        model = loading.load_classifier(path, allow_pickle=cfg.teacher.allow_pickle,
+                                        trust_remote_code=cfg.teacher.trust_remote_code,
+                                        **({} if cfg.teacher_path or cfg.teacher_paths
+                                           else {"label_names": cfg.teacher.labels or ("0", "1")}))
+    return model, tokenizer, time.perf_counter() - t0
+
+
+def _model_rates(cfg: RunConfig, texts: list[str], teacher_runs: bool, students: Sequence[str]) -> tuple[dict, list]:
+    """Rates' fields measured on the teacher's model (loaded once): its steps, its scoring, the students' steps."""
+    model, tokenizer, load_s = _teacher_model(cfg)
+    got: dict = {"student_step_s": {}, "student_fixed_s": {}}
+    said = []
+    if teacher_runs:
+        tc = cfg.teacher
+        got["teacher_step_s"], checkpoint_s = teacher_step(model, tokenizer, texts, tc.batch_size, tc.max_length)
+        got["teacher_epoch_s"], got["teacher_fixed_s"] = checkpoint_s, load_s + checkpoint_s
+        said.append(f"teacher {got['teacher_step_s']:.2f} s/step of {tc.batch_size} rows at max_length "
+                    f"{tc.max_length}, loaded in {load_s:.0f} s, its checkpoint written in {checkpoint_s:.0f} s")
+    got["score_rows_s"], made_s = score_rate(model, tokenizer, cfg, texts)
+    got["score_fixed_s"] = load_s + made_s
+    said.append(f"scoring {got['score_rows_s']:,.0f} rows/s")
+    width = int(model.config.hidden_size)
+    for name in sorted(students):
+        s_cfg = cfg.students[name]
+        length = s_cfg.max_length or cfg.score.max_length or cfg.teacher.max_length or DEFAULT_MAX_LENGTH
+        timed = student_step(s_cfg, tokenizer, texts, width, length)
+        if timed is not None:
+            got["student_step_s"][name], got["student_fixed_s"][name] = timed
+            said.append(f"{name} {timed[0] * 1000:.0f} ms/step of {s_cfg.batch_size}")
+    if students:
+        got["tokenize_rows_s"] = tokenize_rate(tokenizer, texts, cfg.teacher.max_length)
+    return got, said
+
+
+def measure_rates(cfg: RunConfig, rows: Rows, will_run: set[str]) -> Rates:
+    """The rates of the kinds of stage in `will_run` (stage names), each from a few seconds of work."""
+    texts, t0 = list(rows.sample), time.perf_counter()
+    teacher_runs = any(n == "teacher" or n.startswith("teacher.") for n in will_run)
+    students = [n.split(".", 1)[1] for n in will_run if n.startswith("students.")]
+    needs_model = teacher_runs or bool({"score", "dev.score"} & will_run) or bool(students)
+    if not texts or not needs_model and "augment" not in will_run:
+        return Rates(measured="nothing to measure")
+    with quiet():
+        got, said = _model_rates(cfg, texts, teacher_runs, students) if needs_model else ({}, [])
+    if "augment" in will_run or "layer_texts" in will_run:
+        got["augment_rows_s"], got["augment_fixed_s"] = augment_rate(cfg, texts)
+        said.append(f"augment {got['augment_rows_s']:,.0f} rows/s in process")
+    said.append(f"measured in {time.perf_counter() - t0:.0f} s on {len(texts)} train rows")
+    return Rates(**got, measured="; ".join(said))
