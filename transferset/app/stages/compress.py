@@ -34,11 +34,16 @@ def int8_stages(r: Run, out: RunOutputs, teacher_length: Optional[int]) -> list[
     return stages
 
 
+def at_teacher_length(section, teacher_length: Optional[int]):
+    """An exits: or prune: section reading rows as the scored set did, unless it sets its own max_length."""
+    return section if section.max_length is not None else replace(section, max_length=teacher_length)
+
+
 def exits_stages(r: Run, out: RunOutputs, teacher_length: Optional[int]) -> list[StageDef]:
     c = r.cfg.compress
     if c.exits is None:
         return []
-    e = c.exits if c.exits.max_length is not None else replace(c.exits, max_length=teacher_length)
+    e = at_teacher_length(c.exits, teacher_length)
     folder = r.path("compressed", "teacher-exits")
     teacher, scored = out.teacher, out.scored
     out.compressed.update({f"teacher (exits, speed {s:g})": Compressed(folder, s, "teacher", "exits")
@@ -51,7 +56,7 @@ def prune_stages(r: Run, out: RunOutputs, teacher_length: Optional[int]) -> list
     c = r.cfg.compress
     if c.prune is None:
         return []
-    pc = c.prune if c.prune.max_length is not None else replace(c.prune, max_length=teacher_length)
+    pc = at_teacher_length(c.prune, teacher_length)
     folder = r.path("compressed", "teacher-pruned")
     teacher, scored, dev_scored = out.teacher, out.scored, out.dev_scored
     # heads: 0 removes none: the recovery alone, the teacher distilled on its own cached logits

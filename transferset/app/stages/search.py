@@ -24,6 +24,7 @@ from transferset import fs
 from transferset.app.report import model_latency, selection_texts
 from transferset.app.stages.base import RunOutputs, Stage, StageDef, StageKind, register, stage_key
 from transferset.app.stages.context import Run
+from transferset.app.stages.students import student_settings, with_run_teacher
 from transferset.config import StudentConfig
 from transferset.config.search import SearchConfig
 from transferset.contract import schema
@@ -70,7 +71,7 @@ def closest(timed: dict[str, dict], sc: SearchConfig) -> str:
     return min(timed, key=lambda n: worst(timed[n]))
 
 
-def candidate_configs(r: Run, sc: SearchConfig) -> dict[str, StudentConfig]:
+def candidate_configs(sc: SearchConfig) -> dict[str, StudentConfig]:
     """Each candidate's settings, typed and checked as a student's are (a bad one is refused before any stage)."""
     return {name: typed.load(StudentConfig, settings, where=f"search.space.{name}")
             for name, settings in sc.candidates().items()}
@@ -80,14 +81,16 @@ def folder_mb(path: str) -> float:
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files) / 1e6
 
 
-def time_candidates(r: Run, out: RunOutputs, configs: dict[str, StudentConfig], folder: str, log) -> dict[str, dict]:
+def time_candidates(r: Run, out: RunOutputs, configs: dict[str, StudentConfig], folder: str,
+                    log) -> tuple[dict[str, dict], dict]:
     """Every candidate built untrained (its tokens and initialisation as training would start), saved, timed and
-    sized; the teacher timed beside them when the budget is a speed-up."""
+    sized; the teacher timed beside them when the budget is a speed-up → (each candidate's figures, the load
+    they were timed under)."""
     sc = r.cfg.search
     models, saved = {}, {}
     for name, cfg in configs.items():
         saved[name] = fs.join(folder, "untrained", name)
-        Student.from_setup(setup(with_teacher(cfg, out), out.scored)).save_pretrained(saved[name])
+        Student.from_setup(setup(with_run_teacher(cfg, out), out.scored)).save_pretrained(saved[name])
         models[name] = saved[name]
         if sc.runtime == "onnx":
             models[name] = fs.join(folder, "untrained-onnx", name)
@@ -100,24 +103,19 @@ def time_candidates(r: Run, out: RunOutputs, configs: dict[str, StudentConfig], 
     lat = timed["models"]
     teacher_ms = lat["teacher"]["latency_1"] if "teacher" in lat else None
     return {name: {"latency_1": lat[name]["latency_1"], "parameters": lat[name]["parameters"],
-                   "mb": folder_mb(saved[name]), "teacher_ms": teacher_ms, "runtime": lat[name]["runtime"],
-                   "conditions": timed["conditions"]} for name in configs}
+                   "mb": folder_mb(saved[name]), "teacher_ms": teacher_ms, "runtime": lat[name]["runtime"]}
+            for name in configs}, timed["conditions"]
 
 
-def with_teacher(cfg: StudentConfig, out: RunOutputs) -> StudentConfig:
-    """A candidate naming no teacher gets the run's (as the students' stages do)."""
-    return cfg if cfg.teacher is not None or out.ensemble else replace(cfg, teacher=out.teacher)
-
-
-def train_rung(r: Run, out: RunOutputs, name: str, cfg: StudentConfig, epochs: int, log) -> float:
-    """One candidate trained `epochs` epochs: a student folder keyed as the students' stages are → its selection
-    accuracy."""
+def train_rung(r: Run, out: RunOutputs, name: str, cfg: StudentConfig, epochs: int, upstream: list[str],
+               log) -> float:
+    """One candidate trained `epochs` epochs: a student folder keyed as the students' stages are (`upstream`: the
+    scored sets' keys) → its selection accuracy."""
     cfg = replace(cfg, epochs=epochs)
-    upstream = [fs.read_json(fs.join(d, schema.STAGE_FILE))["key"] for d in (out.scored, out.dev_scored)]
     folder = r.path("search", "candidates", f"{name}-e{epochs}")
-    key = stage_key("student", r.rules.student(cfg), upstream)
+    key = stage_key("student", student_settings(r.rules, cfg), upstream)
     Stage(f"search.{name}.e{epochs}", folder, key, schema.COMPLETE_MARKER, local=True).run(
-        lambda work: r.fn.student(with_teacher(cfg, out), out.scored, out.dev_scored, work, overwrite=True), log)
+        lambda work: r.fn.student(with_run_teacher(cfg, out), out.scored, out.dev_scored, work, overwrite=True), log)
     return fs.read_json(fs.join(folder, schema.METRICS_FILE))["dev_accuracy"]
 
 
@@ -125,10 +123,11 @@ def halve(r: Run, out: RunOutputs, configs: dict[str, StudentConfig], alive: lis
     """Successive halving over `alive` → the chosen candidate; each candidate's accuracies and end in `record`."""
     sc = r.cfg.search
     sizes = rung_sizes(len(alive), sc.rungs, sc.keep)
+    upstream = [fs.read_json(fs.join(d, schema.STAGE_FILE))["key"] for d in (out.scored, out.dev_scored)]
     for rung, (epochs, size) in enumerate(zip(sc.rungs, sizes)):
         scores = {}
         for name in alive:
-            scores[name] = train_rung(r, out, name, configs[name], epochs, log)
+            scores[name] = train_rung(r, out, name, configs[name], epochs, upstream, log)
             record[name].setdefault("selection_accuracy", {})[f"{epochs} epochs"] = scores[name]
         ranked = sorted(alive, key=lambda n: (-scores[n], list(configs).index(n)))
         keep = sizes[rung + 1] if rung + 1 < len(sizes) else 1
@@ -140,10 +139,9 @@ def halve(r: Run, out: RunOutputs, configs: dict[str, StudentConfig], alive: lis
     return alive[0]
 
 
-def run_search(r: Run, out: RunOutputs, folder: str, log) -> dict:
+def run_search(r: Run, out: RunOutputs, configs: dict[str, StudentConfig], folder: str, log) -> dict:
     sc = r.cfg.search
-    configs = candidate_configs(r, sc)
-    timed = time_candidates(r, out, configs, folder, log)
+    timed, conditions = time_candidates(r, out, configs, folder, log)
     record = {name: {**entry, "over_budget": over_budget(entry, sc, entry["teacher_ms"])} for name, entry in timed.items()}
     alive = [n for n in configs if not record[n]["over_budget"]]
     for name in configs:
@@ -151,8 +149,7 @@ def run_search(r: Run, out: RunOutputs, folder: str, log) -> dict:
             record[name]["stopped"] = "over budget: " + "; ".join(record[name]["over_budget"])
     if not alive:
         near = closest(timed, sc)
-        cond = timed[near]["conditions"]
-        busy = f"; timed on a busy machine ({timing.describe(cond)})" if cond.get("busy") else ""
+        busy = f"; timed on a busy machine ({timing.describe(conditions)})" if conditions.get("busy") else ""
         raise UserError(f"search: no candidate meets the budget; the closest is {near} "
                         f"({'; '.join(record[near]['over_budget'])}{busy}): raise the budget or add smaller "
                         "candidates")
@@ -163,8 +160,7 @@ def run_search(r: Run, out: RunOutputs, folder: str, log) -> dict:
     fs.copy_tree(source, target)
     doc = {"budget": {k: getattr(sc, k) for k in ("budget_ms", "budget_mb", "budget_speedup")}, "chosen": chosen,
            "from": source, "rungs": list(sc.rungs), "keep": sc.keep, "runtime": sc.runtime,
-           "timing_conditions": record[chosen].pop("conditions"),
-           "candidates": {name: {k: v for k, v in c.items() if k != "conditions"} for name, c in record.items()}}
+           "timing_conditions": conditions, "candidates": record}
     fs.write_json(fs.join(folder, SEARCH_FILE), doc, indent=2)
     log(f"[search] chosen: {chosen} ({record[chosen]['latency_1']:.3g} ms, selection accuracy "
         f"{record[chosen]['selection_accuracy'][f'{sc.rungs[-1]} epochs']:.4f})")
@@ -180,15 +176,15 @@ def build(r: Run, out: RunOutputs) -> list[StageDef]:
                           "local folders: give a local run_dir")
     if NAME in r.cfg.students:
         raise ConfigError(f"students.{NAME}: the search's chosen student has that name; rename the student")
-    configs = candidate_configs(r, sc)
+    configs = candidate_configs(sc)
     folder = r.path("search")
     out.students[NAME] = fs.join(folder, CHOSEN_DIR)
     out.search = fs.join(folder, SEARCH_FILE)
     out.model_stages.append("search")
     settings = {"search": {k: v for k, v in typed.to_dict(sc).items() if k not in ("space", "base")},
-                "candidates": {name: r.rules.student(cfg) for name, cfg in configs.items()}}
+                "candidates": {name: student_settings(r.rules, cfg) for name, cfg in configs.items()}}
     return [StageDef("search", folder, settings, ("score", "dev.score", "teacher"), done_file=SEARCH_FILE,
-                     run=lambda work: run_search(r, out, work, r.log))]
+                     run=lambda work: run_search(r, out, configs, work, r.log))]
 
 
 KIND = register(StageKind("search", build, after=("students",), before=("test",)))

@@ -19,16 +19,20 @@ def student_settings(rules: Any, s_cfg) -> dict:
     return rules.student(s_cfg, None if made else set_fingerprint(s_cfg.layer_texts))
 
 
+def with_run_teacher(s_cfg, out: RunOutputs):
+    """A student naming no teacher gets the run's one teacher (the scored set records where its teacher was, which
+    a run folder moved or copied elsewhere no longer holds); an ensemble's students keep the set's record."""
+    if s_cfg.teacher is not None or out.members:
+        return s_cfg
+    return replace(s_cfg, teacher=out.teacher)
+
+
 def build(r: Run, out: RunOutputs) -> list[StageDef]:
-    """The students that name no teacher get the run's one teacher (the scored set records where its teacher
-    was, which a run folder moved or copied elsewhere no longer holds); their keys keep the settings as written."""
+    """One stage per student; the keys keep the settings as written (the run's teacher is given when it runs)."""
     rest = students_reading_rest(r)
-    teacher_dir = None if out.members else out.teacher
 
     def one(name: str, s_cfg) -> StageDef:
-        run_cfg = replace(s_cfg, layer_texts=r.path("layer_texts")) if name in rest else s_cfg
-        if run_cfg.teacher is None and teacher_dir is not None:
-            run_cfg = replace(run_cfg, teacher=teacher_dir)
+        run_cfg = with_run_teacher(replace(s_cfg, layer_texts=r.path("layer_texts")) if name in rest else s_cfg, out)
         return StageDef(f"students.{name}", out.students[name], functools.partial(student_settings, r.rules, s_cfg),
                         ("score", "dev.score", *(("layer_texts",) if name in rest else ())),
                         run=lambda work: r.fn.student(run_cfg, out.scored, out.dev_scored, work, overwrite=True),
