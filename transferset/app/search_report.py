@@ -5,12 +5,13 @@ from __future__ import annotations
 import html
 from typing import Any
 
+from transferset.data.card import budget_text
+
 HEADER = ("candidate", "CPU ms/example (batch 1, untrained)", "MB", "selection accuracy by rung", "stopped")
 
 
 def _budget(doc: dict[str, Any]) -> str:
-    units = {"budget_ms": "{:g} ms per example", "budget_mb": "{:g} MB", "budget_speedup": "{:g}x the teacher's speed"}
-    return ", ".join(units[k].format(v) for k, v in doc["budget"].items() if v is not None)
+    return budget_text(doc["budget"])
 
 
 def _timed_on(doc: dict[str, Any]) -> str:

@@ -105,6 +105,7 @@ STAGE_FILE = ".stage.json"
 STUDENT_MODEL_DIR = "model"          # DIR/model: the student, loadable with `transferset evaluate`
 METRICS_FILE = "metrics.json"        # DIR/metrics.json
 PRUNE_FILE = "prune.json"            # a pruned model's folder: heads removed, importances, accuracies
+SEARCH_CHOICE_FILE = "chosen_by.json"  # a searched student's folder: its budget and what it was chosen against
 CURVES_FILE = "curves.png"           # DIR/curves.png
 HF_CONFIG_FILE = "config.json"       # a Hugging Face model directory's config (id2label, architecture)
 WEIGHTS_FILE = "model.safetensors"   # the weights, in a student's and in a Hugging Face directory

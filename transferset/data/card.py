@@ -88,7 +88,8 @@ def records(folder: str) -> dict[str, Any]:
                    family=metrics.get("student") or sidecar.get("family"), schedule=metrics.get("schedule"),
                    parameters=metrics.get("parameters"), transfer_dir=t.get("dir"), transfer_rows=t.get("rows"),
                    labeled_rows=t.get("labeled_rows"), augment=augment or {}, selection_file=metrics.get("dev"),
-                   agreement=metrics.get("teacher_agreement"), settings=metrics.get("config") or {})
+                   agreement=metrics.get("teacher_agreement"), settings=metrics.get("config") or {},
+                   chosen_by=_read_json(fs.join(folder, schema.SEARCH_CHOICE_FILE)))
         out["base_model"] = backbone(out["teacher"])
         out["figures"].update(selection=metrics.get("dev_accuracy"),
                               latency=_latency(metrics.get("latency_ms_per_example")),
@@ -281,11 +282,35 @@ def _how_it_was_made(rec: dict, base: str) -> list[str]:
         lines += ["", "## How it was made", "",
                   f"- fine-tuned from {origin} on {_path(rec.get('train'), folder)} ({rec.get('train_rows')} rows)",
                   f"- training: {text(_settings(rec.get('settings') or {}))}"]
+    if rec.get("chosen_by"):
+        lines.append(_chosen_by(rec["chosen_by"]))
     if kind == EXPORT and rec.get("export"):
         e = rec["export"]
         lines.append(f"- export: opset {e.get('opset')}, max_length {e.get('max_length')}, checked against PyTorch "
                      f"(max |logit difference| {e.get('check_max_abs_diff', 0):.2g})")
     return lines
+
+
+_BUDGET_UNITS = {"budget_ms": "{:g} ms per example", "budget_mb": "{:g} MB",
+                 "budget_speedup": "{:g}x the teacher's speed"}
+_TIMED_ON = {"onnx": "its ONNX export on ONNX Runtime", "pytorch": "the saved student in PyTorch"}
+
+
+def budget_text(budget: dict) -> str:
+    """A search's budget in words (`search:`'s budget_ms, budget_mb, budget_speedup; None: not a bound)."""
+    return ", ".join(_BUDGET_UNITS[k].format(v) for k, v in budget.items() if v is not None)
+
+
+def _chosen_by(c: dict) -> str:
+    """The card's line for a student a search chose (its SEARCH_CHOICE_FILE, transferset/app/stages/search.py)."""
+    runner_up = (f"; the runner-up, {text(c['runner_up']['name'])}, reached {_pct(c['runner_up']['accuracy'])}"
+                 if c.get("runner_up") else "")
+    epochs = ", ".join(str(e) for e in c.get("rungs") or [])
+    return (f"- chosen by a search: budget {text(budget_text(c.get('budget') or {}))}, timed at batch 1 on one CPU "
+            f"thread ({_TIMED_ON.get(c.get('runtime'), text(c.get('runtime')))}, untrained: "
+            f"{c.get('latency_1', float('nan')):.3g} ms); the most accurate on the selection split "
+            f"({_pct(c.get('selection_accuracy'))}) of the {c.get('within_budget')} candidates within the budget "
+            f"(of {c.get('candidates')}), by successive halving over {epochs} epochs{runner_up}")
 
 
 _SETTINGS_SHOWN = ("student", "schedule", "preset", "epochs", "lr", "batch_size", "max_length", "kd", "mse", "ce",

@@ -28,6 +28,7 @@ from transferset.app.stages.students import student_settings, with_run_teacher
 from transferset.config import StudentConfig
 from transferset.config.search import SearchConfig
 from transferset.contract import schema
+from transferset.data import card
 from transferset.runtime import timing, typed
 from transferset.runtime.errors import ConfigError, UserError
 
@@ -162,9 +163,26 @@ def run_search(r: Run, out: RunOutputs, configs: dict[str, StudentConfig], folde
            "from": source, "rungs": list(sc.rungs), "keep": sc.keep, "runtime": sc.runtime,
            "timing_conditions": conditions, "candidates": record}
     fs.write_json(fs.join(folder, SEARCH_FILE), doc, indent=2)
+    fs.write_json(fs.join(target, schema.SEARCH_CHOICE_FILE), chosen_by(doc), indent=2)
+    card.write_card(target)  # the report rewrites it with the test figures
     log(f"[search] chosen: {chosen} ({record[chosen]['latency_1']:.3g} ms, selection accuracy "
         f"{record[chosen]['selection_accuracy'][f'{sc.rungs[-1]} epochs']:.4f})")
     return doc
+
+
+def chosen_by(doc: dict) -> dict:
+    """What the chosen student's card says it was chosen against (data/card.py): the budget, the candidates within
+    it, the rungs, its selection accuracy and the runner-up of the last rung."""
+    last = f"{doc['rungs'][-1]} epochs"
+    c = doc["candidates"]
+    finalists = sorted((n for n in c if last in (c[n].get("selection_accuracy") or {})),
+                       key=lambda n: -c[n]["selection_accuracy"][last])
+    runner_up = next((n for n in finalists if n != doc["chosen"]), None)
+    return {"budget": doc["budget"], "runtime": doc["runtime"], "rungs": doc["rungs"], "candidates": len(c),
+            "within_budget": sum(not e["over_budget"] for e in c.values()),
+            "latency_1": c[doc["chosen"]]["latency_1"],
+            "selection_accuracy": c[doc["chosen"]]["selection_accuracy"][last],
+            "runner_up": runner_up and {"name": runner_up, "accuracy": c[runner_up]["selection_accuracy"][last]}}
 
 
 def build(r: Run, out: RunOutputs) -> list[StageDef]:

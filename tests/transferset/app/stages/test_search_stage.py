@@ -7,7 +7,8 @@ import yaml
 
 from transferset.app.runner import load_config, run_pipeline
 from transferset.app.stages.context import StageFunctions
-from transferset.app.stages.search import closest, over_budget, rung_sizes
+from transferset.app.stages.search import chosen_by, closest, over_budget, rung_sizes
+from transferset.data.card import _chosen_by
 from transferset.config.search import DEFAULT_SPACE, SearchConfig
 from transferset.runtime.errors import UserError
 from stage_plans import plan_of  # noqa: F401 (a fixture)
@@ -30,6 +31,24 @@ def test_over_budget_says_each_bound_a_candidate_misses_and_closest_is_the_neare
     assert closest({"a": fast_big, "b": slow_small}, sc) == "b"  # 3x over against 4x over
     speed = SearchConfig(budget_speedup=50)
     assert over_budget({"latency_1": 0.5, "mb": 1.0}, speed, 12.0) == ["24x the teacher's speed < 50x"]
+
+
+def test_the_chosen_students_card_says_what_it_was_chosen_against():
+    doc = {"budget": {"budget_ms": 1.0, "budget_mb": None, "budget_speedup": None}, "runtime": "onnx", "rungs": [1, 4],
+           "chosen": "b", "candidates": {
+               "a": {"latency_1": 0.4, "over_budget": [], "selection_accuracy": {"1 epochs": 0.8, "4 epochs": 0.81}},
+               "b": {"latency_1": 0.7, "over_budget": [], "selection_accuracy": {"1 epochs": 0.79, "4 epochs": 0.83}},
+               "c": {"latency_1": 0.5, "over_budget": [], "selection_accuracy": {"1 epochs": 0.7}},
+               "d": {"latency_1": 3.0, "over_budget": ["3 ms > 1 ms"]}}}
+    record = chosen_by(doc)
+    assert record == {"budget": doc["budget"], "runtime": "onnx", "rungs": [1, 4], "candidates": 4, "within_budget": 3,
+                      "latency_1": 0.7, "selection_accuracy": 0.83, "runner_up": {"name": "a", "accuracy": 0.81}}
+    assert _chosen_by(record) == (
+        "- chosen by a search: budget 1 ms per example, timed at batch 1 on one CPU thread (its ONNX export on ONNX "
+        "Runtime, untrained: 0.7 ms); the most accurate on the selection split (83.0%) of the 3 candidates within "
+        "the budget (of 4), by successive halving over 1, 4 epochs; the runner-up, a, reached 81.0%")
+    alone = chosen_by({**doc, "candidates": {"b": doc["candidates"]["b"]}})
+    assert alone["runner_up"] is None and "runner-up" not in _chosen_by(alone)
 
 
 def test_the_default_space_covers_the_families_and_the_search_sits_before_the_test(plan_of):
@@ -118,6 +137,11 @@ def test_a_tiny_search_chooses_in_budget_resumes_when_killed_and_a_second_budget
     assert "Search: budget 1.5 MB, each candidate's ONNX export timed on ONNX Runtime; chosen: " in results_md
     assert "| huge |" in results_md
     assert "<h2>Search</h2>" in (tmp_path / "run" / "report.html").read_text()
+    # the chosen student's card says the budget it was chosen under and what against
+    card = (tmp_path / "run" / "search" / "chosen" / "README.md").read_text()
+    assert "- test split: " in card and "- test split: not measured" not in card
+    assert "- chosen by a search: budget 1.5 MB, timed at batch 1 on one CPU thread (its ONNX export" in card
+    assert "candidates within the budget (of 4), by successive halving over 1, 2 epochs" in card
     # a budget no candidate meets is refused, naming the closest, before any training
     with pytest.raises(UserError, match=r"search: no candidate meets the budget; the closest is (small|static)"):
         run_pipeline(_config(tmp_path, data, tiny_teacher, 1e-4), log=lambda m: None,
