@@ -13,23 +13,21 @@ import json
 import os
 import time
 from collections import Counter
-from functools import partial
 from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from students.student import OnnxStudent, Student
 from transferset import fs
+from transferset.app.latency import PYTORCH, REPORT_ROUNDS, latency_note, model_latency
 from transferset.app.outputs import Compressed, RunOutputs
 from transferset.app.search_report import search_html, search_markdown
-from transferset.config import DEFAULT_MAX_LENGTH, AugmentConfig, ReportConfig
+from transferset.config import AugmentConfig, ReportConfig
 from transferset.contract import schema
 from transferset.data import transfer
 from transferset.data.card import text as markdown_text
 from transferset.data.splits import SPLIT_STATS_FILE
-from transferset.fs.remote import local_output, local_teacher
+from transferset.fs.remote import local_output
 from transferset.runtime import timing
-from transferset.runtime.threads import torch_threads
 from transferset.sources import read_texts
 from transferset.teacher import ensemble
 
@@ -128,48 +126,9 @@ def frontier_plot(rows: list[dict], out_dir: str, busy: bool = False) -> dict[st
     return {"plot": path, "split": split}
 
 
-REPORT_ROUNDS = ReportConfig().latency_rounds  # interleaved latency rounds at report time (transferset.runtime.timing)
-
-
-def model_latency(models: dict[str, str], texts: Sequence[str], rounds: int = REPORT_ROUNDS,
-                  speeds: Optional[dict[str, float]] = None) -> dict[str, Any]:
-    """{"models": {name: {parameters, latency_1, latency_64, spread_1, spread_64}}, "conditions": ...} for
-    model directories (the teacher, students).
-
-    One measurement over all of them (transferset.runtime.timing.measure): CPU ms per example at batch 1 and 64,
-    tokenization included, on one thread, the median of `rounds` rounds in which every model is timed in
-    turn, so a busy spell of the machine falls on all alike; "conditions" holds the load it was taken
-    under and whether the machine was busy. The teacher truncates at DEFAULT_MAX_LENGTH, each student at
-    its own training max_length.
-    """
-    speeds = speeds or {}
-    with torch_threads(timing.THREADS):  # loaded inside too: an ONNX session takes its threads when made
-        once: dict[tuple[str, bool], Student] = {}  # one model with exits is timed at several speeds: loaded once
-        loaded = {}
-        for name, path in models.items():
-            key = (path, name.startswith("teacher"))
-            if key not in once:
-                once[key] = Student.from_pretrained(local_teacher(path) if fs.is_remote(path) else path,
-                                                    max_length=DEFAULT_MAX_LENGTH if key[1] else None)
-            loaded[name] = once[key]
-        calls = {name: (partial(m.logits, speed=m.check_speed(speeds[name])) if name in speeds else m.logits)
-                 for name, m in loaded.items()}
-        timed = timing.measure(calls, texts, batch_sizes=(1, 64), rounds=rounds)
-    out = {}
-    for name, m in loaded.items():
-        cells = timed["latency"][name]
-        out[name] = {"parameters": m.num_parameters(),
-                     "latency_1": cells["batch_1"]["median"], "latency_64": cells["batch_64"]["median"],
-                     "spread_1": [cells["batch_1"]["q1"], cells["batch_1"]["q3"]],
-                     "spread_64": [cells["batch_64"]["q1"], cells["batch_64"]["q3"]],
-                     "runtime": ONNX_RUNTIME if isinstance(m, OnnxStudent) else PYTORCH}
-    return {"models": out, "conditions": timed["conditions"]}
-
-
 HEADER = ("model", "selection accuracy", "test accuracy", "agreement with teacher (selection split)", "parameters",
           "CPU ms/example (batch 1)", "CPU ms/example (batch 64)", "speed-up vs teacher (batch 1 / 64)")
 BUSY = "busy"  # beside a latency taken on a busy machine (see the latency note under the table)
-PYTORCH, ONNX_RUNTIME = "PyTorch", "ONNX Runtime"  # what a row's model ran on when timed
 
 
 def pct(value: Optional[float]) -> str:
@@ -188,22 +147,6 @@ def _cells(r: dict) -> list[str]:
     mark = f" ({BUSY})" if busy else ""
     return [r.get("display", r["name"]), pct(r["dev_accuracy"]), pct(r.get("test_accuracy")),
             pct(r.get("agreement")), f"{r['parameters']:,}", f"{r['latency_1']:.2f}{mark}", f"{r['latency_64']:.3f}{mark}", speed]
-
-
-def latency_note(cond: dict, rounds: int = REPORT_ROUNDS, rows: Sequence[dict] = ()) -> str:
-    """The sentence under the results table: how the latency was taken, on which runtime, and what a busy
-    machine means."""
-    note = (f"Latency: CPU ms per example, tokenization included, every model timed together in {rounds} "
-            f"interleaved rounds (the median); {timing.describe(cond)}.")
-    onnx = [r.get("display", r["name"]) for r in rows if r.get("runtime") == ONNX_RUNTIME]
-    if onnx:
-        note += (f" {', '.join(onnx)}: ONNX Runtime (an export), every other model PyTorch, so their speed-ups "
-                 "include ONNX Runtime's own over PyTorch (`python benchmarks/int8.py RUN_DIR` times every "
-                 "model on ONNX Runtime).")
-    if cond.get("busy"):
-        note += (" The speed-ups are left out: time the models again on a quiet machine "
-                 "(`python benchmarks/latency.py RUN_DIR`).")
-    return note
 
 
 def results_table(rows: list[dict], cond: Optional[dict] = None, rounds: int = REPORT_ROUNDS) -> str:

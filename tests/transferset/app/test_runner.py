@@ -530,9 +530,13 @@ def test_a_test_split_is_reported_for_every_model_and_never_reaches_the_transfer
     # The compressed rows: what each was made from and how; the exits' mean layers; the pruned teacher lost a head.
     assert by_name["distilled (int8)"]["compressed"]["from"] == "distilled"
     # Which runtime each row was timed on; the table's note names the ONNX Runtime ones.
+    # The teacher (and the pruned teacher, a classifier too) on its scoring path: padding-free.
     assert {n: r["runtime"] for n, r in by_name.items()} == {**{n: "PyTorch" for n in by_name},
+                                                             "teacher": "PyTorch, padding-free",
+                                                             "teacher (pruned)": "PyTorch, padding-free",
                                                              "distilled (int8)": "ONNX Runtime"}
     assert "distilled (int8): ONNX Runtime (an export), every other model PyTorch" in out
+    assert "teacher, teacher (pruned): the forward pass that scored the transfer set, padding-free" in out
     assert 1.0 <= by_name["teacher (exits, speed 0.5)"]["mean_layers"] <= 6.0
     pruned = json.loads((compressed / "teacher-pruned" / schema.PRUNE_FILE).read_text())
     assert pruned["heads"] == {"before": 72, "after": 71}

@@ -21,7 +21,8 @@ from typing import Optional, Sequence
 from students.build import setup
 from students.student import Student
 from transferset import fs
-from transferset.app.report import model_latency, selection_texts
+from transferset.app.latency import model_latency
+from transferset.app.report import selection_texts
 from transferset.app.stages.base import RunOutputs, Stage, StageDef, StageKind, register, stage_key
 from transferset.app.stages.context import Run
 from transferset.app.stages.students import student_settings, with_run_teacher
