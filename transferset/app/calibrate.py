@@ -1,14 +1,15 @@
 """The rates behind the plan's minutes (transferset/app/estimate.py), measured here on the run's own first train
 rows in a few seconds per kind, and only for the kinds of stage that will run: a few optimizer steps of the
 teacher at its batch size and max_length, a few scoring batches of it, the augment ops' contexts and variants
-in this process, a few steps of each BiLSTM or static student. A transformer student is not calibrated (its
-stage says so)."""
+in this process, a few steps of each BiLSTM or static student (a search's candidates too), and a transformer
+student's from the teacher's own step."""
 from __future__ import annotations
 
 import time
 from typing import Callable, Optional, Sequence
 
 from transferset.app.estimate import Rates, Rows, quiet
+from transferset.app.stages.search import candidate_configs
 from transferset.augment.compose import split_words, variant_rows
 from transferset.augment.context import RowContext, contexts_for
 from transferset.config import DEFAULT_MAX_LENGTH, RunConfig
@@ -197,8 +198,25 @@ def _teacher_model(cfg: RunConfig):
     return model, tokenizer, time.perf_counter() - t0
 
 
-def _model_rates(cfg: RunConfig, texts: list[str], teacher_runs: bool, students: Sequence[str]) -> tuple[dict, list]:
-    """Rates' fields measured on the teacher's model (loaded once): its steps, its scoring, the students' steps."""
+def transformer_step(model, tokenizer, texts: Sequence[str], s_cfg, max_length: int,
+                     teacher_steps: dict[int, float]) -> tuple[float, float]:
+    """Seconds per optimizer step of a transformer student, from the teacher's own step at the student's batch size
+    (`teacher_steps`, by batch size, measured once each): × the student's layers over the teacher's, the layers
+    being most of a step, plus a teacher forward pass (a third of its step) when layer losses run the teacher
+    alongside. A narrower student than its teacher is counted at the teacher's width: at most. No fixed seconds."""
+    from students.families.transformer import TransformerConfig
+    from students.losses import LossWeights
+
+    if s_cfg.batch_size not in teacher_steps:
+        teacher_steps[s_cfg.batch_size] = teacher_step(model, tokenizer, texts, s_cfg.batch_size, max_length)[0]
+    full = teacher_steps[s_cfg.batch_size]
+    layers = int(s_cfg.model.get("n_layer", TransformerConfig.n_layer)) / int(model.config.num_hidden_layers)
+    return full * min(1.0, layers) + (full / 3 if LossWeights.of(s_cfg).layer_active() else 0.0), 0.0
+
+
+def _model_rates(cfg: RunConfig, texts: list[str], teacher_runs: bool, students: dict) -> tuple[dict, list]:
+    """Rates' fields measured on the teacher's model (loaded once): its steps, its scoring, the steps of the
+    students (`students`: {rates key: its settings}, a run's students and a search's candidates)."""
     model, tokenizer, load_s = _teacher_model(cfg)
     got: dict = {"student_step_s": {}, "student_fixed_s": {}}
     said = []
@@ -211,11 +229,12 @@ def _model_rates(cfg: RunConfig, texts: list[str], teacher_runs: bool, students:
     got["score_rows_s"], made_s = score_rate(model, tokenizer, cfg, texts)
     got["score_fixed_s"] = load_s + made_s
     said.append(f"scoring {got['score_rows_s']:,.0f} rows/s")
-    width = int(model.config.hidden_size)
+    width, teacher_steps = int(model.config.hidden_size), {}
     for name in sorted(students):
-        s_cfg = cfg.students[name]
+        s_cfg = students[name]
         length = s_cfg.max_length or cfg.score.max_length or cfg.teacher.max_length or DEFAULT_MAX_LENGTH
-        timed = student_step(s_cfg, tokenizer, texts, width, length)
+        timed = (transformer_step(model, tokenizer, texts, s_cfg, length, teacher_steps)
+                 if s_cfg.student == "transformer" else student_step(s_cfg, tokenizer, texts, width, length))
         if timed is not None:
             got["student_step_s"][name], got["student_fixed_s"][name] = timed
             said.append(f"{name} {timed[0] * 1000:.0f} ms/step of {s_cfg.batch_size}")
@@ -228,7 +247,9 @@ def measure_rates(cfg: RunConfig, rows: Rows, will_run: set[str]) -> Rates:
     """The rates of the kinds of stage in `will_run` (stage names), each from a few seconds of work."""
     texts, t0 = list(rows.sample), time.perf_counter()
     teacher_runs = any(n == "teacher" or n.startswith("teacher.") for n in will_run)
-    students = [n.split(".", 1)[1] for n in will_run if n.startswith("students.")]
+    students = {n.split(".", 1)[1]: cfg.students[n.split(".", 1)[1]] for n in will_run if n.startswith("students.")}
+    if "search" in will_run and cfg.search is not None:
+        students.update({f"search.{n}": c for n, c in candidate_configs(cfg.search).items()})
     needs_model = teacher_runs or bool({"score", "dev.score"} & will_run) or bool(students)
     if not texts or not needs_model and "augment" not in will_run:
         return Rates(measured="nothing to measure")

@@ -12,8 +12,9 @@ each earlier cut given back as far as the budget allows: a deep later cut may ma
 1. augment.unlabeled_n_iter, halved down to 0
 2. augment.n_iter, halved down to 1
 3. every student's epochs, one at a time down to 1
-4. the unlabeled rows (unlabeled_limit), halved down to 0
-5. teacher.epochs, one at a time down to 1
+4. the search's last rung (`search.rungs`), one epoch at a time down to one more than the rung before
+5. the unlabeled rows (unlabeled_limit), halved down to 0
+6. teacher.epochs, one at a time down to 1
 Variants go first (real in-domain text pays more than variants of it), the teacher last (everything downstream
 learns from it). A cut that would change the key of a stage the run reuses is never made.
 """
@@ -31,6 +32,7 @@ from students.schedules import phases
 from transferset import fs
 from transferset.app.stages import Stage, StageDef
 from transferset.app.stages.context import DataFiles, splits_train
+from transferset.app.stages.search import candidate_configs, rung_sizes
 from transferset.config import RunConfig
 from transferset.data.splits import SPLIT_STATS_FILE, validation_rows
 from transferset.runtime.errors import ConfigError, UserError
@@ -153,13 +155,14 @@ def teacher_estimate(name: str, tc, rows: Rows, rates: Rates) -> Estimate:
                     + epochs * (rows.selection / rates.score_rows_s + rates.teacher_epoch_s))
 
 
-def student_estimate(name: str, s_cfg, transfer: int, rows: Rows, rates: Rates) -> Estimate:
-    """Each phase's rows (the labeled ones alone for a phase on gold labels only) × its epochs, at most."""
+def student_estimate(name: str, s_cfg, transfer: int, rows: Rows, rates: Rates, key: Optional[str] = None) -> Estimate:
+    """Each phase's rows (the labeled ones alone for a phase on gold labels only) × its epochs, at most; `key`: the
+    student's rates (None: the stage's name after `students.`)."""
     plan = phases(s_cfg.schedule, LossWeights.of(s_cfg), s_cfg.epochs, layer_epochs=s_cfg.layer_epochs)
     seen = sum((rows.labeled if p.labeled_only else transfer) * p.epochs for p in plan)
     epochs = sum(p.epochs for p in plan)
     text = f"{seen // max(1, epochs):,} rows × {epochs} epochs = {seen:,}"
-    key = name.split(".", 1)[1]
+    key = key or name.split(".", 1)[1]
     step = rates.student_step_s.get(key)
     if step is None:
         return Estimate(name, text + " (not calibrated)", None)
@@ -171,6 +174,23 @@ def student_estimate(name: str, s_cfg, transfer: int, rows: Rows, rates: Rates) 
     vocabulary = transfer / rates.tokenize_rows_s if rates.tokenize_rows_s and (
         s_cfg.trim_vocab or s_cfg.tokens == "words") else 0.0
     return Estimate(name, text, rates.student_fixed_s.get(key, 0.0) + vocabulary + steps * step + evaluation)
+
+
+def search_estimate(name: str, sc, transfer: int, rows: Rows, rates: Rates) -> Estimate:
+    """Every candidate built and timed untrained, then each rung: its candidates × its epochs, counting the
+    slowest ones at each rung (those dropped are not known before the timing), so at most."""
+    configs = candidate_configs(sc)
+    sizes = rung_sizes(len(configs), sc.rungs, sc.keep)
+    text = f"{len(configs)} candidates; " + ", ".join(f"{n} × {e} epochs" for n, e in zip(sizes, sc.rungs))
+    cost: dict[int, list[float]] = {}
+    for c, s_cfg in configs.items():
+        for epochs in sc.rungs:
+            e = student_estimate(name, replace(s_cfg, epochs=epochs), transfer, rows, rates, key=f"search.{c}")
+            if e.seconds is None:
+                return Estimate(name, f"{text} ({c} not calibrated)", None)
+            cost.setdefault(epochs, []).append(e.seconds)
+    timing = sum(rates.student_fixed_s.get(f"search.{c}", 0.0) for c in configs)
+    return Estimate(name, text, timing + sum(sum(sorted(cost[e])[-n:]) for n, e in zip(sizes, sc.rungs)))
 
 
 def _pipeline(name: str, text: str, n: int, rate: Optional[float], fixed: float = 0.0) -> Estimate:
@@ -203,6 +223,8 @@ def estimate(cfg: RunConfig, stages: Sequence[StageDef], rows: Rows, rates: Rate
             out.append(_pipeline(s.name, f"{rows.rest:,} rows", rows.rest, rates.augment_rows_s))
         elif s.name.startswith("students."):
             out.append(student_estimate(s.name, cfg.students[s.name.split(".", 1)[1]], transfer, rows, rates))
+        elif s.name == "search" and cfg.search is not None:
+            out.append(search_estimate(s.name, cfg.search, transfer, rows, rates))
         else:
             out.append(Estimate(s.name, "", None))
     return out
@@ -256,6 +278,12 @@ def levers(cfg: RunConfig, stages: Sequence[StageDef], rows: Rows) -> list[Lever
                  _augment("unlabeled_n_iter", a.unlabeled_n_iter), ("augment",)),
            Lever("augment.n_iter", a.n_iter, halvings(a.n_iter, 1), _augment("n_iter", a.n_iter), ("augment",)),
            Lever("students' epochs", epochs, list(range(epochs - 1, 0, -1)), student_epochs, students)]
+    if cfg.search is not None and "search" in names:
+        rungs = cfg.search.rungs
+        out.append(Lever("search's last rung", rungs[-1], list(range(rungs[-1] - 1, rungs[-2] if len(rungs) > 1 else 0,
+                                                                     -1)),
+                         lambda c, v: replace(c, search=replace(c.search, rungs=(*rungs[:-1], v or rungs[-1]))),
+                         ("search",)))
     if splits_train(cfg) and rows.unlabeled:
         out.append(Lever("unlabeled rows", rows.unlabeled, halvings(rows.unlabeled, 0),
                          lambda c, v: replace(c, unlabeled_limit=cfg.unlabeled_limit if v is None else v), ("data",)))
@@ -352,7 +380,8 @@ def cut_settings(cfg: RunConfig) -> dict[str, Any]:
     """The settings a budget may cut, by name, in the order it cuts them (unlabeled_limit None: every row)."""
     return {"augment.unlabeled_n_iter": cfg.augment.variants_for(False), "augment.n_iter": cfg.augment.n_iter,
             "unlabeled_limit": cfg.unlabeled_limit, "teacher.epochs": cfg.teacher.epochs,
-            **{f"students.{n}.epochs": s.epochs for n, s in cfg.students.items()}}
+            **{f"students.{n}.epochs": s.epochs for n, s in cfg.students.items()},
+            **({"search.rungs (the last)": cfg.search.rungs[-1]} if cfg.search is not None else {})}
 
 
 def earlier_cut(cfg: RunConfig, earlier: Optional[RunConfig]) -> Optional[RunConfig]:
@@ -365,7 +394,8 @@ def earlier_cut(cfg: RunConfig, earlier: Optional[RunConfig]) -> Optional[RunCon
     e = earlier
     same = replace(cfg, augment=replace(cfg.augment, n_iter=e.augment.n_iter, unlabeled_n_iter=e.augment.unlabeled_n_iter),
                    unlabeled_limit=e.unlabeled_limit, teacher=replace(cfg.teacher, epochs=e.teacher.epochs),
-                   students={n: replace(s, epochs=e.students[n].epochs) for n, s in cfg.students.items()})
+                   students={n: replace(s, epochs=e.students[n].epochs) for n, s in cfg.students.items()},
+                   search=cfg.search and e.search and replace(cfg.search, rungs=e.search.rungs))
     return e if same == e else None
 
 

@@ -30,6 +30,15 @@ def test_what_is_reused_is_not_measured(tiny_teacher):
     assert measure_rates(_cfg(tiny_teacher), Rows(100, 0, 10, sample=TEXTS), set()).measured == "nothing to measure"
 
 
-def test_a_transformer_student_is_not_calibrated(tiny_teacher):
-    cfg = _cfg(tiny_teacher, "students.distilled.student=transformer", "students.distilled.preset=null")
-    assert measure_rates(cfg, Rows(100, 0, 10, sample=TEXTS), {"students.distilled"}).student_step_s == {}
+def test_a_transformer_student_is_calibrated_from_the_teachers_step_and_a_search_each_candidate(tiny_teacher):
+    cfg = _cfg(tiny_teacher, "students.distilled.student=transformer", "students.distilled.preset=null",
+               "students.distilled.model={n_layer: 1}", "search.budget_ms=1",
+               "search.space={narrow: {student: bilstm, model: {hidden: 8}}, cut: {student: transformer, "
+               "model: {n_layer: 2}}}", "search.base={batch_size: 8, kd: 1.0, ce: 0.0, mse: 0.0}")
+    rates = measure_rates(cfg, Rows(100, 0, 10, sample=TEXTS), {"students.distilled", "search"})
+    steps = rates.student_step_s
+    assert set(steps) == {"distilled", "search.narrow", "search.cut"} and all(v > 0 for v in steps.values())
+    # the tiny teacher has 2 layers: one of them costs half its step, both the whole step (the same batch size,
+    # measured once)
+    assert steps["distilled"] == steps["search.cut"] / 2
+    assert "search.narrow" in rates.measured and rates.student_fixed_s["search.cut"] == 0.0

@@ -102,6 +102,42 @@ def test_a_cut_never_changes_the_key_of_a_stage_the_run_reuses(tmp_path, sst2_di
     assert cut.augment == cfg.augment and cut.teacher == cfg.teacher
 
 
+SEARCH = ("search.budget_ms=1", "search.rungs=[1, 3]", "search.keep=0.5",
+          "search.space={fast: {student: static}, slow: {student: bilstm}}")
+
+
+def test_a_search_is_planned_as_its_rungs_counting_the_slowest_candidates_and_its_last_rung_is_cut(tmp_path,
+                                                                                                  sst2_dir):
+    cfg, stages = _demo(tmp_path, sst2_dir, *SEARCH)
+    rates = replace(RATES, student_step_s={**RATES.student_step_s, "search.fast": 0.1, "search.slow": 0.2},
+                    student_fixed_s={"search.fast": 2.0, "search.slow": 3.0})
+    reused = {s.name for s in stages} - {"search", "test", "report"}
+    by = {e.stage: e for e in est.estimate(cfg, stages, ROWS, rates, reused)}
+    # 23,000 transfer rows of 64 → 360 steps an epoch, and 16 selection batches (a third of a step each); rung 1
+    # trains both 1 epoch, rung 2 the slower one (the one kept is not known before the timing) 3 epochs; each
+    # candidate's fixed seconds once per rung it may reach, and once for its timing
+    epoch = {"fast": 360 * 0.1 + 16 * 0.1 / 3, "slow": 360 * 0.2 + 16 * 0.2 / 3}
+    fixed = {"fast": 2.0, "slow": 3.0}
+    want = sum(fixed.values()) + epoch["fast"] + fixed["fast"] + epoch["slow"] + fixed["slow"] + 3 * epoch["slow"] \
+        + fixed["slow"]
+    assert by["search"].seconds == pytest.approx(want)
+    assert by["search"].rows == "2 candidates; 2 × 1 epochs, 1 × 3 epochs"
+    # a budget cuts the last rung (after the students' epochs, which are reused here), down to one more than the
+    # rung before
+    budget = (_search_total(cfg, stages, rates, reused) - epoch["slow"] + 1e-3) / 60
+    cut, cuts = est.fit(cfg, stages, ROWS, rates, reused, budget)
+    assert cuts == ["search's last rung 3 → 2"] and cut.search.rungs == (1, 2)
+    with pytest.raises(ConfigError, match=r"even the smallest plan \(search's last rung 3 → 2\)"):
+        est.fit(cfg, stages, ROWS, rates, reused, (_search_total(cfg, stages, rates, reused) - 2 * epoch["slow"]) / 60)
+    # a candidate the calibration could not time leaves the search not estimated, saying which
+    by = {e.stage: e for e in est.estimate(cfg, stages, ROWS, RATES, reused)}
+    assert by["search"].seconds is None and by["search"].rows.endswith("(fast not calibrated)")
+
+
+def _search_total(cfg, stages, rates, reused):
+    return est.total_seconds(est.estimate(cfg, stages, ROWS, rates, reused))
+
+
 def test_run_prints_its_plan_before_its_first_stage_and_runs_the_cut_config(tmp_path, sst2_dir):
     from test_runner import RecordingStages
 
