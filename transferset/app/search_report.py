@@ -15,14 +15,18 @@ def _budget(doc: dict[str, Any]) -> str:
 
 
 def _timed_on(doc: dict[str, Any]) -> str:
-    return {"onnx": ", each candidate's ONNX export timed on ONNX Runtime", "pytorch": ""}.get(doc.get("runtime"), "")
+    int8 = any(name.endswith("+int8") for name in doc["candidates"])
+    return ({"onnx": ", each candidate's ONNX export timed on ONNX Runtime", "pytorch": ""}.get(doc.get("runtime"), "")
+            + (", and its int8 export (NAME+int8)" if int8 else ""))
 
 
 def _rows(doc: dict[str, Any]) -> list[list[str]]:
     rows = []
     for name, c in doc["candidates"].items():
-        accuracies = ", ".join(f"{rung}: {100 * a:.1f}" for rung, a in (c.get("selection_accuracy") or {}).items())
-        rows.append([name, f"{c['latency_1']:.3g}", f"{c['mb']:.3g}", accuracies or "-", c.get("stopped", "")])
+        accuracies = ", ".join(f"{rung}: {'-' if a is None else f'{100 * a:.1f}'}"
+                               for rung, a in (c.get("selection_accuracy") or {}).items())
+        timed = [f"{c['latency_1']:.3g}", f"{c['mb']:.3g}"] if "latency_1" in c else ["-", "-"]
+        rows.append([name, *timed, accuracies or "-", c.get("stopped", "")])
     return rows
 
 

@@ -51,6 +51,10 @@ class SearchConfig:
     # what each candidate is timed on: onnx, its ONNX export on ONNX Runtime (the path a student ships on:
     # `transferset export`), or pytorch, the saved student as the report times students
     runtime: Literal["onnx", "pytorch"] = "onnx"
+    # also try each candidate as its int8 ONNX export (dynamic quantization, as `transferset export --quantize
+    # int8`): timed and sized as that export, trained as its candidate (one training for both), its selection
+    # accuracy measured on the export, and shipped as it when chosen
+    int8: bool = True
     timing_rows: AtLeast(1) = 64  # selection rows each candidate is timed on
     timing_rounds: AtLeast(1) = 5  # interleaved rounds of the timing (the median is kept)
 

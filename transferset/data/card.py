@@ -88,8 +88,7 @@ def records(folder: str) -> dict[str, Any]:
                    family=metrics.get("student") or sidecar.get("family"), schedule=metrics.get("schedule"),
                    parameters=metrics.get("parameters"), transfer_dir=t.get("dir"), transfer_rows=t.get("rows"),
                    labeled_rows=t.get("labeled_rows"), augment=augment or {}, selection_file=metrics.get("dev"),
-                   agreement=metrics.get("teacher_agreement"), settings=metrics.get("config") or {},
-                   chosen_by=_read_json(fs.join(folder, schema.SEARCH_CHOICE_FILE)))
+                   agreement=metrics.get("teacher_agreement"), settings=metrics.get("config") or {})
         out["base_model"] = backbone(out["teacher"])
         out["figures"].update(selection=metrics.get("dev_accuracy"),
                               latency=_latency(metrics.get("latency_ms_per_example")),
@@ -107,6 +106,7 @@ def records(folder: str) -> dict[str, Any]:
         if export.get("quantize") is None:  # the same function as the source: its figures stand (latency aside)
             out["figures"].update(selection=src.get("figures", {}).get("selection"),
                                   test=src.get("figures", {}).get("test"))
+    out["chosen_by"] = _read_json(fs.join(folder, schema.SEARCH_CHOICE_FILE)) if kind else None
     return out
 
 
@@ -293,7 +293,8 @@ def _how_it_was_made(rec: dict, base: str) -> list[str]:
 
 _BUDGET_UNITS = {"budget_ms": "{:g} ms per example", "budget_mb": "{:g} MB",
                  "budget_speedup": "{:g}x the teacher's speed"}
-_TIMED_ON = {"onnx": "its ONNX export on ONNX Runtime", "pytorch": "the saved student in PyTorch"}
+_TIMED_ON = {"onnx": "its ONNX export on ONNX Runtime", "pytorch": "the saved student in PyTorch",
+             "int8": "its int8 ONNX export on ONNX Runtime"}
 
 
 def budget_text(budget: dict) -> str:

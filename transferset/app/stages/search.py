@@ -3,11 +3,14 @@ under a budget. Every candidate trains from the run's one scored set, so trying 
 pass.
 
 1. Each candidate is built untrained and timed as the report times models (CPU ms per example at batch 1 on one
-   thread, tokenization included), and its saved size measured; those over budget are dropped before any training.
+   thread, tokenization included), and its saved size measured; with `int8` (the default) its int8 ONNX export
+   too, as a variant of its own (NAME+int8). Those over budget are dropped before any training.
 2. Successive halving on the selection split: every candidate left trains `rungs[0]` epochs, the best `keep` of
    them train `rungs[1]` epochs, and so on; the best of the last rung is chosen. The test split chooses nothing.
    Each (candidate, rung) is a normal student folder, search/candidates/NAME-eE, keyed as a student stage is (its
-   settings and the scored sets' keys): a killed search goes on, and another budget reuses what one trained.
+   settings and the scored sets' keys): a killed search goes on, and another budget reuses what one trained. An
+   int8 variant trains as its candidate (the same folder) and is exported beside it (NAME-eE-int8), its selection
+   accuracy measured on that export.
 3. The chosen student is copied to search/chosen, tested and reported with the run's other models as `search`;
    search/search.json says, for each candidate, its latency, size, accuracy at each rung and why it stopped.
 """
@@ -19,6 +22,7 @@ from dataclasses import replace
 from typing import Optional, Sequence
 
 from students.build import setup
+from students.compress.export import Int8Refused
 from students.student import Student
 from transferset import fs
 from transferset.app.latency import model_latency
@@ -34,6 +38,7 @@ from transferset.runtime import timing, typed
 from transferset.runtime.errors import ConfigError, UserError
 
 NAME = "search"  # the chosen student's name among the run's models
+INT8 = "+int8"  # a candidate's int8 variant: its ONNX export, quantized (`search.int8`)
 SEARCH_FILE = "search.json"  # in RUN/search/: every candidate, what it measured and why it stopped
 CHOSEN_DIR = "chosen"
 
@@ -83,42 +88,72 @@ def folder_mb(path: str) -> float:
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files) / 1e6
 
 
+def base_of(variant: str) -> str:
+    """The candidate a variant trains as (an int8 variant is its candidate, trained, then exported quantized)."""
+    return variant[:-len(INT8)] if variant.endswith(INT8) else variant
+
+
+def int8_export(r: Run, source: str, target: str) -> Optional[str]:
+    """`source` exported to ONNX and quantized to int8 in `target`, or why the export's check refused it."""
+    try:
+        r.fn.export(source, target, format="onnx", quantize="int8", overwrite=True)
+    except Int8Refused as exc:
+        return f"int8 export refused: {exc}"
+    return None
+
+
 def time_candidates(r: Run, out: RunOutputs, configs: dict[str, StudentConfig], folder: str,
                     log) -> tuple[dict[str, dict], dict]:
     """Every candidate built untrained (its tokens and initialisation as training would start), saved, timed and
-    sized; the teacher timed beside them when the budget is a speed-up → (each candidate's figures, the load
-    they were timed under)."""
+    sized, and its int8 export with `search.int8`; the teacher timed beside them when the budget is a speed-up →
+    (each variant's figures, or why it cannot be made, the load they were timed under)."""
     sc = r.cfg.search
-    models, saved = {}, {}
+    models, sized, refused = {}, {}, {}
     for name, cfg in configs.items():
-        saved[name] = fs.join(folder, "untrained", name)
-        Student.from_setup(setup(with_run_teacher(cfg, out), out.scored)).save_pretrained(saved[name])
-        models[name] = saved[name]
+        saved = sized[name] = fs.join(folder, "untrained", name)
+        Student.from_setup(setup(with_run_teacher(cfg, out), out.scored)).save_pretrained(saved)
+        models[name] = saved
         if sc.runtime == "onnx":
             models[name] = fs.join(folder, "untrained-onnx", name)
-            r.fn.export(saved[name], models[name], format="onnx", overwrite=True)
+            r.fn.export(saved, models[name], format="onnx", overwrite=True)
+        if sc.int8:
+            quantized = sized[name + INT8] = fs.join(folder, "untrained-int8", name)
+            refused[name + INT8] = int8_export(r, saved, quantized)
+            if refused[name + INT8] is None:
+                models[name + INT8] = quantized
     if sc.budget_speedup is not None:
         models["teacher"] = out.teacher
     texts = selection_texts(out.selection, r.augment.text_column)[:sc.timing_rows]
-    log(f"[search] timing {len(configs)} untrained candidates ({sc.runtime}) on {len(texts)} selection rows")
+    log(f"[search] timing {len(models) - (sc.budget_speedup is not None)} untrained candidates ({sc.runtime}"
+        f"{', and int8 exports' if sc.int8 else ''}) on {len(texts)} selection rows")
     timed = model_latency(models, texts, rounds=sc.timing_rounds)
     lat = timed["models"]
     teacher_ms = lat["teacher"]["latency_1"] if "teacher" in lat else None
-    return {name: {"latency_1": lat[name]["latency_1"], "parameters": lat[name]["parameters"],
-                   "mb": folder_mb(saved[name]), "teacher_ms": teacher_ms, "runtime": lat[name]["runtime"]}
-            for name in configs}, timed["conditions"]
+    return {name: ({"refused": refused[name]} if refused.get(name) else
+                   {"latency_1": lat[name]["latency_1"], "parameters": lat[name]["parameters"],
+                    "mb": folder_mb(sized[name]), "teacher_ms": teacher_ms, "runtime": lat[name]["runtime"]})
+            for name in sized}, timed["conditions"]
 
 
-def train_rung(r: Run, out: RunOutputs, name: str, cfg: StudentConfig, epochs: int, upstream: list[str],
-               log) -> float:
-    """One candidate trained `epochs` epochs: a student folder keyed as the students' stages are (`upstream`: the
-    scored sets' keys) → its selection accuracy."""
-    cfg = replace(cfg, epochs=epochs)
+def train_rung(r: Run, out: RunOutputs, variant: str, cfg: StudentConfig, epochs: int, upstream: list[str],
+               log) -> tuple[str, Optional[float]]:
+    """A variant's candidate trained `epochs` epochs: a student folder keyed as the students' stages are
+    (`upstream`: the scored sets' keys), shared by the candidate's variants; an int8 variant's export of it
+    beside (keyed by the student's) → (the variant's model folder, its selection accuracy; None: its int8 export
+    was refused)."""
+    name, cfg = base_of(variant), replace(cfg, epochs=epochs)
     folder = r.path("search", "candidates", f"{name}-e{epochs}")
     key = stage_key("student", student_settings(r.rules, cfg), upstream)
     Stage(f"search.{name}.e{epochs}", folder, key, schema.COMPLETE_MARKER, local=True).run(
         lambda work: r.fn.student(with_run_teacher(cfg, out), out.scored, out.dev_scored, work, overwrite=True), log)
-    return fs.read_json(fs.join(folder, schema.METRICS_FILE))["dev_accuracy"]
+    if variant == name:
+        return folder, fs.read_json(fs.join(folder, schema.METRICS_FILE))["dev_accuracy"]
+    quantized, why = folder + "-int8", []
+    Stage(f"search.{variant}.e{epochs}", quantized, stage_key("search.int8", {"quantize": "int8"}, [key]),
+          schema.COMPLETE_MARKER, local=True).run(lambda work: why.append(int8_export(r, folder, work)), log)
+    if any(why):
+        return quantized, None
+    return quantized, r.fn.evaluate(quantized, out.selection, **r.augment.column_kwargs())["accuracy"]
 
 
 def halve(r: Run, out: RunOutputs, configs: dict[str, StudentConfig], alive: list[str], record: dict, log) -> str:
@@ -126,12 +161,20 @@ def halve(r: Run, out: RunOutputs, configs: dict[str, StudentConfig], alive: lis
     sc = r.cfg.search
     sizes = rung_sizes(len(alive), sc.rungs, sc.keep)
     upstream = [fs.read_json(fs.join(d, schema.STAGE_FILE))["key"] for d in (out.scored, out.dev_scored)]
+    order = list(record)
     for rung, (epochs, size) in enumerate(zip(sc.rungs, sizes)):
         scores = {}
         for name in alive:
-            scores[name] = train_rung(r, out, name, configs[name], epochs, upstream, log)
+            record[name]["folder"], scores[name] = train_rung(r, out, name, configs[base_of(name)], epochs, upstream,
+                                                              log)
             record[name].setdefault("selection_accuracy", {})[f"{epochs} epochs"] = scores[name]
-        ranked = sorted(alive, key=lambda n: (-scores[n], list(configs).index(n)))
+        for name in [n for n in alive if scores[n] is None]:
+            record[name]["stopped"] = f"rung {rung + 1} ({epochs} epochs): the trained model's int8 export was refused"
+            alive.remove(name)
+        if not alive:
+            raise UserError("search: every candidate left was an int8 variant whose export was refused: set "
+                            "search.int8: false, or add candidates (search.json says why each stopped)")
+        ranked = sorted(alive, key=lambda n: (-scores[n], order.index(n)))
         keep = sizes[rung + 1] if rung + 1 < len(sizes) else 1
         for name in ranked[keep:]:
             record[name]["stopped"] = f"rung {rung + 1} ({epochs} epochs): not among the best {keep} of {size}"
@@ -144,25 +187,31 @@ def halve(r: Run, out: RunOutputs, configs: dict[str, StudentConfig], alive: lis
 def run_search(r: Run, out: RunOutputs, configs: dict[str, StudentConfig], folder: str, log) -> dict:
     sc = r.cfg.search
     timed, conditions = time_candidates(r, out, configs, folder, log)
-    record = {name: {**entry, "over_budget": over_budget(entry, sc, entry["teacher_ms"])} for name, entry in timed.items()}
-    alive = [n for n in configs if not record[n]["over_budget"]]
-    for name in configs:
+    record = {name: {**entry, "over_budget": None, "stopped": entry["refused"]} if "refused" in entry else
+              {**entry, "over_budget": over_budget(entry, sc, entry["teacher_ms"])} for name, entry in timed.items()}
+    alive = [n for n in record if record[n]["over_budget"] == []]
+    for name in record:
         if record[name]["over_budget"]:
             record[name]["stopped"] = "over budget: " + "; ".join(record[name]["over_budget"])
     if not alive:
-        near = closest(timed, sc)
+        near = closest({n: e for n, e in timed.items() if "refused" not in e}, sc)
         busy = f"; timed on a busy machine ({timing.describe(conditions)})" if conditions.get("busy") else ""
         raise UserError(f"search: no candidate meets the budget; the closest is {near} "
                         f"({'; '.join(record[near]['over_budget'])}{busy}): raise the budget or add smaller "
                         "candidates")
     chosen = halve(r, out, configs, alive, record, log)
-    source = r.path("search", "candidates", f"{chosen}-e{sc.rungs[-1]}")
+    source = record[chosen].pop("folder")
     target = fs.join(folder, CHOSEN_DIR)
     fs.delete(target)
     fs.copy_tree(source, target)
+    if chosen.endswith(INT8):  # the report reads a student's metrics: the training's, at the export's accuracy
+        metrics = fs.read_json(fs.join(source.removesuffix("-int8"), schema.METRICS_FILE))
+        metrics.update(dev_accuracy=record[chosen]["selection_accuracy"][f"{sc.rungs[-1]} epochs"], quantize="int8")
+        fs.write_json(fs.join(target, schema.METRICS_FILE), metrics, indent=2)
     doc = {"budget": {k: getattr(sc, k) for k in ("budget_ms", "budget_mb", "budget_speedup")}, "chosen": chosen,
            "from": source, "rungs": list(sc.rungs), "keep": sc.keep, "runtime": sc.runtime,
-           "timing_conditions": conditions, "candidates": record}
+           "timing_conditions": conditions, "candidates": {n: {k: v for k, v in e.items() if k != "folder"}
+                                                           for n, e in record.items()}}
     fs.write_json(fs.join(folder, SEARCH_FILE), doc, indent=2)
     fs.write_json(fs.join(target, schema.SEARCH_CHOICE_FILE), chosen_by(doc), indent=2)
     card.write_card(target)  # the report rewrites it with the test figures
@@ -179,8 +228,9 @@ def chosen_by(doc: dict) -> dict:
     finalists = sorted((n for n in c if last in (c[n].get("selection_accuracy") or {})),
                        key=lambda n: -c[n]["selection_accuracy"][last])
     runner_up = next((n for n in finalists if n != doc["chosen"]), None)
-    return {"budget": doc["budget"], "runtime": doc["runtime"], "rungs": doc["rungs"], "candidates": len(c),
-            "within_budget": sum(not e["over_budget"] for e in c.values()),
+    return {"budget": doc["budget"], "runtime": "int8" if doc["chosen"].endswith(INT8) else doc["runtime"],
+            "rungs": doc["rungs"], "candidates": len(c),
+            "within_budget": sum(e["over_budget"] == [] for e in c.values()),
             "latency_1": c[doc["chosen"]]["latency_1"],
             "selection_accuracy": c[doc["chosen"]]["selection_accuracy"][last],
             "runner_up": runner_up and {"name": runner_up, "accuracy": c[runner_up]["selection_accuracy"][last]}}

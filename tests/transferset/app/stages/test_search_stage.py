@@ -65,7 +65,7 @@ def test_the_default_space_covers_the_families_and_the_search_sits_before_the_te
         plan_of("search.budget_ms=1", "run_dir=memory://runs/r")
 
 
-def _config(tmp_path, data, teacher, budget_mb):
+def _config(tmp_path, data, teacher, budget_mb, **search):
     small = {"threads": 1, "latency_examples": 8, "epochs": 1}
     cfg = {"run_dir": str(tmp_path / "run"), "data": str(data), "validation": {"rows": 60, "seed": 0},
            "labeled_limit": 200, "unlabeled_rows": 50, "teacher_path": teacher,
@@ -77,7 +77,8 @@ def _config(tmp_path, data, teacher, budget_mb):
                                 "wide": {"student": "bilstm", "model": {"embed_dim": 8, "hidden": 32}},
                                 "static": {"student": "static"},
                                 "huge": {"student": "bilstm", "model": {"embed_dim": 8, "hidden": 512}}},
-                      "base": {"threads": 1, "latency_examples": 8, "kd": 1.0, "ce": 0.0, "mse": 0.0}}}
+                      "base": {"threads": 1, "latency_examples": 8, "kd": 1.0, "ce": 0.0, "mse": 0.0},
+                      "int8": False, **search}}
     path = tmp_path / f"search_{budget_mb}.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return load_config(str(path))
@@ -147,3 +148,68 @@ def test_a_tiny_search_chooses_in_budget_resumes_when_killed_and_a_second_budget
         run_pipeline(_config(tmp_path, data, tiny_teacher, 1e-4), log=lambda m: None,
                      functions=StageFunctions(student=student))
     assert len(trained) == before
+
+
+@pytest.mark.integration
+def test_an_int8_variant_is_timed_as_its_export_trained_as_its_candidate_and_shipped_as_the_export(
+        tmp_path, sst2_dir, head_tsv, tiny_teacher):
+    data = tmp_path / "data"
+    data.mkdir()
+    head_tsv(sst2_dir / "train.tsv", data / "train.tsv", 600)
+    head_tsv(sst2_dir / "dev.tsv", data / "dev.tsv", 80)
+    trained, evaluated = [], []
+
+    def student(cfg, scored, dev, out, **kw):
+        trained.append((cfg.model.get("hidden"), cfg.epochs))
+        return StageFunctions.student(cfg, scored, dev, out, **kw)
+
+    def evaluate(model, data_file, **kw):
+        evaluated.append(model)
+        return StageFunctions.evaluate(model, data_file, **kw)
+
+    space = {"small": {"student": "bilstm", "model": {"embed_dim": 8, "hidden": 8}},
+             "huge": {"student": "bilstm", "model": {"embed_dim": 8, "hidden": 512}}}
+    # the 512-unit BiLSTM is ~8.5 MB in float32 and ~2.2 MB in int8: only its int8 variant meets 4 MB
+    run_pipeline(_config(tmp_path, data, tiny_teacher, 4.0, int8=True, space=space), log=lambda m: None,
+                 functions=StageFunctions(student=student, evaluate=evaluate))
+    doc = json.loads((tmp_path / "run" / "search" / "search.json").read_text())
+    c = doc["candidates"]
+    assert set(c) == {"small", "small+int8", "huge", "huge+int8"}
+    assert c["huge"]["stopped"].startswith("over budget: ") and c["huge+int8"]["over_budget"] == []
+    assert c["huge+int8"]["mb"] < c["huge"]["mb"] / 3 and c["huge+int8"]["runtime"] == "ONNX Runtime"
+    # three variants in budget, two candidates trained at rung 1 (small once for both of its variants)
+    assert sorted(trained[:2]) == [(8, 1), (512, 1)]
+    assert all("1 epochs" in c[n]["selection_accuracy"] for n in ("small", "small+int8", "huge+int8"))
+    # an int8 variant's accuracy is its export's, measured on the selection split
+    candidates = tmp_path / "run" / "search" / "candidates"
+    assert str(candidates / "huge-e1-int8") in evaluated and str(candidates / "small-e1-int8") in evaluated
+    assert "of the 3 candidates within the budget (of 4)" in (tmp_path / "run" / "search" / "chosen" /
+                                                               "README.md").read_text()
+    # the 512-unit candidate alone: only its int8 variant is in budget, so it is chosen and shipped as the export
+    # (its trainings and exports reused by key: nothing trained again)
+    before = len(trained)
+    run_pipeline(_config(tmp_path, data, tiny_teacher, 4.0, int8=True, space={"huge": space["huge"]}),
+                 log=lambda m: None, functions=StageFunctions(student=student, evaluate=evaluate))
+    assert len(trained) == before
+    doc = json.loads((tmp_path / "run" / "search" / "search.json").read_text())
+    assert doc["chosen"] == "huge+int8"
+    chosen = tmp_path / "run" / "search" / "chosen"
+    assert (chosen / "model.onnx").exists() and not (chosen / "model").exists()
+    assert json.loads((chosen / "config.json").read_text())["transferset_export"]["quantize"] == "int8"
+    # the report's row: the training's metrics at the export's selection accuracy, timed on ONNX Runtime
+    metrics = json.loads((chosen / "metrics.json").read_text())
+    assert metrics["quantize"] == "int8" and metrics["dev_accuracy"] == doc["candidates"]["huge+int8"][
+        "selection_accuracy"]["2 epochs"]
+    row = next(r for r in json.loads((tmp_path / "run" / "results.json").read_text())["rows"]
+               if r["name"].startswith("student: search ("))
+    assert row["runtime"] == "ONNX Runtime" and row["dev_accuracy"] == metrics["dev_accuracy"]
+    card = (chosen / "README.md").read_text()
+    assert "An ONNX export (int8)" in card
+    assert ("- chosen by a search: budget 4 MB, timed at batch 1 on one CPU thread (its int8 ONNX export on ONNX "
+            "Runtime") in card and "of the 1 candidates within the budget (of 2)" in card
+    tested = json.loads((tmp_path / "run" / "test" / "accuracy.json").read_text())["models"]
+    assert tested["search"]["accuracy"] == pytest.approx(evaluate_ok(chosen, data / "dev.tsv"))
+
+
+def evaluate_ok(model, data_file):
+    return StageFunctions.evaluate(str(model), str(data_file))["accuracy"]
