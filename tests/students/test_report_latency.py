@@ -1,9 +1,7 @@
 """The run report's latency (transferset/app/report.py, over transferset/runtime/timing.py) with a real teacher and a
 trained student: every model timed together, on one thread, with the load it ran under."""
-import numpy as np
-
 from shipped import scored, trained
-from transferset.app.latency import PACKED, ScoringTeacher, model_latency
+from transferset.app.latency import model_latency
 
 
 def test_the_report_times_teacher_and_students_together_on_one_thread(tmp_path_factory, sst2_dir, sst2_dev200,
@@ -21,21 +19,3 @@ def test_the_report_times_teacher_and_students_together_on_one_thread(tmp_path_f
     assert cond["threads"] == 1 and cond["cpu_count"] >= 1 and 0 < cond["cpu_share"]
     assert isinstance(cond["busy"], bool) and len(cond["load_average_after"]) == 3
 
-
-def test_the_teacher_is_timed_on_its_scoring_path_which_computes_the_same_logits(tmp_path_factory, sst2_dir,
-                                                                                 sst2_dev_texts):
-    """The report times a teacher through the forward pass that scored the transfer set (padding-free where
-    packed.py serves its family), not through its own padded forward: the same function, without padding a batch
-    to its longest row."""
-    from students.student import Student
-    from tolerances import tiny_bert
-
-    teacher, _ = scored(tmp_path_factory, sst2_dir)
-    timed = ScoringTeacher(teacher)
-    assert timed.runtime == PACKED and timed.teacher.max_length == 128
-    texts = sst2_dev_texts[:64]
-    want = Student.from_pretrained(teacher, max_length=128).logits(texts)
-    np.testing.assert_allclose(timed.logits(texts), want, rtol=0, atol=tiny_bert(want, layers=4))
-    assert timed.num_parameters() == Student.from_pretrained(teacher).num_parameters()
-    row = model_latency({"teacher": teacher}, texts[:8], rounds=1)["models"]["teacher"]
-    assert row["runtime"] == PACKED and row["parameters"] == timed.num_parameters()
