@@ -15,9 +15,8 @@ def _budget(doc: dict[str, Any]) -> str:
 
 
 def _timed_on(doc: dict[str, Any]) -> str:
-    int8 = any(name.endswith("+int8") for name in doc["candidates"])
     return ({"onnx": ", each candidate's ONNX export timed on ONNX Runtime", "pytorch": ""}.get(doc.get("runtime"), "")
-            + (", and its int8 export (NAME+int8)" if int8 else ""))
+            + (", and its int8 export (NAME+int8)" if doc.get("int8") else ""))
 
 
 def _rows(doc: dict[str, Any]) -> list[list[str]]:

@@ -39,6 +39,7 @@ from transferset.runtime.errors import ConfigError, UserError
 
 NAME = "search"  # the chosen student's name among the run's models
 INT8 = "+int8"  # a candidate's int8 variant: its ONNX export, quantized (`search.int8`)
+INT8_FOLDER = "-int8"  # beside a trained candidate's folder: its int8 export
 SEARCH_FILE = "search.json"  # in RUN/search/: every candidate, what it measured and why it stopped
 CHOSEN_DIR = "chosen"
 
@@ -148,7 +149,7 @@ def train_rung(r: Run, out: RunOutputs, variant: str, cfg: StudentConfig, epochs
         lambda work: r.fn.student(with_run_teacher(cfg, out), out.scored, out.dev_scored, work, overwrite=True), log)
     if variant == name:
         return folder, fs.read_json(fs.join(folder, schema.METRICS_FILE))["dev_accuracy"]
-    quantized, why = folder + "-int8", []
+    quantized, why = folder + INT8_FOLDER, []
     Stage(f"search.{variant}.e{epochs}", quantized, stage_key("search.int8", {"quantize": "int8"}, [key]),
           schema.COMPLETE_MARKER, local=True).run(lambda work: why.append(int8_export(r, folder, work)), log)
     if any(why):
@@ -205,11 +206,11 @@ def run_search(r: Run, out: RunOutputs, configs: dict[str, StudentConfig], folde
     fs.delete(target)
     fs.copy_tree(source, target)
     if chosen.endswith(INT8):  # the report reads a student's metrics: the training's, at the export's accuracy
-        metrics = fs.read_json(fs.join(source.removesuffix("-int8"), schema.METRICS_FILE))
+        metrics = fs.read_json(fs.join(source.removesuffix(INT8_FOLDER), schema.METRICS_FILE))
         metrics.update(dev_accuracy=record[chosen]["selection_accuracy"][f"{sc.rungs[-1]} epochs"], quantize="int8")
         fs.write_json(fs.join(target, schema.METRICS_FILE), metrics, indent=2)
     doc = {"budget": {k: getattr(sc, k) for k in ("budget_ms", "budget_mb", "budget_speedup")}, "chosen": chosen,
-           "from": source, "rungs": list(sc.rungs), "keep": sc.keep, "runtime": sc.runtime,
+           "from": source, "rungs": list(sc.rungs), "keep": sc.keep, "runtime": sc.runtime, "int8": sc.int8,
            "timing_conditions": conditions, "candidates": {n: {k: v for k, v in e.items() if k != "folder"}
                                                            for n, e in record.items()}}
     fs.write_json(fs.join(folder, SEARCH_FILE), doc, indent=2)

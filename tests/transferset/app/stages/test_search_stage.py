@@ -203,6 +203,8 @@ def test_an_int8_variant_is_timed_as_its_export_trained_as_its_candidate_and_shi
     row = next(r for r in json.loads((tmp_path / "run" / "results.json").read_text())["rows"]
                if r["name"].startswith("student: search ("))
     assert row["runtime"] == "ONNX Runtime" and row["dev_accuracy"] == metrics["dev_accuracy"]
+    assert ("Search: budget 4 MB, each candidate's ONNX export timed on ONNX Runtime, and its int8 export (NAME+int8); "
+            "chosen: huge+int8") in (tmp_path / "run" / "results.md").read_text()
     card = (chosen / "README.md").read_text()
     assert "An ONNX export (int8)" in card
     assert ("- chosen by a search: budget 4 MB, timed at batch 1 on one CPU thread (its int8 ONNX export on ONNX "
