@@ -55,6 +55,7 @@ def setup(cfg: StudentConfig, scored: Union[str, ScoredSet]) -> Setup:
     """Build tokens and the student (initialised from the teacher if asked) for the scored set (its path: opened
     here, an unfinished one too)."""
     fam = family(cfg.student, "student")
+    cfg = family_registry.settled(cfg)
     if cfg.schedule not in SCHEDULES:
         raise UserError(f"unknown schedule {cfg.schedule!r}; known: {', '.join(SCHEDULES)}")
     if isinstance(scored, str):

@@ -24,7 +24,7 @@ from typing import Iterable, Iterator, Optional
 import numpy as np
 import torch
 
-from students import seeds
+from students import families, seeds
 from students.build import Setup, setup
 from students.data import NO_LABEL, EvalData, ScoredSet, count_rows, iter_train_batches, read_eval_data
 from students.families import project
@@ -55,7 +55,7 @@ def set_trainable(s: Setup, phase: Phase) -> list[torch.nn.Parameter]:
     unknown = set(phase.trainable) - set(groups)
     if unknown:
         raise ValueError(f"phase {phase.name!r} names unknown parameter groups {sorted(unknown)}")
-    trainable = set(phase.trainable) - ({"embeddings"} if s.cfg.frozen_embeddings() else set())
+    trainable = set(phase.trainable) - ({"embeddings"} if families.frozen_embeddings(s.cfg) else set())
     learn = []
     for name, params in groups.items():
         for p in params:
@@ -109,7 +109,7 @@ def fit(s: Setup, phase: Phase, batches: Iterable[dict], engine: Optional[Engine
     """`phase` trained on `batches` through the recipe, as `train` trains it (one epoch, no selection split,
     one optimizer for them all, the engine of `s.cfg` unless given); → each batch's (loss, {term: value}).
     What benchmarks/train.py times, and what the tests step a student with."""
-    engine = engine or Engine.create(s.cfg.engine, log=lambda msg: None, progress_bar=False)
+    engine = engine or Engine.create(families.settled(s.cfg).engine, log=lambda msg: None, progress_bar=False)
     seen: list[tuple[float, dict]] = []
 
     def recorded(net, batch):
@@ -286,6 +286,7 @@ class StudentJob(Job):
     names = (*STUDENT_NAMES, CHECKPOINT_DIR)
 
     def __init__(self, cfg: StudentConfig, transfer_dir: str, dev_path: str, progress: bool):
+        cfg = families.settled(cfg)  # the family's engine where the settings leave it unset
         super().__init__(cfg.engine, log_line)
         self.cfg, self.transfer_dir, self.dev_path = cfg, transfer_dir, dev_path
         self.resume, self.checkpoint_steps = cfg.resume, cfg.checkpoint_steps

@@ -8,8 +8,8 @@ in the registry, students/build.py.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Mapping, Optional
 
 import torch.nn as nn
 
@@ -67,6 +67,14 @@ class Family:
     # ONNX export (students/compress/export.py): (model, tokens) → a module taking (input_ids, attention_mask) → logits;
     # None: the model is a Hugging Face classifier, exported with the tokenizer's inputs as they are
     export_graph: Optional[Callable[[nn.Module, Any], nn.Module]] = None
+    # The engine settings a student of the family trains with unless its `engine:` section gives them (`settled`):
+    # the learning rate's schedule and warm-up (config.StudentEngineConfig); one it leaves out: constant / 0.
+    engine: Mapping[str, Any] = field(default_factory=dict)
+    # What it can do, which the shared code asks instead of its name:
+    # per-token hidden states and attention maps, which the layer losses compare (students/losses/online.py)
+    layer_losses: bool = False
+    # an embedding table built from the teacher's vectors (`embed_init`), kept fixed unless `freeze_embeddings: false`
+    teacher_vectors: bool = False
 
 
 # Every module of students.families registers its family when the registry is first read; families of other
@@ -86,6 +94,29 @@ def get(name: Optional[str], where: str = "student") -> Family:
 
 def names() -> list[str]:
     return FAMILIES.names()
+
+
+# The engine a family's declaration leaves out: a constant rate, no warm-up.
+ENGINE_FALLBACK = {"schedule": "constant", "warmup": 0.0}
+
+
+def settled(cfg: StudentConfig) -> StudentConfig:
+    """The settings with what the family decides filled in: the engine fields the `engine:` section leaves unset
+    (None) take the family's (`Family.engine`). Every student is trained, and keyed, settled; settling twice
+    changes nothing."""
+    unset = [name for name in ENGINE_FALLBACK if getattr(cfg.engine, name) is None]
+    if not unset:
+        return cfg
+    declared = {**ENGINE_FALLBACK, **get(cfg.student).engine}
+    return replace(cfg, engine=replace(cfg.engine, **{name: declared[name] for name in unset}))
+
+
+def frozen_embeddings(cfg: StudentConfig) -> bool:
+    """Whether the embedding table stays fixed: `freeze_embeddings`, else (None) for a family built on the teacher's
+    vectors whose `embed_init` is not random."""
+    if cfg.freeze_embeddings is not None:
+        return cfg.freeze_embeddings
+    return get(cfg.student).teacher_vectors and cfg.embed_init != "random"
 
 
 def projection(student_width: int, teacher_width: int) -> Optional[nn.Linear]:

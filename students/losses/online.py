@@ -22,6 +22,7 @@ from typing import Optional
 import torch
 import torch.nn as nn
 
+from students import families
 from students.data.teacher_files import NO_CODE_TRAIN, no_teacher_dir
 from students.families import Built, Context
 from students.families import transformer
@@ -127,7 +128,7 @@ def make(ctx: Context, built: Built) -> Optional[OnlineTeacher]:
     if not active:
         return None  # the schedules refuse a two-step / pkt plan without its layer losses (students.schedules)
     names = ", ".join(sorted(active))
-    if cfg.student != "transformer":
+    if not families.get(cfg.student).layer_losses:
         raise UserError(f"{names} compare a transformer's per-token hidden states and attention maps with the "
                         f"teacher's; a {cfg.student} student has neither: use `student: transformer`, or set "
                         f"{names} to 0")
@@ -158,7 +159,7 @@ def make(ctx: Context, built: Built) -> Optional[OnlineTeacher]:
             raise UserError(f"{', '.join(k for k in layer_losses.ATTENTION_LOSSES if k in active)} compare "
                             f"attention head by head: the student has {heads_s} heads, the teacher {heads_t}; set "
                             f"model: {{num_attention_heads: {heads_t}}}, or drop the attention losses")
-    if cfg.schedule == "pkt" and cfg.emb_mse and cfg.frozen_embeddings():
+    if cfg.schedule == "pkt" and cfg.emb_mse and families.frozen_embeddings(cfg):
         raise UserError("schedule pkt trains the embeddings alone on emb_mse first, and freeze_embeddings keeps "
                         "them fixed: drop one of the two")
     if cfg.schedule == "pkt":

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from students import build, seeds
+from students import build, families, seeds
 from students.build import FAMILIES, setup
 from students.trainer import make_optimizer
 from transferset.config import StudentConfig
@@ -105,7 +105,7 @@ def test_bilstm_word_vectors_come_from_embed_init_over_the_kept_ids_and_stay_fro
     expected = table[torch.tensor(s.tokens.keep)]
     expected[s.tokens.pad_id] = 0
     assert torch.allclose(s.model.embed.weight, expected, atol=1e-5)
-    assert cfg.frozen_embeddings()
+    assert families.frozen_embeddings(cfg)
 
 
 def test_embed_lr_gives_the_table_its_own_optimizer_group(tiny_scored_dir):

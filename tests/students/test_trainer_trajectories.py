@@ -17,7 +17,7 @@ import os
 import pytest
 
 from students import trainer
-from transferset.config import StudentConfig
+from transferset.config import StudentConfig, StudentEngineConfig
 from transferset.training.engine import TRACK_FILE
 
 RTOL = 1e-3
@@ -55,9 +55,10 @@ def test_a_bilstm_student_follows_its_pinned_trajectory(tmp_path, tiny_scored_di
 
 def test_a_transformer_student_cut_from_the_teacher_follows_its_pinned_trajectory(tmp_path, tiny_scored_dir,
                                                                                    sst2_dev200):
-    # Two of the tiny teacher's four layers (skip init), KL on the cached logits only: no online teacher.
+    # Two of the tiny teacher's four layers (skip init), KL on the cached logits only: no online teacher; with a
+    # linear warm-up and decay (the family's own engine is a constant rate), so the schedule is in the numbers.
     cfg = StudentConfig(**SMALL, student="transformer", epochs=2, model={"n_layer": 2}, kd=1.0, ce=0.0, mse=0.0,
-                        lr=1e-3)
+                        lr=1e-3, engine=StudentEngineConfig(schedule="linear", warmup=0.1))
     out = str(tmp_path / "transformer")
     trainer.train(cfg, tiny_scored_dir, sst2_dev200, out, progress=False)
     _check("transformer", _losses(out), PINNED["transformer"])

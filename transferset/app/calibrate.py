@@ -141,6 +141,7 @@ def student_step(s_cfg, tokenizer, texts: Sequence[str], hidden_width: int, max_
     timing.ROUNDS rounds). None for other families."""
     import torch
 
+    from students import families
     from students.families import bilstm, model_values, static
 
     t0 = time.perf_counter()
@@ -154,7 +155,7 @@ def student_step(s_cfg, tokenizer, texts: Sequence[str], hidden_width: int, max_
     else:
         return None
     built_s = time.perf_counter() - t0
-    if s_cfg.frozen_embeddings():
+    if families.frozen_embeddings(s_cfg):
         model.embed.weight.requires_grad_(False)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
 

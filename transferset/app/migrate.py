@@ -104,7 +104,7 @@ ENGINE_LEGACY: dict[str, tuple[str, ...]] = {"teacher": ("warmup",), "student": 
 
 
 # The engine a trainer's keys compare with, where it is not the trainer's default engine today: a BiLSTM's
-# default became a linear warm-up and decay (config.engine.STUDENT_ENGINE) after every student had
+# default became a linear warm-up and decay (students/families/bilstm.py, BILSTM_ENGINE) after every student had
 # trained at a constant rate. Student keys compare with that constant rate, so a BiLSTM at the new default gets
 # a new key and retrains, and one set to `engine: {schedule: constant, warmup: 0}` keeps its key and its folder
 # (as a transformer student at its default, the constant rate, does).

@@ -34,7 +34,7 @@ from transferset.config.augment_settings import RECIPES, AugmentConfig, nested_o
 from transferset.config.common import (_STRICT, COMBINES, FORWARDS, POOLINGS, Ints, LabelNames,  # noqa: F401
                                        Names, Speeds, _as_text, _split_commas, check_combine, check_forward_options)
 from transferset.config.compress import EXIT_TARGETS, CompressConfig, ExitsConfig, PruneConfig  # noqa: F401
-from transferset.config.engine import (DEVICES, LR_SCHEDULES, PRECISIONS, STUDENT_ENGINE,  # noqa: F401
+from transferset.config.engine import (DEVICES, LR_SCHEDULES, PRECISIONS, StudentEngineConfig,  # noqa: F401
                                        TEACHER_ENGINE, TRACKERS, EngineConfig, engine_section)
 from transferset.config.precedence import (DEFAULT_FAMILY, STUDENT_LAYERS, STUDENT_PRESETS,  # noqa: F401
                                            student_values)
@@ -208,22 +208,16 @@ class StudentConfig:
     resume: bool = False  # go on from OUTPUT/checkpoint/ of a killed run with the same settings
     checkpoint_steps: Optional[AtLeast(1)] = None  # also write the checkpoint every N optimizer steps (None: per epoch)
     # device, precision, processes (`torchrun --nproc_per_node N -m transferset.app.cli train ...`: DDP, gloo on
-    # CPU), grad_accum, schedule, warmup, tracker (transferset/training). The default by family (STUDENT_ENGINE):
-    # a BiLSTM warms up over 10 % of each phase's steps, then decays linearly; a transformer keeps a constant rate
-    engine: EngineConfig = field(default_factory=lambda: EngineConfig(**STUDENT_ENGINE[DEFAULT_FAMILY]))
+    # CPU), grad_accum, schedule, warmup, tracker (transferset/training). The schedule and warm-up left unset are the
+    # family's: a BiLSTM or static student warms up over 10 % of each phase's steps, then decays linearly; a
+    # transformer keeps a constant rate (students/families/)
+    engine: StudentEngineConfig = field(default_factory=StudentEngineConfig)
 
     @model_validator(mode="before")
     @classmethod
     def _layers(cls, values: Any) -> Any:
         # the preset and the family's defaults under what was given, however the config is made (precedence.py)
         return student_values(values)
-
-    def frozen_embeddings(self) -> bool:
-        """Whether the embedding table stays fixed (`freeze_embeddings`, None: a teacher-initialised BiLSTM or
-        static student)."""
-        if self.freeze_embeddings is not None:
-            return self.freeze_embeddings
-        return self.student in ("bilstm", "static") and self.embed_init != "random"
 
 
 @with_config(_STRICT)

@@ -40,8 +40,8 @@ class EngineConfig:
 
 # A trainer's engine section: what the YAML / flags give, over the trainer's own defaults (a partial section
 # keeps the rest of them): the teacher's and compress's. Prune's recovery and exits train at a constant rate
-# unless the section says otherwise; a student's family's engine (STUDENT_ENGINE) is its default layer,
-# under the preset and what is given (config/precedence.py).
+# unless the section says otherwise. A student's engine is a StudentEngineConfig: what it does not give is its
+# family's.
 def engine_section(values: Any, defaults: dict) -> Any:
     if not isinstance(values, dict):
         return values
@@ -56,13 +56,18 @@ def engine_section(values: Any, defaults: dict) -> Any:
 
 # The teacher fine-tunes as BERT was: linear warm-up over 10 % of the steps, then linear decay.
 TEACHER_ENGINE = {"schedule": "linear", "warmup": 0.1}
-# A student's default engine by family, from the schedule table (benchmarks/README.md, "Learning-rate
-# schedule": the demo's scored set, 3 seeds each, SST-2 dev, a split no choice saw):
-# - bilstm: the linear warm-up and decay, 1.4 points over the constant rate (81.8 ± 0.9 against 80.3 ± 0.7),
-#   more than the seeds' spread;
-# - transformer (the presets too): the constant rate, at which the 3-layer tinybert student was no worse
-#   (the difference inside the seeds' spread), so the presets keep the rate every figure of theirs was
-#   measured with; their papers' schedules: docs/scaling.md.
-# - static: the BiLSTM's, as the nearest family (same tokens, vectors and learning rate); not measured apart.
-STUDENT_ENGINE: dict[str, dict] = {"bilstm": {"schedule": "linear", "warmup": 0.1}, "transformer": {},
-                                   "static": {"schedule": "linear", "warmup": 0.1}}
+
+
+# A student's engine (`StudentConfig.engine`): what is not given is its family's (`Family.engine`, declared by the
+# family's module: students/families/), settled where the student is set up (students.families.settled).
+@with_config(_STRICT)
+@dataclass(frozen=True)
+class StudentEngineConfig(EngineConfig):
+    """A student's `engine:` section: EngineConfig's, with the learning-rate curve its family's unless given."""
+
+    # learning rate per optimizer step of a phase: constant | linear (warm-up, then linear decay to 0) | cosine
+    # (warm-up, then cosine decay to 0); None: the family's (BiLSTM and static: linear; transformer: constant)
+    schedule: Optional[Literal[LR_SCHEDULES]] = None
+    # fraction of a phase's optimizer steps with a linear warm-up from 0; None: the family's (BiLSTM and static:
+    # 0.1; transformer: 0)
+    warmup: Optional[Probability] = None

@@ -6,13 +6,15 @@ the one below, setting by setting: the file, then the command's flags, then `key
 file's `engine: {schedule: cosine}` keeps the cosine. A student's settings have two layers below those
 (`resolve_student`, which every load of a StudentConfig goes through: its validator calls it): the defaults,
 its family's among them, and the preset the layers above name. (`StudentConfig(...)` in Python is a plain
-dataclass: it holds the values it is given and the field defaults, no preset and no family's engine;
-`typed.load(StudentConfig, {...})` takes the layers.)
+dataclass: it holds the values it is given and the field defaults, no preset; `typed.load(StudentConfig,
+{...})` takes the layers.)
 
-Two defaults of a family are not written into the settings, so that a student's stage key (the settings at
-their values, transferset/app/keys.py) stays what it was: the learning rate (`lr: null` is read where the
-optimizer is made as the family's `default_lr`) and the shape of its model (a BiLSTM preset is a model shape
-too, and both stand under `model:` where the model is built, students.families.model_values).
+A family's defaults are declared by the family (students/families/: this layer sits below the students and
+does not know them) and read where they are used, each left unset (None) in the settings until then: the
+learning rate (`lr: null`: the family's `default_lr`, where the optimizer is made), the learning rate's curve
+(`engine: {schedule: null, warmup: null}`: the family's `engine`, `students.families.settled`, which every
+training and every student's stage key goes through) and the shape of its model (a BiLSTM preset is a model
+shape too, and both stand under `model:` where the model is built, students.families.model_values).
 """
 from __future__ import annotations
 
@@ -21,7 +23,6 @@ from typing import Any, Mapping
 
 import yaml
 
-from transferset.config.engine import STUDENT_ENGINE
 from transferset.runtime import typed
 from transferset.runtime.errors import ConfigError
 
@@ -44,9 +45,9 @@ DEFAULT_FAMILY = "bilstm"  # StudentConfig.student
 
 # Transformer presets (`preset: NAME`): a published recipe's settings, the layer under the file's. Paper
 # settings and what differs here: README.md, "Layer-wise transfer with the teacher online, and the presets".
-# A preset does not set the learning-rate schedule: transformer students train at the constant rate and the
-# BiLSTMs with a linear warm-up and decay (config.engine.STUDENT_ENGINE); the papers' own schedules are listed
-# in docs/scaling.md, with the setting that trains as published.
+# A preset does not set the learning-rate schedule: transformer students train at their family's constant rate
+# (students/families/transformer.py); the papers' own schedules are listed in docs/scaling.md, with the setting
+# that trains as published.
 STUDENT_PRESETS: dict[str, dict[str, Any]] = {
     # Jiao et al. 2020, task distillation: embedding, hidden and attention-score MSE, then soft CE (T = 1).
     "tinybert": {"student": "transformer", "schedule": "two-step", "layer_map": "uniform", "emb_mse": 1.0,
@@ -80,18 +81,13 @@ def over(*layers: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def family_defaults(family: Any) -> dict[str, Any]:
-    """The settings a student family sets in the default layer: its engine section (STUDENT_ENGINE)."""
-    return {"engine": dict(STUDENT_ENGINE.get(family, {}))}
-
-
 def resolve_student(*given: Mapping[str, Any]) -> dict[str, Any]:
     """A student's settings: the layers the user gave (lowest first: file, flags, key=value) over the preset
-    they name, over the defaults of the family they choose (or the preset chooses)."""
+    they name (the defaults below them are the fields' own, and the family's where it has some: students.families
+    settles them)."""
     top = over(*given)
     preset = STUDENT_PRESETS.get(top.get("preset"), {}) if isinstance(top.get("preset"), str) else {}
-    family = top.get("student", preset.get("student", DEFAULT_FAMILY))
-    return over(family_defaults(family), preset, top)
+    return over(preset, top)
 
 
 def student_values(values: Any) -> Any:

@@ -131,6 +131,9 @@ class Engine:
         from accelerate.utils import DistributedDataParallelKwargs
 
         check_engine(cfg)
+        if cfg.schedule is None or cfg.warmup is None:
+            raise ValueError("a student's engine is trained settled: students.families.settled(cfg) fills in its "
+                             "family's schedule and warm-up")
         # Parameters that a phase's loss leaves without a gradient (the width projection outside a
         # repr / pkd loss, the classifier under the repr loss) would stall DDP's reducer otherwise.
         ddp = DistributedDataParallelKwargs(find_unused_parameters=find_unused_parameters)

@@ -1,6 +1,7 @@
 """A student family is one registration (students/families/__init__.py `register`): a new one, added here by one module-like
 block and no other edit, trains end to end from a scored set, is saved, loaded and predicts; its default
-learning rate and the tokens it is built on come from it."""
+learning rate, its engine, the tokens it is built on and what it can do (layer losses, a table of the teacher's
+vectors) come from it."""
 from dataclasses import asdict, dataclass
 import json
 import os
@@ -15,8 +16,9 @@ from students.data.tokens import load_tokens, teacher_wordpiece
 from students.families import Built, Context, Family
 from students.student import Student
 from students.trainer import make_optimizer
-from transferset.config import StudentConfig
+from transferset.config import StudentConfig, StudentEngineConfig
 from transferset.contract import schema
+from transferset.runtime import typed
 from transferset.runtime.errors import UserError
 from transferset.runtime.registry import RegistryError
 
@@ -71,7 +73,8 @@ def load(model_dir: str, sidecar: dict):
 
 
 BAG = Family("bag", build=build, forward=lambda model, batch: model(batch["ids"], batch["mask"]),
-             param_groups=param_groups, save=save, load=load, default_lr=5e-3, tokens=("wordpiece",))
+             param_groups=param_groups, save=save, load=load, default_lr=5e-3, tokens=("wordpiece",),
+             engine={"schedule": "cosine", "warmup": 0.25})
 
 
 @pytest.fixture
@@ -87,6 +90,7 @@ def test_a_registered_family_trains_saves_loads_and_predicts(registered, tmp_pat
     assert m["student"] == "bag" and m["model_config"] == {"vocab_size": m["model_config"]["vocab_size"],
                                                            "num_classes": 2, "dim": 8}
     assert [h["epoch"] for h in m["history"]] == [1, 2] and m["train_rows"] == 256
+    assert (m["config"]["engine"]["schedule"], m["config"]["engine"]["warmup"]) == ("cosine", 0.25)  # the family's
     student = Student.from_pretrained(str(out / schema.STUDENT_MODEL_DIR))
     assert student.family is BAG and isinstance(student.model, Bag)
     logits = student.logits(["a good film", "a dull one", "the story"])
@@ -94,9 +98,21 @@ def test_a_registered_family_trains_saves_loads_and_predicts(registered, tmp_pat
     assert student.predict(["a good film"]).labels in (["0"], ["1"])
 
 
-def test_the_default_learning_rate_and_tokens_are_the_familys(registered, tiny_scored_dir):
+def test_the_default_learning_rate_engine_tokens_and_capabilities_are_the_familys(registered, tiny_scored_dir):
     s = setup(StudentConfig(student="bag", threads=1), tiny_scored_dir)
     assert make_optimizer(s, list(s.model.parameters())).param_groups[0]["lr"] == 5e-3
+    # the engine fields the settings leave unset are the family's; one given is kept
+    assert (s.cfg.engine.schedule, s.cfg.engine.warmup) == ("cosine", 0.25)
+    given = families.settled(StudentConfig(student="bag", engine=StudentEngineConfig(warmup=0.5)))
+    assert (given.engine.schedule, given.engine.warmup) == ("cosine", 0.5)
+    assert families.settled(given) is given  # settled twice: unchanged
+    # a family declaring none trains at a constant rate, however the config is made (the transformer)
+    for cfg in (StudentConfig(student="transformer"), typed.load(StudentConfig, {"student": "transformer"}, "student")):
+        assert (families.settled(cfg).engine.schedule, families.settled(cfg).engine.warmup) == ("constant", 0.0)
+    # no layer losses and no teacher's vectors declared: a layer loss is refused, the table learns
+    assert not families.frozen_embeddings(s.cfg)
+    with pytest.raises(UserError, match="a bag student has neither"):
+        setup(StudentConfig(student="bag", hidden_mse=1.0, schedule="two-step"), tiny_scored_dir)
     with pytest.raises(UserError, match=r"the bag student is built on `tokens: wordpiece`; drop `tokens: words`"):
         setup(StudentConfig(student="bag", tokens="words"), tiny_scored_dir)
 
@@ -160,7 +176,8 @@ def load(model_dir, sidecar):
 register(Family("mean_bag", build=build, forward=lambda model, batch: model(batch["ids"], batch["mask"]),
                 param_groups=lambda m: {"embeddings": list(m.embed.parameters()),
                                         "classifier": list(m.classifier.parameters())},
-                save=save, load=load, default_lr=5e-3, tokens=("wordpiece",)))
+                save=save, load=load, default_lr=5e-3, tokens=("wordpiece",),
+                engine={"schedule": "cosine", "warmup": 0.2}))
 '''
 PLUGIN_LOSS = '''
 from students.losses import register
@@ -206,6 +223,7 @@ def test_a_family_and_a_loss_of_another_package_train_save_load_and_predict_thro
     assert done.returncode == 0, done.stderr[-2000:]
     m = json.loads((tmp_path / "student" / schema.METRICS_FILE).read_text())
     assert m["student"] == "mean_bag" and [set(h["losses"]) for h in m["history"]] == [{"plugin_l1"}] * 2
+    assert m["config"]["engine"]["schedule"] == "cosine" and m["config"]["engine"]["warmup"] == 0.2  # its engine
     done = transferset("predict", "--model", str(tmp_path / "student"), "--input", str(texts), "--output",
                        str(tmp_path / "pred"), "--format", "jsonl")
     assert done.returncode == 0, done.stderr[-2000:]

@@ -12,7 +12,7 @@ from shipped import dev_rows, scored, trained
 from students import trainer
 from students.build import setup
 from students.evaluate import evaluate
-from students.families import bilstm, static
+from students.families import bilstm, frozen_embeddings, static
 from students.losses import LossWeights
 from students.schedules import phases
 from students.student import OnnxStudent, Student
@@ -92,7 +92,7 @@ def test_setup_takes_the_bilstms_tokens_and_teacher_vectors_and_keeps_them_froze
     # The same vectors as the BiLSTM's table (same tokens, same PCA), pad row zero.
     assert torch.equal(s.model.embed.weight, twin.model.embed.weight)
     assert s.model.embed.weight[s.tokens.pad_id].abs().sum() == 0 and s.model.embed.weight.std() > 0.5
-    assert cfg.frozen_embeddings() and s.cfg.engine.schedule == "linear" and s.projection is None
+    assert frozen_embeddings(cfg) and s.cfg.engine.schedule == "linear" and s.projection is None
     table = s.model.embed.weight.detach().clone()
     head = s.model.head[0].weight.detach().clone()
     batch = next(trainer.train_batches(s, tiny_scored_dir, seed=0))

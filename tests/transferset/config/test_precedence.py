@@ -10,6 +10,7 @@ import yaml
 
 from students import trainer
 from students.families import get as family
+from students.families import settled
 from transferset.app import cli, init, runner, train
 from transferset.config import STUDENT_LAYERS, STUDENT_PRESETS, RunConfig, StudentConfig
 from transferset.runtime import typed
@@ -19,14 +20,15 @@ TINYBERT = {"preset": "tinybert", "kd": 2.0, "lr": 1e-3, "engine": {"warmup": 0.
 
 
 def _train(tmp_path, *argv: str, config=None) -> StudentConfig:
-    """The StudentConfig `transferset train ... ARGV` trains with (its own parser and load_config)."""
+    """The StudentConfig `transferset train ... ARGV` trains with (its own parser and load_config, then settled
+    as its job settles it: the family's engine where the layers leave it unset)."""
     _, parser, _ = cli.build_subparser("train")
     words = ["--transfer", "scored", "--dev", "dev.tsv", "--output", "out"]
     if config is not None:
         path = tmp_path / "student.yaml"
         path.write_text(yaml.safe_dump(config), encoding="utf-8")
         words += ["--config", str(path)]
-    return train.load_config(parser.parse_args([*words, *argv]))
+    return settled(train.load_config(parser.parse_args([*words, *argv])))
 
 
 def _trained_lr(cfg: StudentConfig) -> float:
@@ -90,7 +92,7 @@ def test_run_takes_the_same_order(tmp_path):
     path.write_text(yaml.safe_dump({"data": str(tmp_path), "students": {"tiny": TINYBERT, "plain": {}}}))
     cfg = runner.load_config(str(path), ["students.tiny.kd=4", "students.tiny.engine.warmup=0.4",
                                          "students.plain.lr=2e-4"])
-    tiny, plain = cfg.students["tiny"], cfg.students["plain"]
+    tiny, plain = settled(cfg.students["tiny"]), settled(cfg.students["plain"])
     assert (tiny.kd, tiny.lr, tiny.engine.warmup, tiny.att_mse, tiny.engine.schedule) == (4.0, 1e-3, 0.4, 1.0, "constant")
     assert (plain.student, plain.lr, plain.engine.schedule, plain.engine.warmup) == ("bilstm", 2e-4, "linear", 0.1)
 
@@ -98,7 +100,7 @@ def test_run_takes_the_same_order(tmp_path):
 def test_the_starter_is_a_file_layer_of_the_same_order(tmp_path):
     data = tmp_path / "reviews.tsv"
     data.write_text("sentence\tlabel\ngood\t1\nbad\t0\n", encoding="utf-8")
-    written = typed.load(RunConfig, init.starter(str(data)), where="starter").students["distilled"]
+    written = settled(typed.load(RunConfig, init.starter(str(data)), where="starter").students["distilled"])
     assert (written.kd, written.temperature, written.engine.schedule) == (1.0, 2.0, "linear")  # file, default
     assert (written.preset, written.model) == ("tang", {})  # a BiLSTM preset: a model shape, applied at build
     ran = runner.load_config(None, ["students.distilled.kd=0.5"], data={"data": str(data)}).students["distilled"]

@@ -6,6 +6,7 @@ import functools
 from dataclasses import replace
 from typing import Any
 
+from students import families
 from transferset.app.stages.base import RunOutputs, StageDef, StageKind, register
 from transferset.app.stages.context import Run, set_fingerprint
 from transferset.app.stages.layer_texts import students_reading_rest
@@ -16,7 +17,8 @@ def student_settings(rules: Any, s_cfg) -> dict:
     """A student stage's key settings (`rules.student`: transferset/app/keys.py), with the content of the
     layer_texts set it reads (`rest`: the run's layer_texts stage, whose key is upstream)."""
     made = not s_cfg.layer_texts or s_cfg.layer_texts == LAYER_TEXTS_REST
-    return rules.student(s_cfg, None if made else set_fingerprint(s_cfg.layer_texts))
+    # keyed as it trains: the engine its family decides is held at its value (keys.py holds every setting so)
+    return rules.student(families.settled(s_cfg), None if made else set_fingerprint(s_cfg.layer_texts))
 
 
 def with_run_teacher(s_cfg, out: RunOutputs):
