@@ -19,6 +19,7 @@ shape too, and both stand under `model:` where the model is built, students.fami
 from __future__ import annotations
 
 import copy
+from importlib import resources
 from typing import Any, Mapping
 
 import yaml
@@ -32,9 +33,9 @@ STUDENT_LAYERS: tuple[tuple[str, str], ...] = (
                 "section (a BiLSTM or static student warms up over 10 % of each phase's steps, then decays "
                 "linearly; a transformer keeps a constant rate), the learning rate (`lr: null`: BiLSTM and static "
                 "2e-3, transformer 1e-4) and the model's shape (`model:`)"),
-    ("preset", "`preset: NAME`: a transformer preset's settings (tinybert, mobilebert, minilm, distilbert, pkd; "
-               "each also chooses `student: transformer`); a BiLSTM preset (tang, xtremedistil) is a model shape, "
-               "under `model:`"),
+    ("preset", "`preset: NAME`: a transformer preset's settings, the YAML file transferset/config/presets/NAME.yaml "
+               "(tinybert, mobilebert, minilm, distilbert, pkd; each also chooses `student: transformer`); a BiLSTM "
+               "preset (tang, xtremedistil) is a model shape, under `model:`"),
     ("file", "the YAML: `transferset train --config FILE`, or a run config's `students.NAME:` (the starter "
              "`transferset init` writes, and `run --data` runs, is one)"),
     ("flags", "`transferset train --lr 1e-3` (a section's field: `--warmup 0.2`, `--engine-schedule cosine`)"),
@@ -43,28 +44,23 @@ STUDENT_LAYERS: tuple[tuple[str, str], ...] = (
 
 DEFAULT_FAMILY = "bilstm"  # StudentConfig.student
 
-# Transformer presets (`preset: NAME`): a published recipe's settings, the layer under the file's. Paper
-# settings and what differs here: README.md, "Layer-wise transfer with the teacher online, and the presets".
-# A preset does not set the learning-rate schedule: transformer students train at their family's constant rate
+# Transformer presets (`preset: NAME`): a published recipe's settings, the layer under the file's, each a YAML file
+# of transferset/config/presets/ (NAME.yaml, its paper and what it sets in its comments). Paper settings and what
+# differs here: README.md, "Layer-wise transfer with the teacher online, and the presets". A preset does not set
+# the learning-rate schedule: transformer students train at their family's constant rate
 # (students/families/transformer.py); the papers' own schedules are listed in docs/scaling.md, with the setting
 # that trains as published.
-STUDENT_PRESETS: dict[str, dict[str, Any]] = {
-    # Jiao et al. 2020, task distillation: embedding, hidden and attention-score MSE, then soft CE (T = 1).
-    "tinybert": {"student": "transformer", "schedule": "two-step", "layer_map": "uniform", "emb_mse": 1.0,
-                 "hidden_mse": 1.0, "att_mse": 1.0, "kd": 1.0, "temperature": 1.0, "ce": 0.0, "mse": 0.0},
-    # Sun et al. 2020: feature-map and attention transfer, progressive (layer by layer), then prediction KD.
-    "mobilebert": {"student": "transformer", "schedule": "pkt", "layer_map": "uniform", "hidden_mse": 1.0,
-                   "att_kl": 1.0, "kd": 1.0, "temperature": 1.0, "ce": 0.0, "mse": 0.0},
-    # Wang et al. 2020: the last layer's attention and value-relation KL, then prediction KD.
-    "minilm": {"student": "transformer", "schedule": "two-step", "layer_map": "last-1", "att_kl": 1.0,
-               "value_kl": 1.0, "kd": 1.0, "temperature": 1.0, "ce": 0.0, "mse": 0.0},
-    # Sanh et al. 2019 without the MLM term: 5·KD(T = 2) + 1·cosine of the last hidden states, skip init.
-    "distilbert": {"student": "transformer", "schedule": "joint", "kd": 5.0, "temperature": 2.0, "cos": 1.0,
-                   "ce": 0.0, "mse": 0.0},
-    # Sun et al. 2019 (PKD-skip): (1 - α)·CE + α·KD(T) + β·PKD with α = 0.7, T = 5, β = 100.
-    "pkd": {"student": "transformer", "schedule": "joint", "ce": 0.3, "kd": 0.7, "temperature": 5.0,
-            "pkd": 100.0, "mse": 0.0},
-}
+PRESETS_DIR = "presets"
+
+
+def read_presets() -> dict[str, dict[str, Any]]:
+    """NAME → the settings of transferset/config/presets/NAME.yaml, by name."""
+    folder = resources.files("transferset.config") / PRESETS_DIR
+    found = sorted(f for f in folder.iterdir() if f.name.endswith(".yaml"))
+    return {f.name[:-len(".yaml")]: typed.yaml_load(f.read_text(encoding="utf-8")) for f in found}
+
+
+STUDENT_PRESETS: dict[str, dict[str, Any]] = read_presets()
 
 
 def over(*layers: Mapping[str, Any]) -> dict[str, Any]:

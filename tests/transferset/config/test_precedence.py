@@ -56,6 +56,20 @@ def test_default_layer_the_family_sets_the_engine_and_the_learning_rate(tmp_path
     assert bilstm.kd == 0.0 and bilstm.temperature == 1.0  # the settings' own defaults
 
 
+def test_the_presets_are_the_yaml_files_of_the_presets_folder_each_a_valid_layer():
+    folder = os.path.join(ROOT, "transferset", "config", "presets")
+    files = sorted(name[:-len(".yaml")] for name in os.listdir(folder) if name.endswith(".yaml"))
+    assert list(STUDENT_PRESETS) == files == ["distilbert", "minilm", "mobilebert", "pkd", "tinybert"]
+    for name, settings in STUDENT_PRESETS.items():
+        with open(os.path.join(folder, f"{name}.yaml"), encoding="utf-8") as fh:
+            text = fh.read()
+        assert text.startswith("# ") and typed.yaml_load(text) == settings  # its paper first, then its settings
+        cfg = typed.load(StudentConfig, {"preset": name}, "student")  # every setting a StudentConfig field
+        assert cfg.student == "transformer" and all(getattr(cfg, k) == v for k, v in settings.items())
+    assert STUDENT_PRESETS["pkd"] == {"student": "transformer", "schedule": "joint", "ce": 0.3, "kd": 0.7,
+                                      "temperature": 5.0, "pkd": 100.0, "mse": 0.0}
+
+
 def test_preset_layer_over_the_default(tmp_path, monkeypatch):
     cfg = _train(tmp_path, "--preset", "tinybert")
     # the preset chooses the family (over the default bilstm), so the family's defaults are the transformer's
