@@ -69,7 +69,7 @@ class Family:
     export_graph: Optional[Callable[[nn.Module, Any], nn.Module]] = None
     # The engine settings a student of the family trains with unless its `engine:` section gives them (`settled`):
     # the learning rate's schedule and warm-up (config.StudentEngineConfig); one it leaves out: constant / 0.
-    engine: Mapping[str, Any] = field(default_factory=dict)
+    engine: Mapping[str, Any] = field(default_factory=dict, hash=False)
     # What it can do, which the shared code asks instead of its name:
     # per-token hidden states and attention maps, which the layer losses compare (students/losses/online.py)
     layer_losses: bool = False
