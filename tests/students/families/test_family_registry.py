@@ -106,6 +106,7 @@ def test_the_default_learning_rate_engine_tokens_and_capabilities_are_the_family
     given = families.settled(StudentConfig(student="bag", engine=StudentEngineConfig(warmup=0.5)))
     assert (given.engine.schedule, given.engine.warmup) == ("cosine", 0.5)
     assert families.settled(given) is given  # settled twice: unchanged
+    assert len({families.get("bag"), families.get("bilstm"), families.get("bag")}) == 2  # hashable, its engine too
     # a family declaring none trains at a constant rate, however the config is made (the transformer)
     for cfg in (StudentConfig(student="transformer"), typed.load(StudentConfig, {"student": "transformer"}, "student")):
         assert (families.settled(cfg).engine.schedule, families.settled(cfg).engine.warmup) == ("constant", 0.0)
