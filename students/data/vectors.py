@@ -19,6 +19,7 @@ import torch
 
 from students.data.tokens import pca_project, teacher_input_embeddings
 from transferset.runtime.errors import UserError
+from transferset.runtime.progress import Progress
 
 METHODS = ("teacher", "word2vec", "model2vec")
 SIF_COEFFICIENT = 1e-4  # model2vec's default sif_coefficient
@@ -95,10 +96,14 @@ def encoder_token_outputs(teacher_dir: str, tokenizer, batch_size: int = 1024) -
     ids = torch.arange(tokens)
     seqs = torch.stack([torch.full_like(ids, tok.sep_token_id), ids, torch.full_like(ids, tok.cls_token_id)], 1)
     out = []
+    # minutes for a 12-layer teacher on one CPU thread: a line every 30 s says how far it got
+    progress = Progress("embed_init model2vec: ids through the teacher's encoder", unit="ids", total=tokens)
     for start in range(0, tokens, batch_size):
         batch = seqs[start:start + batch_size]
         hidden = model(input_ids=batch, attention_mask=torch.ones_like(batch)).last_hidden_state  # (B, 3, H)
         out.append(hidden.float().mean(1))
+        progress.update(len(batch))
+    progress.close()
     return torch.cat(out)
 
 
