@@ -3,7 +3,7 @@
     RUN=$HOME/.cache/transferset/runs/sst2_mpnet
     OMP_NUM_THREADS=1 transferset run --config configs/sst2_mpnet.yaml \
         teacher.model="$(bash benchmarks/fetch_mpnet.sh)" run_dir=$RUN
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/strong_teacher.py --run $RUN --seeds 3 --out runs/mpnet_seeds
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/strong_teacher.py --run $RUN --seeds 3 --out runs/mpnet_seeds [--jobs 2]
 
 The run trains each student once (seed 0). With --seeds N this script first trains seeds 1 .. N-1 of the
 students named by --train (default: all) on the run's scored set, as the run would: `transferset train
@@ -26,6 +26,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import yaml
@@ -42,24 +43,29 @@ SST2_DEV = ROOT.parent / "shared" / "data" / "sst2" / "dev.tsv"
 SEED_FOLDER = re.compile(r"^(?P<name>.+)_s(?P<seed>\d+)$")
 
 
-def train_seeds(run: Path, config: Path, names: list[str], seeds: int, out: Path) -> None:
-    """Seeds 1 .. seeds-1 of each named student, with its section of the run config, on the run's scored set."""
+def train_seeds(run: Path, config: Path, names: list[str], seeds: int, out: Path, jobs: int = 1) -> None:
+    """Seeds 1 .. seeds-1 of each named student, with its section of the run config, on the run's scored set;
+    `jobs` trainings at a time (each its own process: give each a thread, OMP_NUM_THREADS=1)."""
     sections = typed.read_yaml(str(config))["students"]
     out.mkdir(parents=True, exist_ok=True)
-    for name in names:
-        for seed in range(1, seeds):
-            folder = out / f"{name}_s{seed}"
-            if (folder / schema.COMPLETE_MARKER).exists():
-                continue
-            with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as fh:
-                yaml.safe_dump(sections[name], fh)
-            print(f"[strong_teacher] training {name}, seed {seed} → {folder}", file=sys.stderr, flush=True)
-            cli = str(Path(sys.executable).parent / "transferset")
-            subprocess.run([cli, "train", "--transfer", str(run / "scored"), "--dev", str(run / "dev" / "scored"),
-                            "--teacher", str(run / "teacher"),
-                            "--config", fh.name, "--seed", str(seed), "--output", str(folder), "--overwrite"],
-                           check=True, cwd=ROOT)
-            os.unlink(fh.name)
+    todo = [(name, seed) for name in names for seed in range(1, seeds)
+            if not (out / f"{name}_s{seed}" / schema.COMPLETE_MARKER).exists()]
+
+    def one(name: str, seed: int) -> None:
+        folder = out / f"{name}_s{seed}"
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as fh:
+            yaml.safe_dump(sections[name], fh)
+        print(f"[strong_teacher] training {name}, seed {seed} → {folder}", file=sys.stderr, flush=True)
+        cli = str(Path(sys.executable).parent / "transferset")
+        subprocess.run([cli, "train", "--transfer", str(run / "scored"), "--dev", str(run / "dev" / "scored"),
+                        "--teacher", str(run / "teacher"),
+                        "--config", fh.name, "--seed", str(seed), "--output", str(folder), "--overwrite"],
+                       check=True, cwd=ROOT)
+        os.unlink(fh.name)
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        for done in [pool.submit(one, name, seed) for name, seed in todo]:
+            done.result()  # a failed training stops the script with its error
 
 
 def models(run: Path, seeds_dir: Path | None) -> dict[str, list[Path]]:
@@ -128,6 +134,7 @@ def main(argv=None) -> int:
                     help="the run's config: each student's section for its other seeds")
     ap.add_argument("--seeds", type=int, default=1, help="seeds per student (the run's is seed 0)")
     ap.add_argument("--train", default=None, help="the students to train more seeds of, comma-separated (default: all)")
+    ap.add_argument("--jobs", type=int, default=1, help="trainings at a time, one process each (default: 1)")
     ap.add_argument("--out", type=Path, default=None,
                     help="where the other seeds go (folders NAME_sS); required with --seeds > 1")
     ap.add_argument("--test", default=str(SST2_DEV), help="the test split (default: SST-2's dev file)")
@@ -138,7 +145,7 @@ def main(argv=None) -> int:
         if args.out is None:
             ap.error("--seeds > 1 needs --out (where the other seeds are trained)")
         names = args.train.split(",") if args.train else list(typed.read_yaml(str(args.config))["students"])
-        train_seeds(args.run, args.config, names, args.seeds, args.out)
+        train_seeds(args.run, args.config, names, args.seeds, args.out, args.jobs)
     kinds = models(args.run, args.out)
     if args.labels_only not in kinds:
         ap.error(f"no finished student {args.labels_only!r} under {args.run}/students (found: {sorted(kinds)})")
