@@ -56,8 +56,8 @@ def setup(cfg: StudentConfig, scored: Union[str, ScoredSet]) -> Setup:
     here, an unfinished one too)."""
     fam = family(cfg.student, "student")
     cfg = family_registry.settled(cfg)
-    if cfg.schedule not in SCHEDULES:
-        raise UserError(f"unknown schedule {cfg.schedule!r}; known: {', '.join(SCHEDULES)}")
+    if cfg.phases not in SCHEDULES:
+        raise UserError(f"unknown schedule {cfg.phases!r}; known: {', '.join(SCHEDULES)}")
     if isinstance(scored, str):
         scored = ScoredSet.open(scored, allow_incomplete=True)
     meta, label_names, hidden_width = scored.meta, scored.label_names, scored.hidden_width
@@ -75,7 +75,7 @@ def setup(cfg: StudentConfig, scored: Union[str, ScoredSet]) -> Setup:
             raise UserError(f"the {fam.name} student is built on `tokens: {' | '.join(fam.tokens)}`; drop "
                             f"`tokens: {cfg.tokens}`")
         online_teacher = online.make(ctx, built)
-    if (cfg.repr or cfg.schedule == "progressive") and built.repr_width != hidden_width and built.projection is None:
+    if (cfg.repr or cfg.phases == "progressive") and built.repr_width != hidden_width and built.projection is None:
         raise UserError(f"the representation loss (repr, and stage 1 of the progressive schedule) needs the "
                         f"student's head width ({built.repr_width}) to equal the teacher's hidden width "
                         f"({hidden_width}); drop the head_dim / preset override, or set repr: 0")

@@ -149,7 +149,7 @@ def check_layer_texts(cfg: StudentConfig, plan: list[Phase]) -> Optional[int]:
     if not any(reads_layer_texts(p) for p in plan):
         raise UserError(f"layer_texts {cfg.layer_texts}: only the phases that train on layer losses alone read it "
                         "(two-step's intermediate step, pkt's layer stages), and this student's schedule "
-                        f"({cfg.schedule}) has none; use schedule two-step or pkt with a layer loss, or drop layer_texts")
+                        f"({cfg.phases}) has none; use schedule two-step or pkt with a layer loss, or drop layer_texts")
     if cfg.layer_texts == LAYER_TEXTS_REST:
         raise UserError(f"layer_texts {LAYER_TEXTS_REST}: a run config's setting (`transferset run` makes that set "
                         "from its train file's rows no pool took); here give a transfer set's directory")
@@ -235,7 +235,7 @@ def evaluate_run(s: Setup, student: Student, transfer_dir: str, dev: EvalData) -
     dev_counts = np.bincount(dev.labels[dev.labels != NO_LABEL], minlength=len(s.label_names))
     return {
         "student": s.family.name,
-        "schedule": cfg.schedule,
+        "schedule": cfg.phases,
         "dev": dev.path,
         "dev_rows": int(len(dev.texts)),
         "dev_accuracy": accuracy(dev_pred, dev.labels),
@@ -305,7 +305,7 @@ class StudentJob(Job):
         self.s = s = setup(cfg, scored)
         self.student = Student.from_setup(s)
         try:
-            self.plan = phases(cfg.schedule, LossWeights.of(cfg), cfg.epochs, s.family.param_groups(s.model).keys(),
+            self.plan = phases(cfg.phases, LossWeights.of(cfg), cfg.epochs, s.family.param_groups(s.model).keys(),
                                cfg.layer_epochs)
         except ValueError as exc:
             raise UserError(str(exc)) from exc

@@ -300,7 +300,7 @@ def build(ctx: Context) -> Built:
 
 def uses_teacher_hidden(cfg) -> bool:
     """Whether a loss compares the student's states with the teacher's (repr, pkd, progressive stage 1)."""
-    return bool(cfg.repr or cfg.pkd or cfg.schedule == "progressive")
+    return bool(cfg.repr or cfg.pkd or cfg.phases == "progressive")
 
 
 def build_pretrained(ctx: Context) -> Built:

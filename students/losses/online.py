@@ -159,10 +159,10 @@ def make(ctx: Context, built: Built) -> Optional[OnlineTeacher]:
             raise UserError(f"{', '.join(k for k in layer_losses.ATTENTION_LOSSES if k in active)} compare "
                             f"attention head by head: the student has {heads_s} heads, the teacher {heads_t}; set "
                             f"model: {{num_attention_heads: {heads_t}}}, or drop the attention losses")
-    if cfg.schedule == "pkt" and cfg.emb_mse and families.frozen_embeddings(cfg):
+    if cfg.phases == "pkt" and cfg.emb_mse and families.frozen_embeddings(cfg):
         raise UserError("schedule pkt trains the embeddings alone on emb_mse first, and freeze_embeddings keeps "
                         "them fixed: drop one of the two")
-    if cfg.schedule == "pkt":
+    if cfg.phases == "pkt":
         unmapped = sorted(set(range(1, n_student + 1)) - {s for s, _ in pairs})
         if unmapped:
             raise UserError(f"schedule pkt trains each student layer on its teacher layer, and layer_map "

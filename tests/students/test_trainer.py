@@ -165,7 +165,7 @@ def test_refuses_unknown_settings_and_an_existing_output(tmp_path, tiny_scored_d
     rc, err = _train(args, capsys)
     assert rc == 2 and f"{cfg}: epochs = 'abc'" in err and "(expected int)" in err
     cfg.write_text("preset: tang\n")  # FC 200: no representation head of the teacher's width (32)
-    rc, err = _train(args + ["--schedule", "progressive"], capsys)
+    rc, err = _train(args + ["--phases", "progressive"], capsys)
     assert rc == 1 and "head width (200) to equal the teacher's hidden width (32)" in err
     (tmp_path / "o" / schema.STUDENT_MODEL_DIR).mkdir(parents=True)
     (tmp_path / "o" / schema.STUDENT_MODEL_DIR / "notes.txt").write_text("mine")
@@ -249,7 +249,7 @@ def test_evaluate_prints_the_training_dev_accuracy_and_teacher_agreement(bilstm_
 def test_progressive_schedule_runs_its_seven_phases_in_order(tmp_path, scored_dir, sst2_dev, small_bilstm_config):
     out = tmp_path / "run"
     cfg = small_bilstm_config(tmp_path / "cfg.yaml", model={"embed_dim": 32, "hidden": 32})
-    rc = main(["train", "--transfer", scored_dir, "--dev", sst2_dev, "--output", str(out), "--schedule",
+    rc = main(["train", "--transfer", scored_dir, "--dev", sst2_dev, "--output", str(out), "--phases",
                "progressive", "--config", cfg, "--epochs", "1", "--no-progress"])
     assert rc == 0
     m = json.loads((out / schema.METRICS_FILE).read_text())

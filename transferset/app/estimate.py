@@ -158,7 +158,7 @@ def teacher_estimate(name: str, tc, rows: Rows, rates: Rates) -> Estimate:
 def student_estimate(name: str, s_cfg, transfer: int, rows: Rows, rates: Rates, key: Optional[str] = None) -> Estimate:
     """Each phase's rows (the labeled ones alone for a phase on gold labels only) × its epochs, at most; `key`: the
     student's rates (None: the stage's name after `students.`)."""
-    plan = phases(s_cfg.schedule, LossWeights.of(s_cfg), s_cfg.epochs, layer_epochs=s_cfg.layer_epochs)
+    plan = phases(s_cfg.phases, LossWeights.of(s_cfg), s_cfg.epochs, layer_epochs=s_cfg.layer_epochs)
     seen = sum((rows.labeled if p.labeled_only else transfer) * p.epochs for p in plan)
     epochs = sum(p.epochs for p in plan)
     text = f"{seen // max(1, epochs):,} rows × {epochs} epochs = {seen:,}"

@@ -146,7 +146,7 @@ def _section(tp: Any) -> Optional[type]:
 
 def _add_section(parser, cls: type, f: dataclasses.Field, section: type) -> None:
     """A section's fields as flags of their own (`--precision bf16` sets `engine: {precision: bf16}`), titled by
-    the section; a name the command's own settings use already gets the section's prefix (`--engine-schedule`)."""
+    the section; a name the command's own settings use already gets the section's prefix (`--engine-NAME`)."""
     default = f.default_factory() if f.default_factory is not dataclasses.MISSING else section()
     group = parser.add_argument_group(f"{f.name} section ({section.__name__}; `{f.name}:` in YAML)")
     helps = field_help(section)

@@ -18,7 +18,7 @@ from transferset import augment as augment_ops
 from transferset import fs
 from transferset.runtime import typed
 
-LAYOUT = 2  # the version of these rules and of a run folder's records
+LAYOUT = 3  # the version of these rules and of a run folder's records
 LAYOUT_FILE = ".transferset-run.json"  # RUN/LAYOUT_FILE: {"layout": LAYOUT}
 
 # Settings in no key: they change how a stage runs, never what it writes. A config class may declare more in

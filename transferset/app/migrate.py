@@ -1,13 +1,15 @@
-"""`transferset migrate RUN_DIR`: a run folder written under the earlier key rules (layout 1) converted to today's.
+"""`transferset migrate RUN_DIR`: a run folder written under earlier key rules (layouts 1 and 2) converted to today's.
 
 Layout 1 keyed a stage by its settings that differ from their defaults, plus the FROZEN ones each key held
 when those rules were written, with legacy forms for settings added later and the engine section in the flat
-form of before it existed. Today's keys (transferset/app/keys.py, layout 2) hold every setting at its value.
-Migrating computes both for the run's config (RUN/config.yaml, the last run's settings, unless --config is
-given): a folder whose record holds its layout-1 key (or a legacy form of it) is the same work, and its record
-gets the layout-2 key, so the next `transferset run` reuses it (or resumes it, when it was killed while
-running). A folder whose record holds any other key is left as it is: the next run does it again. Nothing else
-is changed. These layout-1 rules are kept here only, for this conversion.
+form of before it existed. Layout 2 held every setting at its value, as today's keys do (transferset/app/keys.py,
+layout 3), under the names of then: a student's phase plan was `schedule`, now `phases` (precedence.RENAMED).
+Migrating computes the folder's rules and today's for the run's config (RUN/config.yaml, the last run's settings,
+its earlier names read as today's, unless --config is given): a folder whose record holds its earlier key (or a
+layout-1 legacy form of it) is the same work, and its record gets today's key, so the next `transferset run`
+reuses it (or resumes it, when it was killed while running: a checkpoint's settings take today's names too). A
+folder whose record holds any other key is left as it is: the next run does it again. Nothing else is changed.
+These earlier rules are kept here only, for this conversion.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from transferset.app.plan import build_plan
 from transferset.app.stages import stage_key
 from transferset.app.stages.context import StageFunctions
 from transferset.config import TeacherConfig
+from transferset.config.precedence import RENAMED, apply_override
 from transferset.contract import schema
 from transferset.data.splits import SPLIT_STATS_FILE
 from transferset.runtime import typed
@@ -88,6 +91,8 @@ def section(kind: str, cfg: Any) -> dict[str, Any]:
     default, EXECUTION ones (and the config's own EXECUTION tuple) never; a trainer's engine section as
     `engine` says."""
     values, defaults = typed.to_dict(cfg), _defaults(type(cfg))
+    if kind == "student":
+        values, defaults = earlier_names(values), earlier_names(defaults)
     engine_values = values.pop("engine", None)
     never = set(EXECUTION.get(kind, ())) | set(getattr(cfg, "EXECUTION", ()))
     frozen = FROZEN[kind]
@@ -212,6 +217,31 @@ class V1:
     data, teacher, augment, score, student = staticmethod(data), staticmethod(teacher), staticmethod(augment), \
         staticmethod(score), staticmethod(student)
     compressed = staticmethod(compressed)
+    FIELD = "layout1_key"  # where a converted record keeps the key it had
+
+
+# --- the layout-2 rules: today's, with the settings RENAMED since under their earlier names ---------
+
+def earlier_names(settings: dict) -> dict:
+    """A student's settings under the names layouts 1 and 2 knew (precedence.RENAMED, backwards)."""
+    back = {new: old for old, new in RENAMED.items()}
+    return {back.get(k, k): v for k, v in settings.items()}
+
+
+class V2:
+    """The layout-2 key rules, with the names build_plan calls (`rules`)."""
+
+    data, teacher, augment, score = staticmethod(keys.data), staticmethod(keys.teacher), \
+        staticmethod(keys.augment), staticmethod(keys.score)
+    compressed = staticmethod(keys.compressed)
+    FIELD = "layout2_key"
+
+    @staticmethod
+    def student(s_cfg: Any, layer_texts_set: Optional[str] = None) -> dict:
+        return earlier_names(keys.student(s_cfg, layer_texts_set))
+
+
+RULES = {None: V1, 2: V2}  # a run folder's layout (None: no record, layout 1) → the rules its keys were made by
 
 
 # --- the conversion ------------------------------------------------------------------------------
@@ -225,12 +255,13 @@ def _finished(folder: str, done_file: str, kind: str) -> bool:
         and not fs.exists(fs.join(folder, schema.MANIFEST_FILE))
 
 
-def convert(cfg, files, log) -> dict[str, list[str]]:
+def convert(cfg, files, log, rules: type = V1) -> dict[str, list[str]]:
     """Each stage of `cfg`'s run converted where its folder holds the same work → {"reused": [...], "rerun":
     [...], "resumed": [...]} by stage name. Every stage is judged before any record is written, so a conversion
-    that stops midway changes nothing; a record converted already (its key today's) counts as converted."""
-    fn = StageFunctions()
-    old = build_plan(cfg, files, fn, rules=V1).stages
+    that stops midway changes nothing; a record converted already (its key today's) counts as converted.
+    `rules`: those the folder's keys were made by (RULES)."""
+    fn, field = StageFunctions(), rules.FIELD
+    old = build_plan(cfg, files, fn, rules=rules).stages
     new = build_plan(cfg, files, fn).stages
     stored: dict[str, str] = {}
     new_keys: dict[str, str] = {}
@@ -249,15 +280,15 @@ def convert(cfg, files, log) -> dict[str, list[str]]:
         if o.run is None or not o.folder:
             continue
         record = _record(o.folder)
-        verdict = _judge(o, record, _accepted(cfg, o, stored), new_keys[n.name])
+        verdict = _judge(o, record, _accepted(cfg, o, stored, rules), new_keys[n.name], field)
         if verdict != "rerun":
-            stored[o.name] = record.get("layout1_key", record["key"])  # the folder's key stood for it downstream
+            stored[o.name] = record.get(field, record["key"])  # the folder's key stood for it downstream
         verdicts.append((o, verdict, new_keys[n.name], record))
     labels = _split_labels(cfg)
     done: dict[str, list[str]] = {"reused": [], "resumed": [], "rerun": []}
     for stage, verdict, key, record in verdicts:
         if verdict != "rerun":
-            _apply(stage, verdict, key, record, labels)
+            _apply(stage, verdict, key, record, labels, field)
         done[verdict].append(stage.name)
         log(f"[{stage.name}] {verdict}")
     return done
@@ -268,10 +299,10 @@ def _record(folder: str) -> dict:
     return fs.read_json(path) if fs.exists(path) else {}
 
 
-def _accepted(cfg, stage, stored: dict) -> set:
-    """The layout-1 keys that name this stage's work: its key, and a student's legacy forms."""
+def _accepted(cfg, stage, stored: dict, rules: type) -> set:
+    """The earlier keys that name this stage's work: its key, and a layout-1 student's legacy forms."""
     accepted = {stored[stage.name]}
-    if stage.kind == "student":
+    if stage.kind == "student" and rules is V1:
         s_cfg = cfg.students[stage.name.split(".", 1)[1]]
         settings = stage.settings() if callable(stage.settings) else stage.settings
         accepted |= {stage_key("student", f, [stored[u] for u in stage.upstream])
@@ -279,8 +310,8 @@ def _accepted(cfg, stage, stored: dict) -> set:
     return accepted
 
 
-def _judge(stage, record: dict, accepted: set, new_key: str) -> str:
-    converted = record.get("key") == new_key and record.get("layout1_key") in accepted
+def _judge(stage, record: dict, accepted: set, new_key: str, field: str) -> str:
+    converted = record.get("key") == new_key and record.get(field) in accepted
     if record.get("key") not in accepted and not converted:
         return "rerun"
     if record.get("running"):
@@ -294,7 +325,7 @@ def _split_labels(cfg) -> Optional[list]:
     return fs.read_json(path).get("label_names") if fs.exists(path) else None
 
 
-def _apply(stage, verdict: str, new_key: str, record: dict, labels: Optional[list]) -> None:
+def _apply(stage, verdict: str, new_key: str, record: dict, labels: Optional[list], field: str) -> None:
     """Rewrite a stage's record under its new key (its done file too where layout 1 did without it, a killed
     trainer's checkpoint where it resumes)."""
     kind = stage.kind or stage.name
@@ -303,7 +334,7 @@ def _apply(stage, verdict: str, new_key: str, record: dict, labels: Optional[lis
     if verdict == "reused" and not fs.exists(fs.join(stage.folder, stage.done_file)):
         fs.write_text(fs.join(stage.folder, stage.done_file), "")
     fs.write_json(fs.join(stage.folder, schema.STAGE_FILE),
-                  {**record, "key": new_key, "layout1_key": record.get("layout1_key", record["key"])})
+                  {**record, "key": new_key, field: record.get(field, record["key"])})
 
 
 def teacher_fingerprint(old: dict, labels: Optional[Sequence[str]] = None) -> dict:
@@ -344,11 +375,26 @@ def convert_checkpoint(folder: str, teacher: bool, labels: Optional[Sequence[str
     saved = recipe_state(torch.load(path, map_location="cpu", weights_only=True))
     if teacher:
         saved["fingerprint"] = teacher_fingerprint(saved["fingerprint"], labels)
+    else:  # a student's settings under today's names
+        settings = {RENAMED.get(k, k): v for k, v in json.loads(saved["fingerprint"]["settings"]).items()}
+        saved["fingerprint"] = {**saved["fingerprint"], "settings": json.dumps(settings, sort_keys=True, default=str)}
     torch.save(saved, path + ".partial")
     os.replace(path + ".partial", path)
     with open(os.path.join(folder, CHECKPOINT_FINGERPRINT), "w", encoding="utf-8") as fh:
         json.dump(saved["fingerprint"], fh, sort_keys=True, default=str)
     return True
+
+
+def today_names(raw: dict) -> dict:
+    """A run config's mapping with each student's settings (a search's candidates too) under today's names
+    (precedence.RENAMED): the config of a run folder made before, as RUN/config.yaml holds it."""
+    search = raw.get("search") if isinstance(raw.get("search"), dict) else {}
+    sections = [*(raw.get("students") or {}).values(), search.get("base"), *(search.get("space") or {}).values()]
+    for section in sections:
+        for old, new in RENAMED.items():
+            if isinstance(section, dict) and old in section and new not in section:
+                section[new] = section.pop(old)
+    return raw
 
 
 def migrate(run_dir: str, config: Optional[str] = None, overrides: Sequence[str] = (), log=print) -> dict:
@@ -357,15 +403,18 @@ def migrate(run_dir: str, config: Optional[str] = None, overrides: Sequence[str]
     if layout == keys.LAYOUT:
         log(f"{run_dir}: already layout {keys.LAYOUT}; nothing to convert")
         return {"reused": [], "resumed": [], "rerun": []}
-    if layout is not None:
-        raise ConfigError(f"{run_dir}: layout {layout}; this transferset converts layout 1 only")
+    if layout not in RULES:
+        raise ConfigError(f"{run_dir}: layout {layout}; this transferset converts layouts 1 and 2 only")
     config = config or fs.join(run_dir, runner.CONFIG_FILE)
     if not fs.exists(config):
         raise ConfigError(f"{run_dir}: no {runner.CONFIG_FILE} (not a run folder?); give the run's --config YAML")
-    cfg = runner.load_config(config, [*overrides, f"run_dir={run_dir}"])
+    raw = today_names(typed.read_yaml(config))
+    for item in [*overrides, f"run_dir={run_dir}"]:
+        apply_override(raw, item)
+    cfg = runner.load_raw(raw, where=config, given={item.split("=", 1)[0]: item for item in overrides})
     files = runner.resolve_data(cfg.data, cfg.test, cfg.dev)
     with runner.output_lock(run_dir, command="migrate"):
-        done = convert(cfg, files, log)
+        done = convert(cfg, files, log, RULES[layout])
         keys.write_layout(run_dir)
     log(f"{run_dir}: layout {keys.LAYOUT}; {len(done['reused'])} finished stage(s) kept, {len(done['resumed'])} "
         f"to resume, {len(done['rerun'])} to run again ({', '.join(done['rerun']) or 'none'})")

@@ -24,7 +24,7 @@ Each setting takes its value in one order (docs/configuration.md): default (the 
 
 example:
   transferset train --transfer runs/sst2/scored --dev ../shared/data/sst2/dev.tsv \\
-      --output runs/sst2/bilstm --student bilstm --schedule progressive --epochs 3
+      --output runs/sst2/bilstm --student bilstm --phases progressive --epochs 3
   transferset train --transfer runs/sst2/scored --dev ../shared/data/sst2/dev.tsv \\
       --output runs/sst2/tiny --config student.yaml lr=5e-4 model.n_layer=2
 """

@@ -136,7 +136,9 @@ class StudentConfig:
     """`transferset train` (flags or --config YAML) and each entry of the run's `students:` section."""
 
     student: str = DEFAULT_FAMILY  # student family: bilstm | transformer | static (mean+max pooled vectors, an MLP)
-    schedule: str = "joint"  # joint | progressive | distill-then-finetune | two-step | pkt
+    # the phase plan: which losses and parameter groups train, phase by phase (students/schedules.py): joint |
+    # progressive | distill-then-finetune | two-step | pkt (the learning rate's curve is `engine: {schedule: ...}`)
+    phases: str = "joint"
     epochs: AtLeast(1) = 5  # at most this many epochs per phase (progressive: per unfreezing step)
     # two-step / pkt: epochs of each layer-loss phase (TinyBERT: 20 intermediate, 3 prediction); unset: epochs
     layer_epochs: Optional[AtLeast(1)] = None

@@ -38,7 +38,7 @@ STUDENT_LAYERS: tuple[tuple[str, str], ...] = (
                "preset (tang, xtremedistil) is a model shape, under `model:`"),
     ("file", "the YAML: `transferset train --config FILE`, or a run config's `students.NAME:` (the starter "
              "`transferset init` writes, and `run --data` runs, is one)"),
-    ("flags", "`transferset train --lr 1e-3` (a section's field: `--warmup 0.2`, `--engine-schedule cosine`)"),
+    ("flags", "`transferset train --lr 1e-3` (a section's field: `--warmup 0.2`, `--schedule cosine`)"),
     ("key=value", "`transferset train ... lr=1e-3 engine.warmup=0.2`, `transferset run ... students.NAME.lr=1e-3`"),
 )
 
@@ -86,9 +86,22 @@ def resolve_student(*given: Mapping[str, Any]) -> dict[str, Any]:
     return over(preset, top)
 
 
+# A student setting's earlier name → its name now, for the one line that says so (`transferset migrate` converts a
+# run folder's records and config).
+RENAMED = {"schedule": "phases"}
+
+
 def student_values(values: Any) -> Any:
-    """StudentConfig's validator: the mapping it is loaded from (typed.load: a file, flags, key=value) resolved."""
-    return resolve_student(values) if isinstance(values, dict) else values
+    """StudentConfig's validator: the mapping it is loaded from (typed.load: a file, flags, key=value) resolved; a
+    setting under its earlier name is refused with its name now."""
+    if not isinstance(values, dict):
+        return values
+    for old, new in RENAMED.items():
+        if old in values:
+            raise ConfigError(f"`{old}: {values[old]}` is now `{new}: {values[old]}` (the phase plan; the learning "
+                              f"rate's curve is `engine: {{schedule: ...}}`); rename it in the config, and run "
+                              f"`transferset migrate RUN_DIR` on a run folder made before")
+    return resolve_student(values)
 
 
 def apply_override(raw: dict, item: str) -> None:

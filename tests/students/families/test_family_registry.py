@@ -113,7 +113,7 @@ def test_the_default_learning_rate_engine_tokens_and_capabilities_are_the_family
     # no layer losses and no teacher's vectors declared: a layer loss is refused, the table learns
     assert not families.frozen_embeddings(s.cfg)
     with pytest.raises(UserError, match="a bag student has neither"):
-        setup(StudentConfig(student="bag", hidden_mse=1.0, schedule="two-step"), tiny_scored_dir)
+        setup(StudentConfig(student="bag", hidden_mse=1.0, phases="two-step"), tiny_scored_dir)
     with pytest.raises(UserError, match=r"the bag student is built on `tokens: wordpiece`; drop `tokens: words`"):
         setup(StudentConfig(student="bag", tokens="words"), tiny_scored_dir)
 

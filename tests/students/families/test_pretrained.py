@@ -87,7 +87,7 @@ def test_no_projection_when_no_loss_compares_states_or_the_widths_match(tiny_sco
     same_width = setup(_cfg(tiny_teacher4, repr=1.0), tiny_scored_dir)  # a 4-layer, 32-wide checkpoint
     assert same_width.projection is None and same_width.model.config.num_hidden_layers == 4
     # The progressive schedule's stage 1 is a representation loss: it gets a projection.
-    assert setup(_cfg(student48, schedule="progressive"), tiny_scored_dir).projection is not None
+    assert setup(_cfg(student48, phases="progressive"), tiny_scored_dir).projection is not None
 
 
 def test_pkd_maps_student_layers_onto_the_teachers_by_the_skip_rule(tiny_scored_dir, student48, tmp_path):
@@ -121,7 +121,7 @@ def test_a_distilbert_checkpoint_is_a_student_too(tiny_scored_dir, student48, tm
     torch.manual_seed(2)
     DistilBertForSequenceClassification(config).save_pretrained(directory)
     tokenizer.save_pretrained(directory)
-    s = setup(_cfg(str(directory), repr=1.0, pkd=1.0, schedule="progressive"), tiny_scored_dir)
+    s = setup(_cfg(str(directory), repr=1.0, pkd=1.0, phases="progressive"), tiny_scored_dir)
     assert type(s.model).__name__ == "DistilBertForSequenceClassification"
     assert (s.projection.in_features, s.projection.out_features) == (64, 32)
     groups = s.family.param_groups(s.model)

@@ -110,7 +110,7 @@ def test_word_tokens_take_the_bilstms_word_vectors(tiny_scored_dir):
 
 
 def test_repr_across_widths_goes_through_a_projection_and_the_progressive_schedule_runs(tiny_scored_dir):
-    s = setup(StudentConfig(student="static", threads=1, schedule="progressive", model={"embed_dim": 16,
+    s = setup(StudentConfig(student="static", threads=1, phases="progressive", model={"embed_dim": 16,
                                                                                        "hidden": 12}),
               tiny_scored_dir)
     assert s.projection is not None and s.projection.in_features == 12

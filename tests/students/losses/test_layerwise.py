@@ -192,9 +192,9 @@ def test_the_online_teacher_adds_its_states_and_w_h_learns(tiny_scored_dir, tiny
     ({"student": "bilstm", "att_kl": 1.0, "model": {"embed_dim": 8, "hidden": 8}},
      "a bilstm student has neither: use `student: transformer`"),
     ({"att_kl": 1.0, "model": {**NARROW, "num_attention_heads": 4}}, "the student has 4 heads, the teacher 2"),
-    ({"hidden_mse": 1.0, "schedule": "pkt", "layer_map": "last-1"}, r"maps no teacher layer to student layers \[1\]"),
+    ({"hidden_mse": 1.0, "phases": "pkt", "layer_map": "last-1"}, r"maps no teacher layer to student layers \[1\]"),
     ({"hidden_mse": 1.0, "layer_map": "1,2,3"}, "3 teacher layers for a 2-layer student"),
-    ({"hidden_mse": 1.0, "emb_mse": 1.0, "schedule": "pkt", "freeze_embeddings": True},
+    ({"hidden_mse": 1.0, "emb_mse": 1.0, "phases": "pkt", "freeze_embeddings": True},
      "freeze_embeddings keeps them fixed"),
 ])
 def test_combinations_that_cannot_work_are_refused(tiny_scored_dir, values, message):
@@ -273,7 +273,7 @@ def test_other_schedules_fold_the_layer_groups_into_encoder():
 def test_pkt_freezes_every_layer_but_its_own(tiny_scored_dir):
     s = setup(_cfg(model={"n_layer": 2}, preset="mobilebert", lr=1e-2, weight_decay=0.1), tiny_scored_dir)
     groups = s.family.param_groups(s.model)
-    plan = phases(s.cfg.schedule, LossWeights.of(s.cfg), 1, groups.keys())
+    plan = phases(s.cfg.phases, LossWeights.of(s.cfg), 1, groups.keys())
     assert [p.name for p in plan] == ["1 pkt layer 1", "1 pkt layer 2", "2 prediction"]
     batch = next(iter(train_batches(s, tiny_scored_dir, 0)))
     for phase in plan[:2]:
@@ -290,7 +290,7 @@ def test_pkt_freezes_every_layer_but_its_own(tiny_scored_dir):
 
 def test_presets_set_their_recipe_under_the_given_settings():
     cfg = typed.load(StudentConfig, {"preset": "tinybert", "kd": 2.0}, "test")
-    assert (cfg.student, cfg.schedule, cfg.emb_mse, cfg.hidden_mse, cfg.att_mse, cfg.kd, cfg.ce, cfg.mse) == (
+    assert (cfg.student, cfg.phases, cfg.emb_mse, cfg.hidden_mse, cfg.att_mse, cfg.kd, cfg.ce, cfg.mse) == (
         "transformer", "two-step", 1.0, 1.0, 1.0, 2.0, 0.0, 0.0)
     assert typed.load(StudentConfig, {"preset": "minilm"}, "test").layer_map == "last-1"
     assert typed.load(StudentConfig, {"preset": "tang"}, "test").student == "bilstm"  # BiLSTM presets as before
@@ -305,7 +305,7 @@ def test_each_preset_runs_end_to_end_on_the_tiny_teacher(preset, shape, tmp_path
     from transferset.app.cli import main
 
     cfg = tmp_path / "cfg.yaml"
-    layered = STUDENT_PRESETS[preset]["schedule"] in ("two-step", "pkt")
+    layered = STUDENT_PRESETS[preset]["phases"] in ("two-step", "pkt")
     cfg.write_text(yaml.safe_dump({"preset": preset, "threads": 1, "latency_examples": 8, "epochs": 1,
                                    "batch_size": 32, "lr": 1e-3, "model": shape,
                                    **({"layer_epochs": 2} if layered else {})}))

@@ -449,3 +449,123 @@ def test_converting_twice_keeps_what_the_first_converted_and_a_stage_of_missing_
         shard.unlink()
     done = migrate.convert(cfg, resolve_data(cfg.data, cfg.test), log=lambda m: None)
     assert {"data", "teacher", "augment"} <= set(done["reused"]) and "dev" in done["rerun"]
+
+
+# --- layout 2: the phase plan was `schedule` (now `phases`) -------------------------------------------------
+
+LAYOUT2_CONFIGS = {"demo": "configs/demo.yaml", "demo_tinybert": "configs/demo_tinybert.yaml",
+                   "demo_mobilebert": "configs/demo_mobilebert.yaml", "demo_static": "configs/demo_static.yaml"}
+# Their layout-2 keys, as the code that wrote layout-2 folders computed them (main at bde4d43, before the rename).
+LAYOUT2_KEYS = {
+    "demo": {
+        "data": "4f8c1e54a44a6ee3",
+        "teacher": "2154693763136436",
+        "augment": "32acd5f743a6ae95",
+        "score": "881dd7c90042b04f",
+        "dev": "a18b68280e7e026c",
+        "dev.score": "1f86b790a7b11610",
+        "students.labels_only": "2c9ad8fd9dbd0f59",
+        "students.distilled": "89d9d6a7df38038d",
+        "test": "3928c172c3e404f6"
+    },
+    "demo_tinybert": {
+        "data": "4f8c1e54a44a6ee3",
+        "teacher": "2154693763136436",
+        "augment": "32acd5f743a6ae95",
+        "score": "881dd7c90042b04f",
+        "dev": "a18b68280e7e026c",
+        "dev.score": "1f86b790a7b11610",
+        "layer_texts": "279e9d0499a20299",
+        "students.tinybert3": "620e97b09580e62d",
+        "students.tinybert_narrow": "0edc8229d484c139",
+        "students.logits_only3": "703f31a4209ffaeb",
+        "students.logits_only_narrow": "deb833f5de981352",
+        "test": "f6e5344d384c08f5"
+    },
+    "demo_mobilebert": {
+        "data": "4f8c1e54a44a6ee3",
+        "teacher": "2154693763136436",
+        "augment": "32acd5f743a6ae95",
+        "score": "881dd7c90042b04f",
+        "dev": "a18b68280e7e026c",
+        "dev.score": "1f86b790a7b11610",
+        "students.mobilebert3": "70da71c3cff577c7",
+        "students.mobilebert3_joint": "fd9de678d4cea2c3",
+        "students.logits_only3": "9d95e0b2226eb8ef",
+        "test": "79096e2544bfaf0a"
+    },
+    "demo_static": {
+        "data": "4f8c1e54a44a6ee3",
+        "teacher": "2154693763136436",
+        "augment": "32acd5f743a6ae95",
+        "score": "881dd7c90042b04f",
+        "dev": "a18b68280e7e026c",
+        "dev.score": "1f86b790a7b11610",
+        "students.labels_only": "2c9ad8fd9dbd0f59",
+        "students.distilled": "89d9d6a7df38038d",
+        "students.static_labels_only": "261ff9a49add121c",
+        "students.static_distilled": "5ac9d607b75d2e42",
+        "test": "8d9431ca9ba78f1a"
+    }
+}
+
+
+def layout2_folder(case: str, root: Path):
+    """The run folder of LAYOUT2_CONFIGS[case] as layout 2 left it: each stage's folder with its done file and its
+    layout-2 key, the layout record, and RUN/config.yaml with the phase plan under its earlier name."""
+    write_inputs(root)
+    cfg = load_config(LAYOUT2_CONFIGS[case], [f"run_dir={root / 'run'}", f"data={root / 'data'}", "test=null"])
+    for s in plan_stages(cfg, resolve_data(cfg.data, cfg.test)).stages:
+        if s.run is not None:
+            folder = Path(s.folder)
+            (folder / s.done_file).parent.mkdir(parents=True, exist_ok=True)
+            if not (folder / s.done_file).exists():
+                (folder / s.done_file).write_text("{}")
+            (folder / STAGE_FILE).write_text(json.dumps({"key": LAYOUT2_KEYS[case][s.name]}))
+    (root / "run" / keys.LAYOUT_FILE).write_text(json.dumps({"layout": 2}))
+    written = typed.to_dict(cfg)
+    for section in written["students"].values():
+        section["schedule"] = section.pop("phases")
+    (root / "run" / "config.yaml").write_text(json.dumps(written))
+    return cfg
+
+
+@pytest.mark.parametrize("case", sorted(LAYOUT2_KEYS))
+def test_a_layout2_folder_is_refused_then_reuses_every_stage_once_migrated(case, tmp_path):
+    from test_runner import RecordingStages
+
+    cfg = layout2_folder(case, tmp_path)
+    with pytest.raises(ConfigError, match=r"transferset migrate .*run"):
+        run_pipeline(cfg, log=lambda m: None, functions=RecordingStages().functions())
+    done = migrate.migrate(str(tmp_path / "run"), log=lambda m: None)  # its config.yaml in the earlier names
+    ran = [s for s in plan_stages(cfg, resolve_data(cfg.data, cfg.test)).stages if s.run is not None]
+    assert done == {"reused": [s.name for s in ran], "resumed": [], "rerun": []}
+    assert keys.read_layout(str(tmp_path / "run")) == keys.LAYOUT == 3
+    new = {}
+    for s in plan_stages(cfg, resolve_data(cfg.data, cfg.test)).stages:
+        new[s.name] = s.key([new[u] for u in s.upstream])
+        if s.run is not None:
+            record = json.loads((Path(s.folder) / STAGE_FILE).read_text())
+            assert record == {"key": new[s.name], "layout2_key": LAYOUT2_KEYS[case][s.name]}
+    # the student keys changed (the setting's name is in them), the stages above them did not
+    assert new["teacher"] == LAYOUT2_KEYS[case]["teacher"]
+    assert all(new[s.name] != LAYOUT2_KEYS[case][s.name] for s in ran if s.name.startswith("students."))
+    log = []
+    run_pipeline(cfg, log=log.append, functions=RecordingStages().functions())
+    assert [m for m in log if "] running → " in m or "resuming" in m] == []
+    assert sum("up to date" in m for m in log) == len(ran)
+
+
+def test_a_killed_students_checkpoint_takes_todays_names(tmp_path):
+    import torch
+
+    folder = tmp_path / "checkpoint"
+    folder.mkdir()
+    settings = {"schedule": "two-step", "epochs": 2, "engine": {"schedule": "linear"}}
+    torch.save({"recipe": {}, "fingerprint": {"settings": json.dumps(settings), "processes": 1}},
+               folder / "state.pt")
+    assert migrate.convert_checkpoint(str(folder), teacher=False)
+    saved = torch.load(folder / "state.pt", weights_only=True)["fingerprint"]
+    # the phase plan renamed; the engine's learning-rate schedule keeps its name
+    assert json.loads(saved["settings"]) == {"phases": "two-step", "epochs": 2, "engine": {"schedule": "linear"}}
+    assert json.loads((folder / "fingerprint.json").read_text()) == saved

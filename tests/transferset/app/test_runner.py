@@ -53,7 +53,7 @@ def test_overrides_and_defaults_written_once():
     ("teacher.epochs=abc", "teacher.epochs=abc: input should be a valid integer"),
     ("teacher.lr=fast", "teacher.lr=fast: input should be a valid number"),
     ("augment.p_mask=1.5", "augment.p_mask=1.5: input should be less than or equal to 1 (expected float)"),
-    ("students.distilled.epochz=3", "students.distilled.epochz=3: students.distilled.epochz: unknown setting; known: student, schedule, epochs"),
+    ("students.distilled.epochz=3", "students.distilled.epochz=3: students.distilled.epochz: unknown setting; known: student, phases, epochs"),
     ("teachr.epochs=3", "teachr.epochs=3: teachr: unknown setting; known: run_dir, data"),
     ("score.forward=fast", "score: --forward 'fast': choose one of ['auto', 'packed', 'padded']"),
     ("augment.recipe=eda", "augment: unknown recipe 'eda'; known: tang, tinybert"),
@@ -329,7 +329,7 @@ def test_a_students_layer_texts_set_written_again_retrains_that_student(tmp_path
         (texts / schema.COMPLETE_MARKER).write_text("")
 
     base = [f"run_dir={tmp_path / 'r'}", f"data={sst2_dir}", "labeled_limit=200", "unlabeled_rows=20",
-            "validation.rows=50", "students.distilled.schedule=two-step", "students.distilled.repr=1.0",
+            "validation.rows=50", "students.distilled.phases=two-step", "students.distilled.repr=1.0",
             f"students.distilled.layer_texts={texts}"]
 
     def run() -> list[str]:
@@ -348,7 +348,7 @@ def test_a_students_layer_texts_set_written_again_retrains_that_student(tmp_path
 def test_layer_texts_rest_is_a_stage_of_the_rows_no_pool_took_read_by_that_student_alone(tmp_path, sst2_dir):
     run_dir = tmp_path / "r"
     base = [f"run_dir={run_dir}", f"data={sst2_dir}", "labeled_limit=200", "unlabeled_rows=20", "validation.rows=50",
-            "students.distilled.schedule=two-step", "students.distilled.repr=1.0",
+            "students.distilled.phases=two-step", "students.distilled.repr=1.0",
             "students.distilled.layer_texts=rest"]
 
     def run(*overrides):
@@ -373,7 +373,7 @@ def test_layer_texts_rest_is_a_stage_of_the_rows_no_pool_took_read_by_that_stude
 
 
 def test_layer_texts_rest_without_a_split_and_a_missing_set_are_refused_before_any_stage(tmp_path, sst2_dir):
-    base = [f"run_dir={tmp_path / 'r'}", f"data={sst2_dir}", "students.distilled.schedule=two-step",
+    base = [f"run_dir={tmp_path / 'r'}", f"data={sst2_dir}", "students.distilled.phases=two-step",
             "students.distilled.repr=1.0"]
     unsplit = ["validation=null", "labeled_limit=null", "unlabeled_rows=null"]
     with pytest.raises(ConfigError, match="layer_texts=rest: .*splits nothing"):
@@ -393,7 +393,7 @@ def test_layer_texts_rest_when_the_pools_took_every_row_is_refused_at_its_stage(
     run_dir = tmp_path / "r"
     cfg = load_config("configs/demo.yaml", [
         f"run_dir={run_dir}", f"data={data}", "labeled_limit=40", "unlabeled_rows=100", "validation.rows=10",
-        "students.distilled.schedule=two-step", "students.distilled.repr=1.0", "students.distilled.layer_texts=rest"])
+        "students.distilled.phases=two-step", "students.distilled.repr=1.0", "students.distilled.layer_texts=rest"])
     log = []
     with pytest.raises(UserError, match="took every row of the train file, so none is left: lower labeled_limit"):
         run_pipeline(cfg, log=log.append, functions=RecordingStages().functions())

@@ -66,14 +66,14 @@ def test_the_presets_are_the_yaml_files_of_the_presets_folder_each_a_valid_layer
         assert text.startswith("# ") and typed.yaml_load(text) == settings  # its paper first, then its settings
         cfg = typed.load(StudentConfig, {"preset": name}, "student")  # every setting a StudentConfig field
         assert cfg.student == "transformer" and all(getattr(cfg, k) == v for k, v in settings.items())
-    assert STUDENT_PRESETS["pkd"] == {"student": "transformer", "schedule": "joint", "ce": 0.3, "kd": 0.7,
+    assert STUDENT_PRESETS["pkd"] == {"student": "transformer", "phases": "joint", "ce": 0.3, "kd": 0.7,
                                       "temperature": 5.0, "pkd": 100.0, "mse": 0.0}
 
 
 def test_preset_layer_over_the_default(tmp_path, monkeypatch):
     cfg = _train(tmp_path, "--preset", "tinybert")
     # the preset chooses the family (over the default bilstm), so the family's defaults are the transformer's
-    assert (cfg.student, cfg.schedule, cfg.kd, cfg.att_mse, cfg.ce) == ("transformer", "two-step", 1.0, 1.0, 0.0)
+    assert (cfg.student, cfg.phases, cfg.kd, cfg.att_mse, cfg.ce) == ("transformer", "two-step", 1.0, 1.0, 0.0)
     assert cfg.engine.schedule == "constant"
     # a preset that sets the learning rate and part of the engine: over the family's, the rest of the engine kept
     monkeypatch.setitem(STUDENT_PRESETS, "slow", {"lr": 3e-4, "engine": {"warmup": 0.05}})
@@ -88,7 +88,7 @@ def test_file_layer_over_the_preset(tmp_path):
 
 
 def test_flags_layer_over_the_file(tmp_path):
-    cfg = _train(tmp_path, "--kd", "3", "--lr", "5e-4", "--warmup", "0.3", "--engine-schedule", "cosine",
+    cfg = _train(tmp_path, "--kd", "3", "--lr", "5e-4", "--warmup", "0.3", "--schedule", "cosine",
                  config=TINYBERT)
     assert (cfg.kd, cfg.lr, cfg.engine.warmup, cfg.engine.schedule) == (3.0, 5e-4, 0.3, "cosine")
     assert cfg.att_mse == 1.0 and cfg.preset == "tinybert"
@@ -119,3 +119,19 @@ def test_the_starter_is_a_file_layer_of_the_same_order(tmp_path):
     assert (written.preset, written.model) == ("tang", {})  # a BiLSTM preset: a model shape, applied at build
     ran = runner.load_config(None, ["students.distilled.kd=0.5"], data={"data": str(data)}).students["distilled"]
     assert ran.kd == 0.5 and ran.temperature == 2.0
+
+
+def test_a_setting_under_its_earlier_name_is_refused_with_its_name_now(tmp_path):
+    import pytest
+
+    from transferset.runtime.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"`schedule: progressive` is now `phases: progressive` .*transferset migrate"):
+        _train(tmp_path, config={"schedule": "progressive"})
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump({"data": str(tmp_path), "students": {"old": {"schedule": "joint"}}}))
+    with pytest.raises(ConfigError, match=r"students\.old.*`schedule: joint` is now `phases: joint`"):
+        runner.load_config(str(path))
+    # the learning rate's curve keeps the name, in the engine section and as a flag
+    cfg = _train(tmp_path, "--schedule", "cosine", "--phases", "progressive")
+    assert (cfg.engine.schedule, cfg.phases) == ("cosine", "progressive")
