@@ -57,7 +57,7 @@ def setup(cfg: StudentConfig, scored: Union[str, ScoredSet]) -> Setup:
     fam = family(cfg.student, "student")
     cfg = family_registry.settled(cfg)
     if cfg.phases not in SCHEDULES:
-        raise UserError(f"unknown schedule {cfg.phases!r}; known: {', '.join(SCHEDULES)}")
+        raise UserError(f"unknown phases {cfg.phases!r}; known: {', '.join(SCHEDULES)}")
     if isinstance(scored, str):
         scored = ScoredSet.open(scored, allow_incomplete=True)
     meta, label_names, hidden_width = scored.meta, scored.label_names, scored.hidden_width

@@ -148,8 +148,8 @@ def check_layer_texts(cfg: StudentConfig, plan: list[Phase]) -> Optional[int]:
         return None
     if not any(reads_layer_texts(p) for p in plan):
         raise UserError(f"layer_texts {cfg.layer_texts}: only the phases that train on layer losses alone read it "
-                        "(two-step's intermediate step, pkt's layer stages), and this student's schedule "
-                        f"({cfg.phases}) has none; use schedule two-step or pkt with a layer loss, or drop layer_texts")
+                        "(two-step's intermediate step, pkt's layer stages), and this student's plan "
+                        f"({cfg.phases}) has none; use phases: two-step or pkt with a layer loss, or drop layer_texts")
     if cfg.layer_texts == LAYER_TEXTS_REST:
         raise UserError(f"layer_texts {LAYER_TEXTS_REST}: a run config's setting (`transferset run` makes that set "
                         "from its train file's rows no pool took); here give a transfer set's directory")

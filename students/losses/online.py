@@ -160,12 +160,12 @@ def make(ctx: Context, built: Built) -> Optional[OnlineTeacher]:
                             f"attention head by head: the student has {heads_s} heads, the teacher {heads_t}; set "
                             f"model: {{num_attention_heads: {heads_t}}}, or drop the attention losses")
     if cfg.phases == "pkt" and cfg.emb_mse and families.frozen_embeddings(cfg):
-        raise UserError("schedule pkt trains the embeddings alone on emb_mse first, and freeze_embeddings keeps "
+        raise UserError("phases: pkt trains the embeddings alone on emb_mse first, and freeze_embeddings keeps "
                         "them fixed: drop one of the two")
     if cfg.phases == "pkt":
         unmapped = sorted(set(range(1, n_student + 1)) - {s for s, _ in pairs})
         if unmapped:
-            raise UserError(f"schedule pkt trains each student layer on its teacher layer, and layer_map "
+            raise UserError(f"phases: pkt trains each student layer on its teacher layer, and layer_map "
                             f"{cfg.layer_map!r} maps no teacher layer to student layers {unmapped}; use "
                             "layer_map: uniform")
     width_s, width_t = int(model.config.hidden_size), int(teacher.config.hidden_size)
