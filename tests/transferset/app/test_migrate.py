@@ -303,14 +303,19 @@ def layout1_folder(case: str, root: Path, overrides=()):
     write_inputs(root)
     cfg = load_config(config, [f"run_dir={root / 'run'}", f"data={root / 'data'}", "test=null",
                                *as_trained_then(config, extra), *overrides])
+    finished(cfg, LAYOUT1_KEYS[case])
+    return cfg
+
+
+def finished(cfg, keyed: dict[str, str]) -> None:
+    """Each stage's folder of `cfg`'s run with its done file and its record holding `keyed[stage]`."""
     for s in plan_stages(cfg, resolve_data(cfg.data, cfg.test)).stages:
         if s.run is not None:
             folder = Path(s.folder)
             (folder / s.done_file).parent.mkdir(parents=True, exist_ok=True)
             if not (folder / s.done_file).exists():
                 (folder / s.done_file).write_text("{}")
-            (folder / STAGE_FILE).write_text(json.dumps({"key": LAYOUT1_KEYS[case][s.name]}))
-    return cfg
+            (folder / STAGE_FILE).write_text(json.dumps({"key": keyed[s.name]}))
 
 
 # Shipped configs whose stages no layout-1 folder can hold: a student family that came after layout 2
@@ -455,58 +460,22 @@ def test_converting_twice_keeps_what_the_first_converted_and_a_stage_of_missing_
 
 LAYOUT2_CONFIGS = {"demo": "configs/demo.yaml", "demo_tinybert": "configs/demo_tinybert.yaml",
                    "demo_mobilebert": "configs/demo_mobilebert.yaml", "demo_static": "configs/demo_static.yaml"}
-# Their layout-2 keys, as the code that wrote layout-2 folders computed them (main at bde4d43, before the rename).
+# Their layout-2 keys, as the code that wrote layout-2 folders computed them (main at bde4d43, before the rename):
+# the stages above the students are the same four times.
+LAYOUT2_SHARED = {"data": "4f8c1e54a44a6ee3", "teacher": "2154693763136436", "augment": "32acd5f743a6ae95",
+                  "score": "881dd7c90042b04f", "dev": "a18b68280e7e026c", "dev.score": "1f86b790a7b11610"}
 LAYOUT2_KEYS = {
-    "demo": {
-        "data": "4f8c1e54a44a6ee3",
-        "teacher": "2154693763136436",
-        "augment": "32acd5f743a6ae95",
-        "score": "881dd7c90042b04f",
-        "dev": "a18b68280e7e026c",
-        "dev.score": "1f86b790a7b11610",
-        "students.labels_only": "2c9ad8fd9dbd0f59",
-        "students.distilled": "89d9d6a7df38038d",
-        "test": "3928c172c3e404f6"
-    },
-    "demo_tinybert": {
-        "data": "4f8c1e54a44a6ee3",
-        "teacher": "2154693763136436",
-        "augment": "32acd5f743a6ae95",
-        "score": "881dd7c90042b04f",
-        "dev": "a18b68280e7e026c",
-        "dev.score": "1f86b790a7b11610",
-        "layer_texts": "279e9d0499a20299",
-        "students.tinybert3": "620e97b09580e62d",
-        "students.tinybert_narrow": "0edc8229d484c139",
-        "students.logits_only3": "703f31a4209ffaeb",
-        "students.logits_only_narrow": "deb833f5de981352",
-        "test": "f6e5344d384c08f5"
-    },
-    "demo_mobilebert": {
-        "data": "4f8c1e54a44a6ee3",
-        "teacher": "2154693763136436",
-        "augment": "32acd5f743a6ae95",
-        "score": "881dd7c90042b04f",
-        "dev": "a18b68280e7e026c",
-        "dev.score": "1f86b790a7b11610",
-        "students.mobilebert3": "70da71c3cff577c7",
-        "students.mobilebert3_joint": "fd9de678d4cea2c3",
-        "students.logits_only3": "9d95e0b2226eb8ef",
-        "test": "79096e2544bfaf0a"
-    },
-    "demo_static": {
-        "data": "4f8c1e54a44a6ee3",
-        "teacher": "2154693763136436",
-        "augment": "32acd5f743a6ae95",
-        "score": "881dd7c90042b04f",
-        "dev": "a18b68280e7e026c",
-        "dev.score": "1f86b790a7b11610",
-        "students.labels_only": "2c9ad8fd9dbd0f59",
-        "students.distilled": "89d9d6a7df38038d",
-        "students.static_labels_only": "261ff9a49add121c",
-        "students.static_distilled": "5ac9d607b75d2e42",
-        "test": "8d9431ca9ba78f1a"
-    }
+    "demo": {**LAYOUT2_SHARED, "students.labels_only": "2c9ad8fd9dbd0f59", "students.distilled": "89d9d6a7df38038d",
+             "test": "3928c172c3e404f6"},
+    "demo_tinybert": {**LAYOUT2_SHARED, "layer_texts": "279e9d0499a20299", "students.tinybert3": "620e97b09580e62d",
+                      "students.tinybert_narrow": "0edc8229d484c139", "students.logits_only3": "703f31a4209ffaeb",
+                      "students.logits_only_narrow": "deb833f5de981352", "test": "f6e5344d384c08f5"},
+    "demo_mobilebert": {**LAYOUT2_SHARED, "students.mobilebert3": "70da71c3cff577c7",
+                        "students.mobilebert3_joint": "fd9de678d4cea2c3", "students.logits_only3": "9d95e0b2226eb8ef",
+                        "test": "79096e2544bfaf0a"},
+    "demo_static": {**LAYOUT2_SHARED, "students.labels_only": "2c9ad8fd9dbd0f59",
+                    "students.distilled": "89d9d6a7df38038d", "students.static_labels_only": "261ff9a49add121c",
+                    "students.static_distilled": "5ac9d607b75d2e42", "test": "8d9431ca9ba78f1a"},
 }
 
 
@@ -515,13 +484,7 @@ def layout2_folder(case: str, root: Path):
     layout-2 key, the layout record, and RUN/config.yaml with the phase plan under its earlier name."""
     write_inputs(root)
     cfg = load_config(LAYOUT2_CONFIGS[case], [f"run_dir={root / 'run'}", f"data={root / 'data'}", "test=null"])
-    for s in plan_stages(cfg, resolve_data(cfg.data, cfg.test)).stages:
-        if s.run is not None:
-            folder = Path(s.folder)
-            (folder / s.done_file).parent.mkdir(parents=True, exist_ok=True)
-            if not (folder / s.done_file).exists():
-                (folder / s.done_file).write_text("{}")
-            (folder / STAGE_FILE).write_text(json.dumps({"key": LAYOUT2_KEYS[case][s.name]}))
+    finished(cfg, LAYOUT2_KEYS[case])
     (root / "run" / keys.LAYOUT_FILE).write_text(json.dumps({"layout": 2}))
     written = typed.to_dict(cfg)
     for section in written["students"].values():
