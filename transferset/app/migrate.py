@@ -27,7 +27,7 @@ from transferset.app.plan import build_plan
 from transferset.app.stages import stage_key
 from transferset.app.stages.context import StageFunctions
 from transferset.config import TeacherConfig
-from transferset.config.precedence import RENAMED, apply_override
+from transferset.config.precedence import RENAMED
 from transferset.contract import schema
 from transferset.data.splits import SPLIT_STATS_FILE
 from transferset.runtime import typed
@@ -222,10 +222,14 @@ class V1:
 
 # --- the layout-2 rules: today's, with the settings RENAMED since under their earlier names ---------
 
+def renamed(settings: dict, names: dict[str, str]) -> dict:
+    """`settings` with each key `names` maps renamed (a key whose new name is there already stays as it is)."""
+    return {names[k] if k in names and names[k] not in settings else k: v for k, v in settings.items()}
+
+
 def earlier_names(settings: dict) -> dict:
     """A student's settings under the names layouts 1 and 2 knew (precedence.RENAMED, backwards)."""
-    back = {new: old for old, new in RENAMED.items()}
-    return {back.get(k, k): v for k, v in settings.items()}
+    return renamed(settings, {new: old for old, new in RENAMED.items()})
 
 
 class V2:
@@ -376,7 +380,7 @@ def convert_checkpoint(folder: str, teacher: bool, labels: Optional[Sequence[str
     if teacher:
         saved["fingerprint"] = teacher_fingerprint(saved["fingerprint"], labels)
     else:  # a student's settings under today's names
-        settings = {RENAMED.get(k, k): v for k, v in json.loads(saved["fingerprint"]["settings"]).items()}
+        settings = renamed(json.loads(saved["fingerprint"]["settings"]), RENAMED)
         saved["fingerprint"] = {**saved["fingerprint"], "settings": json.dumps(settings, sort_keys=True, default=str)}
     torch.save(saved, path + ".partial")
     os.replace(path + ".partial", path)
@@ -388,12 +392,17 @@ def convert_checkpoint(folder: str, teacher: bool, labels: Optional[Sequence[str
 def today_names(raw: dict) -> dict:
     """A run config's mapping with each student's settings (a search's candidates too) under today's names
     (precedence.RENAMED): the config of a run folder made before, as RUN/config.yaml holds it."""
-    search = raw.get("search") if isinstance(raw.get("search"), dict) else {}
-    sections = [*(raw.get("students") or {}).values(), search.get("base"), *(search.get("space") or {}).values()]
-    for section in sections:
-        for old, new in RENAMED.items():
-            if isinstance(section, dict) and old in section and new not in section:
-                section[new] = section.pop(old)
+    def today(section):
+        return renamed(section, RENAMED) if isinstance(section, dict) else section
+
+    if isinstance(raw.get("students"), dict):
+        raw["students"] = {name: today(s) for name, s in raw["students"].items()}
+    search = raw.get("search")
+    if isinstance(search, dict):
+        if "base" in search:
+            search["base"] = today(search["base"])
+        if isinstance(search.get("space"), dict):
+            search["space"] = {name: today(s) for name, s in search["space"].items()}
     return raw
 
 
@@ -408,10 +417,7 @@ def migrate(run_dir: str, config: Optional[str] = None, overrides: Sequence[str]
     config = config or fs.join(run_dir, runner.CONFIG_FILE)
     if not fs.exists(config):
         raise ConfigError(f"{run_dir}: no {runner.CONFIG_FILE} (not a run folder?); give the run's --config YAML")
-    raw = today_names(typed.read_yaml(config))
-    for item in [*overrides, f"run_dir={run_dir}"]:
-        apply_override(raw, item)
-    cfg = runner.load_raw(raw, where=config, given={item.split("=", 1)[0]: item for item in overrides})
+    cfg = runner.load_overridden(today_names(typed.read_yaml(config)), [*overrides, f"run_dir={run_dir}"], config)
     files = runner.resolve_data(cfg.data, cfg.test, cfg.dev)
     with runner.output_lock(run_dir, command="migrate"):
         done = convert(cfg, files, log, RULES[layout])

@@ -76,10 +76,15 @@ def load_config(path: Optional[str], overrides: Sequence[str] = (), data: Option
         raw = starter_init.starter(**data)
     else:
         raise ConfigError("give --config YAML, or --data PATH to run on the packaged defaults")
+    return load_overridden(raw, overrides, where=path or "--data")
+
+
+def load_overridden(raw: dict, overrides: Sequence[str], where: str) -> RunConfig:
+    """A raw run config with key=value overrides set into it, type-checked (load_raw)."""
     for item in overrides:
         apply_override(raw, item)
     # a bad value an override set is blamed on the override as typed, not on the YAML
-    return load_raw(raw, where=path or "--data", given={item.split("=", 1)[0]: item for item in overrides})
+    return load_raw(raw, where=where, given={item.split("=", 1)[0]: item for item in overrides})
 
 
 def load_raw(raw: dict, where: str, given: Optional[dict[str, str]] = None) -> RunConfig:

@@ -318,6 +318,18 @@ def finished(cfg, keyed: dict[str, str]) -> None:
             (folder / STAGE_FILE).write_text(json.dumps({"key": keyed[s.name]}))
 
 
+def assert_converted(cfg, field: str, earlier: dict[str, str]) -> dict[str, str]:
+    """Each stage record of `cfg`'s run holds the key today's plan computes, and under `field` its earlier key
+    (`earlier[stage]`); → today's keys by stage."""
+    new: dict[str, str] = {}
+    for s in plan_stages(cfg, resolve_data(cfg.data, cfg.test)).stages:
+        new[s.name] = s.key([new[u] for u in s.upstream])
+        if s.run is not None:
+            record = json.loads((Path(s.folder) / STAGE_FILE).read_text())
+            assert record == {"key": new[s.name], field: earlier[s.name]}
+    return new
+
+
 # Shipped configs whose stages no layout-1 folder can hold: a student family that came after layout 2
 # (its stages' keys were never written by the earlier rules). Their other stages are demo.yaml's, covered above.
 AFTER_LAYOUT1 = {"demo_static.yaml"}
@@ -335,13 +347,7 @@ def test_every_stage_of_a_shipped_configs_layout1_folder_is_converted(case, tmp_
     done = migrate.convert(cfg, resolve_data(cfg.data, cfg.test), log=lambda m: None)
     ran = [s.name for s in plan_stages(cfg, resolve_data(cfg.data, cfg.test)).stages if s.run is not None]
     assert done == {"reused": ran, "resumed": [], "rerun": []}
-    # each record now holds its layout-2 key, the one today's plan computes
-    new = {}
-    for s in plan_stages(cfg, resolve_data(cfg.data, cfg.test)).stages:
-        new[s.name] = s.key([new[u] for u in s.upstream])
-        if s.run is not None:
-            record = json.loads((Path(s.folder) / STAGE_FILE).read_text())
-            assert record == {"key": new[s.name], "layout1_key": LAYOUT1_KEYS[case][s.name]}
+    assert_converted(cfg, "layout1_key", LAYOUT1_KEYS[case])
 
 
 @pytest.mark.parametrize("case", ["demo", "demo_ensemble", "demo_compress"])
@@ -504,12 +510,7 @@ def test_a_layout2_folder_is_refused_then_reuses_every_stage_once_migrated(case,
     ran = [s for s in plan_stages(cfg, resolve_data(cfg.data, cfg.test)).stages if s.run is not None]
     assert done == {"reused": [s.name for s in ran], "resumed": [], "rerun": []}
     assert keys.read_layout(str(tmp_path / "run")) == keys.LAYOUT == 3
-    new = {}
-    for s in plan_stages(cfg, resolve_data(cfg.data, cfg.test)).stages:
-        new[s.name] = s.key([new[u] for u in s.upstream])
-        if s.run is not None:
-            record = json.loads((Path(s.folder) / STAGE_FILE).read_text())
-            assert record == {"key": new[s.name], "layout2_key": LAYOUT2_KEYS[case][s.name]}
+    new = assert_converted(cfg, "layout2_key", LAYOUT2_KEYS[case])
     # the student keys changed (the setting's name is in them), the stages above them did not
     assert new["teacher"] == LAYOUT2_KEYS[case]["teacher"]
     assert all(new[s.name] != LAYOUT2_KEYS[case][s.name] for s in ran if s.name.startswith("students."))
