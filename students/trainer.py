@@ -44,6 +44,7 @@ from transferset.runtime.progress import log_line
 from transferset.training import Engine, PhaseSpec, Recipe
 from transferset.training.job import CHECKPOINT_DIR, Job, Run, Skipped, run_job
 from transferset.training.job import Phase as RecipePhase
+from transferset.training.optimizers import Optimizers
 
 
 # --------------------------------------------------------------------------- loss step
@@ -72,12 +73,18 @@ def make_optimizer(s: Setup, params: list[torch.nn.Parameter]) -> torch.optim.Op
     # A fresh optimiser per phase holding only the trainable parameters: frozen ones then stay
     # bit-identical (AdamW's decoupled weight decay would otherwise still move them).
     lr = s.cfg.lr if s.cfg.lr is not None else s.family.default_lr
+    table = {id(p) for p in s.family.param_groups(s.model).get("embeddings", [])}
+    rows = [p for p in params if id(p) in table]
+    rest = [p for p in params if id(p) not in table]
+    table_lr = s.cfg.embed_lr if s.cfg.embed_lr is not None else lr  # a pretrained table can learn slower
+    if any(isinstance(m, torch.nn.Embedding) and m.sparse and id(m.weight) in table for m in s.model.modules()) \
+            and rows:
+        # `model: {sparse: true}`: lazy Adam over the rows a batch used (students/families/bilstm.check_sparse)
+        return Optimizers([torch.optim.SparseAdam(rows, lr=table_lr),
+                           torch.optim.AdamW(rest, lr=lr, weight_decay=s.cfg.weight_decay)])
     if s.cfg.embed_lr is None:
         return torch.optim.AdamW(params, lr=lr, weight_decay=s.cfg.weight_decay)
-    # The table's own rate: a pretrained table can learn slower than the layers above it.
-    table = {id(p) for p in s.family.param_groups(s.model).get("embeddings", [])}
-    groups = [{"params": [p for p in params if id(p) not in table]},
-              {"params": [p for p in params if id(p) in table], "lr": s.cfg.embed_lr}]
+    groups = [{"params": rest}, {"params": rows, "lr": table_lr}]
     return torch.optim.AdamW([g for g in groups if g["params"]], lr=lr, weight_decay=s.cfg.weight_decay)
 
 

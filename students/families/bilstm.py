@@ -19,12 +19,13 @@ from torch.func import functional_call
 
 from students.data import iter_texts
 from students.data.teacher_files import no_teacher_dir
-from students.families import RESAVE, Batch, Built, Context, Family, StudentFileError, model_values, register
+from students.families import (RESAVE, Batch, Built, Context, Family, StudentFileError, frozen_embeddings,
+                               model_values, register)
 from students.families.bilstm_onnx import BiLSTMGraph
 from students.data.tokens import (WordPieceTokens, WordTokens, load_tokens, pca_project, teacher_input_embeddings,
                              teacher_wordpiece, word_vectors_from_wordpiece)
 from students.data.vectors import embedding_table
-from transferset.config import STUDENT_PRESETS
+from transferset.config import STUDENT_PRESETS, StudentConfig
 from transferset.contract import schema
 from transferset.runtime.errors import UserError
 from transferset.runtime.progress import log_line
@@ -42,6 +43,7 @@ class BiLSTMConfig:
     num_classes: int = 2
     dropout: float = 0.1
     pad_id: int = 0
+    sparse: bool = False      # the table's gradients sparse, learnt by lazy Adam (check_sparse)
 
 
 PRESETS = {
@@ -64,7 +66,8 @@ class BiLSTM(nn.Module):
         if config.head_act not in ("gelu", "relu"):
             raise ValueError(f"head_act must be 'gelu' or 'relu', got {config.head_act!r}")
         self.config = config
-        self.embed = nn.Embedding(config.vocab_size, config.embed_dim, padding_idx=config.pad_id)
+        self.embed = nn.Embedding(config.vocab_size, config.embed_dim, padding_idx=config.pad_id,
+                                  sparse=config.sparse)
         self.lstm = nn.LSTM(config.embed_dim, config.hidden, num_layers=config.layers, batch_first=True,
                             bidirectional=True, dropout=config.dropout if config.layers > 1 else 0.0)
         self.head = nn.Linear(2 * config.hidden, config.head_dim)
@@ -194,9 +197,19 @@ def build(ctx: Context) -> Built:
         model = BiLSTM(config)
     except ValueError as exc:
         raise UserError(f"bilstm student: {exc}") from exc
+    check_sparse(config.sparse, cfg)
     if cfg.embed_init != "random":
         model.init_embeddings(initial_vectors(ctx, tokens, wordpiece, config.embed_dim))
     return Built(model, tokens, config, config.head_dim, [])
+
+
+def check_sparse(sparse: bool, cfg: StudentConfig) -> None:
+    """`model: {sparse: true}` makes the word table's gradients sparse: a step of lazy Adam
+    (torch.optim.SparseAdam, students/trainer.py) reads and writes the rows a batch used, where AdamW reads and
+    writes the whole table. Without weight decay on the table, and only for a table that trains."""
+    if sparse and frozen_embeddings(cfg):
+        raise UserError("model: {sparse: true} is for a word table that trains; this one is fixed (set "
+                        "`freeze_embeddings: false`, or drop `sparse`)")
 
 
 def initial_vectors(ctx: Context, tokens, wordpiece, dim: int) -> torch.Tensor:

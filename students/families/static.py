@@ -17,7 +17,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from students.families import Batch, Built, Context, Family, model_values, projection, register
-from students.families.bilstm import BILSTM_ENGINE, copy_vectors, initial_vectors, load_student, save, student_tokens
+from students.families.bilstm import (BILSTM_ENGINE, check_sparse, copy_vectors, initial_vectors, load_student, save,
+                                     student_tokens)
 from transferset.runtime.errors import UserError
 
 POOLINGS = ("mean", "max", "mean+max")
@@ -38,6 +39,7 @@ class StaticConfig:
     num_classes: int = 2
     dropout: float = 0.1        # on the pooled features and after each hidden layer
     pad_id: int = 0
+    sparse: bool = False        # the table's gradients sparse, learnt by lazy Adam (bilstm.check_sparse)
 
 
 def config_fields() -> set[str]:
@@ -55,7 +57,8 @@ class Static(nn.Module):
             raise ValueError(f"layers and hidden must be at least 1, got layers={config.layers}, "
                              f"hidden={config.hidden}")
         self.config = config
-        self.embed = nn.Embedding(config.vocab_size, config.embed_dim, padding_idx=config.pad_id)
+        self.embed = nn.Embedding(config.vocab_size, config.embed_dim, padding_idx=config.pad_id,
+                                  sparse=config.sparse)
         pooled = config.embed_dim * (2 if config.pooling == "mean+max" else 1)
         widths = [pooled] + [config.hidden] * config.layers
         self.head = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths[:-1], widths[1:]))
@@ -131,6 +134,7 @@ def build(ctx: Context) -> Built:
         model = Static(config)
     except (TypeError, ValueError) as exc:
         raise UserError(f"static student: {exc}") from exc
+    check_sparse(config.sparse, cfg)
     if cfg.embed_init != "random":
         model.init_embeddings(initial_vectors(ctx, tokens, wordpiece, config.embed_dim))
     # repr (and the progressive schedule's stage 1) compare the MLP's output with teacher_hidden: through

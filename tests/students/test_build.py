@@ -2,12 +2,15 @@
 import pytest
 import torch
 
-from students import build, families, seeds
+from students import build, families, seeds, trainer
 from students.build import FAMILIES, setup
+from students.losses import LossWeights
+from students.schedules import phases
 from students.trainer import make_optimizer
 from transferset.config import StudentConfig
 from transferset.contract import schema
 from transferset.runtime.errors import UserError
+from transferset.training.optimizers import Optimizers
 
 
 def test_one_registry_knows_every_family_and_names_them_on_a_typo():
@@ -106,6 +109,32 @@ def test_bilstm_word_vectors_come_from_embed_init_over_the_kept_ids_and_stay_fro
     expected[s.tokens.pad_id] = 0
     assert torch.allclose(s.model.embed.weight, expected, atol=1e-5)
     assert families.frozen_embeddings(cfg)
+
+
+@pytest.mark.parametrize("student", ["bilstm", "static"])
+def test_a_sparse_table_learns_by_lazy_adam_only_in_the_rows_a_batch_used(tiny_scored_dir, student):
+    cfg = StudentConfig(student=student, model={"embed_dim": 8, "hidden": 8, "sparse": True}, embed_init="random",
+                        lr=0.01, embed_lr=0.003, threads=1)
+    s = setup(cfg, tiny_scored_dir)
+    opt = make_optimizer(s, list(s.model.parameters()))
+    assert isinstance(opt, Optimizers) and [type(o).__name__ for o in opt.optimizers] == ["SparseAdam", "AdamW"]
+    assert [g["lr"] for g in opt.param_groups] == [0.003, 0.01] and opt.param_groups[0]["params"] == [s.model.embed.weight]
+    batch = next(trainer.train_batches(s, tiny_scored_dir, seed=0))
+    used = torch.zeros(s.model_config.vocab_size, dtype=torch.bool)
+    used[batch["ids"].flatten()] = True
+    table = s.model.embed.weight.detach().clone()
+    (phase,) = phases("joint", LossWeights(kd=1.0, ce=1.0), 1, s.family.param_groups(s.model).keys())
+    trainer.fit(s, phase, [batch])  # grad_clip 1.0 (the default): clipped with the sparse gradient
+    moved = (s.model.embed.weight.detach() != table).any(dim=1)
+    assert torch.equal(moved, used & (torch.arange(len(used)) != s.tokens.pad_id))  # those rows, every one of them
+
+
+@pytest.mark.parametrize("student", ["bilstm", "static"])
+def test_a_sparse_table_that_is_kept_fixed_is_refused(tiny_scored_dir, student):
+    with pytest.raises(UserError, match=r"model: \{sparse: true\} is for a word table that trains; .*"
+                                         "freeze_embeddings: false"):
+        setup(StudentConfig(student=student, model={"embed_dim": 8, "hidden": 8, "sparse": True}, threads=1),
+              tiny_scored_dir)
 
 
 def test_embed_lr_gives_the_table_its_own_optimizer_group(tiny_scored_dir):

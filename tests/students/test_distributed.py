@@ -56,10 +56,11 @@ def _check(out, ranks, states, rows: int, epochs: int, batch_size: int):
 
 
 @pytest.mark.integration
-def test_two_processes_train_a_bilstm_on_disjoint_rows(tmp_path, tiny_scored_dir, sst2_dev200):
+@pytest.mark.parametrize("sparse", [False, True])  # True: DDP all-reduces the word table's sparse gradients
+def test_two_processes_train_a_bilstm_on_disjoint_rows(tmp_path, tiny_scored_dir, sst2_dev200, sparse):
     out, ranks, states = _launch(tmp_path, tiny_scored_dir, sst2_dev200,
                                  {"epochs": 2, "batch_size": 16, "patience": 5, "embed_init": "random",
-                                  "model": {"embed_dim": 16, "hidden": 16}})
+                                  "model": {"embed_dim": 16, "hidden": 16, "sparse": sparse}})
     metrics = _check(out, ranks, states, rows=128, epochs=2, batch_size=16)
     assert [h["epoch"] for h in metrics["history"]] == [1, 2]
 

@@ -40,10 +40,13 @@ def _weights(out):
     return Student.from_pretrained(str(out)).model.state_dict()
 
 
-@pytest.mark.parametrize("schedule, every", [("joint", 3), ("distill-then-finetune", None)])
+# the third: a sparse word table, whose lazy Adam state is saved beside AdamW's (training/optimizers.py)
+@pytest.mark.parametrize("schedule, every, sparse", [("joint", 3, False), ("distill-then-finetune", None, False),
+                                                     ("joint", 3, True)])
 def test_a_killed_training_resumes_from_its_checkpoint_to_the_same_model(tmp_path, tiny_scored_dir, sst2_dev200,
-                                                                          monkeypatch, schedule, every):
-    cfg = StudentConfig(**SMALL, epochs=2, phases=schedule, checkpoint_steps=every)
+                                                                          monkeypatch, schedule, every, sparse):
+    small = {**SMALL, "model": {**SMALL["model"], "sparse": sparse}}
+    cfg = StudentConfig(**small, epochs=2, phases=schedule, checkpoint_steps=every)
     whole = trainer.train(cfg, tiny_scored_dir, sst2_dev200, str(tmp_path / "whole"), progress=False)
     assert not (tmp_path / "whole" / trainer.CHECKPOINT_DIR).exists()  # removed once the model is written
 
@@ -60,7 +63,7 @@ def test_a_killed_training_resumes_from_its_checkpoint_to_the_same_model(tmp_pat
     assert not (out / schema.STUDENT_MODEL_DIR).exists()
 
     calls = _kill_after(monkeypatch, 10_000)
-    resumed = trainer.train(StudentConfig(**SMALL, epochs=2, phases=schedule, checkpoint_steps=every, resume=True),
+    resumed = trainer.train(StudentConfig(**small, epochs=2, phases=schedule, checkpoint_steps=every, resume=True),
                             tiny_scored_dir, sst2_dev200, str(out), progress=False)
     whole_steps = whole["history"][-1]["step"]
     assert calls["n"] == whole_steps - state["recipe"]["global_step"]  # it went on from the checkpoint's step

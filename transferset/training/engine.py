@@ -18,6 +18,7 @@ import torch
 
 from transferset.config import DEVICES, PRECISIONS, TRACKERS, EngineConfig
 from transferset.runtime.errors import ConfigError, UserError
+from transferset.training.optimizers import clip_grad_norm, has_sparse_grad
 
 TRACK_FILE = "metrics.jsonl"  # OUTPUT/metrics.jsonl: one line per logged step, whatever the tracker
 TRACK_DIR = "logs"  # OUTPUT/logs/: the tracker's files (TensorBoard's event files, MLflow's mlruns/)
@@ -180,7 +181,9 @@ class Engine:
         """The optimizer step over the gradients so far: unscaled (fp16), clipped through Accelerate."""
         if self.scaler is not None:
             self.scaler.unscale_(optimizer)
-        if max_norm:
+        if max_norm and has_sparse_grad(params):
+            clip_grad_norm(params, max_norm)  # a sparse word table's gradient (training/optimizers.py)
+        elif max_norm:
             self.acc.clip_grad_norm_(params, max_norm)
         if self.scaler is not None:
             self.scaler.step(optimizer)  # skipped when a gradient overflowed: the scale goes down instead
