@@ -75,6 +75,10 @@ class Family:
     layer_losses: bool = False
     # an embedding table built from the teacher's vectors (`embed_init`), kept fixed unless `freeze_embeddings: false`
     teacher_vectors: bool = False
+    # (settings, fixed, teacher width) → the model its build makes, untrained and without data: `fixed` holds what
+    # the data would (vocab_size, num_classes, pad_id). What `run` times a training step on before any stage
+    # (transferset/app/calibrate.py); None: the family is timed otherwise (a transformer, on the teacher's layers)
+    shaped: Optional[Callable[[StudentConfig, dict, int], nn.Module]] = None
 
 
 # Every module of students.families registers its family when the registry is first read; families of other

@@ -190,17 +190,23 @@ def build(ctx: Context) -> Built:
     if cfg.pkd:
         raise UserError("pkd loss needs a transformer student (`--student transformer`)")
     tokens, wordpiece = student_tokens(ctx)
-    defaults = {"head_dim": ctx.hidden_width, **(PRESETS[cfg.preset] if cfg.preset else {})}
     fixed = {"vocab_size": tokens.vocab_size, "num_classes": len(ctx.label_names), "pad_id": tokens.pad_id}
-    try:
-        config = BiLSTMConfig(**model_values(defaults, cfg, config_fields(), "BiLSTM", fixed))
-        model = BiLSTM(config)
-    except ValueError as exc:
-        raise UserError(f"bilstm student: {exc}") from exc
-    check_sparse(config.sparse, cfg)
+    model = shaped(cfg, fixed, ctx.hidden_width)
+    config = model.config
     if cfg.embed_init != "random":
         model.init_embeddings(initial_vectors(ctx, tokens, wordpiece, config.embed_dim))
     return Built(model, tokens, config, config.head_dim, [])
+
+
+def shaped(cfg: StudentConfig, fixed: dict, hidden_width: int) -> BiLSTM:
+    """The BiLSTM of these settings, untrained (Family.shaped): the preset's shape < `model:` < `fixed`."""
+    defaults = {"head_dim": hidden_width, **PRESETS.get(cfg.preset or "", {})}
+    try:
+        model = BiLSTM(BiLSTMConfig(**model_values(defaults, cfg, config_fields(), "BiLSTM", fixed)))
+    except ValueError as exc:
+        raise UserError(f"bilstm student: {exc}") from exc
+    check_sparse(model.config.sparse, cfg)
+    return model
 
 
 def check_sparse(sparse: bool, cfg: StudentConfig) -> None:
@@ -294,4 +300,4 @@ BILSTM_ENGINE = {"schedule": "linear", "warmup": 0.1}
 
 FAMILY = register(Family("bilstm", build=build, forward=forward_batch, param_groups=BiLSTM.param_groups, save=save,
                          load=load, default_lr=2e-3, export_graph=export_graph, engine=BILSTM_ENGINE,
-                         teacher_vectors=True))
+                         teacher_vectors=True, shaped=shaped))

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from students.families import Batch, Built, Context, Family, model_values, projection, register
 from students.families.bilstm import (BILSTM_ENGINE, check_sparse, copy_vectors, initial_vectors, load_student, save,
                                      student_tokens)
+from transferset.config import StudentConfig
 from transferset.runtime.errors import UserError
 
 POOLINGS = ("mean", "max", "mean+max")
@@ -129,12 +130,8 @@ def build(ctx: Context) -> Built:
         raise UserError("pkd loss needs a transformer student (`--student transformer`)")
     tokens, wordpiece = student_tokens(ctx)
     fixed = {"vocab_size": tokens.vocab_size, "num_classes": len(ctx.label_names), "pad_id": tokens.pad_id}
-    try:
-        config = StaticConfig(**model_values({}, cfg, config_fields(), "static", fixed))
-        model = Static(config)
-    except (TypeError, ValueError) as exc:
-        raise UserError(f"static student: {exc}") from exc
-    check_sparse(config.sparse, cfg)
+    model = shaped(cfg, fixed, ctx.hidden_width)
+    config = model.config
     if cfg.embed_init != "random":
         model.init_embeddings(initial_vectors(ctx, tokens, wordpiece, config.embed_dim))
     # repr (and the progressive schedule's stage 1) compare the MLP's output with teacher_hidden: through
@@ -142,6 +139,16 @@ def build(ctx: Context) -> Built:
     compares = bool(cfg.repr or cfg.phases == "progressive")
     proj = projection(config.hidden, ctx.hidden_width) if compares else None
     return Built(model, tokens, config, config.hidden, [], proj)
+
+
+def shaped(cfg: StudentConfig, fixed: dict, hidden_width: int) -> Static:
+    """The static student of these settings, untrained (Family.shaped): `model:` < `fixed`."""
+    try:
+        model = Static(StaticConfig(**model_values({}, cfg, config_fields(), "static", fixed)))
+    except (TypeError, ValueError) as exc:
+        raise UserError(f"static student: {exc}") from exc
+    check_sparse(model.config.sparse, cfg)
+    return model
 
 
 def forward_batch(model: Static, batch: Batch) -> dict[str, torch.Tensor]:
@@ -160,4 +167,4 @@ def export_graph(model: Static, tokens) -> nn.Module:
 # The BiLSTM's engine, as the nearest family (same tokens, vectors and learning rate); not measured apart.
 FAMILY = register(Family("static", build=build, forward=forward_batch, param_groups=Static.param_groups, save=save,
                          load=load, default_lr=2e-3, export_graph=export_graph, engine=BILSTM_ENGINE,
-                         teacher_vectors=True))
+                         teacher_vectors=True, shaped=shaped))

@@ -135,35 +135,34 @@ def augment_rate(cfg: RunConfig, texts: Sequence[str]) -> tuple[float, float]:
 
 def student_step(s_cfg, tokenizer, texts: Sequence[str], hidden_width: int, max_length: int
                  ) -> Optional[tuple[float, float]]:
-    """Seconds per optimizer step of a BiLSTM or static student at its batch size, built as its family builds it
-    on the teacher's vocabulary (its embeddings fixed or learning as training holds them), and its stage's own
+    """Seconds per optimizer step of a student whose family has a `shaped` model (the BiLSTM, the static student) at
+    its batch size, built as its family builds it on the teacher's vocabulary (its embeddings fixed or learning as
+    training holds them, with the optimizer training makes), and its stage's own
     seconds besides the epochs: building it, and the latency its metrics time (latency_examples rows at batch 1,
     timing.ROUNDS rounds). None for other families."""
     import torch
 
     from students import families
-    from students.families import bilstm, model_values, static
+    from students.trainer import optimizer_for
+    from transferset.training.optimizers import clip_grad_norm
 
+    family = families.get(s_cfg.student)
+    if family.shaped is None:
+        return None
     t0 = time.perf_counter()
     fixed = {"vocab_size": len(tokenizer), "num_classes": 2, "pad_id": tokenizer.pad_token_id or 0}
-    if s_cfg.student == "bilstm":
-        defaults = {"head_dim": hidden_width, **(bilstm.PRESETS.get(s_cfg.preset or "", {}))}
-        model = bilstm.BiLSTM(bilstm.BiLSTMConfig(**model_values(defaults, s_cfg, bilstm.config_fields(), "BiLSTM",
-                                                                 fixed)))
-    elif s_cfg.student == "static":
-        model = static.Static(static.StaticConfig(**model_values({}, s_cfg, static.config_fields(), "static", fixed)))
-    else:
-        return None
+    model = family.shaped(s_cfg, fixed, hidden_width)
     built_s = time.perf_counter() - t0
     if families.frozen_embeddings(s_cfg):
         model.embed.weight.requires_grad_(False)
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+    learn = [p for p in model.parameters() if p.requires_grad]
+    opt = optimizer_for(model, family, s_cfg, learn)
 
     def step(batch: list[str]) -> None:
         enc = tokenizer(batch, truncation=True, max_length=max_length, padding=True, return_tensors="pt")
         out = model(enc["input_ids"], enc["attention_mask"])
         out["logits"].pow(2).mean().backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        clip_grad_norm(learn, 1.0)  # a sparse table's gradient too
         opt.step()
         opt.zero_grad()
 

@@ -2,9 +2,12 @@
 gets its rate, the others none, and the plan says what was measured."""
 from __future__ import annotations
 
+import pytest
+
 from transferset.app.calibrate import measure_rates
 from transferset.app.estimate import Rows
 from transferset.app.runner import load_config
+from transferset.runtime.errors import UserError
 
 TEXTS = tuple(f"the film was {'very ' * (i % 7)}good and not boring" for i in range(40))
 
@@ -42,3 +45,15 @@ def test_a_transformer_student_is_calibrated_from_the_teachers_step_and_a_search
     # measured once)
     assert steps["distilled"] == steps["search.cut"] / 2
     assert "search.narrow" in rates.measured and rates.student_fixed_s["search.cut"] == 0.0
+
+
+def test_a_student_with_a_sparse_table_is_timed_with_the_optimizer_it_trains_with(tiny_teacher):
+    # built by its family's `shaped`, the table learning by lazy Adam (its sparse gradient clipped as training does)
+    cfg = _cfg(tiny_teacher, "students.distilled.student=static", "students.distilled.preset=null",
+               "students.distilled.freeze_embeddings=false", "students.distilled.model={hidden: 8, sparse: true}")
+    rates = measure_rates(cfg, Rows(100, 0, 10, sample=TEXTS), {"students.distilled"})
+    assert set(rates.student_step_s) == {"distilled"} and rates.student_step_s["distilled"] > 0
+    fixed = _cfg(tiny_teacher, "students.distilled.student=static", "students.distilled.preset=null",
+                 "students.distilled.model={hidden: 8, sparse: true}")
+    with pytest.raises(UserError, match="model: {sparse: true} is for a word table that trains"):
+        measure_rates(fixed, Rows(100, 0, 10, sample=TEXTS), {"students.distilled"})
