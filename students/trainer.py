@@ -78,17 +78,17 @@ def optimizer_for(model: torch.nn.Module, family, cfg: StudentConfig, params: li
     # A fresh optimiser per phase holding only the trainable parameters: frozen ones then stay
     # bit-identical (AdamW's decoupled weight decay would otherwise still move them).
     lr = cfg.lr if cfg.lr is not None else family.default_lr
+    sparse = any(isinstance(m, torch.nn.Embedding) and m.sparse for m in model.modules())
+    if cfg.embed_lr is None and not sparse:
+        return torch.optim.AdamW(params, lr=lr, weight_decay=cfg.weight_decay)
     table = {id(p) for p in family.param_groups(model).get("embeddings", [])}
     rows = [p for p in params if id(p) in table]
     rest = [p for p in params if id(p) not in table]
     table_lr = cfg.embed_lr if cfg.embed_lr is not None else lr  # a pretrained table can learn slower
-    if any(isinstance(m, torch.nn.Embedding) and m.sparse and id(m.weight) in table for m in model.modules()) \
-            and rows:
+    if sparse and rows:
         # `model: {sparse: true}`: lazy Adam over the rows a batch used (students/families/bilstm.check_sparse)
         return Optimizers([torch.optim.SparseAdam(rows, lr=table_lr),
                            torch.optim.AdamW(rest, lr=lr, weight_decay=cfg.weight_decay)])
-    if cfg.embed_lr is None:
-        return torch.optim.AdamW(params, lr=lr, weight_decay=cfg.weight_decay)
     groups = [{"params": rest}, {"params": rows, "lr": table_lr}]
     return torch.optim.AdamW([g for g in groups if g["params"]], lr=lr, weight_decay=cfg.weight_decay)
 
