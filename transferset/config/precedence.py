@@ -87,8 +87,9 @@ def resolve_student(*given: Mapping[str, Any]) -> dict[str, Any]:
 
 
 # A student setting's earlier name → its name now, for the one line that says so (`transferset migrate` converts a
-# run folder's records and config).
+# run folder's records and config), and what that line adds about the rename (RENAME_NOTES, by earlier name).
 RENAMED = {"schedule": "phases"}
+RENAME_NOTES = {"schedule": "the phase plan; the learning rate's curve is `engine: {schedule: ...}`"}
 
 
 def student_values(values: Any) -> Any:
@@ -98,9 +99,9 @@ def student_values(values: Any) -> Any:
         return values
     for old, new in RENAMED.items():
         if old in values:
-            raise ConfigError(f"`{old}: {values[old]}` is now `{new}: {values[old]}` (the phase plan; the learning "
-                              f"rate's curve is `engine: {{schedule: ...}}`); rename it in the config, and run "
-                              f"`transferset migrate RUN_DIR` on a run folder made before")
+            note = f" ({RENAME_NOTES[old]})" if old in RENAME_NOTES else ""
+            raise ConfigError(f"`{old}: {values[old]}` is now `{new}: {values[old]}`{note}; rename it in the config, "
+                              f"and run `transferset migrate RUN_DIR` on a run folder made before")
     return resolve_student(values)
 
 

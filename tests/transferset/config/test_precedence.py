@@ -135,3 +135,16 @@ def test_a_setting_under_its_earlier_name_is_refused_with_its_name_now(tmp_path)
     # the learning rate's curve keeps the name, in the engine section and as a flag
     cfg = _train(tmp_path, "--schedule", "cosine", "--phases", "progressive")
     assert (cfg.engine.schedule, cfg.phases) == ("cosine", "progressive")
+
+
+def test_a_rename_without_a_note_is_said_in_its_own_words(monkeypatch):
+    import pytest
+
+    from transferset.config import StudentConfig, precedence
+    from transferset.runtime.errors import ConfigError
+
+    monkeypatch.setitem(precedence.RENAMED, "rate", "lr")
+    with pytest.raises(ConfigError) as err:
+        typed.load(StudentConfig, {"rate": 0.1}, "student")
+    assert "`rate: 0.1` is now `lr: 0.1`; rename it in the config" in str(err.value)
+    assert "phase plan" not in str(err.value)
