@@ -314,7 +314,7 @@ def _chosen_by(c: dict) -> str:
             f"(of {c.get('candidates')}), by successive halving over {epochs} epochs{runner_up}")
 
 
-_SETTINGS_SHOWN = ("student", "schedule", "preset", "epochs", "lr", "batch_size", "max_length", "kd", "mse", "ce",
+_SETTINGS_SHOWN = ("student", "phases", "preset", "epochs", "lr", "batch_size", "max_length", "kd", "mse", "ce",
                    "temperature", "seed", "model")
 
 
