@@ -4,9 +4,9 @@ over the rows a batch used (`model: {sparse: true}`), beside the same student wi
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/sparse_table.py               # static and BiLSTM, 7 rounds
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/sparse_table.py --rounds 3 --families static
 
-Each student is built as training builds it (its family's `shaped` model on the packaged MiniLM's 30,522-token
-vocabulary, 300-d table) and stepped as training steps it: the optimizer of students.trainer.optimizer_for, the
-gradient clipped (training/optimizers.py). A timed call is one optimizer step on a batch of SST-2 train rows,
+Each student is built and stepped as the run's plan times it (transferset/app/calibrate.py `training_step`: its
+family's `shaped` model on the packaged MiniLM's 30,522-token vocabulary, 300-d table, the optimizer training makes,
+the gradient clipped as training clips it). A timed call is one optimizer step on a batch of SST-2 train rows,
 tokenization included; the rounds are interleaved (transferset.runtime.timing.measure), so the three modes of a
 family share the machine's state. Prints ms per row and each mode's speed-up over AdamW over the whole table.
 """
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -23,11 +22,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from students import families  # noqa: E402
-from students.trainer import optimizer_for  # noqa: E402
+from transferset.app.calibrate import training_step  # noqa: E402
 from transferset.config import StudentConfig  # noqa: E402
 from transferset.runtime.timing import measure, ratios  # noqa: E402
-from transferset.training.optimizers import clip_grad_norm  # noqa: E402
 
 SST2 = ROOT.parent / "shared" / "data" / "sst2" / "train.tsv"
 MODES = {"fixed table": {}, "AdamW over the table": {"freeze_embeddings": False},
@@ -35,24 +32,9 @@ MODES = {"fixed table": {}, "AdamW over the table": {"freeze_embeddings": False}
 
 
 def stepper(family_name: str, settings: dict, tokenizer, max_length: int):
-    """texts → one optimizer step of that student on them (what the timing calls)."""
-    cfg = StudentConfig(student=family_name, **settings)
-    family = families.get(family_name)
-    fixed = {"vocab_size": len(tokenizer), "num_classes": 2, "pad_id": tokenizer.pad_token_id}
+    """texts → one optimizer step of that student on them (what the timing calls): the run's calibration's step."""
     torch.manual_seed(0)
-    model = family.shaped(cfg, fixed, 384)
-    if families.frozen_embeddings(cfg):
-        model.embed.weight.requires_grad_(False)
-    learn = [p for p in model.parameters() if p.requires_grad]
-    opt = optimizer_for(model, family, cfg, learn)
-
-    def step(texts):
-        enc = tokenizer(list(texts), truncation=True, max_length=max_length, padding=True, return_tensors="pt")
-        out = model(enc["input_ids"], enc["attention_mask"])
-        torch.nn.functional.cross_entropy(out["logits"], torch.zeros(len(texts), dtype=torch.long)).backward()
-        clip_grad_norm(learn, 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+    _, step = training_step(StudentConfig(student=family_name, **settings), tokenizer, 384, max_length)
     return step
 
 

@@ -6,7 +6,7 @@ student's from the teacher's own step."""
 from __future__ import annotations
 
 import time
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from transferset.app.estimate import Rates, Rows, quiet
 from transferset.app.stages.search import candidate_configs
@@ -133,15 +133,11 @@ def augment_rate(cfg: RunConfig, texts: Sequence[str]) -> tuple[float, float]:
     return made / max(time.perf_counter() - t0, 1e-6), load_s
 
 
-def student_step(s_cfg, tokenizer, texts: Sequence[str], hidden_width: int, max_length: int
-                 ) -> Optional[tuple[float, float]]:
-    """Seconds per optimizer step of a student whose family has a `shaped` model (the BiLSTM, the static student) at
-    its batch size, built as its family builds it on the teacher's vocabulary (its embeddings fixed or learning as
-    training holds them, with the optimizer training makes), and its stage's own
-    seconds besides the epochs: building it, and the latency its metrics time (latency_examples rows at batch 1,
-    timing.ROUNDS rounds). None for other families."""
-    import torch
-
+def training_step(s_cfg, tokenizer, hidden_width: int, max_length: int) -> Optional[tuple[Any, Callable]]:
+    """(the model, texts → one optimizer step of it) for a student whose family has a `shaped` model (the BiLSTM,
+    the static student): built as its family builds it on the teacher's vocabulary, its embeddings fixed or
+    learning as training holds them, stepped with the optimizer training makes and clipped as training clips
+    (a sparse table's gradient too). None for other families."""
     from students import families
     from students.trainer import optimizer_for
     from transferset.training.optimizers import clip_grad_norm
@@ -149,23 +145,37 @@ def student_step(s_cfg, tokenizer, texts: Sequence[str], hidden_width: int, max_
     family = families.get(s_cfg.student)
     if family.shaped is None:
         return None
-    t0 = time.perf_counter()
     fixed = {"vocab_size": len(tokenizer), "num_classes": 2, "pad_id": tokenizer.pad_token_id or 0}
     model = family.shaped(s_cfg, fixed, hidden_width)
-    built_s = time.perf_counter() - t0
     if families.frozen_embeddings(s_cfg):
         model.embed.weight.requires_grad_(False)
     learn = [p for p in model.parameters() if p.requires_grad]
     opt = optimizer_for(model, family, s_cfg, learn)
 
-    def step(batch: list[str]) -> None:
-        enc = tokenizer(batch, truncation=True, max_length=max_length, padding=True, return_tensors="pt")
+    def step(batch: Sequence[str]) -> None:
+        enc = tokenizer(list(batch), truncation=True, max_length=max_length, padding=True, return_tensors="pt")
         out = model(enc["input_ids"], enc["attention_mask"])
         out["logits"].pow(2).mean().backward()
-        clip_grad_norm(learn, 1.0)  # a sparse table's gradient too
+        clip_grad_norm(learn, 1.0)
         opt.step()
         opt.zero_grad()
 
+    return model, step
+
+
+def student_step(s_cfg, tokenizer, texts: Sequence[str], hidden_width: int, max_length: int
+                 ) -> Optional[tuple[float, float]]:
+    """Seconds per optimizer step of a student `training_step` can step, at its batch size, and its stage's own
+    seconds besides the epochs: building it, and the latency its metrics time (latency_examples rows at batch 1,
+    timing.ROUNDS rounds). None for other families."""
+    import torch
+
+    t0 = time.perf_counter()
+    made = training_step(s_cfg, tokenizer, hidden_width, max_length)
+    if made is None:
+        return None
+    model, step = made
+    built_s = time.perf_counter() - t0
     seconds = per_step(step, _chunks(tokenizer, texts, s_cfg.batch_size, max_length), _padded(tokenizer, max_length))
     with torch.inference_mode():
         t0 = time.perf_counter()
