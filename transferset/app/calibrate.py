@@ -5,6 +5,7 @@ in this process, a few steps of each BiLSTM or static student (a search's candid
 student's from the teacher's own step."""
 from __future__ import annotations
 
+import os
 import time
 from typing import Any, Callable, Optional, Sequence
 
@@ -253,20 +254,33 @@ def _model_rates(cfg: RunConfig, texts: list[str], teacher_runs: bool, students:
     return got, said
 
 
+def machine_load() -> tuple[Optional[float], int]:
+    """(the 1-minute load average, None where the system has none; the cores this process may use). Rates measured
+    under a load above the cores are not the run's: threads that wait for a core make a few timed steps 10-30×
+    slower (make demo beside a test suite planned 79.7 min and took 9.0)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    try:
+        return os.getloadavg()[0], cores
+    except OSError:
+        return None, cores
+
+
 def measure_rates(cfg: RunConfig, rows: Rows, will_run: set[str]) -> Rates:
-    """The rates of the kinds of stage in `will_run` (stage names), each from a few seconds of work."""
+    """The rates of the kinds of stage in `will_run` (stage names), each from a few seconds of work, and the
+    machine's load when they were measured."""
     texts, t0 = list(rows.sample), time.perf_counter()
+    load, cores = machine_load()
     teacher_runs = any(n == "teacher" or n.startswith("teacher.") for n in will_run)
     students = {n.split(".", 1)[1]: cfg.students[n.split(".", 1)[1]] for n in will_run if n.startswith("students.")}
     if "search" in will_run and cfg.search is not None:
         students.update({f"search.{n}": c for n, c in candidate_configs(cfg.search).items()})
     needs_model = teacher_runs or bool({"score", "dev.score"} & will_run) or bool(students)
     if not texts or not needs_model and "augment" not in will_run:
-        return Rates(measured="nothing to measure")
+        return Rates(measured="nothing to measure", load=load, cores=cores)
     with quiet():
         got, said = _model_rates(cfg, texts, teacher_runs, students) if needs_model else ({}, [])
     if "augment" in will_run or "layer_texts" in will_run:
         got["augment_rows_s"], got["augment_fixed_s"] = augment_rate(cfg, texts)
         said.append(f"augment {got['augment_rows_s']:,.0f} rows/s in process")
     said.append(f"measured in {time.perf_counter() - t0:.0f} s on {len(texts)} train rows")
-    return Rates(**got, measured="; ".join(said))
+    return Rates(**got, measured="; ".join(said), load=load, cores=cores)

@@ -68,6 +68,8 @@ class Rates:
     student_fixed_s: dict[str, float] = field(default_factory=dict)  # a student built, and its latency timed
     tokenize_rows_s: Optional[float] = None  # rows tokenized per second (a vocabulary made from the transfer set)
     measured: str = ""  # what was measured, in words
+    load: Optional[float] = None  # the machine's 1-minute load average when the calibration began
+    cores: Optional[int] = None  # the cores this process may use
 
 
 @dataclass(frozen=True)
@@ -370,6 +372,10 @@ def plan_lines(estimates: Sequence[Estimate], rates: Rates, cuts: Sequence[str] 
                  "the stages not estimated and the report's timing apart")
     if cuts:
         lines.append(f"cut to fit budget_minutes: {'; '.join(cuts)}")
+    if rates.load is not None and rates.cores and rates.load > rates.cores:
+        lines.append(f"measured on a busy machine (load {rates.load:.1f} on {rates.cores} cores): the minutes may be "
+                     "several times what the stages take once the other work ends"
+                     + ("; the budget's cuts follow them" if cuts else ""))
     return lines
 
 

@@ -57,3 +57,11 @@ def test_a_student_with_a_sparse_table_is_timed_with_the_optimizer_it_trains_wit
                  "students.distilled.model={hidden: 8, sparse: true}")
     with pytest.raises(UserError, match="model: {sparse: true} is for a word table that trains"):
         measure_rates(fixed, Rows(100, 0, 10, sample=TEXTS), {"students.distilled"})
+
+
+def test_the_load_the_rates_were_measured_under_is_recorded(tiny_teacher, monkeypatch):
+    import transferset.app.calibrate as calibrate
+
+    monkeypatch.setattr(calibrate.os, "getloadavg", lambda: (5.5, 5.0, 4.0))
+    rates = measure_rates(_cfg(tiny_teacher), Rows(100, 0, 10, sample=TEXTS), set())
+    assert rates.load == 5.5 and rates.cores == calibrate.machine_load()[1] >= 1

@@ -199,3 +199,12 @@ def test_a_deep_later_cut_gives_the_earlier_cuts_back_as_far_as_the_budget_allow
     cut, cuts = est.fit(cfg, stages, ROWS, slow, set(), budget)
     assert "unlabeled rows 14,000 → 0" in cuts and cut.teacher.epochs < 5  # the forward pass went that deep
     assert cut.unlabeled_limit != 0 and est.total_seconds(est.estimate(cut, stages, ROWS, slow, set())) <= budget * 60
+
+
+def test_a_plan_measured_on_a_busy_machine_says_so():
+    estimates = [est.Estimate("teacher", "3,000 rows", 60.0)]
+    quiet = est.plan_lines(estimates, replace(RATES, load=1.5, cores=2))
+    assert not any("busy" in line for line in quiet) and est.plan_lines(estimates, RATES) == quiet
+    busy = est.plan_lines(estimates, replace(RATES, load=4.2, cores=2), ["teacher.epochs 5 → 2"])
+    assert busy[-1] == ("measured on a busy machine (load 4.2 on 2 cores): the minutes may be several times what "
+                        "the stages take once the other work ends; the budget's cuts follow them")
