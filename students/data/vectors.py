@@ -9,6 +9,11 @@ export stay as they are whatever the vectors' source:
   map fitted on the ids they do show, so they stay in the same space as the rest instead of noise.
 - model2vec: MinishLab's model2vec distillation done here: each id alone through the teacher's
   encoder, mean of the last layer over the sequence, PCA, then SIF weighting from Zipf ranks.
+- contextual: the teacher's encoder read over the run's own texts, each id's output state (the last layer)
+  averaged over every place it occurs (Bommasani et al. 2020's pooling over contexts, X2Static's idea),
+  PCA'd as `teacher`. A fine-tuned teacher's output states carry what it learned of the task, which a
+  context-free input row does not. Ids the texts never show get the teacher's input row mapped into that space
+  by the least-squares affine map fitted on the ids they do show (as word2vec's).
 """
 
 from __future__ import annotations
@@ -21,15 +26,20 @@ from students.data.tokens import pca_project, teacher_input_embeddings
 from transferset.runtime.errors import UserError
 from transferset.runtime.progress import Progress
 
-METHODS = ("teacher", "word2vec", "model2vec")
+METHODS = ("teacher", "word2vec", "model2vec", "contextual")
 SIF_COEFFICIENT = 1e-4  # model2vec's default sif_coefficient
+CONTEXT_TEXTS = 20_000  # contextual: the run's first texts the teacher reads (~2 min of MiniLM on one thread)
+CONTEXT_BATCH = 64
 
 
 def embedding_table(tokenizer, teacher_dir: str, width: int, method: str, texts: Iterable[Sequence[str]],
-                    seed: int = 0) -> torch.Tensor:
-    """(len(tokenizer), width) float table by `method`; `texts`: batches of the run's texts (word2vec only)."""
+                    seed: int = 0, max_length: int = 128) -> torch.Tensor:
+    """(len(tokenizer), width) float table by `method`; `texts`: batches of the run's texts (word2vec and
+    contextual); `max_length`: the tokens of a text the teacher reads (contextual)."""
     if method == "teacher":
         return pca_project(teacher_input_embeddings(teacher_dir, len(tokenizer)), width, seed)
+    if method == "contextual":
+        return pca_project(contextual_table(tokenizer, teacher_dir, texts, max_length), width, seed)
     if method == "word2vec":
         fallback = pca_project(teacher_input_embeddings(teacher_dir, len(tokenizer)), width, seed)
         return word2vec_table(tokenizer, texts, width, fallback, seed)
@@ -66,13 +76,67 @@ def word2vec_table(tokenizer, texts: Iterable[Sequence[str]], width: int, fallba
                    workers=1)
     seen = torch.tensor([int(k) for k in w2v.wv.index_to_key])
     vecs = torch.tensor(w2v.wv.vectors, dtype=torch.float32)
-    vecs = vecs / vecs.std().clamp(min=1e-8)
-    # Fit on centred rows with a bias column so the mapped rows land around the word2vec mean.
-    source = torch.cat([fallback, torch.ones(fallback.shape[0], 1)], dim=1)                 # (V, width+1)
-    mapping = torch.linalg.lstsq(source[seen].double(), vecs.double()).solution.float()   # (width+1, width)
+    return mapped_fill(fallback, seen, vecs / vecs.std().clamp(min=1e-8))
+
+
+def mapped_fill(fallback: torch.Tensor, seen: torch.Tensor, vecs: torch.Tensor) -> torch.Tensor:
+    """(V, W): `vecs` (len(seen), W) at the ids `seen`, every other row `fallback`'s (V, F) mapped by the
+    least-squares affine map fitted from fallback's rows at `seen` onto `vecs`."""
+    # A bias column, so the mapped rows land around the vectors' mean.
+    source = torch.cat([fallback, torch.ones(fallback.shape[0], 1)], dim=1)                 # (V, F+1)
+    mapping = torch.linalg.lstsq(source[seen].double(), vecs.double()).solution.float()   # (F+1, W)
     out = source @ mapping
     out[seen] = vecs
     return out
+
+
+# --------------------------------------------------------------------------- contextual
+
+
+@torch.inference_mode()
+def contextual_outputs(teacher_dir: str, tokenizer, texts: Iterable[Sequence[str]], max_length: int,
+                       limit: int = CONTEXT_TEXTS, batch_size: int = CONTEXT_BATCH) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sums (V, H) of each id's last-layer output states, counts (V,) of its occurrences) over the first `limit`
+    of `texts`, each text read whole by the teacher's encoder (up to `max_length` tokens); special tokens and
+    padding count for no id."""
+    from transformers import AutoModel
+
+    model = AutoModel.from_pretrained(teacher_dir).eval()
+    flat = []
+    for batch in texts:
+        flat.extend(batch[:limit - len(flat)])
+        if len(flat) >= limit:
+            break
+    flat.sort(key=len)  # a batch of similar lengths pads little
+    special = torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=torch.long)
+    sums = torch.zeros(len(tokenizer), model.config.hidden_size, dtype=torch.float64)
+    counts = torch.zeros(len(tokenizer), dtype=torch.float64)
+    progress = Progress("embed_init contextual: the run's texts through the teacher's encoder", unit="texts",
+                        total=len(flat))
+    for start in range(0, len(flat), batch_size):
+        enc = tokenizer(flat[start:start + batch_size], truncation=True, max_length=max_length, padding=True,
+                        return_tensors="pt")
+        hidden = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).last_hidden_state  # (B, L, H)
+        real = enc["attention_mask"].bool() & ~torch.isin(enc["input_ids"], special)                      # (B, L)
+        ids = enc["input_ids"][real]
+        sums.index_add_(0, ids, hidden[real].double())
+        counts.index_add_(0, ids, torch.ones(len(ids), dtype=torch.float64))
+        progress.update(min(batch_size, len(flat) - start))
+    progress.close()
+    return sums, counts
+
+
+def contextual_table(tokenizer, teacher_dir: str, texts: Iterable[Sequence[str]], max_length: int,
+                     limit: int = CONTEXT_TEXTS) -> torch.Tensor:
+    """(len(tokenizer), H): each id's mean output state over the run's texts; unseen ids mapped from the
+    teacher's input rows (`mapped_fill`)."""
+    sums, counts = contextual_outputs(teacher_dir, tokenizer, texts, max_length, limit)
+    seen = torch.nonzero(counts > 0).flatten()
+    if len(seen) == 0:
+        raise UserError("embed_init: contextual found no text in the transfer set for the teacher to read; "
+                        "use embed_init: teacher")
+    means = (sums[seen] / counts[seen, None]).float()
+    return mapped_fill(teacher_input_embeddings(teacher_dir, len(tokenizer)), seen, means)
 
 
 # --------------------------------------------------------------------------- model2vec

@@ -24,7 +24,7 @@ from students.families import (RESAVE, Batch, Built, Context, Family, StudentFil
 from students.families.bilstm_onnx import BiLSTMGraph
 from students.data.tokens import (WordPieceTokens, WordTokens, load_tokens, pca_project, teacher_input_embeddings,
                              teacher_wordpiece, word_vectors_from_wordpiece)
-from students.data.vectors import embedding_table
+from students.data.vectors import contextual_table, embedding_table
 from transferset.config import STUDENT_PRESETS, StudentConfig
 from transferset.contract import schema
 from transferset.runtime.errors import UserError
@@ -183,10 +183,6 @@ def student_tokens(ctx: Context):
 def build(ctx: Context) -> Built:
     """The BiLSTM and its tokens, its embeddings initialised from the teacher's unless `embed_init: random`."""
     cfg = ctx.cfg
-    if cfg.preset and cfg.preset not in PRESETS:
-        raise UserError(f"unknown bilstm preset {cfg.preset!r}; known: {', '.join(PRESETS)}"
-                        + (" (it is a transformer preset: drop `student: bilstm`)" if cfg.preset in STUDENT_PRESETS
-                           else ""))
     if cfg.pkd:
         raise UserError("pkd loss needs a transformer student (`--student transformer`)")
     tokens, wordpiece = student_tokens(ctx)
@@ -199,7 +195,12 @@ def build(ctx: Context) -> Built:
 
 
 def shaped(cfg: StudentConfig, fixed: dict, hidden_width: int) -> BiLSTM:
-    """The BiLSTM of these settings, untrained (Family.shaped): the preset's shape < `model:` < `fixed`."""
+    """The BiLSTM of these settings, untrained (Family.shaped): the preset's shape < `model:` < `fixed`. An
+    unknown preset is refused here, so `run`'s plan, which times this model, refuses it before the teacher."""
+    if cfg.preset and cfg.preset not in PRESETS:
+        raise UserError(f"unknown bilstm preset {cfg.preset!r}; known: {', '.join(PRESETS)}"
+                        + (" (it is a transformer preset: drop `student: bilstm`)" if cfg.preset in STUDENT_PRESETS
+                           else ""))
     defaults = {"head_dim": hidden_width, **PRESETS.get(cfg.preset or "", {})}
     try:
         model = BiLSTM(BiLSTMConfig(**model_values(defaults, cfg, config_fields(), "BiLSTM", fixed)))
@@ -224,20 +225,23 @@ def initial_vectors(ctx: Context, tokens, wordpiece, dim: int) -> torch.Tensor:
     (students/data/vectors.py). The static family's too."""
     if ctx.teacher_dir is None:
         raise no_teacher_dir(ctx.meta, f"embed_init: {ctx.cfg.embed_init}", "`embed_init: random`")
-    if ctx.cfg.embed_init == "teacher":
-        # PCA after trimming / pooling into words: the axes are those of the rows the student keeps.
+    method, started = ctx.cfg.embed_init, time.perf_counter()
+    # teacher and contextual: PCA after trimming / pooling into words, on the axes of the rows the student keeps
+    if method == "teacher":
         table = teacher_input_embeddings(ctx.teacher_dir, len(wordpiece.tokenizer))  # (V_wp, H_t)
+    elif method == "contextual":
+        table = contextual_table(wordpiece.tokenizer, ctx.teacher_dir, iter_texts(ctx.transfer_dir),
+                                 ctx.max_length)                                          # (V_wp, H_t)
     else:
-        started = time.perf_counter()
-        table = embedding_table(wordpiece.tokenizer, ctx.teacher_dir, dim, ctx.cfg.embed_init,
+        table = embedding_table(wordpiece.tokenizer, ctx.teacher_dir, dim, method,
                                 iter_texts(ctx.transfer_dir), ctx.seed)                   # (V_wp, dim)
-        log_line(f"embed_init {ctx.cfg.embed_init}: {table.shape[0]} vectors of {dim} in "
-                 f"{time.perf_counter() - started:.1f}s")
+    if method != "teacher":
+        log_line(f"embed_init {method}: {table.shape[0]} vectors in {time.perf_counter() - started:.1f}s")
     if isinstance(tokens, WordTokens):
         table = word_vectors_from_wordpiece(tokens.vocab, wordpiece.tokenizer, table)
     elif tokens.keep is not None:
         table = table[torch.tensor(tokens.keep)]                           # (V_kept, H)
-    return pca_project(table, dim, ctx.seed) if ctx.cfg.embed_init == "teacher" else table
+    return pca_project(table, dim, ctx.seed) if method in ("teacher", "contextual") else table
 
 
 def forward_batch(model: BiLSTM, batch: Batch) -> dict[str, torch.Tensor]:

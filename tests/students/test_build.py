@@ -112,6 +112,24 @@ def test_bilstm_word_vectors_come_from_embed_init_over_the_kept_ids_and_stay_fro
 
 
 @pytest.mark.parametrize("student", ["bilstm", "static"])
+def test_contextual_vectors_are_pcad_after_trimming_like_the_teachers_rows(tiny_scored_dir, tiny_teacher4, student):
+    from students.data import iter_texts
+    from students.data.tokens import pca_project
+    from students.data.vectors import contextual_table
+
+    cfg = StudentConfig(student=student, model={"embed_dim": 8, "hidden": 8}, embed_init="contextual",
+                        trim_vocab=True, seed=2)
+    s = setup(cfg, tiny_scored_dir)
+    init_seed = seeds.torch_seed(seeds.stream(2, seeds.INIT))
+    wide = contextual_table(s.tokens.tokenizer, tiny_teacher4, iter_texts(tiny_scored_dir), s.tokens.max_length)
+    expected = pca_project(wide[torch.tensor(s.tokens.keep)], 8, init_seed)
+    expected[s.tokens.pad_id] = 0
+    signs = torch.sign((s.model.embed.weight.detach() * expected).sum(0))  # a principal axis up to its sign
+    assert torch.allclose(s.model.embed.weight.detach(), expected * signs, atol=1e-4)
+    assert families.frozen_embeddings(cfg)
+
+
+@pytest.mark.parametrize("student", ["bilstm", "static"])
 def test_a_sparse_table_learns_by_lazy_adam_only_in_the_rows_a_batch_used(tiny_scored_dir, student):
     cfg = StudentConfig(student=student, model={"embed_dim": 8, "hidden": 8, "sparse": True}, embed_init="random",
                         lr=0.01, embed_lr=0.003, threads=1)

@@ -189,7 +189,8 @@ class StudentConfig:
     # teacher (PCA of the teacher's input embeddings: the BiLSTM's table, a narrower transformer's tables) | random;
     # bilstm + the teacher's vocabulary also: word2vec (skip-gram on the transfer set's texts, the `vectors` extra)
     # | model2vec (each token alone through the teacher's encoder, PCA, SIF weighting; students/data/vectors.py)
-    embed_init: Literal["teacher", "random", "word2vec", "model2vec"] = "teacher"
+    # | contextual (each token's output state in the teacher's encoder averaged over the transfer set's texts, PCA)
+    embed_init: Literal["teacher", "random", "word2vec", "model2vec", "contextual"] = "teacher"
     # learning rate of the embedding table when it learns (its own optimizer group; None: `lr`)
     embed_lr: Optional[Positive] = None
     # keep the embedding table fixed in every phase ("static" embeddings): words the transfer set

@@ -92,3 +92,41 @@ def test_word2vec_without_gensim_names_the_extra(monkeypatch, tokenizer):
 def test_word2vec_on_no_text_is_refused(tokenizer):
     with pytest.raises(UserError, match="no text"):
         vectors.word2vec_table(tokenizer, [[]], 8, torch.zeros(len(tokenizer), 8))
+
+
+def test_contextual_rows_are_each_ids_output_states_averaged_over_the_texts(tiny_teacher, tokenizer):
+    from transformers import AutoModel
+
+    model = AutoModel.from_pretrained(tiny_teacher).eval()
+    sums, counts = {}, {}
+    with torch.no_grad():  # one text at a time, no padding: every real token's last-layer state
+        for text in [t for batch in TEXTS for t in batch]:
+            enc = tokenizer(text, return_tensors="pt")
+            hidden = model(**enc).last_hidden_state[0]
+            for pos, i in enumerate(enc["input_ids"][0].tolist()):
+                if i not in tokenizer.all_special_ids:
+                    sums[i] = sums.get(i, 0) + hidden[pos]
+                    counts[i] = counts.get(i, 0) + 1
+    # batches of 3 over 8 texts: padding and a ragged last batch must count for nothing
+    got_sums, got_counts = vectors.contextual_outputs(tiny_teacher, tokenizer, TEXTS, 32, batch_size=3)
+    assert {i: int(c) for i, c in enumerate(got_counts.tolist()) if c} == counts
+    for i in counts:
+        assert torch.allclose(got_sums[i].float(), sums[i], atol=1e-4)
+    table = vectors.contextual_table(tokenizer, tiny_teacher, TEXTS, 32)
+    good = tokenizer.convert_tokens_to_ids("good")
+    assert torch.allclose(table[good], sums[good] / counts[good], atol=1e-5)
+    # unseen ids: the teacher's input rows through the affine map fitted on the seen ids (a midpoint stays one)
+    inputs = teacher_input_embeddings(tiny_teacher, len(tokenizer))
+    seen = torch.tensor(sorted(counts))
+    expected = vectors.mapped_fill(inputs, seen, table[seen])
+    assert torch.allclose(table, expected, atol=1e-5)
+    unseen = [i for i in range(len(tokenizer)) if i not in counts]
+    assert not torch.allclose(table[unseen[0]], inputs[unseen[0]], atol=1e-2)
+    # a limit reads the first texts only
+    _, first = vectors.contextual_outputs(tiny_teacher, tokenizer, TEXTS, 32, limit=2)
+    assert int(first.sum()) == sum(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in TEXTS[0][:2])
+
+
+def test_contextual_on_no_text_is_refused(tiny_teacher, tokenizer):
+    with pytest.raises(UserError, match="no text"):
+        vectors.contextual_table(tokenizer, tiny_teacher, [[]], 32)

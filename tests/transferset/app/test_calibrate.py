@@ -65,3 +65,9 @@ def test_the_load_the_rates_were_measured_under_is_recorded(tiny_teacher, monkey
     monkeypatch.setattr(calibrate.os, "getloadavg", lambda: (5.5, 5.0, 4.0))
     rates = measure_rates(_cfg(tiny_teacher), Rows(100, 0, 10, sample=TEXTS), set())
     assert rates.load == 5.5 and rates.cores == calibrate.machine_load()[1] >= 1
+
+
+def test_a_bilstm_preset_that_does_not_exist_is_refused_at_the_plan(tiny_teacher):
+    cfg = _cfg(tiny_teacher, "students.distilled.preset=tnag")
+    with pytest.raises(UserError, match="unknown bilstm preset 'tnag'; known: "):
+        measure_rates(cfg, Rows(100, 0, 10, sample=TEXTS), {"students.distilled"})
