@@ -168,6 +168,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     name, rest = argv[0], argv[1:]
     _quiet_logging()
+    # torch's OpenMP threads wait for work without spinning on a core, unless the environment says otherwise:
+    # beside other processes a spinning thread holds the core its own work needs (benchmarks/omp_wait.py: a
+    # teacher step 1.8x faster beside two busy one-thread jobs, 1 % slower alone). Read when torch loads.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     module, parser, passthrough = build_subparser(name)
     rest = join_negative_values(parser, rest)
     if passthrough:

@@ -34,6 +34,19 @@ def test_unknown_command_and_bad_ops_are_clear(capsys, tmp_path):
     assert "missing.tsv: no such file" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("given, expected", [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
+def test_a_command_makes_openmp_threads_wait_without_spinning_unless_told(monkeypatch, tmp_path, given, expected):
+    import os
+
+    monkeypatch.setenv("OMP_WAIT_POLICY", "placeholder")  # recorded, so the test's change is undone after it
+    if given is None:
+        monkeypatch.delenv("OMP_WAIT_POLICY")
+    else:
+        monkeypatch.setenv("OMP_WAIT_POLICY", given)
+    assert main(["inspect", str(tmp_path / "missing")]) != 0
+    assert os.environ["OMP_WAIT_POLICY"] == expected
+
+
 def test_no_transformers_bars_in_a_log_file_but_the_result_is_there(tiny_teacher, tmp_path):
     """Off a terminal (stderr to a file), loading a model prints no "Loading weights" bar."""
     import os
