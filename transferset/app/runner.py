@@ -204,8 +204,10 @@ def run_stages(stages: Sequence[StageDef], log) -> dict[str, str]:
 
 
 def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=True),
-                 functions: StageFunctions = StageFunctions(), measure: Optional[Measure] = None) -> dict:
-    """Every stage of the run, each reused when current; returns the report's table and paths.
+                 functions: StageFunctions = StageFunctions(), measure: Optional[Measure] = None,
+                 plan_only: bool = False) -> Optional[dict]:
+    """Every stage of the run, each reused when current; returns the report's table and paths (`plan_only`: None
+    after the plan is printed, before anything is written).
 
     `measure` (calibrate.measure_rates, as `run` passes): the plan, each stage's rows and minutes, is printed
     before the first stage and cut to fit `budget_minutes` (estimate.py); None: no plan unless budget_minutes
@@ -228,6 +230,8 @@ def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=T
             cfg, _ = plan_time(cfg, files, lambda c: plan_stages(c, files, functions, log).stages, plan.outputs.data,
                                measure or measure_rates, log, earlier=recorded_config(cfg.run_dir))
             plan = plan_stages(cfg, files, functions, log)  # afresh: the estimate read what its settings cache
+        if plan_only:
+            return None
         fs.makedirs(cfg.run_dir)
         keys.write_layout(cfg.run_dir)
         fs.write_text(fs.join(cfg.run_dir, CONFIG_FILE), yaml.safe_dump(typed.to_dict(cfg), sort_keys=False))
@@ -316,6 +320,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--budget-minutes", type=float, metavar="M",
                         help="minutes the run may take on this machine: the transfer set and the epochs are cut to "
                              "fit (budget_minutes)")
+    parser.add_argument("--plan", action="store_true",
+                        help="print the plan (each stage's rows and estimated minutes on this machine, cut to fit "
+                             "--budget-minutes) and stop before the first stage, writing nothing")
     budget = parser.add_argument_group("search: the most accurate student under a budget (the `search:` section)")
     for flag, unit in BUDGET_FLAGS.items():
         budget.add_argument(f"--{flag}", type=float, metavar=unit.split(":")[0], help=unit.split(": ", 1)[1])
@@ -342,7 +349,9 @@ def run(args, extra: Sequence[str]) -> int:
     minutes = [f"budget_minutes={args.budget_minutes}"] if getattr(args, "budget_minutes", None) is not None else []
     cfg = load_config(args.config, [*args.overrides, *budget_overrides(args), *minutes], data)
     starter_init.check_data(cfg)  # a missing column stops the run here, naming the columns the file has
-    results = run_pipeline(cfg, measure=measure_rates)
+    results = run_pipeline(cfg, measure=measure_rates, plan_only=getattr(args, "plan", False))
+    if results is None:
+        return 0
     print(results["table"])
     print(f"\nreport: {results['report']}")
     return 0

@@ -170,6 +170,18 @@ def test_run_prints_its_plan_before_its_first_stage_and_runs_the_cut_config(tmp_
     assert rec.seen["augment"][0].n_iter == 2 and "cut to fit budget_minutes: augment.n_iter 8 → 2" in log
 
 
+def test_a_plan_alone_is_printed_and_nothing_runs_or_is_written(tmp_path, sst2_dir):
+    from test_runner import RecordingStages
+
+    rec, log = RecordingStages(), []
+    cfg = load_config("configs/demo.yaml", [f"run_dir={tmp_path / 'r'}", f"data={sst2_dir}", "unlabeled_rows=50"])
+    assert run_pipeline(cfg, log=log.append, functions=rec.functions(), measure=lambda c, r, w: RATES,
+                        plan_only=True) is None
+    assert log[0] == "plan, estimated on this machine (given):" and any(m.startswith("  teacher") for m in log)
+    assert not any("running →" in m for m in log) and not rec.seen
+    assert not (tmp_path / "r").exists()
+
+
 def test_a_rerun_under_the_same_budget_keeps_the_cuts_the_last_run_made(tmp_path, sst2_dir):
     """Rates measured again differ on a busy machine: another cut would run every stage again."""
     from test_runner import RecordingStages
