@@ -485,11 +485,16 @@ LAYOUT2_KEYS = {
 }
 
 
+# What a config held when its layout-2 keys were written and has changed since (a setting, not a rule).
+LAYOUT2_THEN = {"demo_static": ["students.static_distilled.embed_init=teacher"]}
+
+
 def layout2_folder(case: str, root: Path):
     """The run folder of LAYOUT2_CONFIGS[case] as layout 2 left it: each stage's folder with its done file and its
     layout-2 key, the layout record, and RUN/config.yaml with the phase plan under its earlier name."""
     write_inputs(root)
-    cfg = load_config(LAYOUT2_CONFIGS[case], [f"run_dir={root / 'run'}", f"data={root / 'data'}", "test=null"])
+    cfg = load_config(LAYOUT2_CONFIGS[case], [f"run_dir={root / 'run'}", f"data={root / 'data'}", "test=null",
+                                              *LAYOUT2_THEN.get(case, [])])
     finished(cfg, LAYOUT2_KEYS[case])
     (root / "run" / keys.LAYOUT_FILE).write_text(json.dumps({"layout": 2}))
     written = typed.to_dict(cfg)
