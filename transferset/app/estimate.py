@@ -175,7 +175,18 @@ def student_estimate(name: str, s_cfg, transfer: int, rows: Rows, rates: Rates, 
     evaluation = epochs * math.ceil(rows.selection / s_cfg.batch_size) * step / 3
     vocabulary = transfer / rates.tokenize_rows_s if rates.tokenize_rows_s and (
         s_cfg.trim_vocab or s_cfg.tokens == "words") else 0.0
-    return Estimate(name, text, rates.student_fixed_s.get(key, 0.0) + vocabulary + steps * step + evaluation)
+    return Estimate(name, text, rates.student_fixed_s.get(key, 0.0) + vocabulary + vectors_seconds(s_cfg, transfer, rates)
+                    + steps * step + evaluation)
+
+
+def vectors_seconds(s_cfg, transfer: int, rates: Rates) -> float:
+    """`embed_init: contextual` reads the transfer set's first texts through the teacher before the student trains:
+    as many rows at the teacher's scoring rate."""
+    if s_cfg.embed_init != "contextual" or not rates.score_rows_s:
+        return 0.0
+    from students.data.vectors import CONTEXT_TEXTS
+
+    return min(transfer, CONTEXT_TEXTS) / rates.score_rows_s
 
 
 def search_estimate(name: str, sc, transfer: int, rows: Rows, rates: Rates) -> Estimate:

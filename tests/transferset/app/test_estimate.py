@@ -61,6 +61,11 @@ def test_each_stage_gets_its_rows_and_seconds_from_the_rates(tmp_path, sst2_dir)
     assert by_more["students.labels_only"].seconds == pytest.approx(by["students.labels_only"].seconds + 5 + 10)
     assert by_more["students.distilled"].seconds == by["students.distilled"].seconds  # the teacher's vocabulary
     assert by["data"].reused and by["data"].seconds == 0
+    # contextual vectors: the transfer set's first texts (all 23,000 here, at most 20,000) through the teacher first
+    ctx_cfg = replace(cfg, students={**cfg.students, "distilled": replace(cfg.students["distilled"],
+                                                                          embed_init="contextual")})
+    by_ctx = {e.stage: e for e in est.estimate(ctx_cfg, stages, ROWS, RATES, reused={"data"})}
+    assert by_ctx["students.distilled"].seconds == pytest.approx(by["students.distilled"].seconds + 20_000 / 100.0)
     lines = est.plan_lines(list(by.values()), RATES)
     assert lines[0] == "plan, estimated on this machine (given):" and "reused" in lines[1]
 
