@@ -51,13 +51,14 @@ def step_seconds(policy: str, steps: int) -> list[float]:
 COMPETITORS = {
     "python": "while True: pass",
     # another training job on one thread, as a second student beside this one
-    "torch": "import torch\ntorch.set_num_threads(1)\nx = torch.randn(512, 512)\nwhile True: x = torch.tanh(x @ x)",
+    "torch": "import torch\nx = torch.randn(512, 512)\nwhile True: x = torch.tanh(x @ x)",
 }
 
 
 def busy(cores: int, kind: str) -> list[subprocess.Popen]:
     """One process per core doing `kind` of work: another user's job."""
-    return [subprocess.Popen([sys.executable, "-c", COMPETITORS[kind]]) for _ in range(cores)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # one thread each
+    return [subprocess.Popen([sys.executable, "-c", COMPETITORS[kind]], env=env) for _ in range(cores)]
 
 
 def main() -> None:
