@@ -256,8 +256,8 @@ def _model_rates(cfg: RunConfig, texts: list[str], teacher_runs: bool, students:
 
 def machine_load() -> tuple[Optional[float], int]:
     """(the 1-minute load average, None where the system has none; the cores this process may use). Rates measured
-    under a load above the cores are not the run's: threads that wait for a core make a few timed steps 10-30×
-    slower (make demo beside a test suite planned 79.7 min and took 9.0)."""
+    under a load above the cores are not the run's: threads that wait for a core can make a few timed steps
+    10-30× slower than the stages will run once the other work ends."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     try:
         return os.getloadavg()[0], cores
