@@ -122,6 +122,9 @@ def test_contextual_rows_are_each_ids_output_states_averaged_over_the_texts(tiny
     assert torch.allclose(table, expected, atol=1e-5)
     unseen = [i for i in range(len(tokenizer)) if i not in counts]
     assert not torch.allclose(table[unseen[0]], inputs[unseen[0]], atol=1e-2)
+    # the table as embedding_table gives it, at a width: the same rows PCA'd
+    narrow = vectors.embedding_table(tokenizer, tiny_teacher, 8, "contextual", TEXTS, seed=1, max_length=32)
+    assert torch.allclose(narrow, pca_project(table, 8, 1), atol=1e-4)
     # a limit reads the first texts only
     _, first = vectors.contextual_outputs(tiny_teacher, tokenizer, TEXTS, 32, limit=2)
     assert int(first.sum()) == sum(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in TEXTS[0][:2])
