@@ -75,7 +75,7 @@ def student_rows_per_second(scored: str, dev: str, out: str, values: dict, engin
 
 
 STUDENTS = {"bilstm": {"student": "bilstm"},
-            "transformer": {"student": "transformer", "model": {"n_layer": 3}, "kd": 1.0, "mse": 0.0}}
+            "transformer": {"student": "transformer", "model": {"n_layer": 3}, "losses": {"ce": 1.0, "kd": 1.0}}}
 
 
 def main(argv=None) -> int:

@@ -45,9 +45,9 @@ from transferset.runtime import typed  # noqa: E402
 from transferset.runtime.threads import set_torch_threads  # noqa: E402
 
 MODES = {
-    "logits": {"ce": 0.0, "mse": 0.0, "kd": 1.0},
-    "tinybert": {"ce": 0.0, "mse": 0.0, "kd": 1.0, "emb_mse": 1.0, "hidden_mse": 1.0, "att_mse": 1.0},
-    "minilm": {"ce": 0.0, "mse": 0.0, "kd": 1.0, "att_kl": 1.0, "value_kl": 1.0, "layer_map": "last-1"},
+    "logits": {"losses": {"kd": 1.0}},
+    "tinybert": {"losses": {"kd": 1.0, "emb_mse": 1.0, "hidden_mse": 1.0, "att_mse": 1.0}},
+    "minilm": {"losses": {"kd": 1.0, "att_kl": 1.0, "value_kl": 1.0}, "layer_map": "last-1"},
 }
 
 

@@ -164,7 +164,10 @@ def precedence_section() -> list[str]:
                    f"one order, each layer over the one below: **{order}**. The other sections take their "
                    "defaults and the layers above the preset alike (a file, a command's flags, `run`'s `key=value`). A section (`engine:`, "
                    "`model:`, `losses:`) merges key by key: `--warmup 0.2` over a file's `engine: {schedule: "
-                   "cosine}` keeps the cosine. The order is written once, in transferset/config/precedence.py."), ""]
+                   "cosine}` keeps the cosine; `losses:` merges loss by loss and a loss's settings key by key, so "
+                   "`losses.kd=2` over a preset's `kd: {weight: 1.0, temperature: 5.0}` keeps its temperature. A "
+                   "student whose layers name no loss trains on ce and mse at 1.0. The order is written once, in "
+                   "transferset/config/precedence.py."), ""]
     for i, (name, what) in enumerate(STUDENT_LAYERS, start=1):
         lines.append(textwrap.fill(" ".join(f"{i}. **{name}**: {what}.".split()), width=WIDTH,
                                    subsequent_indent="   ", break_long_words=False, break_on_hyphens=False))

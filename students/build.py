@@ -75,9 +75,10 @@ def setup(cfg: StudentConfig, scored: Union[str, ScoredSet]) -> Setup:
             raise UserError(f"the {fam.name} student is built on `tokens: {' | '.join(fam.tokens)}`; drop "
                             f"`tokens: {cfg.tokens}`")
         online_teacher = online.make(ctx, built)
-    if (cfg.repr or cfg.phases == "progressive") and built.repr_width != hidden_width and built.projection is None:
+    if (cfg.weight("repr") or cfg.phases == "progressive") and built.repr_width != hidden_width \
+            and built.projection is None:
         raise UserError(f"the representation loss (repr, and stage 1 of the progressive schedule) needs the "
                         f"student's head width ({built.repr_width}) to equal the teacher's hidden width "
-                        f"({hidden_width}); drop the head_dim / preset override, or set repr: 0")
+                        f"({hidden_width}); drop the head_dim / preset override, or repr from `losses:`")
     return Setup(cfg, fam, built.model, built.config, built.tokens, label_names, meta, built.pkd_columns,
                  scored.num_rows, scored.num_labeled, built.projection, online_teacher)

@@ -28,7 +28,7 @@ from students import families, seeds
 from students.build import Setup, setup
 from students.data import NO_LABEL, EvalData, ScoredSet, count_rows, iter_train_batches, read_eval_data
 from students.families import project
-from students.losses import LossWeights, combine
+from students.losses import LossWeights, canonical, combine
 from students.losses import online
 from students.plots import plot_curves
 from students.schedules import Phase, phases
@@ -368,6 +368,7 @@ def fingerprint(cfg: StudentConfig, transfer_dir: str, dev_path: str, engine: En
     inputs, and the process count (each rank's rows depend on it)."""
     ignored = {"resume", "checkpoint_steps", "threads", "latency_examples", "agreement_rows"}
     settings = {k: v for k, v in typed.to_dict(cfg).items() if k not in ignored}
+    settings["losses"] = canonical(cfg.losses)  # one form whatever its spelling
     # where and how it is logged decide no step; the precision and the schedule do
     settings["engine"] = {k: v for k, v in settings["engine"].items() if k not in ("device", "tracker")}
     return {"settings": json.dumps(settings, sort_keys=True, default=str), "transfer": transfer_dir, "dev": dev_path,

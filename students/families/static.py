@@ -126,7 +126,7 @@ def build(ctx: Context) -> Built:
     if cfg.preset:
         raise UserError(f"the static student has no presets; drop `preset: {cfg.preset}` (set its shape under "
                         "`model:`, e.g. {hidden: 256, pooling: mean+max})")
-    if cfg.pkd:
+    if cfg.weight("pkd"):
         raise UserError("pkd loss needs a transformer student (`--student transformer`)")
     tokens, wordpiece = student_tokens(ctx)
     fixed = {"vocab_size": tokens.vocab_size, "num_classes": len(ctx.label_names), "pad_id": tokens.pad_id}
@@ -136,7 +136,7 @@ def build(ctx: Context) -> Built:
         model.init_embeddings(initial_vectors(ctx, tokens, wordpiece, config.embed_dim))
     # repr (and the progressive schedule's stage 1) compare the MLP's output with teacher_hidden: through
     # a projection when the widths differ, as a narrow transformer's do.
-    compares = bool(cfg.repr or cfg.phases == "progressive")
+    compares = bool(cfg.weight("repr") or cfg.phases == "progressive")
     proj = projection(config.hidden, ctx.hidden_width) if compares else None
     return Built(model, tokens, config, config.hidden, [], proj)
 

@@ -291,7 +291,7 @@ def build(ctx: Context) -> Built:
         raise UserError(f"transformer student: {exc}") from exc
     width = int(model.config.hidden_size)
     columns: list[str] = []
-    if cfg.pkd:
+    if cfg.weight("pkd"):
         columns = pkd_columns(ctx.transfer_dir, ctx.column_names, ctx.meta, layer_map)
     # repr / pkd of a narrower student compare through a projection, as a pretrained student's do.
     proj = projection(width, ctx.hidden_width) if uses_teacher_hidden(cfg) else None
@@ -300,7 +300,7 @@ def build(ctx: Context) -> Built:
 
 def uses_teacher_hidden(cfg) -> bool:
     """Whether a loss compares the student's states with the teacher's (repr, pkd, progressive stage 1)."""
-    return bool(cfg.repr or cfg.pkd or cfg.phases == "progressive")
+    return bool(cfg.weight("repr") or cfg.weight("pkd") or cfg.phases == "progressive")
 
 
 def build_pretrained(ctx: Context) -> Built:
@@ -339,7 +339,7 @@ def build_pretrained(ctx: Context) -> Built:
     fixed = {"n_layer": depth, "teacher_layers": teacher_layers or 0}
     config = TransformerConfig(**model_values({}, cfg, config_fields(), "transformer", fixed))
     columns: list[str] = []
-    if cfg.pkd:
+    if cfg.weight("pkd"):
         if not teacher_layers:
             raise no_teacher_dir(ctx.meta, "pkd (the teacher's depth: the set records no hidden spec)", "")
         try:

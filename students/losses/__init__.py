@@ -1,13 +1,12 @@
 """Distillation losses, registered by name as augmenters are, and their weighted sum.
 
-A loss is one registration: its name (the weight's setting), the batch and output keys it reads (cached
-columns such as teacher_logits / teacher_hidden, or ONLINE: the teacher's token-level states, which
+A loss is one registration: its name (its key under a student's `losses:`), the batch and output keys it reads
+(cached columns such as teacher_logits / teacher_hidden, or ONLINE: the teacher's token-level states, which
 students/losses/online.py adds when such a loss is on), an optional frozen dataclass of its own settings, and a
 function of (outputs, batch, weights) giving its unweighted term. `combine` sums the registered losses
-with a non-zero weight. The losses below (and the layer losses of students/losses/layers.py) are
-StudentConfig settings of their own names (`kd: 1.0`); a loss registered elsewhere is set under the
-student's `losses:` ({NAME: weight} or {NAME: {weight: W, SETTING: value}}), so registering one changes
-no setting, flag or cache key of the students that do not use it.
+with a non-zero weight. Every loss, the ones below (and the layer losses of students/losses/layers.py) as
+one a package registers, is set the same way, under the student's `losses:` ({NAME: weight} or {NAME: {weight:
+W, SETTING: value}}), so registering one changes no setting, flag or cache key of the students that do not use it.
 
 Batches are dicts keyed by the schema's column names; they carry the gold label as -1 where the
 row has none (augmented or unlabeled text): the CE term averages over labeled rows only.
@@ -15,6 +14,7 @@ row has none (augmented or unlabeled text): the CE term averages over labeled ro
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Tuple
 
@@ -42,7 +42,6 @@ class Loss:
     fn: Callable[[Mapping[str, Any], Mapping[str, Any], "LossWeights"], torch.Tensor]  # the unweighted term
     needs: tuple[str, ...]  # batch keys it reads besides the label and mask (ONLINE: the online teacher)
     settings: type  # frozen dataclass of its own settings (`losses: {NAME: {weight: W, SETTING: V}}`)
-    own_setting: bool  # its weight is the StudentConfig setting of its name (the losses users wrote before)
 
 
 # Every module of students.losses registers its losses when the registry is first read; losses of other
@@ -50,7 +49,7 @@ class Loss:
 _REGISTRY: Registry[Loss] = Registry("loss", "transferset.losses", "students.losses")
 
 
-def register(name: str, *, needs: tuple[str, ...] = (), settings: type = NoSettings, own_setting: bool = False):
+def register(name: str, *, needs: tuple[str, ...] = (), settings: type = NoSettings):
     """Register fn(outputs, batch, weights) → its unweighted term under `name` (`weights.settings(name)`:
     its settings)."""
     _REGISTRY.check_free(name)
@@ -60,7 +59,7 @@ def register(name: str, *, needs: tuple[str, ...] = (), settings: type = NoSetti
         raise ValueError(f"loss {name!r}: `weight` is every loss's weight, not a setting of its own")
 
     def deco(fn: Callable) -> Callable:
-        _REGISTRY.add(name, Loss(name, fn, tuple(needs), settings, own_setting), by=fn.__module__)
+        _REGISTRY.add(name, Loss(name, fn, tuple(needs), settings), by=fn.__module__)
         return fn
 
     return deco
@@ -124,15 +123,12 @@ class LossWeights:
 
     @classmethod
     def of(cls, cfg) -> "LossWeights":
-        """The weights a StudentConfig sets: the losses' own settings, and its `losses:` for the others."""
-        weights = {loss.name: getattr(cfg, loss.name) for loss in _REGISTRY.values() if loss.own_setting}
-        settings = {}
-        for name, value in (getattr(cfg, "losses", None) or {}).items():
-            loss = get(name)
-            if loss.own_setting:
-                raise UserError(f"losses: {{{name}: ...}}: {name} is a setting of its own: write `{name}: WEIGHT`")
-            weights[name], settings[name] = _weight_and_settings(loss, value)
-        return cls(temperature=cfg.temperature, settings=settings, **weights)
+        """The weights and settings a StudentConfig's `losses:` sets (kd's temperature among them)."""
+        weights, settings = {}, {}
+        for name, value in cfg.losses.items():
+            weights[name], settings[name] = _weight_and_settings(get(name), value)
+        kd = settings.pop("kd", KD())  # held as `temperature`, which the kd term and the phases read
+        return cls(temperature=kd.temperature, settings=settings, **weights)
 
 
 def _weight_and_settings(loss: Loss, value: Any) -> tuple[float, Any]:
@@ -142,7 +138,7 @@ def _weight_and_settings(loss: Loss, value: Any) -> tuple[float, Any]:
         value = {"weight": value}
     values = dict(value)
     weight = values.pop("weight", None)
-    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight < 0:
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 <= weight < math.inf:
         raise UserError(f"{where}: the weight must be a number >= 0, e.g. {{{loss.name}: 1.0}}")
     known = [f.name for f in dataclasses.fields(loss.settings)]
     unknown = sorted(set(values) - set(known))
@@ -154,14 +150,23 @@ def _weight_and_settings(loss: Loss, value: Any) -> tuple[float, Any]:
         raise UserError(f"{where}: {exc}") from None
 
 
+def canonical(losses: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """A student's `losses:` in one form whatever its spelling (`kd: 1` and `kd: {weight: 1.0, temperature: 1.0}`
+    alike): each loss with a non-zero weight → {weight, each of its settings at its value}, for stage keys and
+    checkpoints' fingerprints."""
+    out = {}
+    for name, value in losses.items():
+        weight, settings = _weight_and_settings(get(name), value)
+        if weight:
+            out[name] = {"weight": weight, **dataclasses.asdict(settings)}
+    return out
+
+
 def check(losses: Mapping[str, Any], where: str) -> None:
     """Refuse a student's `losses:` that names an unknown loss or setting (before any stage of a run)."""
     for name, value in losses.items():
         try:
-            loss = get(name)
-            if loss.own_setting:
-                raise UserError(f"{name} is a setting of its own: write `{name}: WEIGHT`")
-            _weight_and_settings(loss, value)
+            _weight_and_settings(get(name), value)
         except UserError as exc:
             raise UserError(f"{where}: {exc}") from None
 
@@ -208,17 +213,29 @@ def pkd(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
 
 # --- the losses of the cached teacher columns, then the layer losses (registry order: combine's order) ---
 
-register("ce", own_setting=True)(lambda out, batch, w: ce(out["logits"], batch[schema.LABEL]))
-register("mse", needs=(schema.TEACHER_LOGITS,), own_setting=True)(
+@dataclass(frozen=True)
+class KD:
+    """kd's settings: `losses: {kd: {weight: 1.0, temperature: 2.0}}`."""
+
+    temperature: float = 1.0  # T: both distributions softened by it, the term scaled by T²
+
+    def __post_init__(self):
+        if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)) \
+                or not self.temperature > 0:
+            raise ValueError(f"temperature {self.temperature!r}: a number above 0, e.g. 2.0")
+
+
+register("ce")(lambda out, batch, w: ce(out["logits"], batch[schema.LABEL]))
+register("mse", needs=(schema.TEACHER_LOGITS,))(
     lambda out, batch, w: logits_mse(out["logits"], batch[schema.TEACHER_LOGITS]))
-register("kd", needs=(schema.TEACHER_LOGITS,), own_setting=True)(
+register("kd", needs=(schema.TEACHER_LOGITS,), settings=KD)(
     lambda out, batch, w: kd_kl(out["logits"], batch[schema.TEACHER_LOGITS], w.temperature))
-register("repr", needs=(schema.TEACHER_HIDDEN,), own_setting=True)(
+register("repr", needs=(schema.TEACHER_HIDDEN,))(
     lambda out, batch, w: repr_mse(out["repr"], batch[schema.TEACHER_HIDDEN]))
-register("pkd", needs=(TEACHER_LAYERS,), own_setting=True)(
+register("pkd", needs=(TEACHER_LAYERS,))(
     lambda out, batch, w: pkd(out["cls_layers"], batch[TEACHER_LAYERS]))
 for _name in layer_losses.TERM_ORDER:
-    register(_name, needs=(ONLINE,), own_setting=True)(
+    register(_name, needs=(ONLINE,))(
         lambda out, batch, w, name=_name: layer_losses.term(
             name, out[layer_losses.STUDENT_STATES], batch[layer_losses.TEACHER_STATES],
             out[layer_losses.LAYER_PAIRS], batch["mask"], w.layers))

@@ -159,7 +159,7 @@ def make(ctx: Context, built: Built) -> Optional[OnlineTeacher]:
             raise UserError(f"{', '.join(k for k in layer_losses.ATTENTION_LOSSES if k in active)} compare "
                             f"attention head by head: the student has {heads_s} heads, the teacher {heads_t}; set "
                             f"model: {{num_attention_heads: {heads_t}}}, or drop the attention losses")
-    if cfg.phases == "pkt" and cfg.emb_mse and families.frozen_embeddings(cfg):
+    if cfg.phases == "pkt" and cfg.weight("emb_mse") and families.frozen_embeddings(cfg):
         raise UserError("phases: pkt trains the embeddings alone on emb_mse first, and freeze_embeddings keeps "
                         "them fixed: drop one of the two")
     if cfg.phases == "pkt":

@@ -33,7 +33,7 @@ def test_the_learning_rate_is_the_familys_default_unless_set(tiny_scored_dir, va
 def test_transformer_student_is_a_hugging_face_model_from_the_teachers_layers(tiny_scored_dir, tiny_teacher4):
     from transformers import AutoModelForSequenceClassification, BertForSequenceClassification
 
-    s = setup(StudentConfig(student="transformer", pkd=1.0, model={"n_layer": 2}), tiny_scored_dir)
+    s = setup(StudentConfig(student="transformer", losses={"ce": 1.0, "mse": 1.0, "pkd": 1.0}, model={"n_layer": 2}), tiny_scored_dir)
     assert isinstance(s.model, BertForSequenceClassification)
     assert s.model.config.num_hidden_layers == 2 and s.model.config.id2label == {0: "0", 1: "1"}
     assert s.model_config.teacher_layers == 4 and s.model_config.init == "skip"
@@ -75,7 +75,7 @@ def test_setup_leaves_the_callers_random_state_and_threads_alone(tiny_scored_dir
 
 def test_pkd_refuses_a_set_without_the_layers_it_needs(tiny_scored_dir):
     with pytest.raises(UserError) as err:
-        setup(StudentConfig(student="transformer", pkd=1.0, model={"n_layer": 4, "init": "first"}), tiny_scored_dir)
+        setup(StudentConfig(student="transformer", losses={"ce": 1.0, "mse": 1.0, "pkd": 1.0}, model={"n_layer": 4, "init": "first"}), tiny_scored_dir)
     msg = str(err.value)
     assert "layers [1, 2, 3, 4]" in msg and "has layers [2, 4]" in msg and "--layers 1,2,3,4" in msg
 
@@ -85,7 +85,7 @@ def test_pkd_refuses_a_set_without_the_layers_it_needs(tiny_scored_dir):
     ({"student": "transformer", "preset": "tang"}, "preset 'tang' is a BiLSTM preset"),
     ({"student": "transformer", "model": {"n_layer": 5}}, "a 5-layer student cannot take layers from a 4-layer"),
     ({"student": "transformer", "model": {"d_model": 8}}, "unknown transformer setting(s) ['d_model']"),
-    ({"student": "bilstm", "pkd": 1.0}, "pkd loss needs a transformer student"),
+    ({"student": "bilstm", "losses": {"ce": 1.0, "mse": 1.0, "pkd": 1.0}}, "pkd loss needs a transformer student"),
     ({"student": "bilstm", "model": {"hiden": 3}}, "unknown BiLSTM setting(s) ['hiden']"),
     ({"student": "transformer", "embed_init": "model2vec"}, "a transformer student takes embed_init: teacher or"),
 ])

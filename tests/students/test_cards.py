@@ -122,3 +122,15 @@ def test_base_model_is_the_teachers_hub_id_and_no_card_names_the_authors_folders
         assert "base_model" not in read_front_matter(str(folder / CARD_FILE))
         body = (folder / CARD_FILE).read_text(encoding="utf-8").split("## Use it")[0]
         assert str(tmp_path) not in body
+
+
+def test_the_training_line_says_each_loss_with_its_weight_and_its_settings(tmp_path):
+    run, teacher, student = _fake_run(tmp_path, ["neg", "pos"], "prajjwal1/bert-tiny")
+    metrics = json.loads((student / schema.METRICS_FILE).read_text())
+    metrics["config"] = {"student": "bilstm", "epochs": 3,
+                         "losses": {"kd": {"weight": 1.0, "temperature": 2.0}, "ce": 0.5, "mse": {"weight": 0.0}}}
+    (student / schema.METRICS_FILE).write_text(json.dumps(metrics))
+    write_card(str(student))
+    text = (student / CARD_FILE).read_text(encoding="utf-8")
+    # a loss at weight 0 trains nothing: not on the card
+    assert "- training: student bilstm, epochs 3, losses kd 1.0 at temperature 2.0 + ce 0.5\n" in text

@@ -68,7 +68,7 @@ def test_two_processes_train_a_bilstm_on_disjoint_rows(tmp_path, tiny_scored_dir
 @pytest.mark.integration
 def test_two_processes_train_a_transformer_student(tmp_path, tiny_scored_dir, sst2_dev200):
     out, ranks, states = _launch(tmp_path, tiny_scored_dir, sst2_dev200,
-                                 {"student": "transformer", "epochs": 1, "batch_size": 16, "pkd": 1.0,
+                                 {"student": "transformer", "epochs": 1, "batch_size": 16, "losses": {"ce": 1.0, "mse": 1.0, "pkd": 1.0},
                                   "model": {"n_layer": 2, "init": "skip"}})
     _check(out, ranks, states, rows=128, epochs=1, batch_size=16)
 
@@ -77,7 +77,7 @@ def test_two_processes_train_a_transformer_student(tmp_path, tiny_scored_dir, ss
 def test_a_killed_two_process_training_resumes_to_the_uninterrupted_model(tmp_path, tiny_scored_dir, sst2_dev200):
     """Rank 0 killed once checkpoint/state.pt exists, rerun with resume: every rank's data position and
     random state (dropout) are restored, so the model is the uninterrupted 2-process run's, bit for bit."""
-    config = {"student": "transformer", "epochs": 2, "batch_size": 16, "kd": 1.0, "mse": 0.0, "checkpoint_steps": 5,
+    config = {"student": "transformer", "epochs": 2, "batch_size": 16, "losses": {"ce": 1.0, "kd": 1.0}, "checkpoint_steps": 5,
               "model": {"n_layer": 2, "init": "skip"}, "engine": {"schedule": "linear", "warmup": 0.2}}
     _, _, whole = _launch(tmp_path, tiny_scored_dir, sst2_dev200, config, name="whole")
     # 4 steps an epoch on 2 ranks (128 rows / 16 / 2): killed before step 7, the checkpoint of step 5 written

@@ -108,7 +108,7 @@ def test_transformer_with_pkd_trains_and_saves_a_hugging_face_model(tmp_path, ti
     from transformers import AutoModelForSequenceClassification
 
     out, m = _run(tmp_path, tiny_scored_dir, sst2_dev200, "--student", "transformer", "--epochs", "1",
-                  pkd=1.0, kd=1.0, mse=0, temperature=2.0, model={"n_layer": 2, "init": "skip"})
+                  losses={"ce": 1.0, "pkd": 1.0, "kd": {"weight": 1.0, "temperature": 2.0}}, model={"n_layer": 2, "init": "skip"})
     assert set(m["history"][0]["losses"]) == {"ce", "kd", "pkd"}
     assert m["model_config"]["n_layer"] == 2 and m["model_config"]["teacher_layers"] == 4
     assert 0 < m["history"][0]["losses"]["pkd"] < 4  # unit vectors: at most 4 apart squared
@@ -278,7 +278,7 @@ def test_transformer_student_with_pkd_trains_from_minilm_layers(tmp_path, small_
     with open(sst2_dev, encoding="utf-8") as fh:
         dev.write_text("".join(fh.readlines()[:201]))
     out, m = _run(tmp_path, small_scored_dir, str(dev), "--student", "transformer", "--epochs", "1",
-                  pkd=1.0, kd=1.0, mse=0, temperature=2.0, model={"n_layer": 3, "init": "skip"})
+                  losses={"ce": 1.0, "pkd": 1.0, "kd": {"weight": 1.0, "temperature": 2.0}}, model={"n_layer": 3, "init": "skip"})
     assert set(m["history"][0]["losses"]) == {"ce", "kd", "pkd"} and m["dev_rows"] == 200
     assert m["model_config"]["n_layer"] == 3 and m["model_config"]["teacher_layers"] == 6
     # Initialised from MiniLM layers 2, 4, 6, the student already agrees with the teacher's [CLS].

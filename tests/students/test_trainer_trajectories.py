@@ -47,7 +47,7 @@ PINNED = {
 def test_a_bilstm_student_follows_its_pinned_trajectory(tmp_path, tiny_scored_dir, sst2_dev200):
     # 128 rows, batch 16: 8 steps an epoch, 2 epochs; KL and gold CE on a 16-unit BiLSTM from random vectors.
     cfg = StudentConfig(**SMALL, epochs=2, embed_init="random", model={"embed_dim": 16, "hidden": 16},
-                        kd=1.0, ce=0.5, mse=0.0)
+                        losses={"kd": 1.0, "ce": 0.5})
     out = str(tmp_path / "bilstm")
     trainer.train(cfg, tiny_scored_dir, sst2_dev200, out, progress=False)
     _check("bilstm", _losses(out), PINNED["bilstm"])
@@ -57,7 +57,7 @@ def test_a_transformer_student_cut_from_the_teacher_follows_its_pinned_trajector
                                                                                    sst2_dev200):
     # Two of the tiny teacher's four layers (skip init), KL on the cached logits only: no online teacher; with a
     # linear warm-up and decay (the family's own engine is a constant rate), so the schedule is in the numbers.
-    cfg = StudentConfig(**SMALL, student="transformer", epochs=2, model={"n_layer": 2}, kd=1.0, ce=0.0, mse=0.0,
+    cfg = StudentConfig(**SMALL, student="transformer", epochs=2, model={"n_layer": 2}, losses={"kd": 1.0},
                         lr=1e-3, engine=StudentEngineConfig(schedule="linear", warmup=0.1))
     out = str(tmp_path / "transformer")
     trainer.train(cfg, tiny_scored_dir, sst2_dev200, out, progress=False)
@@ -70,8 +70,7 @@ def test_a_killed_and_resumed_bilstm_follows_the_same_pinned_trajectory(tmp_path
     once, the steps before the checkpoint kept and those after it trained again."""
     from test_trainer_recipe import Killed, _kill_after
 
-    values = dict(SMALL, epochs=2, embed_init="random", model={"embed_dim": 16, "hidden": 16}, kd=1.0, ce=0.5,
-                  mse=0.0, checkpoint_steps=3)
+    values = dict(SMALL, epochs=2, embed_init="random", model={"embed_dim": 16, "hidden": 16}, losses={"kd": 1.0, "ce": 0.5}, checkpoint_steps=3)
     out = str(tmp_path / "bilstm")
     _kill_after(monkeypatch, 7)
     with pytest.raises(Killed):

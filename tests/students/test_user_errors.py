@@ -221,7 +221,7 @@ def test_every_reader_of_a_scored_set_refuses_non_finite_teacher_values(tmp_path
     cfg.write_text("threads: 1\nembed_init: random\nmodel: {embed_dim: 8, hidden: 8}\n")
     train = ["train", "--config", str(cfg), "--epochs", "1", "--no-progress"]
     layer = tmp_path / "layer.yaml"
-    layer.write_text(f"student: transformer\nthreads: 1\nmodel: {{n_layer: 2}}\nhidden_mse: 1.0\nphases: "
+    layer.write_text(f"student: transformer\nthreads: 1\nmodel: {{n_layer: 2}}\nlosses: {{hidden_mse: 1.0}}\nphases: "
                      f"two-step\nlayer_texts: {scored}\n")
     for args in (["evaluate", "--model", str(small_student), "--data", str(scored)],
                  train + ["--transfer", tiny_scored_dir, "--dev", str(scored), "--output", str(tmp_path / "a")],
@@ -242,7 +242,7 @@ def test_layer_texts_refuse_what_is_not_a_transfer_set(tmp_path, tiny_scored_dir
     assert main(["predict", "--model", str(small_student), "--input", sst2_dev200, "--output", str(predicted)]) == 0
     capsys.readouterr()
     layer = tmp_path / "layer.yaml"
-    layer.write_text(f"student: transformer\nthreads: 1\nmodel: {{n_layer: 2}}\nhidden_mse: 1.0\nphases: "
+    layer.write_text(f"student: transformer\nthreads: 1\nmodel: {{n_layer: 2}}\nlosses: {{hidden_mse: 1.0}}\nphases: "
                      f"two-step\nlayer_texts: {predicted}\n")
     rc = main(["train", "--config", str(layer), "--epochs", "1", "--no-progress", "--transfer", tiny_scored_dir,
                "--dev", sst2_dev200, "--output", str(tmp_path / "run")])

@@ -27,10 +27,10 @@ from transferset.sources.records import refuse_duplicate_columns
 # The starter's students: configs/demo.yaml's two (tests/transferset/app/test_init.py keeps them equal), each
 # the best of its kind on SST-2's validation split (benchmarks/README.md, quality per setting).
 STARTER_STUDENTS: dict[str, dict[str, Any]] = {
-    "labels_only": {"student": "bilstm", "phases": "joint", "ce": 1.0, "mse": 0.0, "epochs": 8, "patience": 2,
+    "labels_only": {"student": "bilstm", "phases": "joint", "losses": {"ce": 1.0}, "epochs": 8, "patience": 2,
                     "trim_vocab": True, "freeze_embeddings": False},
-    "distilled": {"student": "bilstm", "preset": "tang", "phases": "joint", "ce": 0.0, "mse": 0.0, "kd": 1.0,
-                  "temperature": 2.0, "epochs": 5, "patience": 2},
+    "distilled": {"student": "bilstm", "preset": "tang", "phases": "joint",
+                  "losses": {"kd": {"weight": 1.0, "temperature": 2.0}}, "epochs": 5, "patience": 2},
 }
 
 EPILOG = """examples:

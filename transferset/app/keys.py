@@ -6,7 +6,7 @@ the key and the stage runs again), the content of the files it reads, and its up
 that change how a stage runs but never what it writes (EXECUTION) are in no key.
 
 A run folder records the layout of its keys (LAYOUT, in RUN/.transferset-run.json); a folder written under
-other rules is refused with the command that converts it (`transferset migrate`, transferset/app/migrate.py).
+other rules is refused with the command that converts it (`transferset migrate`, transferset/app/migrate/).
 """
 from __future__ import annotations
 
@@ -14,11 +14,12 @@ import dataclasses
 import json
 from typing import Any, Optional, Sequence
 
+from students.losses import canonical
 from transferset import augment as augment_ops
 from transferset import fs
 from transferset.runtime import typed
 
-LAYOUT = 3  # the version of these rules and of a run folder's records
+LAYOUT = 4  # the version of these rules and of a run folder's records
 LAYOUT_FILE = ".transferset-run.json"  # RUN/LAYOUT_FILE: {"layout": LAYOUT}
 
 # Settings in no key: they change how a stage runs, never what it writes. A config class may declare more in
@@ -60,19 +61,14 @@ def score(sc: Any, members: int) -> dict:
 
 def student(s_cfg: Any, layer_texts_set: Optional[str] = None) -> dict:
     """A student's settings; `layer_texts_set`: the fingerprint of the layer_texts set it reads (a set the run does
-    not make), so a set written again at the same path retrains it. `losses` holds its non-zero weights only: a
-    loss at weight 0 trains nothing."""
+    not make), so a set written again at the same path retrains it. `losses` in its canonical form
+    (students.losses.canonical: the losses with a non-zero weight, each setting at its value): a loss at weight 0
+    trains nothing, and `kd: 1` is `kd: {weight: 1.0, temperature: 1.0}`."""
     settings = section(s_cfg)
-    if settings.get("losses"):
-        settings["losses"] = {k: v for k, v in settings["losses"].items() if _weight(v)}
+    settings["losses"] = canonical(settings["losses"])
     if layer_texts_set is not None:
         settings["layer_texts_set"] = layer_texts_set
     return settings
-
-
-def _weight(value: Any) -> float:
-    # students.NAME.losses: {name: weight} or {name: {weight: W, ...its settings}}
-    return value.get("weight", 0.0) if isinstance(value, dict) else value
 
 
 def data(cfg: Any, train: str) -> dict:

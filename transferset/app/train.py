@@ -17,8 +17,9 @@ from transferset.sources import check_hf_names
 
 EPILOG = """\
 --config takes a YAML mapping of StudentConfig settings (transferset/config/; the same keys as an
-entry of a run config's `students:` section), e.g. `ce: 0`, `mse: 1`, `preset: tang`, and `model:`
-for the student's own settings (e.g. model: {hidden: 150, n_layer: 3, init: first}).
+entry of a run config's `students:` section), e.g. `preset: tang`, `losses:` for the losses it trains on
+(e.g. losses: {kd: {weight: 1.0, temperature: 2.0}}; unset: ce and mse at 1.0) and `model:` for the
+student's own settings (e.g. model: {hidden: 150, n_layer: 3, init: first}).
 Each setting takes its value in one order (docs/configuration.md): default (the family's) < preset
 < --config < flags < key=value.
 
@@ -26,7 +27,7 @@ example:
   transferset train --transfer runs/sst2/scored --dev ../shared/data/sst2/dev.tsv \\
       --output runs/sst2/bilstm --student bilstm --phases progressive --epochs 3
   transferset train --transfer runs/sst2/scored --dev ../shared/data/sst2/dev.tsv \\
-      --output runs/sst2/tiny --config student.yaml lr=5e-4 model.n_layer=2
+      --output runs/sst2/tiny --config student.yaml lr=5e-4 model.n_layer=2 losses.kd=2
 """
 
 

@@ -15,7 +15,7 @@ where it came from. Stage functions receive these objects; no argv is built in b
 
 Paths (inputs, outputs) and one-off switches (`--overwrite`, `--resume`) are not settings:
 they are arguments of the stage functions, so a run YAML cannot point two stages at one folder.
-Queries that belong to a package live there (augment.compose.word_ops, students.losses.weights_of,
+Queries that belong to a package live there (augment.compose.word_ops, students.losses.LossWeights.of,
 pipelines.runtime.beam_flags); the checks here look at values only.
 """
 from __future__ import annotations
@@ -36,8 +36,8 @@ from transferset.config.common import (_STRICT, COMBINES, FORWARDS, POOLINGS, In
 from transferset.config.compress import EXIT_TARGETS, CompressConfig, ExitsConfig, PruneConfig  # noqa: F401
 from transferset.config.engine import (DEVICES, LR_SCHEDULES, PRECISIONS, StudentEngineConfig,  # noqa: F401
                                        TEACHER_ENGINE, TRACKERS, EngineConfig, engine_section)
-from transferset.config.precedence import (DEFAULT_FAMILY, STUDENT_LAYERS, STUDENT_PRESETS,  # noqa: F401
-                                           student_values)
+from transferset.config.precedence import (DEFAULT_FAMILY, DEFAULT_LOSSES, STUDENT_LAYERS,  # noqa: F401
+                                           STUDENT_PRESETS, student_values)
 from transferset.config.search import SearchConfig  # noqa: F401
 
 # Values that travel through several modules but are defaults of settings, written once here.
@@ -159,25 +159,15 @@ class StudentConfig:
     threads: Optional[AtLeast(1)] = None  # torch CPU threads (None: leave torch's setting alone)
     dev_text_b_column: Optional[str] = None  # sentence pairs: the dev file's second text column
     allow_incomplete: bool = False  # train on a scored set whose run did not finish (no _COMPLETE marker)
-    # loss weights (of the joint schedule; the other schedules use them where their stage needs one)
-    ce: NonNegative = 1.0  # cross-entropy on gold labels (rows with a label)
-    mse: NonNegative = 1.0  # MSE on logits (Tang et al. 2019)
-    kd: NonNegative = 0.0  # KL(softmax(t/T) || softmax(s/T)) * T^2 (Hinton et al. 2015)
-    repr: NonNegative = 0.0  # MSE of the student's representation head to teacher_hidden (XtremeDistil)
-    pkd: NonNegative = 0.0  # BERT-PKD: normalised [CLS] of intermediate layers (transformer student)
-    # layer losses against the teacher run alongside (transformer student, the teacher's tokenizer)
-    emb_mse: NonNegative = 0.0  # TinyBERT: MSE of the embedding layer's output (through W_h across widths)
-    hidden_mse: NonNegative = 0.0  # TinyBERT / MobileBERT: per-token MSE of mapped layers' hidden states
-    att_mse: NonNegative = 0.0  # TinyBERT: MSE of mapped layers' attention scores (before softmax)
-    att_kl: NonNegative = 0.0  # MobileBERT / MiniLM: KL of mapped layers' attention distributions
-    value_kl: NonNegative = 0.0  # MiniLM: KL of mapped layers' value relations softmax(V·V^T/sqrt(d_k))
-    cos: NonNegative = 0.0  # DistilBERT: 1 - cosine of the last hidden states, per token
+    # the losses it trains on, each with its weight, {NAME: weight} or {NAME: {weight: W, SETTING: value}}: ce
+    # (cross-entropy on gold labels), mse (on logits, Tang et al. 2019), kd (KL at `temperature`, Hinton et al.
+    # 2015: {kd: {weight: 1.0, temperature: 2.0}}), repr (XtremeDistil's representation MSE), pkd (BERT-PKD), the
+    # layer losses with the teacher run alongside (emb_mse, hidden_mse, att_mse: TinyBERT; att_kl: MobileBERT,
+    # MiniLM; value_kl: MiniLM; cos: DistilBERT) and any loss a package registers (docs/architecture.md). Layers
+    # merge loss by loss (a preset's, the file's, key=value `losses.kd=2`); unset: ce and mse at 1.0
+    losses: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_LOSSES))
     # student layer -> teacher layer for the layer losses: uniform | first | last | last-K | 2,4,6 | 3:6,4:12
     layer_map: Annotated[str, BeforeValidator(_layer_map)] = "uniform"
-    temperature: Positive = 1.0  # T of the kd loss
-    # losses registered by other modules (students/losses/__init__.py `register`), by name: {NAME: weight} or
-    # {NAME: {weight: W, SETTING: value}}; the losses above are written as their own settings
-    losses: dict[str, Any] = field(default_factory=dict)
     # tokens and initialisation
     tokens: Literal["wordpiece", "words"] = "wordpiece"  # wordpiece (the teacher's) | words (vocabulary from the transfer set)
     min_count: AtLeast(1) = 1  # words: keep words seen at least this often
@@ -221,6 +211,11 @@ class StudentConfig:
     def _layers(cls, values: Any) -> Any:
         # the preset and the family's defaults under what was given, however the config is made (precedence.py)
         return student_values(values)
+
+    def weight(self, loss: str) -> float:
+        """The weight `losses:` gives a loss (0.0 when it names none; its settings and checks: students.losses)."""
+        value = self.losses.get(loss, 0.0)
+        return float(value.get("weight", 0.0) if isinstance(value, dict) else value)
 
 
 @with_config(_STRICT)

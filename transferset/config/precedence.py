@@ -3,7 +3,9 @@
 Every section of a run config and every command takes what the user gave in this order, each layer over
 the one below, setting by setting: the file, then the command's flags, then `key=value` words (`over`,
 `apply_override`). A section (`engine:`, `model:`, `losses:`) merges key by key, so `--warmup 0.2` over a
-file's `engine: {schedule: cosine}` keeps the cosine. A student's settings have two layers below those
+file's `engine: {schedule: cosine}` keeps the cosine, and `losses:` merges loss by loss, a loss's own settings
+key by key (a weight alone, `losses.kd=2`, keeps the temperature of the layer below). A student's settings have
+two layers below those
 (`resolve_student`, which every load of a StudentConfig goes through: its validator calls it): the defaults,
 its family's among them, and the preset the layers above name. (`StudentConfig(...)` in Python is a plain
 dataclass: it holds the values it is given and the field defaults, no preset; `typed.load(StudentConfig,
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import copy
 from importlib import resources
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 import yaml
 
@@ -80,27 +82,55 @@ def over(*layers: Mapping[str, Any]) -> dict[str, Any]:
 def resolve_student(*given: Mapping[str, Any]) -> dict[str, Any]:
     """A student's settings: the layers the user gave (lowest first: file, flags, key=value) over the preset
     they name (the defaults below them are the fields' own, and the family's where it has some: students.families
-    settles them)."""
-    top = over(*given)
-    preset = STUDENT_PRESETS.get(top.get("preset"), {}) if isinstance(top.get("preset"), str) else {}
+    settles them). `losses:` merges loss by loss and, within a loss, setting by setting: a weight alone
+    (`losses.kd=2`) over a preset's `kd: {weight: 1.0, temperature: 5.0}` keeps the temperature."""
+    top = over(*map(_losses_as_mappings, given))
+    name = top.get("preset")
+    preset = _losses_as_mappings(STUDENT_PRESETS.get(name, {}) if isinstance(name, str) else {})
     return over(preset, top)
 
+
+def _losses_as_mappings(layer: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A layer whose `losses:` gives each loss as a mapping ({kd: 2.0} → {kd: {weight: 2.0}}), so layers merge it."""
+    losses = (layer or {}).get("losses")
+    if not isinstance(losses, Mapping):
+        return layer
+    return {**layer, "losses": {k: v if isinstance(v, Mapping) else {"weight": v} for k, v in losses.items()}}
+
+
+# A student's losses when no layer names any (`losses:` unset): Tang et al.'s CE on gold labels plus MSE on logits.
+DEFAULT_LOSSES = {"ce": 1.0, "mse": 1.0}
 
 # A student setting's earlier name → its name now, for the one line that says so (`transferset migrate` converts a
 # run folder's records and config), and what that line adds about the rename (RENAME_NOTES, by earlier name).
 RENAMED = {"schedule": "phases"}
 RENAME_NOTES = {"schedule": "the phase plan; the learning rate's curve is `engine: {schedule: ...}`"}
+# Loss weights that were settings of their own names (`kd: 1.0`, `temperature: 2.0`): each is now a loss under
+# `losses:` (temperature is kd's own setting).
+LOSS_SETTINGS = ("ce", "mse", "kd", "repr", "pkd", "emb_mse", "hidden_mse", "att_mse", "att_kl", "value_kl", "cos")
+
+
+def moved(name: str, value: Any) -> Optional[str]:
+    """What a student setting under an earlier name is now written as (None: a setting of today)."""
+    if name in RENAMED:
+        note = f" ({RENAME_NOTES[name]})" if name in RENAME_NOTES else ""
+        return f"`{RENAMED[name]}: {value}`{note}"
+    if name in LOSS_SETTINGS:
+        return f"`losses: {{{name}: {value}}}` (each loss with its weight; unset: ce and mse at 1.0)"
+    if name == "temperature":
+        return f"`losses: {{kd: {{weight: W, temperature: {value}}}}}` (kd's own setting)"
+    return None
 
 
 def student_values(values: Any) -> Any:
     """StudentConfig's validator: the mapping it is loaded from (typed.load: a file, flags, key=value) resolved; a
-    setting under its earlier name is refused with its name now."""
+    setting under its earlier name is refused with what it is now."""
     if not isinstance(values, dict):
         return values
-    for old, new in RENAMED.items():
-        if old in values:
-            note = f" ({RENAME_NOTES[old]})" if old in RENAME_NOTES else ""
-            raise ConfigError(f"`{old}: {values[old]}` is now `{new}: {values[old]}`{note}; rename it in the config, "
+    for old in values:
+        now = moved(old, values[old])
+        if now is not None:
+            raise ConfigError(f"`{old}: {values[old]}` is now {now}; rewrite it in the config, "
                               f"and run `transferset migrate RUN_DIR` on a run folder made before")
     return resolve_student(values)
 
@@ -124,9 +154,14 @@ def apply_override(raw: dict, item: str) -> None:
     for i, p in enumerate(parts[:-1]):
         if node.get(p) is None:
             node[p] = {}
+        elif i and parts[i - 1] == "losses" and not isinstance(node[p], dict):
+            node[p] = {"weight": node[p]}  # `losses.kd.temperature=2` over `kd: 1.0`: its weight kept
         elif not isinstance(node[p], dict):
             where = ".".join(parts[:i + 1])
             raise ConfigError(f"override {item!r}: {where} is {node[p]!r}, not a section, so it has no "
                               f"setting {parts[i + 1]!r}; set {where}=VALUE instead")
         node = node[p]
+    if len(parts) > 1 and parts[-2] == "losses" and isinstance(node.get(parts[-1]), dict) \
+            and not isinstance(value, dict):
+        value = {**node[parts[-1]], "weight": value}  # `losses.kd=2` over `kd: {weight: 1, temperature: 5}`
     node[parts[-1]] = value

@@ -16,7 +16,7 @@ RESOLUTION_MS = 0.02
 
 # Settings every candidate starts from (a candidate's own settings go over them): the demo's distillation,
 # KL on the teacher's logits at T = 2 (configs/demo.yaml's `distilled`).
-DEFAULT_BASE: dict[str, Any] = {"phases": "joint", "ce": 0.0, "mse": 0.0, "kd": 1.0, "temperature": 2.0,
+DEFAULT_BASE: dict[str, Any] = {"phases": "joint", "losses": {"kd": {"weight": 1.0, "temperature": 2.0}},
                                 "patience": 2}
 
 # The families that exist, in the shapes worth trying on a CPU: BiLSTM widths and depths, the static student (on

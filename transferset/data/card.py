@@ -314,13 +314,26 @@ def _chosen_by(c: dict) -> str:
             f"(of {c.get('candidates')}), by successive halving over {epochs} epochs{runner_up}")
 
 
-_SETTINGS_SHOWN = ("student", "phases", "preset", "epochs", "lr", "batch_size", "max_length", "kd", "mse", "ce",
-                   "temperature", "seed", "model")
+_SETTINGS_SHOWN = ("student", "phases", "preset", "epochs", "lr", "batch_size", "max_length", "losses", "seed",
+                   "model")
 
 
 def _settings(settings: dict) -> str:
     shown = {k: settings[k] for k in _SETTINGS_SHOWN if settings.get(k) not in (None, {}, "")}
+    if isinstance(shown.get("losses"), dict):
+        shown["losses"] = _losses(shown["losses"])
     return ", ".join(f"{k} {v}" for k, v in shown.items()) or "not recorded"
+
+
+def _losses(losses: dict) -> str:
+    """`losses:` as the card says it: each loss with a non-zero weight, its own settings after it (kd 1.0 at
+    temperature 2.0)."""
+    def one(name, value):
+        value = value if isinstance(value, dict) else {"weight": value}
+        rest = "".join(f" at {k} {v}" for k, v in value.items() if k != "weight")
+        return f"{name} {value.get('weight')}{rest}"
+
+    return " + ".join(one(k, v) for k, v in losses.items() if (v.get("weight") if isinstance(v, dict) else v))
 
 
 def _usage(kind: str, folder: str) -> list[str]:

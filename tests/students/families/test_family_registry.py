@@ -113,7 +113,7 @@ def test_the_default_learning_rate_engine_tokens_and_capabilities_are_the_family
     # no layer losses and no teacher's vectors declared: a layer loss is refused, the table learns
     assert not families.frozen_embeddings(s.cfg)
     with pytest.raises(UserError, match="a bag student has neither"):
-        setup(StudentConfig(student="bag", hidden_mse=1.0, phases="two-step"), tiny_scored_dir)
+        setup(StudentConfig(student="bag", losses={"ce": 1.0, "mse": 1.0, "hidden_mse": 1.0}, phases="two-step"), tiny_scored_dir)
     with pytest.raises(UserError, match=r"the bag student is built on `tokens: wordpiece`; drop `tokens: words`"):
         setup(StudentConfig(student="bag", tokens="words"), tiny_scored_dir)
 
@@ -209,7 +209,7 @@ def test_a_family_and_a_loss_of_another_package_train_save_load_and_predict_thro
     (site / "tsplugin-0.1.dist-info" / "entry_points.txt").write_text(
         "[transferset.families]\nmean_bag = tsplugin.family\n\n[transferset.losses]\nplugin_l1 = tsplugin.loss\n")
     config = tmp_path / "student.yaml"
-    config.write_text("student: mean_bag\nce: 0\nmse: 0\nlosses: {plugin_l1: 1.0}\nepochs: 2\nthreads: 1\n"
+    config.write_text("student: mean_bag\nlosses: {plugin_l1: 1.0}\nepochs: 2\nthreads: 1\n"
                       "latency_examples: 8\nmodel: {dim: 8}\n")
     texts = tmp_path / "texts.tsv"
     texts.write_text("sentence\na gripping film\ndull and long\n")

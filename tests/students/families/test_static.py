@@ -122,7 +122,7 @@ def test_repr_across_widths_goes_through_a_projection_and_the_progressive_schedu
 
 @pytest.mark.parametrize("values, message", [
     ({"preset": "tang"}, "the static student has no presets"),
-    ({"pkd": 1.0}, "pkd loss needs a transformer student"),
+    ({"losses": {"pkd": 1.0}}, "pkd loss needs a transformer student"),
     ({"model": {"head_dim": 8}}, r"unknown static setting\(s\) \['head_dim'\]"),
     ({"model": {"pooling": "sum"}}, "static student: pooling must be one of"),
 ])

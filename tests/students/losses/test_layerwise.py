@@ -116,7 +116,7 @@ NARROW = {"n_layer": 2, "hidden_size": 16, "num_attention_heads": 2, "intermedia
 def test_a_narrow_student_is_built_from_the_teachers_config_with_random_init(tiny_scored_dir, tiny_teacher4):
     from transformers import AutoConfig
 
-    s = setup(_cfg(model=NARROW, hidden_mse=1.0, emb_mse=1.0, repr=1.0), tiny_scored_dir)
+    s = setup(_cfg(model=NARROW, losses={"hidden_mse": 1.0, "emb_mse": 1.0, "repr": 1.0}), tiny_scored_dir)
     c = s.model.config
     assert (c.hidden_size, c.num_attention_heads, c.intermediate_size, c.num_hidden_layers) == (16, 2, 24, 2)
     assert s.model_config.init == "random" and c.vocab_size == AutoConfig.from_pretrained(tiny_teacher4).vocab_size
@@ -133,7 +133,7 @@ def test_a_narrow_students_embeddings_are_the_teachers_projected_on_its_principa
     state = teacher_state(tiny_teacher4)
     t_word, t_pos, t_type = (state[f"bert.embeddings.{t}.weight"] for t in
                              ("word_embeddings", "position_embeddings", "token_type_embeddings"))
-    s = setup(_cfg(model=NARROW, hidden_mse=1.0), tiny_scored_dir)
+    s = setup(_cfg(model=NARROW, losses={"hidden_mse": 1.0}), tiny_scored_dir)
     emb = s.model.bert.embeddings
     # One map B (32 → 16): orthonormal columns, the word table's top principal axes, largest variance first.
     basis = torch.linalg.lstsq(t_word, emb.word_embeddings.weight.detach()).solution
@@ -147,7 +147,7 @@ def test_a_narrow_students_embeddings_are_the_teachers_projected_on_its_principa
     assert torch.allclose(emb.position_embeddings.weight, t_pos @ basis, atol=1e-5)
     assert torch.allclose(emb.token_type_embeddings.weight, t_type @ basis, atol=1e-5)
     # embed_init: random keeps the old random tables.
-    r = setup(_cfg(model=NARROW, hidden_mse=1.0, embed_init="random"), tiny_scored_dir)
+    r = setup(_cfg(model=NARROW, losses={"hidden_mse": 1.0}, embed_init="random"), tiny_scored_dir)
     assert not torch.allclose(r.model.bert.embeddings.word_embeddings.weight, emb.word_embeddings.weight, atol=1e-3)
     std = float(r.model.bert.embeddings.word_embeddings.weight[1:].detach().std())  # row 0: padding, zero
     assert std == pytest.approx(r.model.config.initializer_range, rel=0.2)
@@ -159,7 +159,7 @@ def test_a_narrow_students_embeddings_are_the_teachers_projected_on_its_principa
 def test_the_online_teacher_adds_its_states_and_w_h_learns(tiny_scored_dir, tiny_teacher4):
     from transformers import AutoModelForSequenceClassification
 
-    s = setup(_cfg(model=NARROW, ce=0.0, mse=0.0, hidden_mse=1.0, att_mse=1.0, lr=1e-3), tiny_scored_dir)
+    s = setup(_cfg(model=NARROW, losses={"hidden_mse": 1.0, "att_mse": 1.0}, lr=1e-3), tiny_scored_dir)
     assert s.online.pairs == [(1, 2), (2, 4)]
     assert not list(s.online.teacher.parameters())[0].requires_grad
     (phase,) = phases("joint", LossWeights.of(s.cfg), 1, s.family.param_groups(s.model).keys())
@@ -189,12 +189,12 @@ def test_the_online_teacher_adds_its_states_and_w_h_learns(tiny_scored_dir, tiny
 
 
 @pytest.mark.parametrize("values, message", [
-    ({"student": "bilstm", "att_kl": 1.0, "model": {"embed_dim": 8, "hidden": 8}},
+    ({"student": "bilstm", "losses": {"att_kl": 1.0}, "model": {"embed_dim": 8, "hidden": 8}},
      "a bilstm student has neither: use `student: transformer`"),
-    ({"att_kl": 1.0, "model": {**NARROW, "num_attention_heads": 4}}, "the student has 4 heads, the teacher 2"),
-    ({"hidden_mse": 1.0, "phases": "pkt", "layer_map": "last-1"}, r"maps no teacher layer to student layers \[1\]"),
-    ({"hidden_mse": 1.0, "layer_map": "1,2,3"}, "3 teacher layers for a 2-layer student"),
-    ({"hidden_mse": 1.0, "emb_mse": 1.0, "phases": "pkt", "freeze_embeddings": True},
+    ({"losses": {"att_kl": 1.0}, "model": {**NARROW, "num_attention_heads": 4}}, "the student has 4 heads, the teacher 2"),
+    ({"losses": {"hidden_mse": 1.0}, "phases": "pkt", "layer_map": "last-1"}, r"maps no teacher layer to student layers \[1\]"),
+    ({"losses": {"hidden_mse": 1.0}, "layer_map": "1,2,3"}, "3 teacher layers for a 2-layer student"),
+    ({"losses": {"hidden_mse": 1.0, "emb_mse": 1.0}, "phases": "pkt", "freeze_embeddings": True},
      "freeze_embeddings keeps them fixed"),
 ])
 def test_combinations_that_cannot_work_are_refused(tiny_scored_dir, values, message):
@@ -213,9 +213,9 @@ def test_a_student_with_another_tokenizer_is_refused_for_token_level_losses(tiny
     BertForSequenceClassification(BertConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1,
                                              num_attention_heads=2, intermediate_size=16)).save_pretrained(tmp_path)
     with pytest.raises(UserError, match="the student's tokenizer differs from the teacher's"):
-        setup(_cfg(model={"pretrained": str(tmp_path)}, cos=1.0), tiny_scored_dir)
+        setup(_cfg(model={"pretrained": str(tmp_path)}, losses={"cos": 1.0}), tiny_scored_dir)
     # A pretrained checkpoint that tokenizes as the teacher does is fine (here: the teacher itself).
-    assert setup(_cfg(model={"pretrained": tiny_teacher4}, cos=1.0), tiny_scored_dir).online.proj is None
+    assert setup(_cfg(model={"pretrained": tiny_teacher4}, losses={"cos": 1.0}), tiny_scored_dir).online.proj is None
 
 
 # --------------------------------------------------------------------------- schedules
@@ -289,9 +289,9 @@ def test_pkt_freezes_every_layer_but_its_own(tiny_scored_dir):
 
 
 def test_presets_set_their_recipe_under_the_given_settings():
-    cfg = typed.load(StudentConfig, {"preset": "tinybert", "kd": 2.0}, "test")
-    assert (cfg.student, cfg.phases, cfg.emb_mse, cfg.hidden_mse, cfg.att_mse, cfg.kd, cfg.ce, cfg.mse) == (
-        "transformer", "two-step", 1.0, 1.0, 1.0, 2.0, 0.0, 0.0)
+    cfg = typed.load(StudentConfig, {"preset": "tinybert", "losses": {"kd": 2.0}}, "test")
+    assert (cfg.student, cfg.phases) == ("transformer", "two-step")
+    assert LossWeights.of(cfg).active() == {"kd": 2.0, "hidden_mse": 1.0, "att_mse": 1.0, "emb_mse": 1.0}
     assert typed.load(StudentConfig, {"preset": "minilm"}, "test").layer_map == "last-1"
     assert typed.load(StudentConfig, {"preset": "tang"}, "test").student == "bilstm"  # BiLSTM presets as before
     assert set(STUDENT_PRESETS) == {"tinybert", "mobilebert", "minilm", "distilbert", "pkd"}
@@ -313,7 +313,7 @@ def test_each_preset_runs_end_to_end_on_the_tiny_teacher(preset, shape, tmp_path
     assert main(["train", "--transfer", tiny_scored_dir, "--dev", sst2_dev200, "--output", str(out),
                  "--config", str(cfg), "--no-progress"]) == 0
     m = json.loads((out / schema.METRICS_FILE).read_text())
-    expected = {k for k, v in STUDENT_PRESETS[preset].items() if isinstance(v, float) and v and k != "temperature"}
+    expected = set(STUDENT_PRESETS[preset]["losses"])
     seen = {k for h in m["history"] for k in h["losses"]}
     assert seen == expected
     assert all(math.isfinite(v) for h in m["history"] for v in h["losses"].values())
@@ -332,19 +332,19 @@ def test_each_preset_runs_end_to_end_on_the_tiny_teacher(preset, shape, tmp_path
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("losses", [{"emb_mse": 1.0, "hidden_mse": 1.0, "att_mse": 1.0},
-                                    {"att_kl": 1.0, "value_kl": 1.0, "layer_map": "last-1"}],
+@pytest.mark.parametrize("losses", [{"losses": {"emb_mse": 1.0, "hidden_mse": 1.0, "att_mse": 1.0}},
+                                    {"losses": {"att_kl": 1.0, "value_kl": 1.0}, "layer_map": "last-1"}],
                          ids=["tinybert", "minilm"])
 def test_a_narrow_student_of_minilm_learns_the_layer_losses(small_scored_dir, losses):
     """MiniLM (6 × 384, 12 heads) teaching a random 3 × 192 student: the layer losses fall on a repeated batch."""
     s = setup(_cfg(model={"n_layer": 3, "hidden_size": 192, "num_attention_heads": 12, "intermediate_size": 384},
-                   ce=0.0, mse=0.0, lr=1e-3, **losses), small_scored_dir)
-    assert s.online.pairs == ([(1, 2), (2, 4), (3, 6)] if "hidden_mse" in losses else [(3, 6)])
+                   lr=1e-3, **losses), small_scored_dir)
+    assert s.online.pairs == ([(1, 2), (2, 4), (3, 6)] if "hidden_mse" in losses["losses"] else [(3, 6)])
     (phase,) = phases("joint", LossWeights.of(s.cfg), 1, s.family.param_groups(s.model).keys())
     batch = next(iter(train_batches(s, small_scored_dir, 0)))
     steps = fit(s, phase, [dict(batch) for _ in range(5)])
     first, last = steps[0][1], steps[-1][1]
-    assert set(last) == {k for k in losses if k != "layer_map"}
+    assert set(last) == set(losses["losses"])
     assert all(last[k] < first[k] for k in last), (first, last)
 
 
@@ -378,7 +378,7 @@ def test_layer_texts_feed_the_layer_phases_and_the_prediction_phase_keeps_the_sc
 
 
 @pytest.mark.parametrize("values, texts, message", [
-    ({"student": "transformer", "kd": 1.0, "model": {"n_layer": 2}}, "missing",
+    ({"student": "transformer", "losses": {"kd": 1.0}, "model": {"n_layer": 2}}, "missing",
      "only the phases that train on layer losses alone read it"),
     ({"preset": "tinybert", "model": {"n_layer": 2}}, "missing", "no such file or directory"),
     ({"preset": "tinybert", "model": {"n_layer": 2}}, "rest", "layer_texts rest: a run config's setting"),
@@ -417,15 +417,15 @@ def test_an_online_teacher_other_than_the_one_that_scored_the_set_is_refused(tin
               metadata={"format": "pt"})
     ours, theirs = weights_sha256(str(other)), weights_sha256(tiny_teacher4)
     with pytest.raises(UserError) as err:
-        setup(_cfg(model={"n_layer": 2}, hidden_mse=1.0, teacher=str(other)), tiny_scored_dir)
+        setup(_cfg(model={"n_layer": 2}, losses={"hidden_mse": 1.0}, teacher=str(other)), tiny_scored_dir)
     assert ours in str(err.value) and theirs in str(err.value) and "score the set again" in str(err.value)
     # Through the command line: one line, exit 2, no output folder.
     cfg = tmp_path / "s.yaml"
-    cfg.write_text(f"student: transformer\nmodel: {{n_layer: 2}}\nhidden_mse: 1.0\nteacher: {other}\nthreads: 1\n")
+    cfg.write_text(f"student: transformer\nmodel: {{n_layer: 2}}\nlosses: {{hidden_mse: 1.0}}\nteacher: {other}\nthreads: 1\n")
     out = tmp_path / "out"
     assert main(["train", "--transfer", tiny_scored_dir, "--dev", tiny_scored_dir, "--output", str(out),
                  "--config", str(cfg), "--epochs", "1", "--no-progress"]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and ours in lines[0] and theirs in lines[0] and not out.exists()
     # The set's own teacher, named explicitly, passes the check.
-    assert setup(_cfg(model={"n_layer": 2}, hidden_mse=1.0, teacher=tiny_teacher4), tiny_scored_dir).online is not None
+    assert setup(_cfg(model={"n_layer": 2}, losses={"hidden_mse": 1.0}, teacher=tiny_teacher4), tiny_scored_dir).online is not None

@@ -37,7 +37,7 @@ def test_a_transformer_student_is_calibrated_from_the_teachers_step_and_a_search
     cfg = _cfg(tiny_teacher, "students.distilled.student=transformer", "students.distilled.preset=null",
                "students.distilled.model={n_layer: 1}", "search.budget_ms=1",
                "search.space={narrow: {student: bilstm, model: {hidden: 8}}, cut: {student: transformer, "
-               "model: {n_layer: 2}}}", "search.base={batch_size: 8, kd: 1.0, ce: 0.0, mse: 0.0}")
+               "model: {n_layer: 2}}}", "search.base={batch_size: 8, losses: {kd: 1.0}}")
     rates = measure_rates(cfg, Rows(100, 0, 10, sample=TEXTS), {"students.distilled", "search"})
     steps = rates.student_step_s
     assert set(steps) == {"distilled", "search.narrow", "search.cut"} and all(v > 0 for v in steps.values())

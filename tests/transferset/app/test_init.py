@@ -109,7 +109,7 @@ def test_run_on_your_own_file_in_one_command(suffix, teacher, tmp_path, capsys):
     card = (folders[names[2]] / "README.md").read_text()
     # the tiny teacher is known by its local folder only: no base_model; the run's teacher/ named in the run
     assert "base_model" not in student_meta and "from the teacher `teacher`." in card
-    assert "recipe mask,ngram, 1 variants per labeled example" in card and "kd 1.0" in card
+    assert "recipe mask,ngram, 1 variants per labeled example" in card and "losses kd 1.0 at temperature 2.0" in card
 
 
 @pytest.mark.integration

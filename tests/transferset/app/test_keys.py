@@ -45,12 +45,17 @@ def test_score_keys_combine_only_with_an_ensemble():
     assert keys.score(ScoreConfig(combine="probs"), members=3)["combine"] == "probs"
 
 
-def test_student_keys_its_layer_texts_set_and_only_non_zero_losses():
+def test_student_keys_its_layer_texts_set_and_its_losses_in_one_form():
     assert keys.student(StudentConfig(), layer_texts_set="abc")["layer_texts_set"] == "abc"
-    plain = keys.student(StudentConfig())
-    assert keys.student(StudentConfig(losses={"new_loss": 0.0})) == plain
-    assert keys.student(StudentConfig(losses={"new_loss": {"weight": 0.0, "scale": 3.0}})) == plain
-    assert keys.student(StudentConfig(losses={"new_loss": 0.5, "other": 0}))["losses"] == {"new_loss": 0.5}
+    plain = keys.student(StudentConfig())  # `losses:` unset: ce and mse at 1.0
+    assert plain["losses"] == {"ce": {"weight": 1.0}, "mse": {"weight": 1.0}}
+    # a loss at weight 0 trains nothing; a weight and its settings keyed whatever their spelling
+    assert keys.student(StudentConfig(losses={"ce": 1, "mse": {"weight": 1.0}, "kd": 0.0, "repr": {"weight": 0}})) \
+        == plain
+    kd = keys.student(StudentConfig(losses={"kd": 1}))
+    assert kd == keys.student(StudentConfig(losses={"kd": {"weight": 1.0, "temperature": 1.0}}))
+    assert kd["losses"] == {"kd": {"weight": 1.0, "temperature": 1.0}}
+    assert keys.student(StudentConfig(losses={"kd": {"weight": 1.0, "temperature": 2.0}})) != kd
 
 
 def test_data_keys_the_train_file_and_every_carve_setting():

@@ -15,6 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from transferset.app import keys, migrate
+from transferset.app.migrate import rules
+from transferset.app.migrate.rules import flat_losses
 from transferset.app.runner import STAGE_FILE, load_config, plan_stages, resolve_data, run_pipeline
 from transferset.config import TeacherConfig
 from transferset.contract import schema
@@ -405,7 +407,7 @@ def test_a_student_keyed_by_an_earlier_form_and_trainers_finished_before_complet
 
     cfg = layout1_folder("demo", tmp_path)
     student = {s.name: s for s in migrate.build_plan(cfg, resolve_data(cfg.data, cfg.test), migrate.StageFunctions(),
-                                                     rules=migrate.V1).stages}["students.distilled"]
+                                                     rules=rules.V1).stages}["students.distilled"]
     upstream = [LAYOUT1_KEYS["demo"]["score"], LAYOUT1_KEYS["demo"]["dev.score"]]
     earlier = stage_key("student", {**student.settings(), "layer_epochs": None}, upstream)
     (tmp_path / "run" / "students" / "distilled" / STAGE_FILE).write_text(json.dumps({"key": earlier}))
@@ -432,7 +434,7 @@ def test_a_killed_teachers_layout1_checkpoint_is_converted_so_it_resumes(tmp_pat
     cfg, paths = TeacherConfig(epochs=2), dict(train="t.tsv", dev="d.tsv", output=str(tmp_path / "teacher"))
     today = teacher_train._checkpoints(cfg, paths["train"], paths["dev"], paths["output"])
     settings = {k: v for k, v in to_dict(cfg).items() if k not in teacher_train.RUNTIME_SETTINGS}
-    settings.update(migrate.flat_form(settings.pop("engine"), to_dict(TeacherConfig().engine), legacy=("warmup",),
+    settings.update(rules.flat_form(settings.pop("engine"), to_dict(TeacherConfig().engine), legacy=("warmup",),
                                       ignore=("tracker",)))
     layout1 = {**today.fingerprint, "settings": json.dumps(settings, sort_keys=True, default=str)}
     flat_state = {"phase": 0, "epoch": 1, "batches": 3, "phase_step": 3, "best_state": None, "start_acc": None,
@@ -498,31 +500,38 @@ def layout2_folder(case: str, root: Path):
     finished(cfg, LAYOUT2_KEYS[case])
     (root / "run" / keys.LAYOUT_FILE).write_text(json.dumps({"layout": 2}))
     written = typed.to_dict(cfg)
+    written["students"] = {name: flat_losses(s) for name, s in written["students"].items()}  # as layout 2 held them
     for section in written["students"].values():
         section["schedule"] = section.pop("phases")
     (root / "run" / "config.yaml").write_text(json.dumps(written))
     return cfg
 
 
-@pytest.mark.parametrize("case", sorted(LAYOUT2_KEYS))
-def test_a_layout2_folder_is_refused_then_reuses_every_stage_once_migrated(case, tmp_path):
+def assert_refused_then_reused(cfg, run: Path, field: str, earlier: dict[str, str]) -> None:
+    """`run` refuses the earlier layout's folder naming `transferset migrate`; migrate (reading the folder's own
+    config.yaml) reuses every stage and records each one's `earlier` key under `field`; then `run` finds every stage
+    up to date. The students' keys changed (their settings' names or forms are in them), the stages above did not."""
     from test_runner import RecordingStages
 
-    cfg = layout2_folder(case, tmp_path)
     with pytest.raises(ConfigError, match=r"transferset migrate .*run"):
         run_pipeline(cfg, log=lambda m: None, functions=RecordingStages().functions())
-    done = migrate.migrate(str(tmp_path / "run"), log=lambda m: None)  # its config.yaml in the earlier names
+    done = migrate.migrate(str(run), log=lambda m: None)
     ran = [s for s in plan_stages(cfg, resolve_data(cfg.data, cfg.test)).stages if s.run is not None]
     assert done == {"reused": [s.name for s in ran], "resumed": [], "rerun": []}
-    assert keys.read_layout(str(tmp_path / "run")) == keys.LAYOUT == 3
-    new = assert_converted(cfg, "layout2_key", LAYOUT2_KEYS[case])
-    # the student keys changed (the setting's name is in them), the stages above them did not
-    assert new["teacher"] == LAYOUT2_KEYS[case]["teacher"]
-    assert all(new[s.name] != LAYOUT2_KEYS[case][s.name] for s in ran if s.name.startswith("students."))
+    assert keys.read_layout(str(run)) == keys.LAYOUT == 4
+    new = assert_converted(cfg, field, earlier)
+    assert new["teacher"] == earlier["teacher"]
+    assert all(new[s.name] != earlier[s.name] for s in ran if s.name.startswith("students."))
     log = []
     run_pipeline(cfg, log=log.append, functions=RecordingStages().functions())
     assert [m for m in log if "] running → " in m or "resuming" in m] == []
     assert sum("up to date" in m for m in log) == len(ran)
+
+
+@pytest.mark.parametrize("case", sorted(LAYOUT2_KEYS))
+def test_a_layout2_folder_is_refused_then_reuses_every_stage_once_migrated(case, tmp_path):
+    cfg = layout2_folder(case, tmp_path)  # its config.yaml in the earlier names
+    assert_refused_then_reused(cfg, tmp_path / "run", "layout2_key", LAYOUT2_KEYS[case])
 
 
 def test_a_killed_students_checkpoint_takes_todays_names(tmp_path):

@@ -329,7 +329,7 @@ def test_a_students_layer_texts_set_written_again_retrains_that_student(tmp_path
         (texts / schema.COMPLETE_MARKER).write_text("")
 
     base = [f"run_dir={tmp_path / 'r'}", f"data={sst2_dir}", "labeled_limit=200", "unlabeled_rows=20",
-            "validation.rows=50", "students.distilled.phases=two-step", "students.distilled.repr=1.0",
+            "validation.rows=50", "students.distilled.phases=two-step", "students.distilled.losses.repr=1.0",
             f"students.distilled.layer_texts={texts}"]
 
     def run() -> list[str]:
@@ -348,7 +348,7 @@ def test_a_students_layer_texts_set_written_again_retrains_that_student(tmp_path
 def test_layer_texts_rest_is_a_stage_of_the_rows_no_pool_took_read_by_that_student_alone(tmp_path, sst2_dir):
     run_dir = tmp_path / "r"
     base = [f"run_dir={run_dir}", f"data={sst2_dir}", "labeled_limit=200", "unlabeled_rows=20", "validation.rows=50",
-            "students.distilled.phases=two-step", "students.distilled.repr=1.0",
+            "students.distilled.phases=two-step", "students.distilled.losses.repr=1.0",
             "students.distilled.layer_texts=rest"]
 
     def run(*overrides):
@@ -374,7 +374,7 @@ def test_layer_texts_rest_is_a_stage_of_the_rows_no_pool_took_read_by_that_stude
 
 def test_layer_texts_rest_without_a_split_and_a_missing_set_are_refused_before_any_stage(tmp_path, sst2_dir):
     base = [f"run_dir={tmp_path / 'r'}", f"data={sst2_dir}", "students.distilled.phases=two-step",
-            "students.distilled.repr=1.0"]
+            "students.distilled.losses.repr=1.0"]
     unsplit = ["validation=null", "labeled_limit=null", "unlabeled_rows=null"]
     with pytest.raises(ConfigError, match="layer_texts=rest: .*splits nothing"):
         run_pipeline(load_config("configs/demo.yaml", [*base, *unsplit, "students.distilled.layer_texts=rest"]),
@@ -393,7 +393,7 @@ def test_layer_texts_rest_when_the_pools_took_every_row_is_refused_at_its_stage(
     run_dir = tmp_path / "r"
     cfg = load_config("configs/demo.yaml", [
         f"run_dir={run_dir}", f"data={data}", "labeled_limit=40", "unlabeled_rows=100", "validation.rows=10",
-        "students.distilled.phases=two-step", "students.distilled.repr=1.0", "students.distilled.layer_texts=rest"])
+        "students.distilled.phases=two-step", "students.distilled.losses.repr=1.0", "students.distilled.layer_texts=rest"])
     log = []
     with pytest.raises(UserError, match="took every row of the train file, so none is left: lower labeled_limit"):
         run_pipeline(cfg, log=log.append, functions=RecordingStages().functions())

@@ -14,7 +14,7 @@ from transferset.runtime.errors import ConfigError
     ({"augment": {"p_mlm": 1.5}}, "augment.p_mlm = 1.5: input should be less than or equal to 1 (expected float)"),
     ({"unlabeled_rows": -2}, "unlabeled_rows = -2: input should be greater than or equal to -1 (expected int or null)"),
     ({"score": {"hidden": "max"}}, "score.hidden = 'max': input should be 'cls' or 'mean'"),
-    ({"students": {"s": {"temperature": 0}}}, "students.s.temperature = 0: input should be greater than 0"),
+    ({"students": {"s": {"batch_size": 0}}}, "students.s.batch_size = 0: input should be greater than or equal to 1"),
     ({"lowres": {"per_class": 5}, "unlabeled_rows": 10}, "lowres and unlabeled_rows both choose"),
     ({"students": {}}, "no students"),
     ({"beam": {"workers": "two"}}, "beam.workers = 'two': input should be a valid integer"),

@@ -11,12 +11,13 @@ import yaml
 from students import trainer
 from students.families import get as family
 from students.families import settled
+from students.losses import LossWeights
 from transferset.app import cli, init, runner, train
 from transferset.config import STUDENT_LAYERS, STUDENT_PRESETS, RunConfig, StudentConfig
 from transferset.runtime import typed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-TINYBERT = {"preset": "tinybert", "kd": 2.0, "lr": 1e-3, "engine": {"warmup": 0.2}}  # a file over a preset
+TINYBERT = {"preset": "tinybert", "losses": {"kd": 2.0}, "lr": 1e-3, "engine": {"warmup": 0.2}}  # a file over a preset
 
 
 def _train(tmp_path, *argv: str, config=None) -> StudentConfig:
@@ -53,7 +54,7 @@ def test_default_layer_the_family_sets_the_engine_and_the_learning_rate(tmp_path
     assert (_trained_lr(bilstm), _trained_lr(transformer)) == (2e-3, 1e-4)
     # the page states the families' rates as the families hold them
     assert family("static").default_lr == 2e-3 and "BiLSTM and static 2e-3, transformer 1e-4" in STUDENT_LAYERS[0][1]
-    assert bilstm.kd == 0.0 and bilstm.temperature == 1.0  # the settings' own defaults
+    assert bilstm.losses == {"ce": 1.0, "mse": 1.0}  # the setting's own default: no layer names a loss
 
 
 def test_the_presets_are_the_yaml_files_of_the_presets_folder_each_a_valid_layer():
@@ -65,15 +66,17 @@ def test_the_presets_are_the_yaml_files_of_the_presets_folder_each_a_valid_layer
             text = fh.read()
         assert text.startswith("# ") and typed.yaml_load(text) == settings  # its paper first, then its settings
         cfg = typed.load(StudentConfig, {"preset": name}, "student")  # every setting a StudentConfig field
-        assert cfg.student == "transformer" and all(getattr(cfg, k) == v for k, v in settings.items())
-    assert STUDENT_PRESETS["pkd"] == {"student": "transformer", "phases": "joint", "ce": 0.3, "kd": 0.7,
-                                      "temperature": 5.0, "pkd": 100.0, "mse": 0.0}
+        assert cfg.student == "transformer" and all(getattr(cfg, k) == v for k, v in settings.items() if k != "losses")
+        assert LossWeights.of(cfg).active() == {k: cfg.weight(k) for k in settings["losses"]}  # its losses alone
+    assert STUDENT_PRESETS["pkd"] == {"student": "transformer", "phases": "joint",
+                                      "losses": {"ce": 0.3, "kd": {"weight": 0.7, "temperature": 5.0}, "pkd": 100.0}}
 
 
 def test_preset_layer_over_the_default(tmp_path, monkeypatch):
     cfg = _train(tmp_path, "--preset", "tinybert")
     # the preset chooses the family (over the default bilstm), so the family's defaults are the transformer's
-    assert (cfg.student, cfg.phases, cfg.kd, cfg.att_mse, cfg.ce) == ("transformer", "two-step", 1.0, 1.0, 0.0)
+    assert (cfg.student, cfg.phases, cfg.weight("kd"), cfg.weight("att_mse")) == ("transformer", "two-step", 1.0, 1.0)
+    assert cfg.weight("ce") == cfg.weight("mse") == 0.0  # a preset's losses are all it trains on
     assert cfg.engine.schedule == "constant"
     # a preset that sets the learning rate and part of the engine: over the family's, the rest of the engine kept
     monkeypatch.setitem(STUDENT_PRESETS, "slow", {"lr": 3e-4, "engine": {"warmup": 0.05}})
@@ -83,31 +86,35 @@ def test_preset_layer_over_the_default(tmp_path, monkeypatch):
 
 def test_file_layer_over_the_preset(tmp_path):
     cfg = _train(tmp_path, config=TINYBERT)
-    assert (cfg.kd, cfg.lr, cfg.engine.warmup) == (2.0, 1e-3, 0.2)
-    assert (cfg.student, cfg.att_mse, cfg.engine.schedule) == ("transformer", 1.0, "constant")  # the layers below
+    assert (cfg.weight("kd"), cfg.lr, cfg.engine.warmup) == (2.0, 1e-3, 0.2)
+    # the layers below: the preset's other losses, and kd's temperature (a loss merges setting by setting)
+    assert (cfg.student, cfg.weight("att_mse"), cfg.engine.schedule) == ("transformer", 1.0, "constant")
+    assert cfg.losses["kd"] == {"weight": 2.0, "temperature": 1.0}
 
 
 def test_flags_layer_over_the_file(tmp_path):
-    cfg = _train(tmp_path, "--kd", "3", "--lr", "5e-4", "--warmup", "0.3", "--schedule", "cosine",
-                 config=TINYBERT)
-    assert (cfg.kd, cfg.lr, cfg.engine.warmup, cfg.engine.schedule) == (3.0, 5e-4, 0.3, "cosine")
-    assert cfg.att_mse == 1.0 and cfg.preset == "tinybert"
+    cfg = _train(tmp_path, "--epochs", "3", "--lr", "5e-4", "--warmup", "0.3", "--schedule", "cosine",
+                 config={**TINYBERT, "epochs": 7})
+    assert (cfg.epochs, cfg.lr, cfg.engine.warmup, cfg.engine.schedule) == (3, 5e-4, 0.3, "cosine")
+    assert cfg.weight("att_mse") == 1.0 and cfg.weight("kd") == 2.0 and cfg.preset == "tinybert"
 
 
 def test_key_value_layer_over_the_flags(tmp_path):
-    cfg = _train(tmp_path, "--kd", "3", "--lr", "5e-4", "--warmup", "0.3", "kd=4", "lr=2e-4", "engine.warmup=0.4",
-                 "model.n_layer=2", config=TINYBERT)
-    assert (cfg.kd, cfg.lr, cfg.engine.warmup, cfg.model) == (4.0, 2e-4, 0.4, {"n_layer": 2})
+    cfg = _train(tmp_path, "--lr", "5e-4", "--warmup", "0.3", "losses.kd=4", "lr=2e-4", "engine.warmup=0.4",
+                 "model.n_layer=2", "losses.kd.temperature=3", config={**TINYBERT, "losses": {"kd": {"weight": 2.0}}})
+    assert (cfg.weight("kd"), cfg.lr, cfg.engine.warmup, cfg.model) == (4.0, 2e-4, 0.4, {"n_layer": 2})
+    assert LossWeights.of(cfg).temperature == 3.0
     assert cfg.engine.schedule == "constant"  # a section merges key by key: the family's schedule stays
 
 
 def test_run_takes_the_same_order(tmp_path):
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump({"data": str(tmp_path), "students": {"tiny": TINYBERT, "plain": {}}}))
-    cfg = runner.load_config(str(path), ["students.tiny.kd=4", "students.tiny.engine.warmup=0.4",
+    cfg = runner.load_config(str(path), ["students.tiny.losses.kd=4", "students.tiny.engine.warmup=0.4",
                                          "students.plain.lr=2e-4"])
     tiny, plain = settled(cfg.students["tiny"]), settled(cfg.students["plain"])
-    assert (tiny.kd, tiny.lr, tiny.engine.warmup, tiny.att_mse, tiny.engine.schedule) == (4.0, 1e-3, 0.4, 1.0, "constant")
+    assert (tiny.weight("kd"), tiny.lr, tiny.engine.warmup, tiny.weight("att_mse"), tiny.engine.schedule) == \
+        (4.0, 1e-3, 0.4, 1.0, "constant")
     assert (plain.student, plain.lr, plain.engine.schedule, plain.engine.warmup) == ("bilstm", 2e-4, "linear", 0.1)
 
 
@@ -115,10 +122,11 @@ def test_the_starter_is_a_file_layer_of_the_same_order(tmp_path):
     data = tmp_path / "reviews.tsv"
     data.write_text("sentence\tlabel\ngood\t1\nbad\t0\n", encoding="utf-8")
     written = settled(typed.load(RunConfig, init.starter(str(data)), where="starter").students["distilled"])
-    assert (written.kd, written.temperature, written.engine.schedule) == (1.0, 2.0, "linear")  # file, default
+    weights = LossWeights.of(written)
+    assert (weights.active(), weights.temperature, written.engine.schedule) == ({"kd": 1.0}, 2.0, "linear")  # file, default
     assert (written.preset, written.model) == ("tang", {})  # a BiLSTM preset: a model shape, applied at build
-    ran = runner.load_config(None, ["students.distilled.kd=0.5"], data={"data": str(data)}).students["distilled"]
-    assert ran.kd == 0.5 and ran.temperature == 2.0
+    ran = runner.load_config(None, ["students.distilled.losses.kd=0.5"], data={"data": str(data)}).students["distilled"]
+    assert LossWeights.of(ran).active() == {"kd": 0.5} and LossWeights.of(ran).temperature == 2.0  # its weight alone
 
 
 def test_a_setting_under_its_earlier_name_is_refused_with_its_name_now(tmp_path):
@@ -137,6 +145,18 @@ def test_a_setting_under_its_earlier_name_is_refused_with_its_name_now(tmp_path)
     assert (cfg.engine.schedule, cfg.phases) == ("cosine", "progressive")
 
 
+def test_a_loss_weight_as_a_setting_of_its_own_is_refused_with_its_place_in_losses(tmp_path):
+    import pytest
+
+    from transferset.runtime.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"`kd: 1.0` is now `losses: \{kd: 1.0\}` \(each loss with its weight; unset: "
+                                          r"ce and mse at 1.0\).*transferset migrate"):
+        _train(tmp_path, config={"kd": 1.0})
+    with pytest.raises(ConfigError, match=r"`temperature: 2.0` is now `losses: \{kd: \{weight: W, temperature: 2.0\}\}`"):
+        _train(tmp_path, config={"losses": {"kd": 1.0}, "temperature": 2.0})
+
+
 def test_a_rename_without_a_note_is_said_in_its_own_words(monkeypatch):
     import pytest
 
@@ -146,5 +166,5 @@ def test_a_rename_without_a_note_is_said_in_its_own_words(monkeypatch):
     monkeypatch.setitem(precedence.RENAMED, "rate", "lr")
     with pytest.raises(ConfigError) as err:
         typed.load(StudentConfig, {"rate": 0.1}, "student")
-    assert "`rate: 0.1` is now `lr: 0.1`; rename it in the config" in str(err.value)
+    assert "`rate: 0.1` is now `lr: 0.1`; rewrite it in the config" in str(err.value)
     assert "phase plan" not in str(err.value)

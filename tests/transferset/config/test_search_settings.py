@@ -20,7 +20,7 @@ def test_bad_search_settings_are_refused_when_the_config_loads(settings, says):
 
 
 def test_a_candidate_is_the_base_under_its_own_settings():
-    sc = SearchConfig(budget_ms=1, space={"a": {"student": "static", "kd": 0.5}}, base={"kd": 1.0, "epochs": 2})
-    assert sc.candidates() == {"a": {"kd": 0.5, "epochs": 2, "student": "static"}}
+    sc = SearchConfig(budget_ms=1, space={"a": {"student": "static", "losses": {"ce": 1.0, "mse": 1.0, "kd": 0.5}}}, base={"losses": {"ce": 1.0, "mse": 1.0, "kd": 1.0}, "epochs": 2})
+    assert sc.candidates() == {"a": {"losses": {"ce": 1.0, "mse": 1.0, "kd": 0.5}, "epochs": 2, "student": "static"}}
     assert SearchConfig(budget_mb=5).candidates()["static"] == {**DEFAULT_BASE, "student": "static",
                                                                 "embed_init": "contextual"}

@@ -77,7 +77,7 @@ def _config(tmp_path, data, teacher, budget_mb, **search):
                                 "wide": {"student": "bilstm", "model": {"embed_dim": 8, "hidden": 32}},
                                 "static": {"student": "static"},
                                 "huge": {"student": "bilstm", "model": {"embed_dim": 8, "hidden": 512}}},
-                      "base": {"threads": 1, "latency_examples": 8, "kd": 1.0, "ce": 0.0, "mse": 0.0},
+                      "base": {"threads": 1, "latency_examples": 8, "losses": {"kd": 1.0}},
                       "int8": False, **search}}
     path = tmp_path / f"search_{budget_mb}.yaml"
     path.write_text(yaml.safe_dump(cfg))

@@ -1,0 +1,229 @@
+"""`transferset migrate RUN_DIR`: a run folder written under earlier key rules (layouts 1 to 3) converted to today's.
+
+Today's key rules are transferset/app/keys.py's; each earlier layout's are in rules.py beside this module.
+Migrating computes the folder's rules and today's for the run's config (RUN/config.yaml, the last run's settings,
+their earlier names and forms read as today's, unless --config is given): a folder whose record holds its earlier
+key (or a layout-1 legacy form of it) is the same work, and its record gets today's key, so the next `transferset
+run` reuses it (or resumes it, when it was killed while running: a checkpoint's settings take today's names and
+forms too). A folder whose record holds any other key is left as it is: the next run does it again. Nothing else
+is changed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any, Optional, Sequence
+
+from students.losses import canonical
+from transferset import fs
+from transferset.app import keys, runner
+from transferset.app.migrate.rules import RULES, V1, grouped_losses, renamed, student_legacy
+from transferset.app.plan import build_plan
+from transferset.app.stages import stage_key
+from transferset.app.stages.context import StageFunctions
+from transferset.config import TeacherConfig
+from transferset.config.precedence import RENAMED
+from transferset.contract import schema
+from transferset.data.splits import SPLIT_STATS_FILE
+from transferset.runtime import typed
+from transferset.runtime.errors import ConfigError, UserError
+from transferset.training.checkpoints import CHECKPOINT_FILE, CHECKPOINT_FINGERPRINT
+
+# --- the conversion ------------------------------------------------------------------------------
+
+def _finished(folder: str, done_file: str, kind: str) -> bool:
+    """Finished as layout 1 saw it: the done file, or a trainer's metrics.json in a folder the output protocol
+    never wrote (a teacher or student finished before the protocol's records existed)."""
+    if fs.exists(fs.join(folder, done_file)):
+        return True
+    return kind in ("teacher", "student") and fs.exists(fs.join(folder, schema.METRICS_FILE)) \
+        and not fs.exists(fs.join(folder, schema.MANIFEST_FILE))
+
+
+def convert(cfg, files, log, rules: type = V1) -> dict[str, list[str]]:
+    """Each stage of `cfg`'s run converted where its folder holds the same work → {"reused": [...], "rerun":
+    [...], "resumed": [...]} by stage name. Every stage is judged before any record is written, so a conversion
+    that stops midway changes nothing; a record converted already (its key today's) counts as converted.
+    `rules`: those the folder's keys were made by (RULES)."""
+    fn, field = StageFunctions(), rules.FIELD
+    old = build_plan(cfg, files, fn, rules=rules).stages
+    new = build_plan(cfg, files, fn).stages
+    stored: dict[str, str] = {}
+    new_keys: dict[str, str] = {}
+    verdicts: list[tuple[Any, str, str, dict]] = []
+    for o, n in zip(old, new):
+        assert o.name == n.name, (o.name, n.name)  # one plan, two key rules
+        if any(u not in stored for u in o.upstream):
+            verdicts.append((o, "rerun", "", {}))  # its upstream's inputs are not there yet: nothing to keep
+            continue
+        try:
+            new_keys[n.name] = n.key([new_keys[u] for u in n.upstream])
+            stored[o.name] = o.key([stored[u] for u in o.upstream])
+        except UserError:  # its key reads files an unfinished upstream stage writes (the transfer set's labels)
+            verdicts.append((o, "rerun", "", {}))
+            continue
+        if o.run is None or not o.folder:
+            continue
+        record = _record(o.folder)
+        verdict = _judge(o, record, _accepted(cfg, o, stored, rules), new_keys[n.name], field)
+        if verdict != "rerun":
+            stored[o.name] = record.get(field, record["key"])  # the folder's key stood for it downstream
+        verdicts.append((o, verdict, new_keys[n.name], record))
+    labels = _split_labels(cfg)
+    done: dict[str, list[str]] = {"reused": [], "resumed": [], "rerun": []}
+    for stage, verdict, key, record in verdicts:
+        if verdict != "rerun":
+            _apply(stage, verdict, key, record, labels, field)
+        done[verdict].append(stage.name)
+        log(f"[{stage.name}] {verdict}")
+    return done
+
+
+def _record(folder: str) -> dict:
+    path = fs.join(folder, schema.STAGE_FILE)
+    return fs.read_json(path) if fs.exists(path) else {}
+
+
+def _accepted(cfg, stage, stored: dict, rules: type) -> set:
+    """The earlier keys that name this stage's work: its key, and a layout-1 student's legacy forms."""
+    accepted = {stored[stage.name]}
+    if stage.kind == "student" and rules is V1:
+        s_cfg = cfg.students[stage.name.split(".", 1)[1]]
+        settings = stage.settings() if callable(stage.settings) else stage.settings
+        accepted |= {stage_key("student", f, [stored[u] for u in stage.upstream])
+                     for f in student_legacy(s_cfg, settings)}
+    return accepted
+
+
+def _judge(stage, record: dict, accepted: set, new_key: str, field: str) -> str:
+    converted = record.get("key") == new_key and record.get(field) in accepted
+    if record.get("key") not in accepted and not converted:
+        return "rerun"
+    if record.get("running"):
+        return "resumed"
+    return "reused" if _finished(stage.folder, stage.done_file, stage.kind or stage.name) else "rerun"
+
+
+def _split_labels(cfg) -> Optional[list]:
+    """The label set split.json records when the run splits train (plan.Run.split_labels gives it the teacher)."""
+    path = fs.join(cfg.run_dir, "data", SPLIT_STATS_FILE)
+    return fs.read_json(path).get("label_names") if fs.exists(path) else None
+
+
+def _apply(stage, verdict: str, new_key: str, record: dict, labels: Optional[list], field: str) -> None:
+    """Rewrite a stage's record under its new key (its done file too where layout 1 did without it, a killed
+    trainer's checkpoint where it resumes)."""
+    kind = stage.kind or stage.name
+    if verdict == "resumed" and kind in ("teacher", "student") and not fs.is_remote(stage.folder):
+        convert_checkpoint(os.path.join(stage.folder, "checkpoint"), teacher=kind == "teacher", labels=labels)
+    if verdict == "reused" and not fs.exists(fs.join(stage.folder, stage.done_file)):
+        fs.write_text(fs.join(stage.folder, stage.done_file), "")
+    fs.write_json(fs.join(stage.folder, schema.STAGE_FILE),
+                  {**record, "key": new_key, field: record.get(field, record["key"])})
+
+
+def teacher_fingerprint(old: dict, labels: Optional[Sequence[str]] = None) -> dict:
+    """A layout-1 teacher checkpoint's fingerprint with its engine section whole (teacher.train._checkpoints): the
+    flat warm-up and the fields that differed from the teacher's default engine put back into one section; and,
+    when the run splits train (`labels`: split.json's), the label set the run now gives a teacher that names none
+    (the one the labeled rows gave it then, unless a class had no labeled row)."""
+    settings = json.loads(old["settings"])
+    if "warmup" not in settings:
+        return old  # already whole
+    engine = {k: v for k, v in typed.to_dict(TeacherConfig().engine).items() if k != "tracker"}
+    engine.update(warmup=settings.pop("warmup"), **settings.pop("engine", {}))
+    if labels is not None and settings.get("labels") is None:
+        settings["labels"] = list(labels)
+    return {**old, "settings": json.dumps({**settings, "engine": engine}, sort_keys=True, default=str)}
+
+
+def recipe_state(saved: dict) -> dict:
+    """A checkpoint written before the recipe's state became dataclasses (one flat mapping, one random state) in
+    the form the recipe reads (training.recipe.RecipeState, PhaseState)."""
+    if "recipe" in saved:
+        return saved
+    phase = {name: saved.get(name) for name in ("epoch", "batches", "phase_step", "best_state", "start_acc",
+                                                "partial")}
+    phase.update(index=saved["phase"], best_acc=saved.get("best_acc", -1.0), bad=saved.get("bad", 0))
+    recipe = {"history": saved.get("history", []), "phase_log": saved.get("phase_log", []),
+              "global_step": saved["global_step"]}
+    return {**saved, "phase": phase, "recipe": recipe, "rng": [saved["rng"]]}
+
+
+def convert_checkpoint(folder: str, teacher: bool, labels: Optional[Sequence[str]] = None) -> bool:
+    """A killed training's checkpoint in today's form (its state, and a teacher's fingerprint); False: none there."""
+    import torch  # noqa: PLC0415  (only a folder with a checkpoint needs it)
+
+    path = os.path.join(folder, CHECKPOINT_FILE)
+    if not os.path.exists(path):
+        return False
+    saved = recipe_state(torch.load(path, map_location="cpu", weights_only=True))
+    if teacher:
+        saved["fingerprint"] = teacher_fingerprint(saved["fingerprint"], labels)
+    else:  # a student's settings under today's names and forms
+        settings = today_student(json.loads(saved["fingerprint"]["settings"]))
+        if "losses" in settings:
+            settings["losses"] = canonical(settings["losses"])
+        saved["fingerprint"] = {**saved["fingerprint"], "settings": json.dumps(settings, sort_keys=True, default=str)}
+    torch.save(saved, path + ".partial")
+    os.replace(path + ".partial", path)
+    with open(os.path.join(folder, CHECKPOINT_FINGERPRINT), "w", encoding="utf-8") as fh:
+        json.dump(saved["fingerprint"], fh, sort_keys=True, default=str)
+    return True
+
+
+def today_student(settings: dict) -> dict:
+    """A student's settings (a mapping, whole or partial) under today's names (precedence.RENAMED) and in today's
+    form (its losses under `losses:`, rules.grouped_losses)."""
+    return grouped_losses(renamed(settings, RENAMED))
+
+
+def today_names(raw: dict) -> dict:
+    """A run config's mapping with each student's settings (a search's candidates too) under today's names and in
+    today's form (`today_student`): the config of a run folder made before, as RUN/config.yaml holds it."""
+    def today(section):
+        return today_student(section) if isinstance(section, dict) else section
+
+    if isinstance(raw.get("students"), dict):
+        raw["students"] = {name: today(s) for name, s in raw["students"].items()}
+    search = raw.get("search")
+    if isinstance(search, dict):
+        if "base" in search:
+            search["base"] = today(search["base"])
+        if isinstance(search.get("space"), dict):
+            search["space"] = {name: today(s) for name, s in search["space"].items()}
+    return raw
+
+
+def migrate(run_dir: str, config: Optional[str] = None, overrides: Sequence[str] = (), log=print) -> dict:
+    """Convert RUN_DIR's records to today's layout (see the module's docstring); returns convert()'s verdicts."""
+    layout = keys.read_layout(run_dir)
+    if layout == keys.LAYOUT:
+        log(f"{run_dir}: already layout {keys.LAYOUT}; nothing to convert")
+        return {"reused": [], "resumed": [], "rerun": []}
+    if layout not in RULES:
+        raise ConfigError(f"{run_dir}: layout {layout}; this transferset converts layouts 1 to 3 only")
+    config = config or fs.join(run_dir, runner.CONFIG_FILE)
+    if not fs.exists(config):
+        raise ConfigError(f"{run_dir}: no {runner.CONFIG_FILE} (not a run folder?); give the run's --config YAML")
+    cfg = runner.load_overridden(today_names(typed.read_yaml(config)), [*overrides, f"run_dir={run_dir}"], config)
+    files = runner.resolve_data(cfg.data, cfg.test, cfg.dev)
+    with runner.output_lock(run_dir, command="migrate"):
+        done = convert(cfg, files, log, RULES[layout])
+        keys.write_layout(run_dir)
+    log(f"{run_dir}: layout {keys.LAYOUT}; {len(done['reused'])} finished stage(s) kept, {len(done['resumed'])} "
+        f"to resume, {len(done['rerun'])} to run again ({', '.join(done['rerun']) or 'none'})")
+    return done
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="a run folder written by an earlier transferset")
+    parser.add_argument("--config", metavar="YAML",
+                        help="the run's config (default: RUN_DIR/config.yaml, the settings of its last run)")
+    parser.add_argument("overrides", nargs="*", metavar="key=value", help="the run's key=value overrides, as given to run")
+
+
+def run(args, extra: Sequence[str]) -> int:
+    migrate(args.run_dir, args.config, args.overrides)
+    return 0

@@ -1,0 +1,290 @@
+"""The key rules of earlier run-folder layouts, kept for `transferset migrate` (transferset/app/migrate/) only.
+
+Layout 1 keyed a stage by its settings that differ from their defaults, plus the FROZEN ones each key held
+when those rules were written, with legacy forms for settings added later and the engine section in the flat
+form of before it existed. Layout 2 held every setting at its value, as today's keys do, under the names of
+then: a student's phase plan was `schedule`, now `phases` (precedence.RENAMED). Layout 3 is layout 2 under
+today's names, with each built-in loss a student setting of its own name (`kd: 1.0`, `temperature: 2.0`): today
+every loss is under `losses:` (precedence.LOSS_SETTINGS), in the canonical form of students.losses.canonical.
+Each layout's rules are a class with the names build_plan calls (V1, V2, V3); `flat_losses` and `grouped_losses`
+turn a student's settings from one form into the other.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Optional, Sequence
+
+from transferset import augment as augment_ops
+from transferset.app import keys
+from transferset.config.precedence import DEFAULT_LOSSES, LOSS_SETTINGS, RENAMED, STUDENT_PRESETS
+from transferset.runtime import typed
+
+# --- the layout-1 rules --------------------------------------------------------------------------
+
+# The settings each section's layout-1 key held whatever their value; any other only when not at its default.
+FROZEN: dict[str, tuple[str, ...]] = {
+    "teacher": ("model", "epochs", "lr", "batch_size", "max_length", "warmup", "weight_decay", "max_steps",
+                "seed", "eval_batch_size", "limit", "text_column", "text_b_column", "label_column", "labels",
+                "allow_pickle", "trust_remote_code", "progress", "resume"),
+    "augment": ("text_column", "label_column", "text_b_column", "labels", "max_chars", "limit", "recipe", "ops",
+                "n_iter", "unlabeled_n_iter", "seed", "p_mask", "mask_token", "p_mlm", "mlm_model", "mlm_top_k",
+                "mlm_max_length", "p_ng", "max_n", "p_pos", "spacy_model"),
+    "score": ("hidden", "layers", "batch_size", "min_batch_size", "max_length", "forward", "forward_rows",
+              "forward_tokens", "shard_rows", "shard_seconds", "allow_incomplete", "large_model", "torch_threads",
+              "allow_pickle", "trust_remote_code"),
+    "student": ("student", "schedule", "epochs", "lr", "batch_size", "patience", "seed", "weight_decay", "grad_clip",
+                "max_length", "shuffle_rows", "threads", "dev_text_b_column", "allow_incomplete", "ce", "mse", "kd",
+                "repr", "pkd", "emb_mse", "hidden_mse", "att_mse", "att_kl", "value_kl", "cos", "layer_map",
+                "temperature", "tokens", "min_count", "max_vocab", "trim_vocab", "embed_init", "freeze_embeddings",
+                "teacher", "tokenizer", "preset", "model", "latency_examples", "agreement_rows", "device", "bf16",
+                "report_to", "resume", "checkpoint_steps"),
+    "exits": ("targets", "pool", "width", "epochs", "lr", "batch_size", "seed", "max_rows", "max_length", "threads"),
+    "prune": ("heads", "importance_loss", "normalize", "epochs", "max_steps", "loss", "temperature", "lr",
+              "batch_size", "weight_decay", "grad_clip", "seed", "shuffle_rows", "max_length", "threads", "device"),
+    "lowres": ("per_class", "seed"),
+    "validation": ("rows", "seed"),
+}
+
+# Settings in no key at any value: they change how a stage runs, never what it writes. The augment
+# ops' own (AugmentConfig.EXECUTION: batch sizes, threads, trust flags) are declared by each op.
+EXECUTION: dict[str, tuple[str, ...]] = {
+    # how often the fine-tuning writes a checkpoint changes no weight (added after run directories existed)
+    "teacher": ("checkpoint_steps",),
+}
+
+
+def flat_form(values: dict, default: dict, legacy: Sequence[str] = (), ignore: Sequence[str] = ()) -> dict:
+    """An engine section (`values`, a dict) in the form layout-1 records held it (stage keys, a teacher checkpoint's
+    fingerprint): the `legacy` settings (device, bf16, report_to, warmup) under their names of before the section,
+    at any value, and any other field, but `ignore`, only when it differs from the trainer's default engine
+    `default` (then under `engine`)."""
+    old = {"device": ("device", values["device"]), "bf16": ("precision", values["precision"] == "bf16"),
+           "report_to": ("tracker", values["tracker"]), "warmup": ("warmup", values["warmup"])}
+    # fp16 is not told by the old bf16 flag: it goes under engine
+    covered = {old[name][0] for name in legacy} - ({"precision"} if values["precision"] == "fp16" else set())
+    changed = {k: v for k, v in values.items() if k not in covered and k not in ignore and v != default[k]}
+    return {**{name: old[name][1] for name in legacy}, **({"engine": changed} if changed else {})}
+
+
+@functools.cache
+def _defaults(cls: type) -> dict[str, Any]:
+    return typed.to_dict(cls())
+
+
+def section(kind: str, cfg: Any) -> dict[str, Any]:
+    """A section's settings as its key holds them: FROZEN ones always, any other only when it differs from its
+    default, EXECUTION ones (and the config's own EXECUTION tuple) never; a trainer's engine section as
+    `engine` says."""
+    values, defaults = typed.to_dict(cfg), _defaults(type(cfg))
+    if kind == "student":
+        values, defaults = earlier_names(flat_losses(values)), earlier_names(flat_losses(defaults))
+    engine_values = values.pop("engine", None)
+    never = set(EXECUTION.get(kind, ())) | set(getattr(cfg, "EXECUTION", ()))
+    frozen = FROZEN[kind]
+    settings = {k: v for k, v in values.items() if k not in never and (k in frozen or v != defaults.get(k))}
+    if engine_values is not None:
+        settings.update(engine(kind, engine_values, defaults["engine"]))
+    return settings
+
+
+# A trainer's settings that became fields of its engine section (config.EngineConfig): keys made before the
+# section hold them under their old names, at any value (they are FROZEN).
+ENGINE_LEGACY: dict[str, tuple[str, ...]] = {"teacher": ("warmup",), "student": ("device", "bf16", "report_to"),
+                                             "prune": ("device",), "exits": ()}
+
+
+# The engine a trainer's keys compare with, where it is not the trainer's default engine today: a BiLSTM's
+# default became a linear warm-up and decay (students/families/bilstm.py, BILSTM_ENGINE) after every student had
+# trained at a constant rate. Student keys compare with that constant rate, so a BiLSTM at the new default gets
+# a new key and retrains, and one set to `engine: {schedule: constant, warmup: 0}` keeps its key and its folder
+# (as a transformer student at its default, the constant rate, does).
+ENGINE_KEY_DEFAULT: dict[str, dict[str, Any]] = {"student": {"schedule": "constant", "warmup": 0.0}}
+
+
+def engine(kind: str, values: dict, default: dict) -> dict:
+    """A trainer's engine section as its key holds it (config.engine.flat_form): the settings of ENGINE_LEGACY
+    under their old names, any other engine field only when it differs from the trainer's default engine
+    (over which ENGINE_KEY_DEFAULT says what the keys compare with)."""
+    return flat_form(values, {**default, **ENGINE_KEY_DEFAULT.get(kind, {})}, ENGINE_LEGACY[kind])
+
+
+# --- the compatibility rules, one per function --------------------------------------------------
+
+def teacher(tc: Any) -> dict:
+    """A trained teacher's key settings (checkpoint_steps: EXECUTION)."""
+    return section("teacher", tc)
+
+
+def augment(a: Any, exclude: Sequence[str]) -> dict:
+    """An augment stage's key: the settings rows depend on, and the content (fingerprints) of the files it
+    excludes. The settings of an op the run does not use are in no key (but FROZEN ones: the four ops of
+    layout 1 were in every key), so installing an op changes no key; words_per_variant came after run
+    directories existed: out while unset (a non-FROZEN setting)."""
+    used = {f.name for name in a.ops for f in dataclasses.fields(augment_ops.get(name).settings)}
+    unused = {f.name for cls in augment_ops.settings_classes() for f in dataclasses.fields(cls)} - used
+    settings = {k: v for k, v in section("augment", a).items() if k not in unused or k in FROZEN["augment"]}
+    return {"settings": settings, "exclude": list(exclude)}
+
+
+def score(sc: Any, members: int) -> dict:
+    """A score stage's key: `combine` only with a teacher ensemble (always then, at any value), so a one-teacher
+    run keeps the key it had before ensembles existed."""
+    settings = section("score", sc)
+    if members > 1:
+        settings["combine"] = sc.combine
+    else:  # one teacher's logits whatever the rule
+        settings.pop("combine", None)
+    return settings
+
+
+# Student settings added after run directories existed, in the order they were added: they were in keys as
+# None for a while, so a folder holding one of those earlier forms is the same training (student_legacy).
+STUDENT_ONCE_AS_NONE = ("layer_epochs", "layer_texts")
+
+
+def student(s_cfg: Any, layer_texts_set: Optional[str] = None) -> dict:
+    """A student's key settings; `layer_texts_set`: the fingerprint of the layer_texts set it reads (a set the
+    run does not make), so a set written again at the same path retrains it. `losses` holds its non-zero
+    weights only: a loss at weight 0 trains nothing."""
+    settings = section("student", s_cfg)
+    if "losses" in settings:
+        settings["losses"] = {k: v for k, v in settings["losses"].items() if _weight(v)}
+        if not settings["losses"]:
+            del settings["losses"]
+    if layer_texts_set is not None:
+        settings["layer_texts_set"] = layer_texts_set
+    return settings
+
+
+def _weight(value: Any) -> float:
+    # students.NAME.losses: {name: weight} or {name: {weight: W, ...its settings}}
+    return value.get("weight", 0.0) if isinstance(value, dict) else value
+
+
+def student_legacy(s_cfg: Any, settings: dict) -> list[dict]:
+    """The earlier forms of a student's key `settings` that name the same training: the STUDENT_ONCE_AS_NONE
+    settings added up to each point in the key as None, while each of them is unset."""
+    forms = []
+    for n, name in enumerate(STUDENT_ONCE_AS_NONE, 1):
+        if getattr(s_cfg, name) is not None:
+            break
+        forms.append({**settings, **dict.fromkeys(STUDENT_ONCE_AS_NONE[:n])})
+    return forms
+
+
+def validation(v: Any) -> Optional[dict]:
+    """The carve's settings in the data stage's key. `by` is in it unless it is `row`: the carve made before `by`
+    existed keeps the key it had then."""
+    if v is None:
+        return None
+    settings = section("validation", v)
+    if v.by == "row":
+        settings.pop("by", None)
+    else:
+        settings["by"] = v.by
+    return settings
+
+
+def data(cfg: Any, train: str) -> dict:
+    """The data stage's key: the train file's fingerprint and how the run splits it."""
+    return {"train": train, "labeled_limit": cfg.labeled_limit, "unlabeled_rows": cfg.unlabeled_rows,
+            "lowres": section("lowres", cfg.lowres) if cfg.lowres else None,
+            "validation": validation(cfg.validation), "unlabeled_limit": cfg.unlabeled_limit}
+
+
+def compressed(kind: str, cfg: Any) -> dict:
+    return section(kind, cfg)
+
+
+class V1:
+    """The layout-1 key rules, with the names build_plan calls (`rules`)."""
+
+    data, teacher, augment, score, student = staticmethod(data), staticmethod(teacher), staticmethod(augment), \
+        staticmethod(score), staticmethod(student)
+    compressed = staticmethod(compressed)
+    FIELD = "layout1_key"  # where a converted record keeps the key it had
+
+
+# --- the layout-2 rules: today's, with the settings RENAMED since under their earlier names ---------
+
+def renamed(settings: dict, names: dict[str, str]) -> dict:
+    """`settings` with each key `names` maps renamed (a key whose new name is there already stays as it is)."""
+    return {names[k] if k in names and names[k] not in settings else k: v for k, v in settings.items()}
+
+
+def earlier_names(settings: dict) -> dict:
+    """A student's settings under the names layouts 1 and 2 knew (precedence.RENAMED, backwards)."""
+    return renamed(settings, {new: old for old, new in RENAMED.items()})
+
+
+class V3:
+    """The layout-3 key rules: today's, with a student's losses in the flat form (`flat_losses`)."""
+
+    data, teacher, augment, score = staticmethod(keys.data), staticmethod(keys.teacher), \
+        staticmethod(keys.augment), staticmethod(keys.score)
+    compressed = staticmethod(keys.compressed)
+    FIELD = "layout3_key"
+
+    @staticmethod
+    def student(s_cfg: Any, layer_texts_set: Optional[str] = None) -> dict:
+        """A student's key settings as layout 3 held them: every setting at its value, the flat losses among them,
+        `losses` the others with a non-zero weight."""
+        settings = flat_losses(keys.section(s_cfg))
+        if settings.get("losses"):
+            settings["losses"] = {k: v for k, v in settings["losses"].items() if _weight(v)}
+        if layer_texts_set is not None:
+            settings["layer_texts_set"] = layer_texts_set
+        return settings
+
+
+class V2:
+    """The layout-2 key rules: layout 3's under the names of then."""
+
+    data, teacher, augment, score, compressed = V3.data, V3.teacher, V3.augment, V3.score, V3.compressed
+    FIELD = "layout2_key"
+
+    @staticmethod
+    def student(s_cfg: Any, layer_texts_set: Optional[str] = None) -> dict:
+        return earlier_names(V3.student(s_cfg, layer_texts_set))
+
+
+RULES = {None: V1, 2: V2, 3: V3}  # a run folder's layout (None: no record, layout 1) → the rules its keys were made by
+
+
+# --- the losses' two forms --------------------------------------------------------------------------
+
+def _weight_of(value: Any) -> float:
+    return float(value.get("weight", 0.0) if isinstance(value, dict) else value)
+
+
+def flat_losses(values: dict) -> dict:
+    """A student's settings (today's, as typed.to_dict gives them) in the form of layouts 1-3: each loss of
+    LOSS_SETTINGS a setting of its own name (0.0 where `losses:` names none), kd's temperature the setting
+    `temperature`, `losses` the other losses (those a package registers)."""
+    out = {k: v for k, v in values.items() if k != "losses"}
+    others = dict(values.get("losses") or {})
+    for name in LOSS_SETTINGS:
+        out[name] = _weight_of(others.pop(name, 0.0))
+    kd = (values.get("losses") or {}).get("kd")
+    out["temperature"] = float(kd.get("temperature", 1.0)) if isinstance(kd, dict) else 1.0
+    out["losses"] = others
+    return out
+
+
+def grouped_losses(values: dict) -> dict:
+    """A student's settings in the form of layouts 1-3 (a mapping, whole or partial) in today's: the losses of
+    LOSS_SETTINGS it names (zero weights too: they override a preset's) and kd's temperature under `losses:` with
+    the others it held there. A mapping that names a loss but not ce or mse, and no preset that sets losses, gets
+    them at their earlier default, 1.0, which it trained with."""
+    names = [n for n in LOSS_SETTINGS if n in values]
+    if not names and "temperature" not in values:
+        return values
+    out = {k: v for k, v in values.items() if k not in LOSS_SETTINGS and k != "temperature"}
+    losses = {n: values[n] for n in LOSS_SETTINGS if n in values}
+    if values.get("preset") not in STUDENT_PRESETS:  # a preset that sets losses names its own
+        losses = {**{n: w for n, w in DEFAULT_LOSSES.items() if n not in losses}, **losses}
+    if "temperature" in values:
+        losses["kd"] = {"weight": losses.get("kd", 0.0), "temperature": values["temperature"]}
+    out["losses"] = {**losses, **(values.get("losses") or {})}
+    return out
