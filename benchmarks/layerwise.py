@@ -73,7 +73,7 @@ def main(argv=None) -> int:
         write_scored(Path(scored), examples, teacher, teacher_dir)
         runs = {}
         for mode, values in MODES.items():
-            cfg = typed.load(StudentConfig, {"student": "transformer", "threads": args.threads, "lr": 1e-4,
+            cfg = typed.load(StudentConfig, {"student": "transformer", "threads": args.threads, "optim": {"lr": 1e-4},
                                              "batch_size": args.batch_size, "model": {"n_layer": args.layers},
                                              **values}, mode)
             s = setup(cfg, scored)

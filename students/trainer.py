@@ -77,20 +77,21 @@ def optimizer_for(model: torch.nn.Module, family, cfg: StudentConfig, params: li
     """The optimizer of a phase over `params` (the run's calibration times a step with it too)."""
     # A fresh optimiser per phase holding only the trainable parameters: frozen ones then stay
     # bit-identical (AdamW's decoupled weight decay would otherwise still move them).
-    lr = cfg.lr if cfg.lr is not None else family.default_lr
+    opt = cfg.optim
+    lr = opt.lr if opt.lr is not None else family.default_lr
     sparse = any(isinstance(m, torch.nn.Embedding) and m.sparse for m in model.modules())
-    if cfg.embed_lr is None and not sparse:
-        return torch.optim.AdamW(params, lr=lr, weight_decay=cfg.weight_decay)
+    if opt.embed_lr is None and not sparse:
+        return torch.optim.AdamW(params, lr=lr, weight_decay=opt.weight_decay)
     table = {id(p) for p in family.param_groups(model).get("embeddings", [])}
     rows = [p for p in params if id(p) in table]
     rest = [p for p in params if id(p) not in table]
-    table_lr = cfg.embed_lr if cfg.embed_lr is not None else lr  # a pretrained table can learn slower
+    table_lr = opt.embed_lr if opt.embed_lr is not None else lr  # a pretrained table can learn slower
     if sparse and rows:
         # `model: {sparse: true}`: lazy Adam over the rows a batch used (students/families/bilstm.check_sparse)
         return Optimizers([torch.optim.SparseAdam(rows, lr=table_lr),
-                           torch.optim.AdamW(rest, lr=lr, weight_decay=cfg.weight_decay)])
+                           torch.optim.AdamW(rest, lr=lr, weight_decay=opt.weight_decay)])
     groups = [{"params": rest}, {"params": rows, "lr": table_lr}]
-    return torch.optim.AdamW([g for g in groups if g["params"]], lr=lr, weight_decay=cfg.weight_decay)
+    return torch.optim.AdamW([g for g in groups if g["params"]], lr=lr, weight_decay=opt.weight_decay)
 
 
 class Trained(torch.nn.Module):
@@ -129,7 +130,7 @@ def fit(s: Setup, phase: Phase, batches: Iterable[dict], engine: Optional[Engine
         seen.append((float(loss.detach()), parts))
         return loss, parts
 
-    spec = PhaseSpec(phase.name, 1, keep_best=False, grad_clip=s.cfg.grad_clip)
+    spec = PhaseSpec(phase.name, 1, keep_best=False, grad_clip=s.cfg.optim.grad_clip)
     if engine.cfg.schedule != "constant" or engine.cfg.warmup:
         batches = list(batches)
         spec.steps_per_epoch = len(batches)
@@ -188,7 +189,7 @@ def phase_run(s: Setup, engine: Engine, phase: Phase, p_index: int, transfer_dir
     rows = s.num_labeled if phase.labeled_only else layer_rows if text_only else s.num_rows
     spec = PhaseSpec(phase.name, phase.epochs, keep_best=phase.early_stop,
                      patience=cfg.patience if phase.early_stop else None, start_competes=phase.early_stop,
-                     grad_clip=cfg.grad_clip, steps_per_epoch=max(1, math.ceil(rows / cfg.batch_size) // engine.world))
+                     grad_clip=cfg.optim.grad_clip, steps_per_epoch=max(1, math.ceil(rows / cfg.batch_size) // engine.world))
 
     def batches(epoch: int):
         return train_batches(s, transfer_dir, seeds.stream(cfg.seed, seeds.SHUFFLE, p_index, epoch),

@@ -62,7 +62,7 @@ class Family:
     param_groups: Callable[[nn.Module], dict]                   # GROUPS (encoder maybe per layer) → parameters
     save: Callable[[str, nn.Module, Any], dict]                 # (dir, model, tokens) → sidecar entries
     load: Callable[[str, dict], tuple[nn.Module, Any, Any]]     # (dir, sidecar) → (model, tokens, config)
-    default_lr: float  # AdamW's peak learning rate when StudentConfig.lr is None
+    default_lr: float  # AdamW's peak learning rate when StudentConfig.optim.lr is None
     tokens: tuple[str, ...] = ("wordpiece", "words")  # the StudentConfig.tokens kinds it is built on
     # ONNX export (students/compress/export.py): (model, tokens) → a module taking (input_ids, attention_mask) → logits;
     # None: the model is a Hugging Face classifier, exported with the tokenizer's inputs as they are

@@ -7,7 +7,7 @@ from students.build import FAMILIES, setup
 from students.losses import LossWeights
 from students.schedules import phases
 from students.trainer import make_optimizer
-from transferset.config import StudentConfig
+from transferset.config import OptimConfig, StudentConfig
 from transferset.contract import schema
 from transferset.runtime.errors import UserError
 from transferset.training.optimizers import Optimizers
@@ -23,7 +23,7 @@ def test_one_registry_knows_every_family_and_names_them_on_a_typo():
 @pytest.mark.parametrize("values, lr", [
     ({"student": "bilstm"}, 2e-3),
     ({"student": "transformer", "model": {"n_layer": 1}}, 1e-4),
-    ({"student": "bilstm", "lr": 0.01}, 0.01),
+    ({"student": "bilstm", "optim": OptimConfig(lr=0.01)}, 0.01),
 ])
 def test_the_learning_rate_is_the_familys_default_unless_set(tiny_scored_dir, values, lr):
     s = setup(StudentConfig(embed_init="random", **values), tiny_scored_dir)
@@ -132,7 +132,7 @@ def test_contextual_vectors_are_pcad_after_trimming_like_the_teachers_rows(tiny_
 @pytest.mark.parametrize("student", ["bilstm", "static"])
 def test_a_sparse_table_learns_by_lazy_adam_only_in_the_rows_a_batch_used(tiny_scored_dir, student):
     cfg = StudentConfig(student=student, model={"embed_dim": 8, "hidden": 8, "sparse": True}, embed_init="random",
-                        lr=0.01, embed_lr=0.003, threads=1)
+                        optim=OptimConfig(lr=0.01, embed_lr=0.003), threads=1)
     s = setup(cfg, tiny_scored_dir)
     opt = make_optimizer(s, list(s.model.parameters()))
     assert isinstance(opt, Optimizers) and [type(o).__name__ for o in opt.optimizers] == ["SparseAdam", "AdamW"]
@@ -156,7 +156,8 @@ def test_a_sparse_table_that_is_kept_fixed_is_refused(tiny_scored_dir, student):
 
 
 def test_embed_lr_gives_the_table_its_own_optimizer_group(tiny_scored_dir):
-    s = setup(StudentConfig(model={"embed_dim": 8, "hidden": 8}, embed_init="random", lr=0.01, embed_lr=0.001),
+    s = setup(StudentConfig(model={"embed_dim": 8, "hidden": 8}, embed_init="random",
+                            optim=OptimConfig(lr=0.01, embed_lr=0.001)),
               tiny_scored_dir)
     groups = make_optimizer(s, list(s.model.parameters())).param_groups
     assert [g["lr"] for g in groups] == [0.01, 0.001]

@@ -97,7 +97,7 @@ def test_a_non_finite_loss_stops_the_run_and_saves_nothing(tmp_path, tiny_scored
 
     cfg = tmp_path / "cfg.yaml"
     # A learning rate this large drives the weights to inf within a few steps: the loss turns NaN.
-    cfg.write_text(yaml.safe_dump({**SMALL, "lr": 1e30, "grad_clip": 0.0}))
+    cfg.write_text(yaml.safe_dump({**SMALL, "optim": {"lr": 1e30, "grad_clip": 0.0}}))
     rc = main(["train", "--transfer", tiny_scored_dir, "--dev", sst2_dev200, "--output", str(tmp_path / "o"),
                "--config", str(cfg), "--epochs", "2", "--no-progress"])
     err = capsys.readouterr().err

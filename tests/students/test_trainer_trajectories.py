@@ -17,7 +17,7 @@ import os
 import pytest
 
 from students import trainer
-from transferset.config import StudentConfig, StudentEngineConfig
+from transferset.config import OptimConfig, StudentConfig, StudentEngineConfig
 from transferset.training.engine import TRACK_FILE
 
 RTOL = 1e-3
@@ -58,7 +58,7 @@ def test_a_transformer_student_cut_from_the_teacher_follows_its_pinned_trajector
     # Two of the tiny teacher's four layers (skip init), KL on the cached logits only: no online teacher; with a
     # linear warm-up and decay (the family's own engine is a constant rate), so the schedule is in the numbers.
     cfg = StudentConfig(**SMALL, student="transformer", epochs=2, model={"n_layer": 2}, losses={"kd": 1.0},
-                        lr=1e-3, engine=StudentEngineConfig(schedule="linear", warmup=0.1))
+                        optim=OptimConfig(lr=1e-3), engine=StudentEngineConfig(schedule="linear", warmup=0.1))
     out = str(tmp_path / "transformer")
     trainer.train(cfg, tiny_scored_dir, sst2_dev200, out, progress=False)
     _check("transformer", _losses(out), PINNED["transformer"])

@@ -132,6 +132,18 @@ LAYER_TEXTS_REST = "rest"  # a run config's students.NAME.layer_texts: the run m
 
 @with_config(_STRICT)
 @dataclass(frozen=True)
+class OptimConfig:
+    """A student's optimizer, the `optim:` section (AdamW; a sparse word table's rows by lazy Adam): each field is a
+    flag of its own name too (`--lr 1e-3`)."""
+
+    lr: Optional[Positive] = None  # peak learning rate (None: the family's, students/: BiLSTM 2e-3, transformer 1e-4)
+    embed_lr: Optional[Positive] = None  # the embedding table's learning rate when it learns (its own group; None: lr)
+    weight_decay: NonNegative = 0.01  # AdamW's (none on a sparse table)
+    grad_clip: NonNegative = 1.0  # max gradient norm (0: no clipping)
+
+
+@with_config(_STRICT)
+@dataclass(frozen=True)
 class StudentConfig:
     """`transferset train` (flags or --config YAML) and each entry of the run's `students:` section."""
 
@@ -148,12 +160,9 @@ class StudentConfig:
     # In a run config, `rest` (LAYER_TEXTS_REST): the train file's rows that no pool, validation or test
     # sentence holds, as they are (the run's layer_texts stage)
     layer_texts: Optional[str] = None
-    lr: Optional[Positive] = None  # None: the family's default_lr (students/: BiLSTM 2e-3, transformer 1e-4)
     batch_size: AtLeast(1) = 64  # rows per step
     patience: AtLeast(1) = 2  # epochs without a better dev accuracy before a phase stops
     seed: int = 0  # initialisation, shuffling and dropout all derive from it
-    weight_decay: NonNegative = 0.01
-    grad_clip: NonNegative = 1.0  # max gradient norm (0: no clipping)
     max_length: Optional[AtLeast(2)] = None  # tokens per row (None: the scored set's max_length, else 128)
     shuffle_rows: AtLeast(1) = 16384  # rows held in memory for shuffling
     threads: Optional[AtLeast(1)] = None  # torch CPU threads (None: leave torch's setting alone)
@@ -181,8 +190,6 @@ class StudentConfig:
     # | model2vec (each token alone through the teacher's encoder, PCA, SIF weighting; students/data/vectors.py)
     # | contextual (each token's output state in the teacher's encoder averaged over the transfer set's texts, PCA)
     embed_init: Literal["teacher", "random", "word2vec", "model2vec", "contextual"] = "teacher"
-    # learning rate of the embedding table when it learns (its own optimizer group; None: `lr`)
-    embed_lr: Optional[Positive] = None
     # keep the embedding table fixed in every phase ("static" embeddings): words the transfer set
     # never shows keep teacher-derived vectors in the same space as the rest, and an epoch is ~3x
     # faster with the whole vocabulary. None: frozen for a BiLSTM or static student whose embeddings are not
@@ -200,6 +207,7 @@ class StudentConfig:
     agreement_rows: AtLeast(1) = 5000  # transfer rows used for teacher agreement when dev has no teacher columns
     resume: bool = False  # go on from OUTPUT/checkpoint/ of a killed run with the same settings
     checkpoint_steps: Optional[AtLeast(1)] = None  # also write the checkpoint every N optimizer steps (None: per epoch)
+    optim: OptimConfig = field(default_factory=OptimConfig)  # lr, embed_lr, weight_decay, grad_clip
     # device, precision, processes (`torchrun --nproc_per_node N -m transferset.app.cli train ...`: DDP, gloo on
     # CPU), grad_accum, schedule, warmup, tracker (transferset/training). The schedule and warm-up left unset are the
     # family's: a BiLSTM or static student warms up over 10 % of each phase's steps, then decays linearly; a

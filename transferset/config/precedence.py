@@ -2,19 +2,18 @@
 
 Every section of a run config and every command takes what the user gave in this order, each layer over
 the one below, setting by setting: the file, then the command's flags, then `key=value` words (`over`,
-`apply_override`). A section (`engine:`, `model:`, `losses:`) merges key by key, so `--warmup 0.2` over a
-file's `engine: {schedule: cosine}` keeps the cosine, and `losses:` merges loss by loss, a loss's own settings
-key by key (a weight alone, `losses.kd=2`, keeps the temperature of the layer below). A student's settings have
-two layers below those
-(`resolve_student`, which every load of a StudentConfig goes through: its validator calls it): the defaults,
+`apply_override`). A section (`optim:`, `engine:`, `model:`, `losses:`) merges key by key, so `--warmup 0.2`
+over a file's `engine: {schedule: cosine}` keeps the cosine, and `losses:` merges loss by loss, a loss's own
+settings key by key (a weight alone, `losses.kd=2`, keeps the temperature of the layer below). A student's
+settings have two layers below those (`resolve_student`, which every load of a StudentConfig goes through: its validator calls it): the defaults,
 its family's among them, and the preset the layers above name. (`StudentConfig(...)` in Python is a plain
 dataclass: it holds the values it is given and the field defaults, no preset; `typed.load(StudentConfig,
 {...})` takes the layers.)
 
 A family's defaults are declared by the family (students/families/: this layer sits below the students and
 does not know them) and read where they are used, each left unset (None) in the settings until then: the
-learning rate (`lr: null`: the family's `default_lr`, where the optimizer is made), the learning rate's curve
-(`engine: {schedule: null, warmup: null}`: the family's `engine`, `students.families.settled`, which every
+learning rate (`optim: {lr: null}`: the family's `default_lr`, where the optimizer is made), the learning
+rate's curve (`engine: {schedule: null, warmup: null}`: the family's `engine`, `students.families.settled`, which every
 training and every student's stage key goes through) and the shape of its model (a BiLSTM preset is a model
 shape too, and both stand under `model:` where the model is built, students.families.model_values).
 """
@@ -33,15 +32,17 @@ from transferset.runtime.errors import ConfigError
 STUDENT_LAYERS: tuple[tuple[str, str], ...] = (
     ("default", "the setting's default (this page), or its family's where the family has one: the `engine:` "
                 "section (a BiLSTM or static student warms up over 10 % of each phase's steps, then decays "
-                "linearly; a transformer keeps a constant rate), the learning rate (`lr: null`: BiLSTM and static "
-                "2e-3, transformer 1e-4) and the model's shape (`model:`)"),
+                "linearly; a transformer keeps a constant rate), the learning rate (`optim: {lr: null}`: BiLSTM and "
+                "static 2e-3, transformer 1e-4) and the model's shape (`model:`)"),
     ("preset", "`preset: NAME`: a transformer preset's settings, the YAML file transferset/config/presets/NAME.yaml "
                "(tinybert, mobilebert, minilm, distilbert, pkd; each also chooses `student: transformer`); a BiLSTM "
                "preset (tang, xtremedistil) is a model shape, under `model:`"),
     ("file", "the YAML: `transferset train --config FILE`, or a run config's `students.NAME:` (the starter "
              "`transferset init` writes, and `run --data` runs, is one)"),
-    ("flags", "`transferset train --lr 1e-3` (a section's field: `--warmup 0.2`, `--schedule cosine`)"),
-    ("key=value", "`transferset train ... lr=1e-3 engine.warmup=0.2`, `transferset run ... students.NAME.lr=1e-3`"),
+    ("flags", "`transferset train --epochs 3`, and a section's field by its own name: `--lr 1e-3` (`optim:`), "
+              "`--warmup 0.2`, `--schedule cosine` (`engine:`)"),
+    ("key=value", "`transferset train ... optim.lr=1e-3 engine.warmup=0.2 losses.kd=2`, `transferset run ... "
+                  "students.NAME.optim.lr=1e-3`"),
 )
 
 DEFAULT_FAMILY = "bilstm"  # StudentConfig.student
@@ -108,6 +109,8 @@ RENAME_NOTES = {"schedule": "the phase plan; the learning rate's curve is `engin
 # Loss weights that were settings of their own names (`kd: 1.0`, `temperature: 2.0`): each is now a loss under
 # `losses:` (temperature is kd's own setting).
 LOSS_SETTINGS = ("ce", "mse", "kd", "repr", "pkd", "emb_mse", "hidden_mse", "att_mse", "att_kl", "value_kl", "cos")
+# The optimizer's settings that were settings of the student's own: each is now a field of its `optim:` section.
+OPTIM_SETTINGS = ("lr", "embed_lr", "weight_decay", "grad_clip")
 
 
 def moved(name: str, value: Any) -> Optional[str]:
@@ -119,6 +122,8 @@ def moved(name: str, value: Any) -> Optional[str]:
         return f"`losses: {{{name}: {value}}}` (each loss with its weight; unset: ce and mse at 1.0)"
     if name == "temperature":
         return f"`losses: {{kd: {{weight: W, temperature: {value}}}}}` (kd's own setting)"
+    if name in OPTIM_SETTINGS:
+        return f"`optim: {{{name}: {value}}}` (the optimizer's section; the flag keeps its name)"
     return None
 
 

@@ -27,8 +27,8 @@ DEFAULT_SPACE: dict[str, dict[str, Any]] = {
     "bilstm-300": {"student": "bilstm", "model": {"hidden": 300}},
     "bilstm-2x150": {"student": "bilstm", "preset": "tang", "model": {"layers": 2}},
     "static": {"student": "static", "embed_init": "contextual"},
-    "transformer-2": {"student": "transformer", "lr": 1.0e-4, "model": {"n_layer": 2, "init": "skip"}},
-    "transformer-4": {"student": "transformer", "lr": 1.0e-4, "model": {"n_layer": 4, "init": "skip"}},
+    "transformer-2": {"student": "transformer", "optim": {"lr": 1.0e-4}, "model": {"n_layer": 2, "init": "skip"}},
+    "transformer-4": {"student": "transformer", "optim": {"lr": 1.0e-4}, "model": {"n_layer": 4, "init": "skip"}},
 }
 
 

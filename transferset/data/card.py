@@ -314,7 +314,7 @@ def _chosen_by(c: dict) -> str:
             f"(of {c.get('candidates')}), by successive halving over {epochs} epochs{runner_up}")
 
 
-_SETTINGS_SHOWN = ("student", "phases", "preset", "epochs", "lr", "batch_size", "max_length", "losses", "seed",
+_SETTINGS_SHOWN = ("student", "phases", "preset", "epochs", "optim", "batch_size", "max_length", "losses", "seed",
                    "model")
 
 

@@ -18,7 +18,7 @@ from students.schedules import phases
 from students.student import Student
 from students.trainer import fit, set_trainable, train_batches
 from transferset.app.cli import main
-from transferset.config import StudentConfig
+from transferset.config import OptimConfig, StudentConfig
 from transferset.contract import schema
 from transferset.runtime.errors import UserError
 from tolerances import assert_reordered  # tests/tolerances.py: a bound from the arithmetic
@@ -154,7 +154,7 @@ def test_repr_through_the_projection_learns_and_the_saved_student_is_a_plain_mod
     from safetensors import safe_open
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    s = setup(_cfg(student48, losses={"ce": 1.0, "mse": 1.0, "repr": 1.0}, lr=1e-3), tiny_scored_dir)
+    s = setup(_cfg(student48, losses={"ce": 1.0, "mse": 1.0, "repr": 1.0}, optim=OptimConfig(lr=1e-3)), tiny_scored_dir)
     (phase,) = phases("joint", LossWeights.of(s.cfg), 1, s.family.param_groups(s.model).keys())
     learn = set_trainable(s, phase)
     assert all(any(p is q for q in learn) for p in s.projection.parameters())
@@ -197,7 +197,7 @@ def test_train_runs_a_pretrained_student_end_to_end(tmp_path, tiny_scored_dir, s
     from transformers import AutoModelForSequenceClassification
 
     cfg = tmp_path / "cfg.yaml"
-    cfg.write_text(yaml.safe_dump({"student": "transformer", "threads": 1, "latency_examples": 16, "lr": 5e-4,
+    cfg.write_text(yaml.safe_dump({"student": "transformer", "threads": 1, "latency_examples": 16, "optim": {"lr": 5e-4},
                                    "model": {"pretrained": student48}, "losses": losses}))
     out = tmp_path / "run"
     assert main(["train", "--transfer", tiny_scored_dir, "--dev", sst2_dev200, "--output", str(out),

@@ -159,7 +159,7 @@ def test_a_narrow_students_embeddings_are_the_teachers_projected_on_its_principa
 def test_the_online_teacher_adds_its_states_and_w_h_learns(tiny_scored_dir, tiny_teacher4):
     from transformers import AutoModelForSequenceClassification
 
-    s = setup(_cfg(model=NARROW, losses={"hidden_mse": 1.0, "att_mse": 1.0}, lr=1e-3), tiny_scored_dir)
+    s = setup(_cfg(model=NARROW, losses={"hidden_mse": 1.0, "att_mse": 1.0}, optim={"lr": 1e-3}), tiny_scored_dir)
     assert s.online.pairs == [(1, 2), (2, 4)]
     assert not list(s.online.teacher.parameters())[0].requires_grad
     (phase,) = phases("joint", LossWeights.of(s.cfg), 1, s.family.param_groups(s.model).keys())
@@ -271,7 +271,7 @@ def test_other_schedules_fold_the_layer_groups_into_encoder():
 
 
 def test_pkt_freezes_every_layer_but_its_own(tiny_scored_dir):
-    s = setup(_cfg(model={"n_layer": 2}, preset="mobilebert", lr=1e-2, weight_decay=0.1), tiny_scored_dir)
+    s = setup(_cfg(model={"n_layer": 2}, preset="mobilebert", optim={"lr": 1e-2, "weight_decay": 0.1}), tiny_scored_dir)
     groups = s.family.param_groups(s.model)
     plan = phases(s.cfg.phases, LossWeights.of(s.cfg), 1, groups.keys())
     assert [p.name for p in plan] == ["1 pkt layer 1", "1 pkt layer 2", "2 prediction"]
@@ -307,7 +307,7 @@ def test_each_preset_runs_end_to_end_on_the_tiny_teacher(preset, shape, tmp_path
     cfg = tmp_path / "cfg.yaml"
     layered = STUDENT_PRESETS[preset]["phases"] in ("two-step", "pkt")
     cfg.write_text(yaml.safe_dump({"preset": preset, "threads": 1, "latency_examples": 8, "epochs": 1,
-                                   "batch_size": 32, "lr": 1e-3, "model": shape,
+                                   "batch_size": 32, "optim": {"lr": 1e-3}, "model": shape,
                                    **({"layer_epochs": 2} if layered else {})}))
     out = tmp_path / "run"
     assert main(["train", "--transfer", tiny_scored_dir, "--dev", sst2_dev200, "--output", str(out),
@@ -338,7 +338,7 @@ def test_each_preset_runs_end_to_end_on_the_tiny_teacher(preset, shape, tmp_path
 def test_a_narrow_student_of_minilm_learns_the_layer_losses(small_scored_dir, losses):
     """MiniLM (6 × 384, 12 heads) teaching a random 3 × 192 student: the layer losses fall on a repeated batch."""
     s = setup(_cfg(model={"n_layer": 3, "hidden_size": 192, "num_attention_heads": 12, "intermediate_size": 384},
-                   lr=1e-3, **losses), small_scored_dir)
+                   optim={"lr": 1e-3}, **losses), small_scored_dir)
     assert s.online.pairs == ([(1, 2), (2, 4), (3, 6)] if "hidden_mse" in losses["losses"] else [(3, 6)])
     (phase,) = phases("joint", LossWeights.of(s.cfg), 1, s.family.param_groups(s.model).keys())
     batch = next(iter(train_batches(s, small_scored_dir, 0)))
@@ -363,7 +363,7 @@ def test_layer_texts_feed_the_layer_phases_and_the_prediction_phase_keeps_the_sc
                                                                   testing.transfer_rows(texts[50:])], ["0", "1"])
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(yaml.safe_dump({"preset": "tinybert", "threads": 1, "latency_examples": 8, "epochs": 1,
-                                   "layer_epochs": 2, "batch_size": 16, "lr": 1e-3, "model": {"n_layer": 2},
+                                   "layer_epochs": 2, "batch_size": 16, "optim": {"lr": 1e-3}, "model": {"n_layer": 2},
                                    "layer_texts": extra}))
     out = tmp_path / "run"
     assert main(["train", "--transfer", tiny_scored_dir, "--dev", sst2_dev200, "--output", str(out),

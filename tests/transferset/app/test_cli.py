@@ -202,7 +202,7 @@ def test_a_flag_value_that_starts_with_a_minus_needs_no_equals_sign():
     argv = ["--transfer", "T", "--dev", "D", "--output", "O", "--layer-map", "-1,2,3", "--lr", "-0.5", "--no-resume"]
     assert join_negative_values(parser, argv)[6:] == ["--layer-map=-1,2,3", "--lr=-0.5", "--no-resume"]
     args = parser.parse_args(join_negative_values(parser, argv))
-    assert (args.layer_map, args.lr) == ("-1,2,3", "-0.5")
+    assert (args.layer_map, getattr(args, "optim.lr")) == ("-1,2,3", "-0.5")  # a section's field: its dest
     with pytest.raises(SystemExit):  # what the join is for
         parser.parse_args(argv)
     _, parser, _ = build_subparser("score")  # a flag given twice (append) and a Beam option it does not declare

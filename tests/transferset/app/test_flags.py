@@ -22,10 +22,10 @@ def test_every_setting_has_a_flag_with_help_and_the_dataclass_default(cls):
         if (cls, f.name) in ((StudentConfig, "model"), (StudentConfig, "losses"), (BeamConfig, "options")):  # YAML only
             assert f.name not in actions
             continue
-        if f.name == "engine":  # a section: a flag per field of it, showing this trainer's default
+        if f.name in ("engine", "optim"):  # a section: a flag per field of it, showing this trainer's default
             default = f.default_factory()
             for g in dataclasses.fields(default):
-                action = actions[f"engine.{g.name}"]
+                action = actions[f"{f.name}.{g.name}"]
                 assert action.default is argparse.SUPPRESS and action.help.endswith(f"(default: {getattr(default, g.name)})")
             continue
         action = actions[f.name]

@@ -16,7 +16,7 @@ import pytest
 
 from transferset.app import keys, migrate
 from transferset.app.migrate import rules
-from transferset.app.migrate.rules import flat_losses
+from transferset.app.migrate.rules import flat_student
 from transferset.app.runner import STAGE_FILE, load_config, plan_stages, resolve_data, run_pipeline
 from transferset.config import TeacherConfig
 from transferset.contract import schema
@@ -500,7 +500,7 @@ def layout2_folder(case: str, root: Path):
     finished(cfg, LAYOUT2_KEYS[case])
     (root / "run" / keys.LAYOUT_FILE).write_text(json.dumps({"layout": 2}))
     written = typed.to_dict(cfg)
-    written["students"] = {name: flat_losses(s) for name, s in written["students"].items()}  # as layout 2 held them
+    written["students"] = {name: flat_student(s) for name, s in written["students"].items()}  # as layout 2 held them
     for section in written["students"].values():
         section["schedule"] = section.pop("phases")
     (root / "run" / "config.yaml").write_text(json.dumps(written))

@@ -11,7 +11,7 @@ import pytest
 
 from test_migrate import assert_refused_then_reused, finished, write_inputs
 from transferset.app import keys, migrate
-from transferset.app.migrate.rules import flat_losses
+from transferset.app.migrate.rules import flat_student
 from transferset.app.runner import load_config
 from transferset.runtime import typed
 
@@ -48,7 +48,7 @@ def layout3_folder(case: str, root: Path):
     finished(cfg, LAYOUT3_KEYS[case])
     (root / "run" / keys.LAYOUT_FILE).write_text(json.dumps({"layout": 3}))
     written = typed.to_dict(cfg)
-    written["students"] = {name: flat_losses(s) for name, s in written["students"].items()}
+    written["students"] = {name: flat_student(s) for name, s in written["students"].items()}
     (root / "run" / "config.yaml").write_text(json.dumps(written))
     return cfg
 

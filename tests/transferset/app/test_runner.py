@@ -44,7 +44,7 @@ def test_overrides_and_defaults_written_once():
     assert cfg.teacher.lr == 5e-5  # untouched settings keep the file's values
     # What the YAML leaves out comes from the stage's dataclass: the one place a default is written.
     assert cfg.score.hidden == ScoreConfig().hidden and cfg.augment.p_ng == AugmentConfig().p_ng
-    assert cfg.students["distilled"].weight_decay == StudentConfig().weight_decay
+    assert cfg.students["distilled"].optim.weight_decay == StudentConfig().optim.weight_decay
 
 
 @pytest.mark.parametrize("override, message", [
@@ -170,7 +170,7 @@ def test_run_passes_typed_settings_from_yaml_to_each_stage(tmp_path, sst2_dir):
     """The stage functions are recorders passed to the runner: its wiring is what is under test."""
     rec = RecordingStages()
     cfg = load_config("configs/demo.yaml", [f"run_dir={tmp_path / 'r'}", f"data={sst2_dir}", "augment.p_mask=0.3",
-                                            "score.batch_size=64", "students.distilled.lr=0.003",
+                                            "score.batch_size=64", "students.distilled.optim.lr=0.003",
                                             "beam.workers=2", "unlabeled_rows=50"])
     run_pipeline(cfg, log=lambda m: None, functions=rec.functions())
     seen = rec.seen
@@ -188,7 +188,7 @@ def test_run_passes_typed_settings_from_yaml_to_each_stage(tmp_path, sst2_dir):
     assert inputs[0] == labeled
     (s_cfg, scored_input, _, _), (dev_cfg, dev_input, _, _) = seen["score"]
     assert isinstance(s_cfg, ScoreConfig) and s_cfg.batch_size == 64 and dev_cfg == s_cfg
-    assert [c.lr for c, _, _ in seen["students"]] == [None, 0.003]
+    assert [c.optim.lr for c, _, _ in seen["students"]] == [None, 0.003]
     # The students early-stop on, and report agreement on, the validation split the teacher scored once.
     dev_rows = transfer.read_table(dev_input)
     assert dev_rows.num_rows == 1000 and dev_rows.column(schema.LABEL).null_count == 0
@@ -304,8 +304,8 @@ def test_a_rerun_reuses_every_current_stage_and_redoes_what_changed_downstream(t
     keys = {s: json.loads((tmp_path / "r" / f / STAGE_FILE).read_text())["key"]
             for s, f in [("data", "data"), ("augment", "transfer"), ("teacher", "teacher"), ("score", "scored")]}
     assert run() == []
-    assert run("students.distilled.lr=0.003") == ["students.distilled", "test"]
-    assert run("students.distilled.lr=0.003", "score.batch_size=64") == [
+    assert run("students.distilled.optim.lr=0.003") == ["students.distilled", "test"]
+    assert run("students.distilled.optim.lr=0.003", "score.batch_size=64") == [
         "score", "dev.score", "students.labels_only", "students.distilled", "test"]
     # The derived keys are the ones the hand-written chain wrote before stages were data, so the run
     # directories made then are reused, not redone.
@@ -369,7 +369,7 @@ def test_layer_texts_rest_is_a_stage_of_the_rows_no_pool_took_read_by_that_stude
     students = {c.layer_texts for c, _, _ in seen["students"]}
     assert students == {None, str(run_dir / "layer_texts")}  # labels_only reads no such set
     assert run()[0] == []
-    assert run("students.distilled.lr=0.003")[0] == ["students.distilled", "test"]
+    assert run("students.distilled.optim.lr=0.003")[0] == ["students.distilled", "test"]
 
 
 def test_layer_texts_rest_without_a_split_and_a_missing_set_are_refused_before_any_stage(tmp_path, sst2_dir):
@@ -462,7 +462,7 @@ def test_demo_config_runs_end_to_end_reduced(sst2_dir, tmp_path, head_tsv, capsy
     distilled = (run_dir / "students" / "distilled" / STAGE_FILE).stat().st_mtime_ns
     labels_only = (run_dir / "students" / "labels_only" / STAGE_FILE).stat().st_mtime_ns
     assert main(["run", "--config", "configs/demo.yaml", f"run_dir={run_dir}", *small,
-                 "students.distilled.lr=0.003"]) == 0
+                 "students.distilled.optim.lr=0.003"]) == 0
     err = capsys.readouterr().err
     assert "[teacher] up to date" in err and "[score] up to date" in err
     assert {d: (run_dir / d / STAGE_FILE).stat().st_mtime_ns for d in ("teacher", "transfer", "scored")} == stamps

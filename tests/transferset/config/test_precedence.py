@@ -17,7 +17,7 @@ from transferset.config import STUDENT_LAYERS, STUDENT_PRESETS, RunConfig, Stude
 from transferset.runtime import typed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-TINYBERT = {"preset": "tinybert", "losses": {"kd": 2.0}, "lr": 1e-3, "engine": {"warmup": 0.2}}  # a file over a preset
+TINYBERT = {"preset": "tinybert", "losses": {"kd": 2.0}, "optim": {"lr": 1e-3}, "engine": {"warmup": 0.2}}  # over a preset
 
 
 def _train(tmp_path, *argv: str, config=None) -> StudentConfig:
@@ -50,7 +50,7 @@ def test_default_layer_the_family_sets_the_engine_and_the_learning_rate(tmp_path
     bilstm, transformer = _train(tmp_path), _train(tmp_path, "--student", "transformer")
     assert (bilstm.engine.schedule, bilstm.engine.warmup) == ("linear", 0.1)
     assert (transformer.engine.schedule, transformer.engine.warmup) == ("constant", 0.0)
-    assert bilstm.lr is None and transformer.lr is None  # null: the family's, read where the optimizer is made
+    assert bilstm.optim.lr is None and transformer.optim.lr is None  # null: the family's, read where the optimizer is made
     assert (_trained_lr(bilstm), _trained_lr(transformer)) == (2e-3, 1e-4)
     # the page states the families' rates as the families hold them
     assert family("static").default_lr == 2e-3 and "BiLSTM and static 2e-3, transformer 1e-4" in STUDENT_LAYERS[0][1]
@@ -79,14 +79,14 @@ def test_preset_layer_over_the_default(tmp_path, monkeypatch):
     assert cfg.weight("ce") == cfg.weight("mse") == 0.0  # a preset's losses are all it trains on
     assert cfg.engine.schedule == "constant"
     # a preset that sets the learning rate and part of the engine: over the family's, the rest of the engine kept
-    monkeypatch.setitem(STUDENT_PRESETS, "slow", {"lr": 3e-4, "engine": {"warmup": 0.05}})
+    monkeypatch.setitem(STUDENT_PRESETS, "slow", {"optim": {"lr": 3e-4}, "engine": {"warmup": 0.05}})
     slow = _train(tmp_path, "--preset", "slow")
     assert (slow.student, _trained_lr(slow), slow.engine.schedule, slow.engine.warmup) == ("bilstm", 3e-4, "linear", 0.05)
 
 
 def test_file_layer_over_the_preset(tmp_path):
     cfg = _train(tmp_path, config=TINYBERT)
-    assert (cfg.weight("kd"), cfg.lr, cfg.engine.warmup) == (2.0, 1e-3, 0.2)
+    assert (cfg.weight("kd"), cfg.optim.lr, cfg.engine.warmup) == (2.0, 1e-3, 0.2)
     # the layers below: the preset's other losses, and kd's temperature (a loss merges setting by setting)
     assert (cfg.student, cfg.weight("att_mse"), cfg.engine.schedule) == ("transformer", 1.0, "constant")
     assert cfg.losses["kd"] == {"weight": 2.0, "temperature": 1.0}
@@ -95,14 +95,14 @@ def test_file_layer_over_the_preset(tmp_path):
 def test_flags_layer_over_the_file(tmp_path):
     cfg = _train(tmp_path, "--epochs", "3", "--lr", "5e-4", "--warmup", "0.3", "--schedule", "cosine",
                  config={**TINYBERT, "epochs": 7})
-    assert (cfg.epochs, cfg.lr, cfg.engine.warmup, cfg.engine.schedule) == (3, 5e-4, 0.3, "cosine")
+    assert (cfg.epochs, cfg.optim.lr, cfg.engine.warmup, cfg.engine.schedule) == (3, 5e-4, 0.3, "cosine")
     assert cfg.weight("att_mse") == 1.0 and cfg.weight("kd") == 2.0 and cfg.preset == "tinybert"
 
 
 def test_key_value_layer_over_the_flags(tmp_path):
-    cfg = _train(tmp_path, "--lr", "5e-4", "--warmup", "0.3", "losses.kd=4", "lr=2e-4", "engine.warmup=0.4",
+    cfg = _train(tmp_path, "--lr", "5e-4", "--warmup", "0.3", "losses.kd=4", "optim.lr=2e-4", "engine.warmup=0.4",
                  "model.n_layer=2", "losses.kd.temperature=3", config={**TINYBERT, "losses": {"kd": {"weight": 2.0}}})
-    assert (cfg.weight("kd"), cfg.lr, cfg.engine.warmup, cfg.model) == (4.0, 2e-4, 0.4, {"n_layer": 2})
+    assert (cfg.weight("kd"), cfg.optim.lr, cfg.engine.warmup, cfg.model) == (4.0, 2e-4, 0.4, {"n_layer": 2})
     assert LossWeights.of(cfg).temperature == 3.0
     assert cfg.engine.schedule == "constant"  # a section merges key by key: the family's schedule stays
 
@@ -111,11 +111,11 @@ def test_run_takes_the_same_order(tmp_path):
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump({"data": str(tmp_path), "students": {"tiny": TINYBERT, "plain": {}}}))
     cfg = runner.load_config(str(path), ["students.tiny.losses.kd=4", "students.tiny.engine.warmup=0.4",
-                                         "students.plain.lr=2e-4"])
+                                         "students.plain.optim.lr=2e-4"])
     tiny, plain = settled(cfg.students["tiny"]), settled(cfg.students["plain"])
-    assert (tiny.weight("kd"), tiny.lr, tiny.engine.warmup, tiny.weight("att_mse"), tiny.engine.schedule) == \
+    assert (tiny.weight("kd"), tiny.optim.lr, tiny.engine.warmup, tiny.weight("att_mse"), tiny.engine.schedule) == \
         (4.0, 1e-3, 0.4, 1.0, "constant")
-    assert (plain.student, plain.lr, plain.engine.schedule, plain.engine.warmup) == ("bilstm", 2e-4, "linear", 0.1)
+    assert (plain.student, plain.optim.lr, plain.engine.schedule, plain.engine.warmup) == ("bilstm", 2e-4, "linear", 0.1)
 
 
 def test_the_starter_is_a_file_layer_of_the_same_order(tmp_path):
@@ -145,7 +145,7 @@ def test_a_setting_under_its_earlier_name_is_refused_with_its_name_now(tmp_path)
     assert (cfg.engine.schedule, cfg.phases) == ("cosine", "progressive")
 
 
-def test_a_loss_weight_as_a_setting_of_its_own_is_refused_with_its_place_in_losses(tmp_path):
+def test_a_loss_weight_or_an_optimizer_setting_of_the_students_own_is_refused_with_its_place_now(tmp_path):
     import pytest
 
     from transferset.runtime.errors import ConfigError
@@ -155,6 +155,9 @@ def test_a_loss_weight_as_a_setting_of_its_own_is_refused_with_its_place_in_loss
         _train(tmp_path, config={"kd": 1.0})
     with pytest.raises(ConfigError, match=r"`temperature: 2.0` is now `losses: \{kd: \{weight: W, temperature: 2.0\}\}`"):
         _train(tmp_path, config={"losses": {"kd": 1.0}, "temperature": 2.0})
+    with pytest.raises(ConfigError, match=r"`lr: 0.001` is now `optim: \{lr: 0.001\}` \(the optimizer's section; the flag"):
+        _train(tmp_path, config={"lr": 1e-3})
+    assert _train(tmp_path, "--lr", "1e-3").optim.lr == 1e-3  # the flag keeps its name
 
 
 def test_a_rename_without_a_note_is_said_in_its_own_words(monkeypatch):

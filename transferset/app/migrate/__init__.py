@@ -18,7 +18,7 @@ from typing import Any, Optional, Sequence
 from students.losses import canonical
 from transferset import fs
 from transferset.app import keys, runner
-from transferset.app.migrate.rules import RULES, V1, grouped_losses, renamed, student_legacy
+from transferset.app.migrate.rules import RULES, V1, grouped_student, renamed, student_legacy
 from transferset.app.plan import build_plan
 from transferset.app.stages import stage_key
 from transferset.app.stages.context import StageFunctions
@@ -175,8 +175,8 @@ def convert_checkpoint(folder: str, teacher: bool, labels: Optional[Sequence[str
 
 def today_student(settings: dict) -> dict:
     """A student's settings (a mapping, whole or partial) under today's names (precedence.RENAMED) and in today's
-    form (its losses under `losses:`, rules.grouped_losses)."""
-    return grouped_losses(renamed(settings, RENAMED))
+    form (its losses under `losses:`, its optimizer's settings under `optim:`: rules.grouped_student)."""
+    return grouped_student(renamed(settings, RENAMED))
 
 
 def today_names(raw: dict) -> dict:

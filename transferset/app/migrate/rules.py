@@ -6,7 +6,7 @@ form of before it existed. Layout 2 held every setting at its value, as today's 
 then: a student's phase plan was `schedule`, now `phases` (precedence.RENAMED). Layout 3 is layout 2 under
 today's names, with each built-in loss a student setting of its own name (`kd: 1.0`, `temperature: 2.0`): today
 every loss is under `losses:` (precedence.LOSS_SETTINGS), in the canonical form of students.losses.canonical.
-Each layout's rules are a class with the names build_plan calls (V1, V2, V3); `flat_losses` and `grouped_losses`
+Each layout's rules are a class with the names build_plan calls (V1, V2, V3); `flat_student` and `grouped_student`
 turn a student's settings from one form into the other.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any, Optional, Sequence
 
 from transferset import augment as augment_ops
 from transferset.app import keys
-from transferset.config.precedence import DEFAULT_LOSSES, LOSS_SETTINGS, RENAMED, STUDENT_PRESETS
+from transferset.config.precedence import DEFAULT_LOSSES, LOSS_SETTINGS, OPTIM_SETTINGS, RENAMED, STUDENT_PRESETS
 from transferset.runtime import typed
 
 # --- the layout-1 rules --------------------------------------------------------------------------
@@ -78,7 +78,7 @@ def section(kind: str, cfg: Any) -> dict[str, Any]:
     `engine` says."""
     values, defaults = typed.to_dict(cfg), _defaults(type(cfg))
     if kind == "student":
-        values, defaults = earlier_names(flat_losses(values)), earlier_names(flat_losses(defaults))
+        values, defaults = earlier_names(flat_student(values)), earlier_names(flat_student(defaults))
     engine_values = values.pop("engine", None)
     never = set(EXECUTION.get(kind, ())) | set(getattr(cfg, "EXECUTION", ()))
     frozen = FROZEN[kind]
@@ -219,7 +219,7 @@ def earlier_names(settings: dict) -> dict:
 
 
 class V3:
-    """The layout-3 key rules: today's, with a student's losses in the flat form (`flat_losses`)."""
+    """The layout-3 key rules: today's, with a student's settings in the flat form (`flat_student`)."""
 
     data, teacher, augment, score = staticmethod(keys.data), staticmethod(keys.teacher), \
         staticmethod(keys.augment), staticmethod(keys.score)
@@ -230,7 +230,7 @@ class V3:
     def student(s_cfg: Any, layer_texts_set: Optional[str] = None) -> dict:
         """A student's key settings as layout 3 held them: every setting at its value, the flat losses among them,
         `losses` the others with a non-zero weight."""
-        settings = flat_losses(keys.section(s_cfg))
+        settings = flat_student(keys.section(s_cfg))
         if settings.get("losses"):
             settings["losses"] = {k: v for k, v in settings["losses"].items() if _weight(v)}
         if layer_texts_set is not None:
@@ -252,17 +252,19 @@ class V2:
 RULES = {None: V1, 2: V2, 3: V3}  # a run folder's layout (None: no record, layout 1) → the rules its keys were made by
 
 
-# --- the losses' two forms --------------------------------------------------------------------------
+# --- a student's settings in the two forms ------------------------------------------------------------
 
 def _weight_of(value: Any) -> float:
     return float(value.get("weight", 0.0) if isinstance(value, dict) else value)
 
 
-def flat_losses(values: dict) -> dict:
-    """A student's settings (today's, as typed.to_dict gives them) in the form of layouts 1-3: each loss of
-    LOSS_SETTINGS a setting of its own name (0.0 where `losses:` names none), kd's temperature the setting
-    `temperature`, `losses` the other losses (those a package registers)."""
-    out = {k: v for k, v in values.items() if k != "losses"}
+def flat_student(values: dict) -> dict:
+    """A student's settings (today's, as typed.to_dict gives them) in the form of layouts 1-3: the `optim:` section's
+    fields settings of the student's own; each loss of LOSS_SETTINGS a setting of its own name (0.0 where `losses:`
+    names none), kd's temperature the setting `temperature`, `losses` the other losses (those a package
+    registers)."""
+    out = {k: v for k, v in values.items() if k not in ("losses", "optim")}
+    out.update(values.get("optim") or {})
     others = dict(values.get("losses") or {})
     for name in LOSS_SETTINGS:
         out[name] = _weight_of(others.pop(name, 0.0))
@@ -272,19 +274,22 @@ def flat_losses(values: dict) -> dict:
     return out
 
 
-def grouped_losses(values: dict) -> dict:
-    """A student's settings in the form of layouts 1-3 (a mapping, whole or partial) in today's: the losses of
-    LOSS_SETTINGS it names (zero weights too: they override a preset's) and kd's temperature under `losses:` with
-    the others it held there. A mapping that names a loss but not ce or mse, and no preset that sets losses, gets
-    them at their earlier default, 1.0, which it trained with."""
-    names = [n for n in LOSS_SETTINGS if n in values]
-    if not names and "temperature" not in values:
-        return values
-    out = {k: v for k, v in values.items() if k not in LOSS_SETTINGS and k != "temperature"}
+def grouped_student(values: dict) -> dict:
+    """A student's settings in the form of layouts 1-3 (a mapping, whole or partial) in today's: the optimizer's
+    settings it names under `optim:`; the losses of LOSS_SETTINGS it names (zero weights too: they override a
+    preset's) and kd's temperature under `losses:` with the others it held there. A mapping that names a loss but
+    not ce or mse, and no preset that sets losses, gets them at their earlier default, 1.0, which it trained with."""
+    out = {k: v for k, v in values.items() if k not in OPTIM_SETTINGS}
+    optim = {k: values[k] for k in OPTIM_SETTINGS if k in values}
+    if optim:
+        out["optim"] = {**optim, **(values.get("optim") or {})}
+    if not any(n in values for n in LOSS_SETTINGS) and "temperature" not in values:
+        return out
     losses = {n: values[n] for n in LOSS_SETTINGS if n in values}
     if values.get("preset") not in STUDENT_PRESETS:  # a preset that sets losses names its own
         losses = {**{n: w for n, w in DEFAULT_LOSSES.items() if n not in losses}, **losses}
     if "temperature" in values:
         losses["kd"] = {"weight": losses.get("kd", 0.0), "temperature": values["temperature"]}
+    out = {k: v for k, v in out.items() if k not in LOSS_SETTINGS and k != "temperature"}
     out["losses"] = {**losses, **(values.get("losses") or {})}
     return out
