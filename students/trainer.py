@@ -248,7 +248,6 @@ def evaluate_run(s: Setup, student: Student, transfer_dir: str, dev: EvalData) -
     dev_counts = np.bincount(dev.labels[dev.labels != NO_LABEL], minlength=len(s.label_names))
     return {
         "student": s.family.name,
-        "schedule": cfg.phases,
         "dev": dev.path,
         "dev_rows": int(len(dev.texts)),
         "dev_accuracy": accuracy(dev_pred, dev.labels),

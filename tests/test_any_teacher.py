@@ -40,7 +40,9 @@ BILSTM = testing.small_student(16, **STUDENT, student="bilstm", model={"head_dim
 # TinyBERT's preset (embedding, hidden and attention-score MSE, KD) with MiniLM's attention and value-relation
 # KL, DistilBERT's cosine and PKD, the layer losses against the teacher run alongside.
 LOSSES = {"emb_mse", "hidden_mse", "att_mse", "att_kl", "value_kl", "cos", "kd", "pkd"}
-TRANSFORMER = {**STUDENT, "student": "transformer", "preset": "tinybert", "phases": "joint", "losses": {"att_kl": 1.0, "value_kl": 1.0, "cos": 1.0, "pkd": 1.0}, "lr": 1e-3, "model": {"n_layer": 2}}
+TRANSFORMER = {**STUDENT, "student": "transformer", "preset": "tinybert", "phases": "joint",
+               "losses": {"att_kl": 1.0, "value_kl": 1.0, "cos": 1.0, "pkd": 1.0}, "optim": {"lr": 1e-3},
+               "model": {"n_layer": 2}}
 
 
 def _head(src: Path, dst: Path, n: int) -> str:

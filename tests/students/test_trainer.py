@@ -36,9 +36,13 @@ def _run(tmp_path, scored, dev, *args, **values):
 # --------------------------------------------------------------------------- fast
 
 
-def test_a_run_writes_model_metrics_and_curves(tmp_path, tiny_scored_dir, sst2_dev200):
+def test_a_run_writes_model_metrics_and_curves(tmp_path, tiny_scored_dir, sst2_dev200, capsys):
     out, m = _run(tmp_path, tiny_scored_dir, sst2_dev200, "--epochs", "2", model={"embed_dim": 16, "hidden": 16})
     assert m["student"] == "bilstm" and m["dev_rows"] == 200
+    # the phase plan is a setting (config.phases); `phases` is what each phase ran, as the summary printed says
+    assert m["config"]["phases"] == "joint" and [p["epochs_run"] for p in m["phases"]] == [2] and "schedule" not in m
+    summary = json.loads(capsys.readouterr().out)
+    assert (summary["student"], summary["phases"], summary["dev_accuracy"]) == ("bilstm", "joint", m["dev_accuracy"])
     assert m["dev_majority_baseline"] == pytest.approx(105 / 200)  # the first 200 SST-2 dev rows: 105 negative
     assert m["transfer"]["rows"] == 128 and m["transfer"]["labeled_rows"] == 96
     assert [h["epoch"] for h in m["history"]] == [1, 2] and all(set(h["losses"]) == {"ce", "mse"} for h in m["history"])

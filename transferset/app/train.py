@@ -68,9 +68,10 @@ def run(args: argparse.Namespace, extra) -> int:
                     progress=not args.no_progress)
     if "rank" in metrics:  # under torchrun / accelerate launch, only rank 0 writes and reports
         return 0
-    summary = {k: metrics[k] for k in ("student", "schedule", "dev_accuracy", "dev_majority_baseline",
+    summary = {k: metrics[k] for k in ("student", "dev_accuracy", "dev_majority_baseline",
                                         "teacher_agreement", "parameters", "latency_ms_per_example",
                                         "latency_conditions")}
+    summary["phases"] = cfg.phases  # the phase plan (metrics.json: config.phases; its `phases`: each phase run)
     summary["output"] = args.output
     print(json.dumps(summary, indent=2))
     return 0

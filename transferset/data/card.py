@@ -85,7 +85,7 @@ def records(folder: str) -> dict[str, Any]:
             augment = json.loads(augment)
         out.update(labels=sidecar.get("label_names") or meta.get(schema.META_LABEL_NAMES) or [],
                    teacher=t.get("teacher_id") or meta.get(schema.META_TEACHER_ID) or sidecar.get("teacher_id"),
-                   family=metrics.get("student") or sidecar.get("family"), schedule=metrics.get("schedule"),
+                   family=metrics.get("student") or sidecar.get("family"),
                    parameters=metrics.get("parameters"), transfer_dir=t.get("dir"), transfer_rows=t.get("rows"),
                    labeled_rows=t.get("labeled_rows"), augment=augment or {}, selection_file=metrics.get("dev"),
                    agreement=metrics.get("teacher_agreement"), settings=metrics.get("config") or {})

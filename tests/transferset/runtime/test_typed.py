@@ -8,7 +8,7 @@ from transferset.runtime.errors import ConfigError
 
 
 def test_values_round_trip_through_plain_dicts():
-    cfg = typed.load(RunConfig, {"students": {"a": {"kd": 1.0}}, "score": {"layers": "-1,2"},
+    cfg = typed.load(RunConfig, {"students": {"a": {"losses": {"kd": 1.0}}}, "score": {"layers": "-1,2"},
                                   "beam": {"workers": 2, "options": {"project": "p"}}}, where="x")
     again = typed.load(RunConfig, typed.to_dict(cfg), where="x")
     assert again == cfg and cfg.score.layers == (-1, 2)
