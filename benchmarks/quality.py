@@ -167,7 +167,7 @@ def best(variants: dict[str, list[dict]], kind: str, family: str) -> Optional[st
 
 
 def targets(setting: str, run_dir: str, teacher: dict, variants: dict[str, list[dict]]) -> list[str]:
-    """The issue's targets on test means, for the variants chosen on validation means."""
+    """The quality targets on test means, for the variants chosen on validation means."""
     test = {b: statistics.mean(m["test_accuracy"] for m in ms) for b, ms in variants.items()}
     t = teacher["test_accuracy"]
     out = []

@@ -21,7 +21,7 @@ command and every Beam worker it starts), sampled every 0.2 s with psutil; share
 workers count once per process, so it is an upper bound. Rows/s is rows out of the stage (augment:
 rows written after dedup; score: rows scored; train: rows of the epoch) over the command's wall
 time, start-up included. The table compares each size with the smallest (throughput) and with the
-second smallest (memory, the issue's 100k baseline).
+second smallest (memory, the 100k-row baseline).
 
 Without `--teacher`, the packaged MiniLM with a seeded, untrained 2-class head stands in (scoring
 costs the same whatever the weights); `--teacher-layers K` keeps its first K layers to make scoring

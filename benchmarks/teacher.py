@@ -10,8 +10,8 @@ ratios. On a shared machine compare CPU times with `--threads 1` (see `cpu_secon
     .venv/bin/python benchmarks/teacher.py                      # 3,000 SST-2 rows, 2 epochs, 2 rounds each
     .venv/bin/python benchmarks/teacher.py --threads 1 --rounds 1
 
-The baseline is the loop of transferset/teacher/train.py at commit 3cfe801, copied below with its
-helpers (`pad_batch` then lived in teacher/scoring.py) and one change: the evaluation result no
+The baseline is the hand-written loop transferset/teacher/train.py held before transformers.Trainer, copied
+below with its helpers (`pad_batch` then lived in teacher/scoring.py) and one change: the evaluation result no
 longer rebinds the `dev` argument (the bug that wrote {accuracy, loss} as metrics.json's "dev").
 """
 from __future__ import annotations
@@ -48,7 +48,7 @@ from transferset.teacher.train import encode, read_split  # noqa: E402
 SST2 = ROOT.parent / "shared" / "data" / "sst2"
 
 
-# --- the baseline: the hand-written loop (3cfe801) -------------------------------------------
+# --- the baseline: the hand-written loop -----------------------------------------------------
 
 def pad_batch(features: Sequence[dict[str, list[int]]], pad_values: dict[str, int], padding_side: str = "right"):
     """Pad token-id lists to the longest in this batch; returns torch tensors (B, T)."""

@@ -153,9 +153,9 @@ def test_existing_complete_output_is_refused_without_overwrite(tmp_path, capsys)
 
 
 def test_augment_never_deletes_files_it_did_not_write(tmp_path, sst2_dir, capsys):
-    """Issue 25 item 1: `mkdir -p p/data && cp D.tsv p/data/keep.tsv && transferset augment --input T.tsv
-    --output p --n-iter 0` exited 0 and keep.tsv was gone (data/, rejects/ and stats.json of any output
-    without _COMPLETE were removed before writing, whatever they held)."""
+    """`mkdir -p p/data && cp D.tsv p/data/keep.tsv && transferset augment --input T.tsv --output p --n-iter 0`
+    is refused and keeps keep.tsv: an output without _COMPLETE is not cleared whatever its data/, rejects/ and
+    stats.json hold, and files augment did not write are never deleted, not even with --overwrite."""
     src = tmp_path / "in.jsonl"
     src.write_text('{"text": "a fine film", "label": 1}\n{"text": "a dull film", "label": 0}\n')
     p = tmp_path / "p"
@@ -395,8 +395,8 @@ def test_every_source_excluded_leaves_one_empty_readable_file_and_no_dedup_files
 
 
 def test_a_users_files_inside_data_and_rejects_survive_a_rerun_and_an_overwrite(tmp_path):
-    """Issue 42: the record named the whole data/ folder: a rerun onto an unfinished transfer set deleted the
-    user's data/keep.txt, and --overwrite on a complete one rejects/mine.jsonl too."""
+    """The record names augment's own files, not the whole data/ folder: a rerun onto an unfinished transfer set
+    and --overwrite on a complete one keep the user's data/keep.txt and rejects/mine.jsonl."""
     src = tmp_path / "in.jsonl"
     src.write_text('{"text": "a fine film", "label": 1}\n{"text": "a dull film", "label": 0}\n{"text": 3}\n')
     p = tmp_path / "p"

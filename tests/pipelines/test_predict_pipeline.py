@@ -105,8 +105,8 @@ def test_pairs_as_jsonl(tmp_path):
 
 
 def test_repeated_sentences_keep_their_own_rows_ids_and_lines(tmp_path):
-    """Issue 25 item 12: 614 rows with 317 distinct ids, because the id was the text's hash; now each
-    row has its own id and says which file and line it came from, and a rule of the text still holds."""
+    """Each row has its own id, not the text's hash (which gave 614 rows 317 distinct ids), and says which file
+    and line it came from; the same text keeps one source_id and the rule's probabilities."""
     a, b = tmp_path / "a.tsv", tmp_path / "b.csv"
     a.write_text("sentence\nsame words\nother words\nsame words\n")
     b.write_text("sentence\nsame words\n")

@@ -581,9 +581,9 @@ def test_colliding_id_hashes_change_no_route(tmp_path, monkeypatch, transfer_dir
 
 def test_a_users_files_in_data_and_rejects_survive_a_rerun_a_resume_and_an_overwrite(scored_copy, transfer_dir,
                                                                                      teacher_dir):
-    """Issue 42: `cp -r SCORED g4; rm g4/_COMPLETE; echo x > g4/data/keep.txt; transferset score ... --output g4`
-    deleted keep.txt (the record named the whole data/ folder); --overwrite on a complete output deleted
-    rejects/mine.jsonl too."""
+    """`cp -r SCORED g4; rm g4/_COMPLETE; echo x > g4/data/keep.txt; transferset score ... --output g4` keeps
+    keep.txt, and a --resume or an --overwrite of a complete output keeps rejects/mine.jsonl too: the record
+    names score's own files, not the whole data/ folder."""
     src, rows = transfer_dir
     g4 = scored_copy
     os.remove(os.path.join(g4, schema.COMPLETE_MARKER))

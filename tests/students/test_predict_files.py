@@ -265,8 +265,8 @@ def _load_length_rule(path):
 
 
 def test_in_process_and_beam_rows_say_where_they_were_read_the_same_way(tmp_path):
-    """Issue 25 item 12, both paths: a sentence repeated within and across inputs keeps one row per input
-    line, each with its own id, file and line, and the two paths write the same rows."""
+    """In process and on Beam, a sentence repeated within and across inputs keeps one row per input line, each
+    with its own id, file and line, and the two paths write the same rows."""
     import apache_beam as beam
 
     from pipelines.predict import PredictJob, build
@@ -297,8 +297,8 @@ def _tree(root: Path) -> dict:
 @pytest.mark.parametrize("runner", ([], ["--beam"]))
 def test_predict_into_the_folder_of_its_input_is_refused_and_deletes_nothing(runner, models, inputs, tmp_path,
                                                                              monkeypatch, capsys):
-    """Issue 25 item 1: `predict --input data/sst2/train.tsv --output .` deleted its own input (the data/ of
-    any output without _COMPLETE was cleared first), then stopped with a traceback."""
+    """`predict --input data/sst2/train.tsv --output .` is refused, exit 2, with or without --overwrite, and
+    deletes nothing: an output folder that contains the input is never cleared."""
     import shutil
 
     tsv = next(p for p in inputs[0] if p.endswith(".tsv"))
@@ -315,8 +315,8 @@ def test_predict_into_the_folder_of_its_input_is_refused_and_deletes_nothing(run
 
 
 def test_predict_into_a_run_directory_keeps_its_stages(models, inputs, tmp_path, capsys):
-    """Issue 25 item 1: `predict --output RUN` deleted the run's data/ stage (labeled, unlabeled and
-    validation rows), which the run's later stages read."""
+    """`predict --output RUN` is refused, with or without --overwrite, and keeps the run's data/ stage (labeled,
+    unlabeled and validation rows), which the run's later stages read."""
     run = tmp_path / "run"
     files = {"config.yaml": "run_dir: run\n", "data/labeled.jsonl": '{"text": "a fine film", "label": 1}\n',
              "data/unlabeled.jsonl": '{"text": "a film"}\n', "data/split.json": "{}\n",
@@ -338,7 +338,8 @@ def test_predict_into_a_run_directory_keeps_its_stages(models, inputs, tmp_path,
 
 
 def test_predict_onto_a_transfer_set_says_what_the_folder_holds(models, inputs, tmp_path, capsys):
-    """Issue 25 item 11: `predict --output` onto a transfer set said it "already holds complete predictions"."""
+    """`predict --output` onto a transfer set says it holds a complete run of `transferset augment`, not
+    "complete predictions"."""
     src = tmp_path / "in.jsonl"
     src.write_text('{"text": "a fine film", "label": 1}\n{"text": "a dull film", "label": 0}\n')
     transfer_set = tmp_path / "transfer"
@@ -355,8 +356,8 @@ def test_predict_onto_a_transfer_set_says_what_the_folder_holds(models, inputs, 
 
 @pytest.mark.parametrize("runner", ([], ["--runner", "FnApiRunner"]))
 def test_a_users_files_inside_data_and_rejects_survive_a_rerun_and_an_overwrite(runner, models, inputs, tmp_path):
-    """Issue 42: a rerun onto unfinished predictions deleted the user's data/keep.txt (the record named the
-    whole data/ folder); --overwrite on complete ones deleted rejects/mine.jsonl too. In process and on Beam."""
+    """A rerun onto unfinished predictions and --overwrite on complete ones keep the user's data/keep.txt and
+    rejects/mine.jsonl (the record names predict's own files, not the whole data/ folder). In process and on Beam."""
     tsv = next(p for p in inputs[0] if p.endswith(".tsv"))
     out = tmp_path / "out"
     args = ["predict", "--model", models["bilstm"], "--input", tsv, "--output", str(out), *runner]

@@ -217,7 +217,7 @@ def test_evaluate_by_length_refuses_bad_edges(tiny_teacher4, sst2_dev200, edges,
 
 @pytest.mark.parametrize("edges", ["5,,10", "5,10,", ",5"])
 def test_evaluate_by_length_refuses_an_empty_edge(tiny_teacher4, sst2_dev200, edges, capsys):
-    """Issue 42 item 9: `--by-length 5,,10` silently became 5,10."""
+    """`--by-length 5,,10` (or a comma at an end) is refused, exit 2, never silently read as 5,10."""
     with pytest.raises(SystemExit) as exc:
         main(["evaluate", "--model", tiny_teacher4, "--data", sst2_dev200, "--by-length", edges])
     assert exc.value.code == 2

@@ -55,8 +55,8 @@ def test_a_run_writes_model_metrics_and_curves(tmp_path, tiny_scored_dir, sst2_d
 
 
 def test_a_run_checks_and_counts_its_scored_set_once(tmp_path, tiny_scored_dir, sst2_dev200, monkeypatch):
-    """Issue 43: before its first step the trainer opened the scored set six times, one a full pass; now once
-    (students.data.ScoredSet.open). The model card reads the set's records again afterwards."""
+    """Before its first step the trainer opens and counts the scored set once (students.data.ScoredSet.open), not
+    six times with one a full pass. The model card reads the set's records again afterwards."""
     from students import data, trainer
 
     passes, opens, before_step_1 = [], [], []
@@ -69,8 +69,8 @@ def test_a_run_checks_and_counts_its_scored_set_once(tmp_path, tiny_scored_dir, 
 
 
 def test_the_training_time_latency_says_what_it_was_taken_under(tmp_path, tiny_scored_dir, sst2_dev200, capsys):
-    """Issue 26 item 5: metrics.json recorded a latency on the training threads with no load, which the
-    report no longer trusted; it is now taken the report's way (one thread) and carries its conditions."""
+    """metrics.json's latency is taken the report's way (one thread) and carries its conditions, not timed on
+    the training threads with no load recorded; the training's threads are set back afterwards."""
     import torch
 
     threads = torch.get_num_threads()
@@ -183,8 +183,8 @@ def test_refuses_unknown_settings_and_an_existing_output(tmp_path, tiny_scored_d
 
 
 def test_a_killed_train_is_redone_without_overwrite(tmp_path, tiny_scored_dir, sst2_dev200, capsys, monkeypatch):
-    """Issue 25 item 10: a `train` killed after creating model/ blocked its own rerun ("model already exists")
-    although model/ was empty: an unfinished output of the same command is ours to redo."""
+    """A `train` killed after creating model/ does not block its own rerun ("model already exists"): an
+    unfinished output of the same command is ours to redo, without --overwrite."""
     import students.trainer
 
     small = {"model": {"embed_dim": 16, "hidden": 16}}

@@ -168,7 +168,8 @@ def test_pickle_weights_for_evaluate_name_only_flags_that_exist(tmp_path, tiny_t
 
 def test_a_bilstm_student_given_as_teacher_says_what_it_is(tmp_path, tiny_scored_dir, small_student, sst2_dev200,
                                                          capsys):
-    """Issue 25 item 11: a BiLSTM student folder as --teacher of a transformer student named sentencepiece."""
+    """A BiLSTM student folder as --teacher of a transformer student (or as --tokenizer) is said to be one, in one
+    line, exit 2: nothing about sentencepiece."""
     for given in (small_student, small_student / "model"):
         rc, err = _call(["train", "--transfer", tiny_scored_dir, "--dev", sst2_dev200, "--output",
                          str(tmp_path / "o"), "--student", "transformer", "--teacher", str(given), "--epochs", "1",
@@ -184,8 +185,8 @@ def test_a_bilstm_student_given_as_teacher_says_what_it_is(tmp_path, tiny_scored
 
 
 def test_a_student_with_nan_weights_is_refused_by_evaluate_and_predict(tmp_path, small_student, sst2_dev200, capsys):
-    """Issue 25 item 5: a student trained on NaN logits had NaN weights, and `predict` wrote NaN
-    probabilities with exit 0."""
+    """A student with NaN weights (as one trained on NaN logits has) is refused by `evaluate` and `predict`,
+    exit 1, naming the weight: no NaN probabilities written with exit 0."""
     import shutil
 
     from safetensors.torch import load_file, save_file
@@ -211,8 +212,8 @@ def test_a_student_with_nan_weights_is_refused_by_evaluate_and_predict(tmp_path,
 ])
 def test_every_reader_of_a_scored_set_refuses_non_finite_teacher_values(tmp_path, tiny_scored_dir, sst2_dev200,
                                                                          small_student, column, value, says, capsys):
-    """Issue 42 item 5: `evaluate --data` and `train --dev` took a scored set with NaN logits (only --transfer was
-    checked); `--layer-texts` reads a set too. Each refuses it with the check --transfer uses, naming the row."""
+    """`evaluate --data`, `train --dev` and `--layer-texts` read a scored set as --transfer does: each refuses
+    non-finite teacher values with the check --transfer uses, naming the row."""
     from test_data import _with_a_bad_value
 
     scored, shard = _with_a_bad_value(tmp_path, tiny_scored_dir, column, 3, value)
@@ -237,7 +238,8 @@ def test_every_reader_of_a_scored_set_refuses_non_finite_teacher_values(tmp_path
 
 def test_layer_texts_refuse_what_is_not_a_transfer_set(tmp_path, tiny_scored_dir, sst2_dev200, small_student,
                                                        capsys):
-    """Issue 42 item 6: `--layer-texts` naming a `predict` output was an IndexError traceback in count_rows."""
+    """`--layer-texts` naming a `predict` output is one line saying it is not a transfer set, not an IndexError
+    traceback in count_rows."""
     predicted = tmp_path / "predicted"
     assert main(["predict", "--model", str(small_student), "--input", sst2_dev200, "--output", str(predicted)]) == 0
     capsys.readouterr()
@@ -256,7 +258,8 @@ def test_layer_texts_refuse_what_is_not_a_transfer_set(tmp_path, tiny_scored_dir
 
 def test_a_teacher_url_of_a_web_server_is_a_usage_error_that_fits_http(tmp_path, tiny_scored_dir, sst2_dev200,
                                                                       capsys):
-    """Issue 42 item 8: an http:// teacher exited 1 suggesting gcsfs; a web server holds no folder to read."""
+    """An http:// teacher or tokenizer is a usage error (exit 2) that fits http: a web server holds no folder to
+    read, so no gcsfs suggestion."""
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text("tokenizer: https://example.com/tok\n")
     for flags, where in ((["--teacher", "http://example.com/x"], "--teacher=http://example.com/x"),

@@ -140,8 +140,8 @@ def test_export_refuses_what_it_cannot_write_faithfully(tmp_path, tmp_path_facto
 
 
 def test_export_onto_a_model_folder_is_refused_and_leaves_it_as_it_was(tmp_path, model_dirs, capsys):
-    """Issue 25 item 2: `export --model STUDENT --output TEACHER_COPY` only looked for model.onnx, so it replaced
-    the teacher's config.json and tokenizer, and `evaluate` on that folder then ran the student silently."""
+    """`export --model STUDENT --output TEACHER_COPY` is refused, with or without --overwrite, and the teacher's
+    config.json and tokenizer stay: `evaluate` on that folder still runs the teacher, not the student."""
     import shutil
 
     copy = tmp_path / "teacher_copy"
@@ -161,9 +161,9 @@ def test_export_onto_a_model_folder_is_refused_and_leaves_it_as_it_was(tmp_path,
 
 @pytest.mark.parametrize("kind", ["teacher", "student", "student model/"])
 def test_export_overwrite_never_replaces_a_teacher_or_student_folder(kind, tmp_path, model_dirs, capsys):
-    """Issue 42: `export --overwrite` onto a folder `transferset teacher` wrote deleted the teacher's weights and
-    metrics and put an ONNX export in their place. A teacher or student folder is refused, flags or not: one line,
-    exit 2, before anything is changed."""
+    """`export --overwrite` onto a folder `transferset teacher` wrote keeps the teacher's weights and metrics, no
+    ONNX export in their place. A teacher or student folder is refused, flags or not: one line, exit 2, before
+    anything is changed."""
     import shutil
 
     from transferset.fs.output import MODEL_NAMES, STUDENT_NAMES, Output

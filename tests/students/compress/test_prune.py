@@ -137,7 +137,8 @@ def test_prune_refuses_what_it_cannot_do_with_a_reason(task, tmp_path, capsys):
 
 
 def test_a_model_with_early_exits_is_refused_in_one_line(task, tmp_path, capsys):
-    """Issue 42 item 4: prune copied the stale exits.* into its output (exit 0), a model nothing could load."""
+    """A model with early exits is refused in one line, never pruned into an output with stale exits.* that
+    nothing can load."""
     import shutil
 
     from students.families.exits import Branches, BranchesConfig, save_branches
@@ -159,8 +160,8 @@ def test_a_model_with_early_exits_is_refused_in_one_line(task, tmp_path, capsys)
 
 
 def test_heads_says_whether_it_took_a_count_or_a_fraction_and_names_a_bad_value_once(task, tmp_path, capsys):
-    """Issue 42 item 9: `--heads 1.0` removed one head where a user may mean a fraction, silently; `--heads 1.5`
-    said the value twice; `--heads nan` "should be ≥ 0"."""
+    """`--heads` says whether it took a count or a fraction (`1.0` is one head, where a user may mean a
+    fraction), names a bad value such as 1.5 once, and calls nan and ±inf not a number, not "should be ≥ 0"."""
     for k, (heads, says) in enumerate((("1.0", "--heads 1: removes 1 head (a count; a fraction of the heads is "
                                                 "written below 1, e.g. 0.5)"),
                                        ("0.25", "--heads 0.25: removes 2 of the model's 8 heads (a fraction)"))):

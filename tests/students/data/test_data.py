@@ -177,7 +177,8 @@ def test_training_batches_refuse_a_bad_value_of_a_layer_only_pkd_reads(tmp_path,
 
 
 def test_train_refuses_nan_logits_before_its_first_step(tmp_path, tiny_scored_dir, sst2_dev200, capsys):
-    """Issue 25 item 5: NaN teacher_logits trained a NaN student, exit 0, reported dev accuracy 0.6."""
+    """NaN teacher_logits stop `train` before its first step, naming the row, exit 1: no NaN student trained
+    and no dev accuracy reported for it."""
     scored, shard = _with_a_bad_value(tmp_path, tiny_scored_dir, schema.TEACHER_LOGITS, 3, float("nan"))
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text("threads: 1\nembed_init: random\nmodel: {embed_dim: 8, hidden: 8}\n")
@@ -190,7 +191,7 @@ def test_train_refuses_nan_logits_before_its_first_step(tmp_path, tiny_scored_di
 
 
 def test_train_refuses_a_gold_label_outside_the_set(tmp_path, tiny_scored_dir, sst2_dev200, capsys):
-    """Issue 25 item 5: a gold label 7 in a 2-class set was an IndexError traceback in train."""
+    """A gold label 7 in a 2-class set is one message of `train` naming the row, not an IndexError traceback."""
     scored, shard = _with_a_bad_value(tmp_path, tiny_scored_dir, schema.LABEL, 0, 7)
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text("threads: 1\nembed_init: random\nmodel: {embed_dim: 8, hidden: 8}\n")
@@ -203,8 +204,8 @@ def test_train_refuses_a_gold_label_outside_the_set(tmp_path, tiny_scored_dir, s
 
 @pytest.mark.parametrize("column, value", [(schema.LABEL, 7), (schema.TEACHER_LABEL, 99)])
 def test_evaluation_data_refuses_a_label_outside_the_set(tmp_path, tiny_scored_dir, column, value):
-    """Issue 25 item 5: evaluate scored a gold label 7 of 2 classes as a miss, silently; teacher_label 99
-    counted as a disagreement."""
+    """Evaluation data refuses a gold label 7 of 2 classes (never silently scored as a miss) and a teacher_label
+    99 (never counted as a disagreement), naming the row."""
     scored, shard = _with_a_bad_value(tmp_path, tiny_scored_dir, column, 10, value)
     with pytest.raises(UserError, match=rf"^{re.escape(str(shard))}, row 11 \(id 'r74'\): {column} {value} is not a "
                                         r"class of the set's 2 labels"):
@@ -212,7 +213,7 @@ def test_evaluation_data_refuses_a_label_outside_the_set(tmp_path, tiny_scored_d
 
 
 def test_evaluation_data_of_a_labeled_file_rejects_a_huge_label_at_once(tmp_path):
-    """Issue 25 item 4: a TSV label 20000000 made `evaluate` build 20 million label names (11 minutes, 5.5 GB)."""
+    """A TSV label 20000000 is rejected at once, never 20 million label names for `evaluate` (11 minutes, 5.5 GB)."""
     path = tmp_path / "dev.tsv"
     path.write_text("sentence\tlabel\na fine film\t1\na dull film\t0\nodd\t20000000\nfloat\t1.0\n")
     got = data.read_eval_data(str(path), ["0", "1"])
@@ -221,7 +222,7 @@ def test_evaluation_data_of_a_labeled_file_rejects_a_huge_label_at_once(tmp_path
 
 
 def test_the_batches_hold_only_the_cached_columns_the_losses_need_and_the_same_rows(tiny_setup, tiny_scored_dir):
-    """Issue 43: what a loss declares it reads (`needs`) chooses the columns read; rows and order stay."""
+    """What a loss declares it reads (`needs`) chooses the columns read; rows and order stay."""
     from students.losses import LossWeights
 
     def epoch(**kw):

@@ -71,7 +71,7 @@ def _head(src, dst, n):
 
 
 def test_augment_reads_every_input_given_after_one_flag(sst2_dir, tmp_path, capsys):
-    """Issue 25 item 3: `--input T.tsv D.tsv` read T only (D's rows passed to Beam and dropped), exit 0."""
+    """`--input T.tsv D.tsv` reads both files, not T alone: stats.json counts each file's rows, none dropped."""
     import json
 
     t = _head(sst2_dir / "train.tsv", tmp_path / "T.tsv", 5)
@@ -92,7 +92,8 @@ def test_augment_reads_every_input_given_after_one_flag(sst2_dir, tmp_path, caps
     ("score", ["--teacher", "T", "--batch-sise", "8"], "did you mean --batch-size?"),
 ])
 def test_arguments_neither_we_nor_beam_know_are_refused_before_anything_runs(command, args, says, tmp_path, capsys):
-    """Issue 25 item 3: `--n-iterr 0` ran with the default n_iter, a stray path was ignored; exit 0."""
+    """A misspelt option (`--n-iterr 0`) or a stray path is one line, exit 2, before any output: never ignored
+    while the command runs on with its defaults."""
     src = tmp_path / "a.tsv"
     src.write_text("sentence\tlabel\nx\t0\n")
     out = tmp_path / "o"
@@ -110,7 +111,7 @@ def test_beam_pipeline_options_still_pass_through():
 
 @pytest.mark.parametrize("runner", ["NoSuchRunner", "FnApi Runner", "apache_beam.runners.NoSuch"])
 def test_a_runner_beam_cannot_create_is_refused_listing_the_known_ones(runner, tmp_path, capsys):
-    """Issue 25 item 7: a bad --runner was a 19-41-line Beam traceback."""
+    """A --runner Beam cannot create is one line listing the known runners, not a 19-41-line Beam traceback."""
     src = tmp_path / "a.tsv"
     src.write_text("sentence\tlabel\nx\t0\n")
     out = tmp_path / "o"
@@ -130,8 +131,8 @@ def test_runner_names_beam_accepts_pass(runner):
 
 @pytest.mark.parametrize("command", ["augment", "predict", "teacher"])
 def test_an_hf_input_that_does_not_load_stops_before_any_output(command, tmp_path, capsys, monkeypatch):
-    """Issue 25 item 9: `hf:` on a folder of non-UTF-8 files was a traceback that left a partial output;
-    an unknown dataset offline a ConnectionError traceback."""
+    """An `hf:` input that does not load (a folder of non-UTF-8 files, an unknown dataset offline) is an error
+    without a traceback, and no output, not even a partial one, is left."""
     import datasets
     import huggingface_hub.constants
 
@@ -181,8 +182,9 @@ def hub_off(monkeypatch):
      "--dev=hf:nosuchorg/nosuchds:validation: the dataset nosuchorg/nosuchds"),
 ])
 def test_a_hub_name_that_cannot_load_offline_is_one_line_before_any_output(args, says, tmp_path, capsys, hub_off):
-    """Issue 42 item 7: `teacher --model nosuchorg/nosuchmodel` retried 5 times, then printed an OSError traceback;
-    `augment --recipe tinybert` offline (the default MLM) was a Beam traceback after writing rejects/."""
+    """Offline, a hub name with no cached copy (`teacher --model nosuchorg/nosuchmodel`, the default MLM of
+    `augment --recipe tinybert`) is one line saying HF_HUB_OFFLINE is set, exit 2, before any output: no retries,
+    no OSError or Beam traceback."""
     data = tmp_path / "t.tsv"
     data.write_text("sentence\tlabel\na good film\t1\na dull film\t0\n")
     out = tmp_path / "out"
@@ -195,7 +197,7 @@ def test_a_hub_name_that_cannot_load_offline_is_one_line_before_any_output(args,
 
 
 def test_a_flag_value_that_starts_with_a_minus_needs_no_equals_sign():
-    """Issue 42 item 9: `--layer-map -1,2,3` was "expected one argument" (argparse reads -1,2,3 as an option)."""
+    """`--layer-map -1,2,3` needs no `=`: argparse alone reads -1,2,3 as an option ("expected one argument")."""
     from transferset.app.cli import build_subparser, join_negative_values
 
     _, parser, _ = build_subparser("train")

@@ -105,7 +105,8 @@ def test_a_yaml_base_under_the_flags():
     (StudentConfig, ["--grad-clip", "NaN"], "--grad-clip NaN: not a number"),
 ])
 def test_numeric_flags_refuse_nan_and_inf_as_not_a_number(cls, argv, message):
-    """Issue 42 item 9: `--speed nan` said "should be ≤ 1" and `--heads nan` "≥ 0"; an unbounded float took NaN."""
+    """NaN and ±inf are "not a number" for every numeric flag: no range message (`--speed nan` "should be ≤ 1",
+    `--heads nan` "≥ 0"), and an unbounded float does not take them."""
     parser = argparse.ArgumentParser()
     flags.add_arguments(parser, cls)
     with pytest.raises(ConfigError) as exc:

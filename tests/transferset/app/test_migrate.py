@@ -468,7 +468,7 @@ def test_converting_twice_keeps_what_the_first_converted_and_a_stage_of_missing_
 
 LAYOUT2_CONFIGS = {"demo": "configs/demo.yaml", "demo_tinybert": "configs/demo_tinybert.yaml",
                    "demo_mobilebert": "configs/demo_mobilebert.yaml", "demo_static": "configs/demo_static.yaml"}
-# Their layout-2 keys, as the code that wrote layout-2 folders computed them (main at bde4d43, before the rename):
+# Their layout-2 keys, as the code that wrote layout-2 folders computed them, before the rename:
 # the stages above the students are the same four times.
 LAYOUT2_SHARED = {"data": "4f8c1e54a44a6ee3", "teacher": "2154693763136436", "augment": "32acd5f743a6ae95",
                   "score": "881dd7c90042b04f", "dev": "a18b68280e7e026c", "dev.score": "1f86b790a7b11610"}

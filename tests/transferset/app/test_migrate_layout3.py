@@ -15,9 +15,8 @@ from transferset.app.migrate.rules import flat_student
 from transferset.app.runner import load_config
 from transferset.runtime import typed
 
-# The layout-3 keys of these shipped configs, as the code that wrote layout-3 folders computed them (main at
-# 9f5dc1b, before the losses moved under `losses:`); the stages above the students are those of demo.yaml in
-# most of them.
+# The layout-3 keys of these shipped configs, as the code that wrote layout-3 folders computed them (before the
+# losses moved under `losses:`); the stages above the students are those of demo.yaml in most of them.
 LAYOUT3_SHARED = {"data": "4f8c1e54a44a6ee3", "teacher": "2154693763136436", "augment": "32acd5f743a6ae95", "score":
                   "881dd7c90042b04f", "dev": "a18b68280e7e026c", "dev.score": "1f86b790a7b11610"}
 LAYOUT3_KEYS = {

@@ -22,8 +22,8 @@ def test_a_quiet_machine_gives_figures_and_speed_ups_with_their_conditions():
 
 
 def test_a_busy_machine_is_said_beside_the_figures_and_the_speed_ups_are_left_out():
-    """Issue 25 item 13: under a parallel job the table printed the teacher at 247 ms/example and speed-ups
-    of 1.4-4.3x (12-18x alone), with nothing to say the machine was busy."""
+    """On a busy machine (a parallel job can put the teacher at 247 ms/example and shrink 12-18x speed-ups to
+    1.4-4.3x) every figure is marked busy, the speed-ups are left out and the note says why."""
     cond = _conditions(7.3, 0.4)
     rows = [{**TEACHER, "latency_busy": True},
             {**STUDENT, "latency_busy": True, "speedup_1": None, "speedup_64": None}]

@@ -617,8 +617,9 @@ def test_file_urls_and_unknown_schemes_in_a_run_config(tmp_path, sst2_dir):
 ])
 def test_every_path_model_and_runner_setting_is_checked_before_any_stage(overrides, says, tmp_path, sst2_dir,
                                                                          capsys):
-    """Issue 25 items 7 and 8: a bad teacher.model tracebacked after the data stage, augment.mlm_model after a
-    247-line traceback, students.NAME.tokenizer exited 1 after scoring, beam.runner was a Beam traceback."""
+    """A bad teacher.model, augment.mlm_model, students.NAME.tokenizer or .teacher, teacher_path, beam.runner or
+    beam.options is one line, exit 2, before any stage and before the run folder exists: no traceback after the
+    data stage, no exit 1 after scoring."""
     run_dir = tmp_path / "run"
     rc = main(["run", "--config", "configs/demo.yaml", f"run_dir={run_dir}", f"data={sst2_dir}", *overrides])
     err = capsys.readouterr().err
@@ -628,7 +629,8 @@ def test_every_path_model_and_runner_setting_is_checked_before_any_stage(overrid
 
 
 def test_a_bilstm_student_as_a_students_teacher_is_refused_before_any_stage(tmp_path, sst2_dir, capsys):
-    """Issue 25 item 11: the folder of a BiLSTM student as `teacher` talked about sentencepiece, after scoring."""
+    """The folder of a BiLSTM student as a student's `teacher` is said to be one, before any stage: nothing about
+    sentencepiece after scoring."""
     student = tmp_path / "bilstm"
     (student / schema.STUDENT_MODEL_DIR).mkdir(parents=True)
     (student / schema.STUDENT_MODEL_DIR / schema.STUDENT_SIDECAR_FILE).write_text(json.dumps({"family": "bilstm"}))
@@ -642,7 +644,8 @@ def test_a_bilstm_student_as_a_students_teacher_is_refused_before_any_stage(tmp_
 
 
 def test_a_missing_config_and_a_python_tag_in_an_override_are_one_line_usage_errors(tmp_path, capsys):
-    """Issue 25 item 11: `run --config nosuch.yaml` exited 1; a !!python tag in an override printed 4 lines."""
+    """`run --config nosuch.yaml`, a !!python tag, broken YAML or a key set twice in an override: one line each,
+    exit 2."""
     assert main(["run", "--config", str(tmp_path / "nosuch.yaml")]) == 2
     err = capsys.readouterr().err
     assert f"{tmp_path / 'nosuch.yaml'}: no such config file" in err and len(err.strip().splitlines()) == 1
@@ -765,9 +768,9 @@ def test_a_score_stage_killed_midway_goes_on_from_its_shards_and_one_of_other_se
 ])
 def test_every_hub_name_of_a_run_is_resolved_before_any_stage(overrides, says, tmp_path, sst2_dir, capsys,
                                                               monkeypatch):
-    """Issue 42 item 7: offline, `run teacher.model=...` retried and printed a traceback after writing config.yaml
-    and teacher/.transferset-output.json; `teacher.model=hf:...` was a traceback; `data=hf:glue:sst2` ~30 s of
-    retry warnings after "[teacher] running", exit 1."""
+    """Offline, every hub name of a run (teacher.model, augment.mlm_model, a pretrained student, data=, test=) is
+    resolved before any stage: one line, exit 2, no run folder, config.yaml or stage record written, no retries
+    or traceback."""
     import huggingface_hub.constants
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -811,8 +814,8 @@ def _run_stages(run_dir, sst2_dir, *overrides) -> list[str]:
 
 
 def test_a_rerun_never_deletes_a_stage_folder_each_stage_clears_what_it_wrote(tmp_path, sst2_dir):
-    """Issue 42: `run` deleted whole stage folders before calling each stage with overwrite=True, so a user's
-    file inside one went with it. Now each stage's own output protocol clears what transferset wrote there."""
+    """`run` never deletes a whole stage folder before calling a stage with overwrite=True: each stage's own
+    output protocol clears what transferset wrote there, so a user's file inside one stays."""
     run_dir = tmp_path / "r"
     assert _run_stages(run_dir, sst2_dir) == EVERY_STAGE
     mine = {"transfer/data/keep.txt": "x", "scored/rejects/mine.jsonl": "{}", "students/distilled/notes.txt": "n",
@@ -834,8 +837,8 @@ def test_a_rerun_never_deletes_a_stage_folder_each_stage_clears_what_it_wrote(tm
 
 
 def test_teacher_and_student_stages_are_done_by_their_complete_marker(tmp_path, sst2_dir):
-    """Issue 42: teacher and student stages counted as done by metrics.json, not by _COMPLETE as every other
-    stage: a folder whose run did not complete was reused."""
+    """Teacher and student stages count as done by _COMPLETE, as every other stage, not by metrics.json: a
+    folder whose run did not complete is run again, not reused."""
     run_dir = tmp_path / "r"
     assert _run_stages(run_dir, sst2_dir) == EVERY_STAGE
     (run_dir / "students" / "distilled" / schema.COMPLETE_MARKER).unlink()

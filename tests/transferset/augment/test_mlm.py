@@ -127,7 +127,8 @@ def _augment_mlm(mlm_dir, tmp_path, capsys, *more):
 
 
 def test_pickle_mlm_weights_refused_in_one_line_before_the_pipeline(pickled_mlm, tmp_path, capsys):
-    """Issue 25 item 6: `augment --mlm-model` loaded pickle weights (stopped only by torch, in a Beam traceback)."""
+    """`augment --mlm-model` on pickle weights is refused in one line before the pipeline, not by torch inside a
+    Beam traceback."""
     rc, err, out = _augment_mlm(pickled_mlm, tmp_path, capsys)
     assert rc == 1 and "weights are pickle files (pytorch_model.bin)" in err and "--allow-pickle" in err, err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1 and not out.exists()
@@ -142,7 +143,7 @@ def test_pickle_mlm_loads_when_allowed_with_the_same_candidates(pickled_mlm, tin
 
 
 def test_mlm_with_auto_map_refused_in_one_line(tiny_mlm_dir, tmp_path, capsys):
-    """Issue 25 item 6: an auto_map next to model_type bert silently loaded the built-in class."""
+    """An auto_map next to model_type bert is refused in one line, never silently loaded as the built-in class."""
     import json
     import shutil
 

@@ -62,8 +62,8 @@ def test_rows_and_schema():
 
 
 def test_every_row_says_where_it_was_read_and_has_an_id_of_its_own(tmp_path):
-    """Issue 25 item 12: the id was a hash of the text alone, so a sentence repeated in a file or across
-    inputs gave rows nobody could tell apart or trace back to a line."""
+    """Each row records the file and line it was read from and has an id of its own, not a hash of the text
+    alone: a sentence repeated in a file or across inputs gives rows told apart (source_id still joins them)."""
     a, b = tmp_path / "a.tsv", tmp_path / "b.jsonl"
     a.write_text("sentence\nthe same sentence\nanother one\nthe same sentence\n")
     b.write_text(json.dumps({"text": "the same sentence"}) + "\n\n" + json.dumps({"text": "the same sentence"}) + "\n")

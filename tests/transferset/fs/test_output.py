@@ -139,8 +139,8 @@ def _tree(path) -> dict:
 
 
 def test_a_users_files_inside_data_and_rejects_survive_a_rerun_and_an_overwrite(tmp_path):
-    """Issue 42: the record named the whole data/ folder, so a rerun onto an unfinished output (and --overwrite
-    onto a complete one) deleted a user's data/keep.txt and rejects/mine.jsonl with it."""
+    """The record names the files transferset wrote, not the whole data/ folder, so a rerun onto an unfinished
+    output (and --overwrite onto a complete one) keeps a user's data/keep.txt and rejects/mine.jsonl."""
     out = tmp_path / "out"
     _run(out, "augment")
     manifest = json.loads((out / schema.MANIFEST_FILE).read_text())

@@ -110,8 +110,8 @@ def transformers_log():
 
 
 def test_a_fresh_head_is_said_in_one_line_of_ours(tmp_path, transformers_log, caplog, capfd):
-    """Issue 25 item 13: every demo showed transformers' "LOAD REPORT ... MISSING classifier" table and
-    its progress bars when the teacher's head was made: expected for fine-tuning, alarming to a newcomer."""
+    """A teacher's new classifier head is one info line of ours, without transformers' "LOAD REPORT ... MISSING
+    classifier" table and progress bars: expected for fine-tuning, alarming to a newcomer."""
     from transformers.utils import logging as hf_logging
 
     three = testing.tiny_classifier(str(tmp_path / "three"), label_names=("a", "b", "c"))
@@ -164,7 +164,7 @@ def test_quiet_transformers_silences_a_save_and_restores_the_switches(tmp_path, 
     assert hf_logging.get_verbosity() == before[0]
 
 
-# --- hardening (issue #12) ----------------------------------------------------------------------
+# --- hardening: code (auto_map) and corrupt weights in a model folder are refused ---------------
 
 def _add_auto_map(path, name, auto_map):
     file = os.path.join(path, name)

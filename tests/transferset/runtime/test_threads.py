@@ -26,8 +26,8 @@ def test_set_and_restore():
 
 
 def test_no_other_module_sets_torch_threads():
-    """Issue 26 item 5: torch.set_num_threads was called in six places (the MLM, the teacher's loader, the
-    score worker, training, predicting, latency), each with its own rule for None."""
+    """Only transferset/runtime/threads.py sets torch's threads, so the MLM, the teacher's loader, the score
+    worker, training, predicting and latency share one rule for None instead of one each."""
     calls = [f"{p.relative_to(ROOT)}:{n}" for top in ("transferset", "students", "pipelines", "benchmarks")
              for p in sorted((ROOT / top).rglob("*.py")) if p.name != "threads.py" or p.parent.name != "runtime"
              for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)

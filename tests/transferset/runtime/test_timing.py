@@ -69,8 +69,9 @@ def test_few_texts_are_repeated_and_no_texts_refused():
 
 
 def test_a_timing_records_its_threads_and_load_and_says_when_the_machine_was_busy():
-    """Issue 25 item 13: the report timed on 2 threads under a parallel job and printed speed-ups of
-    1.4-4.3x for 12-18x; a figure now carries the load it was taken under and says when it was busy."""
+    """A figure carries the threads and load it was taken under and says when the machine was busy (a load
+    average above the cores, or the timed thread short of a core): a parallel job can shrink 12-18x speed-ups
+    to 1.4-4.3x."""
     import torch
 
     def run(load, cpu_per_wall):

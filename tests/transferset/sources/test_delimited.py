@@ -1,4 +1,4 @@
-"""transferset/sources/delimited.py: TSV and CSV lines, each physical line one record (issue #12's hardening).
+"""transferset/sources/delimited.py: TSV and CSV lines, each physical line one record, however malformed.
 Blank lines and a byte order mark, in every line-based format, are in test_sources.py."""
 from source_rows import _data_lines, _read
 from transferset.sources import Example, Reject

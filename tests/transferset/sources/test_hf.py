@@ -29,8 +29,8 @@ def hub_offline(monkeypatch):
 
 
 def test_an_unknown_hf_dataset_offline_is_one_message(hub_offline):
-    """Issue 25 item 9: an unknown dataset offline was a ConnectionError traceback. Issue 42 item 7: after 25 s of
-    retries; now at once, a usage error (exit 2), whoever reads it first."""
+    """An unknown dataset offline is one message at once, no ConnectionError traceback and no retries: a usage
+    error (exit 2), whoever reads it first."""
     from transferset.runtime.errors import ConfigError
     from transferset.sources import check_readable
 
@@ -45,7 +45,7 @@ def test_an_unknown_hf_dataset_offline_is_one_message(hub_offline):
 
 
 def test_an_hf_folder_of_files_that_are_not_utf8_is_one_message(tmp_path, hub_offline):
-    """Issue 25 item 9: `hf:` on a folder of non-UTF-8 files was a UnicodeDecodeError traceback."""
+    """`hf:` on a folder of non-UTF-8 files is one message, not a UnicodeDecodeError traceback."""
     from transferset.sources import check_readable
 
     d = tmp_path / "latin1"

@@ -109,7 +109,7 @@ def test_unknown_format_and_label_inference(tmp_path, sst2_dir):
     assert normalize_text("  A  Fine\tFilm ") == "a fine film"
 
 
-# --- hardening (issue #12) ----------------------------------------------------------------------
+# --- hardening: blank lines, byte order marks, garbage labels and how rejects are reported ------
 
 def test_blank_lines_are_visible_rejects(tmp_path):
     tsv = tmp_path / "blank.tsv"
@@ -260,7 +260,7 @@ def test_teacher_and_augment_refuse_the_same_label_sets(stage, labels, says):
 
 
 def test_a_rejects_raw_field_is_the_line_as_written(tmp_path):
-    """Issue 42 item 9: `raw` was a JSON rebuild of the parsed row; the docs promise the whole row as written."""
+    """A reject's `raw` is the whole row as written, as the docs promise, not a JSON rebuild of the parsed row."""
     tsv = tmp_path / "in.tsv"
     tsv.write_text("sentence\tlabel\nfine\t1\na label outside\t7\n", encoding="utf-8")
     csv_path = tmp_path / "in.csv"
