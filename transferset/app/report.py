@@ -294,7 +294,7 @@ def _teacher_rows(out: RunOutputs, members: list, teachers: dict, lat: dict, tes
 def _student_rows(out: RunOutputs, lat: dict, tlat: dict, test_accuracy, busy: bool) -> list[dict]:
     """One results row per student, from its metrics.json, its speed-up against the teacher."""
     metrics = {name: fs.read_json(fs.join(folder, schema.METRICS_FILE)) for name, folder in out.students.items()}
-    return [{"name": f"student: {name} ({m['student']}, {m['schedule']})", "kind": "student",
+    return [{"name": f"student: {name} ({m['student']}, {m['config']['phases']})", "kind": "student",
              "dev_accuracy": m["dev_accuracy"],
              "test_accuracy": test_accuracy(name), "agreement": m.get("teacher_agreement"),
              **timed_fields(lat[f"student:{name}"], tlat, busy),

@@ -72,3 +72,24 @@ def test_a_killed_students_layout3_checkpoint_takes_todays_form(tmp_path):
     assert json.loads(saved["settings"]) == {"phases": "joint", "epochs": 2,
                                              "losses": {"kd": {"weight": 1.0, "temperature": 2.0}}}
     assert json.loads((folder / "fingerprint.json").read_text()) == saved
+
+
+def test_a_reused_students_metrics_take_todays_form_which_the_report_reads(tmp_path):
+    from transferset.app.report import _student_rows
+    from transferset.app.outputs import RunOutputs
+
+    folder = tmp_path / "students" / "distilled"
+    folder.mkdir(parents=True)
+    flat = {"student": "bilstm", "schedule": "joint", "lr": 1e-3, "ce": 0.0, "mse": 0.0, "kd": 1.0, "temperature": 2.0,
+            "losses": {}, "epochs": 5}
+    (folder / "metrics.json").write_text(json.dumps({"student": "bilstm", "schedule": "joint", "config": flat,
+                                                     "dev_accuracy": 0.8, "transfer": {"rows": 9, "labeled_rows": 3}}))
+    assert migrate.convert_metrics(str(folder / "metrics.json")) and not migrate.convert_metrics(str(tmp_path / "no"))
+    metrics = json.loads((folder / "metrics.json").read_text())
+    assert "schedule" not in metrics and metrics["config"]["phases"] == "joint"
+    assert metrics["config"]["optim"] == {"lr": 1e-3} and metrics["config"]["losses"] == {
+        "ce": 0.0, "mse": 0.0, "kd": {"weight": 1.0, "temperature": 2.0}}
+    out = RunOutputs(str(tmp_path), "selection.tsv", None, students={"distilled": str(folder)})
+    timed = {"latency_1": 1.0, "latency_64": 1.0, "spread_1": 0.0, "spread_64": 0.0, "parameters": 1}
+    (row,) = _student_rows(out, {"student:distilled": timed}, timed, lambda name: None, False)
+    assert row["name"] == "student: distilled (bilstm, joint)"

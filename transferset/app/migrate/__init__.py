@@ -22,6 +22,7 @@ from transferset.app.migrate.rules import RULES, V1, grouped_student, renamed, s
 from transferset.app.plan import build_plan
 from transferset.app.stages import stage_key
 from transferset.app.stages.context import StageFunctions
+from transferset.app.stages.search import CHOSEN_DIR
 from transferset.config import TeacherConfig
 from transferset.config.precedence import RENAMED
 from transferset.contract import schema
@@ -119,8 +120,27 @@ def _apply(stage, verdict: str, new_key: str, record: dict, labels: Optional[lis
         convert_checkpoint(os.path.join(stage.folder, "checkpoint"), teacher=kind == "teacher", labels=labels)
     if verdict == "reused" and not fs.exists(fs.join(stage.folder, stage.done_file)):
         fs.write_text(fs.join(stage.folder, stage.done_file), "")
+    if verdict == "reused" and kind in METRICS_OF:
+        convert_metrics(fs.join(stage.folder, *METRICS_OF[kind]))
     fs.write_json(fs.join(stage.folder, schema.STAGE_FILE),
                   {**record, "key": new_key, field: record.get(field, record["key"])})
+
+
+# A finished stage's student metrics, which the report and the cards read: a student's own, a search's chosen one.
+METRICS_OF = {"student": (schema.METRICS_FILE,), "search": (CHOSEN_DIR, schema.METRICS_FILE)}
+
+
+def convert_metrics(path: str) -> bool:
+    """A student's metrics.json in today's form: its `config` under today's names and forms (`today_student`), no
+    top-level `schedule` (the phase plan is config.phases); False: no such file."""
+    if not fs.exists(path):
+        return False
+    metrics = fs.read_json(path)
+    metrics.pop("schedule", None)
+    if isinstance(metrics.get("config"), dict):
+        metrics["config"] = today_student(metrics["config"])
+    fs.write_json(path, metrics)
+    return True
 
 
 def teacher_fingerprint(old: dict, labels: Optional[Sequence[str]] = None) -> dict:
