@@ -5,17 +5,17 @@ the one below, setting by setting: the file, then the command's flags, then `key
 `apply_override`). A section (`optim:`, `engine:`, `model:`, `losses:`) merges key by key, so `--warmup 0.2`
 over a file's `engine: {schedule: cosine}` keeps the cosine, and `losses:` merges loss by loss, a loss's own
 settings key by key (a weight alone, `losses.kd=2`, keeps the temperature of the layer below). A student's
-settings have two layers below those (`resolve_student`, which every load of a StudentConfig goes through: its validator calls it): the defaults,
-its family's among them, and the preset the layers above name. (`StudentConfig(...)` in Python is a plain
-dataclass: it holds the values it is given and the field defaults, no preset; `typed.load(StudentConfig,
-{...})` takes the layers.)
+settings have two layers below those (`resolve_student`, which every load of a StudentConfig goes through: its
+validator calls it): the defaults, its family's among them, and the preset the layers above name.
+(`StudentConfig(...)` in Python is a plain dataclass: it holds the values it is given and the field defaults, no
+preset; `typed.load(StudentConfig, {...})` takes the layers.)
 
 A family's defaults are declared by the family (students/families/: this layer sits below the students and
 does not know them) and read where they are used, each left unset (None) in the settings until then: the
 learning rate (`optim: {lr: null}`: the family's `default_lr`, where the optimizer is made), the learning
-rate's curve (`engine: {schedule: null, warmup: null}`: the family's `engine`, `students.families.settled`, which every
-training and every student's stage key goes through) and the shape of its model (a BiLSTM preset is a model
-shape too, and both stand under `model:` where the model is built, students.families.model_values).
+rate's curve (`engine: {schedule: null, warmup: null}`: the family's `engine`, `students.families.settled`,
+which every training and every student's stage key goes through) and the shape of its model (a BiLSTM preset is
+a model shape too, and both stand under `model:` where the model is built, students.families.model_values).
 """
 from __future__ import annotations
 

@@ -249,7 +249,8 @@ class V2:
         return earlier_names(V3.student(s_cfg, layer_texts_set))
 
 
-RULES = {None: V1, 2: V2, 3: V3}  # a run folder's layout (None: no record, layout 1) → the rules its keys were made by
+# a run folder's layout (None: no record, layout 1) → the rules its keys were made by
+RULES = {None: V1, 2: V2, 3: V3}
 
 
 # --- a student's settings in the two forms ------------------------------------------------------------
