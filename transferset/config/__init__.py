@@ -37,7 +37,7 @@ from transferset.config.compress import EXIT_TARGETS, CompressConfig, ExitsConfi
 from transferset.config.engine import (DEVICES, LR_SCHEDULES, PRECISIONS, StudentEngineConfig,  # noqa: F401
                                        TEACHER_ENGINE, TRACKERS, EngineConfig, engine_section)
 from transferset.config.precedence import (DEFAULT_FAMILY, DEFAULT_LOSSES, STUDENT_LAYERS,  # noqa: F401
-                                           STUDENT_PRESETS, student_values)
+                                           STUDENT_PRESETS, loss_weight, student_values)
 from transferset.config.search import SearchConfig  # noqa: F401
 
 # Values that travel through several modules but are defaults of settings, written once here.
@@ -222,8 +222,7 @@ class StudentConfig:
 
     def weight(self, loss: str) -> float:
         """The weight `losses:` gives a loss (0.0 when it names none; its settings and checks: students.losses)."""
-        value = self.losses.get(loss, 0.0)
-        return float(value.get("weight", 0.0) if isinstance(value, dict) else value)
+        return loss_weight(self.losses.get(loss, 0.0))
 
 
 @with_config(_STRICT)

@@ -102,6 +102,12 @@ def _losses_as_mappings(layer: Mapping[str, Any]) -> Mapping[str, Any]:
 # A student's losses when no layer names any (`losses:` unset): Tang et al.'s CE on gold labels plus MSE on logits.
 DEFAULT_LOSSES = {"ce": 1.0, "mse": 1.0}
 
+
+def loss_weight(value: Any) -> float:
+    """The weight of one entry of `losses:`, a weight or {weight: W, ...its settings} (no weight: 0.0). Its checks
+    and its settings: students.losses."""
+    return float(value.get("weight", 0.0) if isinstance(value, Mapping) else value)
+
 # A student setting's earlier name → its name now, for the one line that says so (`transferset migrate` converts a
 # run folder's records and config), and what that line adds about the rename (RENAME_NOTES, by earlier name).
 RENAMED = {"schedule": "phases"}

@@ -20,6 +20,7 @@ from typing import Any, Optional
 import yaml
 
 from transferset import fs
+from transferset.config.precedence import loss_weight
 from transferset.contract import schema
 
 CARD_FILE = "README.md"
@@ -333,7 +334,7 @@ def _losses(losses: dict) -> str:
         rest = "".join(f" at {k} {v}" for k, v in value.items() if k != "weight")
         return f"{name} {value.get('weight')}{rest}"
 
-    return " + ".join(one(k, v) for k, v in losses.items() if (v.get("weight") if isinstance(v, dict) else v))
+    return " + ".join(one(k, v) for k, v in losses.items() if loss_weight(v))
 
 
 def _usage(kind: str, folder: str) -> list[str]:

@@ -17,7 +17,8 @@ from typing import Any, Optional, Sequence
 
 from transferset import augment as augment_ops
 from transferset.app import keys
-from transferset.config.precedence import DEFAULT_LOSSES, LOSS_SETTINGS, OPTIM_SETTINGS, RENAMED, STUDENT_PRESETS
+from transferset.config.precedence import (DEFAULT_LOSSES, LOSS_SETTINGS, OPTIM_SETTINGS, RENAMED, STUDENT_PRESETS,
+                                           loss_weight)
 from transferset.runtime import typed
 
 # --- the layout-1 rules --------------------------------------------------------------------------
@@ -149,17 +150,12 @@ def student(s_cfg: Any, layer_texts_set: Optional[str] = None) -> dict:
     weights only: a loss at weight 0 trains nothing."""
     settings = section("student", s_cfg)
     if "losses" in settings:
-        settings["losses"] = {k: v for k, v in settings["losses"].items() if _weight(v)}
+        settings["losses"] = {k: v for k, v in settings["losses"].items() if loss_weight(v)}
         if not settings["losses"]:
             del settings["losses"]
     if layer_texts_set is not None:
         settings["layer_texts_set"] = layer_texts_set
     return settings
-
-
-def _weight(value: Any) -> float:
-    # students.NAME.losses: {name: weight} or {name: {weight: W, ...its settings}}
-    return value.get("weight", 0.0) if isinstance(value, dict) else value
 
 
 def student_legacy(s_cfg: Any, settings: dict) -> list[dict]:
@@ -232,7 +228,7 @@ class V3:
         `losses` the others with a non-zero weight."""
         settings = flat_student(keys.section(s_cfg))
         if settings.get("losses"):
-            settings["losses"] = {k: v for k, v in settings["losses"].items() if _weight(v)}
+            settings["losses"] = {k: v for k, v in settings["losses"].items() if loss_weight(v)}
         if layer_texts_set is not None:
             settings["layer_texts_set"] = layer_texts_set
         return settings
@@ -255,10 +251,6 @@ RULES = {None: V1, 2: V2, 3: V3}
 
 # --- a student's settings in the two forms ------------------------------------------------------------
 
-def _weight_of(value: Any) -> float:
-    return float(value.get("weight", 0.0) if isinstance(value, dict) else value)
-
-
 def flat_student(values: dict) -> dict:
     """A student's settings (today's, as typed.to_dict gives them) in the form of layouts 1-3: the `optim:` section's
     fields settings of the student's own; each loss of LOSS_SETTINGS a setting of its own name (0.0 where `losses:`
@@ -268,7 +260,7 @@ def flat_student(values: dict) -> dict:
     out.update(values.get("optim") or {})
     others = dict(values.get("losses") or {})
     for name in LOSS_SETTINGS:
-        out[name] = _weight_of(others.pop(name, 0.0))
+        out[name] = loss_weight(others.pop(name, 0.0))
     kd = (values.get("losses") or {}).get("kd")
     out["temperature"] = float(kd.get("temperature", 1.0)) if isinstance(kd, dict) else 1.0
     out["losses"] = others
