@@ -5,8 +5,8 @@ The student is `AutoModelForSequenceClassification.from_config(teacher config)` 
 `num_hidden_layers = k` and the task's label names, so a trained student is a normal Hugging Face
 model directory (`from_pretrained`, `pipeline("text-classification")` load it without transferset).
 It starts from the teacher: embeddings, every m-th teacher layer ("skip", m = teacher layers // k,
-so the top teacher layer is always kept) or the first k ("first"), the pooler and, when its shape
-fits, the classifier; or from random weights ("random", the teacher's architecture only).
+so the top teacher layer is always kept), the first k ("first") or the k it names (`init: [1, 5, 9, 12]`), the
+pooler and, when its shape fits, the classifier; or from random weights ("random", the teacher's architecture only).
 It uses the teacher's full vocabulary and tokenizer: a trimmed one would make the saved directory
 something other than a plain Hugging Face model.
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 import copy
 import os
 from dataclasses import dataclass, fields
-from typing import Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import torch
 import torch.nn as nn
@@ -44,7 +44,9 @@ from transferset.runtime.errors import UserError
 @dataclass
 class TransformerConfig:
     n_layer: int = 3                # k: half of a 6-layer MiniLM teacher
-    init: str = "skip"              # "skip" (PKD), "first" (first k teacher layers) or "random"
+    # "skip" (PKD, DistilBERT), "first" (first k teacher layers), "random", or the teacher layers to copy, one per
+    # student layer ([1, 5, 9, 12], or "1,5,9,12")
+    init: Any = "skip"
     copy_classifier: bool = True    # also copy the teacher's classifier when its shape fits
     dropout: Optional[float] = None  # hidden and attention dropout (None: the teacher's)
     teacher_layers: int = 6         # layers of the teacher it is initialised / distilled from (set from its config)

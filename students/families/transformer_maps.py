@@ -3,20 +3,39 @@ layers it is initialised from (`init`) and the pairs its layer losses compare (`
 from __future__ import annotations
 
 
-INITS = ("skip", "first", "random")  # TransformerConfig.init
+INITS = ("skip", "first", "random")  # TransformerConfig.init, or the teacher layers themselves: [1, 5, 9, 12]
 
 
-def teacher_layer_map(n_layer: int, teacher_layers: int, init: str) -> list[int]:
-    """Teacher layer (1-based, as in `teacher_hidden_l{k}` / hidden_states[k]) behind each student layer."""
-    if init not in INITS:
-        raise ValueError(f"init must be one of {INITS}, got {init!r}")
+def teacher_layer_map(n_layer: int, teacher_layers: int, init) -> list[int]:
+    """Teacher layer (1-based, as in `teacher_hidden_l{k}` / hidden_states[k]) behind each student layer: skip,
+    first, random (the skip rule's layers, for the layer losses of a random student), or the chosen layers (a list,
+    or "1,5,9,12"), one per student layer."""
     if not 1 <= n_layer <= teacher_layers:
         raise ValueError(f"a {n_layer}-layer student cannot take layers from a {teacher_layers}-layer teacher")
+    if init not in INITS:
+        return _chosen(init, n_layer, teacher_layers)
     if init == "first":
         return list(range(1, n_layer + 1))
     # "skip", and also the PKD targets of a randomly initialised student.
     m = teacher_layers // n_layer
     return [m * (j + 1) for j in range(n_layer)]
+
+
+def _chosen(init, n_layer: int, teacher_layers: int) -> list[int]:
+    """`init: [1, 5, 9, 12]` (or "1,5,9,12"): the student's layers from these teacher layers, in their order."""
+    items = init.split(",") if isinstance(init, str) else init
+    try:
+        layers = [int(str(v).strip()) for v in items]
+    except (TypeError, ValueError):
+        raise ValueError(f"init must be one of {INITS} or the teacher layers to copy (e.g. [1, 5, 9, 12]), "
+                         f"got {init!r}") from None
+    if len(layers) != n_layer:
+        raise ValueError(f"init {init!r} names {len(layers)} teacher layers for a {n_layer}-layer student: give "
+                         f"n_layer: {len(layers)}, or one teacher layer per student layer")
+    if any(not 1 <= t <= teacher_layers for t in layers) or len(set(layers)) != len(layers):
+        raise ValueError(f"init {init!r}: the teacher layers must be different, each between 1 and "
+                         f"{teacher_layers} (its depth)")
+    return layers
 
 
 # StudentConfig.layer_map: which student layer the layer losses compare with which teacher layer.

@@ -49,6 +49,21 @@ def test_transformer_student_is_a_hugging_face_model_from_the_teachers_layers(ti
     assert s.pkd_columns == [schema.hidden_layer_column(2), schema.TEACHER_HIDDEN]
 
 
+def test_a_transformer_student_copies_the_teacher_layers_its_init_names(tiny_scored_dir, tiny_teacher4):
+    from transformers import AutoModelForSequenceClassification
+
+    s = setup(StudentConfig(student="transformer", losses={"kd": 1.0}, model={"n_layer": 2, "init": [1, 3]}),
+              tiny_scored_dir)
+    teacher = AutoModelForSequenceClassification.from_pretrained(tiny_teacher4)
+    for j, k in enumerate([1, 3]):
+        torch.testing.assert_close(s.model.bert.encoder.layer[j].output.dense.weight,
+                                   teacher.bert.encoder.layer[k - 1].output.dense.weight)
+    assert not torch.equal(s.model.bert.encoder.layer[1].output.dense.weight,
+                           teacher.bert.encoder.layer[3].output.dense.weight)  # not the skip rule's layer 4
+    with pytest.raises(UserError, match="names 3 teacher layers for a 2-layer student"):
+        setup(StudentConfig(student="transformer", model={"n_layer": 2, "init": "1,2,3"}), tiny_scored_dir)
+
+
 def test_bilstm_trims_the_vocabulary_and_random_init_differs_by_seed(tiny_scored_dir):
     a = setup(StudentConfig(model={"embed_dim": 8, "hidden": 8}, embed_init="random", seed=0, trim_vocab=True),
               tiny_scored_dir)

@@ -22,3 +22,14 @@ def test_the_family_module_still_offers_the_maps_under_its_name():
     assert transformer.teacher_layer_map is transformer_maps.teacher_layer_map
     assert transformer.layer_pairs is transformer_maps.layer_pairs
     assert transformer.INITS == transformer_maps.INITS == ("skip", "first", "random")
+
+
+def test_init_may_name_the_teacher_layers_to_copy_one_per_student_layer():
+    assert transformer_maps.teacher_layer_map(4, 12, [1, 5, 9, 12]) == [1, 5, 9, 12]
+    assert transformer_maps.teacher_layer_map(3, 6, "1, 3,6") == [1, 3, 6]
+    with pytest.raises(ValueError, match="names 3 teacher layers for a 4-layer student: give n_layer: 3"):
+        transformer_maps.teacher_layer_map(4, 12, [1, 6, 12])
+    with pytest.raises(ValueError, match="each between 1 and 6"):
+        transformer_maps.teacher_layer_map(2, 6, [3, 7])
+    with pytest.raises(ValueError, match="must be different"):
+        transformer_maps.teacher_layer_map(2, 6, "4,4")
