@@ -111,7 +111,8 @@ def latency_note(cond: dict, rounds: int = REPORT_ROUNDS, rows: Sequence[dict] =
     if onnx:
         note += (f" {', '.join(onnx)}: ONNX Runtime (an export), every other model PyTorch, so their speed-ups "
                  "include ONNX Runtime's own over PyTorch (`python benchmarks/int8.py RUN_DIR` times every "
-                 "model on ONNX Runtime).")
+                 "model on ONNX Runtime); an export computes a batch padded to its longest row, so on rows of mixed "
+                 "length its batch-64 time per example can exceed its batch-1 time.")
     if cond.get("busy"):
         note += (" The speed-ups are left out: time the models again on a quiet machine "
                  "(`python benchmarks/latency.py RUN_DIR`).")
