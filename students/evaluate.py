@@ -98,7 +98,7 @@ def evaluate(model_path: Union[str, Sequence[str]], data_path: str, *, text_colu
                              **{k: None if np.isnan(v) else v for k, v in figures(pred, mask).items()}}
                             for name, mask in length_bands(words_per_row(data.texts, data.texts_b), edges)]
     if len(paths) == 1 and models[0].exits is not None:
-        out["speed"] = float(speed or 0.0)
+        out["speed"] = float(models[0].speed or 0.0) if speed is None else float(speed)  # None: the folder's own
         out["mean_layers"] = float(runs[0][1].mean()) if len(data.texts) else float("nan")
     if len(paths) > 1:
         out["combine"] = how

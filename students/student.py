@@ -33,7 +33,8 @@ from students.data import NO_LABEL
 from students.data.encoding import Encoder
 from students.data.files import JSON_KINDS, RESAVE, StudentFileError, json_kind, read_json_object
 from students.data.teacher_files import NO_CODE_LOAD
-from students.families.exits import Branches, adaptive_forward, check_speed, has_exits, load_branches, save_branches
+from students.families.exits import (Branches, adaptive_forward, check_speed, has_exits, load_branches, save_branches,
+                                     saved_speed)
 from students.families.transformer import load_hf_classifier
 from transferset import __version__
 from transferset.contract import schema
@@ -66,12 +67,13 @@ class Predictor:
     its logits and the layer each row left at.
 
     `speed` (every method): the normalised entropy below which a row of a model with exits leaves at a
-    layer's branch; None or 0 runs every layer. A model without exits takes only None or 0.
+    layer's branch; None runs at `self.speed` (None: 0, every layer). A model without exits takes only None or 0.
     """
 
     label_names: list[str]
     exits = None  # a model's early-exit branches, when it has them (students/families/exits.py)
-    speed: Optional[float] = None  # the speed of calls that give none (`transferset predict --speed`)
+    # the speed of calls that give none (`transferset predict --speed`, or the one the folder's exits.json records)
+    speed: Optional[float] = None
 
     def _batch_logits(self, texts: list[str], texts_b: Optional[list[Optional[str]]]) -> np.ndarray:
         raise NotImplementedError
@@ -210,7 +212,7 @@ class Student(Predictor):
         with open(os.path.join(model_dir, schema.STUDENT_SIDECAR_FILE), "w", encoding="utf-8") as fh:
             json.dump(sidecar, fh, indent=2)
         if self.exits is not None:  # a re-save keeps the exits (how they were trained is exits_training's to say)
-            save_branches(model_dir, self.exits, {})
+            save_branches(model_dir, self.exits, {"speed": self.speed} if self.speed else {})
 
     @classmethod
     def from_pretrained(cls, path: str, max_length: Optional[int] = None) -> "Student | OnnxStudent":
@@ -221,7 +223,8 @@ class Student(Predictor):
 
         `max_length` overrides the tokens per row (default: the student's, or the HF tokenizer's limit).
         A folder written by `transferset exits` (exits.json beside the model) loads with its early exits:
-        `predict(..., speed=S)` then lets rows leave at a layer's branch (students/families/exits.py).
+        `predict(..., speed=S)` then lets rows leave at a layer's branch (students/families/exits.py); a call that
+        gives no speed runs at the one exits.json records (a search's chosen student), else every layer.
         """
         model_dir = schema.model_dir(path)
         if os.path.isfile(os.path.join(model_dir, ONNX_FILE)):
@@ -241,21 +244,25 @@ class Student(Predictor):
                                        f"{classes} classes; {RESAVE}")
             if max_length is not None:
                 tokens.max_length = max_length
-            return cls(model.eval(), tokens, sidecar["label_names"], fam, config, sidecar.get("teacher_id"),
-                       _exits_of(model_dir, model))
+            return _with_exits(cls(model.eval(), tokens, sidecar["label_names"], fam, config,
+                                   sidecar.get("teacher_id")), model_dir)
         if os.path.isfile(os.path.join(model_dir, schema.HF_CONFIG_FILE)):
             model, tokens, label_names = load_hf_classifier(model_dir, max_length)
             refuse_non_finite(model, os.path.join(model_dir, schema.WEIGHTS_FILE))
-            return cls(model, tokens, label_names, HF_FAMILY, exits=_exits_of(model_dir, model))
+            return _with_exits(cls(model, tokens, label_names, HF_FAMILY), model_dir)
         raise UserError(f"{path}: neither {schema.STUDENT_MODEL_DIR}/{schema.STUDENT_SIDECAR_FILE} nor "
                         f"{schema.HF_CONFIG_FILE} nor {ONNX_FILE}; pass the --output directory of `transferset "
                         "train`, a Hugging Face model directory (e.g. the output of `transferset teacher`) or "
                         "the --output directory of `transferset export`")
 
 
-def _exits_of(model_dir: str, model: torch.nn.Module) -> Optional[Branches]:
-    """The early-exit branches saved beside the model (`transferset exits`), if any."""
-    return load_branches(model_dir, model) if has_exits(model_dir) else None
+def _with_exits(student: Student, model_dir: str) -> Student:
+    """The student with the early-exit branches saved beside its model (`transferset exits`), if any, and the speed
+    exits.json records for calls that give none."""
+    if has_exits(model_dir):
+        student.exits = load_branches(model_dir, student.model)
+        student.speed = saved_speed(model_dir)
+    return student
 
 
 def refuse_non_finite(model: torch.nn.Module, where: str) -> None:

@@ -19,7 +19,8 @@ epochs (students/compress/exits_train.py).
 
 The last layer has no branch: the model's own classifier is the exit there. Saved beside the model
 (`save_branches`): exits.safetensors and exits.json (schema.EXITS_FILE), so the folder stays a plain Hugging
-Face / transferset model that loads without them. BERT-like models only (the per-layer loop calls the
+Face / transferset model that loads without them; exits.json may also record the speed the folder answers at when
+a call gives none (`write_speed`). BERT-like models only (the per-layer loop calls the
 encoder's own layers and the BERT head: pooler → dropout → classifier).
 """
 from __future__ import annotations
@@ -67,6 +68,19 @@ class Branches(nn.Module):
 
     def __len__(self) -> int:
         return len(self.heads)
+
+
+def first_exit_branches(model: nn.Module, classes: int) -> Branches:
+    """Branches for `model` that send every row out at the first (each certain of class 0): timed at any speed,
+    the lower bound of what its trained exits can cost (the embeddings, one layer and one branch)."""
+    n = len(model.base_model.encoder.layer)
+    branches = Branches(BranchesConfig(layers=n - 1, hidden=int(model.config.hidden_size), classes=classes))
+    with torch.no_grad():
+        for h in branches.heads:
+            h[-1].weight.zero_()
+            h[-1].bias.zero_()
+            h[-1].bias[0] = 30.0  # normalised entropy ~1e-12: below every speed above 0
+    return branches.eval()
 
 
 def normalized_entropy(logits: torch.Tensor) -> torch.Tensor:
@@ -219,6 +233,25 @@ def save_branches(model_dir: str, branches: Branches, info: dict) -> None:
               os.path.join(model_dir, schema.EXITS_WEIGHTS_FILE))
     with open(os.path.join(model_dir, schema.EXITS_FILE), "w", encoding="utf-8") as fh:
         json.dump({"branches": asdict(branches.config), **info, "library_version": __version__}, fh, indent=2)
+
+
+def write_speed(model_dir: str, speed: float) -> None:
+    """Record in exits.json the speed the folder answers at when a call gives none (a search ships its chosen
+    student with exits so: `predict`, `evaluate` and the report then run it as it was chosen)."""
+    path = os.path.join(model_dir, schema.EXITS_FILE)
+    info = read_json_object(path, holds="exits.json holds the branches' shape", remedy=REMEDY)
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump({**info, "speed": check_speed(speed)}, fh, indent=2)
+
+
+def saved_speed(model_dir: str) -> Optional[float]:
+    """The speed exits.json records for calls that give none (None: 0, every layer)."""
+    path = os.path.join(model_dir, schema.EXITS_FILE)
+    speed = read_json_object(path, holds="exits.json holds the branches' shape", remedy=REMEDY).get("speed")
+    try:
+        return None if speed is None else check_speed(speed)
+    except ValueError as exc:
+        raise StudentFileError(f"{path}: {exc}; {REMEDY}") from None
 
 
 def load_branches(model_dir: str, model: nn.Module) -> Branches:

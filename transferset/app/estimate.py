@@ -201,9 +201,18 @@ def search_estimate(name: str, sc, transfer: int, rows: Rows, rates: Rates) -> E
             e = student_estimate(name, replace(s_cfg, epochs=epochs), transfer, rows, rates, key=f"search.{c}")
             if e.seconds is None:
                 return Estimate(name, f"{text} ({c} not calibrated)", None)
-            cost.setdefault(epochs, []).append(e.seconds)
+            cost.setdefault(epochs, []).append(e.seconds + exits_seconds(s_cfg, sc, transfer, rates, f"search.{c}"))
     timing = sum(rates.student_fixed_s.get(f"search.{c}", 0.0) for c in configs)
     return Estimate(name, text, timing + sum(sum(sorted(cost[e])[-n:]) for n, e in zip(sizes, sc.rungs)))
+
+
+def exits_seconds(s_cfg, sc, transfer: int, rates: Rates, key: str) -> float:
+    """A transformer candidate's early exits (`search.exit_speeds`) at a rung: its forward over the transfer set (a
+    third of a training step per batch, as an evaluation; the branches' epochs on the cached states cost little)."""
+    step = rates.student_step_s.get(key)
+    if not sc.exit_speeds or s_cfg.student != "transformer" or step is None:
+        return 0.0
+    return math.ceil(transfer / s_cfg.batch_size) * step / 3
 
 
 def _pipeline(name: str, text: str, n: int, rate: Optional[float], fixed: float = 0.0) -> Estimate:

@@ -7,7 +7,7 @@ from typing import Any
 
 from transferset.data.card import budget_text
 
-HEADER = ("candidate", "CPU ms/example (batch 1, untrained)", "MB", "selection accuracy by rung", "stopped")
+HEADER = ("candidate", "CPU ms/example (batch 1, untrained; with exits, then as trained by rung)", "MB", "selection accuracy by rung", "stopped")
 
 
 def _budget(doc: dict[str, Any]) -> str:
@@ -16,7 +16,9 @@ def _budget(doc: dict[str, Any]) -> str:
 
 def _timed_on(doc: dict[str, Any]) -> str:
     return ({"onnx": ", each candidate's ONNX export timed on ONNX Runtime", "pytorch": ""}.get(doc.get("runtime"), "")
-            + (", and its int8 export (NAME+int8)" if doc.get("int8") else ""))
+            + (", and its int8 export (NAME+int8)" if doc.get("int8") else "")
+            + (", and a transformer with early exits (NAME+exits@S, in PyTorch, untrained: every row leaving at the "
+               "first branch)" if any("speed" in c for c in doc["candidates"].values()) else ""))
 
 
 def _rows(doc: dict[str, Any]) -> list[list[str]]:
@@ -24,7 +26,8 @@ def _rows(doc: dict[str, Any]) -> list[list[str]]:
     for name, c in doc["candidates"].items():
         accuracies = ", ".join(f"{rung}: {'-' if a is None else f'{100 * a:.1f}'}"
                                for rung, a in (c.get("selection_accuracy") or {}).items())
-        timed = [f"{c['latency_1']:.3g}", f"{c['mb']:.3g}"] if "latency_1" in c else ["-", "-"]
+        trained = "".join(f"; {rung}: {t['latency_1']:.3g}" for rung, t in (c.get("trained") or {}).items())
+        timed = [f"{c['latency_1']:.3g}{trained}", f"{c['mb']:.3g}"] if "latency_1" in c else ["-", "-"]
         rows.append([name, *timed, accuracies or "-", c.get("stopped", "")])
     return rows
 

@@ -7,7 +7,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import with_config
 
-from transferset.config.common import _STRICT, Ints
+from transferset.config.common import _STRICT, Ints, Speeds
 from transferset.runtime.typed import AtLeast, Positive, Probability
 
 # The smallest budget the timing can tell apart: CPU ms per example at batch 1, tokenization included, is the median
@@ -56,6 +56,12 @@ class SearchConfig:
     # int8`): timed and sized as that export, trained as its candidate (one training for both), its selection
     # accuracy measured on the export, and shipped as it when chosen
     int8: bool = True
+    # also try each transformer candidate (BERT-like, 2 layers or more) with FastBERT's early exits (`transferset
+    # exits`: a branch after each layer but the last, trained on the candidate's own outputs), a variant NAME+exits@S
+    # per speed S here (the normalised entropy below which a row leaves; empty: none). Exits do not export, so the
+    # variant is timed in PyTorch: before training at its lower bound (every row leaving at the first branch), after
+    # each rung at S (over budget then, it stops); trained as its candidate, its exits beside it, shipped at S
+    exit_speeds: Speeds = (0.5,)
     timing_rows: AtLeast(1) = 64  # selection rows each candidate is timed on
     timing_rounds: AtLeast(1) = 5  # interleaved rounds of the timing (the median is kept)
 
@@ -73,6 +79,9 @@ class SearchConfig:
         if not self.rungs or any(e < 1 for e in self.rungs) or list(self.rungs) != sorted(set(self.rungs)):
             raise ValueError(f"search.rungs={list(self.rungs)}: epochs per rung, at least 1, each rung more than "
                              "the one before")
+        if 0 in self.exit_speeds:
+            raise ValueError(f"search.exit_speeds={list(self.exit_speeds)}: speed 0 runs every layer (the candidate "
+                             "itself); give speeds above 0, or [] for no early-exit variants")
         if not 0 < self.keep < 1:
             raise ValueError(f"search.keep={self.keep}: the fraction kept after each rung, between 0 and 1")
 

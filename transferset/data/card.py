@@ -295,7 +295,7 @@ def _how_it_was_made(rec: dict, base: str) -> list[str]:
 _BUDGET_UNITS = {"budget_ms": "{:g} ms per example", "budget_mb": "{:g} MB",
                  "budget_speedup": "{:g}x the teacher's speed"}
 _TIMED_ON = {"onnx": "its ONNX export on ONNX Runtime", "pytorch": "the saved student in PyTorch",
-             "int8": "its int8 ONNX export on ONNX Runtime"}
+             "int8": "its int8 ONNX export on ONNX Runtime", "exits": "the saved student in PyTorch"}
 
 
 def budget_text(budget: dict) -> str:
@@ -309,7 +309,7 @@ def _chosen_by(c: dict) -> str:
                  if c.get("runner_up") else "")
     epochs = ", ".join(str(e) for e in c.get("rungs") or [])
     return (f"- chosen by a search: budget {text(budget_text(c.get('budget') or {}))}, timed at batch 1 on one CPU "
-            f"thread ({_TIMED_ON.get(c.get('runtime'), text(c.get('runtime')))}, untrained: "
+            f"thread ({_TIMED_ON.get(c.get('runtime'), text(c.get('runtime')))}, {text(c.get('timed', 'untrained'))}: "
             f"{c.get('latency_1', float('nan')):.3g} ms); the most accurate on the selection split "
             f"({_pct(c.get('selection_accuracy'))}) of the {c.get('within_budget')} candidates within the budget "
             f"(of {c.get('candidates')}), by successive halving over {epochs} epochs{runner_up}")

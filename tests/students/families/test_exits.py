@@ -14,7 +14,10 @@ import torch
 import builders as testing
 from students.build import HF_FAMILY
 from students.compress import exits_train
-from students.families.exits import (Branches, BranchesConfig, exit_layers, layer_states, normalized_entropy)
+from students.evaluate import evaluate
+from students.families.exits import (Branches, BranchesConfig, adaptive_forward, exit_layers, first_exit_branches,
+                                     layer_states, normalized_entropy, write_speed)
+from students.data.files import StudentFileError
 from students.compress.exits_train import choose_targets, train_exits
 from students.student import Student
 from transferset.app.cli import main
@@ -205,6 +208,44 @@ def test_a_saved_model_with_exits_loads_and_predicts_the_same(trained, tmp_path)
     assert first.predict(TEXTS, speed=0.95).labels == again.predict(TEXTS, speed=0.95).labels
     # Still a plain Hugging Face folder: transformers loads it without transferset (and without the exits).
     AutoModelForSequenceClassification.from_pretrained(f"{out}/model")
+
+
+def test_a_folder_answers_at_the_speed_its_exits_json_records_when_a_call_gives_none(trained, tmp_path):
+    import shutil
+
+    out, _, _ = trained
+    shipped = tmp_path / "shipped"
+    shutil.copytree(out, shipped)
+    write_speed(str(shipped / "model"), 0.95)
+    s = Student.from_pretrained(str(shipped))
+    assert s.speed == 0.95 and Student.from_pretrained(out).speed is None
+    logits, layers = s.logits_and_layers(TEXTS)
+    at, at_layers = Student.from_pretrained(out).logits_and_layers(TEXTS, speed=0.95)
+    np.testing.assert_array_equal(logits, at)
+    np.testing.assert_array_equal(layers, at_layers)
+    assert layers.min() < LAYERS  # some rows do leave early at 0.95: the speed is in effect, not 0
+    np.testing.assert_array_equal(s.logits(TEXTS, speed=0), Student.from_pretrained(out).logits(TEXTS))
+    # a re-save keeps it; evaluate says the speed it ran at
+    s.save_pretrained(str(tmp_path / "again"))
+    assert Student.from_pretrained(str(tmp_path / "again")).speed == 0.95
+    data = tmp_path / "dev.tsv"
+    data.write_text("sentence\tlabel\n" + "".join(f"{t}\t{i % 2}\n" for i, t in enumerate(TEXTS)))
+    result = evaluate(str(shipped), str(data))
+    assert result["speed"] == 0.95 and result["mean_layers"] == pytest.approx(float(layers.mean()))
+    info = json.loads((shipped / "model" / schema.EXITS_FILE).read_text())
+    (shipped / "model" / schema.EXITS_FILE).write_text(json.dumps({**info, "speed": 2}))
+    with pytest.raises(StudentFileError, match="speed 2: give a number from 0"):
+        Student.from_pretrained(str(shipped))
+
+
+def test_first_exit_branches_send_every_row_out_at_the_first_layer(teacher):
+    s = Student.from_pretrained(teacher)
+    branches = first_exit_branches(s.model, 2)
+    assert len(branches) == LAYERS - 1
+    b = s._batch(TEXTS, None)
+    for speed in (1e-6, 0.5, 1.0):
+        logits, used = adaptive_forward(s.model, branches, b["ids"], b["mask"], b["type_ids"], speed)
+        assert used.tolist() == [1] * len(TEXTS) and (logits.argmax(-1) == 0).all()
 
 
 def test_speed_is_checked(trained, teacher):

@@ -3,6 +3,7 @@ given rates, the cuts a budget makes in their order and their message, the refus
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 
 import pytest
@@ -225,3 +226,18 @@ def test_a_plan_measured_on_a_busy_machine_says_so():
     busy = est.plan_lines(estimates, replace(RATES, load=4.2, cores=2), ["teacher.epochs 5 → 2"])
     assert busy[-1] == ("measured on a busy machine (load 4.2 on 2 cores): the minutes may be several times what "
                         "the stages take once the other work ends; the budget's cuts follow them")
+
+
+def test_a_transformer_candidates_early_exits_add_its_forward_over_the_transfer_set_at_each_rung():
+    from transferset.app.stages.search import candidate_configs
+    from transferset.config.search import SearchConfig
+
+    sc = SearchConfig(budget_ms=1, rungs=(1, 2), int8=False, space={
+        "t": {"student": "transformer", "model": {"n_layer": 2}}, "b": {"student": "bilstm"}})
+    rates = replace(RATES, student_step_s={**RATES.student_step_s, "search.t": 0.3, "search.b": 0.01},
+                    student_fixed_s={})
+    batch = candidate_configs(sc)["t"].batch_size
+    with_exits = est.search_estimate("search", sc, 23_000, ROWS, rates).seconds
+    without = est.search_estimate("search", replace(sc, exit_speeds=()), 23_000, ROWS, rates).seconds
+    # the slower candidate (t) is counted at both rungs: its forward over the 23,000 rows once per rung
+    assert with_exits - without == pytest.approx(2 * math.ceil(23_000 / batch) * 0.3 / 3)

@@ -4,13 +4,16 @@ pass.
 
 1. Each candidate is built untrained and timed as the report times models (CPU ms per example at batch 1 on one
    thread, tokenization included), and its saved size measured; with `int8` (the default) its int8 ONNX export
-   too, as a variant of its own (NAME+int8). Those over budget are dropped before any training.
+   too, as a variant of its own (NAME+int8), and with `exit_speeds` (the default) a transformer's early exits at
+   each speed (NAME+exits@S, PyTorch: exits do not export), timed at their lower bound, every row leaving at the
+   first branch. Those over budget are dropped before any training.
 2. Successive halving on the selection split: every candidate left trains `rungs[0]` epochs, the best `keep` of
    them train `rungs[1]` epochs, and so on; the best of the last rung is chosen. The test split chooses nothing.
    Each (candidate, rung) is a normal student folder, search/candidates/NAME-eE, keyed as a student stage is (its
    settings and the scored sets' keys): a killed search goes on, and another budget reuses what one trained. An
    int8 variant trains as its candidate (the same folder) and is exported beside it (NAME-eE-int8), its selection
-   accuracy measured on that export.
+   accuracy measured on that export; an early-exit variant's exits train beside it (NAME-eE-exits, for every
+   speed), its accuracy and latency measured at its speed: over budget as trained, it stops.
 3. The chosen student is copied to search/chosen, tested and reported with the run's other models as `search`;
    search/search.json says, for each candidate, its latency, size, accuracy at each rung and why it stopped.
 """
@@ -23,6 +26,7 @@ from typing import Optional, Sequence
 
 from students.build import setup
 from students.compress.export import Int8Refused
+from students.families.exits import check_bert_like, first_exit_branches, write_speed
 from students.student import Student
 from transferset import fs
 from transferset.app.latency import model_latency
@@ -30,7 +34,7 @@ from transferset.app.report import selection_texts
 from transferset.app.stages.base import RunOutputs, Stage, StageDef, StageKind, register, stage_key
 from transferset.app.stages.context import Run
 from transferset.app.stages.students import student_settings, with_run_teacher
-from transferset.config import StudentConfig
+from transferset.config import ExitsConfig, StudentConfig
 from transferset.config.search import SearchConfig
 from transferset.contract import schema
 from transferset.data import card
@@ -40,6 +44,8 @@ from transferset.runtime.errors import ConfigError, UserError
 NAME = "search"  # the chosen student's name among the run's models
 INT8 = "+int8"  # a candidate's int8 variant: its ONNX export, quantized (`search.int8`)
 INT8_FOLDER = "-int8"  # beside a trained candidate's folder: its int8 export
+EXITS = "+exits@"  # a transformer candidate's early-exit variant at a speed (`search.exit_speeds`): NAME+exits@0.5
+EXITS_FOLDER = "-exits"  # beside a trained candidate's folder: it with its exits (one training for every speed)
 SEARCH_FILE = "search.json"  # in RUN/search/: every candidate, what it measured and why it stopped
 CHOSEN_DIR = "chosen"
 
@@ -90,8 +96,29 @@ def folder_mb(path: str) -> float:
 
 
 def base_of(variant: str) -> str:
-    """The candidate a variant trains as (an int8 variant is its candidate, trained, then exported quantized)."""
-    return variant[:-len(INT8)] if variant.endswith(INT8) else variant
+    """The candidate a variant trains as (an int8 variant is its candidate, trained, then exported quantized; an
+    early-exit variant its candidate, trained, then its exits trained beside it)."""
+    if variant.endswith(INT8):
+        return variant[:-len(INT8)]
+    return variant.rsplit(EXITS, 1)[0]
+
+
+def exits_variants(name: str, cfg: StudentConfig, sc: SearchConfig) -> dict[str, float]:
+    """A candidate's early-exit variants → their speeds (only a transformer's: exits take BERT-like encoders)."""
+    return {f"{name}{EXITS}{speed:g}": speed for speed in sc.exit_speeds} if cfg.student == "transformer" else {}
+
+
+def exits_bound(student: Student, target: str) -> Optional[str]:
+    """`student` saved in `target` with branches that send every row out at the first (timed, the lower bound of
+    its exits' latency), or why early exits do not apply to it."""
+    try:
+        check_bert_like(student.model, "early exits")
+    except UserError as exc:
+        return f"no early exits: {exc}"
+    branches = first_exit_branches(student.model, len(student.label_names))
+    Student(student.model, student.tokens, student.label_names, student.family, student.config, student.teacher_id,
+            exits=branches).save_pretrained(target)
+    return None
 
 
 def int8_export(r: Run, source: str, target: str) -> Optional[str]:
@@ -109,11 +136,19 @@ def time_candidates(r: Run, out: RunOutputs, configs: dict[str, StudentConfig], 
     sized, and its int8 export with `search.int8`; the teacher timed beside them when the budget is a speed-up →
     (each variant's figures, or why it cannot be made, the load they were timed under)."""
     sc = r.cfg.search
-    models, sized, refused = {}, {}, {}
+    models, sized, refused, speeds = {}, {}, {}, {}
     for name, cfg in configs.items():
         saved = sized[name] = fs.join(folder, "untrained", name)
-        Student.from_setup(setup(with_run_teacher(cfg, out), out.scored)).save_pretrained(saved)
+        student = Student.from_setup(setup(with_run_teacher(cfg, out), out.scored))
+        student.save_pretrained(saved)
         models[name] = saved
+        if variants := exits_variants(name, cfg, sc):
+            bound = fs.join(folder, "untrained-exits", name)
+            why = exits_bound(student, bound)
+            for variant, speed in variants.items():
+                sized[variant], refused[variant] = bound, why
+                if why is None:
+                    models[variant], speeds[variant] = bound, speed
         if sc.runtime == "onnx":
             models[name] = fs.join(folder, "untrained-onnx", name)
             r.fn.export(saved, models[name], format="onnx", overwrite=True)
@@ -127,34 +162,66 @@ def time_candidates(r: Run, out: RunOutputs, configs: dict[str, StudentConfig], 
     texts = selection_texts(out.selection, r.augment.text_column)[:sc.timing_rows]
     log(f"[search] timing {len(models) - (sc.budget_speedup is not None)} untrained candidates ({sc.runtime}"
         f"{', and int8 exports' if sc.int8 else ''}) on {len(texts)} selection rows")
-    timed = model_latency(models, texts, rounds=sc.timing_rounds)
+    timed = model_latency(models, texts, rounds=sc.timing_rounds, speeds=speeds)
     lat = timed["models"]
     teacher_ms = lat["teacher"]["latency_1"] if "teacher" in lat else None
     return {name: ({"refused": refused[name]} if refused.get(name) else
                    {"latency_1": lat[name]["latency_1"], "parameters": lat[name]["parameters"],
-                    "mb": folder_mb(sized[name]), "teacher_ms": teacher_ms, "runtime": lat[name]["runtime"]})
+                    "mb": folder_mb(sized[name]), "teacher_ms": teacher_ms, "runtime": lat[name]["runtime"],
+                    **({"speed": speeds[name]} if name in speeds else {})})
             for name in sized}, timed["conditions"]
 
 
 def train_rung(r: Run, out: RunOutputs, variant: str, cfg: StudentConfig, epochs: int, upstream: list[str],
-               log) -> tuple[str, Optional[float]]:
+               entry: dict, log) -> Optional[str]:
     """A variant's candidate trained `epochs` epochs: a student folder keyed as the students' stages are
-    (`upstream`: the scored sets' keys), shared by the candidate's variants; an int8 variant's export of it
-    beside (keyed by the student's) → (the variant's model folder, its selection accuracy; None: its int8 export
-    was refused)."""
+    (`upstream`: the scored sets' keys), shared by the candidate's variants; an int8 variant's export of it, or an
+    early-exit variant's exits, beside it (keyed by the student's). The variant's model folder and selection
+    accuracy go in `entry` → why it stops at this rung (None: it goes on)."""
     name, cfg = base_of(variant), replace(cfg, epochs=epochs)
     folder = r.path("search", "candidates", f"{name}-e{epochs}")
     key = stage_key("student", student_settings(r.rules, cfg), upstream)
     Stage(f"search.{name}.e{epochs}", folder, key, schema.COMPLETE_MARKER, local=True).run(
         lambda work: r.fn.student(with_run_teacher(cfg, out), out.scored, out.dev_scored, work, overwrite=True), log)
+    accuracy = entry.setdefault("selection_accuracy", {})
     if variant == name:
-        return folder, fs.read_json(fs.join(folder, schema.METRICS_FILE))["dev_accuracy"]
+        entry["folder"] = folder
+        accuracy[f"{epochs} epochs"] = fs.read_json(fs.join(folder, schema.METRICS_FILE))["dev_accuracy"]
+        return None
+    if EXITS in variant:
+        return exits_rung(r, out, variant, cfg, folder, key, entry, log)
     quantized, why = folder + INT8_FOLDER, []
     Stage(f"search.{variant}.e{epochs}", quantized, stage_key("search.int8", {"quantize": "int8"}, [key]),
           schema.COMPLETE_MARKER, local=True).run(lambda work: why.append(int8_export(r, folder, work)), log)
+    entry["folder"] = quantized
     if any(why):
-        return quantized, None
-    return quantized, r.fn.evaluate(quantized, out.selection, **r.augment.column_kwargs())["accuracy"]
+        accuracy[f"{epochs} epochs"] = None
+        return "the trained model's int8 export was refused"
+    accuracy[f"{epochs} epochs"] = r.fn.evaluate(quantized, out.selection, **r.augment.column_kwargs())["accuracy"]
+    return None
+
+
+def exits_rung(r: Run, out: RunOutputs, variant: str, cfg: StudentConfig, folder: str, key: str, entry: dict,
+               log) -> Optional[str]:
+    """An early-exit variant at a rung: the trained candidate's exits (`transferset exits`, on its own outputs over
+    the scored set; one training for every speed), its selection accuracy at the variant's speed, and its latency
+    timed there, as trained (the untrained figure was its lower bound) → why it stops (None: in budget)."""
+    sc, speed, epochs = r.cfg.search, entry["speed"], cfg.epochs
+    exits_cfg = ExitsConfig(seed=cfg.seed, threads=cfg.threads)
+    target = folder + EXITS_FOLDER
+    Stage(f"search.{base_of(variant)}.e{epochs}.exits", target,
+          stage_key("search.exits", typed.to_dict(exits_cfg), [key]), schema.COMPLETE_MARKER, local=True).run(
+        lambda work: r.fn.exits(folder, out.scored, work, exits_cfg, overwrite=True, progress=False), log)
+    entry["folder"] = target
+    selection = r.fn.evaluate(target, out.selection, speed=speed, **r.augment.column_kwargs())
+    entry["selection_accuracy"][f"{epochs} epochs"] = selection["accuracy"]
+    texts = selection_texts(out.selection, r.augment.text_column)[:sc.timing_rows]
+    timed = model_latency({variant: target}, texts, rounds=sc.timing_rounds, speeds={variant: speed})["models"]
+    why = over_budget({**entry, "latency_1": timed[variant]["latency_1"]}, sc, entry.get("teacher_ms"))
+    entry.setdefault("trained", {})[f"{epochs} epochs"] = {"latency_1": timed[variant]["latency_1"],
+                                                          "mean_layers": selection.get("mean_layers"),
+                                                          "over_budget": why}
+    return f"over budget as trained, at speed {speed:g}: {'; '.join(why)}" if why else None
 
 
 def halve(r: Run, out: RunOutputs, configs: dict[str, StudentConfig], alive: list[str], record: dict, log) -> str:
@@ -164,18 +231,17 @@ def halve(r: Run, out: RunOutputs, configs: dict[str, StudentConfig], alive: lis
     upstream = [fs.read_json(fs.join(d, schema.STAGE_FILE))["key"] for d in (out.scored, out.dev_scored)]
     order = list(record)
     for rung, (epochs, size) in enumerate(zip(sc.rungs, sizes)):
-        scores = {}
-        for name in alive:
-            record[name]["folder"], scores[name] = train_rung(r, out, name, configs[base_of(name)], epochs, upstream,
-                                                              log)
-            record[name].setdefault("selection_accuracy", {})[f"{epochs} epochs"] = scores[name]
-        for name in [n for n in alive if scores[n] is None]:
-            record[name]["stopped"] = f"rung {rung + 1} ({epochs} epochs): the trained model's int8 export was refused"
-            alive.remove(name)
+        for name in list(alive):
+            why = train_rung(r, out, name, configs[base_of(name)], epochs, upstream, record[name], log)
+            if why:
+                record[name]["stopped"] = f"rung {rung + 1} ({epochs} epochs): {why}"
+                alive.remove(name)
         if not alive:
-            raise UserError("search: every candidate left was an int8 variant whose export was refused: set "
-                            "search.int8: false, or add candidates (search.json says why each stopped)")
-        ranked = sorted(alive, key=lambda n: (-scores[n], order.index(n)))
+            raise UserError(f"search: every candidate left stopped at rung {rung + 1}: int8 variants whose export "
+                            "was refused, or early-exit variants over budget as trained (search.json says why each "
+                            "stopped); set search.int8: false or search.exit_speeds: [], or add candidates")
+        score = {n: record[n]["selection_accuracy"][f"{epochs} epochs"] for n in alive}
+        ranked = sorted(alive, key=lambda n: (-score[n], order.index(n)))
         keep = sizes[rung + 1] if rung + 1 < len(sizes) else 1
         for name in ranked[keep:]:
             record[name]["stopped"] = f"rung {rung + 1} ({epochs} epochs): not among the best {keep} of {size}"
@@ -203,22 +269,41 @@ def run_search(r: Run, out: RunOutputs, configs: dict[str, StudentConfig], folde
     chosen = halve(r, out, configs, alive, record, log)
     source = record[chosen].pop("folder")
     target = fs.join(folder, CHOSEN_DIR)
-    fs.delete(target)
-    fs.copy_tree(source, target)
-    if chosen.endswith(INT8):  # the report reads a student's metrics: the training's, at the export's accuracy
-        metrics = fs.read_json(fs.join(source.removesuffix(INT8_FOLDER), schema.METRICS_FILE))
-        metrics.update(dev_accuracy=record[chosen]["selection_accuracy"][f"{sc.rungs[-1]} epochs"], quantize="int8")
-        fs.write_json(fs.join(target, schema.METRICS_FILE), metrics, indent=2)
+    ship(chosen, record[chosen], source, target, f"{sc.rungs[-1]} epochs")
     doc = {"budget": {k: getattr(sc, k) for k in ("budget_ms", "budget_mb", "budget_speedup")}, "chosen": chosen,
            "from": source, "rungs": list(sc.rungs), "keep": sc.keep, "runtime": sc.runtime, "int8": sc.int8,
-           "timing_conditions": conditions, "candidates": {n: {k: v for k, v in e.items() if k != "folder"}
-                                                           for n, e in record.items()}}
+           "exit_speeds": list(sc.exit_speeds), "timing_conditions": conditions,
+           "candidates": {n: {k: v for k, v in e.items() if k != "folder"} for n, e in record.items()}}
     fs.write_json(fs.join(folder, SEARCH_FILE), doc, indent=2)
     fs.write_json(fs.join(target, schema.SEARCH_CHOICE_FILE), chosen_by(doc), indent=2)
     card.write_card(target)  # the report rewrites it with the test figures
-    log(f"[search] chosen: {chosen} ({record[chosen]['latency_1']:.3g} ms, selection accuracy "
-        f"{record[chosen]['selection_accuracy'][f'{sc.rungs[-1]} epochs']:.4f})")
+    log(f"[search] chosen: {chosen} ({shipped_latency(record[chosen], f'{sc.rungs[-1]} epochs'):.3g} ms, selection "
+        f"accuracy {record[chosen]['selection_accuracy'][f'{sc.rungs[-1]} epochs']:.4f})")
     return doc
+
+
+def shipped_latency(entry: dict, last: str) -> float:
+    """The chosen variant's latency: an early-exit variant's as trained (its untrained figure is a lower bound)."""
+    return entry["trained"][last]["latency_1"] if "trained" in entry else entry["latency_1"]
+
+
+def ship(chosen: str, entry: dict, source: str, target: str, last: str) -> None:
+    """The chosen variant's folder copied to `target`; a variant's (int8, exits) metrics are its training's at the
+    variant's selection accuracy (the report reads a student's metrics), and an early-exit variant answers at its
+    speed when a call gives none (exits.json)."""
+    fs.delete(target)
+    fs.copy_tree(source, target)
+    if chosen == base_of(chosen):
+        return
+    metrics = fs.read_json(fs.join(source.removesuffix(INT8_FOLDER).removesuffix(EXITS_FOLDER), schema.METRICS_FILE))
+    metrics["dev_accuracy"] = entry["selection_accuracy"][last]
+    if chosen.endswith(INT8):
+        metrics["quantize"] = "int8"
+    else:
+        metrics["exits"] = {"speed": entry["speed"],
+                            **{k: v for k, v in entry["trained"][last].items() if k != "over_budget"}}
+        write_speed(schema.model_dir(target), entry["speed"])
+    fs.write_json(fs.join(target, schema.METRICS_FILE), metrics, indent=2)
 
 
 def chosen_by(doc: dict) -> dict:
@@ -226,13 +311,17 @@ def chosen_by(doc: dict) -> dict:
     it, the rungs, its selection accuracy and the runner-up of the last rung."""
     last = f"{doc['rungs'][-1]} epochs"
     c = doc["candidates"]
-    finalists = sorted((n for n in c if last in (c[n].get("selection_accuracy") or {})),
+    finalists = sorted((n for n in c if (c[n].get("selection_accuracy") or {}).get(last) is not None
+                        and not c[n].get("trained", {}).get(last, {}).get("over_budget")),
                        key=lambda n: -c[n]["selection_accuracy"][last])
     runner_up = next((n for n in finalists if n != doc["chosen"]), None)
-    return {"budget": doc["budget"], "runtime": "int8" if doc["chosen"].endswith(INT8) else doc["runtime"],
+    chosen = c[doc["chosen"]]
+    exits = {"timed": f"trained, with early exits at speed {chosen['speed']:g}"} if "trained" in chosen else {}
+    return {"budget": doc["budget"], "runtime": ("int8" if doc["chosen"].endswith(INT8) else
+                                                 "exits" if exits else doc["runtime"]), **exits,
             "rungs": doc["rungs"], "candidates": len(c),
             "within_budget": sum(e["over_budget"] == [] for e in c.values()),
-            "latency_1": c[doc["chosen"]]["latency_1"],
+            "latency_1": shipped_latency(chosen, last),
             "selection_accuracy": c[doc["chosen"]]["selection_accuracy"][last],
             "runner_up": runner_up and {"name": runner_up, "accuracy": c[runner_up]["selection_accuracy"][last]}}
 

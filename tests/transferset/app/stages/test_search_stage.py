@@ -7,7 +7,7 @@ import yaml
 
 from transferset.app.runner import load_config, run_pipeline
 from transferset.app.stages.context import StageFunctions
-from transferset.app.stages.search import chosen_by, closest, over_budget, rung_sizes
+from transferset.app.stages.search import chosen_by, closest, over_budget, rung_sizes, ship
 from transferset.data.card import _chosen_by
 from transferset.config.search import DEFAULT_SPACE, SearchConfig
 from transferset.runtime.errors import UserError
@@ -84,6 +84,15 @@ def _config(tmp_path, data, teacher, budget_mb, **search):
     return load_config(str(path))
 
 
+def _data(tmp_path, sst2_dir, head_tsv):
+    """600 SST-2 train rows and 80 dev rows, in a folder `run --data` reads."""
+    data = tmp_path / "data"
+    data.mkdir()
+    head_tsv(sst2_dir / "train.tsv", data / "train.tsv", 600)
+    head_tsv(sst2_dir / "dev.tsv", data / "dev.tsv", 80)
+    return data
+
+
 class Killed(Exception):
     pass
 
@@ -91,10 +100,7 @@ class Killed(Exception):
 @pytest.mark.integration
 def test_a_tiny_search_chooses_in_budget_resumes_when_killed_and_a_second_budget_reuses(tmp_path, sst2_dir,
                                                                                       head_tsv, tiny_teacher):
-    data = tmp_path / "data"
-    data.mkdir()
-    head_tsv(sst2_dir / "train.tsv", data / "train.tsv", 600)
-    head_tsv(sst2_dir / "dev.tsv", data / "dev.tsv", 80)
+    data = _data(tmp_path, sst2_dir, head_tsv)
     trained = []
 
     def student(cfg, scored, dev, out, **kw):
@@ -153,10 +159,7 @@ def test_a_tiny_search_chooses_in_budget_resumes_when_killed_and_a_second_budget
 @pytest.mark.integration
 def test_an_int8_variant_is_timed_as_its_export_trained_as_its_candidate_and_shipped_as_the_export(
         tmp_path, sst2_dir, head_tsv, tiny_teacher):
-    data = tmp_path / "data"
-    data.mkdir()
-    head_tsv(sst2_dir / "train.tsv", data / "train.tsv", 600)
-    head_tsv(sst2_dir / "dev.tsv", data / "dev.tsv", 80)
+    data = _data(tmp_path, sst2_dir, head_tsv)
     trained, evaluated = [], []
 
     def student(cfg, scored, dev, out, **kw):
@@ -215,3 +218,47 @@ def test_an_int8_variant_is_timed_as_its_export_trained_as_its_candidate_and_shi
 
 def evaluate_ok(model, data_file):
     return StageFunctions.evaluate(str(model), str(data_file))["accuracy"]
+
+
+@pytest.mark.integration
+def test_an_early_exit_variant_is_timed_at_its_bound_trained_beside_its_candidate_and_shipped_at_its_speed(
+        tmp_path, sst2_dir, head_tsv, tiny_teacher):
+    data = _data(tmp_path, sst2_dir, head_tsv)
+    exits = []
+
+    def train_exits(model, scored, out, cfg, **kw):
+        exits.append(model)
+        return StageFunctions.exits(model, scored, out, cfg, **kw)
+
+    space = {"t2": {"student": "transformer", "model": {"n_layer": 2}},
+             "t1": {"student": "transformer", "model": {"n_layer": 1}},
+             "small": {"student": "bilstm", "model": {"embed_dim": 8, "hidden": 8}}}
+    run_pipeline(_config(tmp_path, data, tiny_teacher, 100.0, space=space, exit_speeds=[0.5], rungs=[1]),
+                 log=lambda m: None, functions=StageFunctions(exits=train_exits))
+    c = json.loads((tmp_path / "run" / "search" / "search.json").read_text())["candidates"]
+    # a transformer's variant per speed; a BiLSTM has none; one layer cannot exit below its top
+    assert set(c) == {"t2", "t2+exits@0.5", "t1", "t1+exits@0.5", "small"}
+    assert c["t1+exits@0.5"]["stopped"].startswith("no early exits: early exits: one encoder layer")
+    assert ", and a transformer with early exits (NAME+exits@S, in PyTorch, untrained: every row leaving at the " \
+        "first branch); chosen: " in (tmp_path / "run" / "results.md").read_text()
+    variant = c["t2+exits@0.5"]
+    assert variant["speed"] == 0.5 and variant["runtime"] == "PyTorch" and variant["latency_1"] > 0
+    # trained as its candidate (t2's folder), its exits beside it once, its accuracy measured at its speed
+    candidates = tmp_path / "run" / "search" / "candidates"
+    assert exits == [str(candidates / "t2-e1")]
+    at_speed = StageFunctions.evaluate(str(candidates / "t2-e1-exits"), str(tmp_path / "run" / "data" /
+                                                                           "validation.jsonl"), speed=0.5)
+    assert variant["selection_accuracy"] == {"1 epochs": at_speed["accuracy"]}
+    trained = variant["trained"]["1 epochs"]
+    assert trained["latency_1"] > 0 and trained["mean_layers"] == at_speed["mean_layers"] and \
+        1 <= trained["mean_layers"] <= 2 and trained["over_budget"] == []
+    # shipped as it was chosen: the training's metrics at the variant's accuracy, answering at its speed
+    target = tmp_path / "shipped"
+    ship("t2+exits@0.5", variant, str(candidates / "t2-e1-exits"), str(target), "1 epochs")
+    metrics = json.loads((target / "metrics.json").read_text())
+    assert metrics["student"] == "transformer" and metrics["dev_accuracy"] == at_speed["accuracy"]
+    assert metrics["exits"] == {"speed": 0.5, "latency_1": trained["latency_1"], "mean_layers": trained["mean_layers"]}
+    shipped = StageFunctions.evaluate(str(target), str(tmp_path / "run" / "data" / "validation.jsonl"))
+    assert shipped["speed"] == 0.5 and shipped["accuracy"] == at_speed["accuracy"]
+    assert chosen_by({"budget": {"budget_mb": 100.0}, "runtime": "onnx", "rungs": [1], "chosen": "t2+exits@0.5",
+                      "candidates": {"t2+exits@0.5": variant}})["timed"] == "trained, with early exits at speed 0.5"
