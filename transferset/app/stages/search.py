@@ -133,7 +133,8 @@ def int8_export(r: Run, source: str, target: str) -> Optional[str]:
 def time_candidates(r: Run, out: RunOutputs, configs: dict[str, StudentConfig], folder: str,
                     log) -> tuple[dict[str, dict], dict]:
     """Every candidate built untrained (its tokens and initialisation as training would start), saved, timed and
-    sized, and its int8 export with `search.int8`; the teacher timed beside them when the budget is a speed-up →
+    sized, its int8 export with `search.int8`, a transformer's exits at their lower bound with `search.exit_speeds`;
+    the teacher timed beside them when the budget is a speed-up →
     (each variant's figures, or why it cannot be made, the load they were timed under)."""
     sc = r.cfg.search
     models, sized, refused, speeds = {}, {}, {}, {}
@@ -161,7 +162,8 @@ def time_candidates(r: Run, out: RunOutputs, configs: dict[str, StudentConfig], 
         models["teacher"] = out.teacher
     texts = selection_texts(out.selection, r.augment.text_column)[:sc.timing_rows]
     log(f"[search] timing {len(models) - (sc.budget_speedup is not None)} untrained candidates ({sc.runtime}"
-        f"{', and int8 exports' if sc.int8 else ''}) on {len(texts)} selection rows")
+        f"{', and int8 exports' if sc.int8 else ''}{', and early exits' if speeds else ''}) on {len(texts)} "
+        "selection rows")
     timed = model_latency(models, texts, rounds=sc.timing_rounds, speeds=speeds)
     lat = timed["models"]
     teacher_ms = lat["teacher"]["latency_1"] if "teacher" in lat else None
