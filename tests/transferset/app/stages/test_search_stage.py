@@ -262,3 +262,9 @@ def test_an_early_exit_variant_is_timed_at_its_bound_trained_beside_its_candidat
     assert shipped["speed"] == 0.5 and shipped["accuracy"] == at_speed["accuracy"]
     assert chosen_by({"budget": {"budget_mb": 100.0}, "runtime": "onnx", "rungs": [1], "chosen": "t2+exits@0.5",
                       "candidates": {"t2+exits@0.5": variant}})["timed"] == "trained, with early exits at speed 0.5"
+    # another budget and a second speed reuse the candidate's exits (keyed by its training): none trained again
+    run_pipeline(_config(tmp_path, data, tiny_teacher, 90.0, space=space, exit_speeds=[0.5, 0.9], rungs=[1]),
+                 log=lambda m: None, functions=StageFunctions(exits=train_exits))
+    c = json.loads((tmp_path / "run" / "search" / "search.json").read_text())["candidates"]
+    assert exits == [str(candidates / "t2-e1")] and c["t2+exits@0.9"]["speed"] == 0.9
+    assert c["t2+exits@0.9"]["trained"]["1 epochs"]["mean_layers"] <= trained["mean_layers"]  # a higher speed exits
