@@ -20,7 +20,7 @@ import numpy as np
 from transferset import fs
 from transferset.app.latency import PYTORCH, REPORT_ROUNDS, latency_note, model_latency
 from transferset.app.outputs import Compressed, RunOutputs
-from transferset.app.search_report import search_html, search_markdown
+from transferset.app.search_report import search_html, search_markdown, search_plot
 from transferset.config import AugmentConfig, ReportConfig
 from transferset.contract import schema
 from transferset.data import transfer
@@ -320,11 +320,14 @@ def _write_files(out: RunOutputs, cfg: dict, rows: list[dict], cond: dict, round
         frontier = frontier_plot(rows, fig_dir, busy) if len(out.students) > 1 else None
         conf = confidence_plot(out.scored, fig_dir)
         search = fs.read_json(out.search) if out.search and fs.exists(out.search) else None
+        if search and (plot := search_plot(search, fig_dir, _plt())):
+            search["plot"] = plot
         with open(os.path.join(work, REPORT), "w", encoding="utf-8") as fh:
             fh.write(_html(table_rows=rows, aug=aug, conf=conf, curves=curves, stats=stats, run_dir=work,
                            title=run_dir, dev=out.selection, test=out.test, frontier=frontier,
                            latency=latency_note(cond, rounds, rows), search=search))
-        for part in (aug, conf, *([frontier] if frontier else [])):  # results.json names the plots where they end up
+        for part in (aug, conf, *([frontier] if frontier else []), *([search] if search and "plot" in search else [])):
+            # results.json names the plots where they end up
             part["plot"] = fs.join(run_dir, FIGURES_DIR, os.path.basename(part["plot"]))
         results = {"rows": rows, "latency_conditions": cond, "augmentation": aug, "teacher_confidence": conf,
                    "frontier": frontier, "stats": stats, "selection": out.selection, "test": out.test, "config": cfg,
@@ -372,7 +375,8 @@ def _html(*, table_rows, aug, conf, curves, stats, run_dir, dev, test=None, fron
         *([f"<p>{html.escape(latency)}</p>"] if latency else []),
         *(["<h2>Accuracy against latency</h2>", _img(frontier["plot"], run_dir, "accuracy against latency")]
           if frontier else []),
-        *(search_html(search) if search else []),
+        *(search_html(search, _img(search["plot"], run_dir, "searched students") if "plot" in search else "")
+          if search else []),
         *_split_html(stats.get("data")),
         "<h2>Transfer set</h2>",
         f"<p>{t.get('accepted_rows', '?')} input rows accepted, {t.get('rejected_rows', '?')} rejected; "

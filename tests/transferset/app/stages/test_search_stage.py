@@ -7,6 +7,7 @@ import yaml
 
 from transferset.app.runner import load_config, run_pipeline
 from transferset.app.stages.context import StageFunctions
+from transferset.app.search_report import budget_line, frontier_points, search_plot
 from transferset.app.stages.search import chosen_by, closest, over_budget, rung_sizes, ship
 from transferset.data.card import _chosen_by
 from transferset.config.search import DEFAULT_SPACE, SearchConfig
@@ -49,6 +50,23 @@ def test_the_chosen_students_card_says_what_it_was_chosen_against():
         "the budget (of 4), by successive halving over 1, 4 epochs; the runner-up, a, reached 81.0%")
     alone = chosen_by({**doc, "candidates": {"b": doc["candidates"]["b"]}})
     assert alone["runner_up"] is None and "runner-up" not in _chosen_by(alone)
+
+
+def test_the_searched_frontier_plots_each_trained_variant_at_its_last_rung_and_the_tighter_budget_line(tmp_path):
+    doc = {"budget": {"budget_ms": 2.0, "budget_mb": None, "budget_speedup": 10.0}, "chosen": "b", "candidates": {
+        "a": {"latency_1": 0.4, "teacher_ms": 15.0, "selection_accuracy": {"1 epochs": 0.8, "4 epochs": 0.81}},
+        "b+exits@0.5": {"latency_1": 0.9, "teacher_ms": 15.0, "selection_accuracy": {"1 epochs": 0.79},
+                        "trained": {"1 epochs": {"latency_1": 1.3}}},
+        "b": {"latency_1": 1.1, "teacher_ms": 15.0, "selection_accuracy": {"1 epochs": 0.82, "4 epochs": 0.85}},
+        "c+int8": {"latency_1": 0.3, "teacher_ms": 15.0, "selection_accuracy": {"1 epochs": None}},
+        "d": {"latency_1": 3.0, "teacher_ms": 15.0, "over_budget": ["3 ms > 2 ms"]}}}
+    assert frontier_points(doc) == [("a", 0.4, 81.0), ("b+exits@0.5", 1.3, 79.0), ("b", 1.1, 85.0)]
+    assert budget_line(doc) == 1.5  # 15 ms / 10x is tighter than 2 ms
+    assert budget_line({**doc, "budget": {"budget_mb": 3.0}}) is None
+    from transferset.app.report import _plt
+
+    assert search_plot(doc, str(tmp_path), _plt()) == str(tmp_path / "search.png")
+    assert search_plot({**doc, "candidates": {"d": doc["candidates"]["d"]}}, str(tmp_path), _plt()) is None
 
 
 def test_the_default_space_covers_the_families_and_the_search_sits_before_the_test(plan_of):
@@ -144,6 +162,11 @@ def test_a_tiny_search_chooses_in_budget_resumes_when_killed_and_a_second_budget
     assert "Search: budget 1.5 MB, each candidate's ONNX export timed on ONNX Runtime; chosen: " in results_md
     assert "| huge |" in results_md
     assert "<h2>Search</h2>" in (tmp_path / "run" / "report.html").read_text()
+    # the searched frontier: a plot in the report, named in results.json where it ends up
+    assert 'alt="searched students"' in (tmp_path / "run" / "report.html").read_text()
+    plot = json.loads((tmp_path / "run" / "results.json").read_text())["search"]["plot"]
+    assert plot == str(tmp_path / "run" / "report_files" / "search.png") and (tmp_path / "run" / "report_files" /
+                                                                             "search.png").stat().st_size > 1000
     # the chosen student's card says the budget it was chosen under and what against
     card = (tmp_path / "run" / "search" / "chosen" / "README.md").read_text()
     assert "- test split: " in card and "- test split: not measured" not in card
