@@ -174,10 +174,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     module, parser, passthrough = build_subparser(name)
     rest = join_negative_values(parser, rest)
+    # intermixed: `run --config X key=v --budget-ms 1 key2=v2` takes both settings, wherever they stand
     if passthrough:
-        args, extra = parser.parse_known_args(rest)
+        args, extra = parser.parse_known_intermixed_args(rest)
     else:
-        args, extra = parser.parse_args(rest), []
+        args, extra = parser.parse_intermixed_args(rest), []
     try:
         if extra:
             # Beam drops a flag it does not know with a log line: a typo (--n-iterr) or a second file after

@@ -210,3 +210,14 @@ def test_a_flag_value_that_starts_with_a_minus_needs_no_equals_sign():
     _, parser, _ = build_subparser("score")  # a flag given twice (append) and a Beam option it does not declare
     assert join_negative_values(parser, ["--teacher", "-a", "--direct_num_workers", "-1"]) == \
         ["--teacher", "-a", "--direct_num_workers", "-1"]
+
+
+def test_run_takes_settings_on_both_sides_of_an_option(monkeypatch):
+    from transferset.app import cli
+
+    module, _, _ = cli.build_subparser("run")
+    seen = {}
+    monkeypatch.setattr(module, "run", lambda args, extra: seen.update(vars(args), extra=extra) or 0)
+    assert cli.main(["run", "--config", "c.yaml", "run_dir=r", "--budget-ms", "5", "search.int8=false"]) == 0
+    assert seen["overrides"] == ["run_dir=r", "search.int8=false"] and seen["budget_ms"] == 5.0
+    assert seen["extra"] == []
