@@ -161,7 +161,8 @@ def time_candidates(r: Run, out: RunOutputs, configs: dict[str, StudentConfig], 
     if sc.budget_speedup is not None:
         models["teacher"] = out.teacher
     texts = selection_texts(out.selection, r.augment.text_column)[:sc.timing_rows]
-    log(f"[search] timing {len(models) - (sc.budget_speedup is not None)} untrained candidates ({sc.runtime}"
+    log(f"[search] timing {len(models) - (sc.budget_speedup is not None)} untrained variants of {len(configs)} "
+        f"candidates ({sc.runtime}"
         f"{', and int8 exports' if sc.int8 else ''}{', and early exits' if speeds else ''}) on {len(texts)} "
         "selection rows")
     timed = model_latency(models, texts, rounds=sc.timing_rounds, speeds=speeds)
