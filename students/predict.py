@@ -37,7 +37,8 @@ def load_predictor(model: str, max_length: Optional[int] = None, threads: Option
     set_torch_threads(threads)
     predictor = Student.from_pretrained(local_teacher(model) if fs.is_remote(model) else model, max_length=max_length)
     predictor.check_speed(speed)  # refused here, before any output or pipeline
-    predictor.speed = speed
+    if speed is not None:  # None: the speed the folder records (a search's chosen student with exits), else 0
+        predictor.speed = speed
     return predictor
 
 

@@ -252,7 +252,8 @@ class PredictConfig:
     # --workers: Beam whatever the size)
     beam_above: AtLeast(1) = 100_000
     # a model with early exits (`transferset exits`): a row leaves at the first layer whose branch's normalised
-    # entropy is below this (0 or None: every layer, the model without exits; 1: the earliest exits)
+    # entropy is below this (0: every layer, the model without exits; 1: the earliest exits; None: the speed the
+    # folder's exits.json records, a search's chosen student, else 0)
     speed: Optional[Probability] = None
 
 

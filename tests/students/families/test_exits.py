@@ -225,6 +225,10 @@ def test_a_folder_answers_at_the_speed_its_exits_json_records_when_a_call_gives_
     np.testing.assert_array_equal(layers, at_layers)
     assert layers.min() < LAYERS  # some rows do leave early at 0.95: the speed is in effect, not 0
     np.testing.assert_array_equal(s.logits(TEXTS, speed=0), Student.from_pretrained(out).logits(TEXTS))
+    # predict's loader keeps it unless told a speed
+    from students.predict import load_predictor
+
+    assert load_predictor(str(shipped)).speed == 0.95 and load_predictor(str(shipped), speed=0).speed == 0
     # a re-save keeps it; evaluate says the speed it ran at
     s.save_pretrained(str(tmp_path / "again"))
     assert Student.from_pretrained(str(tmp_path / "again")).speed == 0.95
