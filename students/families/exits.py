@@ -235,19 +235,24 @@ def save_branches(model_dir: str, branches: Branches, info: dict) -> None:
         json.dump({"branches": asdict(branches.config), **info, "library_version": __version__}, fh, indent=2)
 
 
+def _exits_info(model_dir: str) -> tuple[str, dict]:
+    """exits.json's path and its object (refused, saying what to do, when it is not one)."""
+    path = os.path.join(model_dir, schema.EXITS_FILE)
+    return path, read_json_object(path, holds="exits.json holds the branches' shape", remedy=REMEDY)
+
+
 def write_speed(model_dir: str, speed: float) -> None:
     """Record in exits.json the speed the folder answers at when a call gives none (a search ships its chosen
     student with exits so: `predict`, `evaluate` and the report then run it as it was chosen)."""
-    path = os.path.join(model_dir, schema.EXITS_FILE)
-    info = read_json_object(path, holds="exits.json holds the branches' shape", remedy=REMEDY)
+    path, info = _exits_info(model_dir)
     with open(path, "w", encoding="utf-8") as fh:
         json.dump({**info, "speed": check_speed(speed)}, fh, indent=2)
 
 
 def saved_speed(model_dir: str) -> Optional[float]:
     """The speed exits.json records for calls that give none (None: 0, every layer)."""
-    path = os.path.join(model_dir, schema.EXITS_FILE)
-    speed = read_json_object(path, holds="exits.json holds the branches' shape", remedy=REMEDY).get("speed")
+    path, info = _exits_info(model_dir)
+    speed = info.get("speed")
     try:
         return None if speed is None else check_speed(speed)
     except ValueError as exc:
@@ -260,8 +265,7 @@ def load_branches(model_dir: str, model: nn.Module) -> Branches:
 
     from transferset.models.loading import check_safetensors
 
-    path = os.path.join(model_dir, schema.EXITS_FILE)
-    info = read_json_object(path, holds="exits.json holds the branches' shape", remedy=REMEDY)
+    path, info = _exits_info(model_dir)
     spec = info.get("branches")
     if not isinstance(spec, dict):
         raise StudentFileError(f"{path}: branches is {json_kind(spec)}, not an object; {REMEDY}")
