@@ -52,6 +52,12 @@ def search_html(doc: dict[str, Any], img: str = "") -> list[str]:
             "<table><tr>" + "".join(f"<th>{h}</th>" for h in HEADER) + "</tr>" + "".join(trs) + "</table>"]
 
 
+def latency_at(entry: dict[str, Any], rung: str) -> float:
+    """A variant's CPU ms at batch 1 after `rung`: an early-exit variant's as trained there (its untrained figure is
+    a lower bound), any other's as timed untrained."""
+    return (entry.get("trained") or {}).get(rung, {}).get("latency_1", entry["latency_1"])
+
+
 def frontier_points(doc: dict[str, Any]) -> list[tuple[str, float, float]]:
     """(variant, CPU ms at batch 1, selection accuracy in %) of every variant that trained: its accuracy at the last
     rung it reached, its latency as the search timed it (untrained; with exits, as trained at that rung)."""
@@ -60,8 +66,7 @@ def frontier_points(doc: dict[str, Any]) -> list[tuple[str, float, float]]:
         reached = [(rung, a) for rung, a in (c.get("selection_accuracy") or {}).items() if a is not None]
         if reached and "latency_1" in c:
             rung, accuracy = reached[-1]
-            ms = (c.get("trained") or {}).get(rung, {}).get("latency_1", c["latency_1"])
-            points.append((name, ms, 100 * accuracy))
+            points.append((name, latency_at(c, rung), 100 * accuracy))
     return points
 
 

@@ -31,6 +31,7 @@ from students.student import Student
 from transferset import fs
 from transferset.app.latency import model_latency
 from transferset.app.report import selection_texts
+from transferset.app.search_report import latency_at
 from transferset.app.stages.base import RunOutputs, Stage, StageDef, StageKind, register, stage_key
 from transferset.app.stages.context import Run
 from transferset.app.stages.students import student_settings, with_run_teacher
@@ -130,6 +131,11 @@ def int8_export(r: Run, source: str, target: str) -> Optional[str]:
     return None
 
 
+def timing_texts(r: Run, out: RunOutputs) -> list[str]:
+    """The selection rows every variant is timed on (`search.timing_rows`)."""
+    return selection_texts(out.selection, r.augment.text_column)[:r.cfg.search.timing_rows]
+
+
 def time_candidates(r: Run, out: RunOutputs, configs: dict[str, StudentConfig], folder: str,
                     log) -> tuple[dict[str, dict], dict]:
     """Every candidate built untrained (its tokens and initialisation as training would start), saved, timed and
@@ -160,7 +166,7 @@ def time_candidates(r: Run, out: RunOutputs, configs: dict[str, StudentConfig], 
                 models[name + INT8] = quantized
     if sc.budget_speedup is not None:
         models["teacher"] = out.teacher
-    texts = selection_texts(out.selection, r.augment.text_column)[:sc.timing_rows]
+    texts = timing_texts(r, out)
     log(f"[search] timing {len(models) - (sc.budget_speedup is not None)} untrained variants of {len(configs)} "
         f"candidates ({sc.runtime}"
         f"{', and int8 exports' if sc.int8 else ''}{', and early exits' if speeds else ''}) on {len(texts)} "
@@ -218,7 +224,7 @@ def exits_rung(r: Run, out: RunOutputs, variant: str, cfg: StudentConfig, folder
     entry["folder"] = target
     selection = r.fn.evaluate(target, out.selection, speed=speed, **r.augment.column_kwargs())
     entry["selection_accuracy"][f"{epochs} epochs"] = selection["accuracy"]
-    texts = selection_texts(out.selection, r.augment.text_column)[:sc.timing_rows]
+    texts = timing_texts(r, out)
     timed = model_latency({variant: target}, texts, rounds=sc.timing_rounds, speeds={variant: speed})["models"]
     why = over_budget({**entry, "latency_1": timed[variant]["latency_1"]}, sc, entry.get("teacher_ms"))
     entry.setdefault("trained", {})[f"{epochs} epochs"] = {"latency_1": timed[variant]["latency_1"],
@@ -280,14 +286,9 @@ def run_search(r: Run, out: RunOutputs, configs: dict[str, StudentConfig], folde
     fs.write_json(fs.join(folder, SEARCH_FILE), doc, indent=2)
     fs.write_json(fs.join(target, schema.SEARCH_CHOICE_FILE), chosen_by(doc), indent=2)
     card.write_card(target)  # the report rewrites it with the test figures
-    log(f"[search] chosen: {chosen} ({shipped_latency(record[chosen], f'{sc.rungs[-1]} epochs'):.3g} ms, selection "
+    log(f"[search] chosen: {chosen} ({latency_at(record[chosen], f'{sc.rungs[-1]} epochs'):.3g} ms, selection "
         f"accuracy {record[chosen]['selection_accuracy'][f'{sc.rungs[-1]} epochs']:.4f})")
     return doc
-
-
-def shipped_latency(entry: dict, last: str) -> float:
-    """The chosen variant's latency: an early-exit variant's as trained (its untrained figure is a lower bound)."""
-    return entry["trained"][last]["latency_1"] if "trained" in entry else entry["latency_1"]
 
 
 def ship(chosen: str, entry: dict, source: str, target: str, last: str) -> None:
@@ -324,8 +325,8 @@ def chosen_by(doc: dict) -> dict:
                                                  "exits" if exits else doc["runtime"]), **exits,
             "rungs": doc["rungs"], "candidates": len(c),
             "within_budget": sum(e["over_budget"] == [] for e in c.values()),
-            "latency_1": shipped_latency(chosen, last),
-            "selection_accuracy": c[doc["chosen"]]["selection_accuracy"][last],
+            "latency_1": latency_at(chosen, last),
+            "selection_accuracy": chosen["selection_accuracy"][last],
             "runner_up": runner_up and {"name": runner_up, "accuracy": c[runner_up]["selection_accuracy"][last]}}
 
 
