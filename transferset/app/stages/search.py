@@ -8,7 +8,8 @@ pass.
    each speed (NAME+exits@S, PyTorch: exits do not export), timed at their lower bound, every row leaving at the
    first branch. Those over budget are dropped before any training.
 2. Successive halving on the selection split: every candidate left trains `rungs[0]` epochs, the best `keep` of
-   them train `rungs[1]` epochs, and so on; the best of the last rung is chosen. The test split chooses nothing.
+   them train `rungs[1]` epochs, and so on; the best of the last rung is chosen (of two alike, the faster). The
+   test split chooses nothing.
    Each (candidate, rung) is a normal student folder, search/candidates/NAME-eE, keyed as a student stage is (its
    settings and the scored sets' keys): a killed search goes on, and another budget reuses what one trained. An
    int8 variant trains as its candidate (the same folder) and is exported beside it (NAME-eE-int8), its selection
@@ -233,6 +234,14 @@ def exits_rung(r: Run, out: RunOutputs, variant: str, cfg: StudentConfig, folder
     return f"over budget as trained, at speed {speed:g}: {'; '.join(why)}" if why else None
 
 
+def rank(alive: list[str], record: dict, rung: str, order: list[str]) -> list[str]:
+    """`alive`, best first: by selection accuracy at `rung`; at equal accuracy the faster variant (its latency at that
+    rung), then the space's order. One row of the selection split is a tenth of a point, so ties are common, and of
+    two variants that select alike the user wants the faster one (an int8 export over its float32 candidate)."""
+    return sorted(alive, key=lambda n: (-record[n]["selection_accuracy"][rung], latency_at(record[n], rung),
+                                        order.index(n)))
+
+
 def halve(r: Run, out: RunOutputs, configs: dict[str, StudentConfig], alive: list[str], record: dict, log) -> str:
     """Successive halving over `alive` → the chosen candidate; each candidate's accuracies and end in `record`."""
     sc = r.cfg.search
@@ -249,14 +258,13 @@ def halve(r: Run, out: RunOutputs, configs: dict[str, StudentConfig], alive: lis
             raise UserError(f"search: every candidate left stopped at rung {rung + 1}: int8 variants whose export "
                             "was refused, or early-exit variants over budget as trained (search.json says why each "
                             "stopped); set search.int8: false or search.exit_speeds: [], or add candidates")
-        score = {n: record[n]["selection_accuracy"][f"{epochs} epochs"] for n in alive}
-        ranked = sorted(alive, key=lambda n: (-score[n], order.index(n)))
+        ranked = rank(alive, record, f"{epochs} epochs", order)
         keep = sizes[rung + 1] if rung + 1 < len(sizes) else 1
         for name in ranked[keep:]:
             record[name]["stopped"] = f"rung {rung + 1} ({epochs} epochs): not among the best {keep} of {size}"
         alive = ranked[:keep]
         log(f"[search] rung {rung + 1}: {size} trained {epochs} epochs; kept {', '.join(alive)}")
-    record[alive[0]]["stopped"] = "chosen: the best selection accuracy of the last rung"
+    record[alive[0]]["stopped"] = "chosen: the best selection accuracy of the last rung (the faster at a tie)"
     return alive[0]
 
 
@@ -317,7 +325,7 @@ def chosen_by(doc: dict) -> dict:
     c = doc["candidates"]
     finalists = sorted((n for n in c if (c[n].get("selection_accuracy") or {}).get(last) is not None
                         and not c[n].get("trained", {}).get(last, {}).get("over_budget")),
-                       key=lambda n: -c[n]["selection_accuracy"][last])
+                       key=lambda n: (-c[n]["selection_accuracy"][last], latency_at(c[n], last)))
     runner_up = next((n for n in finalists if n != doc["chosen"]), None)
     chosen = c[doc["chosen"]]
     exits = {"timed": f"trained, with early exits at speed {chosen['speed']:g}"} if "trained" in chosen else {}

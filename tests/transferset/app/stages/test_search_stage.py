@@ -8,7 +8,7 @@ import yaml
 from transferset.app.runner import load_config, run_pipeline
 from transferset.app.stages.context import StageFunctions
 from transferset.app.search_report import budget_line, frontier_points, search_plot
-from transferset.app.stages.search import chosen_by, closest, over_budget, rung_sizes, ship
+from transferset.app.stages.search import chosen_by, closest, over_budget, rank, rung_sizes, ship
 from transferset.data.card import _chosen_by
 from transferset.config.search import DEFAULT_SPACE, SearchConfig
 from transferset.runtime.errors import UserError
@@ -20,6 +20,20 @@ from stage_plans import plan_of  # noqa: F401 (a fixture)
                                                    (4, (2,), 0.5, [4])])
 def test_rung_sizes_keep_the_best_fraction_rounded_up_and_never_none(n, rungs, keep, sizes):
     assert rung_sizes(n, rungs, keep) == sizes
+
+
+def test_a_rung_ranks_by_selection_accuracy_then_the_faster_variant_then_the_space_order():
+    # the demo's 1 ms search, seed 2: the float32 BiLSTM and its int8 export selected alike (82.7); ship the int8
+    record = {"bilstm-150": {"latency_1": 0.68, "selection_accuracy": {"4 epochs": 0.827}},
+              "bilstm-150+int8": {"latency_1": 0.42, "selection_accuracy": {"4 epochs": 0.827}},
+              "bilstm-300+int8": {"latency_1": 0.87, "selection_accuracy": {"4 epochs": 0.823}},
+              "tiny+exits@0.5": {"latency_1": 0.1, "selection_accuracy": {"4 epochs": 0.823},
+                                 "trained": {"4 epochs": {"latency_1": 0.9}}},  # as trained, not its bound
+              "static": {"latency_1": 0.42, "selection_accuracy": {"4 epochs": 0.7}},
+              "static+int8": {"latency_1": 0.42, "selection_accuracy": {"4 epochs": 0.7}}}
+    order = list(record)
+    assert rank(list(reversed(order)), record, "4 epochs", order) == [
+        "bilstm-150+int8", "bilstm-150", "bilstm-300+int8", "tiny+exits@0.5", "static", "static+int8"]
 
 
 def test_over_budget_says_each_bound_a_candidate_misses_and_closest_is_the_nearest():
