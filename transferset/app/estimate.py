@@ -190,11 +190,11 @@ def vectors_seconds(s_cfg, transfer: int, rates: Rates) -> float:
 
 
 def search_estimate(name: str, sc, transfer: int, rows: Rows, rates: Rates) -> Estimate:
-    """Every candidate built and timed untrained, then each rung: its candidates × its epochs, counting the
-    slowest ones at each rung (those dropped are not known before the timing), so at most."""
+    """Each rung's candidates × its epochs, the slowest counted (the timing drops some, unknown before): at most."""
     configs = candidate_configs(sc)
     sizes = rung_sizes(len(configs), sc.rungs, sc.keep)
-    text = f"{len(configs)} candidates; " + ", ".join(f"{n} × {e} epochs" for n, e in zip(sizes, sc.rungs))
+    text = f"{len(configs)} candidates, before the budget's timing drops any; " + ", ".join(
+        f"{n} × {e} epochs" for n, e in zip(sizes, sc.rungs))
     cost: dict[int, list[float]] = {}
     for c, s_cfg in configs.items():
         for epochs in sc.rungs:

@@ -127,7 +127,7 @@ def test_a_search_is_planned_as_its_rungs_counting_the_slowest_candidates_and_it
     want = sum(fixed.values()) + epoch["fast"] + fixed["fast"] + epoch["slow"] + fixed["slow"] + 3 * epoch["slow"] \
         + fixed["slow"]
     assert by["search"].seconds == pytest.approx(want)
-    assert by["search"].rows == "2 candidates; 2 × 1 epochs, 1 × 3 epochs"
+    assert by["search"].rows == "2 candidates, before the budget's timing drops any; 2 × 1 epochs, 1 × 3 epochs"
     # a budget cuts the last rung (after the students' epochs, which are reused here), down to one more than the
     # rung before
     budget = (_search_total(cfg, stages, rates, reused) - epoch["slow"] + 1e-3) / 60
