@@ -49,8 +49,8 @@ class SearchConfig:
     # epochs, the best `keep` of them rungs[1] epochs (afresh: each rung's model is a normal student), and so on
     rungs: Ints = (1, 4)
     keep: Probability = 0.5  # the fraction of a rung's candidates that go on to the next (at least one)
-    # what each candidate is timed on: onnx, its ONNX export on ONNX Runtime (the path a student ships on:
-    # `transferset export`), or pytorch, the saved student as the report times students
+    # what each candidate is timed on, and so shipped as when chosen: onnx, its ONNX export on ONNX Runtime (the
+    # path a student ships on: `transferset export`), or pytorch, the saved student as the report times students
     runtime: Literal["onnx", "pytorch"] = "onnx"
     # also try each candidate as its int8 ONNX export (dynamic quantization, as `transferset export --quantize
     # int8`): timed and sized as that export, trained as its candidate (one training for both), its selection

@@ -30,7 +30,7 @@ from students.compress.export import Int8Refused
 from students.families.exits import check_bert_like, first_exit_branches, write_speed
 from students.student import Student
 from transferset import fs
-from transferset.app.latency import model_latency
+from transferset.app.latency import ONNX_RUNTIME, model_latency
 from transferset.app.report import selection_texts
 from transferset.app.search_report import latency_at
 from transferset.app.stages.base import RunOutputs, Stage, StageDef, StageKind, register, stage_key
@@ -286,7 +286,8 @@ def run_search(r: Run, out: RunOutputs, configs: dict[str, StudentConfig], folde
     chosen = halve(r, out, configs, alive, record, log)
     source = record[chosen].pop("folder")
     target = fs.join(folder, CHOSEN_DIR)
-    ship(chosen, record[chosen], source, target, f"{sc.rungs[-1]} epochs")
+    ship(chosen, record[chosen], source, target, f"{sc.rungs[-1]} epochs",
+         lambda src, dst: r.fn.export(src, dst, format="onnx", overwrite=True))
     doc = {"budget": {k: getattr(sc, k) for k in ("budget_ms", "budget_mb", "budget_speedup")}, "chosen": chosen,
            "from": source, "rungs": list(sc.rungs), "keep": sc.keep, "runtime": sc.runtime, "int8": sc.int8,
            "exit_speeds": list(sc.exit_speeds), "timing_conditions": conditions,
@@ -299,19 +300,24 @@ def run_search(r: Run, out: RunOutputs, configs: dict[str, StudentConfig], folde
     return doc
 
 
-def ship(chosen: str, entry: dict, source: str, target: str, last: str) -> None:
-    """The chosen variant's folder copied to `target`; a variant's (int8, exits) metrics are its training's at the
-    variant's selection accuracy (the report reads a student's metrics), and an early-exit variant answers at its
-    speed when a call gives none (exits.json)."""
+def ship(chosen: str, entry: dict, source: str, target: str, last: str, export=None) -> None:
+    """The chosen variant's folder copied to `target`, or, for a candidate timed as its ONNX export (`export`:
+    source, target → that export), the export of it: what is shipped is what met the budget. A variant's (int8,
+    exits) or an export's metrics are its training's at the variant's selection accuracy (the report reads a
+    student's metrics), and an early-exit variant answers at its speed when a call gives none (exits.json)."""
     fs.delete(target)
-    fs.copy_tree(source, target)
-    if chosen == base_of(chosen):
-        return
+    exported = export is not None and chosen == base_of(chosen) and entry.get("runtime") == ONNX_RUNTIME
+    if exported:
+        export(source, target)
+    else:
+        fs.copy_tree(source, target)
+        if chosen == base_of(chosen):
+            return
     metrics = fs.read_json(fs.join(source.removesuffix(INT8_FOLDER).removesuffix(EXITS_FOLDER), schema.METRICS_FILE))
     metrics["dev_accuracy"] = entry["selection_accuracy"][last]
     if chosen.endswith(INT8):
         metrics["quantize"] = "int8"
-    else:
+    elif EXITS in chosen:
         metrics["exits"] = {"speed": entry["speed"],
                             **{k: v for k, v in entry["trained"][last].items() if k != "over_budget"}}
         write_speed(schema.model_dir(target), entry["speed"])

@@ -181,8 +181,18 @@ def test_a_tiny_search_chooses_in_budget_resumes_when_killed_and_a_second_budget
     plot = json.loads((tmp_path / "run" / "results.json").read_text())["search"]["plot"]
     assert plot == str(tmp_path / "run" / "report_files" / "search.png") and (tmp_path / "run" / "report_files" /
                                                                              "search.png").stat().st_size > 1000
+    # shipped as what met the budget, its ONNX export (float32): the report times it on ONNX Runtime
+    chosen = tmp_path / "run" / "search" / "chosen"
+    assert (chosen / "model.onnx").exists() and not (chosen / "model").exists()
+    assert json.loads((chosen / "config.json").read_text())["transferset_export"].get("quantize") is None
+    row = next(r for r in results["rows"] if r["name"].startswith("student: search ("))
+    assert row["runtime"] == "ONNX Runtime"
+    assert json.loads((chosen / "metrics.json").read_text())["dev_accuracy"] == c[doc["chosen"]][
+        "selection_accuracy"]["2 epochs"]
+    assert tested["search"]["accuracy"] == pytest.approx(evaluate_ok(chosen, data / "dev.tsv"))
     # the chosen student's card says the budget it was chosen under and what against
-    card = (tmp_path / "run" / "search" / "chosen" / "README.md").read_text()
+    card = (chosen / "README.md").read_text()
+    assert "An ONNX export (float32)" in card
     assert "- test split: " in card and "- test split: not measured" not in card
     assert "- chosen by a search: budget 1.5 MB, timed at batch 1 on one CPU thread (its ONNX export" in card
     assert "candidates within the budget (of 4), by successive halving over 1, 2 epochs" in card
