@@ -329,9 +329,8 @@ def chosen_by(doc: dict) -> dict:
     it, the rungs, its selection accuracy and the runner-up of the last rung."""
     last = f"{doc['rungs'][-1]} epochs"
     c = doc["candidates"]
-    finalists = sorted((n for n in c if (c[n].get("selection_accuracy") or {}).get(last) is not None
-                        and not c[n].get("trained", {}).get(last, {}).get("over_budget")),
-                       key=lambda n: (-c[n]["selection_accuracy"][last], latency_at(c[n], last)))
+    finalists = rank([n for n in c if (c[n].get("selection_accuracy") or {}).get(last) is not None
+                      and not c[n].get("trained", {}).get(last, {}).get("over_budget")], c, last, list(c))
     runner_up = next((n for n in finalists if n != doc["chosen"]), None)
     chosen = c[doc["chosen"]]
     exits = {"timed": f"trained, with early exits at speed {chosen['speed']:g}"} if "trained" in chosen else {}
