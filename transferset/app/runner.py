@@ -26,7 +26,7 @@ from students.losses import check as check_losses
 from transferset import fs
 from transferset.app import init as starter_init, keys, preflight
 from transferset.app.calibrate import measure_rates
-from transferset.app.estimate import Measure, plan_time
+from transferset.app.time_budget import Measure, plan_time
 from transferset.app.plan import RunPlan, build_plan
 from transferset.app.report import FIGURES_DIR, REPORT, RESULTS, TABLE
 from transferset.app.stages import Stage, StageDef

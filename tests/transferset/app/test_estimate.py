@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 
 from transferset.app import estimate as est
+from transferset.app import time_budget as tb
 from transferset.app.runner import load_config, plan_stages, resolve_data, run_pipeline
 from transferset.data.splits import split_data
 from transferset.runtime.errors import ConfigError
@@ -78,13 +79,13 @@ def _total(cfg, stages, reused=frozenset()):
 def test_a_budget_cuts_the_variants_first_and_only_as_deep_as_it_needs(tmp_path, sst2_dir):
     cfg, stages = _demo(tmp_path, sst2_dir, "augment.n_iter=4", "augment.unlabeled_n_iter=4")
     one_cut = replace(cfg, augment=replace(cfg.augment, unlabeled_n_iter=2))
-    cut, cuts = est.fit(cfg, stages, ROWS, RATES, set(), (_total(one_cut, stages) + 1e-3) / 60)
+    cut, cuts = tb.fit(cfg, stages, ROWS, RATES, set(), (_total(one_cut, stages) + 1e-3) / 60)
     assert cuts == ["augment.unlabeled_n_iter 4 → 2"] and cut.augment == one_cut.augment
-    assert est.fit(cfg, stages, ROWS, RATES, set(), _total(cfg, stages) / 60 + 1) == (cfg, [])
+    assert tb.fit(cfg, stages, ROWS, RATES, set(), _total(cfg, stages) / 60 + 1) == (cfg, [])
     # deeper: no unlabeled variants, one per labeled row, the students' epochs, then half the unlabeled rows
     deep = replace(cfg, augment=replace(cfg.augment, unlabeled_n_iter=0, n_iter=1), unlabeled_limit=7000,
                    students={n: replace(s, epochs=1) for n, s in cfg.students.items()})
-    cut, cuts = est.fit(cfg, stages, ROWS, RATES, set(), (_total(deep, stages) + 1e-3) / 60)
+    cut, cuts = tb.fit(cfg, stages, ROWS, RATES, set(), (_total(deep, stages) + 1e-3) / 60)
     assert cuts == ["augment.unlabeled_n_iter 4 → 0", "augment.n_iter 4 → 1", "students' epochs 8 → 1",
                     "unlabeled rows 14,000 → 7,000"]
     assert cut.teacher.epochs == 5 and cut.unlabeled_limit == 7000
@@ -96,14 +97,14 @@ def test_a_budget_the_smallest_plan_cannot_meet_is_refused_with_the_minimum(tmp_
     cfg, stages = _demo(tmp_path, sst2_dir)
     with pytest.raises(ConfigError, match=r"^budget_minutes=0.5: even the smallest plan \(augment.n_iter 2 → 1; "
                                           r".*teacher.epochs 5 → 1\) takes about .* give at least \d+, or fewer rows$"):
-        est.fit(cfg, stages, ROWS, RATES, set(), 0.5)
+        tb.fit(cfg, stages, ROWS, RATES, set(), 0.5)
 
 
 def test_a_cut_never_changes_the_key_of_a_stage_the_run_reuses(tmp_path, sst2_dir):
     cfg, stages = _demo(tmp_path, sst2_dir)
     reused = {"data", "teacher", "augment", "score", "dev", "dev.score"}
     budget = (_total(cfg, stages, reused) - 1) / 60
-    cut, cuts = est.fit(cfg, stages, ROWS, RATES, reused, budget)
+    cut, cuts = tb.fit(cfg, stages, ROWS, RATES, reused, budget)
     assert [c.split(" ")[0] for c in cuts] == ["students'"]  # the variants, rows and teacher are reused
     assert cut.augment == cfg.augment and cut.teacher == cfg.teacher
 
@@ -131,10 +132,10 @@ def test_a_search_is_planned_as_its_rungs_counting_the_slowest_candidates_and_it
     # a budget cuts the last rung (after the students' epochs, which are reused here), down to one more than the
     # rung before
     budget = (_search_total(cfg, stages, rates, reused) - epoch["slow"] + 1e-3) / 60
-    cut, cuts = est.fit(cfg, stages, ROWS, rates, reused, budget)
+    cut, cuts = tb.fit(cfg, stages, ROWS, rates, reused, budget)
     assert cuts == ["search's last rung 3 → 2"] and cut.search.rungs == (1, 2)
     with pytest.raises(ConfigError, match=r"even the smallest plan \(search's last rung 3 → 2\)"):
-        est.fit(cfg, stages, ROWS, rates, reused, (_search_total(cfg, stages, rates, reused) - 2 * epoch["slow"]) / 60)
+        tb.fit(cfg, stages, ROWS, rates, reused, (_search_total(cfg, stages, rates, reused) - 2 * epoch["slow"]) / 60)
     # a candidate the calibration could not time leaves the search not estimated, saying which
     by = {e.stage: e for e in est.estimate(cfg, stages, ROWS, RATES, reused)}
     assert by["search"].seconds is None and by["search"].rows.endswith("(fast not calibrated)")
@@ -214,7 +215,7 @@ def test_a_deep_later_cut_gives_the_earlier_cuts_back_as_far_as_the_budget_allow
     slow = replace(RATES, teacher_step_s=10.0)
     three = replace(cfg, teacher=replace(cfg.teacher, epochs=3))
     budget = est.total_seconds(est.estimate(three, stages, ROWS, slow, set())) / 60 + 1e-3
-    cut, cuts = est.fit(cfg, stages, ROWS, slow, set(), budget)
+    cut, cuts = tb.fit(cfg, stages, ROWS, slow, set(), budget)
     assert "unlabeled rows 14,000 → 0" in cuts and cut.teacher.epochs < 5  # the forward pass went that deep
     assert cut.unlabeled_limit != 0 and est.total_seconds(est.estimate(cut, stages, ROWS, slow, set())) <= budget * 60
 
@@ -241,3 +242,38 @@ def test_a_transformer_candidates_early_exits_add_its_forward_over_the_transfer_
     without = est.search_estimate("search", replace(sc, exit_speeds=()), 23_000, ROWS, rates).seconds
     # the slower candidate (t) is counted at both rungs: its forward over the 23,000 rows once per rung
     assert with_exits - without == pytest.approx(2 * math.ceil(23_000 / batch) * 0.3 / 3)
+
+
+def test_a_search_timed_by_the_plan_counts_its_variants_in_budget_each_candidate_trained_once():
+    from transferset.app.stages.search import candidate_configs
+    from transferset.config.search import SearchConfig
+
+    sc = SearchConfig(budget_ms=1, rungs=(1, 2), space={
+        "t": {"student": "transformer", "model": {"n_layer": 2}}, "b": {"student": "bilstm"},
+        "s": {"student": "static"}})
+    steps = {"search.t": 0.3, "search.b": 0.01, "search.s": 0.001}
+    rates = replace(RATES, student_step_s={**RATES.student_step_s, **steps}, student_fixed_s={})
+
+    def timed(**ms):
+        return replace(rates, probed={"search": {n: {"latency_1": v, "mb": 1.0, "teacher_ms": None}
+                                                 for n, v in ms.items()}})
+
+    def seconds(c, epochs, with_exits=False):
+        one = est.student_estimate("search", replace(candidate_configs(sc)[c], epochs=epochs), 23_000, ROWS, rates,
+                                   key=f"search.{c}").seconds
+        return one + (est.exits_seconds(candidate_configs(sc)[c], sc, 23_000, rates, f"search.{c}")
+                      if with_exits else 0.0)
+
+    # b and its int8 export in budget (one training for both), s's int8 alone; t and its variants over: 3 variants,
+    # 2 candidates at rung 1, then the 2 best of 3 (ceil 1.5): at most both candidates again
+    e = est.search_estimate("search", sc, 23_000, ROWS, timed(**{
+        "b": 0.9, "b+int8": 0.5, "s": 1.2, "s+int8": 0.8, "t": 5.0, "t+int8": 2.0, "t+exits@0.5": 3.0}))
+    assert e.rows == "3 of 7 variants in budget (timed untrained), 2 candidates; 3 × 1 epochs, 2 × 2 epochs"
+    assert e.seconds == pytest.approx(seconds("b", 1) + seconds("s", 1) + seconds("b", 2) + seconds("s", 2))
+    # t's early exits alone in budget: t trains, and its exits' forward pass counts; the last rung keeps one
+    e = est.search_estimate("search", sc, 23_000, ROWS, timed(**{"t": 5.0, "t+exits@0.5": 0.9, "b": 3.0}))
+    assert e.rows.startswith("1 of 3 variants in budget (timed untrained), 1 candidate; ")
+    assert e.seconds == pytest.approx(seconds("t", 1, True) + seconds("t", 2, True))
+    # none in budget: the search will refuse, and nothing is counted
+    e = est.search_estimate("search", sc, 23_000, ROWS, timed(t=5.0, b=3.0))
+    assert (e.rows, e.seconds) == ("none of 2 variants in budget (timed untrained): the search refuses", 0.0)

@@ -6,7 +6,8 @@ pass.
    thread, tokenization included), and its saved size measured; with `int8` (the default) its int8 ONNX export
    too, as a variant of its own (NAME+int8), and with `exit_speeds` (the default) a transformer's early exits at
    each speed (NAME+exits@S, PyTorch: exits do not export), timed at their lower bound, every row leaving at the
-   first branch. Those over budget are dropped before any training.
+   first branch. Those over budget are dropped before any training. The plan times them the same way once the
+   search's inputs are there (`probe`, so it counts those in budget), and the search then takes that timing.
 2. Successive halving on the selection split: every candidate left trains `rungs[0]` epochs, the best `keep` of
    them train `rungs[1]` epochs, and so on; the best of the last rung is chosen (of two alike, the faster). The
    test split chooses nothing.
@@ -22,9 +23,11 @@ from __future__ import annotations
 
 import math
 import os
+import tempfile
 from dataclasses import replace
 from typing import Optional, Sequence
 
+from students import families
 from students.build import setup
 from students.compress.export import Int8Refused
 from students.families.exits import check_bert_like, first_exit_branches, write_speed
@@ -137,49 +140,91 @@ def timing_texts(r: Run, out: RunOutputs) -> list[str]:
     return selection_texts(out.selection, r.augment.text_column)[:r.cfg.search.timing_rows]
 
 
-def time_candidates(r: Run, out: RunOutputs, configs: dict[str, StudentConfig], folder: str,
-                    log) -> tuple[dict[str, dict], dict]:
-    """Every candidate built untrained (its tokens and initialisation as training would start), saved, timed and
-    sized, its int8 export with `search.int8`, a transformer's exits at their lower bound with `search.exit_speeds`;
-    the teacher timed beside them when the budget is a speed-up →
+def time_candidates(r: Run, out: RunOutputs, configs: dict[str, StudentConfig], log) -> tuple[dict[str, dict], dict]:
+    """Every candidate built untrained (its tokens as training would start; a BiLSTM's or static student's table
+    left random: its values do not change its speed, and `contextual` vectors would cost a pass of the teacher),
+    saved in a temporary folder, timed and sized, its int8 export with `search.int8`, a transformer's exits at their
+    lower bound with `search.exit_speeds`; the teacher timed beside them when the budget is a speed-up →
     (each variant's figures, or why it cannot be made, the load they were timed under)."""
     sc = r.cfg.search
     models, sized, refused, speeds = {}, {}, {}, {}
-    for name, cfg in configs.items():
-        saved = sized[name] = fs.join(folder, "untrained", name)
-        student = Student.from_setup(setup(with_run_teacher(cfg, out), out.scored))
-        student.save_pretrained(saved)
-        models[name] = saved
-        if variants := exits_variants(name, cfg, sc):
-            bound = fs.join(folder, "untrained-exits", name)
-            why = exits_bound(student, bound)
-            for variant, speed in variants.items():
-                sized[variant], refused[variant] = bound, why
-                if why is None:
-                    models[variant], speeds[variant] = bound, speed
-        if sc.runtime == "onnx":
-            models[name] = fs.join(folder, "untrained-onnx", name)
-            r.fn.export(saved, models[name], format="onnx", overwrite=True)
-        if sc.int8:
-            quantized = sized[name + INT8] = fs.join(folder, "untrained-int8", name)
-            refused[name + INT8] = int8_export(r, saved, quantized)
-            if refused[name + INT8] is None:
-                models[name + INT8] = quantized
-    if sc.budget_speedup is not None:
-        models["teacher"] = out.teacher
-    texts = timing_texts(r, out)
-    log(f"[search] timing {len(models) - (sc.budget_speedup is not None)} untrained variants of {len(configs)} "
-        f"candidates ({sc.runtime}"
-        f"{', and int8 exports' if sc.int8 else ''}{', and early exits' if speeds else ''}) on {len(texts)} "
-        "selection rows")
-    timed = model_latency(models, texts, rounds=sc.timing_rounds, speeds=speeds)
+    with tempfile.TemporaryDirectory(prefix="transferset-search-") as folder:
+        for name, cfg in configs.items():
+            saved = sized[name] = fs.join(folder, "untrained", name)
+            shaped = families.get(cfg.student).shaped is not None
+            student = Student.from_setup(setup(with_run_teacher(replace(cfg, embed_init="random") if shaped else cfg,
+                                                                out), out.scored))
+            student.save_pretrained(saved)
+            models[name] = saved
+            if variants := exits_variants(name, cfg, sc):
+                bound = fs.join(folder, "untrained-exits", name)
+                why = exits_bound(student, bound)
+                for variant, speed in variants.items():
+                    sized[variant], refused[variant] = bound, why
+                    if why is None:
+                        models[variant], speeds[variant] = bound, speed
+            if sc.runtime == "onnx":
+                models[name] = fs.join(folder, "untrained-onnx", name)
+                r.fn.export(saved, models[name], format="onnx", overwrite=True)
+            if sc.int8:
+                quantized = sized[name + INT8] = fs.join(folder, "untrained-int8", name)
+                refused[name + INT8] = int8_export(r, saved, quantized)
+                if refused[name + INT8] is None:
+                    models[name + INT8] = quantized
+        if sc.budget_speedup is not None:
+            models["teacher"] = out.teacher
+        texts = timing_texts(r, out)
+        log(f"[search] timing {len(models) - (sc.budget_speedup is not None)} untrained variants of {len(configs)} "
+            f"candidates ({sc.runtime}{', and int8 exports' if sc.int8 else ''}"
+            f"{', and early exits' if speeds else ''}) on {len(texts)} selection rows")
+        timed = model_latency(models, texts, rounds=sc.timing_rounds, speeds=speeds)
+        mb = {name: folder_mb(path) for name, path in sized.items()}
     lat = timed["models"]
     teacher_ms = lat["teacher"]["latency_1"] if "teacher" in lat else None
     return {name: ({"refused": refused[name]} if refused.get(name) else
                    {"latency_1": lat[name]["latency_1"], "parameters": lat[name]["parameters"],
-                    "mb": folder_mb(sized[name]), "teacher_ms": teacher_ms, "runtime": lat[name]["runtime"],
+                    "mb": mb[name], "teacher_ms": teacher_ms, "runtime": lat[name]["runtime"],
                     **({"speed": speeds[name]} if name in speeds else {})})
             for name in sized}, timed["conditions"]
+
+
+# the untrained timing the plan took (`probe`), by timing_key: the search stage that follows in the same process
+# takes it instead of timing again
+_PROBED: dict[str, tuple[dict[str, dict], dict]] = {}
+
+
+def timing_key(r: Run, out: RunOutputs, configs: dict[str, StudentConfig]) -> str:
+    """What the untrained timing depends on: the candidates' settings, the timing's own, and the keys the teacher's
+    and the scored sets' folders record (a given teacher: its path)."""
+    sc = r.cfg.search
+    inputs = [fs.read_json(fs.join(d, schema.STAGE_FILE)).get("key", d) if fs.exists(fs.join(d, schema.STAGE_FILE))
+              else d for d in (out.teacher, out.scored, out.dev_scored)]
+    settings = {"candidates": {n: student_settings(r.rules, c) for n, c in configs.items()},
+                **{k: typed.to_dict(sc)[k] for k in ("runtime", "int8", "exit_speeds", "timing_rows", "timing_rounds")},
+                "teacher_timed": sc.budget_speedup is not None}
+    return stage_key("search.timing", settings, inputs)
+
+
+def probe(r: Run, out: RunOutputs, configs: dict[str, StudentConfig]) -> dict[str, dict]:
+    """The candidates timed untrained for the plan, once the search's inputs are there (estimate.py counts only
+    those in budget); kept for the search stage of this process."""
+    key = timing_key(r, out, configs)
+    _PROBED[key] = time_candidates(r, out, configs, r.log)
+    return _PROBED[key][0]
+
+
+def timed_untrained(r: Run, out: RunOutputs, configs: dict[str, StudentConfig], log) -> tuple[dict[str, dict], dict]:
+    """The plan's timing of these very candidates on these inputs (`probe`), else a timing now."""
+    taken = _PROBED.pop(timing_key(r, out, configs), None)
+    if taken is None:
+        return time_candidates(r, out, configs, log)
+    log(f"[search] the plan's timing of {len(taken[0])} untrained variants, reused")
+    return taken
+
+
+def in_budget(timed: dict[str, dict], sc: SearchConfig) -> list[str]:
+    """The timed variants the budget keeps."""
+    return [n for n, e in timed.items() if "refused" not in e and not over_budget(e, sc, e["teacher_ms"])]
 
 
 def train_rung(r: Run, out: RunOutputs, variant: str, cfg: StudentConfig, epochs: int, upstream: list[str],
@@ -270,7 +315,7 @@ def halve(r: Run, out: RunOutputs, configs: dict[str, StudentConfig], alive: lis
 
 def run_search(r: Run, out: RunOutputs, configs: dict[str, StudentConfig], folder: str, log) -> dict:
     sc = r.cfg.search
-    timed, conditions = time_candidates(r, out, configs, folder, log)
+    timed, conditions = timed_untrained(r, out, configs, log)
     record = {name: {**entry, "over_budget": None, "stopped": entry["refused"]} if "refused" in entry else
               {**entry, "over_budget": over_budget(entry, sc, entry["teacher_ms"])} for name, entry in timed.items()}
     alive = [n for n in record if record[n]["over_budget"] == []]
@@ -360,7 +405,8 @@ def build(r: Run, out: RunOutputs) -> list[StageDef]:
     settings = {"search": {k: v for k, v in typed.to_dict(sc).items() if k not in ("space", "base")},
                 "candidates": {name: student_settings(r.rules, cfg) for name, cfg in configs.items()}}
     return [StageDef("search", folder, settings, ("score", "dev.score", "teacher"), done_file=SEARCH_FILE,
-                     run=lambda work: run_search(r, out, configs, work, r.log))]
+                     run=lambda work: run_search(r, out, configs, work, r.log),
+                     probe=lambda: probe(r, out, configs))]
 
 
 KIND = register(StageKind("search", build, after=("students",), before=("test",)))

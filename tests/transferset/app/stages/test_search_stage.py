@@ -5,6 +5,7 @@ import json
 import pytest
 import yaml
 
+from transferset.app.calibrate import measure_rates
 from transferset.app.runner import load_config, run_pipeline
 from transferset.app.stages.context import StageFunctions
 from transferset.app.search_report import budget_line, frontier_points, search_plot
@@ -167,11 +168,19 @@ def test_a_tiny_search_chooses_in_budget_resumes_when_killed_and_a_second_budget
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert results["search"]["chosen"] == doc["chosen"]
     assert any(r["name"].startswith("student: search (") for r in results["rows"])
-    # another budget: every candidate it keeps is reused by key, none trained again
+    # another budget: every candidate it keeps is reused by key, none trained again; its plan times the candidates
+    # (the search's inputs are there) and counts those in budget, and the search takes that timing, not its own
     before = len(trained)
     log.clear()
-    run_pipeline(_config(tmp_path, data, tiny_teacher, 1.5), log=log.append, functions=StageFunctions(student=student))
+    run_pipeline(_config(tmp_path, data, tiny_teacher, 1.5), log=log.append, functions=StageFunctions(student=student),
+                 measure=measure_rates)
     assert len(trained) == before and any(m.startswith("[search] running") for m in log)
+    c = json.loads((tmp_path / "run" / "search" / "search.json").read_text())["candidates"]
+    within = [n for n in c if c[n]["over_budget"] == []]
+    row = next(m for m in log if m.startswith("  search "))
+    assert f" {len(within)} of 4 variants in budget (timed untrained), {len(within)} candidate" in row
+    assert [m.startswith("[search] timing ") for m in log].count(True) == 1
+    assert log.index(row) < log.index("[search] the plan's timing of 4 untrained variants, reused")
     results_md = (tmp_path / "run" / "results.md").read_text()
     assert "Search: budget 1.5 MB, each candidate's ONNX export timed on ONNX Runtime; chosen: " in results_md
     assert "| huge |" in results_md
