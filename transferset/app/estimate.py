@@ -191,8 +191,9 @@ def search_estimate(name: str, sc, transfer: int, rows: Rows, rates: Rates) -> E
         return Estimate(name, f"none of {len(timed)} variants in budget (timed untrained): the search refuses", 0.0)
     bases = list(dict.fromkeys(base_of(v) for v in alive))
     sizes = rung_sizes(len(alive), sc.rungs, sc.keep)
+    kept = f"{len(bases)} candidate{'s' * (len(bases) > 1)}"
     text = (f"{len(configs)} candidates, before the budget's timing drops any; " if timed is None else
-            f"{len(alive)} of {len(timed)} variants in budget (timed untrained), {len(bases)} candidate{'s' * (len(bases) > 1)}; ") + \
+            f"{len(alive)} of {len(timed)} variants in budget (timed untrained), {kept}; ") + \
         ", ".join(f"{n} × {e} epochs" for n, e in zip(sizes, sc.rungs))
     cost: dict[int, list[float]] = {}
     for c in bases:
