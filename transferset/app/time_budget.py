@@ -24,6 +24,7 @@ from transferset.app.stages.context import DataFiles, splits_train
 from transferset.config import RunConfig
 from transferset.runtime.errors import ConfigError
 
+
 @dataclass(frozen=True)
 class Lever:
     """One setting a budget may cut: its values from the mildest cut to the deepest, and how a config takes one."""

@@ -199,8 +199,9 @@ def timing_key(r: Run, out: RunOutputs, configs: dict[str, StudentConfig]) -> st
     sc = r.cfg.search
     inputs = [fs.read_json(fs.join(d, schema.STAGE_FILE)).get("key", d) if fs.exists(fs.join(d, schema.STAGE_FILE))
               else d for d in (out.teacher, out.scored, out.dev_scored)]
+    given = typed.to_dict(sc)
     settings = {"candidates": {n: student_settings(r.rules, c) for n, c in configs.items()},
-                **{k: typed.to_dict(sc)[k] for k in ("runtime", "int8", "exit_speeds", "timing_rows", "timing_rounds")},
+                **{k: given[k] for k in ("runtime", "int8", "exit_speeds", "timing_rows", "timing_rounds")},
                 "teacher_timed": sc.budget_speedup is not None}
     return stage_key("search.timing", settings, inputs)
 
@@ -318,7 +319,7 @@ def run_search(r: Run, out: RunOutputs, configs: dict[str, StudentConfig], folde
     timed, conditions = timed_untrained(r, out, configs, log)
     record = {name: {**entry, "over_budget": None, "stopped": entry["refused"]} if "refused" in entry else
               {**entry, "over_budget": over_budget(entry, sc, entry["teacher_ms"])} for name, entry in timed.items()}
-    alive = [n for n in record if record[n]["over_budget"] == []]
+    alive = in_budget(timed, sc)
     for name in record:
         if record[name]["over_budget"]:
             record[name]["stopped"] = "over budget: " + "; ".join(record[name]["over_budget"])
