@@ -13,6 +13,14 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 SST2 = SHARED_DATA / "sst2"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def cache_folder(tmp_path_factory):
+    """The suite's own $TRANSFERSET_CACHE (copied teachers, contextual vectors), never the user's."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TRANSFERSET_CACHE", str(tmp_path_factory.mktemp("transferset-cache")))
+        yield
+
+
 @pytest.fixture(scope="session")
 def sst2_dir() -> Path:
     if not (SST2 / "train.tsv").exists():

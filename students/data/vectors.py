@@ -13,18 +13,25 @@ export stay as they are whatever the vectors' source:
   averaged over every place it occurs (Bommasani et al. 2020's pooling over contexts, X2Static's idea),
   PCA'd as `teacher`. A fine-tuned teacher's output states carry what it learned of the task, which a
   context-free input row does not. Ids the texts never show get the teacher's input row mapped into that space
-  by the least-squares affine map fitted on the ids they do show (as word2vec's).
+  by the least-squares affine map fitted on the ids they do show (as word2vec's). The table is kept in
+  $TRANSFERSET_CACHE/vectors under a digest of its inputs: the next student on that teacher and those texts reads it.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import pickle
+import uuid
 from typing import Iterable, Sequence
 
 import torch
 
 from students.data.tokens import pca_project, teacher_input_embeddings
+from transferset.fs.remote import cache_root
 from transferset.runtime.errors import UserError
-from transferset.runtime.progress import Progress
+from transferset.runtime.progress import Progress, log_line
 
 METHODS = ("teacher", "word2vec", "model2vec", "contextual")
 SIF_COEFFICIENT = 1e-4  # model2vec's default sif_coefficient
@@ -102,12 +109,7 @@ def contextual_outputs(teacher_dir: str, tokenizer, texts: Iterable[Sequence[str
     from transformers import AutoModel
 
     model = AutoModel.from_pretrained(teacher_dir).eval()
-    flat = []
-    for batch in texts:
-        flat.extend(batch[:limit - len(flat)])
-        if len(flat) >= limit:
-            break
-    flat.sort(key=len)  # a batch of similar lengths pads little
+    flat = sorted(first_texts(texts, limit), key=len)  # a batch of similar lengths pads little
     special = torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=torch.long)
     sums = torch.zeros(len(tokenizer), model.config.hidden_size, dtype=torch.float64)
     counts = torch.zeros(len(tokenizer), dtype=torch.float64)
@@ -126,17 +128,63 @@ def contextual_outputs(teacher_dir: str, tokenizer, texts: Iterable[Sequence[str
     return sums, counts
 
 
+def first_texts(texts: Iterable[Sequence[str]], limit: int) -> list[str]:
+    """The first `limit` texts of `texts` (batches of texts)."""
+    flat: list[str] = []
+    for batch in texts:
+        flat.extend(batch[:limit - len(flat)])
+        if len(flat) >= limit:
+            break
+    return flat
+
+
 def contextual_table(tokenizer, teacher_dir: str, texts: Iterable[Sequence[str]], max_length: int,
                      limit: int = CONTEXT_TEXTS) -> torch.Tensor:
     """(len(tokenizer), H): each id's mean output state over the run's texts; unseen ids mapped from the
-    teacher's input rows (`mapped_fill`)."""
-    sums, counts = contextual_outputs(teacher_dir, tokenizer, texts, max_length, limit)
+    teacher's input rows (`mapped_fill`). Kept in the cache folder under a key of the teacher's weights, its
+    vocabulary, the texts read and `max_length` (`contextual_cache`): a second student on the same teacher and
+    transfer set (another seed, a search's next rung) reads it instead of a pass of the teacher."""
+    flat = first_texts(texts, limit)
+    cached = contextual_cache(tokenizer, teacher_dir, flat, max_length)
+    if os.path.exists(cached):
+        try:
+            table = torch.load(cached, weights_only=True)
+            log_line(f"embed_init contextual: these texts' vectors through this teacher, reused from {cached}")
+            return table
+        except (RuntimeError, OSError, EOFError, pickle.UnpicklingError) as exc:  # made again, and written over
+            log_line(f"embed_init contextual: {cached} unreadable ({exc}); made again")
+    sums, counts = contextual_outputs(teacher_dir, tokenizer, [flat], max_length, limit)
     seen = torch.nonzero(counts > 0).flatten()
     if len(seen) == 0:
         raise UserError("embed_init: contextual found no text in the transfer set for the teacher to read; "
                         "use embed_init: teacher")
     means = (sums[seen] / counts[seen, None]).float()
-    return mapped_fill(teacher_input_embeddings(teacher_dir, len(tokenizer)), seen, means)
+    table = mapped_fill(teacher_input_embeddings(teacher_dir, len(tokenizer)), seen, means)
+    os.makedirs(os.path.dirname(cached), exist_ok=True)
+    partial = f"{cached}.tmp-{uuid.uuid4().hex}"  # renamed when whole: a killed write leaves no table behind
+    torch.save(table, partial)
+    os.replace(partial, cached)
+    return table
+
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+
+
+def contextual_cache(tokenizer, teacher_dir: str, texts: Sequence[str], max_length: int) -> str:
+    """The cache file (under $TRANSFERSET_CACHE/vectors) of the contextual table these inputs make: its name a
+    digest of the teacher folder's weight files and config, the tokenizer's vocabulary, the texts and
+    `max_length`."""
+    h = hashlib.sha256(f"contextual v1 {max_length} {len(texts)}".encode())
+    for name in sorted(os.listdir(teacher_dir)):
+        path = os.path.join(teacher_dir, name)
+        if os.path.isfile(path) and (name == "config.json" or name.endswith(WEIGHT_SUFFIXES)):
+            h.update(name.encode())
+            with open(path, "rb") as fh:
+                h.update(hashlib.file_digest(fh, "sha256").digest())
+    h.update(json.dumps(sorted(tokenizer.get_vocab().items())).encode())
+    for text in texts:
+        h.update(text.encode("utf-8") + b"\0")
+    return os.path.join(cache_root(), "vectors", f"contextual-{h.hexdigest()[:32]}.pt")
 
 
 # --------------------------------------------------------------------------- model2vec

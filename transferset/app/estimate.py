@@ -198,12 +198,14 @@ def search_estimate(name: str, sc, transfer: int, rows: Rows, rates: Rates) -> E
     cost: dict[int, list[float]] = {}
     for c in bases:
         exits = timed is None or any(EXITS in v and base_of(v) == c for v in alive)
-        for epochs in sc.rungs:
+        for i, epochs in enumerate(sc.rungs):
             e = student_estimate(name, replace(configs[c], epochs=epochs), transfer, rows, rates, key=f"search.{c}")
             if e.seconds is None:
                 return Estimate(name, f"{text} ({c} not calibrated)", None)
-            cost.setdefault(epochs, []).append(e.seconds + (exits_seconds(configs[c], sc, transfer, rates,
-                                                                          f"search.{c}") if exits else 0.0))
+            # contextual vectors: made at the first rung, read from the cache at the next (students/data/vectors.py)
+            again = vectors_seconds(configs[c], transfer, rates) if i else 0.0
+            cost.setdefault(epochs, []).append(e.seconds - again + (exits_seconds(configs[c], sc, transfer, rates,
+                                                                                  f"search.{c}") if exits else 0.0))
     # the untrained timing: each candidate built and timed (none left when the plan took it)
     timing = 0.0 if timed is not None else sum(rates.student_fixed_s.get(f"search.{c}", 0.0) for c in configs)
     return Estimate(name, text, timing + sum(sum(sorted(cost[e])[-n:]) for n, e in zip(sizes, sc.rungs)))

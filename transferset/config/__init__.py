@@ -188,7 +188,8 @@ class StudentConfig:
     # teacher (PCA of the teacher's input embeddings: the BiLSTM's table, a narrower transformer's tables) | random;
     # bilstm + the teacher's vocabulary also: word2vec (skip-gram on the transfer set's texts, the `vectors` extra)
     # | model2vec (each token alone through the teacher's encoder, PCA, SIF weighting; students/data/vectors.py)
-    # | contextual (each token's output state in the teacher's encoder averaged over the transfer set's texts, PCA)
+    # | contextual (each token's output state in the teacher's encoder averaged over the transfer set's texts, PCA;
+    # kept in $TRANSFERSET_CACHE/vectors for the next student on the same teacher and texts)
     embed_init: Literal["teacher", "random", "word2vec", "model2vec", "contextual"] = "teacher"
     # keep the embedding table fixed in every phase ("static" embeddings): words the transfer set
     # never shows keep teacher-derived vectors in the same space as the rest, and an epoch is ~3x

@@ -133,3 +133,45 @@ def test_contextual_rows_are_each_ids_output_states_averaged_over_the_texts(tiny
 def test_contextual_on_no_text_is_refused(tiny_teacher, tokenizer):
     with pytest.raises(UserError, match="no text"):
         vectors.contextual_table(tokenizer, tiny_teacher, [[]], 32)
+
+
+def test_contextual_table_is_kept_in_the_cache_and_read_back_for_the_same_inputs_only(tiny_teacher, tokenizer,
+                                                                                    tmp_path, monkeypatch):
+    monkeypatch.setenv("TRANSFERSET_CACHE", str(tmp_path))
+    made = vectors.contextual_table(tokenizer, tiny_teacher, TEXTS, 32)
+    kept = sorted((tmp_path / "vectors").iterdir())
+    assert [p.name.startswith("contextual-") and p.suffix == ".pt" for p in kept] == [True]
+    assert vectors.contextual_cache(tokenizer, tiny_teacher, [t for b in TEXTS for t in b], 32) == str(kept[0])
+
+    passes = []
+    real = vectors.contextual_outputs
+    monkeypatch.setattr(vectors, "contextual_outputs", lambda *a, **k: passes.append(a) or real(*a, **k))
+    again = vectors.contextual_table(tokenizer, tiny_teacher, TEXTS, 32)
+    assert passes == [] and torch.equal(again, made)  # read back: no pass of the teacher
+    # other texts, another max_length or fewer texts (a limit): each its own pass and file, as made without a cache
+    other = [["a dull and boring movie"]]
+    vectors.contextual_table(tokenizer, tiny_teacher, other, 32)
+    shorter = vectors.contextual_table(tokenizer, tiny_teacher, TEXTS, 4)
+    vectors.contextual_table(tokenizer, tiny_teacher, TEXTS, 32, limit=3)
+    assert len(passes) == 3 and len(list((tmp_path / "vectors").iterdir())) == 4
+    sums, counts = real(tiny_teacher, tokenizer, TEXTS, 4)
+    good = tokenizer.convert_tokens_to_ids("good")
+    assert int(counts[good]) > 0 and torch.allclose(shorter[good], (sums[good] / counts[good]).float(), atol=1e-5)
+    # an unreadable file is made again and written over
+    kept[0].write_bytes(b"not a tensor")
+    assert torch.equal(vectors.contextual_table(tokenizer, tiny_teacher, TEXTS, 32), made) and len(passes) == 4
+    assert torch.equal(torch.load(kept[0], weights_only=True), made)
+
+
+def test_contextual_cache_key_follows_the_teachers_weights(tiny_teacher, tokenizer, tmp_path):
+    import shutil
+
+    copy = tmp_path / "teacher"
+    shutil.copytree(tiny_teacher, copy)
+    flat = [t for b in TEXTS for t in b]
+    assert vectors.contextual_cache(tokenizer, str(copy), flat, 32) == vectors.contextual_cache(
+        tokenizer, tiny_teacher, flat, 32)  # a copied teacher: the same vectors
+    weights = next(p for p in copy.iterdir() if p.name.endswith(vectors.WEIGHT_SUFFIXES))
+    weights.write_bytes(weights.read_bytes()[:-1] + b"\x01")
+    assert vectors.contextual_cache(tokenizer, str(copy), flat, 32) != vectors.contextual_cache(
+        tokenizer, tiny_teacher, flat, 32)

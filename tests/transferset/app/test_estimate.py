@@ -121,6 +121,17 @@ def test_a_transformer_candidates_early_exits_add_its_forward_over_the_transfer_
     assert with_exits - without == pytest.approx(2 * math.ceil(23_000 / batch) * 0.3 / 3)
 
 
+def test_a_static_candidates_contextual_vectors_are_counted_at_its_first_rung_only():
+    from transferset.config.search import SearchConfig
+
+    sc = SearchConfig(budget_ms=1, rungs=(1, 2), int8=False, space={"s": {"student": "static"}})
+    rates = replace(RATES, student_step_s={**RATES.student_step_s, "search.s": 0.1}, student_fixed_s={})
+    teacher_rows = est.search_estimate("search", sc, 23_000, ROWS, rates).seconds
+    contextual = replace(sc, space={"s": {"student": "static", "embed_init": "contextual"}})
+    # the first rung reads 20,000 texts through the teacher at its scoring rate; the second reads the cached table
+    assert est.search_estimate("search", contextual, 23_000, ROWS, rates).seconds == pytest.approx(
+        teacher_rows + 20_000 / RATES.score_rows_s)
+
 def test_a_search_timed_by_the_plan_counts_its_variants_in_budget_each_candidate_trained_once():
     from transferset.app.stages.search import candidate_configs
     from transferset.config.search import SearchConfig
