@@ -10,6 +10,7 @@ import time
 from typing import Any, Callable, Optional, Sequence
 
 from transferset.app.estimate import Rates, Rows, quiet
+from transferset.app.stages.context import teacher_source
 from transferset.app.stages.search import candidate_configs
 from transferset.augment.compose import split_words, variant_rows
 from transferset.augment.context import RowContext, contexts_for
@@ -199,7 +200,7 @@ def _teacher_model(cfg: RunConfig):
     """The model the teacher stages train (or the given teacher), with its tokenizer, and the seconds it took to
     load."""
     t0 = time.perf_counter()
-    path = cfg.teacher_path or (cfg.teacher_paths[0] if cfg.teacher_paths else loading.resolve_model(cfg.teacher.model))
+    path = teacher_source(cfg)
     tokenizer = loading.load_tokenizer(path, trust_remote_code=cfg.teacher.trust_remote_code)
     with loading.quiet_transformers():
         model = loading.load_classifier(path, allow_pickle=cfg.teacher.allow_pickle,

@@ -182,18 +182,20 @@ def vectors_seconds(s_cfg, transfer: int, rates: Rates) -> float:
 
 def search_estimate(name: str, sc, transfer: int, rows: Rows, rates: Rates) -> Estimate:
     """Each rung's candidates × its epochs, the slowest counted: at most. With the search's untrained timing
-    (`rates.probed`: its inputs are there) only the variants in budget count, a candidate trained once for its
+    (`rates.probed`, search_timing.probe) only the variants in budget count, a candidate trained once for its
     variants (an int8 variant trains as its candidate); without it every candidate counts, the timing unknown."""
     configs = candidate_configs(sc)
-    timed = rates.probed.get(name)
+    probed = rates.probed.get(name)
+    timed = probed and probed["variants"]
+    how = "timed untrained" + (f", {probed['before']}" if probed and probed["before"] else "")
     alive = list(configs) if timed is None else in_budget(timed, sc)
     if not alive:
-        return Estimate(name, f"none of {len(timed)} variants in budget (timed untrained): the search refuses", 0.0)
+        return Estimate(name, f"none of {len(timed)} variants in budget ({how}): the search refuses", 0.0)
     bases = list(dict.fromkeys(base_of(v) for v in alive))
     sizes = rung_sizes(len(alive), sc.rungs, sc.keep)
     kept = f"{len(bases)} candidate{'s' * (len(bases) > 1)}"
     text = (f"{len(configs)} candidates, before the budget's timing drops any; " if timed is None else
-            f"{len(alive)} of {len(timed)} variants in budget (timed untrained), {kept}; ") + \
+            f"{len(alive)} of {len(timed)} variants in budget ({how}), {kept}; ") + \
         ", ".join(f"{n} × {e} epochs" for n, e in zip(sizes, sc.rungs))
     cost: dict[int, list[float]] = {}
     for c in bases:
@@ -206,8 +208,10 @@ def search_estimate(name: str, sc, transfer: int, rows: Rows, rates: Rates) -> E
             again = vectors_seconds(configs[c], transfer, rates) if i else 0.0
             cost.setdefault(epochs, []).append(e.seconds - again + (exits_seconds(configs[c], sc, transfer, rates,
                                                                                   f"search.{c}") if exits else 0.0))
-    # the untrained timing: each candidate built and timed (none left when the plan took it)
-    timing = 0.0 if timed is not None else sum(rates.student_fixed_s.get(f"search.{c}", 0.0) for c in configs)
+    # the untrained timing: each candidate built and timed; none left when the plan took it on the search's inputs,
+    # as long again when it took it before them (the search times them again on the trained teacher)
+    timing = (sum(rates.student_fixed_s.get(f"search.{c}", 0.0) for c in configs) if probed is None else
+              probed["seconds"] if probed["before"] else 0.0)
     return Estimate(name, text, timing + sum(sum(sorted(cost[e])[-n:]) for n, e in zip(sizes, sc.rungs)))
 
 

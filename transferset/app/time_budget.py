@@ -161,9 +161,10 @@ def plan_time(cfg: RunConfig, files: DataFiles, replan: Callable[[RunConfig], Se
     reused = current(stages)
     rows = count_rows(start, files, data_dir, "data" in reused and data_dir is not None)
     rates = measure(start, rows, {s.name for s in stages} - reused)
-    # a stage that can measure its own work once its inputs are there (the search: its candidates timed untrained)
-    rates = replace(rates, probed={s.name: s.probe() for s in stages if s.probe is not None and s.name not in reused
-                                   and set(s.upstream) <= reused})
+    # a stage that can measure its own work before it runs (the search: its candidates timed untrained)
+    probed = {s.name: s.probe(set(s.upstream) <= reused, rows.sample) for s in stages
+              if s.probe is not None and s.name not in reused}
+    rates = replace(rates, probed={name: got for name, got in probed.items() if got is not None})
     cut = start
     if cfg.budget_minutes is not None:
         cut, _ = fit(start, stages, rows, rates, reused, cfg.budget_minutes)

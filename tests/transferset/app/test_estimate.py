@@ -142,9 +142,9 @@ def test_a_search_timed_by_the_plan_counts_its_variants_in_budget_each_candidate
     steps = {"search.t": 0.3, "search.b": 0.01, "search.s": 0.001}
     rates = replace(RATES, student_step_s={**RATES.student_step_s, **steps}, student_fixed_s={})
 
-    def timed(**ms):
-        return replace(rates, probed={"search": {n: {"latency_1": v, "mb": 1.0, "teacher_ms": None}
-                                                 for n, v in ms.items()}})
+    def timed(before=None, **ms):
+        variants = {n: {"latency_1": v, "mb": 1.0, "teacher_ms": None} for n, v in ms.items()}
+        return replace(rates, probed={"search": {"variants": variants, "before": before, "seconds": 7.0}})
 
     def seconds(c, epochs, with_exits=False):
         one = est.student_estimate("search", replace(candidate_configs(sc)[c], epochs=epochs), 23_000, ROWS, rates,
@@ -165,3 +165,8 @@ def test_a_search_timed_by_the_plan_counts_its_variants_in_budget_each_candidate
     # none in budget: the search will refuse, and nothing is counted
     e = est.search_estimate("search", sc, 23_000, ROWS, timed(t=5.0, b=3.0))
     assert (e.rows, e.seconds) == ("none of 2 variants in budget (timed untrained): the search refuses", 0.0)
+    # timed before the teacher was trained: the same count, and the search's own timing later as long as the plan's
+    early = est.search_estimate("search", sc, 23_000, ROWS, timed(before="on the teacher's base model", **{
+        "b": 0.9, "b+int8": 0.5, "s": 1.2, "s+int8": 0.8, "t": 5.0, "t+int8": 2.0, "t+exits@0.5": 3.0}))
+    assert early.rows.startswith("3 of 7 variants in budget (timed untrained, on the teacher's base model), 2 cand")
+    assert early.seconds == pytest.approx(seconds("b", 1) + seconds("s", 1) + seconds("b", 2) + seconds("s", 2) + 7.0)

@@ -50,9 +50,10 @@ class StageDef:
     # resume(folder): goes on with a run of this very key that began in the folder and was killed, keeping what
     # it wrote (the score stages' whole shards); without it such a run starts over
     resume: Optional[Callable[[str], Any]] = None
-    # probe() → what the plan may measure of the stage's work before it runs, once every stage upstream is reused
-    # (the search: its candidates timed untrained, so the plan counts those in budget); estimate.py reads it
-    probe: Optional[Callable[[], Any]] = None
+    # probe(ready, sample) → what the plan may measure of the stage's work before it runs (None: nothing), `ready`
+    # when every stage upstream is reused, `sample` the plan's train texts (the search: its candidates timed
+    # untrained, so the plan counts those in budget); estimate.py reads it
+    probe: Optional[Callable[[bool, Sequence[str]], Any]] = None
 
     def key(self, upstream_keys: Sequence[str]) -> str:
         """Its key: a hash of its settings (resolved now) and its upstream stages' keys."""

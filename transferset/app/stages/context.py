@@ -20,6 +20,7 @@ from transferset.app.report import write_report
 from transferset.config import AugmentConfig, BeamConfig, RunConfig
 from transferset.data import transfer
 from transferset.data.splits import LABELED_FILE, SPLIT_STATS_FILE, UNLABELED_FILE, VALIDATION_FILE
+from transferset.models import loading
 from transferset.runtime.progress import log_line
 from transferset.teacher.train import can_resume as can_resume_teacher
 from transferset.teacher.train import train as train_teacher
@@ -50,6 +51,11 @@ class StageFunctions:
     prune: Callable = prune_model
     # whether a teacher's folder holds a checkpoint of this very training to go on from (teacher.train.can_resume)
     can_resume_teacher: Callable = can_resume_teacher
+
+
+def teacher_source(cfg: RunConfig) -> str:
+    """The model the teacher stages start from (its local copy where one is packaged), or the teacher given."""
+    return cfg.teacher_path or (cfg.teacher_paths[0] if cfg.teacher_paths else loading.resolve_model(cfg.teacher.model))
 
 
 def splits_train(cfg: RunConfig) -> bool:

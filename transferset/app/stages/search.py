@@ -6,8 +6,8 @@ pass.
    thread, tokenization included), and its saved size measured; with `int8` (the default) its int8 ONNX export
    too, as a variant of its own (NAME+int8), and with `exit_speeds` (the default) a transformer's early exits at
    each speed (NAME+exits@S, PyTorch: exits do not export), timed at their lower bound, every row leaving at the
-   first branch. Those over budget are dropped before any training. The plan times them the same way once the
-   search's inputs are there (`probe`, so it counts those in budget), and the search then takes that timing.
+   first branch. Those over budget are dropped before any training. The plan times them the same way
+   (search_timing.py), so it counts those in budget.
 2. Successive halving on the selection split: every candidate left trains `rungs[0]` epochs, the best `keep` of
    them train `rungs[1]` epochs, and so on; the best of the last rung is chosen (of two alike, the faster). The
    test split chooses nothing.
@@ -22,22 +22,17 @@ pass.
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from dataclasses import replace
 from typing import Optional, Sequence
 
-from students import families
-from students.build import setup
-from students.compress.export import Int8Refused
-from students.families.exits import check_bert_like, first_exit_branches, write_speed
-from students.student import Student
+from students.families.exits import write_speed
 from transferset import fs
 from transferset.app.latency import ONNX_RUNTIME, model_latency
-from transferset.app.report import selection_texts
 from transferset.app.search_report import latency_at
 from transferset.app.stages.base import RunOutputs, Stage, StageDef, StageKind, register, stage_key
 from transferset.app.stages.context import Run
+from transferset.app.stages.search_timing import (EXITS, INT8, int8_export, probe, timed_untrained,
+                                                  timing_texts)
 from transferset.app.stages.students import student_settings, with_run_teacher
 from transferset.config import ExitsConfig, StudentConfig
 from transferset.config.search import SearchConfig
@@ -47,9 +42,7 @@ from transferset.runtime import timing, typed
 from transferset.runtime.errors import ConfigError, UserError
 
 NAME = "search"  # the chosen student's name among the run's models
-INT8 = "+int8"  # a candidate's int8 variant: its ONNX export, quantized (`search.int8`)
 INT8_FOLDER = "-int8"  # beside a trained candidate's folder: its int8 export
-EXITS = "+exits@"  # a transformer candidate's early-exit variant at a speed (`search.exit_speeds`): NAME+exits@0.5
 EXITS_FOLDER = "-exits"  # beside a trained candidate's folder: it with its exits (one training for every speed)
 SEARCH_FILE = "search.json"  # in RUN/search/: every candidate, what it measured and why it stopped
 CHOSEN_DIR = "chosen"
@@ -96,131 +89,12 @@ def candidate_configs(sc: SearchConfig) -> dict[str, StudentConfig]:
             for name, settings in sc.candidates().items()}
 
 
-def folder_mb(path: str) -> float:
-    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files) / 1e6
-
-
 def base_of(variant: str) -> str:
     """The candidate a variant trains as (an int8 variant is its candidate, trained, then exported quantized; an
     early-exit variant its candidate, trained, then its exits trained beside it)."""
     if variant.endswith(INT8):
         return variant[:-len(INT8)]
     return variant.rsplit(EXITS, 1)[0]
-
-
-def exits_variants(name: str, cfg: StudentConfig, sc: SearchConfig) -> dict[str, float]:
-    """A candidate's early-exit variants → their speeds (only a transformer's: exits take BERT-like encoders)."""
-    return {f"{name}{EXITS}{speed:g}": speed for speed in sc.exit_speeds} if cfg.student == "transformer" else {}
-
-
-def exits_bound(student: Student, target: str) -> Optional[str]:
-    """`student` saved in `target` with branches that send every row out at the first (timed, the lower bound of
-    its exits' latency), or why early exits do not apply to it."""
-    try:
-        check_bert_like(student.model, "early exits")
-    except UserError as exc:
-        return f"no early exits: {exc}"
-    branches = first_exit_branches(student.model, len(student.label_names))
-    Student(student.model, student.tokens, student.label_names, student.family, student.config, student.teacher_id,
-            exits=branches).save_pretrained(target)
-    return None
-
-
-def int8_export(r: Run, source: str, target: str) -> Optional[str]:
-    """`source` exported to ONNX and quantized to int8 in `target`, or why the export's check refused it."""
-    try:
-        r.fn.export(source, target, format="onnx", quantize="int8", overwrite=True)
-    except Int8Refused as exc:
-        return f"int8 export refused: {exc}"
-    return None
-
-
-def timing_texts(r: Run, out: RunOutputs) -> list[str]:
-    """The selection rows every variant is timed on (`search.timing_rows`)."""
-    return selection_texts(out.selection, r.augment.text_column)[:r.cfg.search.timing_rows]
-
-
-def time_candidates(r: Run, out: RunOutputs, configs: dict[str, StudentConfig], log) -> tuple[dict[str, dict], dict]:
-    """Every candidate built untrained (its tokens as training would start; a BiLSTM's or static student's table
-    left random: its values do not change its speed, and `contextual` vectors would cost a pass of the teacher),
-    saved in a temporary folder, timed and sized, its int8 export with `search.int8`, a transformer's exits at their
-    lower bound with `search.exit_speeds`; the teacher timed beside them when the budget is a speed-up →
-    (each variant's figures, or why it cannot be made, the load they were timed under)."""
-    sc = r.cfg.search
-    models, sized, refused, speeds = {}, {}, {}, {}
-    with tempfile.TemporaryDirectory(prefix="transferset-search-") as folder:
-        for name, cfg in configs.items():
-            saved = sized[name] = fs.join(folder, "untrained", name)
-            shaped = families.get(cfg.student).shaped is not None
-            student = Student.from_setup(setup(with_run_teacher(replace(cfg, embed_init="random") if shaped else cfg,
-                                                                out), out.scored))
-            student.save_pretrained(saved)
-            models[name] = saved
-            if variants := exits_variants(name, cfg, sc):
-                bound = fs.join(folder, "untrained-exits", name)
-                why = exits_bound(student, bound)
-                for variant, speed in variants.items():
-                    sized[variant], refused[variant] = bound, why
-                    if why is None:
-                        models[variant], speeds[variant] = bound, speed
-            if sc.runtime == "onnx":
-                models[name] = fs.join(folder, "untrained-onnx", name)
-                r.fn.export(saved, models[name], format="onnx", overwrite=True)
-            if sc.int8:
-                quantized = sized[name + INT8] = fs.join(folder, "untrained-int8", name)
-                refused[name + INT8] = int8_export(r, saved, quantized)
-                if refused[name + INT8] is None:
-                    models[name + INT8] = quantized
-        if sc.budget_speedup is not None:
-            models["teacher"] = out.teacher
-        texts = timing_texts(r, out)
-        log(f"[search] timing {len(models) - (sc.budget_speedup is not None)} untrained variants of {len(configs)} "
-            f"candidates ({sc.runtime}{', and int8 exports' if sc.int8 else ''}"
-            f"{', and early exits' if speeds else ''}) on {len(texts)} selection rows")
-        timed = model_latency(models, texts, rounds=sc.timing_rounds, speeds=speeds)
-        mb = {name: folder_mb(path) for name, path in sized.items()}
-    lat = timed["models"]
-    teacher_ms = lat["teacher"]["latency_1"] if "teacher" in lat else None
-    return {name: ({"refused": refused[name]} if refused.get(name) else
-                   {"latency_1": lat[name]["latency_1"], "parameters": lat[name]["parameters"],
-                    "mb": mb[name], "teacher_ms": teacher_ms, "runtime": lat[name]["runtime"],
-                    **({"speed": speeds[name]} if name in speeds else {})})
-            for name in sized}, timed["conditions"]
-
-
-# the untrained timing the plan took (`probe`), by timing_key: the search stage that follows in the same process
-# takes it instead of timing again
-_PROBED: dict[str, tuple[dict[str, dict], dict]] = {}
-
-
-def timing_key(r: Run, out: RunOutputs, configs: dict[str, StudentConfig]) -> str:
-    """What the untrained timing depends on: the candidates' settings, the timing's own, and the keys the teacher's
-    and the scored sets' folders record (a given teacher: its path)."""
-    sc = r.cfg.search
-    inputs = [fs.read_json(fs.join(d, schema.STAGE_FILE)).get("key", d) if fs.exists(fs.join(d, schema.STAGE_FILE))
-              else d for d in (out.teacher, out.scored, out.dev_scored)]
-    given = typed.to_dict(sc)
-    settings = {"candidates": {n: student_settings(r.rules, c) for n, c in configs.items()},
-                **{k: given[k] for k in ("runtime", "int8", "exit_speeds", "timing_rows", "timing_rounds")},
-                "teacher_timed": sc.budget_speedup is not None}
-    return stage_key("search.timing", settings, inputs)
-
-
-def probe(r: Run, out: RunOutputs, configs: dict[str, StudentConfig]) -> dict[str, dict]:
-    """The candidates timed untrained for the plan, once the search's inputs are there (estimate.py counts only
-    those in budget); kept for the search stage of this process."""
-    key = timing_key(r, out, configs)
-    _PROBED[key] = time_candidates(r, out, configs, r.log)
-    return _PROBED[key][0]
-
-
-def timed_untrained(r: Run, out: RunOutputs, configs: dict[str, StudentConfig], log) -> tuple[dict[str, dict], dict]:
-    """The plan's timing of these very candidates on these inputs (`probe`), else a timing now."""
-    taken = _PROBED.pop(timing_key(r, out, configs), None)
-    if taken is None:
-        return time_candidates(r, out, configs, log)
-    log(f"[search] the plan's timing of {len(taken[0])} untrained variants, reused")
-    return taken
 
 
 def in_budget(timed: dict[str, dict], sc: SearchConfig) -> list[str]:
@@ -407,7 +281,7 @@ def build(r: Run, out: RunOutputs) -> list[StageDef]:
                 "candidates": {name: student_settings(r.rules, cfg) for name, cfg in configs.items()}}
     return [StageDef("search", folder, settings, ("score", "dev.score", "teacher"), done_file=SEARCH_FILE,
                      run=lambda work: run_search(r, out, configs, work, r.log),
-                     probe=lambda: probe(r, out, configs))]
+                     probe=lambda ready, sample: probe(r, out, configs, ready, sample))]
 
 
 KIND = register(StageKind("search", build, after=("students",), before=("test",)))

@@ -3,17 +3,17 @@ on the selection split, every candidate a student folder reused by key; the refu
 import json
 
 import pytest
-import yaml
 
 from transferset.app.calibrate import measure_rates
-from transferset.app.runner import load_config, run_pipeline
-from transferset.app.stages.context import StageFunctions
+from transferset.app.runner import resolve_data, run_pipeline
+from transferset.app.stages.context import StageFunctions, make_run
+from transferset.app.stages.search_timing import before_scoring
 from transferset.app.search_report import budget_line, frontier_points, search_plot
-from transferset.app.stages.search import chosen_by, closest, over_budget, rank, rung_sizes, ship
+from transferset.app.stages.search import candidate_configs, chosen_by, closest, over_budget, rank, rung_sizes, ship
 from transferset.data.card import _chosen_by
 from transferset.config.search import DEFAULT_SPACE, SearchConfig
 from transferset.runtime.errors import UserError
-from stage_plans import plan_of  # noqa: F401 (a fixture)
+from stage_plans import plan_of, search_config, search_data  # noqa: F401 (a fixture)
 
 
 @pytest.mark.parametrize("n, rungs, keep, sizes", [(6, (1, 4), 0.5, [6, 3]), (5, (1, 2, 4), 0.5, [5, 3, 2]),
@@ -98,34 +98,6 @@ def test_the_default_space_covers_the_families_and_the_search_sits_before_the_te
         plan_of("search.budget_ms=1", "run_dir=memory://runs/r")
 
 
-def _config(tmp_path, data, teacher, budget_mb, **search):
-    small = {"threads": 1, "latency_examples": 8, "epochs": 1}
-    cfg = {"run_dir": str(tmp_path / "run"), "data": str(data), "validation": {"rows": 60, "seed": 0},
-           "labeled_limit": 200, "unlabeled_rows": 50, "teacher_path": teacher,
-           "augment": {"recipe": "tang", "n_iter": 1, "seed": 0},
-           "students": {"plain": {**small, "student": "bilstm", "model": {"embed_dim": 8, "hidden": 8}}},
-           "report": {"latency_rows": 8, "latency_rounds": 1},
-           "search": {"budget_mb": budget_mb, "rungs": [1, 2], "keep": 0.5, "timing_rows": 8, "timing_rounds": 1,
-                      "space": {"small": {"student": "bilstm", "model": {"embed_dim": 8, "hidden": 8}},
-                                "wide": {"student": "bilstm", "model": {"embed_dim": 8, "hidden": 32}},
-                                "static": {"student": "static"},
-                                "huge": {"student": "bilstm", "model": {"embed_dim": 8, "hidden": 512}}},
-                      "base": {"threads": 1, "latency_examples": 8, "losses": {"kd": 1.0}},
-                      "int8": False, **search}}
-    path = tmp_path / f"search_{budget_mb}.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return load_config(str(path))
-
-
-def _data(tmp_path, sst2_dir, head_tsv):
-    """600 SST-2 train rows and 80 dev rows, in a folder `run --data` reads."""
-    data = tmp_path / "data"
-    data.mkdir()
-    head_tsv(sst2_dir / "train.tsv", data / "train.tsv", 600)
-    head_tsv(sst2_dir / "dev.tsv", data / "dev.tsv", 80)
-    return data
-
-
 class Killed(Exception):
     pass
 
@@ -133,7 +105,7 @@ class Killed(Exception):
 @pytest.mark.integration
 def test_a_tiny_search_chooses_in_budget_resumes_when_killed_and_a_second_budget_reuses(tmp_path, sst2_dir,
                                                                                       head_tsv, tiny_teacher):
-    data = _data(tmp_path, sst2_dir, head_tsv)
+    data = search_data(tmp_path, sst2_dir, head_tsv)
     trained = []
 
     def student(cfg, scored, dev, out, **kw):
@@ -143,10 +115,10 @@ def test_a_tiny_search_chooses_in_budget_resumes_when_killed_and_a_second_budget
         return StageFunctions.student(cfg, scored, dev, out, **kw)
 
     with pytest.raises(Killed):
-        run_pipeline(_config(tmp_path, data, tiny_teacher, 2.0), log=lambda m: None,
+        run_pipeline(search_config(tmp_path, data, tiny_teacher, 2.0), log=lambda m: None,
                      functions=StageFunctions(student=student))
     log = []
-    run_pipeline(_config(tmp_path, data, tiny_teacher, 2.0), log=log.append, functions=StageFunctions(student=student))
+    run_pipeline(search_config(tmp_path, data, tiny_teacher, 2.0), log=log.append, functions=StageFunctions(student=student))
     doc = json.loads((tmp_path / "run" / "search" / "search.json").read_text())
     c = doc["candidates"]
     # huge (a 512-unit BiLSTM) is over 2 MB: dropped before any training, never trained
@@ -172,7 +144,7 @@ def test_a_tiny_search_chooses_in_budget_resumes_when_killed_and_a_second_budget
     # (the search's inputs are there) and counts those in budget, and the search takes that timing, not its own
     before = len(trained)
     log.clear()
-    run_pipeline(_config(tmp_path, data, tiny_teacher, 1.5), log=log.append, functions=StageFunctions(student=student),
+    run_pipeline(search_config(tmp_path, data, tiny_teacher, 1.5), log=log.append, functions=StageFunctions(student=student),
                  measure=measure_rates)
     assert len(trained) == before and any(m.startswith("[search] running") for m in log)
     c = json.loads((tmp_path / "run" / "search" / "search.json").read_text())["candidates"]
@@ -205,9 +177,15 @@ def test_a_tiny_search_chooses_in_budget_resumes_when_killed_and_a_second_budget
     assert "- test split: " in card and "- test split: not measured" not in card
     assert "- chosen by a search: budget 1.5 MB, timed at batch 1 on one CPU thread (its ONNX export" in card
     assert "candidates within the budget (of 4), by successive halving over 1, 2 epochs" in card
+    # the candidates built before the scoring (a fresh run's plan: the teacher, the set's record, no set) have the
+    # sizes and parameters they have on the scored set
+    run = make_run(search_config(tmp_path, data, tiny_teacher, 1.5), resolve_data(str(data)), StageFunctions())
+    early, _ = before_scoring(run, candidate_configs(run.cfg.search), ["a fine film", "a dull one"])
+    assert {n: (e["mb"], e["parameters"]) for n, e in early.items()} == {
+        n: (e["mb"], e["parameters"]) for n, e in c.items()}
     # a budget no candidate meets is refused, naming the closest, before any training
     with pytest.raises(UserError, match=r"search: no candidate meets the budget; the closest is (small|static)"):
-        run_pipeline(_config(tmp_path, data, tiny_teacher, 1e-4), log=lambda m: None,
+        run_pipeline(search_config(tmp_path, data, tiny_teacher, 1e-4), log=lambda m: None,
                      functions=StageFunctions(student=student))
     assert len(trained) == before
 
@@ -215,7 +193,7 @@ def test_a_tiny_search_chooses_in_budget_resumes_when_killed_and_a_second_budget
 @pytest.mark.integration
 def test_an_int8_variant_is_timed_as_its_export_trained_as_its_candidate_and_shipped_as_the_export(
         tmp_path, sst2_dir, head_tsv, tiny_teacher):
-    data = _data(tmp_path, sst2_dir, head_tsv)
+    data = search_data(tmp_path, sst2_dir, head_tsv)
     trained, evaluated = [], []
 
     def student(cfg, scored, dev, out, **kw):
@@ -229,7 +207,7 @@ def test_an_int8_variant_is_timed_as_its_export_trained_as_its_candidate_and_shi
     space = {"small": {"student": "bilstm", "model": {"embed_dim": 8, "hidden": 8}},
              "huge": {"student": "bilstm", "model": {"embed_dim": 8, "hidden": 512}}}
     # the 512-unit BiLSTM is ~8.5 MB in float32 and ~2.2 MB in int8: only its int8 variant meets 4 MB
-    run_pipeline(_config(tmp_path, data, tiny_teacher, 4.0, int8=True, space=space), log=lambda m: None,
+    run_pipeline(search_config(tmp_path, data, tiny_teacher, 4.0, int8=True, space=space), log=lambda m: None,
                  functions=StageFunctions(student=student, evaluate=evaluate))
     doc = json.loads((tmp_path / "run" / "search" / "search.json").read_text())
     c = doc["candidates"]
@@ -247,7 +225,7 @@ def test_an_int8_variant_is_timed_as_its_export_trained_as_its_candidate_and_shi
     # the 512-unit candidate alone: only its int8 variant is in budget, so it is chosen and shipped as the export
     # (its trainings and exports reused by key: nothing trained again)
     before = len(trained)
-    run_pipeline(_config(tmp_path, data, tiny_teacher, 4.0, int8=True, space={"huge": space["huge"]}),
+    run_pipeline(search_config(tmp_path, data, tiny_teacher, 4.0, int8=True, space={"huge": space["huge"]}),
                  log=lambda m: None, functions=StageFunctions(student=student, evaluate=evaluate))
     assert len(trained) == before
     doc = json.loads((tmp_path / "run" / "search" / "search.json").read_text())
@@ -279,7 +257,7 @@ def evaluate_ok(model, data_file):
 @pytest.mark.integration
 def test_an_early_exit_variant_is_timed_at_its_bound_trained_beside_its_candidate_and_shipped_at_its_speed(
         tmp_path, sst2_dir, head_tsv, tiny_teacher):
-    data = _data(tmp_path, sst2_dir, head_tsv)
+    data = search_data(tmp_path, sst2_dir, head_tsv)
     exits = []
 
     def train_exits(model, scored, out, cfg, **kw):
@@ -289,7 +267,7 @@ def test_an_early_exit_variant_is_timed_at_its_bound_trained_beside_its_candidat
     space = {"t2": {"student": "transformer", "model": {"n_layer": 2}},
              "t1": {"student": "transformer", "model": {"n_layer": 1}},
              "small": {"student": "bilstm", "model": {"embed_dim": 8, "hidden": 8}}}
-    run_pipeline(_config(tmp_path, data, tiny_teacher, 100.0, space=space, exit_speeds=[0.5], rungs=[1]),
+    run_pipeline(search_config(tmp_path, data, tiny_teacher, 100.0, space=space, exit_speeds=[0.5], rungs=[1]),
                  log=lambda m: None, functions=StageFunctions(exits=train_exits))
     c = json.loads((tmp_path / "run" / "search" / "search.json").read_text())["candidates"]
     # a transformer's variant per speed; a BiLSTM has none; one layer cannot exit below its top
@@ -319,7 +297,7 @@ def test_an_early_exit_variant_is_timed_at_its_bound_trained_beside_its_candidat
     assert chosen_by({"budget": {"budget_mb": 100.0}, "runtime": "onnx", "rungs": [1], "chosen": "t2+exits@0.5",
                       "candidates": {"t2+exits@0.5": variant}})["timed"] == "trained, with early exits at speed 0.5"
     # another budget and a second speed reuse the candidate's exits (keyed by its training): none trained again
-    run_pipeline(_config(tmp_path, data, tiny_teacher, 90.0, space=space, exit_speeds=[0.5, 0.9], rungs=[1]),
+    run_pipeline(search_config(tmp_path, data, tiny_teacher, 90.0, space=space, exit_speeds=[0.5, 0.9], rungs=[1]),
                  log=lambda m: None, functions=StageFunctions(exits=train_exits))
     c = json.loads((tmp_path / "run" / "search" / "search.json").read_text())["candidates"]
     assert exits == [str(candidates / "t2-e1")] and c["t2+exits@0.9"]["speed"] == 0.9
