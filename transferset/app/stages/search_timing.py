@@ -200,8 +200,8 @@ def before_scoring(r: Run, configs: dict[str, StudentConfig], sample: Sequence[s
         with tempfile.TemporaryDirectory(prefix="transferset-plan-") as empty:
             meta = {schema.META_TEACHER_ID: teacher, schema.META_LABEL_NAMES: labels,
                     schema.META_MAX_LENGTH: cfg.score.max_length or cfg.teacher.max_length or DEFAULT_MAX_LENGTH}
-            scored = ScoredSet(empty, meta, labels, [schema.ID, schema.TEXT, schema.TEXT_B, schema.LABEL,
-                                                     *schema.TEACHER_COLUMNS], width, len(texts), len(texts))
+            scored = ScoredSet(empty, meta, labels, [*schema.TRANSFER_COLUMNS, *schema.TEACHER_COLUMNS], width,
+                               len(texts), len(texts))
             return time_candidates(r, configs, teacher, scored, texts, r.log)[0], before
     except Exception as exc:  # noqa: BLE001 - the plan then counts every candidate, as it says
         r.log(f"[plan] the search's candidates could not be timed {before} ({type(exc).__name__}: {exc}); the plan "
