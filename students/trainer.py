@@ -189,7 +189,8 @@ def phase_run(s: Setup, engine: Engine, phase: Phase, p_index: int, transfer_dir
     rows = s.num_labeled if phase.labeled_only else layer_rows if text_only else s.num_rows
     spec = PhaseSpec(phase.name, phase.epochs, keep_best=phase.early_stop,
                      patience=cfg.patience if phase.early_stop else None, start_competes=phase.early_stop,
-                     grad_clip=cfg.optim.grad_clip, steps_per_epoch=max(1, math.ceil(rows / cfg.batch_size) // engine.world))
+                     grad_clip=cfg.optim.grad_clip, ema=cfg.optim.ema,
+                     steps_per_epoch=max(1, math.ceil(rows / cfg.batch_size) // engine.world))
 
     def batches(epoch: int):
         return train_batches(s, transfer_dir, seeds.stream(cfg.seed, seeds.SHUFFLE, p_index, epoch),

@@ -10,7 +10,7 @@ import torch
 from students import trainer
 from students.student import Student
 from transferset.app.cli import main
-from transferset.config import StudentConfig
+from transferset.config import OptimConfig, StudentConfig
 from transferset.contract import schema
 from transferset.runtime.errors import UserError
 
@@ -40,12 +40,14 @@ def _weights(out):
     return Student.from_pretrained(str(out)).model.state_dict()
 
 
-# the third: a sparse word table, whose lazy Adam state is saved beside AdamW's (training/optimizers.py)
-@pytest.mark.parametrize("schedule, every, sparse", [("joint", 3, False), ("distill-then-finetune", None, False),
-                                                     ("joint", 3, True)])
+# the third: a sparse word table, whose lazy Adam state is saved beside AdamW's (training/optimizers.py); the
+# fourth: the weights' moving average (optim.ema), saved and resumed with the rest
+@pytest.mark.parametrize("schedule, every, sparse, ema", [("joint", 3, False, 0.0),
+                                                          ("distill-then-finetune", None, False, 0.0),
+                                                          ("joint", 3, True, 0.0), ("joint", 3, False, 0.9)])
 def test_a_killed_training_resumes_from_its_checkpoint_to_the_same_model(tmp_path, tiny_scored_dir, sst2_dev200,
-                                                                          monkeypatch, schedule, every, sparse):
-    small = {**SMALL, "model": {**SMALL["model"], "sparse": sparse}}
+                                                                          monkeypatch, schedule, every, sparse, ema):
+    small = {**SMALL, "model": {**SMALL["model"], "sparse": sparse}, "optim": OptimConfig(ema=ema)}
     cfg = StudentConfig(**small, epochs=2, phases=schedule, checkpoint_steps=every)
     whole = trainer.train(cfg, tiny_scored_dir, sst2_dev200, str(tmp_path / "whole"), progress=False)
     assert not (tmp_path / "whole" / trainer.CHECKPOINT_DIR).exists()  # removed once the model is written
@@ -106,3 +108,15 @@ def test_a_non_finite_loss_stops_the_run_and_saves_nothing(tmp_path, tiny_scored
     assert "nothing was saved" in err
     assert not (tmp_path / "o" / schema.STUDENT_MODEL_DIR).exists()
     assert not (tmp_path / "o" / schema.METRICS_FILE).exists()
+
+
+def test_the_weights_average_reaches_the_recipe_and_trains_as_without_it(tmp_path, tiny_scored_dir, sst2_dev200,
+                                                                          monkeypatch):
+    """optim.ema is the phase's (transferset/training's tests: what is evaluated, kept and ended on); the steps are
+    those of a training without it, to the loss."""
+    specs, real = [], trainer.PhaseSpec
+    monkeypatch.setattr(trainer, "PhaseSpec", lambda *a, **k: specs.append(real(*a, **k)) or specs[-1])
+    runs = {ema: trainer.train(StudentConfig(**SMALL, epochs=2, optim=OptimConfig(ema=ema)), tiny_scored_dir,
+                               sst2_dev200, str(tmp_path / str(ema)), progress=False) for ema in (0.0, 0.9)}
+    assert [spec.ema for spec in specs] == [0.0, 0.9]
+    assert [h["train_loss"] for h in runs[0.9]["history"]] == [h["train_loss"] for h in runs[0.0]["history"]]

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, Optional, Union
 
+import pydantic
 from pydantic import BeforeValidator, PlainValidator, model_validator, with_config
 
 from transferset.models.loading import DEFAULT_TEACHER_MODEL  # the packaged model loading finds offline
@@ -140,6 +141,8 @@ class OptimConfig:
     embed_lr: Optional[Positive] = None  # the embedding table's learning rate when it learns (its own group; None: lr)
     weight_decay: NonNegative = 0.01  # AdamW's (none on a sparse table)
     grad_clip: NonNegative = 1.0  # max gradient norm (0: no clipping)
+    # the trained weights' moving average, evaluated, kept and shipped in their place: its decay per step (0: none)
+    ema: Annotated[float, pydantic.Field(ge=0, lt=1)] = 0.0
 
 
 @with_config(_STRICT)

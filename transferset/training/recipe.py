@@ -17,6 +17,7 @@ import torch
 
 from transferset.runtime.errors import UserError
 from transferset.runtime.progress import Progress
+from transferset.training.average import WeightAverage
 from transferset.training.checkpoints import Checkpoints, cpu_state, rng_state, set_rng_state
 from transferset.training.engine import Engine
 from transferset.training.schedules import scheduler as make_scheduler
@@ -37,6 +38,7 @@ class PhaseSpec:
     max_steps: Optional[int] = None   # stop after this many optimizer steps in the phase
     grad_clip: float = 0.0            # max gradient norm (0: none)
     steps_per_epoch: Optional[int] = None  # batches per epoch on each rank: the schedule's length, the ETA
+    ema: float = 0.0                  # the trained weights' moving average: its decay per step (0: none)
 
     def optimizer_steps(self, grad_accum: int) -> Optional[int]:
         """Optimizer steps of the whole phase as planned (the schedule's T), or None when unknown."""
@@ -103,6 +105,7 @@ class _Phase:
     stopped: bool = False  # max_steps reached
     lr: float = 0.0        # the learning rate of the last optimizer step (of the first parameter group)
     epochs_run: int = 0
+    average: Optional[WeightAverage] = None  # spec.ema: the moving average of each trained parameter
 
     def params(self) -> list:
         return [p for g in self.optimizer.param_groups for p in g["params"]]
@@ -196,11 +199,15 @@ class Recipe:
         progress = Progress(spec.name, unit="steps", total=total, bar=eng.progress_bar, log=eng.log)
         phase = _Phase(spec, PhaseState(index), module, net, optimizer, sched, progress, describe or {})
         # index >= the checkpoint's: phases skipped by the caller may lie in between
-        if self.resumed is not None and self._restore(phase):
+        resumed = self.resumed
+        going_on = resumed is not None and self._restore(phase)
+        if going_on:
             phase.epochs_run = phase.state.epoch
         elif spec.start_competes and evaluate is not None:
             phase.state.start_acc = float(eng.from_main(evaluate()["accuracy"]))
             phase.state.best_acc, phase.state.best_state = phase.state.start_acc, cpu_state(module)
+        if spec.ema:
+            phase.average = WeightAverage(phase.params(), spec.ema, resumed.get("average") if going_on else None)
         return phase
 
     # ------------------------------------------------------------------ train
@@ -289,6 +296,8 @@ class Recipe:
         if phase.scheduler is not None:
             phase.scheduler.step()
         phase.optimizer.zero_grad(set_to_none=True)
+        if phase.average is not None:
+            phase.average.step(phase.state.phase_step)
 
     def _after_step(self, phase: _Phase, sums: Sums, value: float, parts: dict) -> Sums:
         """Count the optimizer step, log it, and write the checkpoint when one is due; → the sums to go on with."""
@@ -317,8 +326,13 @@ class Recipe:
         """The epoch's record (sums over the ranks, then the selection split); → whether the phase stops."""
         eng, st, spec = self.engine, phase.state, phase.spec
         total = sums.over_ranks(eng)
-        metrics = evaluate() if evaluate is not None else {}
-        dev_acc = float(eng.from_main(metrics["accuracy"])) if evaluate is not None else None
+        # with spec.ema, the weights' average is what is evaluated and kept
+        with phase.average.swapped_in() if phase.average is not None else _nothing():
+            metrics = evaluate() if evaluate is not None else {}
+            dev_acc = float(eng.from_main(metrics["accuracy"])) if evaluate is not None else None
+            improved = dev_acc is not None and dev_acc > st.best_acc
+            if improved and spec.keep_best:
+                st.best_state = cpu_state(phase.module)
         describe = phase.describe
         record = {"phase": spec.name, **{k: v for k, v in describe.items() if k != "trainable"},
                   "epoch": st.epoch + 1, "step": self.state.global_step,
@@ -330,11 +344,8 @@ class Recipe:
                   "rows_per_second": total.rows / max(total.seconds, 1e-9),
                   **({"trainable": describe["trainable"]} if "trainable" in describe else {})}
         self.state.history.append(record)
-        improved = dev_acc is not None and dev_acc > st.best_acc
         if improved:
             st.best_acc, st.bad = dev_acc, 0
-            if spec.keep_best:
-                st.best_state = cpu_state(phase.module)
         else:
             st.bad += 1
         loss_text = "n/a" if record["train_loss"] is None else f"{record['train_loss']:.4f}"
@@ -348,6 +359,8 @@ class Recipe:
         phase.progress.close()
         if spec.keep_best and st.best_state is not None:
             phase.module.load_state_dict(st.best_state)  # each phase ends on its best checkpoint
+        elif phase.average is not None:
+            phase.average.load()
         entry = {"phase": spec.name, **phase.describe, "epochs_run": phase.epochs_run,
                  "start_dev_accuracy": st.start_acc, "best_dev_accuracy": st.best_acc if spec.keep_best else None}
         self.state.phase_log.append(entry)
@@ -368,6 +381,7 @@ class Recipe:
                 "model": cpu_state(phase.module),
                 "optimizer": phase.optimizer.state_dict() if phase.optimizer is not None else None,
                 "scheduler": phase.scheduler.state_dict() if phase.scheduler is not None else None,
+                "average": phase.average.state() if phase.average is not None else None,
                 "rng": rngs, "tracked": eng.tracked,
             })
         eng.barrier()

@@ -18,6 +18,8 @@ from transferset.runtime.errors import ConfigError
     ({"lowres": {"per_class": 5}, "unlabeled_rows": 10}, "lowres and unlabeled_rows both choose"),
     ({"students": {}}, "no students"),
     ({"beam": {"workers": "two"}}, "beam.workers = 'two': input should be a valid integer"),
+    # a decay of 1 would keep the first weights for ever
+    ({"students": {"s": {"optim": {"ema": 1.0}}}}, "students.s.optim.ema = 1.0: input should be less than 1"),
 ])
 def test_semantic_checks_name_the_section(values, message):
     values = {"students": {"s": {}}, **values}
