@@ -16,7 +16,7 @@ from apache_beam.transforms.window import GlobalWindows
 
 from pipelines import runtime as opts
 from transferset import fs
-from transferset.augment import check_ops, needs, original_row, split_words, variant_rows
+from transferset.augment import check_ops, join, needs, original_row, split_words, variant_rows
 from transferset.augment.context import CorpusContext, RowContext, contexts_for
 from transferset.augment.dedup import (SPILL_DIR, SpillWriter, bad_inputs, bucket_file, collapse,
                                       dedup_digest, dedup_spilled, pack, reconcile, write_rows)
@@ -120,6 +120,30 @@ def _expand(item, cfg: AugmentConfig, **corpus):
     yield beam.pvalue.TaggedOutput("generated", len(rows) - 1)
     # one element per example, not per row: Beam's cost is per element
     yield [(digest, pack(row, copies)) for digest, row, copies in collapse(rows)]
+
+
+def _joined(examples, cfg: AugmentConfig):
+    """Originals → the rows of the `join` op (augment.join): each original's entries under random keys, grouped
+    into buckets of about join.BUCKET_ENTRIES, each bucket's joins; keyed packed lists as `_expand` yields them,
+    the number of joined rows to the "generated" output. No join op: nothing."""
+    if join.OP not in cfg.ops:
+        return None
+    entries = examples | "JoinEntries" >> beam.FlatMap(
+        lambda ex: join.entries(ex.source_id, ex.text, ex.text_b, seed=cfg.seed, joins=cfg.joins,
+                                join_max=cfg.join_max))
+    total = beam.pvalue.AsSingleton(entries | "CountJoinEntries" >> beam.combiners.Count.Globally())
+    return (entries
+            | "JoinBuckets" >> beam.Map(lambda e, n: (join.bucket_of(e[0], n), e[1]), n=total)
+            | "GroupJoinBuckets" >> beam.GroupByKey()
+            | "Join" >> beam.FlatMap(_join_bucket, cfg).with_outputs("generated", main="rows"))
+
+
+def _join_bucket(item, cfg: AugmentConfig):
+    bucket, members = item
+    rows = join.joined_rows(bucket, list(members), seed=cfg.seed, join_max=cfg.join_max)
+    yield beam.pvalue.TaggedOutput("generated", len(rows))
+    if rows:
+        yield [(digest, pack(row, copies)) for digest, row, copies in collapse(rows)]
 
 
 class _Spill(beam.DoFn):
@@ -250,6 +274,7 @@ def _static_stats(job: AugmentJob) -> dict:
     cfg = job.augment
     return {"recipe": cfg.recipe, "ops": list(cfg.ops), "n_iter": cfg.n_iter,
             "unlabeled_n_iter": cfg.variants_for(False), "words_per_variant": cfg.words_per_variant,
+            **({"joins": cfg.joins, "join_max": cfg.join_max} if join.OP in cfg.ops else {}),
             "seed": cfg.seed,
             "label_names": list(job.label_names)}
 
@@ -267,13 +292,18 @@ def build(p: beam.Pipeline, job: AugmentJob) -> dict:
     guarded = _guarded(examples, excluded_keys)
     items, corpus = _with_contexts(guarded.kept | "NoContext" >> beam.Map(lambda ex: (ex, {})), cfg)
     expanded = items | "Augment" >> beam.FlatMap(_expand, cfg, **corpus).with_outputs("generated", main="rows")
+    joined = _joined(guarded.kept, cfg)
+    rows, generated = expanded.rows, expanded.generated
+    if joined is not None:
+        rows = (rows, joined.rows) | "WithJoined" >> beam.Flatten()
+        generated = (generated, joined.generated) | "GeneratedWithJoined" >> beam.Flatten()
     metadata = schema.base_metadata(job.label_names, **{
         schema.META_AUGMENT_CONFIG: json.loads(cfg.to_json()),
         schema.META_SEED: cfg.seed,
     })
     out_schema = schema.transfer_schema(metadata)
     spill_dir, data_dir = opts.join(job.output, SPILL_DIR), opts.join(job.output, schema.DATA_DIR)
-    resolved = expanded.rows | "DedupAndGuard" >> DedupAndGuard(spill_dir, excluded_keys, data_dir, out_schema)
+    resolved = rows | "DedupAndGuard" >> DedupAndGuard(spill_dir, excluded_keys, data_dir, out_schema)
     written = (p
                | "StartFinishData" >> beam.Create([None])
                | "WriteParquet" >> beam.Map(_finish_data, beam.pvalue.AsList(resolved.written), spill_dir=spill_dir,
@@ -290,7 +320,7 @@ def build(p: beam.Pipeline, job: AugmentJob) -> dict:
         "accepted_rows": n_accepted,
         "rejected_rows": n_rejected,
         "originals": n_accepted,
-        "variants_generated": opts.total(expanded.generated, "SumVariants"),
+        "variants_generated": opts.total(generated, "SumVariants"),  # joined rows (augment.join) included
         "duplicates_dropped": opts.total(resolved.duplicates, "SumDuplicates"),
         "excluded_dropped": opts.total((guarded.excluded, resolved.excluded) | "AllExcluded" >> beam.Flatten(),
                                  "SumExcluded"),

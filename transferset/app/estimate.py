@@ -20,6 +20,7 @@ from typing import Any, Iterator, Optional, Sequence
 from students.losses import LossWeights
 from students.schedules import phases
 from transferset import fs
+from transferset.augment import join
 from transferset.app.stages import Stage, StageDef
 from transferset.app.stages.context import DataFiles, splits_train
 from transferset.app.stages.search import EXITS, base_of, candidate_configs, in_budget, rung_sizes
@@ -123,9 +124,16 @@ def count_rows(cfg: RunConfig, files: DataFiles, data_dir: Optional[str], data_c
 
 
 def transfer_rows(cfg: RunConfig, rows: Rows) -> int:
-    """The transfer set before dedup: each row and its variants."""
+    """The transfer set before dedup: each row and its variants, and the rows the join op makes of them."""
     a = cfg.augment
-    return rows.labeled * (1 + a.variants_for(True)) + rows.unlabeled * (1 + a.variants_for(False))
+    return (rows.labeled * (1 + a.variants_for(True)) + rows.unlabeled * (1 + a.variants_for(False))
+            + joined_rows(cfg, rows))
+
+
+def joined_rows(cfg: RunConfig, rows: Rows) -> int:
+    """The rows the join op (transferset/augment/join.py) makes of the originals: `joins` per original."""
+    a = cfg.augment
+    return round((rows.labeled + rows.unlabeled) * a.joins) if join.OP in a.ops else 0
 
 
 def with_limit(cfg: RunConfig, rows: Rows) -> Rows:
@@ -241,8 +249,10 @@ def estimate(cfg: RunConfig, stages: Sequence[StageDef], rows: Rows, rates: Rate
         elif s.name == "teacher" or s.kind == "teacher":
             out.append(teacher_estimate(s.name, cfg.teacher, rows, rates))
         elif s.name == "augment":
+            joined = joined_rows(cfg, rows)
             text = (f"{rows.labeled:,} labeled × {1 + a.variants_for(True)} + {rows.unlabeled:,} unlabeled × "
-                    f"{1 + a.variants_for(False)} = {transfer:,} (before dedup)")
+                    f"{1 + a.variants_for(False)}" + (f" + {joined:,} joined" if joined else "")
+                    + f" = {transfer:,} (before dedup)")
             out.append(_pipeline(s.name, text, transfer, rates.augment_rows_s, rates.augment_fixed_s))
         elif s.name == "score":
             text = f"{transfer:,} rows" + (f" × {members} teachers" if members > 1 else "")

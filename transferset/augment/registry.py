@@ -1,8 +1,9 @@
 """Augmenters registered by name, each with the settings it owns and the context it reads.
 
-Two kinds: a "word" augmenter rewrites the words at the positions the composer chose
-for it (so word ops are exclusive per word, as mask-or-POS in Tang et al. 2019); a
-"sequence" augmenter transforms the whole word list (e.g. n-gram sampling).
+Two kinds make an example's variants: a "word" augmenter rewrites the words at the positions the composer
+chose for it (so word ops are exclusive per word, as mask-or-POS in Tang et al. 2019); a "sequence" augmenter
+transforms the whole word list (e.g. n-gram sampling). A third, "rows", makes rows of several originals (join.py):
+the pipeline runs it on random buckets of them, apart from the variants.
 
 An op declares its settings as a frozen dataclass (typed fields, defaults, a comment per field):
 transferset.config.AugmentConfig is composed of them, so each field is a `--flag` of
@@ -22,7 +23,8 @@ from transferset.runtime.registry import Registry
 
 WORD = "word"
 SEQUENCE = "sequence"
-_GIVEN = {WORD: ("words", "positions", "rng"), SEQUENCE: ("words", "rng")}  # what the composer always passes
+ROWS = "rows"
+_GIVEN = {WORD: ("words", "positions", "rng"), SEQUENCE: ("words", "rng"), ROWS: ("rows", "rng")}  # what the composer always passes
 
 
 @dataclass(frozen=True)
@@ -33,7 +35,7 @@ class NoSettings:
 @dataclass(frozen=True)
 class Augmenter:
     name: str
-    kind: str  # WORD or SEQUENCE
+    kind: str  # WORD, SEQUENCE or ROWS
     fn: Callable
     settings: type  # frozen dataclass: the AugmentConfig fields this op owns
     prob: Optional[str]  # settings field holding the per-word probability of a WORD op
@@ -51,8 +53,8 @@ def register(name: str, *, kind: str, settings: type = NoSettings, prob: str | N
              needs: tuple[str, ...] = ()):
     """Register an op function under `name`; its signature is checked against what it declares."""
     REGISTRY.check_free(name)
-    if kind not in (WORD, SEQUENCE):
-        raise ValueError(f"augmenter {name!r}: kind must be {WORD!r} or {SEQUENCE!r}, not {kind!r}")
+    if kind not in _GIVEN:
+        raise ValueError(f"augmenter {name!r}: kind must be one of {', '.join(map(repr, _GIVEN))}, not {kind!r}")
     if not (dataclasses.is_dataclass(settings) and settings.__dataclass_params__.frozen):
         raise ValueError(f"augmenter {name!r}: settings must be a frozen dataclass, got {settings!r}")
     fields = {f.name for f in dataclasses.fields(settings)}

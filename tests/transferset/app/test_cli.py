@@ -29,7 +29,7 @@ def test_unknown_command_and_bad_ops_are_clear(capsys, tmp_path):
     src = tmp_path / "a.tsv"
     src.write_text("sentence\tlabel\nx\t0\n")
     assert main(["augment", "--input", str(src), "--output", str(tmp_path / "o"), "--ops", "mask,swap"]) == 2
-    assert "unknown augmenter 'swap'; known: mask, mlm, ngram, pos" in capsys.readouterr().err
+    assert "unknown augmenter 'swap'; known: join, mask, mlm, ngram, pos" in capsys.readouterr().err
     assert main(["augment", "--input", str(tmp_path / "missing.tsv"), "--output", str(tmp_path / "o")]) == 1
     assert "missing.tsv: no such file" in capsys.readouterr().err
 

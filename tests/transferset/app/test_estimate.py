@@ -37,6 +37,9 @@ def test_the_rows_counted_before_the_run_are_those_the_data_stage_splits(tmp_pat
     # the transfer set before dedup: each row and its variants
     assert est.transfer_rows(cfg, rows) == 200 * (1 + 3) + 150 * (1 + 1)
     assert est.transfer_rows(replace(cfg, augment=replace(cfg.augment, unlabeled_n_iter=None)), rows) == 200 * 4 + 150 * 4
+    # and the join op's rows: `joins` per original
+    joined = replace(cfg, augment=replace(cfg.augment, ops=(*cfg.augment.ops, "join"), joins=0.4))
+    assert est.transfer_rows(joined, rows) == 200 * 4 + 150 * 2 + round(350 * 0.4)
 
 
 def test_each_stage_gets_its_rows_and_seconds_from_the_rates(tmp_path, sst2_dir):
@@ -45,6 +48,11 @@ def test_each_stage_gets_its_rows_and_seconds_from_the_rates(tmp_path, sst2_dir)
     # 3,000 rows of 32 → 94 steps × 5 epochs at 1 s, and 5 evaluations of 1,000 rows at 100 rows/s
     assert by["teacher"].seconds == pytest.approx(470 + 50) and "470 steps" in by["teacher"].rows
     assert by["augment"].rows == "3,000 labeled × 3 + 14,000 unlabeled × 1 = 23,000 (before dedup)"
+    joined = replace(cfg, augment=replace(cfg.augment, ops=(*cfg.augment.ops, "join"), joins=0.5))
+    by_joined = {e.stage: e for e in est.estimate(joined, stages, ROWS, RATES, reused={"data"})}
+    assert by_joined["augment"].rows == ("3,000 labeled × 3 + 14,000 unlabeled × 1 + 8,500 joined = 31,500 "
+                                         "(before dedup)")
+    assert by_joined["score"].seconds == pytest.approx(est.BEAM_START_S + 315)  # 31,500 rows at 100 rows/s
     assert by["score"].seconds == pytest.approx(est.BEAM_START_S + 230)
     # a student on gold labels alone iterates the labeled rows, a distilled one the whole transfer set; each epoch
     # ends with 16 batches of the selection split, forward only (a third of a step)

@@ -57,7 +57,7 @@ def test_overrides_and_defaults_written_once():
     ("teachr.epochs=3", "teachr.epochs=3: teachr: unknown setting; known: run_dir, data"),
     ("score.forward=fast", "score: --forward 'fast': choose one of ['auto', 'packed', 'padded']"),
     ("augment.recipe=eda", "augment: unknown recipe 'eda'; known: tang, tinybert"),
-    ("augment.ops=mask,swap", "augment: ops: unknown augmenter 'swap'; known: mask, mlm, ngram, pos"),
+    ("augment.ops=mask,swap", "augment: ops: unknown augmenter 'swap'; known: join, mask, mlm, ngram, pos"),
     ("augment.p_pos=0.95", "augment: word-op probabilities sum to 1.05 > 1 for ops ('mask', 'pos')"),
     ("students.distilled.tokens=chars", "students.distilled.tokens=chars: input should be 'wordpiece' or 'words'"),
     ("compress.int8=teacher,nobody", "compress.int8 names ['nobody']: neither `teacher` nor a student of this run"),

@@ -16,7 +16,7 @@ def test_registry_names_duplicates_and_unknown():
         register("mask", kind="word", prob="p_mask")(lambda **_: None)
     with pytest.raises(RegistryError, match="known: .*mask"):
         get("nope")
-    with pytest.raises(ConfigError, match="augment: ops: unknown augmenter 'shuffle'; known: mask, mlm"):
+    with pytest.raises(ConfigError, match="augment: ops: unknown augmenter 'shuffle'; known: join, mask, mlm"):
         check_ops(AugmentConfig(ops=("mask", "shuffle")))
 
 

@@ -99,7 +99,7 @@ def test_an_op_in_one_new_module_reaches_the_registry_the_flags_the_yaml_and_a_p
 
 def test_every_module_of_the_package_but_the_machinery_is_an_op_registered_on_import():
     modules = {m.name for m in pkgutil.iter_modules(augment.__path__)} - set(augment.MACHINERY)
-    assert modules == {"mask", "mlm", "ngram", "pos"} <= set(augment.names())
+    assert modules == {"join", "mask", "mlm", "ngram", "pos"} <= set(augment.names())
     assert {registry.get(n).fn.__module__ for n in modules} == {f"transferset.augment.{m}" for m in modules}
 
 
