@@ -20,6 +20,7 @@ from transferset.sources import DEFAULT_LABEL_COLUMN, DEFAULT_MAX_CHARS
 RECIPES: dict[str, tuple[str, ...]] = {
     "tang": ("mask", "pos", "ngram"),  # Tang et al. 2019
     "tinybert": ("mlm",),  # Jiao et al. 2020
+    "tang_join": ("mask", "pos", "ngram", "join"),  # tang's, and rows of 2-3 originals joined (augment/join.py)
 }
 
 
@@ -35,7 +36,9 @@ class _AugmentCommon:
     max_chars: AtLeast(1) = DEFAULT_MAX_CHARS  # reject rows whose text is longer
     limit: Optional[int] = None  # read only the first N rows of each input
     # augmentation
-    recipe: str = "tang"  # tang: mask-or-POS per word, then n-gram (Tang et al. 2019); tinybert: MLM replacement
+    # tang: mask-or-POS per word, then n-gram (Tang et al. 2019); tinybert: MLM replacement; tang_join: tang's, and
+    # rows of 2-3 originals joined (`joins` per original)
+    recipe: str = "tang"
     ops: Optional[Names] = None  # compose ops by name instead of a recipe, e.g. mask,ngram (None: the recipe's)
     n_iter: AtLeast(0) = 20  # variants sampled per example (Tang et al.: 20; TinyBERT SST-2: 20)
     unlabeled_n_iter: Optional[AtLeast(0)] = None  # variants per unlabeled example (None: n_iter; 0: the text as is)

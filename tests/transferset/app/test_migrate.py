@@ -45,11 +45,13 @@ def write_inputs(root: Path) -> None:
 
 def as_trained_then(config: str, overrides=()) -> list[str]:
     """`overrides` and, for each student of the config, the constant learning rate every student trained at
-    when those keys were written (the BiLSTMs' default since is a linear warm-up and decay)."""
+    when those keys were written (the BiLSTMs' default since is a linear warm-up and decay); the demo's recipe of
+    then, tang (tang_join, with the join op, came after)."""
     cfg = load_config(config, ["test=null", *overrides])
     pinned = [f"students.{name}.engine.{k}={v}" for name in cfg.students for k, v in (("schedule", "constant"),
                                                                                        ("warmup", 0))]
-    return [*overrides, *pinned]
+    recipe = ["augment.recipe=tang"] if cfg.augment.recipe == "tang_join" else []
+    return [*overrides, *pinned, *recipe]
 
 
 # config, overrides: the shipped configs, and two with the settings the legacy rules are about
@@ -488,7 +490,8 @@ LAYOUT2_KEYS = {
 
 
 # What a config held when its layout-2 keys were written and has changed since (a setting, not a rule).
-LAYOUT2_THEN = {"demo_static": ["students.static_distilled.embed_init=teacher"]}
+LAYOUT2_THEN = {"demo_static": ["students.static_distilled.embed_init=teacher"],
+                "demo": ["augment.recipe=tang"]}  # tang_join, with the join op, came after
 
 
 def layout2_folder(case: str, root: Path):

@@ -56,7 +56,7 @@ def test_overrides_and_defaults_written_once():
     ("students.distilled.epochz=3", "students.distilled.epochz=3: students.distilled.epochz: unknown setting; known: student, phases, epochs"),
     ("teachr.epochs=3", "teachr.epochs=3: teachr: unknown setting; known: run_dir, data"),
     ("score.forward=fast", "score: --forward 'fast': choose one of ['auto', 'packed', 'padded']"),
-    ("augment.recipe=eda", "augment: unknown recipe 'eda'; known: tang, tinybert"),
+    ("augment.recipe=eda", "augment: unknown recipe 'eda'; known: tang, tang_join, tinybert"),
     ("augment.ops=mask,swap", "augment: ops: unknown augmenter 'swap'; known: join, mask, mlm, ngram, pos"),
     ("augment.p_pos=0.95", "augment: word-op probabilities sum to 1.05 > 1 for ops ('mask', 'pos')"),
     ("students.distilled.tokens=chars", "students.distilled.tokens=chars: input should be 'wordpiece' or 'words'"),

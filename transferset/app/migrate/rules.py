@@ -19,6 +19,7 @@ from transferset import augment as augment_ops
 from transferset.app import keys
 from transferset.config.precedence import (DEFAULT_LOSSES, LOSS_SETTINGS, OPTIM_SETTINGS, RENAMED, STUDENT_PRESETS,
                                            loss_weight)
+from transferset.config import OptimConfig
 from transferset.runtime import typed
 
 # --- the layout-1 rules --------------------------------------------------------------------------
@@ -257,7 +258,9 @@ def flat_student(values: dict) -> dict:
     names none), kd's temperature the setting `temperature`, `losses` the other losses (those a package
     registers)."""
     out = {k: v for k, v in values.items() if k not in ("losses", "optim")}
-    out.update(values.get("optim") or {})
+    # the optimizer's settings added after layout 3 (ema) were in no earlier record: out at their default
+    later = {f.name: f.default for f in dataclasses.fields(OptimConfig) if f.name not in OPTIM_SETTINGS}
+    out.update({k: v for k, v in (values.get("optim") or {}).items() if k not in later or v != later[k]})
     others = dict(values.get("losses") or {})
     for name in LOSS_SETTINGS:
         out[name] = loss_weight(others.pop(name, 0.0))
