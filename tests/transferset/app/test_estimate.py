@@ -34,12 +34,13 @@ def test_the_rows_counted_before_the_run_are_those_the_data_stage_splits(tmp_pat
     # once the data stage is current, its split.json is read
     again = est.count_rows(cfg, files, str(tmp_path / "split"), True)
     assert (again.labeled, again.unlabeled, again.selection, again.rest) == counted
-    # the transfer set before dedup: each row and its variants
-    assert est.transfer_rows(cfg, rows) == 200 * (1 + 3) + 150 * (1 + 1)
-    assert est.transfer_rows(replace(cfg, augment=replace(cfg.augment, unlabeled_n_iter=None)), rows) == 200 * 4 + 150 * 4
-    # and the join op's rows: `joins` per original
-    joined = replace(cfg, augment=replace(cfg.augment, ops=(*cfg.augment.ops, "join"), joins=0.4))
-    assert est.transfer_rows(joined, rows) == 200 * 4 + 150 * 2 + round(350 * 0.4)
+    # the transfer set before dedup: each row and its variants, and the demo's joined rows (0.5 per original)
+    assert cfg.augment.ops == ("mask", "pos", "ngram", "join") and cfg.augment.joins == 0.5
+    assert est.transfer_rows(cfg, rows) == 200 * (1 + 3) + 150 * (1 + 1) + 175
+    assert est.transfer_rows(replace(cfg, augment=replace(cfg.augment, unlabeled_n_iter=None)), rows) == \
+        200 * 4 + 150 * 4 + 175
+    unjoined = replace(cfg, augment=replace(cfg.augment, ops=("mask", "pos", "ngram")))
+    assert est.transfer_rows(unjoined, rows) == 200 * 4 + 150 * 2
 
 
 def test_each_stage_gets_its_rows_and_seconds_from_the_rates(tmp_path, sst2_dir):
@@ -47,24 +48,20 @@ def test_each_stage_gets_its_rows_and_seconds_from_the_rates(tmp_path, sst2_dir)
     by = {e.stage: e for e in est.estimate(cfg, stages, ROWS, RATES, reused={"data"})}
     # 3,000 rows of 32 → 94 steps × 5 epochs at 1 s, and 5 evaluations of 1,000 rows at 100 rows/s
     assert by["teacher"].seconds == pytest.approx(470 + 50) and "470 steps" in by["teacher"].rows
-    assert by["augment"].rows == "3,000 labeled × 3 + 14,000 unlabeled × 1 = 23,000 (before dedup)"
-    joined = replace(cfg, augment=replace(cfg.augment, ops=(*cfg.augment.ops, "join"), joins=0.5))
-    by_joined = {e.stage: e for e in est.estimate(joined, stages, ROWS, RATES, reused={"data"})}
-    assert by_joined["augment"].rows == ("3,000 labeled × 3 + 14,000 unlabeled × 1 + 8,500 joined = 31,500 "
-                                         "(before dedup)")
-    assert by_joined["score"].seconds == pytest.approx(est.BEAM_START_S + 315)  # 31,500 rows at 100 rows/s
-    assert by["score"].seconds == pytest.approx(est.BEAM_START_S + 230)
+    assert by["augment"].rows == "3,000 labeled × 3 + 14,000 unlabeled × 1 + 8,500 joined = 31,500 (before dedup)"
+    assert by["score"].seconds == pytest.approx(est.BEAM_START_S + 315)  # 31,500 rows at 100 rows/s
     # a student on gold labels alone iterates the labeled rows, a distilled one the whole transfer set; each epoch
     # ends with 16 batches of the selection split, forward only (a third of a step)
     assert by["students.labels_only"].seconds == pytest.approx(47 * 8 * 0.1 + 8 * 16 * 0.1 / 3)
-    assert by["students.distilled"].seconds == pytest.approx(360 * 5 * 0.1 + 5 * 16 * 0.1 / 3)
+    assert by["students.distilled"].seconds == pytest.approx(493 * 5 * 0.1 + 5 * 16 * 0.1 / 3)
     # the fixed parts measured (a student built and timed, a vocabulary read from the transfer set) add up
     more = replace(RATES, student_fixed_s={"labels_only": 5.0}, tokenize_rows_s=2300.0)
     by_more = {e.stage: e for e in est.estimate(cfg, stages, ROWS, more, reused={"data"})}
-    assert by_more["students.labels_only"].seconds == pytest.approx(by["students.labels_only"].seconds + 5 + 10)
+    assert by_more["students.labels_only"].seconds == pytest.approx(by["students.labels_only"].seconds + 5
+                                                                                + 31_500 / 2300)
     assert by_more["students.distilled"].seconds == by["students.distilled"].seconds  # the teacher's vocabulary
     assert by["data"].reused and by["data"].seconds == 0
-    # contextual vectors: the transfer set's first texts (all 23,000 here, at most 20,000) through the teacher first
+    # contextual vectors: the transfer set's first texts (31,500 here, at most 20,000) through the teacher first
     ctx_cfg = replace(cfg, students={**cfg.students, "distilled": replace(cfg.students["distilled"],
                                                                           embed_init="contextual")})
     by_ctx = {e.stage: e for e in est.estimate(ctx_cfg, stages, ROWS, RATES, reused={"data"})}
@@ -84,10 +81,10 @@ def test_a_search_is_planned_as_its_rungs_counting_the_slowest_candidates_and_it
                     student_fixed_s={"search.fast": 2.0, "search.slow": 3.0})
     reused = {s.name for s in stages} - {"search", "test", "report"}
     by = {e.stage: e for e in est.estimate(cfg, stages, ROWS, rates, reused)}
-    # 23,000 transfer rows of 64 → 360 steps an epoch, and 16 selection batches (a third of a step each); rung 1
+    # 31,500 transfer rows of 64 → 493 steps an epoch, and 16 selection batches (a third of a step each); rung 1
     # trains both 1 epoch, rung 2 the slower one (the one kept is not known before the timing) 3 epochs; each
     # candidate's fixed seconds once per rung it may reach, and once for its timing
-    epoch = {"fast": 360 * 0.1 + 16 * 0.1 / 3, "slow": 360 * 0.2 + 16 * 0.2 / 3}
+    epoch = {"fast": 493 * 0.1 + 16 * 0.1 / 3, "slow": 493 * 0.2 + 16 * 0.2 / 3}
     fixed = {"fast": 2.0, "slow": 3.0}
     want = sum(fixed.values()) + epoch["fast"] + fixed["fast"] + epoch["slow"] + fixed["slow"] + 3 * epoch["slow"] \
         + fixed["slow"]
