@@ -24,7 +24,8 @@ from transferset.runtime.registry import Registry
 WORD = "word"
 SEQUENCE = "sequence"
 ROWS = "rows"
-_GIVEN = {WORD: ("words", "positions", "rng"), SEQUENCE: ("words", "rng"), ROWS: ("rows", "rng")}  # what the composer always passes
+# what an op of each kind is always passed (by the composer; a rows op by the pipeline's buckets)
+_GIVEN = {WORD: ("words", "positions", "rng"), SEQUENCE: ("words", "rng"), ROWS: ("rows", "rng")}
 
 
 @dataclass(frozen=True)

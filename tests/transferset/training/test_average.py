@@ -39,23 +39,23 @@ def test_the_average_warms_up_swaps_in_and_back_and_refuses_a_checkpoint_of_anot
         WeightAverage([p], decay=0.5, saved=[p.detach(), p.detach()])
 
 
+def _flat(module):
+    return torch.cat([module.fc.weight.detach().flatten(), module.fc.bias.detach()])
+
+
 def _weights_after_each_step(engine, spec):
     """The tiny task trained without an average: the weights as the phase starts and after each step."""
     torch.manual_seed(0)
     module, seen = Linear(), []
 
     def loss(net, batch):
-        seen.append(torch.cat([module.fc.weight.detach().flatten(), module.fc.bias.detach()]).clone())
+        seen.append(_flat(module).clone())
         return _loss(net, batch)
 
     recipe = Recipe(engine)
     _run(recipe, spec, module, lambda: {"accuracy": 0.5}, loss=loss)
-    seen.append(torch.cat([module.fc.weight.detach().flatten(), module.fc.bias.detach()]).clone())
+    seen.append(_flat(module).clone())
     return seen, recipe
-
-
-def _flat(module):
-    return torch.cat([module.fc.weight.detach().flatten(), module.fc.bias.detach()])
 
 
 def test_a_phase_with_ema_evaluates_and_ends_on_the_average_and_trains_as_without_it(engine):

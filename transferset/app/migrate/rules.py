@@ -17,9 +17,9 @@ from typing import Any, Optional, Sequence
 
 from transferset import augment as augment_ops
 from transferset.app import keys
+from transferset.config import OptimConfig
 from transferset.config.precedence import (DEFAULT_LOSSES, LOSS_SETTINGS, OPTIM_SETTINGS, RENAMED, STUDENT_PRESETS,
                                            loss_weight)
-from transferset.config import OptimConfig
 from transferset.runtime import typed
 
 # --- the layout-1 rules --------------------------------------------------------------------------
