@@ -20,6 +20,8 @@ from transferset.runtime.errors import ConfigError
     ({"beam": {"workers": "two"}}, "beam.workers = 'two': input should be a valid integer"),
     # a decay of 1 would keep the first weights for ever
     ({"students": {"s": {"optim": {"ema": 1.0}}}}, "students.s.optim.ema = 1.0: input should be less than 1"),
+    ({"augment": {"join_max": 1}}, "augment.join_max = 1: input should be greater than or equal to 2"),
+    ({"augment": {"joins": -0.5}}, "augment.joins = -0.5: input should be greater than or equal to 0"),
 ])
 def test_semantic_checks_name_the_section(values, message):
     values = {"students": {"s": {}}, **values}
