@@ -39,6 +39,7 @@ class StaticConfig:
     act: str = "gelu"           # "gelu" or "relu"
     num_classes: int = 2
     dropout: float = 0.1        # on the pooled features and after each hidden layer
+    word_dropout: float = 0.0   # in training, each real token left out of the pooling with this chance (DAN's)
     pad_id: int = 0
     sparse: bool = False        # the table's gradients sparse, learnt by lazy Adam (bilstm.check_sparse)
 
@@ -54,6 +55,8 @@ class Static(nn.Module):
             raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {config.pooling!r}")
         if config.act not in ACTIVATIONS:
             raise ValueError(f"act must be one of {', '.join(ACTIVATIONS)}, got {config.act!r}")
+        if not 0 <= config.word_dropout < 1:
+            raise ValueError(f"word_dropout must be in [0, 1), got {config.word_dropout}")
         if config.layers < 1 or config.hidden < 1:
             raise ValueError(f"layers and hidden must be at least 1, got layers={config.layers}, "
                              f"hidden={config.hidden}")
@@ -88,7 +91,17 @@ class Static(nn.Module):
             parts.append(top * w.amax(1))                                     # an empty row: 0, not -1e30
         return torch.cat(parts, dim=-1) if len(parts) > 1 else parts[0]      # (B, P)
 
+    def drop_words(self, mask: torch.Tensor) -> torch.Tensor:
+        """Iyyer et al. 2015's word dropout (DAN): each real position of `mask` kept with chance 1 - word_dropout; a
+        row that would keep none keeps all of its own."""
+        real = mask.bool()
+        kept = real & (torch.rand(mask.shape, device=mask.device) >= self.config.word_dropout)  # (B, T)
+        kept = torch.where(kept.any(1, keepdim=True), kept, real)
+        return kept.to(mask.dtype)
+
     def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+        if self.training and self.config.word_dropout > 0:
+            mask = self.drop_words(mask)
         x = self.embed(ids)                                                   # (B, T, E)
         h = self.drop(self.pool(x, mask))                                     # (B, P)
         act = F.gelu if self.config.act == "gelu" else F.relu

@@ -72,7 +72,42 @@ def test_a_row_without_real_tokens_pools_to_zeros_not_nan():
     assert torch.equal(pooled[1], torch.zeros(2 * E)) and torch.isfinite(logits).all()
 
 
+def test_word_dropout_pools_a_random_subset_of_the_real_tokens_in_training_only():
+    model = _tiny(word_dropout=0.5)
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10, 0, 0], [11, 0, 0, 0, 0, 0, 0, 0]])
+    mask = (ids != 0).long()
+    torch.manual_seed(0)
+    kept = model.drop_words(mask)
+    assert kept.dtype == mask.dtype and not (kept.bool() & ~mask.bool()).any()  # only real positions are kept
+    assert 0 < int(kept[0].sum()) < 6  # this seed drops some of row 0's six and keeps some
+    # Over many draws each real position is kept about half the time; a row that would keep none keeps its own.
+    draws = torch.stack([model.drop_words(mask) for _ in range(2000)]).float()  # (2000, B, T)
+    rate = draws[:, 0, :6].mean()
+    assert abs(float(rate) - 0.5) < 0.02, rate
+    assert torch.equal(draws[:, 1, 0], torch.ones(2000))  # one token: never left with none
+    with torch.no_grad():
+        x = model.embed(ids)
+        model.train()
+        model.drop = torch.nn.Identity()  # the feature dropout off: the pooling's input is what differs
+        torch.manual_seed(0)
+        trained = model(ids, mask)["logits"]
+        torch.manual_seed(0)
+        subset = model.drop_words(mask)
+        model.eval()
+        evaluated = model(ids, mask)["logits"]
+
+        def head(pooled):
+            for layer in model.head:
+                pooled = torch.nn.functional.gelu(layer(pooled))
+            return model.classifier(pooled)
+        torch.testing.assert_close(trained, head(model.pool(x, subset)), atol=1e-6, rtol=0)
+        torch.testing.assert_close(evaluated, head(model.pool(x, mask)), atol=1e-6, rtol=0)  # evaluation: every token
+    assert not torch.allclose(trained[0], evaluated[0])
+
+
 @pytest.mark.parametrize("settings, message", [
+    ({"word_dropout": 1.0}, "word_dropout must be in \\[0, 1\\)"),
+    ({"word_dropout": -0.1}, "word_dropout must be in \\[0, 1\\)"),
     ({"pooling": "sum"}, "pooling must be one of mean, max, mean\\+max"),
     ({"act": "tanh"}, "act must be one of gelu, relu"),
     ({"layers": 0}, "layers and hidden must be at least 1"),
