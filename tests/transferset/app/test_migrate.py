@@ -490,7 +490,7 @@ LAYOUT2_KEYS = {
 
 
 # What a config held when its layout-2 keys were written and has changed since (a setting, not a rule).
-LAYOUT2_THEN = {"demo_static": ["students.static_distilled.embed_init=teacher"],
+LAYOUT2_THEN = {"demo_static": ["students.static_distilled.embed_init=teacher", "augment.recipe=tang"],
                 "demo": ["augment.recipe=tang"]}  # tang_join, with the join op, came after
 
 

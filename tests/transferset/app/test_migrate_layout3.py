@@ -43,7 +43,8 @@ def layout3_folder(case: str, root: Path):
     """The run folder of configs/CASE.yaml as layout 3 left it: each stage's folder with its done file and its
     layout-3 key, the layout record, and RUN/config.yaml with each student's losses in the flat form of then."""
     write_inputs(root)
-    then = ["augment.recipe=tang"] if case == "demo" else []  # the demo's recipe of then (tang_join came after)
+    # the recipe of then of the demo and the config that shares its folder (tang_join came after)
+    then = ["augment.recipe=tang"] if case in ("demo", "demo_static") else []
     cfg = load_config(f"configs/{case}.yaml", [f"run_dir={root / 'run'}", f"data={root / 'data'}", "test=null",
                                                *then])
     finished(cfg, LAYOUT3_KEYS[case])
