@@ -43,15 +43,21 @@ def write_inputs(root: Path) -> None:
                    shards / "p0.parquet")
 
 
+def recipe_then(config: str, overrides=()) -> list[str]:
+    """The override back to the recipe a config (with `overrides`) used when the earlier layouts' keys were written:
+    tang for one on tang_join (the join op came after them)."""
+    cfg = load_config(config, ["test=null", *overrides])
+    return ["augment.recipe=tang"] if cfg.augment.recipe == "tang_join" else []
+
+
 def as_trained_then(config: str, overrides=()) -> list[str]:
     """`overrides` and, for each student of the config, the constant learning rate every student trained at
-    when those keys were written (the BiLSTMs' default since is a linear warm-up and decay); the demo's recipe of
-    then, tang (tang_join, with the join op, came after)."""
+    when those keys were written (the BiLSTMs' default since is a linear warm-up and decay); its recipe of then
+    (recipe_then)."""
     cfg = load_config(config, ["test=null", *overrides])
     pinned = [f"students.{name}.engine.{k}={v}" for name in cfg.students for k, v in (("schedule", "constant"),
                                                                                        ("warmup", 0))]
-    recipe = ["augment.recipe=tang"] if cfg.augment.recipe == "tang_join" else []
-    return [*overrides, *pinned, *recipe]
+    return [*overrides, *pinned, *recipe_then(config, overrides)]
 
 
 # config, overrides: the shipped configs, and two with the settings the legacy rules are about
@@ -490,8 +496,7 @@ LAYOUT2_KEYS = {
 
 
 # What a config held when its layout-2 keys were written and has changed since (a setting, not a rule).
-LAYOUT2_THEN = {"demo_static": ["students.static_distilled.embed_init=teacher", "augment.recipe=tang"],
-                "demo": ["augment.recipe=tang"]}  # tang_join, with the join op, came after
+LAYOUT2_THEN = {"demo_static": ["students.static_distilled.embed_init=teacher"]}
 
 
 def layout2_folder(case: str, root: Path):
@@ -499,7 +504,7 @@ def layout2_folder(case: str, root: Path):
     layout-2 key, the layout record, and RUN/config.yaml with the phase plan under its earlier name."""
     write_inputs(root)
     cfg = load_config(LAYOUT2_CONFIGS[case], [f"run_dir={root / 'run'}", f"data={root / 'data'}", "test=null",
-                                              *LAYOUT2_THEN.get(case, [])])
+                                              *LAYOUT2_THEN.get(case, []), *recipe_then(LAYOUT2_CONFIGS[case])])
     finished(cfg, LAYOUT2_KEYS[case])
     (root / "run" / keys.LAYOUT_FILE).write_text(json.dumps({"layout": 2}))
     written = typed.to_dict(cfg)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from test_migrate import assert_refused_then_reused, finished, write_inputs
+from test_migrate import assert_refused_then_reused, finished, recipe_then, write_inputs
 from transferset.app import keys, migrate
 from transferset.app.migrate.rules import flat_student
 from transferset.app.runner import load_config
@@ -43,10 +43,8 @@ def layout3_folder(case: str, root: Path):
     """The run folder of configs/CASE.yaml as layout 3 left it: each stage's folder with its done file and its
     layout-3 key, the layout record, and RUN/config.yaml with each student's losses in the flat form of then."""
     write_inputs(root)
-    # the recipe of then of the demo and the config that shares its folder (tang_join came after)
-    then = ["augment.recipe=tang"] if case in ("demo", "demo_static") else []
     cfg = load_config(f"configs/{case}.yaml", [f"run_dir={root / 'run'}", f"data={root / 'data'}", "test=null",
-                                               *then])
+                                               *recipe_then(f"configs/{case}.yaml")])
     finished(cfg, LAYOUT3_KEYS[case])
     (root / "run" / keys.LAYOUT_FILE).write_text(json.dumps({"layout": 3}))
     written = typed.to_dict(cfg)

@@ -1,14 +1,12 @@
 """Configs that share configs/demo.yaml's run folder plan the same keys for every stage they share: after
 `make demo` they reuse its transfer set, scores and students instead of building them again over its folder."""
-from pathlib import Path
-
 import pytest
 import yaml
 
+from test_runner import CONFIGS
 from transferset.app.runner import load_config, plan_stages, resolve_data
 from transferset.runtime.errors import UserError
 
-CONFIGS = sorted((Path(__file__).resolve().parents[3] / "configs").glob("*.yaml"))
 DEMO = next(p for p in CONFIGS if p.name == "demo.yaml")
 SHARING = [p for p in CONFIGS if p != DEMO and yaml.safe_load(p.read_text())["run_dir"] ==
            yaml.safe_load(DEMO.read_text())["run_dir"]]
