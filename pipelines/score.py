@@ -198,7 +198,7 @@ class TeacherModelHandler(ModelHandler):
                  max_batch_size: int = 1024,
                  forward_rows: Optional[int] = None, forward_tokens: Optional[int] = None, forward: str = "auto",
                  large_model: bool = False, torch_threads: Optional[int] = None, allow_pickle: bool = False,
-                 trust_remote_code: bool = False, sha256: Optional[str] = None,
+                 trust_remote_code: bool = False, sha256: Optional[str] = None, precision: str = "fp32",
                  loader: Optional[Callable[..., Any]] = None):
         super().__init__(min_batch_size=min(min_batch_size or max_batch_size, max_batch_size),
                          max_batch_size=max_batch_size, large_model=large_model)
@@ -207,7 +207,7 @@ class TeacherModelHandler(ModelHandler):
         self.load_kwargs = dict(pooling=pooling, layers=list(layers), max_length=max_length,
                                 forward_rows=forward_rows, forward_tokens=forward_tokens,
                                 forward=forward, allow_pickle=allow_pickle,
-                                trust_remote_code=trust_remote_code, sha256=sha256)
+                                trust_remote_code=trust_remote_code, sha256=sha256, precision=precision)
         self.torch_threads = torch_threads
         self.loader = loader
 
@@ -349,7 +349,8 @@ def _teacher_handler(job: ScoreJob, p: Plan) -> KeyedModelHandler:
         large_model=cfg.large_model,
         torch_threads=cfg.torch_threads,
         allow_pickle=cfg.allow_pickle, trust_remote_code=cfg.trust_remote_code,
-        sha256=p.member_sha256 or p.metadata[schema.META_TEACHER_SHA256], loader=job.loader))
+        sha256=p.member_sha256 or p.metadata[schema.META_TEACHER_SHA256], precision=cfg.precision,
+        loader=job.loader))
 
 
 def build(pipeline: beam.Pipeline, job: ScoreJob, p: Optional[Plan] = None) -> Plan:

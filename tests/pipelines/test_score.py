@@ -251,6 +251,27 @@ def test_refused_resume_leaves_a_complete_output_untouched(scored_copy, transfer
     assert snapshot(scored_copy) == before
 
 
+def test_bf16_scoring_recorded_and_an_fp32_set_not_resumed_in_bf16(scored_copy, transfer_dir, teacher_dir, tmp_path):
+    assert schema.META_TEACHER_PRECISION not in transfer.read_metadata(scored_copy, scored=True)  # fp32: absent
+    before = snapshot(scored_copy)
+    with pytest.raises(UserError, match="teacher_precision = 'fp32', this run has 'bf16'.*--overwrite"):
+        score.plan(make_job(input=transfer_dir[0], teacher=teacher_dir, output=scored_copy, resume=True,
+                            layers=(-1, 1), precision="bf16"))
+    assert snapshot(scored_copy) == before
+    out = str(tmp_path / "bf16")
+    run_pipeline(make_job(input=transfer_dir[0], teacher=teacher_dir, output=out, layers=(-1, 1), precision="bf16"))
+    assert transfer.read_metadata(out, scored=True)[schema.META_TEACHER_PRECISION] == "bf16"
+    stats = json.load(open(os.path.join(out, schema.STATS_FILE)))
+    assert (stats["precision"], stats["scored"], stats["rejected"]) == ("bf16", 20, 2)
+    full, half = (transfer.read_table(d).sort_by(schema.ID) for d in (scored_copy, out))
+    assert full.column(schema.ID).equals(half.column(schema.ID))
+    logits = [np.stack(t.column(schema.TEACHER_LOGITS).to_numpy(zero_copy_only=False)) for t in (full, half)]
+    # bf16's rounding, which this tiny random model amplifies to 0.5 on a logit of 4 (test_scoring.py), and the
+    # same labels
+    assert 0 < np.abs(logits[1] - logits[0]).max() < 0.15 * np.abs(logits[0]).max()
+    assert half.column(schema.TEACHER_LABEL).equals(full.column(schema.TEACHER_LABEL))
+
+
 def test_resume_with_another_input_refused_before_scoring(scored_copy, transfer_dir, teacher_dir, tmp_path):
     src, rows = transfer_dir
     other = testing.write_transfer_set(str(tmp_path / "other-input"), [rows[:5]], LABELS, AUGMENT_META)

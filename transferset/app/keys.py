@@ -52,10 +52,13 @@ def augment(a: Any, exclude: Sequence[str]) -> dict:
 
 
 def score(sc: Any, members: int) -> dict:
-    """A score stage's settings: `combine` only with a teacher ensemble (one teacher's logits whatever the rule)."""
+    """A score stage's settings: `combine` only with a teacher ensemble (one teacher's logits whatever the rule);
+    `precision` only when not fp32 (every set scored before the setting is fp32: their keys stand)."""
     settings = section(sc)
     if members <= 1:
         settings.pop("combine", None)
+    if settings.get("precision") == "fp32":
+        settings.pop("precision")
     return settings
 
 

@@ -32,8 +32,9 @@ from transferset.sources import DEFAULT_MAX_CHARS
 # Shared value types and checks, and the compress section's settings: modules of this package, imported back
 # so that `from transferset.config import X` finds every setting.
 from transferset.config.augment_settings import RECIPES, AugmentConfig, nested_ops  # noqa: F401
-from transferset.config.common import (_STRICT, COMBINES, FORWARDS, POOLINGS, Ints, LabelNames,  # noqa: F401
-                                       Names, Speeds, _as_text, _split_commas, check_combine, check_forward_options)
+from transferset.config.common import (_STRICT, COMBINES, FORWARDS, POOLINGS, SCORE_PRECISIONS,  # noqa: F401
+                                       Ints, LabelNames, Names, Speeds, _as_text, _split_commas, check_combine,
+                                       check_forward_options)
 from transferset.config.compress import EXIT_TARGETS, CompressConfig, ExitsConfig, PruneConfig  # noqa: F401
 from transferset.config.engine import (DEVICES, LR_SCHEDULES, PRECISIONS, StudentEngineConfig,  # noqa: F401
                                        TEACHER_ENGINE, TRACKERS, EngineConfig, engine_section)
@@ -102,6 +103,9 @@ class ScoreConfig:
     forward: str = "auto"
     forward_rows: Optional[int] = None  # rows per forward pass (None: 1,024 packed, 128 padded)
     forward_tokens: Optional[int] = None  # tokens per forward pass, padding included (None: 4,096 packed, 2,048 padded)
+    # the teacher's weights and arithmetic when scoring: fp32 | bf16 (1.7x the rows/s of fp32 on a CPU with
+    # AVX512-BF16 or AMX, and on GPUs; logits within ~0.1 of fp32's, benchmarks/score.py). Each shard records it.
+    precision: Literal[SCORE_PRECISIONS] = "fp32"
     shard_rows: AtLeast(1) = 10_000  # rows per committed output shard: the unit a resumed run can skip
     # also commit a shard once its oldest row has waited this long, so a killed run loses at most
     # about this much scoring (10,000 rows of a large teacher on CPU can take an hour)

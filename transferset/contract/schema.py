@@ -65,6 +65,8 @@ META_TEACHER_SHA256 = META_PREFIX + "teacher_weights_sha256"
 META_TOKENIZER = META_PREFIX + "tokenizer"
 META_HIDDEN_SPEC = META_PREFIX + "hidden_spec"
 META_MAX_LENGTH = META_PREFIX + "max_length"
+# the teacher's precision when scoring ("bf16"); absent: fp32, as every set scored before the setting
+META_TEACHER_PRECISION = META_PREFIX + "teacher_precision"
 # the scored set's input: {"path", "files", "rows", "fingerprint"} (a digest of its shards' names,
 # sizes and row counts), so --resume refuses a different input before scoring anything
 META_INPUT = META_PREFIX + "input"
@@ -231,6 +233,7 @@ def _metadata_types() -> dict[str, Any]:
         META_TOKENIZER: Union[dict[str, Any], text(4_096)],
         META_HIDDEN_SPEC: hidden_spec,
         META_MAX_LENGTH: count(1, MAX_MAX_LENGTH),
+        META_TEACHER_PRECISION: text(20),
         META_INPUT: input_identity,
         META_ENSEMBLE: ensemble,
     }

@@ -8,7 +8,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from transferset.packed.encoder import PackedEncoder
-from transferset.packed.families import CLASSIFIERS, FAMILY_BASE, MASKED_LMS, PROBE_ATOL, probe_rows, unsupported
+from transferset.packed.families import CLASSIFIERS, FAMILY_BASE, MASKED_LMS, probe_atol, probe_rows, unsupported
 from transferset.packed.kernels import layout, pack
 
 
@@ -29,7 +29,7 @@ class PackedClassifier(PackedEncoder):
         reason = unsupported(model)
         if reason:
             return None, reason
-        return cls._build(model, lambda packed: packed.probe_difference(model, tokenizer), PROBE_ATOL,
+        return cls._build(model, lambda packed: packed.probe_difference(model, tokenizer), probe_atol(model),
                           rows_hint=rows_hint)
 
     def probe_difference(self, model, tokenizer=None) -> float:
@@ -127,7 +127,7 @@ class PackedMaskedLM(PackedEncoder):
         reason = unsupported(model, MASKED_LMS, needs_pooler=False)
         if reason:
             return None, reason
-        return cls._build(model, lambda packed: packed.probe_difference(model, tokenizer), PROBE_ATOL)
+        return cls._build(model, lambda packed: packed.probe_difference(model, tokenizer), probe_atol(model))
 
     def probe_difference(self, model, tokenizer=None) -> float:
         """Largest |logit| difference from model(**row) at the first, the masked and the last token of a

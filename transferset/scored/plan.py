@@ -30,7 +30,8 @@ LOG = logging.getLogger("transferset.score")
 
 # Shard metadata a resumed run must share with the shards already written.
 RESUME_KEYS = (schema.META_TEACHER_SHA256, schema.META_LABEL_NAMES, schema.META_HIDDEN_SPEC, schema.META_MAX_LENGTH,
-               schema.META_ENSEMBLE)
+               schema.META_ENSEMBLE, schema.META_TEACHER_PRECISION)
+RESUME_ABSENT = {schema.META_TEACHER_PRECISION: "fp32"}  # what a key's absence means
 
 
 @dataclass
@@ -133,10 +134,11 @@ def check_resumable(path: str, expected: dict[str, Any]) -> None:
     """Refuse to resume into a shard written with another teacher, options or input (nothing is changed)."""
     meta = schema.check_schema(transfer.read_schema(path), where=path, scored=True)
     for key in RESUME_KEYS:
-        if meta.get(key) != expected.get(key):
+        have, want = (m.get(key, RESUME_ABSENT.get(key)) for m in (meta, expected))
+        if have != want:
             raise UserError(
-                f"--resume: {path} was written with {key} = {schema.cut(meta.get(key), 300)}, this run has "
-                f"{schema.cut(expected.get(key), 300)}; "
+                f"--resume: {path} was written with {key} = {schema.cut(have, 300)}, this run has "
+                f"{schema.cut(want, 300)}; "
                 "resume with the same teacher and options, or pass --overwrite to score everything again"
             )
     have, want = meta.get(schema.META_INPUT), expected[schema.META_INPUT]
@@ -216,9 +218,9 @@ def _where(target: str) -> str:
 
 
 def _metadata(input_meta: dict, t: _Teachers, teacher_labels: list[str], tokenizer, hidden_spec,
-              max_length: int, identity: dict[str, Any]) -> dict[str, Any]:
+              max_length: int, identity: dict[str, Any], precision: str = "fp32") -> dict[str, Any]:
     """The scored set's file metadata: the input's (its augmentation config and seed) plus this scoring's."""
-    extra: dict[str, Any] = {}
+    extra: dict[str, Any] = {} if precision == "fp32" else {schema.META_TEACHER_PRECISION: precision}
     if t.ensemble:
         extra[schema.META_ENSEMBLE] = ensemble.ensemble_metadata(t.combine, [
             {schema.MEMBER_ID: _where(i), schema.MEMBER_SHA256: h, schema.MEMBER_DEV_ACCURACY: dev_accuracy(d)}
@@ -279,7 +281,8 @@ def plan(job: ScoreJob) -> Plan:
     identity = input_identity(job.input, input_files, file_rows)
 
     metadata = _metadata(input_meta, t, teacher_labels, tokenizer,
-                         scoring.hidden_spec(cfg.hidden, layers, hidden_size, num_layers), max_length, identity)
+                         scoring.hidden_spec(cfg.hidden, layers, hidden_size, num_layers), max_length, identity,
+                         cfg.precision)
     output_schema = schema.scored_schema(len(teacher_labels), hidden_size, layers[1:], metadata,
                                          members=len(t.ids))
     existing, existing_rows = _open_output(job, metadata)
@@ -288,7 +291,8 @@ def plan(job: ScoreJob) -> Plan:
     stats = {
         "input": job.input, "teacher": t.ids[t.main], "teacher_sha256": metadata[schema.META_TEACHER_SHA256],
         "input_fingerprint": identity["fingerprint"], "input_rows_in_footers": identity["rows"],
-        "hidden": cfg.hidden, "layers": layers, "max_length": max_length, "resumed": job.resume,
+        "hidden": cfg.hidden, "layers": layers, "max_length": max_length, "precision": cfg.precision,
+        "resumed": job.resume,
         "existing_shards": len(existing), "shard_prefix": prefix,
         **({"teachers": t.ids, "combine": t.combine} if t.ensemble else {}),
     }

@@ -18,7 +18,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from transferset import packed as packed_path
-from transferset.config import DEFAULT_MAX_LENGTH, POOLINGS, check_forward_options
+from transferset.config import DEFAULT_MAX_LENGTH, POOLINGS, SCORE_PRECISIONS, check_forward_options
 from transferset.contract import schema
 from transferset.models import loading
 from transferset.runtime.errors import UserError
@@ -87,12 +87,15 @@ class Teacher:
 
     def __init__(self, model, tokenizer, *, source: str = "", pooling: str = "cls", layers: Sequence[int] = (-1,),
                  max_length: int = DEFAULT_MAX_LENGTH, forward_rows: Optional[int] = None,
-                 forward_tokens: Optional[int] = None, forward: str = "auto", sha256: Optional[str] = None):
+                 forward_tokens: Optional[int] = None, forward: str = "auto", sha256: Optional[str] = None,
+                 precision: str = "fp32"):
         """`forward`: "packed" requires the padding-free path (packed.py), "padded" always runs
         the model's own forward on padded batches, "auto" takes the packed path on CPU for the
-        classifiers packed.py serves. `forward_rows` and `forward_tokens` None pick the measured defaults of the path in use."""
+        classifiers packed.py serves. `forward_rows` and `forward_tokens` None pick the measured defaults of the path in use.
+        `precision` bf16 casts the model's weights to bfloat16 (the logits and pooled states come back as float32)."""
         if pooling not in POOLINGS:
             raise UserError(f"--hidden {pooling!r}: choose one of {list(POOLINGS)}")
+        self.precision = as_precision(model, precision)
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.source = source
@@ -257,6 +260,22 @@ class Teacher:
                     pooled[k][rows] = batch_pooled[k].float().cpu().numpy()
         return Scores(logits, pooled[self.layers[0]], {k: pooled[k] for k in self.extra_layers},
                       num_tokens=int(sum(lengths)))
+
+
+def as_precision(model, precision: str) -> str:
+    """Cast `model` in place to the scoring precision (SCORE_PRECISIONS); a CPU without bfloat16 arithmetic
+    (AVX512-BF16 or AMX) runs bf16 emulated, slower than fp32: warned, not refused."""
+    import torch
+
+    if precision not in SCORE_PRECISIONS:
+        raise UserError(f"--precision {precision!r}: choose one of {list(SCORE_PRECISIONS)}")
+    if precision == "bf16":
+        device = next(model.parameters()).device
+        if device.type == "cpu" and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+            LOG.warning("--precision bf16: this CPU has no bfloat16 arithmetic (AVX512-BF16 or AMX); scoring "
+                        "runs emulated, slower than fp32: drop --precision bf16 here")
+        model.to(torch.bfloat16)
+    return precision
 
 
 def hidden_spec(pooling: str, layers: Sequence[int], hidden_size: int, num_hidden_layers: int) -> dict:

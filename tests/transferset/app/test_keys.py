@@ -45,6 +45,13 @@ def test_score_keys_combine_only_with_an_ensemble():
     assert keys.score(ScoreConfig(combine="probs"), members=3)["combine"] == "probs"
 
 
+def test_score_keys_precision_only_when_not_fp32():
+    # Every set scored before the setting is fp32: their keys stand; bf16 is another stage.
+    assert "precision" not in keys.score(ScoreConfig(precision="fp32"), members=1)
+    assert keys.score(ScoreConfig(), members=1) == keys.score(ScoreConfig(precision="fp32"), members=1)
+    assert keys.score(ScoreConfig(precision="bf16"), members=1)["precision"] == "bf16"
+
+
 def test_student_keys_its_layer_texts_set_and_its_losses_in_one_form():
     assert keys.student(StudentConfig(), layer_texts_set="abc")["layer_texts_set"] == "abc"
     plain = keys.student(StudentConfig())  # `losses:` unset: ce and mse at 1.0

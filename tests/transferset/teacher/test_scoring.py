@@ -206,3 +206,29 @@ def test_probe_check_falls_back_when_the_packed_path_disagrees(tiny_teacher, ref
     assert teacher.forward_path == "padded" and "(aten) failed: RuntimeError: no kernel" in teacher.packed_reason
     with pytest.raises(UserError, match="probe forward .* failed"):
         scoring.Teacher.load(tiny_teacher, forward="packed")
+
+
+def test_bf16_precision_on_either_path_near_fp32(tiny_teacher):
+    full = scoring.Teacher.load(tiny_teacher, forward="padded").predict(TEXTS)
+    half = {}
+    for path in ("packed", "padded"):
+        teacher = scoring.Teacher.load(tiny_teacher, forward=path, precision="bf16")
+        assert teacher.forward_path == path and teacher.precision == "bf16"  # the packed probe passes in bf16 too
+        assert {p.dtype for p in teacher.model.parameters()} == {torch.bfloat16}
+        half[path] = teacher.predict(TEXTS)
+        assert half[path].logits.dtype == half[path].hidden.dtype == np.float32  # handed back as float32
+    # The two paths in bf16 differ by rounding only (a wrong layout would be off by the logits' size, ~4 here)
+    np.testing.assert_allclose(half["packed"].logits, half["padded"].logits, atol=0.1)
+    np.testing.assert_allclose(half["packed"].hidden, half["padded"].hidden, atol=0.1)
+    # This tiny random model amplifies bfloat16's rounding (8 significant bits) to 0.5 on a logit of 4, and
+    # keeps every row's label and the rows' order by margin
+    margin = {k: s.logits[:, 1] - s.logits[:, 0] for k, s in dict(half, fp32=full).items()}
+    for path in ("packed", "padded"):
+        assert 0 < np.abs(half[path].logits - full.logits).max() < 0.15 * np.abs(full.logits).max()
+        np.testing.assert_array_equal(half[path].labels, full.labels)
+        assert np.corrcoef(margin[path], margin["fp32"])[0, 1] > 0.99
+
+
+def test_unknown_precision_refused(tiny_teacher):
+    with pytest.raises(UserError, match="--precision 'fp16': choose one of"):
+        scoring.Teacher.load(tiny_teacher, precision="fp16")
