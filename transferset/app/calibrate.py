@@ -88,7 +88,10 @@ def teacher_step(model, tokenizer, texts: Sequence[str], batch_size: int, max_le
 def score_rate(model, tokenizer, cfg: RunConfig, texts: Sequence[str]) -> tuple[float, float]:
     """Rows per second through transferset.teacher.scoring.Teacher, the score stage's forward pass on the threads
     the stage gives each worker (oversubscribed threads are several times slower on a busy machine), and the
-    seconds the Teacher takes to make (its padding-free path built and checked), as each score stage does."""
+    seconds the Teacher takes to make (its padding-free path built and checked), as each score stage does. At
+    precision bf16 on a copy of `model` (the Teacher casts the weights it gets; the students' timing uses fp32's)."""
+    import copy
+
     from pipelines.runtime import pipeline_options
     from pipelines.score import default_threads
     from transferset.teacher.scoring import Teacher
@@ -96,9 +99,9 @@ def score_rate(model, tokenizer, cfg: RunConfig, texts: Sequence[str]) -> tuple[
     s = cfg.score
     threads = s.torch_threads or default_threads(pipeline_options(cfg.beam))
     t0 = time.perf_counter()
-    teacher = Teacher(model, tokenizer, pooling=s.hidden, layers=s.layers, forward=s.forward,
-                      max_length=s.max_length or cfg.teacher.max_length, forward_rows=s.forward_rows,
-                      forward_tokens=s.forward_tokens)
+    teacher = Teacher(model if s.precision == "fp32" else copy.deepcopy(model), tokenizer, pooling=s.hidden,
+                      layers=s.layers, forward=s.forward, max_length=s.max_length or cfg.teacher.max_length,
+                      forward_rows=s.forward_rows, forward_tokens=s.forward_tokens, precision=s.precision)
     made = time.perf_counter() - t0
     rows = (list(texts) * (SCORE_ROWS // max(1, len(texts)) + 1))[:SCORE_ROWS]
     with torch_threads(threads):

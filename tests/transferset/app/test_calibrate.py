@@ -71,3 +71,29 @@ def test_a_bilstm_preset_that_does_not_exist_is_refused_at_the_plan(tiny_teacher
     cfg = _cfg(tiny_teacher, "students.distilled.preset=tnag")
     with pytest.raises(UserError, match="unknown bilstm preset 'tnag'; known: "):
         measure_rates(cfg, Rows(100, 0, 10, sample=TEXTS), {"students.distilled"})
+
+
+def test_scoring_at_bf16_is_timed_in_bf16_on_a_copy_and_the_students_on_fp32(tiny_teacher, monkeypatch):
+    import torch
+
+    from transferset.app import calibrate
+    from transferset.teacher import scoring
+
+    seen = {}
+    predict, step = scoring.Teacher.predict, calibrate.transformer_step
+
+    def timed_predict(self, texts, texts_b=None):
+        seen["score"] = (self.precision, next(self.model.parameters()).dtype)
+        return predict(self, texts, texts_b)
+
+    def timed_step(model, *args, **kwargs):
+        seen["student"] = next(model.parameters()).dtype
+        return step(model, *args, **kwargs)
+
+    monkeypatch.setattr(scoring.Teacher, "predict", timed_predict)
+    monkeypatch.setattr(calibrate, "transformer_step", timed_step)
+    cfg = _cfg(tiny_teacher, "score.precision=bf16", "students.distilled.student=transformer",
+               "students.distilled.preset=null", "students.distilled.model={n_layer: 1}")
+    rates = measure_rates(cfg, Rows(100, 0, 10, sample=TEXTS), {"score", "students.distilled"})
+    assert rates.score_rows_s > 0 and rates.student_step_s["distilled"] > 0
+    assert seen == {"score": ("bf16", torch.bfloat16), "student": torch.float32}
