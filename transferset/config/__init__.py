@@ -103,8 +103,9 @@ class ScoreConfig:
     forward: str = "auto"
     forward_rows: Optional[int] = None  # rows per forward pass (None: 1,024 packed, 128 padded)
     forward_tokens: Optional[int] = None  # tokens per forward pass, padding included (None: 4,096 packed, 2,048 padded)
-    # the teacher's weights and arithmetic when scoring: fp32 | bf16 (1.7x the rows/s of fp32 on a CPU with
-    # AVX512-BF16 or AMX, and on GPUs; logits within ~0.1 of fp32's, benchmarks/score.py). Each shard records it.
+    # the teacher's weights and arithmetic when scoring: fp32 | bf16 (1.5-1.75x the rows/s of fp32 on a CPU with
+    # AVX512-BF16 or AMX, not measured on a GPU; logits within ~0.1 of fp32's, benchmarks/score.py). Each shard
+    # records it.
     precision: Literal[SCORE_PRECISIONS] = "fp32"
     shard_rows: AtLeast(1) = 10_000  # rows per committed output shard: the unit a resumed run can skip
     # also commit a shard once its oldest row has waited this long, so a killed run loses at most
