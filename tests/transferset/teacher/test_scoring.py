@@ -232,3 +232,11 @@ def test_bf16_precision_on_either_path_near_fp32(tiny_teacher):
 def test_unknown_precision_refused(tiny_teacher):
     with pytest.raises(UserError, match="--precision 'fp16': choose one of"):
         scoring.Teacher.load(tiny_teacher, precision="fp16")
+
+
+def test_bf16_on_a_cpu_without_bfloat16_arithmetic_warns_and_scores(tiny_teacher, monkeypatch, caplog):
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)
+    with caplog.at_level("WARNING", logger="transferset.teacher"):
+        teacher = scoring.Teacher.load(tiny_teacher, precision="bf16")
+    assert "no bfloat16 arithmetic" in caplog.text and "drop --precision bf16" in caplog.text
+    assert teacher.predict(TEXTS[:2]).logits.shape == (2, 2)
