@@ -17,6 +17,7 @@ from typing import Any, Optional, Sequence
 from students.losses import canonical
 from transferset import augment as augment_ops
 from transferset import fs
+from transferset.contract import schema
 from transferset.runtime import typed
 
 LAYOUT = 4  # the version of these rules and of a run folder's records
@@ -53,11 +54,12 @@ def augment(a: Any, exclude: Sequence[str]) -> dict:
 
 def score(sc: Any, members: int) -> dict:
     """A score stage's settings: `combine` only with a teacher ensemble (one teacher's logits whatever the rule);
-    `precision` only when not fp32 (every set scored before the setting is fp32: their keys stand)."""
+    `precision` only when not the one a scored set leaves unrecorded (schema.UNRECORDED_PRECISION): the keys of
+    the sets scored before the setting stand."""
     settings = section(sc)
     if members <= 1:
         settings.pop("combine", None)
-    if settings.get("precision") == "fp32":
+    if settings.get("precision") == schema.UNRECORDED_PRECISION:
         settings.pop("precision")
     return settings
 

@@ -65,8 +65,10 @@ META_TEACHER_SHA256 = META_PREFIX + "teacher_weights_sha256"
 META_TOKENIZER = META_PREFIX + "tokenizer"
 META_HIDDEN_SPEC = META_PREFIX + "hidden_spec"
 META_MAX_LENGTH = META_PREFIX + "max_length"
-# the teacher's precision when scoring ("bf16"); absent: fp32, as every set scored before the setting
+# the teacher's precision when scoring ("bf16"); absent: UNRECORDED_PRECISION, the precision of every set scored
+# before the setting, so those sets keep their metadata (and `run` its score keys)
 META_TEACHER_PRECISION = META_PREFIX + "teacher_precision"
+UNRECORDED_PRECISION = "fp32"
 # the scored set's input: {"path", "files", "rows", "fingerprint"} (a digest of its shards' names,
 # sizes and row counts), so --resume refuses a different input before scoring anything
 META_INPUT = META_PREFIX + "input"

@@ -31,7 +31,7 @@ LOG = logging.getLogger("transferset.score")
 # Shard metadata a resumed run must share with the shards already written.
 RESUME_KEYS = (schema.META_TEACHER_SHA256, schema.META_LABEL_NAMES, schema.META_HIDDEN_SPEC, schema.META_MAX_LENGTH,
                schema.META_ENSEMBLE, schema.META_TEACHER_PRECISION)
-RESUME_ABSENT = {schema.META_TEACHER_PRECISION: "fp32"}  # what a key's absence means
+RESUME_ABSENT = {schema.META_TEACHER_PRECISION: schema.UNRECORDED_PRECISION}  # what a key's absence means
 
 
 @dataclass
@@ -218,9 +218,10 @@ def _where(target: str) -> str:
 
 
 def _metadata(input_meta: dict, t: _Teachers, teacher_labels: list[str], tokenizer, hidden_spec,
-              max_length: int, identity: dict[str, Any], precision: str = "fp32") -> dict[str, Any]:
+              max_length: int, identity: dict[str, Any], precision: str) -> dict[str, Any]:
     """The scored set's file metadata: the input's (its augmentation config and seed) plus this scoring's."""
-    extra: dict[str, Any] = {} if precision == "fp32" else {schema.META_TEACHER_PRECISION: precision}
+    extra: dict[str, Any] = ({} if precision == schema.UNRECORDED_PRECISION
+                             else {schema.META_TEACHER_PRECISION: precision})
     if t.ensemble:
         extra[schema.META_ENSEMBLE] = ensemble.ensemble_metadata(t.combine, [
             {schema.MEMBER_ID: _where(i), schema.MEMBER_SHA256: h, schema.MEMBER_DEV_ACCURACY: dev_accuracy(d)}
