@@ -40,4 +40,5 @@ def test_joined_rows_are_the_librarys_of_the_guarded_originals_and_the_counts_ad
     for rid, row in joined.items():
         parts = row[schema.SOURCE_ID].split(join.SEPARATOR)
         assert row[schema.TEXT] == expected[rid].text == " ".join(originals[p] for p in parts)
+        assert len(set(parts)) == len(parts)  # an original with two entries in one bucket is not joined to itself
         assert row[schema.LABEL] is None

@@ -32,15 +32,24 @@ class JoinSettings:
 
 @register(OP, kind=ROWS, settings=JoinSettings)
 def join(*, rows: Sequence[tuple[str, str]], rng: np.random.Generator, join_max: int) -> list[list[int]]:
-    """A bucket's (source_id, text) rows → groups of 2 to join_max of their indices, in a random order; a row
-    left over alone joins nothing."""
-    order = rng.permutation(len(rows))
-    groups, i = [], 0
-    while i < len(order):
+    """A bucket's (source_id, text) rows → groups of 2 to join_max of their indices, in a random order, no source
+    twice in a group (an original goes into the buckets several times when `joins` is large, and a small set is
+    one bucket); rows left over that cannot make a group of two sources join nothing."""
+    order = [int(x) for x in rng.permutation(len(rows))]
+    groups = []
+    while len(order) >= 2:
         k = int(rng.integers(2, join_max + 1))
-        if len(order) - i >= 2:
-            groups.append([int(x) for x in order[i:i + k]])
-        i += k
+        group, rest, sources = [], [], set()
+        for i in order:  # the next k of the order, a source already in the group left for a later one
+            if len(group) < k and rows[i][0] not in sources:
+                group.append(i)
+                sources.add(rows[i][0])
+            else:
+                rest.append(i)
+        if len(group) < 2:
+            break  # what is left is one source's entries
+        groups.append(group)
+        order = rest
     return groups
 
 
