@@ -54,8 +54,8 @@ def augment(a: Any, exclude: Sequence[str]) -> dict:
 
 def score(sc: Any, members: int) -> dict:
     """A score stage's settings: `combine` only with a teacher ensemble (one teacher's logits whatever the rule);
-    `precision` only when not the one a scored set leaves unrecorded (schema.UNRECORDED_PRECISION): the keys of
-    the sets scored before the setting stand."""
+    `precision` only when not the one a scored set leaves unrecorded (schema.UNRECORDED_PRECISION), so a folder
+    scored without the setting keeps its key."""
     settings = section(sc)
     if members <= 1:
         settings.pop("combine", None)

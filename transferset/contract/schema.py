@@ -65,8 +65,8 @@ META_TEACHER_SHA256 = META_PREFIX + "teacher_weights_sha256"
 META_TOKENIZER = META_PREFIX + "tokenizer"
 META_HIDDEN_SPEC = META_PREFIX + "hidden_spec"
 META_MAX_LENGTH = META_PREFIX + "max_length"
-# the teacher's precision when scoring ("bf16"); absent: UNRECORDED_PRECISION, the precision of every set scored
-# before the setting, so those sets keep their metadata (and `run` its score keys)
+# the teacher's precision when scoring ("bf16"); absent: UNRECORDED_PRECISION, which is never written, so a set
+# scored at it has the same metadata (and `run` the same score key) as one scored without the setting
 META_TEACHER_PRECISION = META_PREFIX + "teacher_precision"
 UNRECORDED_PRECISION = "fp32"
 # the scored set's input: {"path", "files", "rows", "fingerprint"} (a digest of its shards' names,

@@ -21,8 +21,8 @@ def test_groups_are_disjoint_of_2_to_join_max_and_a_lone_leftover_joins_nothing(
 
 
 def _sliced(n, rng, join_max):
-    """The groups of distinct rows: the permutation cut in runs of 2 to join_max (what join did before sources
-    could repeat in a bucket)."""
+    """The groups rows of distinct sources get: the seeded permutation cut in runs of 2 to join_max, a lone
+    leftover joining nothing."""
     order, groups, i = rng.permutation(n), [], 0
     while i < n:
         k = int(rng.integers(2, join_max + 1))
