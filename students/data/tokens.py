@@ -26,7 +26,8 @@ from students.data.files import RESAVE, StudentFileError
 from transferset.config import StudentConfig
 from transferset.contract import schema
 from transferset.models.loading import check_remote_code, load_tokenizer
-from transferset.runtime.errors import UserError
+from transferset.runtime.errors import ConfigError, UserError
+from transferset.runtime.progress import log_line
 
 WORDS_FILE = "vocab.json"
 TOKENIZER_DIR = "tokenizer"
@@ -34,6 +35,8 @@ PAD, UNK, SEP = "[PAD]", "[UNK]", "[SEP]"
 # A word, or one punctuation mark; the augmenters' mask token ([MASK], lower-cased here) stays one token, so a
 # masked position is not read as the words "[", "mask", "]" (the last one the real word).
 _WORD = re.compile(r"\[mask\]|\w+|[^\w\s]")
+# A word vocabulary keeping fewer of the distinct words seen than this is said in one line (tokens: words).
+MIN_KEPT_SHARE = 0.05
 
 
 class WordPieceTokens:
@@ -151,7 +154,9 @@ class WordTokens:
             counts.update(cls.split(t))
         # Ties broken by the word so the vocabulary does not depend on shard order.
         words = sorted((w for w, c in counts.items() if c >= min_count), key=lambda w: (-counts[w], w))
-        return cls([PAD, UNK, SEP] + words[: max(0, max_size - 3)], max_length)
+        kept = words[: max(0, max_size - 3)]
+        check_kept(counts, len(words), kept, min_count, max_size)
+        return cls([PAD, UNK, SEP] + kept, max_length)
 
     def ids(self, text: str, text_b: Optional[str] = None) -> list[int]:
         words = self.split(text) + ([SEP] + self.split(text_b) if text_b else [])
@@ -171,6 +176,27 @@ class WordTokens:
         with open(os.path.join(model_dir, WORDS_FILE), "w", encoding="utf-8") as fh:
             json.dump(self.vocab, fh, ensure_ascii=False)
         return {"kind": self.kind, "max_length": self.max_length}
+
+
+def check_kept(counts: Counter, frequent: int, kept: Sequence[str], min_count: int, max_size: int) -> None:
+    """A word vocabulary that keeps no word is refused: every word [UNK] trains a student that predicts one label
+    for every row. One that keeps under MIN_KEPT_SHARE of the distinct words seen (`counts`) trains, said in one
+    line. `frequent`: the words seen at least `min_count` times; `kept`: those that fit `max_size`."""
+    if not counts:
+        raise UserError("tokens: words: the transfer set's texts hold no word to count a vocabulary over")
+    if frequent == 0:
+        word, top = min(counts.items(), key=lambda wc: (-wc[1], wc[0]))
+        raise ConfigError(f"tokens: words: min_count {min_count} keeps no word of the transfer set ({word!r} is "
+                          f"seen {top} times, the most of any word): every word would be {UNK} and the student "
+                          f"would predict one label for every row; set min_count to {top} or less")
+    if not kept:
+        raise ConfigError(f"tokens: words: max_vocab {max_size} keeps no word ({PAD} {UNK} {SEP} are its first 3 "
+                          f"entries; the transfer set has {len(counts)} distinct words); set max_vocab to at least 4")
+    if len(kept) < MIN_KEPT_SHARE * len(counts):
+        unknown = 1 - sum(counts[w] for w in kept) / sum(counts.values())
+        log_line(f"warning: the word vocabulary keeps {len(kept)} of the {len(counts)} distinct words of the transfer "
+                 f"set ({100 * len(kept) / len(counts):.1f} %; min_count {min_count}, max_vocab {max_size}): the rest, "
+                 f"{100 * unknown:.1f} % of the words read, are {UNK} to the student; lower min_count or raise max_vocab")
 
 
 def teacher_wordpiece(cfg: StudentConfig, meta: dict, max_length: int) -> WordPieceTokens:

@@ -72,3 +72,10 @@ def test_trimmed_byte_level_bpe_without_an_unknown_token_maps_unseen_pieces_to_p
     assert [trimmed.keep[i] for i in ids[0][mask[0]].tolist()] == whole[0][mask[0]].tolist()
     unseen = [i for i, t in zip(ids[1][mask[1]].tolist(), whole[1][mask[1]].tolist()) if t not in seen]
     assert unseen and set(unseen) == {trimmed.pad_id}
+
+
+def test_word_tokens_over_texts_of_no_word_are_refused():
+    from transferset.runtime.errors import UserError
+
+    with pytest.raises(UserError, match="hold no word"):
+        WordTokens.build(["", "  \n"], max_length=4)
