@@ -230,6 +230,8 @@ def migrate(run_dir: str, config: Optional[str] = None, overrides: Sequence[str]
     cfg = runner.load_overridden(today_names(typed.read_yaml(config)), [*overrides, f"run_dir={run_dir}"], config)
     files = runner.resolve_data(cfg.data, cfg.test, cfg.dev)
     with runner.output_lock(run_dir, command="migrate"):
+        # as `run`: a record written through a link inside RUN would change the folder it points to
+        runner.check_links(run_dir, build_plan(cfg, files, StageFunctions()).stages)
         done = convert(cfg, files, log, RULES[layout])
         keys.write_layout(run_dir)
     log(f"{run_dir}: layout {keys.LAYOUT}; {len(done['reused'])} finished stage(s) kept, {len(done['resumed'])} "
