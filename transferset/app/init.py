@@ -275,9 +275,10 @@ def run(args: argparse.Namespace, extra) -> int:
     cfg = typed.load(RunConfig, yaml.safe_load(text), where=args.output)  # type-checked as `run --config` will
     check_data(cfg)
     parent = os.path.dirname(args.output)
-    if parent:
-        os.makedirs(parent, exist_ok=True)  # a YAML in a folder not made yet: the folder is made, as an editor does
-    with open(args.output, "w", encoding="utf-8") as fh:
-        fh.write(text)
+    with fs.writing_into(args.output):  # a folder this user cannot write: one line, exit 2
+        if parent:
+            os.makedirs(parent, exist_ok=True)  # a YAML in a folder not made yet: the folder is made, as an editor does
+        with open(args.output, "w", encoding="utf-8") as fh:
+            fh.write(text)
     print(f"wrote {args.output}: run it with `transferset run --config {args.output}`")
     return 0

@@ -171,6 +171,21 @@ def makedirs(directory: str) -> None:
     fs.makedirs(p, exist_ok=True)
 
 
+@contextmanager
+def writing_into(out: str) -> Iterator[None]:
+    """Around a command's first write into its output `out` (the output lock, `init`'s YAML): a folder this user
+    may not write in (PermissionError, also as root under `chattr +i`) is a usage error, one line naming the
+    folder, raised before anything is written."""
+    try:
+        yield
+    except PermissionError as exc:
+        denied = exc.filename if isinstance(exc.filename, str) and exc.filename else join(out, "x")
+        folder = dirname(denied) or "."  # the folder that refused the new entry (a relative name: the cwd)
+        why = exc.strerror or str(exc)
+        raise ConfigError(f"{out} cannot be written: {folder} does not let this user write in it ({why}); choose a "
+                          "folder you can write, or change its permissions") from None
+
+
 def delete(paths: Sequence[str] | str) -> None:
     """Delete files and directories (recursively); paths that do not exist are skipped."""
     for path in [paths] if isinstance(paths, str) else paths:

@@ -280,7 +280,8 @@ def release(out: str, info: LockInfo) -> None:
 
 @contextlib.contextmanager
 def output_lock(out: str, *, command: str = "") -> Iterator[Optional[LockInfo]]:
-    """Own the output folder `out` for the block; OutputInUse (a UserError: exit 1) when another run owns it.
+    """Own the output folder `out` for the block; OutputInUse (a UserError: exit 1) when another run owns it, a
+    ConfigError (exit 2) naming the folder when this user cannot write there (fs.writing_into).
 
     Creates a local `out` when needed (and removes it again when the block leaves it empty). Yields
     the lock's LockInfo; None when this thread already owns `out` (nested use: the outer block
@@ -311,16 +312,10 @@ def output_lock(out: str, *, command: str = "") -> Iterator[Optional[LockInfo]]:
             LOG.warning("%s: not locked (%s); concurrent runs on it are not detected", out, exc)
             yield None
             return
-        # Object stores have no folders (a no-op there); filesystems that do (sftp, a mounted dir) need it.
-        created = not fs.isdir(out)
-        fs.makedirs(out)
-    else:
-        if os.path.exists(out) and not os.path.isdir(out):
-            raise UserError(f"{out} is a file, not a folder: choose another output")
-        created = not os.path.isdir(out)
-        os.makedirs(out, exist_ok=True)
+    created = _make_folder(out)
     try:
-        info = acquire(out, command=command)
+        with fs.writing_into(out):  # a folder this user cannot write: one line, exit 2
+            info = acquire(out, command=command)
     except BaseException:
         if created:
             _remove_if_empty(out)
@@ -335,6 +330,21 @@ def output_lock(out: str, *, command: str = "") -> Iterator[Optional[LockInfo]]:
         release(out, info)
         if created:
             _remove_if_empty(out)
+
+
+def _make_folder(out: str) -> bool:
+    """Create the output folder `out` where it is missing; → whether it did (then an empty one is removed again)."""
+    with fs.writing_into(out):  # a folder this user cannot write: one line, exit 2
+        if fs.is_remote(out):
+            # Object stores have no folders (a no-op there); filesystems that do (sftp, a mounted dir) need it.
+            created = not fs.isdir(out)
+            fs.makedirs(out)
+            return created
+        if os.path.exists(out) and not os.path.isdir(out):
+            raise UserError(f"{out} is a file, not a folder: choose another output")
+        created = not os.path.isdir(out)
+        os.makedirs(out, exist_ok=True)
+        return created
 
 
 def _remove_if_empty(out: str) -> None:
