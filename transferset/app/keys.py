@@ -22,6 +22,7 @@ from transferset.runtime import typed
 
 LAYOUT = 4  # the version of these rules and of a run folder's records
 LAYOUT_FILE = ".transferset-run.json"  # RUN/LAYOUT_FILE: {"layout": LAYOUT}
+DAMAGED = -1  # read_layout: a record that names no layout (layout 1 wrote none, so one naming 1 or less is damaged)
 
 # Settings in no key: they change how a stage runs, never what it writes. A config class may declare more in
 # its own EXECUTION tuple (the augment ops: batch sizes, threads, trust flags).
@@ -87,14 +88,15 @@ def data(cfg: Any, train: str) -> dict:
 # --- the run folder's layout -----------------------------------------------------------------------
 
 def read_layout(run_dir: str) -> Optional[int]:
-    """The layout RUN records (None: no record)."""
+    """The layout RUN records (None: no record; DAMAGED: a record that names no layout)."""
     path = fs.join(run_dir, LAYOUT_FILE)
     if not fs.exists(path):
         return None
     try:
-        return int(fs.read_json(path)["layout"])
-    except (ValueError, KeyError, TypeError, json.JSONDecodeError):
-        return -1
+        layout = int(fs.read_json(path)["layout"])
+    except (ValueError, KeyError, TypeError, OverflowError, json.JSONDecodeError):
+        return DAMAGED
+    return layout if layout > 1 else DAMAGED
 
 
 def write_layout(run_dir: str) -> None:

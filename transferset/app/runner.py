@@ -265,6 +265,13 @@ def check_layout(run_dir: str, stages: Sequence[StageDef]) -> None:
         if not any(s.folder and fs.exists(fs.join(s.folder, STAGE_FILE)) for s in stages):
             return  # a new run folder
         what = "was written by an earlier transferset (its stage records follow other key rules)"
+    elif layout == keys.DAMAGED:
+        raise ConfigError(f"run_dir {run_dir} has a damaged layout record ({keys.LAYOUT_FILE}: it names no layout): "
+                          f"`transferset migrate {run_dir}` tells from its stage records which key rules they follow "
+                          "and converts them so its finished stages are reused (or give another run_dir)")
+    elif layout > keys.LAYOUT:
+        raise ConfigError(f"run_dir {run_dir} records layout {layout}, written by a newer transferset (this one "
+                          f"writes layout {keys.LAYOUT}): run it with that transferset, or give another run_dir")
     else:
         what = f"records layout {layout}, this transferset writes layout {keys.LAYOUT}"
     raise ConfigError(f"run_dir {run_dir} {what}: `transferset migrate {run_dir}` converts its records so its "

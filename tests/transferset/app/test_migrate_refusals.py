@@ -1,16 +1,21 @@
-"""`transferset migrate RUN` refuses in one line (exit 2) what it must not touch: a stage folder reached through a
-symbolic link. Through the command line (transferset.app.cli.main), checking that a refusal wrote nothing."""
+"""`transferset migrate RUN` converts run folders and nothing else, and refuses in one line (exit 2) what it must not
+touch: a stage folder reached through a symbolic link, a path that is no folder, a folder no run wrote. A damaged
+layout record has one way out, named by `run` and taken by `migrate`. Each goes through the command line
+(transferset.app.cli.main) and checks that a refusal wrote nothing."""
 from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
 
-from test_migrate import layout1_folder
+from test_migrate import assert_converted, layout1_folder
+from test_migrate_layout3 import LAYOUT3_KEYS, layout3_folder
 from transferset.app import keys
 from transferset.app.cli import main
+from transferset.app.runner import plan_stages, resolve_data, run_pipeline
 from transferset.runtime import typed
 from transferset.testing import tree_hashes
 
@@ -41,3 +46,77 @@ def test_migrate_refuses_a_stage_folder_reached_through_a_link_and_touches_nothi
     assert f"run_dir {run}: {link} is a symbolic link (to {other})" in refusal(capsys)
     assert tree_hashes(str(other)) == outside and tree_hashes(str(run)) == before
     assert keys.read_layout(str(run)) is None
+
+
+def test_migrate_refuses_a_path_that_is_no_folder_and_creates_nothing(tmp_path, capsys):
+    cfg = layout1_folder("demo", tmp_path)
+    with_config(cfg, tmp_path / "run")
+    config = str(tmp_path / "run" / "config.yaml")
+    missing = tmp_path / "missing"
+    assert main(["migrate", str(missing), "--config", config]) == 2
+    assert refusal(capsys) == f"transferset migrate: error: {missing} does not exist: give a run folder"
+    assert not missing.exists()
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("mine")
+    assert main(["migrate", str(a_file), "--config", config]) == 2
+    assert refusal(capsys) == f"transferset migrate: error: {a_file} is a file, not a run folder"
+    assert a_file.read_text() == "mine"
+
+
+def test_migrate_refuses_a_folder_no_run_wrote_saying_what_it_lacks(tmp_path, capsys):
+    """A user's folder given with a run's --config: no stage record, no layout record. Not stamped as a run
+    folder."""
+    cfg = layout1_folder("demo", tmp_path)
+    with_config(cfg, tmp_path / "run")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    assert main(["migrate", str(mine), "--config", str(tmp_path / "run" / "config.yaml")]) == 2
+    line = refusal(capsys)
+    assert f"{mine} holds no stage record (data/.stage.json, teacher/.stage.json" in line
+    assert f"and no layout record ({keys.LAYOUT_FILE})" in line and "not a run folder" in line
+    assert sorted(p.name for p in mine.rglob("*")) == ["notes.txt"] and (mine / "notes.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("record", ["garbage", '{"layout": -1}', '{"layout": 0}', '{"layout": "three"}', "[3]"])
+def test_a_damaged_layout_record_has_one_way_out_which_works(tmp_path, capsys, record):
+    """A layout-3 folder whose layout record is damaged: `run` refuses it naming a command; that command (migrate)
+    tells from the stage records that they hold layout 3's keys and converts them; then `run` reuses every stage."""
+    from test_runner import RecordingStages
+
+    cfg = layout3_folder("demo", tmp_path)
+    run = tmp_path / "run"
+    (run / keys.LAYOUT_FILE).write_text(record)
+    (tmp_path / "today.yaml").write_text(json.dumps(typed.to_dict(cfg)))
+    before = tree_hashes(str(run))
+    assert main(["run", "--config", str(tmp_path / "today.yaml")]) == 2
+    line = refusal(capsys)
+    assert f"run_dir {run} has a damaged layout record ({keys.LAYOUT_FILE}: it names no layout)" in line
+    assert tree_hashes(str(run)) == before
+    advice = re.search(r"`transferset (migrate [^`]+)`", line).group(1)
+    assert main(advice.split()) == 0
+    said = capsys.readouterr().out
+    assert f"{run}/{keys.LAYOUT_FILE} is damaged (it names no layout)" in said
+    assert "its stage records hold layout 3's keys (9 of 9 stages): converted as layout 3" in said
+    assert keys.read_layout(str(run)) == keys.LAYOUT
+    assert_converted(cfg, "layout3_key", LAYOUT3_KEYS["demo"])
+    log = []
+    run_pipeline(cfg, log=log.append, functions=RecordingStages().functions())
+    ran = [s for s in plan_stages(cfg, resolve_data(cfg.data, cfg.test)).stages if s.run is not None]
+    assert sum("up to date" in m for m in log) == len(ran) == 9
+
+
+def test_a_layout_record_of_a_newer_transferset_is_refused_by_both_commands_naming_it(tmp_path, capsys):
+    cfg = layout3_folder("demo", tmp_path)
+    run = tmp_path / "run"
+    (run / keys.LAYOUT_FILE).write_text(json.dumps({"layout": keys.LAYOUT + 1}))
+    (tmp_path / "today.yaml").write_text(json.dumps(typed.to_dict(cfg)))
+    before = tree_hashes(str(run))
+    newer = f"records layout {keys.LAYOUT + 1}, written by a newer transferset (this one writes layout {keys.LAYOUT})"
+    assert main(["run", "--config", str(tmp_path / "today.yaml")]) == 2
+    line = refusal(capsys)
+    assert f"run_dir {run} {newer}: run it with that transferset, or give another run_dir" in line
+    assert "migrate" not in line
+    assert main(["migrate", str(run)]) == 2
+    assert f"{run} {newer}: run it with that transferset" in refusal(capsys)
+    assert tree_hashes(str(run)) == before

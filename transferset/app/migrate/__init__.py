@@ -42,12 +42,26 @@ def _finished(folder: str, done_file: str, kind: str) -> bool:
         and not fs.exists(fs.join(folder, schema.MANIFEST_FILE))
 
 
-def convert(cfg, files, log, rules: type = V1) -> dict[str, list[str]]:
+def convert(cfg, files, log, rules: Any = V1) -> dict[str, list[str]]:
     """Each stage of `cfg`'s run converted where its folder holds the same work → {"reused": [...], "rerun":
     [...], "resumed": [...]} by stage name. Every stage is judged before any record is written, so a conversion
     that stops midway changes nothing; a record converted already (its key today's) counts as converted.
-    `rules`: those the folder's keys were made by (RULES)."""
-    fn, field = StageFunctions(), rules.FIELD
+    `rules`: those the folder's keys were made by (RULES; keys: today's, whose records need no conversion)."""
+    verdicts = judge(cfg, files, rules)
+    labels = _split_labels(cfg)
+    done: dict[str, list[str]] = {"reused": [], "resumed": [], "rerun": []}
+    for stage, verdict, key, record in verdicts:
+        if verdict != "rerun" and rules is not keys:
+            _apply(stage, verdict, key, record, labels, rules.FIELD)
+        done[verdict].append(stage.name)
+        log(f"[{stage.name}] {verdict}")
+    return done
+
+
+def judge(cfg, files, rules: Any = V1) -> list[tuple[Any, str, str, dict]]:
+    """Each stage of `cfg`'s run that has a folder, judged by its record (a record holding the key `rules` give it
+    is the same work) → (stage, "reused" | "resumed" | "rerun", its key today, its record); nothing is written."""
+    fn, field = StageFunctions(), getattr(rules, "FIELD", "key")
     old = build_plan(cfg, files, fn, rules=rules).stages
     new = build_plan(cfg, files, fn).stages
     stored: dict[str, str] = {}
@@ -71,14 +85,7 @@ def convert(cfg, files, log, rules: type = V1) -> dict[str, list[str]]:
         if verdict != "rerun":
             stored[o.name] = record.get(field, record["key"])  # the folder's key stood for it downstream
         verdicts.append((o, verdict, new_keys[n.name], record))
-    labels = _split_labels(cfg)
-    done: dict[str, list[str]] = {"reused": [], "resumed": [], "rerun": []}
-    for stage, verdict, key, record in verdicts:
-        if verdict != "rerun":
-            _apply(stage, verdict, key, record, labels, field)
-        done[verdict].append(stage.name)
-        log(f"[{stage.name}] {verdict}")
-    return done
+    return verdicts
 
 
 def _record(folder: str) -> dict:
@@ -217,26 +224,74 @@ def today_names(raw: dict) -> dict:
 
 
 def migrate(run_dir: str, config: Optional[str] = None, overrides: Sequence[str] = (), log=print) -> dict:
-    """Convert RUN_DIR's records to today's layout (see the module's docstring); returns convert()'s verdicts."""
+    """Convert RUN_DIR's records to today's layout (see the module's docstring); returns convert()'s verdicts. Only a
+    run folder: a path that is none, a folder with neither a layout record nor a stage record, a layout of a newer
+    transferset and a stage folder reached through a symbolic link are refused before anything is written."""
+    _check_folder(run_dir)
     layout = keys.read_layout(run_dir)
     if layout == keys.LAYOUT:
         log(f"{run_dir}: already layout {keys.LAYOUT}; nothing to convert")
         return {"reused": [], "resumed": [], "rerun": []}
-    if layout not in RULES:
-        raise ConfigError(f"{run_dir}: layout {layout}; this transferset converts layouts 1 to 3 only")
+    if layout is not None and layout > keys.LAYOUT:
+        raise ConfigError(f"{run_dir} records layout {layout}, written by a newer transferset (this one writes layout "
+                          f"{keys.LAYOUT}): run it with that transferset; this one converts layouts 1 to 3 only")
     config = config or fs.join(run_dir, runner.CONFIG_FILE)
     if not fs.exists(config):
         raise ConfigError(f"{run_dir}: no {runner.CONFIG_FILE} (not a run folder?); give the run's --config YAML")
     cfg = runner.load_overridden(today_names(typed.read_yaml(config)), [*overrides, f"run_dir={run_dir}"], config)
     files = runner.resolve_data(cfg.data, cfg.test, cfg.dev)
+    stages = [s for s in build_plan(cfg, files, StageFunctions()).stages if s.run is not None and s.folder]
+    recorded = sum(fs.exists(fs.join(s.folder, schema.STAGE_FILE)) for s in stages)
+    if layout is None and not recorded:
+        lacking = ", ".join(_inside(run_dir, s.folder) for s in stages[:2])
+        raise ConfigError(f"{run_dir} holds no stage record ({lacking}, … one in each of its run's {len(stages)} "
+                          f"stage folders) and no layout record ({keys.LAYOUT_FILE}): it is not a run folder, and "
+                          "migrate converts run folders only")
     with runner.output_lock(run_dir, command="migrate"):
-        # as `run`: a record written through a link inside RUN would change the folder it points to
-        runner.check_links(run_dir, build_plan(cfg, files, StageFunctions()).stages)
-        done = convert(cfg, files, log, RULES[layout])
+        runner.check_links(run_dir, stages)  # as `run`: a record written through a link changes another folder
+        if layout == keys.DAMAGED:
+            layout = detect(cfg, files, recorded, fs.join(run_dir, keys.LAYOUT_FILE), log)
+        done = convert(cfg, files, log, CANDIDATES[layout])
         keys.write_layout(run_dir)
     log(f"{run_dir}: layout {keys.LAYOUT}; {len(done['reused'])} finished stage(s) kept, {len(done['resumed'])} "
         f"to resume, {len(done['rerun'])} to run again ({', '.join(done['rerun']) or 'none'})")
     return done
+
+
+def _check_folder(run_dir: str) -> None:
+    if not fs.exists(run_dir):
+        raise ConfigError(f"{run_dir} does not exist: give a run folder")
+    if not fs.isdir(run_dir):
+        raise ConfigError(f"{run_dir} is a file, not a run folder")
+
+
+def _inside(run_dir: str, folder: str) -> str:
+    """A stage's record as a path inside the run folder."""
+    top = run_dir.rstrip("/") + "/"
+    return (folder[len(top):] if folder.startswith(top) else folder) + "/" + schema.STAGE_FILE
+
+
+# The key rules a run folder's records may follow by layout, today's first (it wins a tie, then the later layouts).
+CANDIDATES: dict[Any, Any] = {keys.LAYOUT: keys, 3: RULES[3], 2: RULES[2], 1: RULES[None], None: RULES[None]}
+
+
+def detect(cfg, files, recorded: int, record: str, log) -> int:
+    """The layout whose keys most stage records of `cfg`'s run hold, for a folder whose layout `record` is damaged:
+    a record holding the key a layout's rules give its stage proves that stage's work, whatever the record says."""
+    kept = {layout: sum(verdict != "rerun" for _, verdict, _, _ in judge(cfg, files, CANDIDATES[layout]))
+            for layout in (keys.LAYOUT, 3, 2, 1)}
+    layout = max(kept, key=kept.__getitem__)
+    damaged = f"{record} is damaged (it names no layout)"
+    if not kept[layout]:
+        log(f"{damaged}; none of its {recorded} stage records holds a key of any layout for this config: the run "
+            "does every stage again")
+    elif layout == keys.LAYOUT:
+        log(f"{damaged}; its stage records hold today's keys ({kept[layout]} of {recorded} stages): its record "
+            "rewritten")
+    else:
+        log(f"{damaged}; its stage records hold layout {layout}'s keys ({kept[layout]} of {recorded} stages): "
+            f"converted as layout {layout}")
+    return layout
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
