@@ -15,21 +15,23 @@ export stay as they are whatever the vectors' source:
   context-free input row does not. Ids the texts never show get the teacher's input row mapped into that space
   by the least-squares affine map fitted on the ids they do show (as word2vec's). The table is kept in
   $TRANSFERSET_CACHE/vectors under a digest of its inputs: the next student on that teacher and those texts reads it.
+  The cache only saves that pass: one that cannot be written, or a kept file that is not the table, costs the pass.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import pickle
 import uuid
-from typing import Iterable, Sequence
+from typing import Iterable, Optional, Sequence
 
 import torch
 
 from students.data.tokens import pca_project, teacher_input_embeddings
-from transferset.fs.remote import cache_root
+from transferset.fs.remote import CACHE_ENV, cache_root
 from transferset.runtime.errors import UserError
 from transferset.runtime.progress import Progress, log_line
 
@@ -146,13 +148,10 @@ def contextual_table(tokenizer, teacher_dir: str, texts: Iterable[Sequence[str]]
     transfer set (another seed, a search's next rung) reads it instead of a pass of the teacher."""
     flat = first_texts(texts, limit)
     cached = contextual_cache(tokenizer, teacher_dir, flat, max_length)
-    if os.path.exists(cached):
-        try:
-            table = torch.load(cached, weights_only=True)
-            log_line(f"embed_init contextual: these texts' vectors through this teacher, reused from {cached}")
-            return table
-        except (RuntimeError, OSError, EOFError, pickle.UnpicklingError) as exc:  # made again, and written over
-            log_line(f"embed_init contextual: {cached} unreadable ({exc}); made again")
+    table = read_kept(cached, (len(tokenizer), teacher_width(teacher_dir)))
+    if table is not None:
+        log_line(f"embed_init contextual: these texts' vectors through this teacher, reused from {cached}")
+        return table
     sums, counts = contextual_outputs(teacher_dir, tokenizer, [flat], max_length, limit)
     seen = torch.nonzero(counts > 0).flatten()
     if len(seen) == 0:
@@ -160,11 +159,56 @@ def contextual_table(tokenizer, teacher_dir: str, texts: Iterable[Sequence[str]]
                         "use embed_init: teacher")
     means = (sums[seen] / counts[seen, None]).float()
     table = mapped_fill(teacher_input_embeddings(teacher_dir, len(tokenizer)), seen, means)
-    os.makedirs(os.path.dirname(cached), exist_ok=True)
-    partial = f"{cached}.tmp-{uuid.uuid4().hex}"  # renamed when whole: a killed write leaves no table behind
-    torch.save(table, partial)
-    os.replace(partial, cached)
+    keep(table, cached)
     return table
+
+
+def teacher_width(teacher_dir: str) -> int:
+    """The width of the teacher's output states: a contextual table's columns."""
+    from transformers import AutoConfig  # heavy: loaded only by embed_init contextual
+
+    return int(AutoConfig.from_pretrained(teacher_dir).hidden_size)
+
+
+def read_kept(cached: str, shape: tuple[int, int]) -> Optional[torch.Tensor]:
+    """The table kept at `cached` when it is a float table of `shape` whose every value is finite; else None, what
+    was wrong said in one line naming the file (made again and written over): a cache only saves time, so a file
+    that is not this table (cut short, of other inputs, damaged) must not reach the student."""
+    if not os.path.exists(cached):
+        return None
+    try:
+        table = torch.load(cached, weights_only=True)
+    except (RuntimeError, OSError, EOFError, pickle.UnpicklingError) as exc:
+        why = f"unreadable ({exc})"
+    else:
+        if not isinstance(table, torch.Tensor):
+            why = f"holds a {type(table).__name__}, not a tensor"
+        elif tuple(table.shape) != shape or not table.is_floating_point():
+            why = f"holds a tensor of shape {tuple(table.shape)} ({table.dtype}), not the {shape} float table"
+        elif not bool(torch.isfinite(table).all()):
+            why = f"holds {int((~torch.isfinite(table)).sum())} values that are not finite (NaN or inf)"
+        else:
+            return table
+    log_line(f"embed_init contextual: {cached} {why}; made again")
+    return None
+
+
+def keep(table: torch.Tensor, cached: str) -> None:
+    """Write `table` at `cached` for the next student on these inputs. A cache that cannot be written (a read-only
+    folder, TRANSFERSET_CACHE naming a file, a full disk) costs only that time: said in one line, and training goes
+    on."""
+    partial = f"{cached}.tmp-{uuid.uuid4().hex}"  # renamed when whole: a killed write leaves no table behind
+    try:
+        os.makedirs(os.path.dirname(cached), exist_ok=True)
+        torch.save(table, partial)
+        os.replace(partial, cached)
+    except (OSError, RuntimeError) as exc:  # RuntimeError: how torch.save's writer reports a failed write
+        with contextlib.suppress(OSError):
+            os.remove(partial)
+        reason = (exc.strerror if isinstance(exc, OSError) and exc.strerror
+                  else (str(exc).strip().splitlines() or [type(exc).__name__])[0])
+        log_line(f"embed_init contextual: the table is not kept in {os.path.dirname(cached)} ({reason}): the next "
+                 f"student on these texts makes it again; point {CACHE_ENV} at a folder you can write to keep it")
 
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
