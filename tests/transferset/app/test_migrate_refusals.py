@@ -1,12 +1,13 @@
 """`transferset migrate RUN` converts run folders and nothing else, and refuses in one line (exit 2) what it must not
-touch: a stage folder reached through a symbolic link, a path that is no folder, a folder no run wrote. A damaged
-layout record has one way out, named by `run` and taken by `migrate`. Each goes through the command line
-(transferset.app.cli.main) and checks that a refusal wrote nothing."""
+touch: a stage folder reached through a symbolic link, a read-only run folder, a path that is no folder, a folder no
+run wrote. A damaged layout record has one way out, named by `run` and taken by `migrate`. Each goes through the
+command line (transferset.app.cli.main) and checks that a refusal wrote nothing."""
 from __future__ import annotations
 
 import json
 import os
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,43 @@ def test_migrate_refuses_a_stage_folder_reached_through_a_link_and_touches_nothi
     assert f"run_dir {run}: {link} is a symbolic link (to {other})" in refusal(capsys)
     assert tree_hashes(str(other)) == outside and tree_hashes(str(run)) == before
     assert keys.read_layout(str(run)) is None
+
+
+@pytest.fixture
+def read_only():
+    """Makes a folder read-only for this process, and writable again afterwards: `chattr +i` as root (whom chmod
+    does not stop), chmod otherwise."""
+    made = []
+
+    def make(folder: Path) -> None:
+        if os.geteuid() == 0:
+            done = subprocess.run(["chattr", "+i", str(folder)], capture_output=True, text=True)
+            if done.returncode:
+                pytest.skip(f"root, and chattr +i does not work here: {done.stderr.strip()}")
+        else:
+            folder.chmod(0o555)
+        made.append(folder)
+
+    yield make
+    for folder in made:
+        if os.geteuid() == 0:
+            subprocess.run(["chattr", "-i", str(folder)], check=True)
+        else:
+            folder.chmod(0o755)
+
+
+def test_migrate_on_a_read_only_run_folder_says_so_in_one_line_and_changes_nothing(tmp_path, capsys, read_only):
+    cfg = layout1_folder("demo", tmp_path)
+    run = tmp_path / "run"
+    with_config(cfg, run)
+    before = tree_hashes(str(run))
+    read_only(run)
+    with pytest.raises(OSError):  # the fixture did make it read-only
+        (run / "probe").write_text("")
+    assert main(["migrate", str(run)]) == 2
+    line = refusal(capsys)
+    assert line.startswith(f"transferset migrate: error: {run} ") and "write" in line
+    assert tree_hashes(str(run)) == before and keys.read_layout(str(run)) is None
 
 
 def test_migrate_refuses_a_path_that_is_no_folder_and_creates_nothing(tmp_path, capsys):
