@@ -56,7 +56,10 @@ class TeacherConfig:
     """`transferset teacher` and the run's `teacher:` section."""
 
     model: str = DEFAULT_TEACHER_MODEL  # base model: hub name or local directory (the default is packaged offline)
-    epochs: AtLeast(1) = 3  # passes over the labeled data; the best dev checkpoint is kept
+    epochs: AtLeast(1) = 3  # passes over the labeled data at most; the best dev checkpoint is kept
+    # stop after this many epochs without a better selection accuracy (None: every epoch runs): an epoch that does
+    # not improve the teacher is minutes its students never use
+    patience: Optional[AtLeast(1)] = 1
     lr: Positive = 5e-5  # peak learning rate (AdamW, linear warm-up and decay)
     batch_size: AtLeast(1) = 32
     max_length: AtLeast(2) = DEFAULT_MAX_LENGTH  # tokens per row; longer rows are truncated

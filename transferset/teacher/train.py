@@ -1,7 +1,7 @@
 """Fine-tuning a Hugging Face encoder as the teacher: setup → data → train → evaluate → save.
 
 The loop is the recipe the students train with (transferset/training/, on Accelerate): the same
-seeding, early stopping bookkeeping on the selection split (here: every epoch runs and the best
+seeding, early stopping on the selection split (`patience`: 1 by default, and the best
 dev epoch's weights are kept), progress lines and checkpoints (OUTPUT/checkpoint/, removed once
 the model is written; `resume: true` goes on from it after a kill). What is the teacher's own:
 length-grouped batches with dynamic padding (`DataCollatorWithPadding`), fused AdamW with linear
@@ -31,7 +31,7 @@ from transferset.models import loading
 from transferset.runtime import typed
 from transferset.runtime.errors import UserError
 from transferset.sources import Example, Reject, SourceSpec
-from transferset.training import Checkpoints, Engine, PhaseSpec, launched_processes
+from transferset.training import Checkpoints, Engine, PhaseSpec, Recipe, launched_processes
 from transferset.training.job import CHECKPOINT_DIR, Job, Phase, Run, checkpoints_at, run_job  # noqa: F401
 # Settings that change how a fine-tuning runs, never what it learns: in no checkpoint's fingerprint or stage key.
 RUNTIME_SETTINGS = ("progress", "resume", "checkpoint_steps")
@@ -68,10 +68,11 @@ def encode(tokenizer, examples: Sequence[Example], max_length: int) -> list[dict
 
 
 def phase_spec(cfg: TeacherConfig, train_rows: int, world: int = 1) -> PhaseSpec:
-    """The teacher's one phase: every epoch runs (no patience), the best dev epoch is kept. With several
-    processes each rank trains on its share of the batches (an epoch ends with the first rank's last)."""
+    """The teacher's one phase: it stops after `patience` epochs without a better dev accuracy (None: every epoch
+    runs), the best dev epoch is kept. With several processes each rank trains on its share of the batches (an
+    epoch ends with the first rank's last)."""
     batches = max(1, math.ceil(train_rows / cfg.batch_size) // world)
-    return PhaseSpec("fine-tuning", cfg.epochs, keep_best=True, patience=None, start_competes=False,
+    return PhaseSpec("fine-tuning", cfg.epochs, keep_best=True, patience=cfg.patience, start_competes=False,
                      max_steps=cfg.max_steps, grad_clip=1.0, steps_per_epoch=batches)
 
 
@@ -211,7 +212,7 @@ class _Teacher(Job):
         return self.run.model
 
     def evaluate(self, run: Run) -> dict:
-        return _metrics(self.cfg, self.run, run.recipe.history, run.engine, train=self.train, dev=self.dev)
+        return _metrics(self.cfg, self.run, run.recipe, run.engine, train=self.train, dev=self.dev)
 
     def save(self, run: Run, metrics: dict) -> None:
         with loading.quiet_transformers():  # no "Writing model shards" bar
@@ -250,8 +251,9 @@ def _evaluator(cfg: TeacherConfig, run: _Run, engine: Engine):
     return evaluate
 
 
-def _metrics(cfg: TeacherConfig, run: _Run, history: list, engine: Engine, *, train: str, dev: str) -> dict:
+def _metrics(cfg: TeacherConfig, run: _Run, recipe: Recipe, engine: Engine, *, train: str, dev: str) -> dict:
     """metrics.json, but the saved weights' hash (added once they are written)."""
+    history = recipe.history
     best = max(history, key=lambda r: r["dev_accuracy"])  # max keeps the first of equal bests, as the recipe
     return {
         "best_dev_accuracy": best["dev_accuracy"],
@@ -269,7 +271,7 @@ def _metrics(cfg: TeacherConfig, run: _Run, history: list, engine: Engine, *, tr
         "dev": dev,
         "processes": engine.world,
         "device": str(engine.device),
-        "effective_batch_size": cfg.batch_size * cfg.engine.grad_accum * engine.world,
+        "effective_batch_size": recipe.effective_batch_size,  # as it ran: never more rows than the data held
         "config": {k: v for k, v in typed.to_dict(cfg).items() if k != "progress"},
     }
 

@@ -1,6 +1,7 @@
 import json
 import os
 import random
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -50,7 +51,8 @@ def trained(tmp_path_factory):
     train_tsv = _write_tsv(tmp / "train.tsv", _rows(96, 0))
     # Two bad dev rows: an empty sentence and a label outside the train file's label set.
     dev_tsv = _write_tsv(tmp / "dev.tsv", _rows(40, 1), extra_lines=["\t1", "great film\t7"])
-    cfg = TeacherConfig(model=base, epochs=5, lr=1e-2, batch_size=16, max_length=32, seed=0, progress=False)
+    cfg = TeacherConfig(model=base, epochs=5, lr=1e-2, batch_size=16, max_length=32, seed=0, progress=False,
+                        patience=None)
     out = str(tmp / "teacher")
     messages = []
     with pytest.MonkeyPatch.context() as mp:
@@ -76,6 +78,17 @@ def test_fine_tuning_learns_and_keeps_best_checkpoint(trained):
     dev = _rows(40, 1)
     pred = teacher.predict([t for t, _ in dev]).labels
     assert np.mean(pred == np.array([int(l) for _, l in dev])) == pytest.approx(metrics["best_dev_accuracy"])
+
+
+def test_an_epoch_that_does_not_improve_selection_ends_the_fine_tuning(trained, tmp_path):
+    (cfg, _), full, files = trained
+    # the same fine-tuning with the default patience (1): it ends after the first epoch that is no better
+    metrics = train(replace(cfg, patience=TeacherConfig().patience), train=files["train"], dev=files["dev"],
+                    output=str(tmp_path / "t"), log=lambda m: None)
+    accs = [h["dev_accuracy"] for h in full["history"]]
+    stop = next(i for i in range(1, len(accs)) if accs[i] <= max(accs[:i]))  # the first epoch no better
+    assert [h["dev_accuracy"] for h in metrics["history"]] == accs[:stop + 1] and stop + 1 < len(accs)
+    assert metrics["best_dev_accuracy"] == max(accs[:stop + 1])
 
 
 def test_saved_directory_is_a_safe_teacher(trained):
@@ -117,6 +130,17 @@ def test_cli_runs_and_limits_rows(tmp_path, tiny_teacher, capsys):
     assert summary["train_rows"] == 12 and summary["dev_rows"] == 12
     metrics = json.loads((out / METRICS_FILE).read_text())
     assert metrics["history"][0]["step"] == 2
+
+
+def test_the_recorded_effective_batch_is_the_one_that_ran(tmp_path, tiny_teacher, capsys):
+    """--batch-size 100000 on 12 rows recorded an effective batch of 100,000: one step took the 12 rows."""
+    train_tsv = _write_tsv(tmp_path / "train.tsv", _rows(12, 2))
+    dev_tsv = _write_tsv(tmp_path / "dev.tsv", _rows(6, 3))
+    out = tmp_path / "teacher"
+    assert cli.main(["teacher", "--train", train_tsv, "--dev", dev_tsv, "--output", str(out), "--model", tiny_teacher,
+                     "--epochs", "1", "--batch-size", "100000"]) == 0
+    metrics = json.loads((out / METRICS_FILE).read_text())
+    assert metrics["train_rows"] == 12 and metrics["effective_batch_size"] == 12
 
 
 def test_cli_error_is_clean(tmp_path, capsys):
@@ -183,7 +207,9 @@ def test_every_setting_reaches_the_recipe():
     steps = spec.optimizer_steps(cfg.engine.grad_accum)
     assert steps == 13 * 3  # ceil(100 / 8) per epoch
     assert (spec.epochs, spec.max_steps, spec.steps_per_epoch, spec.grad_clip) == (3, None, 13, 1.0)
-    assert spec.keep_best and spec.patience is None and not spec.start_competes  # every epoch runs, the best is kept
+    # early stopping after one epoch without a better selection accuracy, the best kept
+    assert spec.keep_best and spec.patience == 1 and not spec.start_competes
+    assert phase_spec(replace(cfg, patience=None), 100).patience is None  # every epoch runs
     assert phase_spec(cfg, 100, world=2).steps_per_epoch == 6  # each of 2 ranks: its share of the 13 batches
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
     opt = optimizer(cfg, model)
