@@ -6,6 +6,10 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
 
+SEARCH_STUDENT = "search"  # the search's chosen student's name among the run's students
+SHIPPED = "onnx"  # a Compressed model's `how` for the ONNX export a model ships as (compress.ship)
+
+
 @dataclass(frozen=True)
 class Compressed:
     """A model the `compress:` section makes from one of the run's models."""
@@ -13,7 +17,7 @@ class Compressed:
     path: str
     speed: Optional[float]  # the early-exit threshold it is timed and tested at (None: no exits)
     source: str  # the model it is made from: "teacher" or a student's name
-    how: str  # int8, exits, pruned or self-distilled
+    how: str  # int8, onnx (SHIPPED), exits, pruned or self-distilled
 
 
 @dataclass

@@ -18,8 +18,10 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from transferset import fs
+from transferset.app.chosen import choose, learned_from_labels_only, line, where
 from transferset.app.latency import PYTORCH, REPORT_ROUNDS, latency_note, model_latency
-from transferset.app.outputs import Compressed, RunOutputs
+from students.student import EXPORT_KEY
+from transferset.app.outputs import SEARCH_STUDENT, SHIPPED, Compressed, RunOutputs
 from transferset.app.search_report import search_html, search_markdown, search_plot
 from transferset.config import AugmentConfig, ReportConfig
 from transferset.contract import schema
@@ -127,7 +129,8 @@ def frontier_plot(rows: list[dict], out_dir: str, busy: bool = False) -> dict[st
 
 
 HEADER = ("model", "selection accuracy", "test accuracy", "agreement with teacher (selection split)", "parameters",
-          "CPU ms/example (batch 1)", "CPU ms/example (batch 64)", "speed-up vs teacher (batch 1 / 64)")
+          "CPU ms/example (batch 1)", "CPU ms/example (batch 64)", "speed-up vs teacher (batch 1 / 64)",
+          "speed-up vs the teacher's ONNX export (batch 1)")
 BUSY = "busy"  # beside a latency taken on a busy machine (see the latency note under the table)
 
 
@@ -145,8 +148,10 @@ def _cells(r: dict) -> list[str]:
     else:
         speed = f"{r['speedup_1']:.1f}× / {r['speedup_64']:.1f}×"
     mark = f" ({BUSY})" if busy else ""
+    export = "-" if r.get("speedup_1_export") is None else f"{r['speedup_1_export']:.1f}×"
     return [r.get("display", r["name"]), pct(r["dev_accuracy"]), pct(r.get("test_accuracy")),
-            pct(r.get("agreement")), f"{r['parameters']:,}", f"{r['latency_1']:.2f}{mark}", f"{r['latency_64']:.3f}{mark}", speed]
+            pct(r.get("agreement")), f"{r['parameters']:,}", f"{r['latency_1']:.2f}{mark}", f"{r['latency_64']:.3f}{mark}",
+            speed, export]
 
 
 def results_table(rows: list[dict], cond: Optional[dict] = None, rounds: int = REPORT_ROUNDS) -> str:
@@ -207,13 +212,26 @@ def compressed_rows(compressed: dict[str, Compressed], lat: dict, tlat: dict, ou
         selection = evaluate(c.path, out.selection, **columns, **({"speed": c.speed} if c.speed is not None else {}))
         row = {"name": name, "kind": "compressed", "compressed": {"from": c.source, "how": c.how, "path": c.path},
                "dev_accuracy": selection["accuracy"], "test_accuracy": test_accuracy(name), "agreement": None,
-               **timed_fields(lat[name], tlat, busy)}
+               **timed_fields(lat[name], tlat, busy),
+               "path": c.path if c.speed is None else None}  # a model with exits answers at any speed: not shipped
         if c.speed is not None:
             row["speed"], row["mean_layers"] = c.speed, selection.get("mean_layers")
         if c.how == "pruned":
             row["display"] = f"{name}: heads ranked on the selection split"
+        if c.how == SHIPPED:  # int8 where the export's check passed it, else float32
+            quantize = fs.read_json(fs.join(c.path, schema.HF_CONFIG_FILE))[EXPORT_KEY]["quantize"]
+            row["display"] = f"{c.source} ({quantize or 'float32'}, ONNX)"
         rows.append(row)
     return rows
+
+
+def against_teacher_export(rows: list[dict], busy: bool) -> None:
+    """Each row's speed-up at batch 1 against the teacher's own ONNX export (compress.ship or int8), which a user
+    could ship without distilling: `speedup_1_export`, None without that export or on a busy machine."""
+    export = next((r for r in rows if r.get("compressed", {}).get("from") == "teacher"
+                   and r["compressed"]["how"] in (SHIPPED, "int8")), None)
+    for r in rows:
+        r["speedup_1_export"] = None if export is None or busy else export["latency_1"] / r["latency_1"]
 
 
 def selection_texts(dev: str, text_column: Optional[str] = None) -> list[str]:
@@ -243,16 +261,21 @@ def write_report(out: RunOutputs, cfg: dict, log=print) -> dict[str, Any]:
     tlat = lat["teacher"]
     rows += _student_rows(out, lat, tlat, test_accuracy, busy)
     rows += compressed_rows(compressed, lat, tlat, out, cfg, test_accuracy, busy)
+    against_teacher_export(rows, busy)
+    choice = choose(rows, settings.min_speedup)
+    first = line(choice, where(run_dir)) if choice is not None else None
+    if first:
+        log(f"[report] {first}")
     stats = {stage: fs.read_json(fs.join(folder, schema.STATS_FILE))
              for stage, folder in (("transfer", out.transfer), ("scored", out.scored))
              if fs.exists(fs.join(folder, schema.STATS_FILE))}
     if out.data and fs.exists(fs.join(out.data, SPLIT_STATS_FILE)):  # train was split
         stats["data"] = fs.read_json(fs.join(out.data, SPLIT_STATS_FILE))
-    table = results_table(rows, cond, rounds)
-    _write_files(out, cfg, rows, cond, rounds, stats, table)
+    table = (f"{first}\n\n" if first else "") + results_table(rows, cond, rounds)
+    _write_files(out, cfg, rows, cond, rounds, stats, table, first)
     report = fs.join(run_dir, REPORT)
     log(f"[report] {report}")
-    return {"table": table, "report": report, "rows": rows}
+    return {"table": table, "report": report, "rows": rows, "chosen": choice}
 
 
 def _time_models(out: RunOutputs, settings: ReportConfig, teachers: dict, compressed: dict[str, Compressed],
@@ -284,7 +307,8 @@ def _teacher_rows(out: RunOutputs, members: list, teachers: dict, lat: dict, tes
     rows = [{"name": "teacher", "kind": "teacher", "dev_accuracy": teacher_dev, "test_accuracy": teacher_test,
              "agreement": None, "parameters": tlat["parameters"], "latency_1": tlat["latency_1"],
              "latency_64": tlat["latency_64"], "latency_spread_1": tlat["spread_1"],
-             "latency_spread_64": tlat["spread_64"], "latency_busy": busy, "runtime": tlat.get("runtime", PYTORCH)}]
+             "latency_spread_64": tlat["spread_64"], "latency_busy": busy, "runtime": tlat.get("runtime", PYTORCH),
+             "path": None if members else out.teacher}]
     if members:
         rows[0]["display"] = f"teacher: ensemble of {len(members)} ({out.combine or 'mean'})"
         rows += member_rows(members, lat, selection["members"], tested.get("teacher"), busy)
@@ -298,11 +322,14 @@ def _student_rows(out: RunOutputs, lat: dict, tlat: dict, test_accuracy, busy: b
              "dev_accuracy": m["dev_accuracy"],
              "test_accuracy": test_accuracy(name), "agreement": m.get("teacher_agreement"),
              **timed_fields(lat[f"student:{name}"], tlat, busy),
-             "transfer_rows": m["transfer"]["rows"], "labeled_rows": m["transfer"]["labeled_rows"]}
+             "transfer_rows": m["transfer"]["rows"], "labeled_rows": m["transfer"]["labeled_rows"],
+             "path": out.students[name], "labels_only": learned_from_labels_only(m["config"]),
+             "searched": out.search is not None and name == SEARCH_STUDENT}
             for name, m in metrics.items()]
 
 
-def _write_files(out: RunOutputs, cfg: dict, rows: list[dict], cond: dict, rounds: int, stats: dict, table: str) -> None:
+def _write_files(out: RunOutputs, cfg: dict, rows: list[dict], cond: dict, rounds: int, stats: dict, table: str,
+                 first: Optional[str] = None) -> None:
     """The plots, report.html, results.json and results.md, written in a local folder then uploaded to the run."""
     run_dir = out.run_dir
     busy = cond["busy"]
@@ -325,13 +352,13 @@ def _write_files(out: RunOutputs, cfg: dict, rows: list[dict], cond: dict, round
         with open(os.path.join(work, REPORT), "w", encoding="utf-8") as fh:
             fh.write(_html(table_rows=rows, aug=aug, conf=conf, curves=curves, stats=stats, run_dir=work,
                            title=run_dir, dev=out.selection, test=out.test, frontier=frontier,
-                           latency=latency_note(cond, rounds, rows), search=search))
+                           latency=latency_note(cond, rounds, rows), search=search, first=first))
         for part in (aug, conf, *([frontier] if frontier else []), *([search] if search and "plot" in search else [])):
             # results.json names the plots where they end up
             part["plot"] = fs.join(run_dir, FIGURES_DIR, os.path.basename(part["plot"]))
         results = {"rows": rows, "latency_conditions": cond, "augmentation": aug, "teacher_confidence": conf,
                    "frontier": frontier, "stats": stats, "selection": out.selection, "test": out.test, "config": cfg,
-                   **({"search": search} if search else {})}
+                   **({"search": search} if search else {}), "chosen": first}
         with open(os.path.join(work, RESULTS), "w", encoding="utf-8") as fh:
             json.dump(results, fh, indent=2, default=str)
         with open(os.path.join(work, TABLE), "w", encoding="utf-8") as fh:
@@ -359,7 +386,7 @@ def _split_html(d: Optional[dict]) -> list[str]:
 
 
 def _html(*, table_rows, aug, conf, curves, stats, run_dir, dev, test=None, frontier=None, title=None,
-          latency: str = "", search: Optional[dict] = None) -> str:
+          latency: str = "", search: Optional[dict] = None, first: Optional[str] = None) -> str:
     trs = ["<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in _cells(r)) + "</tr>" for r in table_rows]
     t = stats.get("transfer", {})
     parts = [
@@ -368,6 +395,7 @@ def _html(*, table_rows, aug, conf, curves, stats, run_dir, dev, test=None, fron
         "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}td:first-child{text-align:left}"
         "img{max-width:100%}</style></head><body>",
         f"<h1>transferset report: {html.escape(title or run_dir)}</h1>",
+        *([f"<p><strong>{html.escape(first)}</strong></p>"] if first else []),
         f"<p>Selection split (early stopping, the teacher's best epoch): {html.escape(dev)}. Test split (scored "
         f"once at the end, no choice saw it): {html.escape(test or 'none')}. "
         f"Generated {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.</p>",

@@ -28,6 +28,7 @@ from transferset.app import init as starter_init, keys, preflight
 from transferset.app.calibrate import measure_rates
 from transferset.app.time_budget import Measure, plan_time
 from transferset.app.plan import RunPlan, build_plan
+from transferset.app.chosen import CHOSEN_DIR, CHOSEN_FILE, ship
 from transferset.app.report import FIGURES_DIR, REPORT, RESULTS, TABLE
 from transferset.app.stages import Stage, StageDef
 from transferset.app.stages.context import DataFiles, StageFunctions, splits_train
@@ -241,6 +242,8 @@ def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=T
         results_file = fs.join(cfg.run_dir, RESULTS)
         if fs.exists(results_file):  # every model's card gets the report's figures (test split, latency)
             update_run_cards(run_cards(plan.outputs), results_file)
+        if result and result.get("chosen") is not None:
+            ship(result["chosen"], cfg.run_dir)  # RUN/chosen: the one model to ship, its card as updated
         return result
 
 
@@ -281,7 +284,8 @@ def check_layout(run_dir: str, stages: Sequence[StageDef]) -> None:
 def check_links(run_dir: str, stages: Sequence[StageDef]) -> None:
     """Refuse a symbolic link on the way to, or inside, any folder or file the run writes in `run_dir`
     (transferset.fs.links): a stage would clear and write the folder it points to. Before anything is written."""
-    links = [link for name in (CONFIG_FILE, keys.LAYOUT_FILE, REPORT, RESULTS, TABLE, FIGURES_DIR)
+    links = [link for name in (CONFIG_FILE, keys.LAYOUT_FILE, REPORT, RESULTS, TABLE, FIGURES_DIR, CHOSEN_DIR,
+                               CHOSEN_FILE)
              for link in links_on_the_way(run_dir, fs.join(run_dir, name))]
     for s in stages:
         if s.run is not None and s.folder:

@@ -316,6 +316,9 @@ class ReportConfig:
 
     latency_rows: AtLeast(1) = 256  # the first N rows of the selection split are timed
     latency_rounds: AtLeast(1) = 5  # interleaved rounds; the table shows each model's median
+    # without a search, RUN/chosen is the most accurate model on the selection split of those at least this many
+    # times the teacher's speed at batch 1 on one thread (transferset/app/chosen.py)
+    min_speedup: Positive = 10.0
 
 
 @with_config(_STRICT)

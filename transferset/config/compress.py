@@ -85,6 +85,10 @@ class CompressConfig:
     # ONNX int8 exports (`transferset export --quantize int8`, checked against PyTorch) of these models:
     # `teacher` and/or student names, e.g. [teacher, distilled]
     int8: Names = ()
+    # every student and the teacher (not an ensemble) also exported as it ships: ONNX, int8 where the export's
+    # check passes it, else float32. The report times each on ONNX Runtime beside its PyTorch form and against the
+    # teacher's own export, and RUN/chosen may be one of them (false: only the int8 names above are exported)
+    ship: bool = True
     # FastBERT's early exits on the teacher (`transferset exits`), trained on the scored set's logits; the
     # report shows the teacher with exits at each of `exit_speeds`
     exits: Optional[ExitsConfig] = None

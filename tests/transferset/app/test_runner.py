@@ -218,8 +218,10 @@ def test_the_compress_section_makes_each_model_from_the_runs_own_and_tests_it_wi
     assert upstream["compress.int8.distilled"] == ("students.distilled",)
     assert upstream["compress.exits"] == ("teacher", "score")
     assert upstream["compress.prune"] == ("teacher", "score", "dev.score")
-    assert upstream["test"][-4:] == ("compress.int8.teacher", "compress.int8.distilled", "compress.exits",
-                                     "compress.prune")
+    # compress.ship (on by default) exports the one model compress.int8 does not name, as it ships
+    assert upstream["compress.ship.labels_only"] == ("students.labels_only",)
+    assert upstream["test"][-5:] == ("compress.int8.teacher", "compress.int8.distilled", "compress.ship.labels_only",
+                                     "compress.exits", "compress.prune")
     run_pipeline(cfg, log=lambda m: None, functions=rec.functions())
     teacher, compressed = str(run_dir / "teacher"), run_dir / "compressed"
     # The teacher's derivatives read rows as its scored set did (its max_length), a student's as it trained.
@@ -227,6 +229,8 @@ def test_the_compress_section_makes_each_model_from_the_runs_own_and_tests_it_wi
         (teacher, str(compressed / "teacher-int8"), {"format": "onnx", "quantize": "int8", "max_length": 64,
                                                      "overwrite": True}),
         (str(run_dir / "students" / "distilled"), str(compressed / "distilled-int8"),
+         {"format": "onnx", "quantize": "int8", "max_length": None, "overwrite": True}),
+        (str(run_dir / "students" / "labels_only"), str(compressed / "labels_only-onnx"),
          {"format": "onnx", "quantize": "int8", "max_length": None, "overwrite": True})]
     model, scored, _, e_cfg, _ = rec.seen["exits"]
     assert (model, scored, e_cfg.epochs, e_cfg.max_length) == (teacher, str(run_dir / "scored"), 3, 64)
@@ -236,11 +240,13 @@ def test_the_compress_section_makes_each_model_from_the_runs_own_and_tests_it_wi
     # Every model on the test split once; the exits at each speed.
     tested = [m for m, _ in rec.seen["test"]]
     assert tested[3:] == [str(compressed / "teacher-int8"), str(compressed / "distilled-int8"),
-                          str(compressed / "teacher-exits"), str(compressed / "teacher-exits"),
+                          str(compressed / "labels_only-onnx"), str(compressed / "teacher-exits"),
+                          str(compressed / "teacher-exits"),
                           str(compressed / "teacher-pruned")]
     assert rec.seen["speeds"] == [(str(compressed / "teacher-exits"), 0.2), (str(compressed / "teacher-exits"), 0.5)]
     accuracy = json.loads((run_dir / "test" / "accuracy.json").read_text())
-    assert list(accuracy["models"])[3:] == ["teacher (int8)", "distilled (int8)", "teacher (exits, speed 0.2)",
+    assert list(accuracy["models"])[3:] == ["teacher (int8)", "distilled (int8)", "labels_only (ONNX)",
+                                            "teacher (exits, speed 0.2)",
                                             "teacher (exits, speed 0.5)", "teacher (pruned)"]
 
 
@@ -267,6 +273,30 @@ def test_an_int8_graph_the_check_refuses_stops_the_run_saying_what_to_change(tmp
     assert (run_dir / "students" / "distilled").is_dir() and not (run_dir / "test").exists()
 
 
+def test_every_model_is_exported_as_it_ships_and_float32_where_the_int8_check_refuses_it(tmp_path, sst2_dir,
+                                                                                          monkeypatch):
+    """compress.ship (the default): the teacher and each student exported to ONNX, int8 where the export's check
+    passes it; a refused int8 graph is exported in float32 instead, and the run goes on to test every export."""
+    rec = RecordingStages()
+    calls = []
+
+    def export(model, output, **settings):
+        calls.append((Path(model).name, settings.get("quantize")))
+        if settings.get("quantize") == "int8" and Path(model).name == "teacher":
+            raise Int8Refused("export: the int8 graph does not agree with the model")
+        _protocol_write(output, "export", MODEL_NAMES, {"model.onnx": "graph"})
+
+    monkeypatch.setattr(rec, "export", export)
+    run_dir = tmp_path / "r"
+    cfg = load_config("configs/demo.yaml", [f"run_dir={run_dir}", f"data={sst2_dir}", "unlabeled_rows=50"])
+    run_pipeline(cfg, log=lambda m: None, functions=rec.functions())
+    assert calls == [("teacher", "int8"), ("teacher", None), ("labels_only", "int8"), ("distilled", "int8")]
+    tested = [Path(m).name for m, _ in rec.seen["test"]]
+    assert tested[3:] == ["teacher-onnx", "labels_only-onnx", "distilled-onnx"]
+    off = load_config("configs/demo.yaml", [f"run_dir={tmp_path / 'off'}", f"data={sst2_dir}", "compress.ship=false"])
+    assert not [s for s in plan_stages(off, resolve_data(off.data, off.test)).stages if s.name.startswith("compress")]
+
+
 def test_compressing_an_ensembles_teacher_is_refused_with_what_to_do_instead():
     with pytest.raises(UserError, match=r"compress: exits, prune work on one teacher, and this run's teacher is an "
                                         r"ensemble; compress a member with `transferset export/exits/prune"):
@@ -281,8 +311,10 @@ def test_stages_are_declared_once_with_their_upstream(tmp_path, sst2_dir):
     assert [(s.name, s.upstream) for s in plan.stages] == [
         ("data", ()), ("teacher", ("data",)), ("augment", ("data",)), ("score", ("augment", "teacher")),
         ("dev", ()), ("dev.score", ("dev", "teacher")), ("students.labels_only", ("score", "dev.score")),
-        ("students.distilled", ("score", "dev.score")),
-        ("test", ("teacher", "students.labels_only", "students.distilled"))]
+        ("students.distilled", ("score", "dev.score")), ("compress.ship.teacher", ("teacher",)),
+        ("compress.ship.labels_only", ("students.labels_only",)), ("compress.ship.distilled", ("students.distilled",)),
+        ("test", ("teacher", "students.labels_only", "students.distilled", "compress.ship.teacher",
+                  "compress.ship.labels_only", "compress.ship.distilled"))]
     assert {s.name: s.folder for s in plan.stages}["students.distilled"] == str(tmp_path / "r" / "students" / "distilled")
 
 
@@ -441,7 +473,10 @@ def test_demo_config_runs_end_to_end_reduced(sst2_dir, tmp_path, head_tsv, capsy
         assert png in html
     results = json.loads((run_dir / "results.json").read_text())
     names = [r["name"] for r in results["rows"]]
-    assert names[0] == "teacher" and len(names) == 3
+    # the teacher, two students, then each exported as it ships (compress.ship): ONNX, int8 where its check passed
+    assert names[0] == "teacher" and names[3:] == ["teacher (ONNX)", "labels_only (ONNX)", "distilled (ONNX)"]
+    shipped = [r for r in results["rows"][3:] if r["runtime"] == "ONNX Runtime" and r["path"]]
+    assert len(shipped) == 3 and all(r["display"].endswith(("(int8, ONNX)", "(float32, ONNX)")) for r in shipped)
     for r in results["rows"]:
         assert 0.0 <= r["dev_accuracy"] <= 1.0 and r["parameters"] > 0
     assert "| teacher |" in out.out
@@ -449,8 +484,17 @@ def test_demo_config_runs_end_to_end_reduced(sst2_dir, tmp_path, head_tsv, capsy
     cond = results["latency_conditions"]
     assert cond["threads"] == 1 and isinstance(cond["busy"], bool) and cond["cpu_count"] >= 1
     assert all((r["speedup_64"] is None) == cond["busy"] for r in results["rows"][1:])
+    assert all((r["speedup_1_export"] is None) == cond["busy"] for r in results["rows"])
     assert ("(busy)" in out.out) == cond["busy"] and "Latency: CPU ms per example" in out.out
     assert "timed together in 2 interleaved rounds" in out.out  # the report: section's rounds
+    # One model is shipped: RUN/chosen holds a copy of its folder, and the table's first line says which.
+    chosen = json.loads((run_dir / "chosen.json").read_text())["chosen"]
+    shipped = {r.get("display", r["name"]): r for r in results["rows"] if r["path"]}
+    assert chosen["name"] in shipped and chosen["selection"] == shipped[chosen["name"]]["dev_accuracy"]
+    assert (run_dir / "chosen" / "README.md").read_text() == (Path(chosen["path"]) / "README.md").read_text()
+    assert out.out.startswith(("Ship ", "No model meets")) and chosen["name"] in out.out.splitlines()[0]
+    assert results["chosen"] == out.out.splitlines()[0]
+    assert chosen["labels_only"] == "student: labels_only (bilstm, joint)"
     stats = json.loads((run_dir / "transfer" / schema.STATS_FILE).read_text())
     # 300 labeled rows (2 variants each) and the next 200 train rows as unlabeled text, as they are.
     assert stats["accepted_rows"] == 500 and stats["n_iter"] == 2 and stats["unlabeled_n_iter"] == 0
@@ -471,7 +515,7 @@ def test_demo_config_runs_end_to_end_reduced(sst2_dir, tmp_path, head_tsv, capsy
     assert (run_dir / "students" / "distilled" / STAGE_FILE).stat().st_mtime_ns != distilled
     # every saved model folder has a model card whose figures are the rerun's report's (transferset/data/card.py)
     results = json.loads((run_dir / "results.json").read_text())
-    for row, folder in zip(results["rows"], ("teacher", "students/labels_only", "students/distilled"), strict=True):
+    for row, folder in zip(results["rows"][:3], ("teacher", "students/labels_only", "students/distilled"), strict=True):
         card = read_front_matter(str(run_dir / folder / "README.md"))["model-index"][0]["results"][0]["metrics"]
         assert {m["name"]: m["value"] for m in card} == {
             "accuracy on the selection split": row["dev_accuracy"], "accuracy on the test split": row["test_accuracy"],

@@ -7,6 +7,7 @@ from dataclasses import replace
 from typing import Optional
 
 from students.compress.export import Int8Refused
+from transferset.app.outputs import SEARCH_STUDENT, SHIPPED
 from transferset.app.stages.base import Compressed, RunOutputs, StageDef, StageKind, register
 from transferset.app.stages.context import Run, StageFunctions
 
@@ -31,6 +32,34 @@ def int8_stages(r: Run, out: RunOutputs, teacher_length: Optional[int]) -> list[
                                run=lambda work, source=source, length=length, name=name: _int8_stage(
                                    r.fn, name, source, work, length)))
         out.compressed[f"{name} (int8)"] = Compressed(folder, None, name, "int8")
+    return stages
+
+
+def _ship_stage(fn: StageFunctions, source: str, out: str, length: Optional[int]) -> dict:
+    """compress.ship's export of one model: int8 where the export's check passes it, else float32."""
+    try:
+        return fn.export(source, out, format="onnx", quantize="int8", max_length=length, overwrite=True)
+    except Int8Refused:
+        return fn.export(source, out, format="onnx", max_length=length, overwrite=True)
+
+
+def ship_stages(r: Run, out: RunOutputs, teacher_length: Optional[int]) -> list[StageDef]:
+    """compress.ship: the teacher (not an ensemble) and every student but the search's choice (exported as it met
+    the budget already) and those compress.int8 names, each exported as it ships."""
+    c = r.cfg.compress
+    if not c.ship:
+        return []
+    names = ([] if out.ensemble or "teacher" in c.int8 else ["teacher"]) + \
+        [n for n in out.students if n != SEARCH_STUDENT and n not in c.int8]
+    stages = []
+    for name in names:
+        source, upstream = (out.teacher, "teacher") if name == "teacher" else (out.students[name], f"students.{name}")
+        length = teacher_length if name == "teacher" else None
+        folder = r.path("compressed", f"{name}-onnx")
+        stages.append(StageDef(f"compress.ship.{name}", folder, {"quantize": "int8, else none", "max_length": length},
+                               (upstream,), kind="compress.ship",
+                               run=lambda work, source=source, length=length: _ship_stage(r.fn, source, work, length)))
+        out.compressed[f"{name} (ONNX)"] = Compressed(folder, None, name, SHIPPED)
     return stages
 
 
@@ -70,8 +99,8 @@ def prune_stages(r: Run, out: RunOutputs, teacher_length: Optional[int]) -> list
 def build(r: Run, out: RunOutputs) -> list[StageDef]:
     # the teacher's derivatives read rows as the scored set did: its logits are the exits' and the recovery's targets
     teacher_length = r.cfg.score.max_length or r.cfg.teacher.max_length
-    stages = [*int8_stages(r, out, teacher_length), *exits_stages(r, out, teacher_length),
-              *prune_stages(r, out, teacher_length)]
+    stages = [*int8_stages(r, out, teacher_length), *ship_stages(r, out, teacher_length),
+              *exits_stages(r, out, teacher_length), *prune_stages(r, out, teacher_length)]
     out.model_stages.extend(s.name for s in stages)
     return stages
 

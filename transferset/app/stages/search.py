@@ -28,6 +28,7 @@ from typing import Optional, Sequence
 from students.families.exits import write_speed
 from transferset import fs
 from transferset.app.latency import ONNX_RUNTIME, model_latency
+from transferset.app.outputs import SEARCH_STUDENT
 from transferset.app.search_report import latency_at
 from transferset.app.stages.base import RunOutputs, Stage, StageDef, StageKind, register, stage_key
 from transferset.app.stages.context import Run
@@ -41,7 +42,7 @@ from transferset.data import card
 from transferset.runtime import timing, typed
 from transferset.runtime.errors import ConfigError, UserError
 
-NAME = "search"  # the chosen student's name among the run's models
+NAME = SEARCH_STUDENT  # the chosen student's name among the run's models
 INT8_FOLDER = "-int8"  # beside a trained candidate's folder: its int8 export
 EXITS_FOLDER = "-exits"  # beside a trained candidate's folder: it with its exits (one training for every speed)
 SEARCH_FILE = "search.json"  # in RUN/search/: every candidate, what it measured and why it stopped
