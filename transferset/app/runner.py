@@ -16,7 +16,7 @@ import argparse
 import os
 import sys
 from dataclasses import replace
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import yaml
 
@@ -64,11 +64,14 @@ examples:
 
 # --- configuration ---------------------------------------------------------------
 
-def load_config(path: Optional[str], overrides: Sequence[str] = (), data: Optional[dict] = None) -> RunConfig:
+def load_config(path: Optional[str], overrides: Sequence[str] = (), data: Optional[dict] = None,
+                as_typed: Optional[Mapping[str, str]] = None) -> RunConfig:
     """The run config of a YAML file plus key=value overrides, type-checked before anything runs.
 
     `data`: the data flags (`--data` and its columns and files, init.data_kwargs's keys with `data`), over
-    the YAML's settings; with no YAML, over the starter settings `transferset init` writes (init.starter)."""
+    the YAML's settings; with no YAML, over the starter settings `transferset init` writes (init.starter).
+    `as_typed`: each override a flag made (`search.budget_ms=1.0`) → the flag as the user typed it
+    (`--budget-ms 1.0`), which a bad value is blamed on."""
     if path:
         raw = typed.read_yaml(path)
         if data:
@@ -77,15 +80,17 @@ def load_config(path: Optional[str], overrides: Sequence[str] = (), data: Option
         raw = starter_init.starter(**data)
     else:
         raise ConfigError("give --config YAML, or --data PATH to run on the packaged defaults")
-    return load_overridden(raw, overrides, where=path or "--data")
+    return load_overridden(raw, overrides, where=path or "--data", as_typed=as_typed)
 
 
-def load_overridden(raw: dict, overrides: Sequence[str], where: str) -> RunConfig:
-    """A raw run config with key=value overrides set into it, type-checked (load_raw)."""
+def load_overridden(raw: dict, overrides: Sequence[str], where: str,
+                    as_typed: Optional[Mapping[str, str]] = None) -> RunConfig:
+    """A raw run config with key=value overrides set into it, type-checked (load_raw); `as_typed`: load_config's."""
     for item in overrides:
         apply_override(raw, item)
-    # a bad value an override set is blamed on the override as typed, not on the YAML
-    return load_raw(raw, where=where, given={item.split("=", 1)[0]: item for item in overrides})
+    # a bad value an override set is blamed on the override as typed, or on the flag that made it, not on the YAML
+    return load_raw(raw, where=where,
+                    given={item.split("=", 1)[0]: (as_typed or {}).get(item, item) for item in overrides})
 
 
 def load_raw(raw: dict, where: str, given: Optional[dict[str, str]] = None) -> RunConfig:
@@ -347,18 +352,21 @@ BUDGET_FLAGS = {
 }
 
 
-def budget_overrides(args) -> list[str]:
-    """The budget flags given, as key=value overrides of the search: section (a flag wins over the file)."""
-    return [f"search.{flag.replace('-', '_')}={value}" for flag in BUDGET_FLAGS
-            if (value := getattr(args, flag.replace("-", "_"), None)) is not None]
+def budget_overrides(args) -> dict[str, str]:
+    """The budget flags given, as key=value overrides (the search: section's, budget_minutes) → each flag as typed
+    (a flag wins over the file and over key=value)."""
+    settings = {**{flag: f"search.{flag.replace('-', '_')}" for flag in BUDGET_FLAGS},
+                "budget-minutes": "budget_minutes"}
+    return {f"{key}={value}": f"--{flag} {value}" for flag, key in settings.items()
+            if (value := getattr(args, flag.replace("-", "_"), None)) is not None}
 
 
 def run(args, extra: Sequence[str]) -> int:
     data = {"data": args.data, **starter_init.data_kwargs(args)} if args.data else None
     if not args.data and any(starter_init.data_kwargs(args).values()):
         raise ConfigError("--text-column, --label-column, --dev and --test describe --data: give --data too")
-    minutes = [f"budget_minutes={args.budget_minutes}"] if getattr(args, "budget_minutes", None) is not None else []
-    cfg = load_config(args.config, [*args.overrides, *budget_overrides(args), *minutes], data)
+    budgets = budget_overrides(args)
+    cfg = load_config(args.config, [*args.overrides, *budgets], data, as_typed=budgets)
     starter_init.check_data(cfg)  # a missing column stops the run here, naming the columns the file has
     results = run_pipeline(cfg, measure=measure_rates, plan_only=getattr(args, "plan", False))
     if results is None:

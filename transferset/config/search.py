@@ -3,9 +3,9 @@ run's one scored set (transferset/app/stages/search.py; transferset.config impor
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
-from pydantic import with_config
+from pydantic import AfterValidator, with_config
 
 from transferset.config.common import _STRICT, Ints, Speeds
 from transferset.runtime.typed import AtLeast, Positive, Probability
@@ -13,6 +13,15 @@ from transferset.runtime.typed import AtLeast, Positive, Probability
 # The smallest budget the timing can tell apart: CPU ms per example at batch 1, tokenization included, is the median
 # of rounds of calls, each a few hundredths of a millisecond at the fastest (the static student).
 RESOLUTION_MS = 0.02
+
+
+def _resolvable(budget_ms: float) -> float:
+    # the field's own check (not the section's), so that a refusal names the setting, or the flag that set it
+    if budget_ms < RESOLUTION_MS:
+        raise ValueError(f"below what the timing can tell apart ({RESOLUTION_MS:g} ms per example); give at least "
+                         f"{RESOLUTION_MS:g}")
+    return budget_ms
+
 
 # Settings every candidate starts from (a candidate's own settings go over them): the demo's distillation,
 # KL on the teacher's logits at T = 2 (configs/demo.yaml's `distilled`).
@@ -38,7 +47,7 @@ class SearchConfig:
     """A budget (one or more: a candidate meets each), the candidates, and how they are trained and dropped."""
 
     # CPU ms per example at batch 1 on one thread, tokenization included: the report's latency
-    budget_ms: Optional[Positive] = None
+    budget_ms: Optional[Annotated[Positive, AfterValidator(_resolvable)]] = None
     budget_mb: Optional[Positive] = None  # the saved model's size on disk (its model/ folder), in MB
     budget_speedup: Optional[Positive] = None  # at least this many times the teacher's speed at batch 1
     # the candidates: name → a student's settings, as under `students:` (None: DEFAULT_SPACE)
@@ -70,9 +79,6 @@ class SearchConfig:
                                      ("budget_speedup", self.budget_speedup)) if v is not None}
         if not budgets:
             raise ValueError("search: no budget: set budget_ms, budget_mb or budget_speedup (e.g. run --budget-ms 1)")
-        if self.budget_ms is not None and self.budget_ms < RESOLUTION_MS:
-            raise ValueError(f"search.budget_ms={self.budget_ms:g}: below what the timing can tell apart "
-                             f"({RESOLUTION_MS:g} ms per example); give at least {RESOLUTION_MS:g}")
         if not self.candidates():
             raise ValueError("search.space is empty: name at least one candidate, or leave space out for the default "
                              f"({', '.join(DEFAULT_SPACE)})")

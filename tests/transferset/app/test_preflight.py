@@ -83,3 +83,15 @@ def test_a_bad_override_is_blamed_on_the_override_not_the_config(tmp_path, capsy
     err = capsys.readouterr().err
     assert rc == 2 and "students.distilled.epochs=nan: not a number (expected int)" in err, err
     assert "demo.yaml" not in err and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("flag, value, says", [
+    ("--budget-ms", "1e-9", "--budget-ms 1e-09: below what the timing can tell apart (0.02 ms per example); give "
+                            "at least 0.02"),
+    ("--budget-ms", "0", "--budget-ms 0.0: input should be greater than 0 (expected float or null)"),
+    ("--budget-mb", "-1", "--budget-mb -1.0: input should be greater than 0 (expected float or null)"),
+    ("--budget-minutes", "0", "--budget-minutes 0.0: input should be greater than 0 (expected float or null)")])
+def test_a_bad_budget_flag_is_blamed_on_the_flag_as_typed_not_the_config(tmp_path, capsys, flag, value, says):
+    err = _refused(capsys, ["--config", "configs/demo.yaml", flag, value], says, tmp_path / "run")
+    assert err == f"transferset run: error: {says}\n"
+
