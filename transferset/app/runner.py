@@ -32,6 +32,7 @@ from transferset.app.chosen import CHOSEN_DIR, CHOSEN_FILE, ship
 from transferset.app.report import FIGURES_DIR, REPORT, RESULTS, TABLE
 from transferset.app.stages import Stage, StageDef
 from transferset.app.stages.context import DataFiles, StageFunctions, splits_train
+from transferset.app.stages.search import candidate_configs
 from transferset.augment import check_ops, needs
 from transferset.config import LAYER_TEXTS_REST, RunConfig
 from transferset.config.precedence import apply_override
@@ -104,6 +105,8 @@ def load_raw(raw: dict, where: str, given: Optional[dict[str, str]] = None) -> R
             check_losses(s.losses, where=f"{where}: students.{name}.losses")
         except UserError as exc:
             raise ConfigError(str(exc)) from None
+    if cfg.search is not None:  # a candidate's bad setting fails here too, as a student's does
+        candidate_configs(cfg.search)
     if cfg.data and not (cfg.data.startswith("hf:") or cfg.dev or cfg.validation is not None) \
             and not fs.isdir(cfg.data):
         raise ConfigError(f"{where}: data={cfg.data} is one file: give dev: FILE (the selection split), or "

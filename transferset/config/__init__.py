@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, Optional, Union
 
 import pydantic
-from pydantic import BeforeValidator, PlainValidator, model_validator, with_config
+from pydantic import AfterValidator, BeforeValidator, PlainValidator, model_validator, with_config
+from typing_extensions import TypedDict
 
 from transferset.models.loading import DEFAULT_TEACHER_MODEL  # the packaged model loading finds offline
 from transferset.runtime.typed import AtLeast, NonNegative, Positive, Probability
@@ -136,6 +137,25 @@ def _layer_map(value: Any) -> Any:
     return ",".join(str(v) for v in value) if isinstance(value, (list, tuple)) else value
 
 
+class _ModelBounds(TypedDict, total=False):
+    """The bounds of a student's `model:` settings checked when the settings load (each family checks the rest when
+    it builds: students/families/), so that a bad one stops before any stage, naming the key and the bound."""
+
+    __pydantic_config__ = pydantic.ConfigDict(extra="allow")  # every other key passes as it is
+    n_layer: AtLeast(1)  # a transformer student's layers
+
+
+_MODEL_BOUNDS = pydantic.TypeAdapter(_ModelBounds)
+
+
+def _model_bounds(model: dict[str, Any]) -> dict[str, Any]:
+    # a ValidationError here keeps its key's place: the refusal names students.NAME.model.n_layer
+    return _MODEL_BOUNDS.validate_python(model)
+
+
+ModelSettings = Annotated[dict[str, Any], AfterValidator(_model_bounds)]
+
+
 LAYER_TEXTS_REST = "rest"  # a run config's students.NAME.layer_texts: the run makes the set (runner)
 
 
@@ -213,7 +233,7 @@ class StudentConfig:
     # settings, under the file's, the flags' and key=value's: config/precedence.py): tinybert | mobilebert | minilm
     # | distilbert | pkd
     preset: Optional[str] = None
-    model: dict[str, Any] = field(default_factory=dict)  # the student model's own settings, e.g. {hidden: 150}
+    model: ModelSettings = field(default_factory=dict)  # the student model's own settings, e.g. {hidden: 150}
     # reporting
     latency_examples: AtLeast(1) = 256  # dev rows timed for the latency figures
     agreement_rows: AtLeast(1) = 5000  # transfer rows used for teacher agreement when dev has no teacher columns

@@ -48,7 +48,7 @@ def _unwrap(tp: Any) -> Any:
 
 
 def _expected(cls: type, loc: tuple) -> Optional[str]:
-    """The expected type at `loc` (a pydantic error location) inside dataclass `cls`."""
+    """The expected type at `loc` (a pydantic error location) inside dataclass `cls`; None where it is any."""
     tp: Any = cls
     for part in loc:
         tp = _unwrap(tp)
@@ -63,7 +63,7 @@ def _expected(cls: type, loc: tuple) -> Optional[str]:
             tp = typing.get_args(tp)[0]
         else:
             break
-    return _type_name(tp)
+    return None if tp is Any else _type_name(tp)  # "expected Any" would say nothing (a bound inside `model:`)
 
 
 def _key(loc: tuple, flag_style: bool) -> str:

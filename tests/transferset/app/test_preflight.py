@@ -95,3 +95,21 @@ def test_a_bad_budget_flag_is_blamed_on_the_flag_as_typed_not_the_config(tmp_pat
     err = _refused(capsys, ["--config", "configs/demo.yaml", flag, value], says, tmp_path / "run")
     assert err == f"transferset run: error: {says}\n"
 
+
+@pytest.mark.parametrize("n_layer", [0, -1])
+def test_a_student_of_fewer_than_one_layer_is_refused_when_the_settings_load(tmp_path, capsys, n_layer):
+    # teacher_path names no folder: were the setting not refused on load, that would be (and nothing would train)
+    config = tmp_path / "t.yaml"
+    config.write_text(f"teacher_path: {tmp_path / 'none'}\n"
+                      f"students: {{t: {{student: transformer, model: {{n_layer: {n_layer}}}}}}}\n")
+    err = _refused(capsys, ["--config", str(config)], "n_layer", tmp_path / "run")
+    assert err == (f"transferset run: error: {config}: students.t.model.n_layer = {n_layer}: input should be "
+                   "greater than or equal to 1\n")
+    # set by key=value, the override as typed is blamed; a search candidate's is refused before the first stage
+    err = _refused(capsys, ["--config", str(config), "students.t.model.n_layer=-2"], "n_layer", tmp_path / "run")
+    assert err == "transferset run: error: students.t.model.n_layer=-2: input should be greater than or equal to 1\n"
+    err = _refused(capsys, ["--config", "configs/demo.yaml", f"teacher_path={tmp_path / 'none'}", "--budget-mb", "5",
+                            f"search.space={{t: {{student: transformer, model: {{n_layer: {n_layer}}}}}}}"],
+                   "n_layer", tmp_path / "run")
+    assert err == (f"transferset run: error: search.space.t: model.n_layer = {n_layer}: input should be greater "
+                   "than or equal to 1\n")
