@@ -350,14 +350,14 @@ class StudentJob(Job):
 
     def save(self, run: Run, metrics: dict) -> None:
         """model/ and curves.png; the metrics gain the training's figures."""
-        cfg, history, engine = self.cfg, run.recipe.history, run.engine
+        history, engine = run.recipe.history, run.engine
         trained = sum(h["rows"] for h in history)
         # Rows per second of the training steps alone (dev evaluation after each epoch excluded).
         step_seconds = sum(h["rows"] / h["rows_per_second"] for h in history if h["rows"])
         metrics.update(train_seconds=run.seconds, train_rows=trained,
                        train_rows_per_second=trained / step_seconds if step_seconds else None,
                        processes=engine.world, device=str(engine.device),
-                       effective_batch_size=cfg.batch_size * cfg.engine.grad_accum * engine.world,
+                       effective_batch_size=run.recipe.effective_batch_size,  # as it ran (recipe.py)
                        phases=run.recipe.phase_log, history=history)
         self.student.save_pretrained(os.path.join(run.work, schema.STUDENT_MODEL_DIR))
         if history:

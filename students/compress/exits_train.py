@@ -124,7 +124,7 @@ class _Exits(Job):
                      "rows": len(features), "epochs": cfg.epochs, "lr": cfg.lr, "batch_size": cfg.batch_size,
                      "seed": cfg.seed}
         return {**self.info, "layers": len(branches) + 1, "branch_width": cfg.width, "processes": run.engine.world,
-                "effective_batch_size": cfg.batch_size * cfg.engine.grad_accum * run.engine.world,
+                "effective_batch_size": run.recipe.effective_batch_size,  # as it ran (recipe.py)
                 "branch_parameters": sum(p.numel() for p in branches.parameters()),
                 "train_loss": self.train_loss,
                 # how often each branch (layer 1..L-1) picks the target's class on the training rows

@@ -218,7 +218,7 @@ class _Prune(Job):
             cfg, engine = self.cfg, run.engine
             self.recovery = {"transfer": self.scored.path, "rows": self.scored.num_rows, "loss": cfg.loss,
                              "seconds": run.seconds, "processes": engine.world,
-                             "effective_batch_size": cfg.batch_size * cfg.engine.grad_accum * engine.world,
+                             "effective_batch_size": run.recipe.effective_batch_size,  # as it ran
                              "phase": run.entries[0], "history": run.recipe.history}
 
     def evaluate(self, run: Run) -> dict:

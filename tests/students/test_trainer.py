@@ -54,6 +54,17 @@ def test_a_run_writes_model_metrics_and_curves(tmp_path, tiny_scored_dir, sst2_d
     assert {schema.WEIGHTS_FILE, schema.STUDENT_SIDECAR_FILE, "tokenizer"} <= files
 
 
+def test_the_recorded_effective_batch_is_the_one_that_ran(tmp_path, tiny_scored_dir, sst2_dev200):
+    """A batch_size of 100,000 on 527 rows recorded an effective batch of 100,000: a step took every row."""
+    _, m = _run(tmp_path / "whole", tiny_scored_dir, sst2_dev200, "--epochs", "1", "--batch-size", "100000",
+                model={"embed_dim": 8, "hidden": 8})
+    assert m["history"][0]["rows"] == 128 and m["effective_batch_size"] == 128
+    # four batches of 32, two a step
+    _, m = _run(tmp_path / "accumulated", tiny_scored_dir, sst2_dev200, "--epochs", "1", "--batch-size", "32",
+                "--grad-accum", "2", model={"embed_dim": 8, "hidden": 8})
+    assert m["history"][0]["step"] == 2 and m["effective_batch_size"] == 64
+
+
 def test_a_run_checks_and_counts_its_scored_set_once(tmp_path, tiny_scored_dir, sst2_dev200, monkeypatch):
     """Before its first step the trainer opens and counts the scored set once (students.data.ScoredSet.open), not
     six times with one a full pass. The model card reads the set's records again afterwards."""

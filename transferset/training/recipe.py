@@ -81,6 +81,7 @@ class PhaseState:
     bad: int = 0                  # epochs since the best one
     start_acc: Optional[float] = None
     partial: Optional[dict] = None  # the epoch's sums over every rank when the checkpoint was written
+    step_rows: int = 0            # the most rows one optimizer step of the phase took on this rank
 
 
 @dataclass
@@ -88,6 +89,7 @@ class RecipeState:
     history: list = field(default_factory=list)    # one record per epoch, every phase
     phase_log: list = field(default_factory=list)  # one record per phase
     global_step: int = 0                           # optimizer steps, every phase
+    step_rows: int = 0                             # the most rows one optimizer step took, over every rank
 
 
 @dataclass
@@ -130,6 +132,12 @@ class Recipe:
     @property
     def global_step(self) -> int:
         return self.state.global_step
+
+    @property
+    def effective_batch_size(self) -> Optional[int]:
+        """The most rows one optimizer step took, summed over the ranks: the batch as it ran (batch_size × grad_accum
+        × processes only when the data holds that many), None before a step. What metrics.json records."""
+        return self.state.step_rows or None
 
     # ------------------------------------------------------------------ resume
     def resume(self) -> Optional[dict]:
@@ -250,7 +258,7 @@ class Recipe:
             next(it, None)
         phase.module.train()
         batch = next(it, None)
-        more, pending = eng.all_true(batch is not None), 0
+        more, pending, pending_rows = eng.all_true(batch is not None), 0, 0
         while more and not phase.stopped:
             following = next(it, None)
             more = eng.all_true(following is not None)
@@ -258,9 +266,10 @@ class Recipe:
             last = pending == accum or not more
             t0 = time.perf_counter()
             value, parts, rows = self._backward(phase, loss_step, batch, accum, sync=last)
+            pending_rows += rows
             if last:
                 self._optimizer_step(phase, pending, accum)
-                pending = 0
+                st.step_rows, pending, pending_rows = max(st.step_rows, pending_rows), 0, 0
             st.batches += 1
             sums.add(value, parts, rows, time.perf_counter() - t0)
             if last:
@@ -357,6 +366,7 @@ class Recipe:
     def end_phase(self, phase: _Phase) -> dict:
         spec, st = phase.spec, phase.state
         phase.progress.close()
+        self.state.step_rows = max(self.state.step_rows, int(self.engine.sum(st.step_rows)[0]))  # every rank's rows
         if spec.keep_best and st.best_state is not None:
             phase.module.load_state_dict(st.best_state)  # each phase ends on its best checkpoint
         elif phase.average is not None:

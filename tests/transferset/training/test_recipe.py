@@ -94,3 +94,18 @@ def test_a_grad_accum_past_the_epochs_batches_is_refused_before_any_step():
     recipe = Recipe(engine4)  # as many as the epoch has: one step per epoch, as asked
     _run(recipe, PhaseSpec("p", epochs=2, steps_per_epoch=4), module, lambda: {"accuracy": 0.5})
     assert recipe.global_step == 2
+
+
+@pytest.mark.parametrize("accum, sizes, effective", [(1, [8, 8, 8, 8], 8), (2, [8, 8, 8, 8], 16), (2, [8, 8, 5], 16),
+                                                     (3, [4, 4, 2], 10), (1, [5], 5)])
+def test_the_effective_batch_is_the_most_rows_one_optimizer_step_took(accum, sizes, effective):
+    """A batch_size of 100,000 on 527 rows recorded an effective batch of 100,000: what a step took is recorded."""
+    g = torch.Generator().manual_seed(0)
+    batches = [{"x": torch.randn(n, 3, generator=g), "labels": torch.randint(0, 2, (n,), generator=g)} for n in sizes]
+    engine = Engine.create(EngineConfig(device="cpu", grad_accum=accum), log=lambda msg: None, progress_bar=False)
+    recipe = Recipe(engine)
+    assert recipe.effective_batch_size is None  # nothing trained yet
+    module = Linear()
+    recipe.run(0, PhaseSpec("p", epochs=2), module, _loss, lambda epoch: iter(batches), lambda: {"accuracy": 0.5},
+               lambda: torch.optim.SGD(module.parameters(), lr=0.1))
+    assert recipe.effective_batch_size == effective
