@@ -3,6 +3,7 @@ command and configuration pages are the ones docs/generate.py writes from the co
 without its entry fails: regenerate with `python docs/generate.py`)."""
 import dataclasses
 import importlib.util
+import re
 import shutil
 import subprocess
 import sys
@@ -102,3 +103,76 @@ def test_no_line_of_the_docs_is_longer_than_120_characters():
             for i, line in enumerate(p.read_text(encoding="utf-8").split("\n"), 1)
             if len(line) > 120 and not line.lstrip().startswith("|")]
     assert long == []
+
+
+_TOP_FOLDERS = ("transferset", "students", "pipelines", "tests", "benchmarks", "configs", "docs")
+_TOP_FILES = ("Makefile", "pyproject.toml", "setup.py", "setup.cfg", "mkdocs.yml", "Dockerfile", "MANIFEST.in",
+              "requirements.txt", "tox.ini", "noxfile.py")
+_SEGMENT = r"(?:[\w.*?<>\[\]-]|\{[\w.,-]*\})"
+_REPO_PATH = re.compile(r"(?<![\w/.~$@:-])((?:%s)/(?:%s|/)*)" % ("|".join(_TOP_FOLDERS), _SEGMENT))
+_TOP_FILE = re.compile(r"(?<![\w/.~$@:-])(%s)(?![\w/-]|\.\w)" % "|".join(map(re.escape, _TOP_FILES)))
+_PLACEHOLDER = re.compile(r"[A-Z][A-Z0-9_]*")
+_CAPITALIZED_FILES = {"README", "FINDINGS", "LICENSE", "CHANGELOG", "CONTRIBUTING"}
+# a stale path in a table of docs/reliability.md, which another change is extending: fixed there, then removed here
+_PENDING = {("reliability.md", "transferset/packed.py")}
+
+
+def _expand_braces(path: str) -> list[str]:
+    match = re.search(r"\{([^{}]*)\}", path)
+    if match is None:
+        return [path]
+    return [p for choice in match.group(1).split(",")
+            for p in _expand_braces(path[:match.start()] + choice + path[match.end():])]
+
+
+def stale_paths(text: str, root: Path = REPO) -> list[str]:
+    """The repository paths `text` names that are not in the repository at `root`, each once, in order.
+
+    A path is a token anywhere in the text (prose, `code`, a link's target, a fenced block) that starts with one
+    of the repository's top-level folders (transferset/, students/, pipelines/, tests/, benchmarks/, configs/,
+    docs/) and is not inside a longer path (`RUN/students/NAME`, `~/.cache/transferset/runs/x`, a URL), or that is
+    one of the top-level files (Makefile, pyproject.toml, setup.py, mkdocs.yml, ...). A trailing full stop is
+    punctuation. It must exist under `root`, a folder or a file, with these exceptions:
+    - a placeholder: a segment whose name before its first dot is in capitals (`NAME`, `KIND`, `RUN`, `OUT`,
+      `transferset/augment/NAME.py`; README, FINDINGS, LICENSE, CHANGELOG and CONTRIBUTING are real names),
+      or one in angle brackets (`<name>`): not checked;
+    - a glob (`*`, `?`, `[...]`): it must match at least one path; `{a,b}` is expanded and each must exist;
+    - a run's output (`runs/demo/students/x`, `RUN/scored/`, `OUT/model`) does not start with a top-level
+      folder, or starts inside a longer path, so it is not checked."""
+    found: list[str] = []
+    for match in list(_REPO_PATH.finditer(text)) + list(_TOP_FILE.finditer(text)):
+        path = match.group(1).rstrip(".")
+        if "<" in path or any(_PLACEHOLDER.fullmatch(part.split(".")[0]) and part.split(".")[0] not in
+                              _CAPITALIZED_FILES for part in path.split("/") if part):
+            continue
+        for one in _expand_braces(path):
+            there = (any(root.glob(one.rstrip("/"))) if re.search(r"[*?\[]", one)
+                     else (root / one).exists())
+            if not there and one not in found:
+                found.append(one)
+    return found
+
+
+def test_every_path_a_doc_names_is_in_the_repository():
+    """A doc that names a moved or deleted file (`transferset/training.py`, now a package) sends a reader nowhere:
+    every repository path in docs/*.md exists (the rule: `stale_paths`)."""
+    stale = [(page.name, path) for page in sorted(DOCS.glob("*.md"))
+             for path in stale_paths(page.read_text(encoding="utf-8"))]
+    assert [s for s in stale if s not in _PENDING] == [], "paths no longer in the repository (git ls-files)"
+    assert set(stale) >= _PENDING, f"fixed: remove {sorted(_PENDING - set(stale))} from _PENDING"
+
+
+def test_a_stale_path_fails_and_placeholders_globs_and_run_outputs_do_not():
+    text = """Read `transferset/no_such_module.py` and [the gone script](benchmarks/gone_script.py); see
+transferset/also_gone/ in prose, and under `Makefile` and `setup.cfg`.
+
+```
+transferset train --config configs/demo.yaml --output runs/demo/students/x    # a run's output
+cat RUN/students/NAME/metrics.json OUT/model/config.json ~/.cache/transferset/runs/a/b.json
+ls transferset/augment/NAME.py transferset/config/presets/<preset>.yaml tests/test_*.py tests/no_such_*.py
+ls benchmarks/quality/{demo,no_such_setting}.yaml docs/results.md. configs/ students/families/
+```
+"""
+    assert stale_paths(text) == ["transferset/no_such_module.py", "benchmarks/gone_script.py",
+                                 "transferset/also_gone/", "tests/no_such_*.py",
+                                 "benchmarks/quality/no_such_setting.yaml", "setup.cfg"]
