@@ -234,7 +234,7 @@ def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=T
     with output_lock(cfg.run_dir, command="run"):  # one run at a time owns run_dir
         plan = plan_stages(cfg, files, functions, log)
         check_links(cfg.run_dir, plan.stages)
-        check_layout(cfg.run_dir, plan.stages)
+        check_layout(cfg.run_dir, plan.stages, cfg.teacher.patience)
         if measure is not None or cfg.budget_minutes is not None:  # a cut changes keys, never folders
             cfg, _ = plan_time(cfg, files, lambda c: plan_stages(c, files, functions, log).stages, plan.outputs.data,
                                measure or measure_rates, log, earlier=recorded_config(cfg.run_dir))
@@ -266,9 +266,10 @@ def recorded_config(run_dir: str) -> Optional[RunConfig]:
         return None
 
 
-def check_layout(run_dir: str, stages: Sequence[StageDef]) -> None:
+def check_layout(run_dir: str, stages: Sequence[StageDef], teacher_patience: Optional[int] = None) -> None:
     """A run folder whose records follow other key rules than these (keys.LAYOUT) is refused before anything runs:
-    its finished stages would look unfinished and run again. `transferset migrate` converts it."""
+    its finished stages would look unfinished and run again. `transferset migrate` converts it (its teacher only
+    under `teacher_patience` None: `_every_epoch`)."""
     layout = keys.read_layout(run_dir)
     if layout == keys.LAYOUT:
         return
@@ -286,7 +287,18 @@ def check_layout(run_dir: str, stages: Sequence[StageDef]) -> None:
     else:
         what = f"records layout {layout}, this transferset writes layout {keys.LAYOUT}"
     raise ConfigError(f"run_dir {run_dir} {what}: `transferset migrate {run_dir}` converts its records so its "
-                      "finished stages are reused (or give another run_dir)")
+                      f"finished stages are reused (or give another run_dir){_every_epoch(stages, teacher_patience)}")
+
+
+def _every_epoch(stages: Sequence[StageDef], patience: Optional[int]) -> str:
+    """What a folder of an earlier layout holding a trained teacher's record is told when the run stops early: that
+    teacher ran every epoch (teacher.patience came after it), the work of `patience: null` only."""
+    trained = [s for s in stages if (s.kind or s.name) == "teacher" and s.run is not None and s.folder
+               and fs.exists(fs.join(s.folder, STAGE_FILE))]
+    if patience is None or not trained:
+        return ""
+    return (f"; its teacher ran every epoch (teacher.patience came after it), and this config's teacher.patience is "
+            f"{patience}, which stops early: the teacher trains again unless both commands get teacher.patience=null")
 
 
 def check_links(run_dir: str, stages: Sequence[StageDef]) -> None:

@@ -9,6 +9,7 @@ the transfer set's labels), so a key depends on the config and the key rules onl
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -20,6 +21,7 @@ from transferset.app.migrate.rules import flat_student
 from transferset.app.runner import STAGE_FILE, load_config, plan_stages, resolve_data, run_pipeline
 from transferset.config import TeacherConfig
 from transferset.contract import schema
+from transferset.data.splits import SPLIT_STATS_FILE
 from transferset.runtime import typed
 from transferset.runtime.errors import ConfigError
 
@@ -59,6 +61,14 @@ def as_trained_then(config: str, overrides=()) -> list[str]:
                                                                                        ("warmup", 0))]
     return [*overrides, *pinned, *recipe_then(config, overrides)]
 
+
+# What every earlier layout's run did where a default has changed since (settings added, not rules), given to the
+# configs of the tests of conversion. Its teacher ran every epoch: `teacher.patience` came after, and today's default,
+# 1, stops early, which is other work (with it the teacher and every stage after it run again:
+# test_a_folder_of_then_under_todays_defaults_trains_its_teacher_again_and_says_so). Nothing was exported as it ships:
+# `compress.ship` came after, new stages that no earlier folder holds and that the test stage scores (with them it
+# runs again). The pinned keys below are the old folders' truth, unchanged.
+AS_THEN = ["teacher.patience=null", "compress.ship=false"]
 
 # config, overrides: the shipped configs, and two with the settings the legacy rules are about
 CASES = {
@@ -306,21 +316,22 @@ LAYOUT1_KEYS = {
 
 
 
-def layout1_folder(case: str, root: Path, overrides=()):
+def layout1_folder(case: str, root: Path, overrides=(), as_then=AS_THEN):
     """The run folder of CASES[case] as layout 1 left it: each stage's folder with its done file and its
-    layout-1 key, no layout record. Returns the run's config."""
+    layout-1 key, no layout record. Returns the run's config (with `as_then`: AS_THEN, the run as it was then)."""
     config, extra = CASES[case]
     write_inputs(root)
     cfg = load_config(config, [f"run_dir={root / 'run'}", f"data={root / 'data'}", "test=null",
-                               *as_trained_then(config, extra), *overrides])
+                               *as_trained_then(config, extra), *as_then, *overrides])
     finished(cfg, LAYOUT1_KEYS[case])
     return cfg
 
 
 def finished(cfg, keyed: dict[str, str]) -> None:
-    """Each stage's folder of `cfg`'s run with its done file and its record holding `keyed[stage]`."""
+    """Each stage's folder of `cfg`'s run with its done file and its record holding `keyed[stage]`; a stage `keyed`
+    has no key for (one no earlier layout had: compress.ship's) has no folder."""
     for s in plan_stages(cfg, resolve_data(cfg.data, cfg.test)).stages:
-        if s.run is not None:
+        if s.run is not None and s.name in keyed:
             folder = Path(s.folder)
             (folder / s.done_file).parent.mkdir(parents=True, exist_ok=True)
             if not (folder / s.done_file).exists():
@@ -328,13 +339,13 @@ def finished(cfg, keyed: dict[str, str]) -> None:
             (folder / STAGE_FILE).write_text(json.dumps({"key": keyed[s.name]}))
 
 
-def assert_converted(cfg, field: str, earlier: dict[str, str]) -> dict[str, str]:
-    """Each stage record of `cfg`'s run holds the key today's plan computes, and under `field` its earlier key
-    (`earlier[stage]`); → today's keys by stage."""
+def assert_converted(cfg, field: str, earlier: dict[str, str], only=None) -> dict[str, str]:
+    """Each stage record of `cfg`'s run (`only` those named there) holds the key today's plan computes, and under
+    `field` its earlier key (`earlier[stage]`); → today's keys by stage."""
     new: dict[str, str] = {}
     for s in plan_stages(cfg, resolve_data(cfg.data, cfg.test)).stages:
         new[s.name] = s.key([new[u] for u in s.upstream])
-        if s.run is not None:
+        if s.run is not None and (only is None or s.name in only):
             record = json.loads((Path(s.folder) / STAGE_FILE).read_text())
             assert record == {"key": new[s.name], field: earlier[s.name]}
     return new
@@ -389,6 +400,62 @@ def test_a_stage_of_other_settings_is_run_again_and_its_downstream_too(tmp_path)
     assert record == {"key": LAYOUT1_KEYS["demo"]["teacher"]}  # left as it was: the next run trains it again
 
 
+def test_a_folder_of_then_under_todays_defaults_trains_its_teacher_again_and_says_so(tmp_path):
+    """A layout-1 folder under a config of today's defaults (not AS_THEN): its teacher ran every epoch, which is not
+    the work of teacher.patience 1, so it trains again with what is downstream; `run` and `migrate` say so and how to
+    keep it, which works after the conversion too; the exports (compress.ship) are new stages, nothing to convert."""
+    from test_runner import RecordingStages
+
+    cfg = layout1_folder("demo", tmp_path, as_then=[])
+    run = tmp_path / "run"
+    (run / "config.yaml").write_text(json.dumps(typed.to_dict(cfg)))
+    with pytest.raises(ConfigError, match=r"its teacher ran every epoch .* teacher.patience is 1, which stops early: "
+                                          r"the teacher trains again unless both commands get teacher.patience=null"):
+        run_pipeline(cfg, log=lambda m: None, functions=RecordingStages().functions())
+    said = []
+    done = migrate.migrate(str(run), log=said.append)
+    ships = ["compress.ship.teacher", "compress.ship.labels_only", "compress.ship.distilled"]
+    assert done == {"reused": ["data", "augment", "dev"], "resumed": [], "rerun": [
+        "teacher", "score", "dev.score", "students.labels_only", "students.distilled", *ships, "test"]}
+    assert json.loads((run / "teacher" / STAGE_FILE).read_text()) == {"key": LAYOUT1_KEYS["demo"]["teacher"]}
+    assert any(m.startswith("[teacher] trained before teacher.patience existed: it ran every epoch") and
+               "teacher.patience is 1, today's default, which stops early: it trains again, and every stage after "
+               f"it. To keep it: `transferset migrate {run} teacher.patience=null`" in m for m in said)
+    assert said[-1].endswith(f"6 to run again (teacher, score, dev.score, students.labels_only, students.distilled, "
+                             f"test), 3 that never ran here to run ({', '.join(ships)})")
+
+    said = []  # the way out it names, taken after the conversion
+    done = migrate.migrate(str(run), overrides=["teacher.patience=null"], log=said.append)
+    assert said[0] == (f"{run}: already layout {keys.LAYOUT}, converted from layout 1: what that conversion left to "
+                       "run again and no run has done since is judged again, under this config")
+    assert done["rerun"] == [*ships, "test"] and not any("teacher.patience existed" in m for m in said)
+    every_epoch = replace(cfg, teacher=replace(cfg.teacher, patience=None))
+    assert_converted(every_epoch, "layout1_key", LAYOUT1_KEYS["demo"], only=done["reused"])
+    log = []
+    run_pipeline(every_epoch, log=log.append, functions=RecordingStages().functions())
+    # the exports run, and the test stage, which scores them too
+    assert [m.split("]")[0][1:] for m in log if "] running → " in m] == [*ships, "test"]
+
+
+def test_migrating_again_after_a_run_leaves_what_that_run_wrote(tmp_path):
+    """Once a run has trained the teacher again (early stopping), teacher.patience=null keeps nothing of then: the
+    teacher there is not the work of null. Records of today's keys are left as they are."""
+    from test_runner import RecordingStages
+
+    cfg = layout1_folder("demo", tmp_path, as_then=[])
+    run = tmp_path / "run"
+    (run / "config.yaml").write_text(json.dumps(typed.to_dict(cfg)))
+    migrate.migrate(str(run), log=lambda m: None)
+    (run / "data" / SPLIT_STATS_FILE).write_text(json.dumps({"label_names": ["negative", "positive"]}))
+    run_pipeline(cfg, log=lambda m: None, functions=RecordingStages().functions())
+    records = {p: p.read_bytes() for p in run.rglob(STAGE_FILE)}
+    done = migrate.migrate(str(run), log=lambda m: None)
+    assert done["rerun"] == [] and len(done["reused"]) == len(records)
+    done = migrate.migrate(str(run), overrides=["teacher.patience=null"], log=lambda m: None)
+    assert done["reused"] == ["data", "augment", "dev"] and done["rerun"][0] == "teacher"
+    assert {p: p.read_bytes() for p in run.rglob(STAGE_FILE)} == records
+
+
 def test_a_stage_killed_while_running_keeps_running_under_its_new_key(tmp_path):
     cfg = layout1_folder("demo", tmp_path)
     (tmp_path / "run" / "scored" / STAGE_FILE).write_text(json.dumps({"key": LAYOUT1_KEYS["demo"]["score"],
@@ -439,9 +506,11 @@ def test_a_killed_teachers_layout1_checkpoint_is_converted_so_it_resumes(tmp_pat
     from transferset.teacher import train as teacher_train
     from transferset.training.checkpoints import Checkpoints
 
-    cfg, paths = TeacherConfig(epochs=2), dict(train="t.tsv", dev="d.tsv", output=str(tmp_path / "teacher"))
+    # a teacher of then ran every epoch (AS_THEN): its checkpoint is the work of patience null, and has no patience
+    cfg = TeacherConfig(epochs=2, patience=None)
+    paths = dict(train="t.tsv", dev="d.tsv", output=str(tmp_path / "teacher"))
     today = teacher_train._checkpoints(cfg, paths["train"], paths["dev"], paths["output"])
-    settings = {k: v for k, v in to_dict(cfg).items() if k not in teacher_train.RUNTIME_SETTINGS}
+    settings = {k: v for k, v in to_dict(cfg).items() if k not in teacher_train.RUNTIME_SETTINGS and k != "patience"}
     settings.update(rules.flat_form(settings.pop("engine"), to_dict(TeacherConfig().engine), legacy=("warmup",),
                                       ignore=("tracker",)))
     layout1 = {**today.fingerprint, "settings": json.dumps(settings, sort_keys=True, default=str)}
@@ -453,6 +522,7 @@ def test_a_killed_teachers_layout1_checkpoint_is_converted_so_it_resumes(tmp_pat
 
     assert migrate.convert_checkpoint(today.folder, teacher=True)
     assert teacher_train.can_resume(cfg, **paths)
+    assert not teacher_train.can_resume(replace(cfg, patience=1), **paths)  # early stopping: other work
     state = today.load()  # the fingerprint inside the state matches too
     assert state["recipe"]["global_step"] == 9 and state["phase"]["index"] == 0 and state["phase"]["batches"] == 3
     assert len(state["rng"]) == 1 and torch.equal(state["rng"][0]["cpu"], flat_state["rng"]["cpu"])
@@ -504,7 +574,8 @@ def layout2_folder(case: str, root: Path):
     layout-2 key, the layout record, and RUN/config.yaml with the phase plan under its earlier name."""
     write_inputs(root)
     cfg = load_config(LAYOUT2_CONFIGS[case], [f"run_dir={root / 'run'}", f"data={root / 'data'}", "test=null",
-                                              *LAYOUT2_THEN.get(case, []), *recipe_then(LAYOUT2_CONFIGS[case])])
+                                              *LAYOUT2_THEN.get(case, []), *recipe_then(LAYOUT2_CONFIGS[case]),
+                                              *AS_THEN])
     finished(cfg, LAYOUT2_KEYS[case])
     (root / "run" / keys.LAYOUT_FILE).write_text(json.dumps({"layout": 2}))
     written = typed.to_dict(cfg)
@@ -518,7 +589,8 @@ def layout2_folder(case: str, root: Path):
 def assert_refused_then_reused(cfg, run: Path, field: str, earlier: dict[str, str]) -> None:
     """`run` refuses the earlier layout's folder naming `transferset migrate`; migrate (reading the folder's own
     config.yaml) reuses every stage and records each one's `earlier` key under `field`; then `run` finds every stage
-    up to date. The students' keys changed (their settings' names or forms are in them), the stages above did not."""
+    up to date. The students' keys changed (their settings' names or forms are in them), and the teacher's (today's
+    holds `patience`, null here, which came after), the stages of settings that kept their names and forms did not."""
     from test_runner import RecordingStages
 
     with pytest.raises(ConfigError, match=r"transferset migrate .*run"):
@@ -528,7 +600,8 @@ def assert_refused_then_reused(cfg, run: Path, field: str, earlier: dict[str, st
     assert done == {"reused": [s.name for s in ran], "resumed": [], "rerun": []}
     assert keys.read_layout(str(run)) == keys.LAYOUT == 4
     new = assert_converted(cfg, field, earlier)
-    assert new["teacher"] == earlier["teacher"]
+    assert new["data"] == earlier["data"] and new["augment"] == earlier["augment"]
+    assert new["teacher"] != earlier["teacher"]
     assert all(new[s.name] != earlier[s.name] for s in ran if s.name.startswith("students."))
     log = []
     run_pipeline(cfg, log=log.append, functions=RecordingStages().functions())

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from test_migrate import assert_refused_then_reused, finished, recipe_then, write_inputs
+from test_migrate import AS_THEN, assert_refused_then_reused, finished, recipe_then, write_inputs
 from transferset.app import keys, migrate
 from transferset.app.migrate.rules import flat_student
 from transferset.app.runner import load_config
@@ -44,7 +44,7 @@ def layout3_folder(case: str, root: Path):
     layout-3 key, the layout record, and RUN/config.yaml with each student's losses in the flat form of then."""
     write_inputs(root)
     cfg = load_config(f"configs/{case}.yaml", [f"run_dir={root / 'run'}", f"data={root / 'data'}", "test=null",
-                                               *recipe_then(f"configs/{case}.yaml")])
+                                               *recipe_then(f"configs/{case}.yaml"), *AS_THEN])
     finished(cfg, LAYOUT3_KEYS[case])
     (root / "run" / keys.LAYOUT_FILE).write_text(json.dumps({"layout": 3}))
     written = typed.to_dict(cfg)

@@ -6,11 +6,17 @@ their earlier names and forms read as today's, unless --config is given): a fold
 key (or a layout-1 legacy form of it) is the same work, and its record gets today's key, so the next `transferset
 run` reuses it (or resumes it, when it was killed while running: a checkpoint's settings take today's names and
 forms too). A folder whose record holds any other key is left as it is: the next run does it again. Nothing else
-is changed.
+is changed. A stage no earlier run had (compress.ship's exports) has nothing to convert: the next run does it.
+
+Settings added since keep the value of then in the earlier keys (rules.ADDED_SINCE): every earlier teacher ran every
+epoch, so its folder is the work of `teacher.patience: null`, and under today's default (1, early stopping) it trains
+again, as migrate says. Migrating a folder it converted already judges again, under the config given, what that
+conversion left to run and no run has done since, so `teacher.patience=null` given afterwards still keeps it.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 from typing import Any, Optional, Sequence
@@ -42,16 +48,18 @@ def _finished(folder: str, done_file: str, kind: str) -> bool:
         and not fs.exists(fs.join(folder, schema.MANIFEST_FILE))
 
 
-def convert(cfg, files, log, rules: Any = V1) -> dict[str, list[str]]:
+def convert(cfg, files, log, rules: Any = V1, again: bool = False) -> dict[str, list[str]]:
     """Each stage of `cfg`'s run converted where its folder holds the same work → {"reused": [...], "rerun":
     [...], "resumed": [...]} by stage name. Every stage is judged before any record is written, so a conversion
     that stops midway changes nothing; a record converted already (its key today's) counts as converted.
-    `rules`: those the folder's keys were made by (RULES; keys: today's, whose records need no conversion)."""
+    `rules`: those the folder's keys were made by (RULES; keys: today's, whose records need no conversion).
+    `again`: the folder is of today's layout, converted before (migrate): a record holding today's key is left as
+    it is (converted then, or written by a run since)."""
     verdicts = judge(cfg, files, rules)
     labels = _split_labels(cfg)
     done: dict[str, list[str]] = {"reused": [], "resumed": [], "rerun": []}
     for stage, verdict, key, record in verdicts:
-        if verdict != "rerun" and rules is not keys:
+        if verdict != "rerun" and rules is not keys and not (again and record.get("key") == key):
             _apply(stage, verdict, key, record, labels, rules.FIELD)
         done[verdict].append(stage.name)
         log(f"[{stage.name}] {verdict}")
@@ -105,8 +113,8 @@ def _accepted(cfg, stage, stored: dict, rules: type) -> set:
 
 
 def _judge(stage, record: dict, accepted: set, new_key: str, field: str) -> str:
-    converted = record.get("key") == new_key and record.get(field) in accepted
-    if record.get("key") not in accepted and not converted:
+    today = record.get("key") == new_key  # converted already, or written by a run since a conversion (migrate)
+    if record.get("key") not in accepted and not today:
         return "rerun"
     if record.get("running"):
         return "resumed"
@@ -151,18 +159,21 @@ def convert_metrics(path: str) -> bool:
 
 
 def teacher_fingerprint(old: dict, labels: Optional[Sequence[str]] = None) -> dict:
-    """A layout-1 teacher checkpoint's fingerprint with its engine section whole (teacher.train._checkpoints): the
-    flat warm-up and the fields that differed from the teacher's default engine put back into one section; and,
-    when the run splits train (`labels`: split.json's), the label set the run now gives a teacher that names none
-    (the one the labeled rows gave it then, unless a class had no labeled row)."""
+    """An earlier teacher checkpoint's fingerprint in today's form (teacher.train._checkpoints): `patience` null where
+    it has none (it ran every epoch); a layout-1 one's engine section whole, the flat warm-up and the fields that
+    differed from the teacher's default engine put back into one section, and, when the run splits train (`labels`:
+    split.json's), the label set the run now gives a teacher that names none (the one the labeled rows gave it
+    then, unless a class had no labeled row)."""
     settings = json.loads(old["settings"])
-    if "warmup" not in settings:
-        return old  # already whole
-    engine = {k: v for k, v in typed.to_dict(TeacherConfig().engine).items() if k != "tracker"}
-    engine.update(warmup=settings.pop("warmup"), **settings.pop("engine", {}))
-    if labels is not None and settings.get("labels") is None:
-        settings["labels"] = list(labels)
-    return {**old, "settings": json.dumps({**settings, "engine": engine}, sort_keys=True, default=str)}
+    if "patience" not in settings:  # a teacher of before the setting ran every epoch (rules.ADDED_SINCE)
+        settings["patience"] = None
+    if "warmup" in settings:  # else its engine section is whole already
+        engine = {k: v for k, v in typed.to_dict(TeacherConfig().engine).items() if k != "tracker"}
+        engine.update(warmup=settings.pop("warmup"), **settings.pop("engine", {}))
+        if labels is not None and settings.get("labels") is None:
+            settings["labels"] = list(labels)
+        settings["engine"] = engine
+    return {**old, "settings": json.dumps(settings, sort_keys=True, default=str)}
 
 
 def recipe_state(saved: dict) -> dict:
@@ -226,22 +237,33 @@ def today_names(raw: dict) -> dict:
 def migrate(run_dir: str, config: Optional[str] = None, overrides: Sequence[str] = (), log=print) -> dict:
     """Convert RUN_DIR's records to today's layout (see the module's docstring); returns convert()'s verdicts. Only a
     run folder: a path that is none, a folder with neither a layout record nor a stage record, a layout of a newer
-    transferset and a stage folder reached through a symbolic link are refused before anything is written."""
+    transferset and a stage folder reached through a symbolic link are refused before anything is written. A folder
+    converted already is judged again under the config given (`converted_from`); one of today's layout that no
+    conversion made has nothing to convert."""
     _check_folder(run_dir)
     layout = keys.read_layout(run_dir)
-    if layout == keys.LAYOUT:
-        log(f"{run_dir}: already layout {keys.LAYOUT}; nothing to convert")
-        return {"reused": [], "resumed": [], "rerun": []}
     if layout is not None and layout > keys.LAYOUT:
         raise ConfigError(f"{run_dir} records layout {layout}, written by a newer transferset (this one writes layout "
                           f"{keys.LAYOUT}): run it with that transferset; this one converts layouts 1 to 3 only")
     config = config or fs.join(run_dir, runner.CONFIG_FILE)
+    nothing = {"reused": [], "resumed": [], "rerun": []}
+    if layout == keys.LAYOUT and not fs.exists(config):
+        log(f"{run_dir}: already layout {keys.LAYOUT}; nothing to convert")
+        return nothing
     if not fs.exists(config):
         raise ConfigError(f"{run_dir}: no {runner.CONFIG_FILE} (not a run folder?); give the run's --config YAML")
     cfg = runner.load_overridden(today_names(typed.read_yaml(config)), [*overrides, f"run_dir={run_dir}"], config)
     files = runner.resolve_data(cfg.data, cfg.test, cfg.dev)
     stages = [s for s in build_plan(cfg, files, StageFunctions()).stages if s.run is not None and s.folder]
-    recorded = sum(fs.exists(fs.join(s.folder, schema.STAGE_FILE)) for s in stages)
+    recorded = {s.name for s in stages if fs.exists(fs.join(s.folder, schema.STAGE_FILE))}
+    again = layout == keys.LAYOUT
+    if again:
+        layout = converted_from(stages)
+        if layout is None:
+            log(f"{run_dir}: already layout {keys.LAYOUT}; nothing to convert")
+            return nothing
+        log(f"{run_dir}: already layout {keys.LAYOUT}, converted from layout {layout}: what that conversion left to "
+            "run again and no run has done since is judged again, under this config")
     if layout is None and not recorded:
         lacking = ", ".join(_inside(run_dir, s.folder) for s in stages[:2])
         raise ConfigError(f"{run_dir} holds no stage record ({lacking}, … one in each of its run's {len(stages)} "
@@ -250,12 +272,47 @@ def migrate(run_dir: str, config: Optional[str] = None, overrides: Sequence[str]
     with runner.output_lock(run_dir, command="migrate"):
         runner.check_links(run_dir, stages)  # as `run`: a record written through a link changes another folder
         if layout == keys.DAMAGED:
-            layout = detect(cfg, files, recorded, fs.join(run_dir, keys.LAYOUT_FILE), log)
-        done = convert(cfg, files, log, CANDIDATES[layout])
+            layout = detect(cfg, files, len(recorded), fs.join(run_dir, keys.LAYOUT_FILE), log)
+        done = convert(cfg, files, log, CANDIDATES[layout], again=again)
         keys.write_layout(run_dir)
+    patience_note(cfg, files, CANDIDATES[layout], done, run_dir, log)
+    first = [name for name in done["rerun"] if name not in recorded]  # a stage of no earlier run: compress.ship
+    rerun = [name for name in done["rerun"] if name in recorded]
     log(f"{run_dir}: layout {keys.LAYOUT}; {len(done['reused'])} finished stage(s) kept, {len(done['resumed'])} "
-        f"to resume, {len(done['rerun'])} to run again ({', '.join(done['rerun']) or 'none'})")
+        f"to resume, {len(rerun)} to run again ({', '.join(rerun) or 'none'})"
+        + (f", {len(first)} that never ran here to run ({', '.join(first)})" if first else ""))
     return done
+
+
+def converted_from(stages) -> Optional[int]:
+    """The earlier layout a folder of today's layout was converted from: the one whose key a converted record keeps
+    (rules.V1.FIELD, …); None: no conversion made it."""
+    fields = {CANDIDATES[layout].FIELD: layout for layout in (3, 2, 1)}
+    for s in stages:
+        record = _record(s.folder)
+        for field, layout in fields.items():
+            if field in record:
+                return layout
+    return None
+
+
+def patience_note(cfg, files, rules: Any, done: dict, run_dir: str, log) -> None:
+    """Say it plainly when a teacher of the folder trains again only because the config stops early: every teacher
+    before `teacher.patience` ran every epoch, which only `patience: null` keys as (rules.ADDED_SINCE)."""
+    teachers = [name for name in done["rerun"] if name == "teacher" or name.startswith("teacher.")]
+    if cfg.teacher.patience is None or rules is keys or not teachers:
+        return
+    every_epoch = dataclasses.replace(cfg, teacher=dataclasses.replace(cfg.teacher, patience=None))
+    kept = [s.name for s, verdict, _, _ in judge(every_epoch, files, rules)
+            if s.name in teachers and verdict != "rerun"]
+    if not kept:
+        return
+    default = ", today's default" if cfg.teacher.patience == TeacherConfig().patience else ""
+    log(f"[{', '.join(kept)}] trained before teacher.patience existed: it ran every epoch, as `teacher.patience: null` "
+        f"does, and this config's teacher.patience is {cfg.teacher.patience}{default}, which stops early: it trains "
+        f"again, and every stage after it. To keep it: `transferset migrate {run_dir} teacher.patience=null` (it "
+        "converts it still, until a run trains it again), and the same setting for `run` (`teacher: {patience: null}` "
+        "in the run's config, or the override)")
 
 
 def _check_folder(run_dir: str) -> None:

@@ -6,6 +6,7 @@ form of before it existed. Layout 2 held every setting at its value, as today's 
 then: a student's phase plan was `schedule`, now `phases` (precedence.RENAMED). Layout 3 is layout 2 under
 today's names, with each built-in loss a student setting of its own name (`kd: 1.0`, `temperature: 2.0`): today
 every loss is under `losses:` (precedence.LOSS_SETTINGS), in the canonical form of students.losses.canonical.
+No earlier layout knew `teacher.patience`: every teacher ran every epoch, the work of `patience: null` (ADDED_SINCE).
 Each layout's rules are a class with the names build_plan calls (V1, V2, V3); `flat_student` and `grouped_student`
 turn a student's settings from one form into the other.
 """
@@ -113,9 +114,24 @@ def engine(kind: str, values: dict, default: dict) -> dict:
 
 # --- the compatibility rules, one per function --------------------------------------------------
 
+# Settings added after the earlier layouts, with the value every stage those layouts keyed ran at, which is not
+# always today's default: out of an earlier key at that value, in it at any other (no earlier record holds one
+# then: the stage runs again). Every teacher before `patience` ran every epoch, as `patience: null` does; today's
+# default, 1, stops early, which is other work.
+ADDED_SINCE: dict[str, dict[str, Any]] = {"teacher": {"patience": None}}
+
+
+def as_then(kind: str, settings: dict, cfg: Any) -> dict:
+    """`settings` with each of ADDED_SINCE[kind] out at the value of then, at its value (`cfg`'s) otherwise."""
+    added = ADDED_SINCE.get(kind, {})
+    out = {k: v for k, v in settings.items() if k not in added}
+    out.update({k: getattr(cfg, k) for k, then in added.items() if getattr(cfg, k) != then})
+    return out
+
+
 def teacher(tc: Any) -> dict:
-    """A trained teacher's key settings (checkpoint_steps: EXECUTION)."""
-    return section("teacher", tc)
+    """A trained teacher's key settings (checkpoint_steps: EXECUTION; patience as ADDED_SINCE says)."""
+    return as_then("teacher", section("teacher", tc), tc)
 
 
 def augment(a: Any, exclude: Sequence[str]) -> dict:
@@ -218,10 +234,14 @@ def earlier_names(settings: dict) -> dict:
 class V3:
     """The layout-3 key rules: today's, with a student's settings in the flat form (`flat_student`)."""
 
-    data, teacher, augment, score = staticmethod(keys.data), staticmethod(keys.teacher), \
-        staticmethod(keys.augment), staticmethod(keys.score)
+    data, augment, score = staticmethod(keys.data), staticmethod(keys.augment), staticmethod(keys.score)
     compressed = staticmethod(keys.compressed)
     FIELD = "layout3_key"
+
+    @staticmethod
+    def teacher(tc: Any) -> dict:
+        """A trained teacher's key settings as layouts 2 and 3 held them: today's, patience as ADDED_SINCE says."""
+        return as_then("teacher", keys.teacher(tc), tc)
 
     @staticmethod
     def student(s_cfg: Any, layer_texts_set: Optional[str] = None) -> dict:
