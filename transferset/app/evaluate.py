@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "model its tokenizer's model_max_length, at most its position embeddings)")
     parser.add_argument("--combine", default="mean", type=_combine,
                         help="several --model: mean (their mean logits) | probs (their mean probabilities) | K "
-                        "(model K alone, 0 = the first); as `transferset score --combine`")
+                        "(model K alone, 0 = the first); as score's --combine")
     parser.add_argument("--speed", type=finite_float, default=None,
                         help="a model with early exits (`transferset exits`): a row leaves at the first layer whose "
                         "branch's normalised entropy is below this, from 0 (every layer) to 1; the mean layers "

@@ -89,8 +89,13 @@ def _logical_lines(source: str) -> list[tuple[str, str]]:
     return out
 
 
+def _choices(tp: Any) -> tuple:
+    """The values a Literal setting takes (() for any other type)."""
+    return typing.get_args(_unwrap(tp)) if typing.get_origin(_unwrap(tp)) is typing.Literal else ()
+
+
 def _metavar(tp: Any) -> str:
-    choices = typing.get_args(_unwrap(tp)) if typing.get_origin(_unwrap(tp)) is typing.Literal else ()
+    choices = _choices(tp)
     if choices:
         return "{" + ",".join(map(str, choices)) + "}"
     name = _type_name(tp)
@@ -190,18 +195,21 @@ def flag_values(cls: type, args: Any) -> tuple[dict[str, Any], dict[str, str]]:
     values: dict[str, Any] = {}
     typed_flags: dict[str, str] = {}
 
-    def given(value):
-        return None if isinstance(value, str) and value.lower() in ("none", "null") else value
+    def given(value, tp):
+        # "none" / "null" unsets a setting, but where "none" is one of its choices (--tracker none) it is that choice
+        unset = isinstance(value, str) and value.lower() in ("none", "null") and value not in _choices(tp)
+        return None if unset else value
 
     hints = typing.get_type_hints(cls, include_extras=True)
     for f in dataclasses.fields(cls):
         if hasattr(args, f.name):
-            values[f.name] = given(getattr(args, f.name))
+            values[f.name] = given(getattr(args, f.name), hints[f.name])
             typed_flags[f.name] = _as_typed("--" + f.name.replace("_", "-"), getattr(args, f.name))
         section = _section(hints[f.name])
         if section is not None:
-            flags = {g.name: given(getattr(args, f"{f.name}.{g.name}")) for g in dataclasses.fields(section)
-                     if hasattr(args, f"{f.name}.{g.name}")}
+            inner = typing.get_type_hints(section, include_extras=True)
+            flags = {g.name: given(getattr(args, f"{f.name}.{g.name}"), inner[g.name])
+                     for g in dataclasses.fields(section) if hasattr(args, f"{f.name}.{g.name}")}
             typed_flags.update({f"{f.name}.{g}": _as_typed(_section_flag(cls, f.name, g), getattr(args, f"{f.name}.{g}"))
                                 for g in flags})
             if flags:

@@ -36,7 +36,7 @@ STARTER_STUDENTS: dict[str, dict[str, Any]] = {
 EPILOG = """examples:
   transferset init --data reviews.csv --text-column review --label-column sentiment --output my.yaml
   transferset run --config my.yaml
-  transferset run --data reviews.csv --text-column review --label-column sentiment   (the same, no YAML)"""
+  transferset run --data reviews.csv --text-column review --label-column sentiment   # the same, no YAML"""
 
 _READERS = {"tsv": delimited.rows, "csv": delimited.rows, "jsonl": jsonl.rows, "parquet": parquet.rows, "hf": hf.rows}
 

@@ -27,7 +27,7 @@ example:
   transferset train --transfer runs/sst2/scored --dev ../shared/data/sst2/dev.tsv \\
       --output runs/sst2/bilstm --student bilstm --phases progressive --epochs 3
   transferset train --transfer runs/sst2/scored --dev ../shared/data/sst2/dev.tsv \\
-      --output runs/sst2/tiny --config student.yaml lr=5e-4 model.n_layer=2 losses.kd=2
+      --output runs/sst2/tiny --config student.yaml optim.lr=5e-4 model.n_layer=2 losses.kd=2
 """
 
 
@@ -39,7 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar: a line every 30 s instead")
     parser.add_argument("overrides", nargs="*", metavar="key=value",
-                        help="settings over --config and the flags, e.g. lr=5e-4 engine.warmup=0.2 model.hidden=150")
+                        help="settings over --config and the flags, e.g. optim.lr=5e-4 engine.warmup=0.2 "
+                             "model.hidden=150")
     flags.add_arguments(parser, StudentConfig, title="settings (StudentConfig; also keys of --config)")
 
 

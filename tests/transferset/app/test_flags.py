@@ -89,6 +89,15 @@ def test_flags_build_a_checked_config():
         flags.from_args(AugmentConfig, parser.parse_args(["--n-iter", "x"]))
 
 
+def test_a_choice_named_none_is_that_choice_and_none_elsewhere_is_unset():
+    """`--tracker none` (one of its choices) was read as null and refused: "input should be 'none', ..."."""
+    parser = argparse.ArgumentParser()
+    flags.add_arguments(parser, StudentConfig)
+    cfg = flags.from_args(StudentConfig, parser.parse_args(["--tracker", "none", "--max-length", "none"]),
+                          base={"engine": {"tracker": "tensorboard"}, "max_length": 64})
+    assert (cfg.engine.tracker, cfg.max_length) == ("none", None)
+
+
 def test_a_yaml_base_under_the_flags():
     parser = argparse.ArgumentParser()
     flags.add_arguments(parser, StudentConfig)
