@@ -1,6 +1,6 @@
 """Every example command line runs as written: each line starting with `transferset COMMAND` in a command's
-`--help` and in docs/*.md (code blocks, and inline code) is parsed by that command's own parser, as cli.main
-does (negative values, Beam's pass-through options checked), and its settings are built through the real
+`--help`, in docs/*.md and in README.md (code blocks, and inline code) is parsed by that command's own parser, as
+cli.main does (negative values, Beam's pass-through options checked), and its settings are built through the real
 settings layer (flags over --config, key=value overrides; `run`'s and `init`'s columns against a tiny file), so an
 unknown flag, an unknown key or a bad value fails here. Nothing runs a stage. (`lr=5e-4` in `train --help` was
 refused by the settings layer: `optim.lr=` is the key.)
@@ -44,7 +44,8 @@ PLACEHOLDERS = {
     "C": "student_yaml",
     "S": "0", "N": "2", "W": "2", "B": "5", "X": "1e-3", "K": "0",
 }
-PER_COMMAND = {("train", "YAML"): "student_yaml", ("train", "FILE"): "student_yaml", ("init", "my.yaml"): "init_output"}
+PER_COMMAND = {("train", "YAML"): "student_yaml", ("train", "FILE"): "student_yaml", ("init", "my.yaml"): "init_output",
+               ("init", "YAML"): "init_output"}
 # The required options of each command, for an inline span that leaves them out (a positional: flag None).
 FILL = {
     "augment": [("--input", "D"), ("--output", "OUT")],
@@ -84,7 +85,7 @@ def _lines(text: str, inline: bool) -> list[tuple[int, str, bool]]:
 
 def _doc_examples() -> list:
     return [pytest.param(line, inline, id=f"{page.name}:{number}")
-            for page in sorted(DOCS.glob("*.md"))
+            for page in [*sorted(DOCS.glob("*.md")), REPO / "README.md"]
             for number, line, inline in _lines(page.read_text(encoding="utf-8"), inline=True)]
 
 
