@@ -11,7 +11,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from transferset.app.estimate import Rates, Rows, quiet
 from transferset.app.stages.context import teacher_source
-from transferset.app.stages.search import candidate_configs
+from transferset.app.stages.search import searched
 from transferset.augment.compose import split_words, variant_rows
 from transferset.augment.context import RowContext, contexts_for
 from transferset.config import DEFAULT_MAX_LENGTH, RunConfig
@@ -277,7 +277,7 @@ def measure_rates(cfg: RunConfig, rows: Rows, will_run: set[str]) -> Rates:
     teacher_runs = any(n == "teacher" or n.startswith("teacher.") for n in will_run)
     students = {n.split(".", 1)[1]: cfg.students[n.split(".", 1)[1]] for n in will_run if n.startswith("students.")}
     if "search" in will_run and cfg.search is not None:
-        students.update({f"search.{n}": c for n, c in candidate_configs(cfg.search).items()})
+        students.update({f"search.{n}": c for n, c in searched(cfg).configs.items()})  # those the teacher can give
     needs_model = teacher_runs or bool({"score", "dev.score"} & will_run) or bool(students)
     if not texts or not needs_model and "augment" not in will_run:
         return Rates(measured="nothing to measure", load=load, cores=cores)

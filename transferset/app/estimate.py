@@ -23,7 +23,8 @@ from transferset import fs
 from transferset.augment import join
 from transferset.app.stages import Stage, StageDef
 from transferset.app.stages.context import DataFiles, splits_train
-from transferset.app.stages.search import EXITS, base_of, candidate_configs, in_budget, rung_sizes
+from transferset.app.stages.search import EXITS, base_of, candidate_configs, in_budget, rung_sizes, searched
+from transferset.app.stages.search_space import Space
 from transferset.config import RunConfig
 from transferset.data.splits import SPLIT_STATS_FILE, validation_rows
 from transferset.runtime.errors import UserError
@@ -70,6 +71,7 @@ class Estimate:
     rows: str  # the rows, as arithmetic
     seconds: Optional[float]  # None: not estimated
     reused: bool = False
+    note: str = ""  # what the plan says of the stage below its table (the search's candidates the teacher cannot give)
 
 
 @contextlib.contextmanager
@@ -188,17 +190,21 @@ def vectors_seconds(s_cfg, transfer: int, rates: Rates) -> float:
     return min(transfer, CONTEXT_TEXTS) / rates.score_rows_s
 
 
-def search_estimate(name: str, sc, transfer: int, rows: Rows, rates: Rates) -> Estimate:
+def search_estimate(name: str, sc, transfer: int, rows: Rows, rates: Rates, space: Optional[Space] = None) -> Estimate:
     """Each rung's candidates × its epochs, the slowest counted: at most. With the search's untrained timing
     (`rates.probed`, search_timing.probe) only the variants in budget count, a candidate trained once for its
-    variants (an int8 variant trains as its candidate); without it every candidate counts, the timing unknown."""
-    configs = candidate_configs(sc)
+    variants (an int8 variant trains as its candidate); without it every candidate counts, the timing unknown.
+    `space`: the candidates the run's teacher can give (search.searched; None: every candidate of `sc`)."""
+    space = space or Space(candidate_configs(sc), {}, "")
+    configs = space.configs
+    note = (f"dropped before the first stage, the teacher ({space.teacher}) cannot give them: {space.said()}"
+            if space.dropped else "")
     probed = rates.probed.get(name)
     timed = probed and probed["variants"]
     how = "timed untrained" + (f", {probed['before']}" if probed and probed["before"] else "")
     alive = list(configs) if timed is None else in_budget(timed, sc)
     if not alive:
-        return Estimate(name, f"none of {len(timed)} variants in budget ({how}): the search refuses", 0.0)
+        return Estimate(name, f"none of {len(timed)} variants in budget ({how}): the search refuses", 0.0, note=note)
     bases = list(dict.fromkeys(base_of(v) for v in alive))
     sizes = rung_sizes(len(alive), sc.rungs, sc.keep)
     kept = f"{len(bases)} candidate{'s' * (len(bases) > 1)}"
@@ -207,11 +213,12 @@ def search_estimate(name: str, sc, transfer: int, rows: Rows, rates: Rates) -> E
         ", ".join(f"{n} × {e} epochs" for n, e in zip(sizes, sc.rungs))
     cost: dict[int, list[float]] = {}
     for c in bases:
-        exits = timed is None or any(EXITS in v and base_of(v) == c for v in alive)
+        dropped_exits = any(EXITS in v and base_of(v) == c for v in space.dropped)
+        exits = any(EXITS in v and base_of(v) == c for v in alive) or (timed is None and not dropped_exits)
         for i, epochs in enumerate(sc.rungs):
             e = student_estimate(name, replace(configs[c], epochs=epochs), transfer, rows, rates, key=f"search.{c}")
             if e.seconds is None:
-                return Estimate(name, f"{text} ({c} not calibrated)", None)
+                return Estimate(name, f"{text} ({c} not calibrated)", None, note=note)
             # contextual vectors: made at the first rung, read from the cache at the next (students/data/vectors.py)
             again = vectors_seconds(configs[c], transfer, rates) if i else 0.0
             cost.setdefault(epochs, []).append(e.seconds - again + (exits_seconds(configs[c], sc, transfer, rates,
@@ -220,7 +227,7 @@ def search_estimate(name: str, sc, transfer: int, rows: Rows, rates: Rates) -> E
     # as long again when it took it before them (the search times them again on the trained teacher)
     timing = (sum(rates.student_fixed_s.get(f"search.{c}", 0.0) for c in configs) if probed is None else
               probed["seconds"] if probed["before"] else 0.0)
-    return Estimate(name, text, timing + sum(sum(sorted(cost[e])[-n:]) for n, e in zip(sizes, sc.rungs)))
+    return Estimate(name, text, timing + sum(sum(sorted(cost[e])[-n:]) for n, e in zip(sizes, sc.rungs)), note=note)
 
 
 def exits_seconds(s_cfg, sc, transfer: int, rates: Rates, key: str) -> float:
@@ -265,7 +272,7 @@ def estimate(cfg: RunConfig, stages: Sequence[StageDef], rows: Rows, rates: Rate
         elif s.name.startswith("students."):
             out.append(student_estimate(s.name, cfg.students[s.name.split(".", 1)[1]], transfer, rows, rates))
         elif s.name == "search" and cfg.search is not None:
-            out.append(search_estimate(s.name, cfg.search, transfer, rows, rates))
+            out.append(search_estimate(s.name, cfg.search, transfer, rows, rates, searched(cfg)))
         else:
             out.append(Estimate(s.name, "", None))
     return out
@@ -308,6 +315,7 @@ def plan_lines(estimates: Sequence[Estimate], rates: Rates, cuts: Sequence[str] 
     total = f"{total_seconds(estimates) / 60:6.1f} min"
     lines.append(f"  {'total':<{width}}  {total:>13}  at most (dedup and early stopping make it less), "
                  "the stages not estimated and the report's timing apart")
+    lines += [f"  {e.stage}: {e.note}" for e in estimates if e.note]
     if cuts:
         lines.append(f"cut to fit budget_minutes: {'; '.join(cuts)}")
     if rates.load is not None and rates.cores and rates.load > rates.cores:

@@ -2,6 +2,9 @@
 under a budget. Every candidate trains from the run's one scored set, so trying one costs minutes, not a teacher
 pass.
 
+0. The candidates, and early-exit variants, that the run's teacher cannot give (a transformer cut deeper than it is,
+   exits it cannot take, pkd on layers the scored set will not hold) are dropped before the first stage, and the
+   plan says which (search_space.py); with none left the run is refused (exit 2).
 1. Each candidate is built untrained and timed as the report times models (CPU ms per example at batch 1 on one
    thread, tokenization included), and its saved size measured; with `int8` (the default) its int8 ONNX export
    too, as a variant of its own (NAME+int8), and with `exit_speeds` (the default) a transformer's early exits at
@@ -32,10 +35,11 @@ from transferset.app.outputs import SEARCH_STUDENT
 from transferset.app.search_report import latency_at
 from transferset.app.stages.base import RunOutputs, Stage, StageDef, StageKind, register, stage_key
 from transferset.app.stages.context import Run
+from transferset.app.stages.search_space import Space, teacher_gives
 from transferset.app.stages.search_timing import (EXITS, INT8, int8_export, probe, timed_untrained,
                                                   timing_texts)
 from transferset.app.stages.students import student_settings, with_run_teacher
-from transferset.config import ExitsConfig, StudentConfig
+from transferset.config import ExitsConfig, RunConfig, StudentConfig
 from transferset.config.search import SearchConfig
 from transferset.contract import schema
 from transferset.data import card
@@ -88,6 +92,11 @@ def candidate_configs(sc: SearchConfig) -> dict[str, StudentConfig]:
     """Each candidate's settings, typed and checked as a student's are (a bad one is refused before any stage)."""
     return {name: typed.load(StudentConfig, settings, where=f"search.space.{name}")
             for name, settings in sc.candidates().items()}
+
+
+def searched(cfg: RunConfig) -> Space:
+    """The run's candidates the search times and trains: those its teacher can give (search_space.py)."""
+    return teacher_gives(cfg, candidate_configs(cfg.search))
 
 
 def base_of(variant: str) -> str:
@@ -189,9 +198,12 @@ def halve(r: Run, out: RunOutputs, configs: dict[str, StudentConfig], alive: lis
     return alive[0]
 
 
-def run_search(r: Run, out: RunOutputs, configs: dict[str, StudentConfig], folder: str, log) -> dict:
-    sc = r.cfg.search
-    timed, conditions = timed_untrained(r, out, configs, log)
+def run_search(r: Run, out: RunOutputs, space: Space, folder: str, log) -> dict:
+    sc, configs = r.cfg.search, space.configs
+    if space.dropped:
+        log(f"[search] dropped before the first stage, the teacher ({space.teacher}) cannot give them: {space.said()}")
+    timed, conditions = timed_untrained(r, out, configs, log, space.dropped)
+    timed = {**timed, **{name: {"refused": why} for name, why in space.dropped.items()}}  # recorded as refused
     record = {name: {**entry, "over_budget": None, "stopped": entry["refused"]} if "refused" in entry else
               {**entry, "over_budget": over_budget(entry, sc, entry["teacher_ms"])} for name, entry in timed.items()}
     alive = in_budget(timed, sc)
@@ -273,16 +285,19 @@ def build(r: Run, out: RunOutputs) -> list[StageDef]:
                           "local folders: give a local run_dir")
     if NAME in r.cfg.students:
         raise ConfigError(f"students.{NAME}: the search's chosen student has that name; rename the student")
-    configs = candidate_configs(sc)
+    space = searched(r.cfg)
+    if not space.configs:
+        raise ConfigError(f"search: the teacher ({space.teacher}) can give none of the candidates: {space.said()}: "
+                          "give candidates it can make in search.space")
     folder = r.path("search")
     out.students[NAME] = fs.join(folder, CHOSEN_DIR)
     out.search = fs.join(folder, SEARCH_FILE)
     out.model_stages.append("search")
     settings = {"search": {k: v for k, v in typed.to_dict(sc).items() if k not in ("space", "base")},
-                "candidates": {name: student_settings(r.rules, cfg) for name, cfg in configs.items()}}
+                "candidates": {name: student_settings(r.rules, cfg) for name, cfg in space.configs.items()}}
     return [StageDef("search", folder, settings, ("score", "dev.score", "teacher"), done_file=SEARCH_FILE,
-                     run=lambda work: run_search(r, out, configs, work, r.log),
-                     probe=lambda ready, sample: probe(r, out, configs, ready, sample))]
+                     run=lambda work: run_search(r, out, space, work, r.log),
+                     probe=lambda ready, sample: probe(r, out, space.configs, ready, sample, space.dropped))]
 
 
 KIND = register(StageKind("search", build, after=("students",), before=("test",)))

@@ -16,7 +16,7 @@ import os
 import tempfile
 import time
 from dataclasses import replace
-from typing import Any, Optional, Sequence
+from typing import Any, Collection, Optional, Sequence
 
 from students import families
 from students.build import setup
@@ -77,14 +77,15 @@ def timing_texts(r: Run, out: RunOutputs) -> list[str]:
 
 
 def time_candidates(r: Run, configs: dict[str, StudentConfig], teacher: str, scored: Any, texts: Sequence[str],
-                    log, members: bool = False) -> tuple[dict[str, dict], dict]:
+                    log, members: bool = False, dropped: Collection[str] = ()) -> tuple[dict[str, dict], dict]:
     """Every candidate built untrained on `scored` (a scored set's folder, or a ScoredSet) with `teacher` as its
     teacher where it names none (`members`: an ensemble's set, whose students keep the set's record; the teacher is
     still the one a speed-up budget times), its tokens as training would start; a BiLSTM's or static
     student's table left random: its values do not change its speed, and `contextual` vectors would cost a pass of
     the teacher. Saved in a temporary folder, timed on `texts` and sized, its int8 export with `search.int8`, a
     transformer's exits at their lower bound with `search.exit_speeds`; the teacher timed beside them when the
-    budget is a speed-up → (each variant's figures, or why it cannot be made, the load they were timed under)."""
+    budget is a speed-up → (each variant's figures, or why it cannot be made, the load they were timed under). The
+    variants in `dropped` (those the teacher cannot give: search_space.py) are left out."""
     sc = r.cfg.search
     models, sized, refused, speeds = {}, {}, {}, {}
     with tempfile.TemporaryDirectory(prefix="transferset-search-") as folder:
@@ -96,7 +97,7 @@ def time_candidates(r: Run, configs: dict[str, StudentConfig], teacher: str, sco
             student = Student.from_setup(setup(given, scored))
             student.save_pretrained(saved)
             models[name] = saved
-            if variants := exits_variants(name, cfg, sc):
+            if variants := {v: speed for v, speed in exits_variants(name, cfg, sc).items() if v not in dropped}:
                 bound = fs.join(folder, "untrained-exits", name)
                 why = exits_bound(student, bound)
                 for variant, speed in variants.items():
@@ -127,9 +128,11 @@ def time_candidates(r: Run, configs: dict[str, StudentConfig], teacher: str, sco
             for name in sized}, timed["conditions"]
 
 
-def on_run(r: Run, out: RunOutputs, configs: dict[str, StudentConfig], log) -> tuple[dict[str, dict], dict]:
+def on_run(r: Run, out: RunOutputs, configs: dict[str, StudentConfig], log,
+           dropped: Collection[str] = ()) -> tuple[dict[str, dict], dict]:
     """The untrained timing on the run's teacher, scored set and selection rows."""
-    return time_candidates(r, configs, out.teacher, out.scored, timing_texts(r, out), log, members=bool(out.members))
+    return time_candidates(r, configs, out.teacher, out.scored, timing_texts(r, out), log, members=bool(out.members),
+                           dropped=dropped)
 
 
 # the untrained timing the plan took (`probe`), by timing_key: the search stage that follows in the same process
@@ -151,7 +154,7 @@ def timing_key(r: Run, out: RunOutputs, configs: dict[str, StudentConfig]) -> st
 
 
 def probe(r: Run, out: RunOutputs, configs: dict[str, StudentConfig], ready: bool,
-          sample: Sequence[str]) -> Optional[dict]:
+          sample: Sequence[str], dropped: Collection[str] = ()) -> Optional[dict]:
     """The candidates timed untrained for the plan (StageDef.probe), so that it counts only those in budget:
     {"variants": each variant's figures, "before": None, or what the timing stood in for (`before_scoring`),
     "seconds": what the timing took}. `ready`: every stage upstream is reused (the timing is kept for the search
@@ -160,25 +163,26 @@ def probe(r: Run, out: RunOutputs, configs: dict[str, StudentConfig], ready: boo
     started = time.perf_counter()
     if ready:
         key = timing_key(r, out, configs)
-        _PROBED[key] = on_run(r, out, configs, r.log)
+        _PROBED[key] = on_run(r, out, configs, r.log, dropped)
         timed, before = _PROBED[key][0], None
     else:
-        timed, before = before_scoring(r, configs, sample)
+        timed, before = before_scoring(r, configs, sample, dropped)
         if timed is None:
             return None
     return {"variants": timed, "before": before, "seconds": time.perf_counter() - started}
 
 
-def timed_untrained(r: Run, out: RunOutputs, configs: dict[str, StudentConfig], log) -> tuple[dict[str, dict], dict]:
+def timed_untrained(r: Run, out: RunOutputs, configs: dict[str, StudentConfig], log,
+                    dropped: Collection[str] = ()) -> tuple[dict[str, dict], dict]:
     """The plan's timing of these very candidates on these inputs (`probe`), else a timing now."""
     taken = _PROBED.pop(timing_key(r, out, configs), None)
     if taken is None:
-        return on_run(r, out, configs, log)
+        return on_run(r, out, configs, log, dropped)
     log(f"[search] the plan's timing of {len(taken[0])} untrained variants, reused")
     return taken
 
 
-def before_scoring(r: Run, configs: dict[str, StudentConfig], sample: Sequence[str]
+def before_scoring(r: Run, configs: dict[str, StudentConfig], sample: Sequence[str], dropped: Collection[str] = ()
                    ) -> tuple[Optional[dict[str, dict]], str]:
     """The untrained timing before the teacher and the scored set are made: each candidate built on the teacher's
     model as the run starts from it (`teacher_source`) and timed on `sample`. A scored set's record stands in for
@@ -202,7 +206,7 @@ def before_scoring(r: Run, configs: dict[str, StudentConfig], sample: Sequence[s
                     schema.META_MAX_LENGTH: cfg.score.max_length or cfg.teacher.max_length or DEFAULT_MAX_LENGTH}
             scored = ScoredSet(empty, meta, labels, [*schema.TRANSFER_COLUMNS, *schema.TEACHER_COLUMNS], width,
                                len(texts), len(texts))
-            return time_candidates(r, configs, teacher, scored, texts, r.log)[0], before
+            return time_candidates(r, configs, teacher, scored, texts, r.log, dropped=dropped)[0], before
     except Exception as exc:  # noqa: BLE001 - the plan then counts every candidate, as it says
         r.log(f"[plan] the search's candidates could not be timed {before} ({type(exc).__name__}: {exc}); the plan "
               "counts every candidate")

@@ -270,9 +270,10 @@ def test_an_early_exit_variant_is_timed_at_its_bound_trained_beside_its_candidat
     run_pipeline(search_config(tmp_path, data, tiny_teacher, 100.0, space=space, exit_speeds=[0.5], rungs=[1]),
                  log=lambda m: None, functions=StageFunctions(exits=train_exits))
     c = json.loads((tmp_path / "run" / "search" / "search.json").read_text())["candidates"]
-    # a transformer's variant per speed; a BiLSTM has none; one layer cannot exit below its top
+    # a transformer's variant per speed; a BiLSTM has none; one layer cannot exit below its top (dropped before the
+    # first stage, recorded as refused)
     assert set(c) == {"t2", "t2+exits@0.5", "t1", "t1+exits@0.5", "small"}
-    assert c["t1+exits@0.5"]["stopped"].startswith("no early exits: early exits: one encoder layer")
+    assert c["t1+exits@0.5"]["stopped"] == "no early exits: one encoder layer; an exit below the top needs at least two"
     assert ", and a transformer with early exits (NAME+exits@S, in PyTorch, untrained: every row leaving at the " \
         "first branch); chosen: " in (tmp_path / "run" / "results.md").read_text()
     variant = c["t2+exits@0.5"]
