@@ -154,7 +154,8 @@ def plan_time(cfg: RunConfig, files: DataFiles, replan: Callable[[RunConfig], Se
               data_dir: Optional[str], measure: Measure, log: Callable[[str], None],
               earlier: Optional[RunConfig] = None) -> tuple[RunConfig, list[str]]:
     """Print the plan (rows and minutes of each stage) and return the config cut to fit `budget_minutes` with the
-    cuts made. `replan(cfg)`: the run's stages; `measure(cfg, rows, will_run)`: the rates of the stages that will run
+    cuts made; refuse the run (ConfigError) after the plan when a stage's probe says it cannot succeed.
+    `replan(cfg)`: the run's stages; `measure(cfg, rows, will_run)`: the rates of the stages that will run
     (calibrate.measure_rates); `earlier`: the config the last run in the folder recorded (earlier_cut)."""
     start = earlier_cut(cfg, earlier) or cfg
     stages = replan(start)
@@ -172,6 +173,9 @@ def plan_time(cfg: RunConfig, files: DataFiles, replan: Callable[[RunConfig], Se
     cuts = [f"{k} {_shown(before[k])} → {_shown(after[k])}" for k in before if before[k] != after[k]]
     for line in plan_lines(estimate(cut, stages, rows, rates, reused), rates, cuts):
         log(line)
+    refused = [got["refuse"] for got in rates.probed.values() if got.get("refuse")]
+    if refused:  # what a stage's probe measured says it cannot succeed (the search: no variant in budget)
+        raise ConfigError(refused[0])
     return cut, cuts
 
 

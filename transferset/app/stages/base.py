@@ -52,7 +52,8 @@ class StageDef:
     resume: Optional[Callable[[str], Any]] = None
     # probe(ready, sample) → what the plan may measure of the stage's work before it runs (None: nothing), `ready`
     # when every stage upstream is reused, `sample` the plan's train texts (the search: its candidates timed
-    # untrained, so the plan counts those in budget); estimate.py reads it
+    # untrained, so the plan counts those in budget); estimate.py reads it. A result holding "refuse" (a message)
+    # stops the run after the plan is printed, before its first stage (ConfigError: time_budget.plan_time)
     probe: Optional[Callable[[bool, Sequence[str]], Any]] = None
 
     def key(self, upstream_keys: Sequence[str]) -> str:

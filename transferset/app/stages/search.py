@@ -10,7 +10,8 @@ pass.
    too, as a variant of its own (NAME+int8), and with `exit_speeds` (the default) a transformer's early exits at
    each speed (NAME+exits@S, PyTorch: exits do not export), timed at their lower bound, every row leaving at the
    first branch. Those over budget are dropped before any training. The plan times them the same way
-   (search_timing.py), so it counts those in budget.
+   (search_timing.py), so it counts those in budget, and refuses a budget none meets before the first stage (exit 2,
+   naming the closest).
 2. Successive halving on the selection split: every candidate left trains `rungs[0]` epochs, the best `keep` of
    them train `rungs[1]` epochs, and so on; the best of the last rung is chosen (of two alike, the faster). The
    test split chooses nothing.
@@ -97,6 +98,14 @@ def candidate_configs(sc: SearchConfig) -> dict[str, StudentConfig]:
 def searched(cfg: RunConfig) -> Space:
     """The run's candidates the search times and trains: those its teacher can give (search_space.py)."""
     return teacher_gives(cfg, candidate_configs(cfg.search))
+
+
+def none_in_budget(timed: dict[str, dict], sc: SearchConfig, how: str = "", busy: str = "") -> str:
+    """The refusal of a budget that none of the timed variants meets, naming the closest and how far it is."""
+    near = closest({n: e for n, e in timed.items() if "refused" not in e}, sc)
+    return (f"search: no candidate meets the budget{how}; the closest is {near} "
+            f"({'; '.join(over_budget(timed[near], sc, timed[near]['teacher_ms']))}{busy}): raise the budget or add "
+            "smaller candidates")
 
 
 def base_of(variant: str) -> str:
@@ -211,11 +220,8 @@ def run_search(r: Run, out: RunOutputs, space: Space, folder: str, log) -> dict:
         if record[name]["over_budget"]:
             record[name]["stopped"] = "over budget: " + "; ".join(record[name]["over_budget"])
     if not alive:
-        near = closest({n: e for n, e in timed.items() if "refused" not in e}, sc)
         busy = f"; timed on a busy machine ({timing.describe(conditions)})" if conditions.get("busy") else ""
-        raise UserError(f"search: no candidate meets the budget; the closest is {near} "
-                        f"({'; '.join(record[near]['over_budget'])}{busy}): raise the budget or add smaller "
-                        "candidates")
+        raise UserError(none_in_budget(timed, sc, busy=busy))
     chosen = halve(r, out, configs, alive, record, log)
     source = record[chosen].pop("folder")
     target = fs.join(folder, CHOSEN_DIR)
@@ -276,6 +282,16 @@ def chosen_by(doc: dict) -> dict:
             "runner_up": runner_up and {"name": runner_up, "accuracy": c[runner_up]["selection_accuracy"][last]}}
 
 
+def plan_probe(r: Run, out: RunOutputs, space: Space, ready: bool, sample: Sequence[str]) -> Optional[dict]:
+    """The candidates timed untrained for the plan (search_timing.probe) and, when none of the variants meets the
+    budget, the refusal the plan stops the run with before its first stage (time_budget.plan_time)."""
+    got = probe(r, out, space.configs, ready, sample, space.dropped)
+    if got is not None and not in_budget(got["variants"], r.cfg.search):
+        got["refuse"] = none_in_budget(got["variants"], r.cfg.search,
+                                       " (timed untrained" + (f", {got['before']})" if got["before"] else ")"))
+    return got
+
+
 def build(r: Run, out: RunOutputs) -> list[StageDef]:
     sc = r.cfg.search
     if sc is None:
@@ -297,7 +313,7 @@ def build(r: Run, out: RunOutputs) -> list[StageDef]:
                 "candidates": {name: student_settings(r.rules, cfg) for name, cfg in space.configs.items()}}
     return [StageDef("search", folder, settings, ("score", "dev.score", "teacher"), done_file=SEARCH_FILE,
                      run=lambda work: run_search(r, out, space, work, r.log),
-                     probe=lambda ready, sample: probe(r, out, space.configs, ready, sample, space.dropped))]
+                     probe=lambda ready, sample: plan_probe(r, out, space, ready, sample))]
 
 
 KIND = register(StageKind("search", build, after=("students",), before=("test",)))

@@ -1,5 +1,7 @@
-"""What the teacher can give the search, known before the first stage: `transferset run` on a tiny 2-layer BERT
-teacher and 300 SST-2 rows. Nothing runs: no stage folder, no run folder."""
+"""What the teacher can give the search, and a budget no candidate meets, both known before the first stage:
+`transferset run` on a tiny 2-layer BERT teacher and 300 SST-2 rows. Nothing runs: no stage folder, no run folder."""
+import re
+
 import pytest
 import yaml
 
@@ -60,3 +62,27 @@ def test_a_search_the_teacher_can_give_no_candidate_of_is_refused_before_anythin
                    "candidates it can make in search.space\n")
     assert not (tmp_path / "run").exists()
 
+
+@pytest.mark.integration
+@pytest.mark.parametrize("flag, value, figure", [("--budget-mb", "1e-9", r"[0-9.]+ MB > 1e-09 MB"),
+                                                 ("--budget-speedup", "1e9",
+                                                  r"[0-9.e+-]+x the teacher's speed < 1e\+09x")])
+def test_a_budget_no_candidate_meets_is_refused_before_the_first_stage_naming_the_closest(
+        tmp_path, capsys, sst2_dir, head_tsv, tiny_teacher, flag, value, figure):
+    space = {"small": {"student": "bilstm", "model": {"embed_dim": 8, "hidden": 8}},
+             "wide": {"student": "bilstm", "model": {"embed_dim": 8, "hidden": 64}}}
+    config = _config(tmp_path, sst2_dir, head_tsv, tiny_teacher, space=space)
+    rc = main(["run", "--config", config, flag, value])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    # the plan is printed, then the refusal: one line naming the closest candidate and its figure
+    row = next(line for line in err.splitlines() if line.startswith("  search "))
+    assert "none of 2 variants in budget (timed untrained, on the teacher, before the scoring): the search refuses" \
+        in row
+    error = err.splitlines()[-1]
+    assert re.fullmatch(r"transferset run: error: search: no candidate meets the budget \(timed untrained, on the "
+                        r"teacher, before the scoring\); the closest is (small|wide) \(" + figure + r"\): raise the "
+                        r"budget or add smaller candidates", error), error
+    if flag == "--budget-mb":  # the smaller of the two on disk
+        assert "the closest is small (" in error
+    assert not (tmp_path / "run").exists()

@@ -4,6 +4,7 @@ import pytest
 
 from transferset.app.calibrate import measure_rates
 from transferset.app.runner import run_pipeline
+from transferset.runtime.errors import ConfigError
 from stage_plans import search_config, search_data
 
 
@@ -22,10 +23,12 @@ def test_a_fresh_runs_plan_times_the_candidates_on_the_teacher_before_the_scorin
     row = next(m for m in log if m.startswith("  search "))
     assert ("3 of 4 variants in budget (timed untrained, on the teacher, before the scoring), 3 candidates; "
             "3 × 1 epochs, 2 × 2 epochs") in row
-    # a budget none meets: the plan says the search will refuse, and counts nothing for it
+    # a budget none meets: the plan says the search will refuse, counts nothing for it, and the run is refused
     log.clear()
-    run_pipeline(search_config(tmp_path, data, tiny_teacher, 1e-4), log=log.append, measure=measure_rates,
-                 plan_only=True)
+    with pytest.raises(ConfigError, match=r"^search: no candidate meets the budget \(timed untrained, on the teacher, "
+                                          r"before the scoring\); the closest is (small|static) \("):
+        run_pipeline(search_config(tmp_path, data, tiny_teacher, 1e-4), log=log.append, measure=measure_rates,
+                     plan_only=True)
     row = next(m for m in log if m.startswith("  search "))
     assert "none of 4 variants in budget (timed untrained, on the teacher, before the scoring): the search refuses" \
         in row
