@@ -1,16 +1,17 @@
 """The run's plan printed before its first stage (transferset/app/estimate.py's minutes) and cut to fit
 `budget_minutes`.
 
-Cuts, in this order, each only as deep as the budget needs before the next is touched (and, once the plan fits,
-each earlier cut given back as far as the budget allows: a deep later cut may make it needless):
-1. augment.unlabeled_n_iter, halved down to 0
-2. augment.n_iter, halved down to 1
-3. every student's epochs, one at a time down to 1
-4. the search's last rung (`search.rungs`), one epoch at a time down to one more than the rung before
-5. the unlabeled rows (unlabeled_limit), halved down to 0
-6. teacher.epochs, one at a time down to 1
-Variants go first (real in-domain text pays more than variants of it), the teacher last (everything downstream
-learns from it). A cut that would change the key of a stage the run reuses is never made.
+The cuts are made where the distilled student loses least per minute saved: each step of each lever (one epoch
+fewer, variants or unlabeled rows halved) has a cost in points of the distilled student's selection accuracy, and
+the cheapest step per second saved is taken until the plan fits (then any step the budget can give back is given
+back, the costliest first). The costs (LOSS) were measured on a newcomer's proxy, 6,000 SST-2 rows at 2 cores
+(benchmarks/levers.py; docs/results.md, "Where should a budget's minutes go?"): the teacher's epochs bought +3.7
+and +1.1 points of the teacher's selection accuracy, the distilled student's second epoch +3.1 and the next three
++1.0 together, while 1, 2 or 4 variants per row left it level (85.3, 85.3, 84.8). Real in-domain text pays more
+than variants of it (docs/results.md, by data size). No cut leaves a distilled student seeing fewer than
+MIN_SEEN times the labeled rows (rows × epochs): below that it fell to the labels-only student's level (81.2
+against 81.7 on selection); a budget that cannot afford it is refused with the minutes it needs. A cut that would
+change the key of a stage the run reuses is never made.
 """
 from __future__ import annotations
 
@@ -18,10 +19,13 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional, Sequence
 
-from transferset.app.estimate import Rates, Rows, count_rows, current, estimate, plan_lines, total_seconds
+from transferset.app.chosen import learned_from_labels_only
+from transferset.app.estimate import (Rates, Rows, count_rows, current, estimate, plan_lines, total_seconds,
+                                      transfer_rows, with_limit)
 from transferset.app.stages import StageDef
 from transferset.app.stages.context import DataFiles, splits_train
 from transferset.config import RunConfig
+from transferset.runtime import typed
 from transferset.runtime.errors import ConfigError
 
 
@@ -34,6 +38,24 @@ class Lever:
     values: list[Any]
     apply: Callable[[RunConfig, Any], RunConfig]
     stages: tuple[str, ...]  # the stages whose keys the cut changes (theirs and every stage after them)
+    loss: Callable[[Any], float]  # the points a step costs, by the value it cuts from (the value one step milder)
+
+
+MIN_SEEN = 4  # a distilled student sees at least this many times the labeled rows (transfer rows × epochs)
+
+
+def epoch_loss(first: float, second: float) -> Callable[[Any], float]:
+    """The points an epoch fewer costs, cutting from `e` epochs: `first` for the second epoch (2 → 1), `second` for
+    the third, then less for each later one (second / (e - 2)): the curves of benchmarks/levers.py."""
+    return lambda e: first if e <= 2 else second / (e - 2)
+
+
+# The cost of one step of each lever, in points of the distilled student's selection accuracy (the module says where
+# each was measured): the teacher's epochs, the students' (and the search's last rung), a halving of the variants
+# per row and of the unlabeled rows.
+LOSS = {"teacher.epochs": epoch_loss(3.7, 1.1), "students' epochs": epoch_loss(3.1, 1.0),
+        "search's last rung": epoch_loss(3.1, 1.0), "augment.n_iter": lambda _: 0.3,
+        "augment.unlabeled_n_iter": lambda _: 0.3, "unlabeled rows": lambda _: 1.0}
 
 
 def halvings(value: int, floor: int) -> list[int]:
@@ -50,8 +72,8 @@ def _augment(key: str, original: Any) -> Callable[[RunConfig, Any], RunConfig]:
 
 
 def levers(cfg: RunConfig, stages: Sequence[StageDef], rows: Rows) -> list[Lever]:
-    """The cuts, in the order they are made (the module's docstring says why); a lever applied with None gives the
-    setting back its value in `cfg`."""
+    """The settings a budget may cut, each with its values from the mildest cut to the deepest and what a step costs
+    (LOSS); a lever applied with None gives the setting back its value in `cfg`."""
     a = cfg.augment
     names = [s.name for s in stages]
     trained = tuple(s.name for s in stages if s.run is not None and (s.name == "teacher" or s.kind == "teacher"))
@@ -64,22 +86,25 @@ def levers(cfg: RunConfig, stages: Sequence[StageDef], rows: Rows) -> list[Lever
                                     for n, s in c.students.items()})
 
     out = [Lever("augment.unlabeled_n_iter", a.variants_for(False), halvings(a.variants_for(False), 0),
-                 _augment("unlabeled_n_iter", a.unlabeled_n_iter), ("augment",)),
-           Lever("augment.n_iter", a.n_iter, halvings(a.n_iter, 1), _augment("n_iter", a.n_iter), ("augment",)),
-           Lever("students' epochs", epochs, list(range(epochs - 1, 0, -1)), student_epochs, students)]
+                 _augment("unlabeled_n_iter", a.unlabeled_n_iter), ("augment",), LOSS["augment.unlabeled_n_iter"]),
+           Lever("augment.n_iter", a.n_iter, halvings(a.n_iter, 1), _augment("n_iter", a.n_iter), ("augment",),
+                 LOSS["augment.n_iter"]),
+           Lever("students' epochs", epochs, list(range(epochs - 1, 0, -1)), student_epochs, students,
+                 LOSS["students' epochs"])]
     if cfg.search is not None and "search" in names:
         rungs = cfg.search.rungs
         out.append(Lever("search's last rung", rungs[-1], list(range(rungs[-1] - 1, rungs[-2] if len(rungs) > 1 else 0,
                                                                      -1)),
                          lambda c, v: replace(c, search=replace(c.search, rungs=(*rungs[:-1], v or rungs[-1]))),
-                         ("search",)))
+                         ("search",), LOSS["search's last rung"]))
     if splits_train(cfg) and rows.unlabeled:
         out.append(Lever("unlabeled rows", rows.unlabeled, halvings(rows.unlabeled, 0),
-                         lambda c, v: replace(c, unlabeled_limit=cfg.unlabeled_limit if v is None else v), ("data",)))
+                         lambda c, v: replace(c, unlabeled_limit=cfg.unlabeled_limit if v is None else v), ("data",),
+                         LOSS["unlabeled rows"]))
     if trained:
         out.append(Lever("teacher.epochs", cfg.teacher.epochs, list(range(cfg.teacher.epochs - 1, 0, -1)),
                          lambda c, v: replace(c, teacher=replace(c.teacher, epochs=cfg.teacher.epochs if v is None
-                                                                 else v)), trained))
+                                                                 else v)), trained, LOSS["teacher.epochs"]))
     return out
 
 
@@ -92,36 +117,67 @@ def downstream(stages: Sequence[StageDef], names: Sequence[str]) -> set[str]:
     return found
 
 
+def sees_enough(cfg: RunConfig, rows: Rows) -> bool:
+    """Whether every distilled student (one that reads the teacher's outputs) sees at least MIN_SEEN times the
+    labeled rows: the transfer set's rows (before dedup) × its epochs."""
+    seen = transfer_rows(cfg, with_limit(cfg, rows))
+    return all(seen * s.epochs >= MIN_SEEN * rows.labeled for s in cfg.students.values()
+               if not learned_from_labels_only(typed.to_dict(s)))
+
+
 def fit(cfg: RunConfig, stages: Sequence[StageDef], rows: Rows, rates: Rates, reused: set[str],
         budget_minutes: float) -> tuple[RunConfig, list[str]]:
-    """`cfg` cut to fit the budget, and each cut as first made in words (plan_time says the cuts that stay);
-    refuses (ConfigError) when the smallest plan does not fit. A lever whose cut would change a reused stage's key
-    is left as it is."""
+    """`cfg` cut to fit the budget, and the cuts in words: the step that costs the fewest points per second saved
+    first (LOSS), none below MIN_SEEN (when `cfg` meets it), then each step the budget allows given back, the
+    costliest first; refuses (ConfigError) when the smallest plan does not fit. A lever whose cut would change a
+    reused stage's key is left as it is."""
     def seconds(c: RunConfig) -> float:
         return total_seconds(estimate(c, stages, rows, rates, reused))
 
-    budget = budget_minutes * 60
-    cuts: list[str] = []
-    used: list[Lever] = []
-    for lever in levers(cfg, stages, rows):
-        if seconds(cfg) <= budget:
+    budget, floor = budget_minutes * 60, sees_enough(cfg, rows)
+    free = [lv for lv in levers(cfg, stages, rows) if lv.values and not downstream(stages, lv.stages) & reused]
+    depth = {lv.name: -1 for lv in free}  # the index of each lever's value (-1: not cut)
+
+    def at(d: dict[str, int]) -> RunConfig:
+        c = cfg
+        for lv in free:
+            c = lv.apply(c, None if d[lv.name] < 0 else lv.values[d[lv.name]])
+        return c
+
+    def step_cost(lv: Lever, d: dict[str, int]) -> float:  # the points the lever's next step (from d) costs
+        return lv.loss(lv.now if d[lv.name] < 0 else lv.values[d[lv.name]])
+
+    now, blocked = seconds(cfg), False
+    while now > budget:
+        steps = []
+        for lv in (lv for lv in free if depth[lv.name] + 1 < len(lv.values)):
+            deeper = {**depth, lv.name: depth[lv.name] + 1}
+            if floor and not sees_enough(at(deeper), rows):
+                blocked = True
+                continue
+            saved = now - seconds(at(deeper))
+            if saved > 0:
+                steps.append((step_cost(lv, depth) / saved, lv.name, deeper))
+        if not steps:
             break
-        if not lever.values or downstream(stages, lever.stages) & reused:
-            continue
-        chosen = next((v for v in lever.values if seconds(lever.apply(cfg, v)) <= budget), lever.values[-1])
-        cfg = lever.apply(cfg, chosen)
-        cuts.append(f"{lever.name} {lever.now:,} → {chosen:,}")
-        used.append(lever)
-    if seconds(cfg) <= budget:
-        # a later, deeper cut may have made an earlier one needless: give each back as much as the budget allows,
-        # the one cut last first (the later a lever comes in the order, the more it is worth)
-        for lever in reversed(used[:-1]):
-            cfg = next(c for c in (*(lever.apply(cfg, v) for v in (None, *lever.values)), cfg) if seconds(c) <= budget)
-        return cfg, cuts
-    made = "; ".join(cuts) or "nothing it may cut"
-    raise ConfigError(f"budget_minutes={budget_minutes:g}: even the smallest plan ({made}) takes about "
-                      f"{seconds(cfg) / 60:.1f} minutes on this machine: give at least {math.ceil(seconds(cfg) / 60)}, "
-                      "or fewer rows")
+        depth = min(steps, key=lambda t: t[0])[2]
+        now = seconds(at(depth))
+    if now > budget:
+        raise ConfigError(_refusal(budget_minutes, free, depth, now, blocked))
+    for lv in sorted(free, key=lambda lv: -step_cost(lv, {**depth, lv.name: depth[lv.name] - 1})):
+        while depth[lv.name] >= 0 and seconds(at({**depth, lv.name: depth[lv.name] - 1})) <= budget:
+            depth = {**depth, lv.name: depth[lv.name] - 1}
+    return at(depth), [f"{lv.name} {lv.now:,} → {lv.values[depth[lv.name]]:,}" for lv in free if depth[lv.name] >= 0]
+
+
+def _refusal(budget_minutes: float, free: Sequence[Lever], depth: dict[str, int], seconds: float,
+             blocked: bool) -> str:
+    made = "; ".join(f"{lv.name} {lv.now:,} → {lv.values[depth[lv.name]]:,}" for lv in free
+                     if depth[lv.name] >= 0) or "nothing it may cut"
+    floor = (f"; a distilled student sees at least {MIN_SEEN} times the labeled rows (rows × epochs), below which it "
+             "learned no more than the labels-only student" if blocked else "")
+    return (f"budget_minutes={budget_minutes:g}: even the smallest plan ({made}) takes about {seconds / 60:.1f} "
+            f"minutes on this machine{floor}: give at least {math.ceil(seconds / 60)}, or fewer rows")
 
 
 Measure = Callable[[RunConfig, Rows, set[str]], Rates]

@@ -1,5 +1,5 @@
-"""The plan cut to fit `budget_minutes` (transferset/app/time_budget.py): the cuts in their order and only as deep
-as needed, the refusal with the minimum, no cut that changes a reused stage's key, the plan printed before the first
+"""The plan cut to fit `budget_minutes` (transferset/app/time_budget.py): the cheapest cuts per second saved first
+and only as deep as needed, the floor of rows a distilled student sees, the refusal with the minimum, no cut that changes a reused stage's key, the plan printed before the first
 stage (or alone), a rerun keeping its cuts."""
 from __future__ import annotations
 
@@ -15,21 +15,55 @@ from transferset.runtime.errors import ConfigError
 from plan_rates import RATES, ROWS, demo, total  # noqa: I001 (a helper beside the tests)
 
 
-def test_a_budget_cuts_the_variants_first_and_only_as_deep_as_it_needs(tmp_path, sst2_dir):
+def test_a_budget_cuts_where_the_student_loses_least_per_second_and_only_as_deep_as_it_needs(tmp_path, sst2_dir):
     cfg, stages = demo(tmp_path, sst2_dir, "augment.n_iter=4", "augment.unlabeled_n_iter=4")
     one_cut = replace(cfg, augment=replace(cfg.augment, unlabeled_n_iter=2))
     cut, cuts = tb.fit(cfg, stages, ROWS, RATES, set(), (total(one_cut, stages) + 1e-3) / 60)
     assert cuts == ["augment.unlabeled_n_iter 4 → 2"] and cut.augment == one_cut.augment
     assert tb.fit(cfg, stages, ROWS, RATES, set(), total(cfg, stages) / 60 + 1) == (cfg, [])
-    # deeper: no unlabeled variants, one per labeled row, the students' epochs, then half the unlabeled rows
-    deep = replace(cfg, augment=replace(cfg.augment, unlabeled_n_iter=0, n_iter=1), unlabeled_limit=7000,
-                   students={n: replace(s, epochs=1) for n, s in cfg.students.items()})
-    cut, cuts = tb.fit(cfg, stages, ROWS, RATES, set(), (total(deep, stages) + 1e-3) / 60)
-    assert cuts == ["augment.unlabeled_n_iter 4 → 0", "augment.n_iter 4 → 1", "students' epochs 8 → 1",
-                    "unlabeled rows 14,000 → 7,000"]
-    assert cut.teacher.epochs == 5 and cut.unlabeled_limit == 7000
-    assert est.plan_lines(est.estimate(cut, stages, ROWS, RATES, set()), RATES, cuts)[-1] == \
-        "cut to fit budget_minutes: " + "; ".join(cuts)
+    # deeper: the variants (0.3 points a halving) and a teacher epoch of five (0.37) before any student's epoch
+    # (its eighth costs 0.17 points but saves seconds of both students' 100k-row epochs at 0.1 s a step: more per
+    # second) and before half the unlabeled rows (1.0)
+    budget = total(cfg, stages) * 0.5 / 60
+    cut, cuts = tb.fit(cfg, stages, ROWS, RATES, set(), budget)
+    assert cuts == ["augment.unlabeled_n_iter 4 → 0", "augment.n_iter 4 → 2", "teacher.epochs 5 → 4"]
+    assert {n: s.epochs for n, s in cut.students.items()} == {n: s.epochs for n, s in cfg.students.items()}
+    assert total(cut, stages) <= budget * 60
+    # a slow teacher: its epochs are what a second saved costs least
+    slow = replace(RATES, teacher_step_s=10.0)
+    budget = total(cfg, stages, rates=slow) * 0.7 / 60
+    assert tb.fit(cfg, stages, ROWS, slow, set(), budget)[1] == ["augment.unlabeled_n_iter 4 → 2", "teacher.epochs 5 → 3"]
+
+
+def test_a_step_a_later_cut_made_needless_is_given_back(tmp_path, sst2_dir):
+    """At 30 % of the plan the unlabeled rows' variants went to 0 first, then deeper cuts made room: one comes back."""
+    cfg, stages = demo(tmp_path, sst2_dir, "augment.n_iter=4", "augment.unlabeled_n_iter=4")
+    budget = total(cfg, stages) * 0.3 / 60
+    cut, cuts = tb.fit(cfg, stages, ROWS, RATES, set(), budget)
+    assert cuts == ["augment.unlabeled_n_iter 4 → 1", "augment.n_iter 4 → 1", "unlabeled rows 14,000 → 3,500",
+                    "teacher.epochs 5 → 3"]
+    assert total(cut, stages) <= budget * 60
+    zero = replace(cut, augment=replace(cut.augment, unlabeled_n_iter=0))
+    assert total(zero, stages) < total(cut, stages)  # the greedy pass had taken it to 0
+
+
+def test_no_cut_leaves_a_distilled_student_seeing_fewer_than_four_times_the_labeled_rows(tmp_path, sst2_dir):
+    """Below MIN_SEEN the distilled student learned no more than the labels-only one: a budget that needs it is
+    refused, saying so and the minutes the smallest plan takes."""
+    rows = est.Rows(labeled=3000, unlabeled=0, selection=1000)
+    cfg, stages = demo(tmp_path, sst2_dir, "augment.n_iter=1", "students.distilled.epochs=2",
+                       "students.labels_only.epochs=2")
+    assert tb.sees_enough(cfg, rows)  # 3,000 × 2 + 1,500 joined = 7,500 rows × 2 epochs ≥ 4 × 3,000
+    one = replace(cfg, students={n: replace(s, epochs=1) for n, s in cfg.students.items()})
+    assert not tb.sees_enough(one, rows)
+    full = est.total_seconds(est.estimate(cfg, stages, rows, RATES, set()))
+    cut, cuts = tb.fit(cfg, stages, rows, RATES, set(), full * 0.5 / 60)
+    assert cuts == ["teacher.epochs 5 → 1"] and cut.students == cfg.students
+    with pytest.raises(ConfigError, match=r"\(teacher.epochs 5 → 1\) takes about 4.0 minutes on this machine; a "
+                                          r"distilled student sees at least 4 times the labeled rows \(rows × "
+                                          r"epochs\), below which it learned no more than the labels-only student: "
+                                          r"give at least 5, or fewer rows$"):
+        tb.fit(cfg, stages, rows, RATES, set(), full * 0.3 / 60)
 
 
 def test_a_budget_the_smallest_plan_cannot_meet_is_refused_with_the_minimum(tmp_path, sst2_dir):
@@ -110,15 +144,3 @@ def test_a_rerun_under_the_same_budget_keeps_the_cuts_the_last_run_made(tmp_path
     rates[0] = replace(RATES, teacher_step_s=0.5)  # faster now: a fresh fit would cut less
     run_pipeline(cfg, log=log.append, functions=rec.functions(), measure=lambda c, r, w: rates[0])
     assert not any("running →" in m for m in log) and "cut to fit budget_minutes: augment.n_iter 8 → 2" in log
-
-
-def test_a_deep_later_cut_gives_the_earlier_cuts_back_as_far_as_the_budget_allows(tmp_path, sst2_dir):
-    """A slow teacher: cutting its epochs is what it takes, and the unlabeled rows it first cut to none come back."""
-    cfg, stages = demo(tmp_path, sst2_dir)
-    slow = replace(RATES, teacher_step_s=10.0)
-    three = replace(cfg, teacher=replace(cfg.teacher, epochs=3))
-    budget = est.total_seconds(est.estimate(three, stages, ROWS, slow, set())) / 60 + 1e-3
-    cut, cuts = tb.fit(cfg, stages, ROWS, slow, set(), budget)
-    assert "unlabeled rows 14,000 → 0" in cuts and cut.teacher.epochs < 5  # the forward pass went that deep
-    assert cut.unlabeled_limit != 0 and est.total_seconds(est.estimate(cut, stages, ROWS, slow, set())) <= budget * 60
-

@@ -1,0 +1,171 @@
+"""A newcomer's path, measured: `transferset run --data FILE --budget-minutes M` on two proxies of a user's task
+(figures, not a test).
+
+Run from the repository root, alone on the machine (each run takes its budget; 3 seeds at 15 minutes, one at 30 and
+one at the defaults for each proxy: about 4.5 hours on 2 cores):
+
+    .venv/bin/python benchmarks/newcomer.py --out runs/newcomer
+    .venv/bin/python benchmarks/newcomer.py --out runs/newcomer --proxy long --budgets 15 --seeds 1   # one cell
+
+The proxies (made under OUT/data from ../shared/data/sst2, never copied into the repo):
+- `sst2`: 6,000 SST-2 train rows (seeded) as a CSV with other column names (`review`, `sentiment`) and string
+  labels (`negative`, `positive`); test: SST-2's dev file in the same shape (872 rows), which no choice sees.
+- `long`: 6,000 rows, each 3-5 SST-2 train sentences of one label joined (~50 tokens, as a news-topic text);
+  test: 1,000 rows made the same way from SST-2's dev sentences (drawn with replacement: rows share sentences).
+Each run carves its selection split from the train file (the `--data` default); the test file is scored once at
+the end. Budgets: `--budgets 15,30,default` (default: no budget). Seeds: the whole run's (teacher, augment, carve,
+students). Each run folder is kept (a rerun of a cell resumes it); the table is printed again at the end, with
+mean ± sd over seeds per proxy and budget.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import random
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SST2 = os.path.join(os.path.dirname(REPO), "shared", "data", "sst2")
+NAMES = ("negative", "positive")
+ROWS = 6000
+
+
+def read_tsv(path: str) -> list[tuple[str, int]]:
+    with open(path, encoding="utf-8") as fh:
+        rows = list(csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE))
+    return [(text, int(label)) for text, label in rows[1:]]
+
+
+def write_csv(path: str, rows: list[tuple[str, int]]) -> str:
+    with open(path, "w", encoding="utf-8", newline="") as fh:
+        out = csv.writer(fh)
+        out.writerow(["review", "sentiment"])
+        out.writerows((text, NAMES[label]) for text, label in rows)
+    return path
+
+
+def joined(sentences: list[tuple[str, int]], n: int, rng: random.Random, replace: bool) -> list[tuple[str, int]]:
+    """n rows of 3-5 sentences of one label joined; without `replace` each sentence is used once at most."""
+    by_label = {c: [t for t, label in sentences if label == c] for c in (0, 1)}
+    for pool in by_label.values():
+        rng.shuffle(pool)
+    rows = []
+    for i in range(n):
+        label = i % 2
+        k = rng.randint(3, 5)
+        pool = by_label[label]
+        if replace:
+            part = rng.sample(pool, k)
+        else:
+            part, by_label[label] = pool[:k], pool[k:]
+        rows.append((" ".join(part), label))
+    rng.shuffle(rows)
+    return rows
+
+
+def make_proxies(out: str) -> dict[str, tuple[str, str]]:
+    """{proxy: (train.csv, test.csv)} under OUT/data, made once (seed 0)."""
+    folder = os.path.join(out, "data")
+    os.makedirs(folder, exist_ok=True)
+    train, dev = read_tsv(os.path.join(SST2, "train.tsv")), read_tsv(os.path.join(SST2, "dev.tsv"))
+    rng = random.Random(0)
+    paths = {"sst2": (os.path.join(folder, "sst2_train.csv"), os.path.join(folder, "sst2_test.csv")),
+             "long": (os.path.join(folder, "long_train.csv"), os.path.join(folder, "long_test.csv"))}
+    if not all(os.path.exists(p) for pair in paths.values() for p in pair):
+        write_csv(paths["sst2"][0], rng.sample(train, ROWS))
+        write_csv(paths["sst2"][1], dev)
+        # whole sentences only (SST-2's train file also holds their phrases): 6 words or more
+        sentences = [(t, label) for t, label in train if len(t.split()) >= 6]
+        write_csv(paths["long"][0], joined(sentences, ROWS, rng, replace=False))
+        write_csv(paths["long"][1], joined(dev, 1000, rng, replace=True))
+    return paths
+
+
+def run_one(proxy: str, files: tuple[str, str], budget: str, seed: int, out: str) -> dict:
+    run_dir = os.path.join(out, f"{proxy}-{budget}-s{seed}")
+    seeds = [f"{k}={seed}" for k in ("teacher.seed", "augment.seed", "validation.seed",
+                                     "students.labels_only.seed", "students.distilled.seed")]
+    cmd = [os.path.join(REPO, ".venv", "bin", "transferset"), "run", "--data", files[0], "--text-column", "review",
+           "--label-column", "sentiment", "--test", files[1],
+           *(["--budget-minutes", budget] if budget != "default" else []), f"run_dir={run_dir}", *seeds]
+    t0 = time.time()
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.time() - t0
+    with open(os.path.join(out, f"{proxy}-{budget}-s{seed}.log"), "w", encoding="utf-8") as fh:
+        fh.write(" ".join(cmd) + "\n" + done.stdout + done.stderr)
+    if done.returncode != 0:
+        return {"proxy": proxy, "budget": budget, "seed": seed, "failed": done.stderr.strip().splitlines()[-1:]}
+    plan = re.findall(r"total\s+([\d.]+) min", done.stderr)
+    results = json.load(open(os.path.join(run_dir, "results.json"), encoding="utf-8"))
+    rows = {r["name"].split(" (")[0]: r for r in results["rows"]}
+    chosen = json.load(open(os.path.join(run_dir, "chosen.json"), encoding="utf-8"))["chosen"]
+    return {"proxy": proxy, "budget": budget, "seed": seed, "wall_min": wall / 60,
+            "plan_min": float(plan[-1]) if plan else None,
+            **{f"{k}_{split}": rows[name].get(f"{split}_accuracy")
+               for k, name in (("teacher", "teacher"), ("labels_only", "student: labels_only"),
+                               ("distilled", "student: distilled"))
+               for split in ("dev", "test") if name in rows},
+            "chosen": chosen["name"], "chosen_test": chosen["test"], "chosen_speedup": chosen["speedup"],
+            "chosen_meets": chosen["meets"]}
+
+
+def pct(values: list) -> str:
+    values = [100 * v for v in values if v is not None]
+    if not values:
+        return "-"
+    return f"{values[0]:.1f}" if len(values) == 1 else f"{statistics.mean(values):.1f} ± {statistics.stdev(values):.1f}"
+
+
+def table(results: list[dict]) -> str:
+    cols = ["teacher", "labels_only", "distilled"]
+    head = ("| proxy | budget | seeds | wall min | plan min | " + " | ".join(f"{c} sel / test" for c in cols)
+            + " | chosen (test, speed-up b1) |")
+    lines = [head, "|" + " --- |" * (head.count("|") - 1)]
+    for key in dict.fromkeys((r["proxy"], r["budget"]) for r in results):
+        rs = [r for r in results if (r["proxy"], r["budget"]) == key and "failed" not in r]
+        if not rs:
+            lines.append(f"| {key[0]} | {key[1]} | failed | | | | | | |")
+            continue
+        accs = " | ".join(f"{pct([r.get(f'{c}_dev') for r in rs])} / {pct([r.get(f'{c}_test') for r in rs])}"
+                          for c in cols)
+        chosen = "; ".join(f"{r['chosen']} ({pct([r['chosen_test']])}, {r['chosen_speedup'] or 0:.1f}x"
+                           f"{'' if r['chosen_meets'] else ', misses the target'})" for r in rs)
+        walls = [r["wall_min"] for r in rs]
+        plans = [r["plan_min"] for r in rs if r["plan_min"] is not None]
+        lines.append(f"| {key[0]} | {key[1]} | {len(rs)} | {statistics.mean(walls):.1f} | "
+                     f"{statistics.mean(plans) if plans else float('nan'):.1f} | {accs} | {chosen} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="runs/newcomer")
+    ap.add_argument("--proxy", default="sst2,long", help="sst2, long or both (comma-separated)")
+    ap.add_argument("--budgets", default="15,30,default", help="minutes, comma-separated; default: no budget")
+    ap.add_argument("--seeds", type=int, default=3, help="seeds at the first budget (1 at the others)")
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    proxies = make_proxies(args.out)
+    budgets = args.budgets.split(",")
+    print(f"load average before: {os.getloadavg()}, cores: {os.cpu_count()}", flush=True)
+    results = []
+    for proxy in args.proxy.split(","):
+        for i, budget in enumerate(budgets):
+            for seed in range(args.seeds if i == 0 else 1):
+                r = run_one(proxy, proxies[proxy], budget, seed, args.out)
+                print(json.dumps(r), flush=True)
+                results.append(r)
+    print(f"load average after: {os.getloadavg()}")
+    with open(os.path.join(args.out, "newcomer.json"), "w", encoding="utf-8") as fh:
+        json.dump(results, fh, indent=2)
+    print(table(results))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
