@@ -184,7 +184,7 @@ Measure = Callable[[RunConfig, Rows, set[str]], Rates]
 
 
 def cut_settings(cfg: RunConfig) -> dict[str, Any]:
-    """The settings a budget may cut, by name, in the order it cuts them (unlabeled_limit None: every row)."""
+    """The settings a budget may cut, by name (unlabeled_limit None: every row)."""
     return {"augment.unlabeled_n_iter": cfg.augment.variants_for(False), "augment.n_iter": cfg.augment.n_iter,
             "unlabeled_limit": cfg.unlabeled_limit, "teacher.epochs": cfg.teacher.epochs,
             **{f"students.{n}.epochs": s.epochs for n, s in cfg.students.items()},
