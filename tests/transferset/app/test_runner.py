@@ -198,10 +198,14 @@ def test_run_passes_typed_settings_from_yaml_to_each_stage(tmp_path, sst2_dir):
     assert {c.teacher for c, _, _ in seen["students"]} == {str(tmp_path / "r" / "teacher")}
     # Every model is scored once on the test split (the official dev), after the students.
     students = tmp_path / "r" / "students"
+    exports = tmp_path / "r" / "compressed"  # and each as it ships (compress.ship)
     assert seen["test"] == [(str(tmp_path / "r" / "teacher"), official_dev),
-                            (str(students / "labels_only"), official_dev), (str(students / "distilled"), official_dev)]
+                            (str(students / "labels_only"), official_dev), (str(students / "distilled"), official_dev),
+                            *[(str(exports / f"{name}-onnx"), official_dev)
+                              for name in ("teacher", "labels_only", "distilled")]]
     accuracy = json.loads((tmp_path / "r" / "test" / "accuracy.json").read_text())
-    assert accuracy["test"] == official_dev and set(accuracy["models"]) == {"teacher", "labels_only", "distilled"}
+    assert accuracy["test"] == official_dev and set(accuracy["models"]) == {
+        "teacher", "labels_only", "distilled", "teacher (ONNX)", "labels_only (ONNX)", "distilled (ONNX)"}
 
 
 def test_the_compress_section_makes_each_model_from_the_runs_own_and_tests_it_with_the_rest(tmp_path, sst2_dir):
@@ -331,14 +335,15 @@ def test_a_rerun_reuses_every_current_stage_and_redoes_what_changed_downstream(t
         return [m.split("]")[0][1:] for m in log if "] running → " in m]
 
     everything = ["data", "teacher", "augment", "score", "dev", "dev.score", "students.labels_only",
-                  "students.distilled", "test"]
+                  "students.distilled", "compress.ship.teacher", "compress.ship.labels_only", "compress.ship.distilled", "test"]
     assert run() == everything
     keys = {s: json.loads((tmp_path / "r" / f / STAGE_FILE).read_text())["key"]
             for s, f in [("data", "data"), ("augment", "transfer"), ("teacher", "teacher"), ("score", "scored")]}
     assert run() == []
-    assert run("students.distilled.optim.lr=0.003") == ["students.distilled", "test"]
+    assert run("students.distilled.optim.lr=0.003") == ["students.distilled", "compress.ship.distilled", "test"]
     assert run("students.distilled.optim.lr=0.003", "score.batch_size=64") == [
-        "score", "dev.score", "students.labels_only", "students.distilled", "test"]
+        "score", "dev.score", "students.labels_only", "students.distilled", "compress.ship.labels_only",
+        "compress.ship.distilled", "test"]
     # The derived keys are the ones the hand-written chain wrote before stages were data, so the run
     # directories made then are reused, not redone.
     score = load_config("configs/demo.yaml", base).score
@@ -374,7 +379,7 @@ def test_a_students_layer_texts_set_written_again_retrains_that_student(tmp_path
     assert "students.distilled" in run()
     assert run() == []
     write_texts(2)
-    assert run() == ["students.distilled", "test"]
+    assert run() == ["students.distilled", "compress.ship.distilled", "test"]
     assert run() == []
 
 
@@ -391,7 +396,7 @@ def test_layer_texts_rest_is_a_stage_of_the_rows_no_pool_took_read_by_that_stude
 
     ran, seen = run()
     assert ran == ["data", "teacher", "augment", "score", "dev", "dev.score", "layer_texts", "students.labels_only",
-                   "students.distilled", "test"]
+                   "students.distilled", "compress.ship.teacher", "compress.ship.labels_only", "compress.ship.distilled", "test"]
     cfg, inputs, unlabeled, exclude = seen["augment_outputs"]["layer_texts"]
     assert inputs == [str(run_dir / "data" / "rest.jsonl")] and unlabeled == []
     assert cfg.n_iter == 0 and cfg.unlabeled_n_iter == 0  # the rows as they are
@@ -402,7 +407,7 @@ def test_layer_texts_rest_is_a_stage_of_the_rows_no_pool_took_read_by_that_stude
     students = {c.layer_texts for c, _, _ in seen["students"]}
     assert students == {None, str(run_dir / "layer_texts")}  # labels_only reads no such set
     assert run()[0] == []
-    assert run("students.distilled.optim.lr=0.003")[0] == ["students.distilled", "test"]
+    assert run("students.distilled.optim.lr=0.003")[0] == ["students.distilled", "compress.ship.distilled", "test"]
 
 
 def test_layer_texts_rest_without_a_split_and_a_missing_set_are_refused_before_any_stage(tmp_path, sst2_dir):
@@ -549,7 +554,8 @@ def test_a_test_split_is_reported_for_every_model_and_never_reaches_the_transfer
              f"data={data}", f"run_dir={run_dir}", "validation=null", *QUICK_LATENCY,
              # cheaper models made from the run's (the teacher's int8 export is tested in test_export_int8.py)
              "compress.int8=distilled", "compress.exits={epochs: 1}", "compress.exit_speeds=0.5",
-             "compress.prune={heads: 1, epochs: 0}"]
+             "compress.prune={heads: 1, epochs: 0}",
+             "compress.ship=false"]  # the exports as shipped: test_demo_config_runs_end_to_end_reduced
     assert main(["run", "--config", "configs/demo.yaml", *small]) == 0
     out = capsys.readouterr().out
     results = json.loads((run_dir / "results.json").read_text())
@@ -847,7 +853,8 @@ def test_an_engine_section_the_machine_cannot_honour_stops_the_run_before_any_st
 
 RUN_BASE = ["labeled_limit=200", "unlabeled_rows=20", "validation.rows=50"]
 EVERY_STAGE = ["data", "teacher", "augment", "score", "dev", "dev.score", "students.labels_only",
-               "students.distilled", "test"]
+               "students.distilled", "compress.ship.teacher", "compress.ship.labels_only", "compress.ship.distilled",
+               "test"]
 
 
 def _run_stages(run_dir, sst2_dir, *overrides) -> list[str]:

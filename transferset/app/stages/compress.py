@@ -45,12 +45,13 @@ def _ship_stage(fn: StageFunctions, source: str, out: str, length: Optional[int]
 
 def ship_stages(r: Run, out: RunOutputs, teacher_length: Optional[int]) -> list[StageDef]:
     """compress.ship: the teacher (not an ensemble) and every student but the search's choice (exported as it met
-    the budget already) and those compress.int8 names, each exported as it ships."""
+    the budget already), those compress.int8 names and those on `tokens: words`, each exported as it ships."""
     c = r.cfg.compress
     if not c.ship:
         return []
+    # a student on words of its own (`tokens: words`) has no tokenizer an export can carry: it ships in PyTorch
     names = ([] if out.ensemble or "teacher" in c.int8 else ["teacher"]) + \
-        [n for n in out.students if n != SEARCH_STUDENT and n not in c.int8]
+        [n for n in out.students if n != SEARCH_STUDENT and n not in c.int8 and r.cfg.students[n].tokens == "wordpiece"]
     stages = []
     for name in names:
         source, upstream = (out.teacher, "teacher") if name == "teacher" else (out.students[name], f"students.{name}")

@@ -9,8 +9,11 @@ from stage_plans import plan_of  # noqa: F401 (a fixture)
 def test_it_waits_for_every_model_and_names_them(plan_of):
     plan = plan_of()
     test = plan.stages[-1]
-    assert (test.name, test.upstream) == ("test", ("teacher", "students.labels_only", "students.distilled"))
-    assert test.settings["models"] == ["teacher", "labels_only", "distilled"]
+    assert (test.name, test.upstream) == ("test", ("teacher", "students.labels_only", "students.distilled",
+                                                   "compress.ship.teacher", "compress.ship.labels_only",
+                                                   "compress.ship.distilled"))
+    assert test.settings["models"] == ["teacher", "labels_only", "distilled", "teacher (ONNX)", "labels_only (ONNX)",
+                                       "distilled (ONNX)"]
     assert plan.outputs.test_results.endswith("/r/test/accuracy.json")
 
 
