@@ -32,6 +32,7 @@ import torch
 
 from students.data.tokens import pca_project, teacher_input_embeddings
 from transferset.fs.remote import CACHE_ENV, cache_root
+from transferset.models.loading import quiet_transformers
 from transferset.runtime.errors import UserError
 from transferset.runtime.progress import Progress, log_line
 
@@ -110,7 +111,8 @@ def contextual_outputs(teacher_dir: str, tokenizer, texts: Iterable[Sequence[str
     padding count for no id."""
     from transformers import AutoModel
 
-    model = AutoModel.from_pretrained(teacher_dir).eval()
+    with quiet_transformers():  # the classifier's head is left out on purpose: no load report about it
+        model = AutoModel.from_pretrained(teacher_dir).eval()
     flat = sorted(first_texts(texts, limit), key=len)  # a batch of similar lengths pads little
     special = torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=torch.long)
     sums = torch.zeros(len(tokenizer), model.config.hidden_size, dtype=torch.float64)
