@@ -149,6 +149,7 @@ def main() -> None:
     ap.add_argument("--proxy", default="sst2,long", help="sst2, long or both (comma-separated)")
     ap.add_argument("--budgets", default="15,30,default", help="minutes, comma-separated; default: no budget")
     ap.add_argument("--seeds", type=int, default=3, help="seeds at the first budget (1 at the others)")
+    ap.add_argument("--first-seed", type=int, default=0, help="the seeds are first-seed, first-seed + 1, ...")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     proxies = make_proxies(args.out)
@@ -157,12 +158,13 @@ def main() -> None:
     results = []
     for proxy in args.proxy.split(","):
         for i, budget in enumerate(budgets):
-            for seed in range(args.seeds if i == 0 else 1):
+            for seed in range(args.first_seed, args.first_seed + (args.seeds if i == 0 else 1)):
                 r = run_one(proxy, proxies[proxy], budget, seed, args.out)
                 print(json.dumps(r), flush=True)
                 results.append(r)
     print(f"load average after: {os.getloadavg()}")
-    with open(os.path.join(args.out, "newcomer.json"), "w", encoding="utf-8") as fh:
+    with open(os.path.join(args.out, f"newcomer-{args.proxy}-{args.budgets}-{args.first_seed}.json".replace(",", "_")),
+              "w", encoding="utf-8") as fh:
         json.dump(results, fh, indent=2)
     print(table(results))
 
