@@ -34,7 +34,8 @@ class Choice:
     speedup: Optional[float]  # teacher's ms / its ms at batch 1, one thread
     speedup_export: Optional[float]  # the same against the teacher's own ONNX export (None: the run has none)
     runtime: str
-    labels_only: Optional[str]  # the labels-only student compared with (the best on selection), if the run had one
+    # the labels-only student compared with (the best on selection), if the run had one and the chosen is not one
+    labels_only: Optional[str]
     labels_only_test: Optional[float]
     busy: bool  # timed on a busy machine: the speed-ups are indicative only
 
@@ -77,7 +78,10 @@ def choose(rows: Sequence[dict], min_speedup: float) -> Optional[Choice]:
 
 def _choice(row: dict, teacher: dict, meets: bool, target: str, rows: Sequence[dict], busy: bool) -> Choice:
     plain = [r for r in rows if r.get("labels_only")]
-    best_plain = max(plain, key=_rank) if plain else None
+    # the chosen model is a labels-only student (or its export): no gain over labels-only to state
+    source = (row.get("compressed") or {}).get("from")
+    itself = row.get("labels_only") or (source is not None and source in {r.get("student") for r in plain})
+    best_plain = max(plain, key=_rank) if plain and not itself else None
     return Choice(name=row.get("display", row["name"]), path=row["path"], meets=meets, target=target,
                   selection=row.get("dev_accuracy"), test=row.get("test_accuracy"), speedup=speedup(row, teacher),
                   speedup_export=row.get("speedup_1_export"),

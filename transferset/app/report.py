@@ -323,7 +323,7 @@ def _student_rows(out: RunOutputs, lat: dict, tlat: dict, test_accuracy, busy: b
              "test_accuracy": test_accuracy(name), "agreement": m.get("teacher_agreement"),
              **timed_fields(lat[f"student:{name}"], tlat, busy),
              "transfer_rows": m["transfer"]["rows"], "labeled_rows": m["transfer"]["labeled_rows"],
-             "path": out.students[name], "labels_only": learned_from_labels_only(m["config"]),
+             "path": out.students[name], "student": name, "labels_only": learned_from_labels_only(m["config"]),
              "searched": out.search is not None and name == SEARCH_STUDENT}
             for name, m in metrics.items()]
 

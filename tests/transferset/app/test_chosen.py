@@ -49,3 +49,12 @@ def test_labels_only_means_one_joint_phase_on_losses_that_read_no_teacher_column
     assert not learned_from_labels_only({"phases": "joint", "losses": {"ce": 1.0, "kd": 1.0}})
     assert not learned_from_labels_only({"phases": "joint", "losses": {"ce": 0.0, "kd": 1.0}})
     assert not learned_from_labels_only({"phases": "xtremedistil", "losses": {"ce": 1.0}})
+
+
+def test_a_chosen_labels_only_student_or_its_export_states_no_gain_over_labels_only():
+    rows = [TEACHER, _row("student: plain (bilstm, joint)", 0.86, 0.5, test=0.80, labels_only=True, student="plain"),
+            _row("plain (ONNX)", 0.87, 0.3, test=0.81, compressed={"from": "plain", "how": "onnx"}),
+            _row("student: kd (bilstm, joint)", 0.84, 0.5, test=0.79, student="kd")]
+    c = choose(rows, 10.0)
+    assert (c.name, c.labels_only) == ("plain (ONNX)", None)
+    assert "over labels-only" not in line(c, "X")

@@ -499,7 +499,10 @@ def test_demo_config_runs_end_to_end_reduced(sst2_dir, tmp_path, head_tsv, capsy
     assert (run_dir / "chosen" / "README.md").read_text() == (Path(chosen["path"]) / "README.md").read_text()
     assert out.out.startswith(("Ship ", "No model meets")) and chosen["name"] in out.out.splitlines()[0]
     assert results["chosen"] == out.out.splitlines()[0]
-    assert chosen["labels_only"] == "student: labels_only (bilstm, joint)"
+    # compared with the labels-only student, unless it is that student (or its export): which one is chosen
+    # depends on the timing (10x the teacher)
+    plain = chosen["name"].startswith(("student: labels_only", "labels_only"))
+    assert chosen["labels_only"] == (None if plain else "student: labels_only (bilstm, joint)")
     stats = json.loads((run_dir / "transfer" / schema.STATS_FILE).read_text())
     # 300 labeled rows (2 variants each) and the next 200 train rows as unlabeled text, as they are.
     assert stats["accepted_rows"] == 500 and stats["n_iter"] == 2 and stats["unlabeled_n_iter"] == 0
