@@ -21,11 +21,18 @@ def _int8_stage(fn: StageFunctions, name: str, source: str, out: str, length: Op
                           "stage is reused)") from None
 
 
+def exported(out: RunOutputs, name: str, teacher_length: Optional[int]) -> tuple[str, str, Optional[int]]:
+    """An export's source (the teacher or a student, by `name`): its folder, its stage, and the tokens per row the
+    export reads (the teacher's as its scored set did; a student's its own: None)."""
+    if name == "teacher":
+        return out.teacher, "teacher", teacher_length
+    return out.students[name], f"students.{name}", None
+
+
 def int8_stages(r: Run, out: RunOutputs, teacher_length: Optional[int]) -> list[StageDef]:
     stages = []
     for name in r.cfg.compress.int8:
-        source, upstream = (out.teacher, "teacher") if name == "teacher" else (out.students[name], f"students.{name}")
-        length = teacher_length if name == "teacher" else None
+        source, upstream, length = exported(out, name, teacher_length)
         folder = r.path("compressed", f"{name}-int8")
         stages.append(StageDef(f"compress.int8.{name}", folder, {"quantize": "int8", "max_length": length},
                                (upstream,), kind="compress.int8",
@@ -54,8 +61,7 @@ def ship_stages(r: Run, out: RunOutputs, teacher_length: Optional[int]) -> list[
         [n for n in out.students if n != SEARCH_STUDENT and n not in c.int8 and r.cfg.students[n].tokens == "wordpiece"]
     stages = []
     for name in names:
-        source, upstream = (out.teacher, "teacher") if name == "teacher" else (out.students[name], f"students.{name}")
-        length = teacher_length if name == "teacher" else None
+        source, upstream, length = exported(out, name, teacher_length)
         folder = r.path("compressed", f"{name}-onnx")
         stages.append(StageDef(f"compress.ship.{name}", folder, {"quantize": "int8, else none", "max_length": length},
                                (upstream,), kind="compress.ship",
