@@ -17,10 +17,10 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from students.student import EXPORT_KEY
 from transferset import fs
 from transferset.app.chosen import choose, learned_from_labels_only, line, where
 from transferset.app.latency import PYTORCH, REPORT_ROUNDS, latency_note, model_latency
-from students.student import EXPORT_KEY
 from transferset.app.outputs import SEARCH_STUDENT, SHIPPED, Compressed, RunOutputs
 from transferset.app.search_report import search_html, search_markdown, search_plot
 from transferset.config import AugmentConfig, ReportConfig

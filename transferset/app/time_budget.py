@@ -149,31 +149,34 @@ def fit(cfg: RunConfig, stages: Sequence[StageDef], rows: Rows, rates: Rates, re
 
     now, blocked = seconds(cfg), False
     while now > budget:
-        steps = []
+        steps = []  # (points per second saved, the depths after the step, their seconds)
         for lv in (lv for lv in free if depth[lv.name] + 1 < len(lv.values)):
             deeper = {**depth, lv.name: depth[lv.name] + 1}
-            if floor and not sees_enough(at(deeper), rows):
+            c = at(deeper)
+            if floor and not sees_enough(c, rows):
                 blocked = True
                 continue
-            saved = now - seconds(at(deeper))
-            if saved > 0:
-                steps.append((step_cost(lv, depth) / saved, lv.name, deeper))
+            after = seconds(c)
+            if after < now:
+                steps.append((step_cost(lv, depth) / (now - after), deeper, after))
         if not steps:
             break
-        depth = min(steps, key=lambda t: t[0])[2]
-        now = seconds(at(depth))
+        _, depth, now = min(steps, key=lambda t: t[0])
     if now > budget:
-        raise ConfigError(_refusal(budget_minutes, free, depth, now, blocked))
+        raise ConfigError(_refusal(budget_minutes, _cuts(free, depth), now, blocked))
     for lv in sorted(free, key=lambda lv: -step_cost(lv, {**depth, lv.name: depth[lv.name] - 1})):
         while depth[lv.name] >= 0 and seconds(at({**depth, lv.name: depth[lv.name] - 1})) <= budget:
             depth = {**depth, lv.name: depth[lv.name] - 1}
-    return at(depth), [f"{lv.name} {lv.now:,} → {lv.values[depth[lv.name]]:,}" for lv in free if depth[lv.name] >= 0]
+    return at(depth), _cuts(free, depth)
 
 
-def _refusal(budget_minutes: float, free: Sequence[Lever], depth: dict[str, int], seconds: float,
-             blocked: bool) -> str:
-    made = "; ".join(f"{lv.name} {lv.now:,} → {lv.values[depth[lv.name]]:,}" for lv in free
-                     if depth[lv.name] >= 0) or "nothing it may cut"
+def _cuts(free: Sequence[Lever], depth: dict[str, int]) -> list[str]:
+    """The cuts at `depth` (each lever's index into its values, -1: not cut), in words."""
+    return [f"{lv.name} {lv.now:,} → {lv.values[depth[lv.name]]:,}" for lv in free if depth[lv.name] >= 0]
+
+
+def _refusal(budget_minutes: float, cuts: Sequence[str], seconds: float, blocked: bool) -> str:
+    made = "; ".join(cuts) or "nothing it may cut"
     floor = (f"; a distilled student sees at least {MIN_SEEN} times the labeled rows (rows × epochs), below which it "
              "learned no more than the labels-only student" if blocked else "")
     return (f"budget_minutes={budget_minutes:g}: even the smallest plan ({made}) takes about {seconds / 60:.1f} "
