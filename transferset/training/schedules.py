@@ -1,43 +1,48 @@
-"""Learning-rate schedules: a pure function of the optimizer step, and the scheduler that applies it.
-
-The formulas are Hugging Face's (`get_constant_schedule_with_warmup`, `get_linear_schedule_with_warmup`,
-`get_cosine_schedule_with_warmup`), so a teacher fine-tuned before the engine section existed gets the same
-learning rate at every step: with W = int(warmup · T) warm-up steps of T,
+"""Learning-rate schedules: Hugging Face's (`transformers.get_scheduler`), so a teacher fine-tuned before the
+engine section existed gets the same learning rate at every step. With W = int(warmup · T) warm-up steps of T:
 
     step s < W:   s / W                                   (every schedule; from 0)
-    constant:     1
+    constant:     1                                       (HF's constant_with_warmup)
     linear:       (T - s) / (T - W), not below 0
     cosine:       ½ (1 + cos(π (s - W) / (T - W)))
+
+Kept of ours: past T (a phase that runs longer than planned) the factor holds its end value, 1 or 0, where
+Hugging Face's cosine would rise again.
 """
 from __future__ import annotations
-
-import math
 
 import torch
 
 from transferset.config import LR_SCHEDULES
+
+# our names → transformers.SchedulerType's
+_HF_NAMES = {"constant": "constant_with_warmup", "linear": "linear", "cosine": "cosine"}
 
 
 def warmup_steps(warmup: float, total: int) -> int:
     return int(warmup * total)
 
 
-def lr_factor(schedule: str, step: int, total: int, warmup: float) -> float:
-    """The learning rate at optimizer step `step` (from 0) of `total`, as a fraction of the peak."""
-    if schedule not in LR_SCHEDULES:
-        raise ValueError(f"schedule {schedule!r}: expected one of {', '.join(LR_SCHEDULES)}")
-    w = warmup_steps(warmup, total)
-    if step < w:
-        return step / max(1, w)
-    if schedule == "constant":
-        return 1.0
-    if schedule == "linear":
-        return max(0.0, (total - step) / max(1, total - w))
-    progress = (step - w) / max(1, total - w)
-    return max(0.0, 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress))))
-
-
 def scheduler(optimizer: torch.optim.Optimizer, schedule: str, total: int,
               warmup: float) -> torch.optim.lr_scheduler.LambdaLR:
     """A LambdaLR over `total` optimizer steps (its state_dict goes into checkpoints)."""
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(schedule, step, total, warmup))
+    from transformers import get_scheduler  # heavy: only when a phase has a schedule
+
+    if schedule not in LR_SCHEDULES:
+        raise ValueError(f"schedule {schedule!r}: expected one of {', '.join(LR_SCHEDULES)}")
+    sched = get_scheduler(_HF_NAMES[schedule], optimizer, num_warmup_steps=warmup_steps(warmup, total),
+                          num_training_steps=total)
+    hf_factor, end = sched.lr_lambdas[0], 1.0 if schedule == "constant" else 0.0
+
+    def factor(step: int) -> float:
+        # a plain function, so that the checkpoint's scheduler state stays free of pickled callables
+        return hf_factor(step) if step <= total else end
+
+    sched.lr_lambdas = [factor] * len(sched.lr_lambdas)
+    return sched
+
+
+def lr_factor(schedule: str, step: int, total: int, warmup: float) -> float:
+    """The learning rate at optimizer step `step` (from 0) of `total`, as a fraction of the peak."""
+    probe = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
+    return float(scheduler(probe, schedule, total, warmup).lr_lambdas[0](step))

@@ -5,7 +5,8 @@ import torch
 
 from linear_task import Linear, _batches, _loss
 from transferset.config import EngineConfig
-from transferset.training import Engine, PhaseSpec, Recipe
+from transferset.training import Engine, PhaseSpec, Recipe, lr_factor
+from transferset.training.schedules import scheduler
 
 
 def _lr_expected(schedule: str, step: int, total: int, warmup_steps: int) -> float:
@@ -37,3 +38,40 @@ def test_the_learning_rate_at_each_step_follows_the_schedules_formula(schedule, 
     assert [line["step"] for line in lines if "train/lr" in line] == list(range(1, 9))
     assert lrs == pytest.approx([0.5 * _lr_expected(schedule, s, 8, 2) for s in range(8)], abs=1e-12)
     assert lrs[0] == 0.0 and lrs[2] == 0.5  # warm-up from 0 to the peak at step W
+
+
+def _hf_formula(schedule: str, step: int, total: int, warmup_steps: int) -> float:
+    """Hugging Face's get_*_schedule_with_warmup as written in transformers/optimization.py (max(1, ·) where W = 0
+    or W = T), and past T the end value held (1 constant, 0 otherwise)."""
+    import math
+
+    if step > total:
+        return 1.0 if schedule == "constant" else 0.0
+    if step < warmup_steps:
+        return step / max(1, warmup_steps)
+    if schedule == "constant":
+        return 1.0
+    if schedule == "linear":
+        return max(0.0, (total - step) / max(1, total - warmup_steps))
+    return max(0.0, 0.5 * (1.0 + math.cos(math.pi * (step - warmup_steps) / max(1, total - warmup_steps))))
+
+
+@pytest.mark.parametrize("schedule", ["constant", "linear", "cosine"])
+@pytest.mark.parametrize("warmup, total", [(0.0, 10), (0.1, 39), (0.25, 8), (0.06, 1000), (1.0, 5), (0.5, 1)])
+def test_the_scheduler_gives_hugging_faces_factor_at_every_step_and_holds_its_end_past_the_total(schedule, warmup,
+                                                                                                 total):
+    p = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.SGD([{"params": [p]}, {"params": [torch.nn.Parameter(torch.zeros(1))], "lr": 0.3}], lr=2e-5)
+    sched = scheduler(opt, schedule, total, warmup)
+    w = int(warmup * total)
+    for step in range(total + 4):  # a few steps past the planned total too
+        want = _hf_formula(schedule, step, total, w)
+        assert abs(opt.param_groups[0]["lr"] - 2e-5 * want) <= 1e-12 * 2e-5, (step, opt.param_groups[0]["lr"])
+        assert abs(opt.param_groups[1]["lr"] - 0.3 * want) <= 1e-12, step
+        assert abs(lr_factor(schedule, step, total, warmup) - want) <= 1e-12, step
+        opt.step()
+        sched.step()
+    # the checkpoint's scheduler state holds no pickled callable (checkpoints load with weights_only=True)
+    assert sched.state_dict()["lr_lambdas"] == [None, None]
+    with pytest.raises(ValueError, match="expected one of constant, linear, cosine"):
+        lr_factor("step", 0, total, warmup)
