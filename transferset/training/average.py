@@ -3,6 +3,11 @@ evaluates, keeps and ends on in place of the weights the optimizer left.
 
 The decay warms up as in TensorFlow's ExponentialMovingAverage: after t steps it is min(ema, (1 + t) / (10 + t)),
 so the first steps' weights, far from where training ends, fade fast.
+
+Kept over torch.optim.swa_utils.AveragedModel(get_ema_multi_avg_fn): its decay is fixed (no warm-up), its first
+update drops the phase's starting weights, and it deep-copies the whole module (state_dict keys `module.*`,
+`n_averaged`) where this averages only the phase's trained parameters and swaps them into the live module
+(tests/transferset/training/test_average.py shows the weights differ).
 """
 from __future__ import annotations
 

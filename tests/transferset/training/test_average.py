@@ -39,6 +39,34 @@ def test_the_average_warms_up_swaps_in_and_back_and_refuses_a_checkpoint_of_anot
         WeightAverage([p], decay=0.5, saved=[p.detach(), p.detach()])
 
 
+def test_the_average_is_the_warmed_up_one_by_hand_where_torchs_averaged_model_is_not():
+    """Why average.py is kept over torch.optim.swa_utils.AveragedModel with get_ema_multi_avg_fn: the library's
+    decay is fixed and its first update drops the phase's starting weights, so it gives other weights."""
+    from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+
+    torch.manual_seed(0)
+    module = torch.nn.Linear(3, 2)
+    ours = WeightAverage(list(module.parameters()), decay=0.9)
+    library = AveragedModel(module, multi_avg_fn=get_ema_multi_avg_fn(0.9))
+    opt, steps = torch.optim.SGD(module.parameters(), lr=0.1), [torch.cat([p.detach().flatten().clone()
+                                                                         for p in module.parameters()])]
+    for t in range(20):
+        opt.zero_grad()
+        module(torch.randn(4, 3)).pow(2).sum().backward()
+        opt.step()
+        steps.append(torch.cat([p.detach().flatten().clone() for p in module.parameters()]))
+        ours.step(t)
+        library.update_parameters(module)
+    torch.testing.assert_close(torch.cat([v.flatten() for v in ours.values]), _expected(steps, 0.9), rtol=0, atol=1e-6)
+    fixed = steps[1].clone()  # the library's: from the first step's weights, decay 0.9 throughout
+    for w in steps[2:]:
+        fixed = 0.9 * fixed + 0.1 * w
+    theirs = torch.cat([p.detach().flatten() for p in library.module.parameters()])
+    torch.testing.assert_close(theirs, fixed, rtol=0, atol=1e-6)
+    assert (theirs - _expected(steps, 0.9)).abs().max() > 1e-3
+    assert {"n_averaged", "module.weight"} <= set(library.state_dict())  # and a checkpoint of another shape
+
+
 def _flat(module):
     return torch.cat([module.fc.weight.detach().flatten(), module.fc.bias.detach()])
 
