@@ -26,6 +26,10 @@ The lock is re-entrant within one thread (the `run` command may hold it around a
 that takes it again), never across threads or processes. It is removed when the block ends,
 also on an error; a folder the lock created and that is still empty then is removed too, so a
 refused or failed check leaves no trace.
+
+Kept over filelock (4.3, SoftFileLock): its marker holds pid, host and a start token only (no command or start
+time for the refusal; its Timeout names just the path), it takes over a live run's lock written in this JSON
+format after 2 s as "malformed", and it treats gs://... as a local relative path, so URLs would stay ours anyway.
 """
 from __future__ import annotations
 
