@@ -134,3 +134,33 @@ def test_the_training_line_says_each_loss_with_its_weight_and_its_settings(tmp_p
     text = (student / CARD_FILE).read_text(encoding="utf-8")
     # a loss at weight 0 trains nothing: not on the card
     assert "- training: student bilstm, epochs 3, losses kd 1.0 at temperature 2.0 + ce 0.5\n" in text
+
+
+def test_every_card_we_write_parses_as_a_hugging_face_model_card_with_the_fields_we_put_in(tmp_path):
+    from huggingface_hub import ModelCard
+
+    run, teacher, student = _fake_run(tmp_path, HOSTILE, "prajjwal1/bert-tiny")
+    metrics = json.loads((student / schema.METRICS_FILE).read_text())
+    metrics["latency_ms_per_example"] = {"batch_1": 1.5, "batch_64": 0.25}
+    (student / schema.METRICS_FILE).write_text(json.dumps(metrics))
+    export = run / "onnx"  # an export's records: model.onnx and its config.json (no weights read)
+    export.mkdir()
+    (export / "model.onnx").write_bytes(b"")
+    (export / "config.json").write_text(json.dumps({"id2label": {str(i): n for i, n in enumerate(HOSTILE)},
+                                                    "transferset_export": {"source": str(student), "opset": 17}}))
+    want = {teacher: ("transformers", [], {"accuracy on the selection split": 0.5, "accuracy on the test split": 0.25}),
+            student: ("transferset", ["knowledge-distillation"],
+                      {"accuracy on the selection split": 0.5, "accuracy on the test split": 0.25,
+                       "CPU ms per example (batch 1)": 1.5, "CPU ms per example (batch 64)": 0.25}),
+            export: ("transferset", ["knowledge-distillation", "onnx"], {"accuracy on the selection split": 0.5})}
+    for folder, (library, tags, figures) in want.items():
+        write_card(str(folder), {"test": 0.25} if folder != export else None)
+        data = ModelCard((folder / CARD_FILE).read_text(encoding="utf-8")).data  # raises where the hub could not
+        assert (data.pipeline_tag, data.library_name, data.base_model) == ("text-classification", library,
+                                                                           "prajjwal1/bert-tiny")
+        assert data.tags == ["text-classification", "transferset", *tags] and data.labels == HOSTILE
+        assert data.model_name == folder.name
+        assert {r.metric_name: r.metric_value for r in data.eval_results} == figures
+        assert {(r.task_type, r.dataset_type, r.dataset_name) for r in data.eval_results} == {
+            ("text-classification", "custom", "own labeled data")}
+        assert data.to_dict() == read_front_matter(str(folder / CARD_FILE))  # what the hub reads is what we wrote

@@ -7,6 +7,7 @@ what it was distilled from, the transfer set's size and recipe, the training set
 machine it was timed on, and the lines that load and run it. `transferset run` rewrites each model's card
 with its test-stage figures (the report's results.json), the same figures the report shows.
 
+The front matter is written by huggingface_hub.ModelCardData, which refuses a model-index the hub cannot parse.
 Local folders and URLs alike (transferset.fs). Nothing here imports torch, students or pipelines.
 """
 from __future__ import annotations
@@ -18,6 +19,7 @@ import re
 from typing import Any, Optional
 
 import yaml
+from huggingface_hub import ModelCardData
 
 from transferset import fs
 from transferset.config.precedence import loss_weight
@@ -27,6 +29,8 @@ CARD_FILE = "README.md"
 EXPORT_KEY = "transferset_export"  # the record an export's config.json holds (students.compress.export writes it)
 TEACHER, STUDENT, EXPORT = "teacher", "student", "export"
 _LATENCY_NAMES = {"batch_1": "CPU ms per example (batch 1)", "batch_64": "CPU ms per example (batch 64)"}
+# model-index results name a dataset (the hub's parser requires its type and name); the split is in each metric's name
+_DATASET = {"type": "custom", "name": "own labeled data"}
 
 
 def _read_json(path: str) -> Optional[dict]:
@@ -210,8 +214,7 @@ def front_matter(rec: dict) -> dict:
     metrics = []
     for split, value in (("selection", fig["selection"]), ("test", fig["test"])):
         if value is not None:
-            metrics.append({"type": "accuracy", "name": f"accuracy on the {split} split", "split": split,
-                            "value": float(value)})
+            metrics.append({"type": "accuracy", "name": f"accuracy on the {split} split", "value": float(value)})
     for key, value in (fig["latency"] or {}).items():
         metrics.append({"type": "latency", "name": _LATENCY_NAMES[key], "value": float(value)})
     meta: dict[str, Any] = {"pipeline_tag": "text-classification",
@@ -224,7 +227,8 @@ def front_matter(rec: dict) -> dict:
         meta["base_model"] = rec["base_model"]
     if metrics:
         meta["model-index"] = [{"name": fs.basename(rec["folder"].rstrip("/")) or "model", "results": [
-            {"task": {"type": "text-classification", "name": "Text Classification"}, "metrics": metrics}]}]
+            {"task": {"type": "text-classification", "name": "Text Classification"}, "dataset": dict(_DATASET),
+             "metrics": metrics}]}]
     return meta
 
 
@@ -239,7 +243,8 @@ def render(rec: dict) -> str:
     name = fs.basename(folder.rstrip("/")) or "model"
     labels = ", ".join(text(label) for label in rec.get("labels") or []) or "unknown"
     base = f" (fine-tuned from {code(rec['base_model'])})" if rec.get("base_model") else ""
-    lines = ["---", yaml.safe_dump(front_matter(rec), sort_keys=False, allow_unicode=True).strip(), "---", "",
+    meta = front_matter(rec)
+    lines = ["---", ModelCardData(**meta).to_yaml(original_order=list(meta)), "---", "",
              f"# {text(name)}", ""]
     tuned = f" fine-tuned from {code(rec['base_model'])}" if rec.get("base_model") else ""
     what = {TEACHER: f"A text classifier{tuned}: the teacher of a transferset run.",
