@@ -10,8 +10,10 @@ one at the defaults for each proxy: about 4.5 hours on 2 cores):
 The proxies (made under OUT/data from ../shared/data/sst2, never copied into the repo):
 - `sst2`: 6,000 SST-2 train rows (seeded) as a CSV with other column names (`review`, `sentiment`) and string
   labels (`negative`, `positive`); test: SST-2's dev file in the same shape (872 rows), which no choice sees.
-- `long`: 6,000 rows, each 3-5 SST-2 train sentences of one label joined (~50 tokens, as a news-topic text);
-  test: 1,000 rows made the same way from SST-2's dev sentences (drawn with replacement: rows share sentences).
+- `long`: 6,000 rows, each 3 or 5 SST-2 train sentences joined (~50 tokens, as a news-topic text), each sentence's
+  label drawn at random and the row's label their majority (three rows in four mix both labels: a review that weighs
+  good against bad); test: 1,000 rows made the same way from SST-2's dev sentences (drawn with replacement: rows
+  share sentences). (Sentences of one label joined, as first built, left nothing to learn: every model at 96-98.)
 Each run carves its selection split from the train file (the `--data` default); the test file is scored once at
 the end. Budgets: `--budgets 15,30,default` (default: no budget). Seeds: the whole run's (teacher, augment, carve,
 students). Each run folder is kept (a rerun of a cell resumes it); the table is printed again at the end, with
@@ -51,19 +53,23 @@ def write_csv(path: str, rows: list[tuple[str, int]]) -> str:
 
 
 def joined(sentences: list[tuple[str, int]], n: int, rng: random.Random, replace: bool) -> list[tuple[str, int]]:
-    """n rows of 3-5 sentences of one label joined; without `replace` each sentence is used once at most."""
+    """n rows of 3 or 5 sentences joined, each sentence's label drawn at random, the row's label their majority
+    (balanced: half the rows each way); without `replace` each sentence is used once at most."""
     by_label = {c: [t for t, label in sentences if label == c] for c in (0, 1)}
     for pool in by_label.values():
         rng.shuffle(pool)
     rows = []
     for i in range(n):
-        label = i % 2
-        k = rng.randint(3, 5)
-        pool = by_label[label]
-        if replace:
-            part = rng.sample(pool, k)
-        else:
-            part, by_label[label] = pool[:k], pool[k:]
+        label, k = i % 2, rng.choice((3, 5))
+        labels = [rng.randint(0, 1) for _ in range(k)]
+        while (2 * sum(labels) > k) != bool(label):
+            labels = [rng.randint(0, 1) for _ in range(k)]
+        part = []
+        for c in labels:
+            if replace:
+                part.append(rng.choice(by_label[c]))
+            else:
+                part.append(by_label[c].pop())
         rows.append((" ".join(part), label))
     rng.shuffle(rows)
     return rows
@@ -76,7 +82,7 @@ def make_proxies(out: str) -> dict[str, tuple[str, str]]:
     train, dev = read_tsv(os.path.join(SST2, "train.tsv")), read_tsv(os.path.join(SST2, "dev.tsv"))
     rng = random.Random(0)
     paths = {"sst2": (os.path.join(folder, "sst2_train.csv"), os.path.join(folder, "sst2_test.csv")),
-             "long": (os.path.join(folder, "long_train.csv"), os.path.join(folder, "long_test.csv"))}
+             "long": (os.path.join(folder, "long_mixed_train.csv"), os.path.join(folder, "long_mixed_test.csv"))}
     if not all(os.path.exists(p) for pair in paths.values() for p in pair):
         write_csv(paths["sst2"][0], rng.sample(train, ROWS))
         write_csv(paths["sst2"][1], dev)
