@@ -21,6 +21,17 @@ def cache_folder(tmp_path_factory):
         yield
 
 
+@pytest.fixture(scope="session", autouse=True)
+def fp32_where_auto():
+    """`precision: auto` (the teacher's default) resolves as on a device without bfloat16 arithmetic, so a test's
+    figures are the same on every machine (module fixtures included); the tests of `auto` set has_bf16 as they need."""
+    from transferset.training import engine
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(engine, "has_bf16", lambda device: False)
+        yield
+
+
 @pytest.fixture(scope="session")
 def sst2_dir() -> Path:
     if not (SST2 / "train.tsv").exists():

@@ -41,8 +41,14 @@ def compressed(kind: str, cfg: Any) -> dict:
 
 
 def teacher(tc: Any) -> dict:
-    """A trained teacher's settings."""
-    return section(tc)
+    """A trained teacher's settings; its engine's precision `auto` (the default) keyed as fp32, the default it
+    replaced, so a folder trained at fp32 before keeps its key (a teacher `auto` trained at bf16 is reused under fp32
+    too: both are the teacher the run asked for at its default arithmetic)."""
+    settings = section(tc)
+    engine = settings.get("engine")
+    if isinstance(engine, dict) and engine.get("precision") == "auto":
+        settings["engine"] = {**engine, "precision": "fp32"}
+    return settings
 
 
 def augment(a: Any, exclude: Sequence[str]) -> dict:

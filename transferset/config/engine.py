@@ -11,7 +11,7 @@ from transferset.config.common import _STRICT
 from transferset.runtime.typed import AtLeast, Probability
 
 DEVICES = ("auto", "cpu", "cuda")
-PRECISIONS = ("fp32", "bf16", "fp16")
+PRECISIONS = ("fp32", "bf16", "fp16", "auto")
 LR_SCHEDULES = ("constant", "linear", "cosine")
 TRACKERS = ("none", "tensorboard", "mlflow", "wandb")
 
@@ -22,7 +22,8 @@ class EngineConfig:
     """How a trainer runs: the `engine:` section of the teacher, each student, prune and exits (flags alike)."""
 
     device: Literal[DEVICES] = "auto"  # cpu | cuda | auto (cuda when torch sees one)
-    # fp32 | bf16 (autocast: GPUs, CPUs with AMX / AVX512-BF16) | fp16 (autocast and a gradient scaler: CUDA only)
+    # fp32 | bf16 (autocast: GPUs, CPUs with AMX / AVX512-BF16) | fp16 (autocast and a gradient scaler: CUDA only) |
+    # auto (bf16 where the device has bfloat16 arithmetic, else fp32: the teacher's default)
     precision: Literal[PRECISIONS] = "fp32"
     # processes the launcher started (`torchrun --nproc_per_node N -m transferset.app.cli ...`), checked against it
     # (None: whatever it started, 1 without one)
@@ -54,8 +55,10 @@ def engine_section(values: Any, defaults: dict) -> Any:
     return values
 
 
-# The teacher fine-tunes as BERT was: linear warm-up over 10 % of the steps, then linear decay.
-TEACHER_ENGINE = {"schedule": "linear", "warmup": 0.1}
+# The teacher fine-tunes as BERT was: linear warm-up over 10 % of the steps, then linear decay; at bf16 where the
+# device has bfloat16 arithmetic (on a 2-core AVX512-BF16 CPU 1.46x the rows/s of fp32 at the same selection
+# accuracy over 3 seeds: benchmarks/teacher_precision.py, docs/results.md).
+TEACHER_ENGINE = {"schedule": "linear", "warmup": 0.1, "precision": "auto"}
 
 
 # A student's engine (`StudentConfig.engine`): what is not given is its family's (`Family.engine`, declared by the

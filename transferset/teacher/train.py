@@ -271,6 +271,7 @@ def _metrics(cfg: TeacherConfig, run: _Run, recipe: Recipe, engine: Engine, *, t
         "dev": dev,
         "processes": engine.world,
         "device": str(engine.device),
+        "precision": engine.precision,  # as it ran (engine.precision auto: bf16 where the device has it)
         "effective_batch_size": recipe.effective_batch_size,  # as it ran: never more rows than the data held
         "config": {k: v for k, v in typed.to_dict(cfg).items() if k != "progress"},
     }

@@ -36,6 +36,21 @@ def launched_processes() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
+def has_bf16(device: torch.device) -> bool:
+    """Whether `device` has bfloat16 arithmetic (a CUDA device that supports it; a CPU with AVX512-BF16 or AMX:
+    elsewhere bf16 runs emulated, slower than fp32)."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    return device.type == "cpu" and (torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+
+
+def resolved_precision(precision: str, device: torch.device) -> str:
+    """The precision a trainer runs at on `device`: `auto` is bf16 where it has bfloat16 arithmetic, else fp32."""
+    if precision != "auto":
+        return precision
+    return "bf16" if has_bf16(device) else "fp32"
+
+
 def check_engine(cfg: EngineConfig, where: str = "engine") -> None:
     """Refuse settings this machine or launch cannot honour, before anything runs; `where` names the section."""
     if cfg.device not in DEVICES:
@@ -115,8 +130,9 @@ class Engine:
         self.tracking = False
         self.tracked = 0  # lines written to metrics.jsonl: a checkpoint records how many were written by then
         self.resumed_lines: Optional[int] = None  # the checkpoint's count of them, when a run resumes from one
-        amp = cfg.precision != "fp32" and self.device.type in ("cpu", "cuda")
-        self.autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.precision) if amp else None
+        self.precision = resolved_precision(cfg.precision, self.device)  # as it runs: `auto` decided here
+        amp = self.precision != "fp32" and self.device.type in ("cpu", "cuda")
+        self.autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.precision) if amp else None
         self.scaler = None
         if cfg.precision == "fp16":
             from accelerate.utils import get_grad_scaler

@@ -9,7 +9,12 @@ def test_every_setting_is_in_the_key_at_its_value_defaults_included():
     settings = keys.teacher(TeacherConfig())
     expected = {f.name for f in dataclasses.fields(TeacherConfig)} - set(keys.EXECUTION)
     assert set(settings) == expected and settings["epochs"] == TeacherConfig().epochs
-    assert settings["engine"] == dataclasses.asdict(TeacherConfig().engine)  # the engine section whole
+    # the engine section whole, its precision auto (the default) keyed as fp32, the default before (keys.teacher)
+    assert settings["engine"] == {**dataclasses.asdict(TeacherConfig().engine), "precision": "fp32"}
+    bf16, fp32 = (dataclasses.replace(TeacherConfig(), engine=dataclasses.replace(TeacherConfig().engine, precision=p))
+                  for p in ("bf16", "fp32"))
+    assert keys.teacher(bf16)["engine"]["precision"] == "bf16"
+    assert keys.teacher(fp32) == settings != keys.teacher(bf16)
 
 
 def test_changing_a_default_changes_the_key():

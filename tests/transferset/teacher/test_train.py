@@ -70,6 +70,7 @@ def test_fine_tuning_learns_and_keeps_best_checkpoint(trained):
     assert metrics["best_dev_accuracy"] == best["dev_accuracy"] and metrics["best_epoch"] == best["epoch"]
     # The keyword task is easy: a tiny model that learns anything gets well above chance.
     assert metrics["best_dev_accuracy"] >= 0.9
+    assert metrics["precision"] == "fp32"  # as it ran: the default `auto` on a device without bf16 (conftest)
     with open(os.path.join(output, METRICS_FILE)) as fh:
         assert json.load(fh)["best_dev_accuracy"] == metrics["best_dev_accuracy"]
 

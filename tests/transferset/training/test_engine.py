@@ -30,6 +30,19 @@ def test_settings_the_engine_cannot_honour_are_refused(monkeypatch):
         Engine.create(EngineConfig(device="cpu", tracker="tensorboard"))
 
 
+def test_auto_precision_is_bf16_where_the_device_has_bfloat16_arithmetic_else_fp32(monkeypatch):
+    from transferset.training import engine
+
+    assert engine.resolved_precision("fp32", torch.device("cpu")) == "fp32"
+    assert engine.resolved_precision("bf16", torch.device("cpu")) == "bf16"  # named: as named, emulated or not
+    monkeypatch.setattr(engine, "has_bf16", lambda device: device.type == "cpu")
+    made = Engine.create(EngineConfig(device="cpu", precision="auto"), log=lambda msg: None)
+    assert made.precision == "bf16" and made.autocast_dtype == torch.bfloat16
+    monkeypatch.setattr(engine, "has_bf16", lambda device: False)
+    made = Engine.create(EngineConfig(device="cpu", precision="auto"), log=lambda msg: None)
+    assert made.precision == "fp32" and made.autocast_dtype is None
+
+
 def test_each_training_in_a_process_gets_its_own_precision_and_device():
     # `run` trains the teacher and several students in one process: Accelerate's process-wide state
     # would otherwise refuse the second setting ("already initialized").
