@@ -9,7 +9,8 @@ import os
 import time
 from typing import Any, Callable, Optional, Sequence
 
-from transferset.app.estimate import Rates, Rows, quiet
+from transferset.app.estimate import quiet
+from transferset.app.stages.costs import Rates, Rows
 from transferset.app.stages.context import teacher_source
 from transferset.app.stages.search import searched
 from transferset.augment.compose import split_words, variant_rows
@@ -18,6 +19,7 @@ from transferset.config import DEFAULT_MAX_LENGTH, RunConfig
 from transferset.models import loading
 from transferset.runtime.threads import torch_threads
 from transferset.runtime.timing import ROUNDS
+from transferset.training.engine import resolved_precision
 
 STEPS = 3  # timed optimizer steps per model (a short, a middle and a long batch), after one untimed step
 SCORE_ROWS = 256  # rows timed through the teacher's scoring forward pass
@@ -59,9 +61,11 @@ def _padded(tokenizer, max_length: int) -> Callable[[list[str]], int]:
     return tokens
 
 
-def teacher_step(model, tokenizer, texts: Sequence[str], batch_size: int, max_length: int) -> tuple[float, float]:
-    """Seconds per optimizer step of the teacher's fine-tuning (AdamW, fused, as teacher/train.py), and of writing
-    its checkpoint (weights and optimizer state: once per epoch)."""
+def teacher_step(model, tokenizer, texts: Sequence[str], batch_size: int, max_length: int,
+                 precision: str = "fp32") -> tuple[float, float]:
+    """Seconds per optimizer step of the teacher's fine-tuning (AdamW, fused, as teacher/train.py; under bf16
+    autocast at `precision` bf16, as the engine runs it), and of writing its checkpoint (weights and optimizer state:
+    once per epoch)."""
     import tempfile
 
     import torch
@@ -71,7 +75,8 @@ def teacher_step(model, tokenizer, texts: Sequence[str], batch_size: int, max_le
 
     def step(batch: list[str]) -> None:
         enc = tokenizer(batch, truncation=True, max_length=max_length, padding=True, return_tensors="pt")
-        out = model(**enc, labels=torch.zeros(enc["input_ids"].shape[0], dtype=torch.long))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            out = model(**enc, labels=torch.zeros(enc["input_ids"].shape[0], dtype=torch.long))
         out.loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -232,12 +237,15 @@ def transformer_step(model, tokenizer, texts: Sequence[str], s_cfg, max_length: 
 def _model_rates(cfg: RunConfig, texts: list[str], teacher_runs: bool, students: dict) -> tuple[dict, list]:
     """Rates' fields measured on the teacher's model (loaded once): its steps, its scoring, the steps of the
     students (`students`: {rates key: its settings}, a run's students and a search's candidates)."""
+    import torch
+
     model, tokenizer, load_s = _teacher_model(cfg)
-    got: dict = {"student_step_s": {}, "student_fixed_s": {}}
+    got: dict = {"student_step_s": {}, "student_fixed_s": {}, "teacher_parameters": model.num_parameters()}
     said = []
     if teacher_runs:
         tc = cfg.teacher
-        got["teacher_step_s"], checkpoint_s = teacher_step(model, tokenizer, texts, tc.batch_size, tc.max_length)
+        got["teacher_step_s"], checkpoint_s = teacher_step(model, tokenizer, texts, tc.batch_size, tc.max_length,
+                                                           resolved_precision(tc.engine.precision, torch.device("cpu")))
         got["teacher_epoch_s"], got["teacher_fixed_s"] = checkpoint_s, load_s + checkpoint_s
         said.append(f"teacher {got['teacher_step_s']:.2f} s/step of {tc.batch_size} rows at max_length "
                     f"{tc.max_length}, loaded in {load_s:.0f} s, its checkpoint written in {checkpoint_s:.0f} s")
@@ -287,4 +295,4 @@ def measure_rates(cfg: RunConfig, rows: Rows, will_run: set[str]) -> Rates:
         got["augment_rows_s"], got["augment_fixed_s"] = augment_rate(cfg, texts)
         said.append(f"augment {got['augment_rows_s']:,.0f} rows/s in process")
     said.append(f"measured in {time.perf_counter() - t0:.0f} s on {len(texts)} train rows")
-    return Rates(**got, measured="; ".join(said), load=load, cores=cores)
+    return Rates(**got, measured="; ".join(said), load=load, cores=cores, seconds=time.perf_counter() - t0)

@@ -236,7 +236,7 @@ def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=T
         check_links(cfg.run_dir, plan.stages)
         check_layout(cfg.run_dir, plan.stages, cfg.teacher.patience)
         if measure is not None or cfg.budget_minutes is not None:  # a cut changes keys, never folders
-            cfg, _ = plan_time(cfg, files, lambda c: plan_stages(c, files, functions, log).stages, plan.outputs.data,
+            cfg, _ = plan_time(cfg, files, lambda c: plan_stages(c, files, functions, log), plan.outputs.data,
                                measure or measure_rates, log, earlier=recorded_config(cfg.run_dir))
             plan = plan_stages(cfg, files, functions, log)  # afresh: the estimate read what its settings cache
         if plan_only:

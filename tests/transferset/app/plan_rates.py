@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 from transferset.app import estimate as est
+from transferset.app.stages import costs
 from transferset.app.runner import load_config, plan_stages, resolve_data
 
-RATES = est.Rates(teacher_step_s=1.0, score_rows_s=100.0, augment_rows_s=1000.0,
-                  student_step_s={"distilled": 0.1, "labels_only": 0.1}, measured="given")
-ROWS = est.Rows(labeled=3000, unlabeled=14000, selection=1000)
+RATES = costs.Rates(teacher_step_s=1.0, score_rows_s=100.0, augment_rows_s=1000.0,
+                    student_step_s={"distilled": 0.1, "labels_only": 0.1}, measured="given")
+ROWS = costs.Rows(labeled=3000, unlabeled=14000, selection=1000)
 
 
 def demo(tmp_path, data, *overrides):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from transferset.app.calibrate import measure_rates
-from transferset.app.estimate import Rows
+from transferset.app.stages.costs import Rows
 from transferset.app.runner import load_config
 from transferset.runtime.errors import UserError
 

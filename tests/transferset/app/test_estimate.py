@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 
 from transferset.app import estimate as est
+from transferset.app.stages import costs, search, students
 from transferset.app import time_budget as tb
 from transferset.app.runner import resolve_data
 from transferset.data.splits import split_data
@@ -36,11 +37,11 @@ def test_the_rows_counted_before_the_run_are_those_the_data_stage_splits(tmp_pat
     assert (again.labeled, again.unlabeled, again.selection, again.rest) == counted
     # the transfer set before dedup: each row and its variants, and the demo's joined rows (0.5 per original)
     assert cfg.augment.ops == ("mask", "pos", "ngram", "join") and cfg.augment.joins == 0.5
-    assert est.transfer_rows(cfg, rows) == 200 * (1 + 3) + 150 * (1 + 1) + 175
-    assert est.transfer_rows(replace(cfg, augment=replace(cfg.augment, unlabeled_n_iter=None)), rows) == \
+    assert costs.transfer_rows(cfg, rows) == 200 * (1 + 3) + 150 * (1 + 1) + 175
+    assert costs.transfer_rows(replace(cfg, augment=replace(cfg.augment, unlabeled_n_iter=None)), rows) == \
         200 * 4 + 150 * 4 + 175
     unjoined = replace(cfg, augment=replace(cfg.augment, ops=("mask", "pos", "ngram")))
-    assert est.transfer_rows(unjoined, rows) == 200 * 4 + 150 * 2
+    assert costs.transfer_rows(unjoined, rows) == 200 * 4 + 150 * 2
 
 
 def test_each_stage_gets_its_rows_and_seconds_from_the_rates(tmp_path, sst2_dir):
@@ -49,7 +50,7 @@ def test_each_stage_gets_its_rows_and_seconds_from_the_rates(tmp_path, sst2_dir)
     # 3,000 rows of 32 → 94 steps × 5 epochs at 1 s, and 5 evaluations of 1,000 rows at 100 rows/s
     assert by["teacher"].seconds == pytest.approx(470 + 50) and "470 steps" in by["teacher"].rows
     assert by["augment"].rows == "3,000 labeled × 3 + 14,000 unlabeled × 1 + 8,500 joined = 31,500 (before dedup)"
-    assert by["score"].seconds == pytest.approx(est.BEAM_START_S + 315)  # 31,500 rows at 100 rows/s
+    assert by["score"].seconds == pytest.approx(costs.BEAM_START_S + 315)  # 31,500 rows at 100 rows/s
     # a student on gold labels alone iterates the labeled rows, a distilled one the whole transfer set; each epoch
     # ends with 16 batches of the selection split, forward only (a third of a step)
     assert by["students.labels_only"].seconds == pytest.approx(47 * 8 * 0.1 + 8 * 16 * 0.1 / 3)
@@ -103,7 +104,7 @@ def test_a_search_is_planned_as_its_rungs_counting_the_slowest_candidates_and_it
 
 
 def test_a_plan_measured_on_a_busy_machine_says_so():
-    estimates = [est.Estimate("teacher", "3,000 rows", 60.0)]
+    estimates = [costs.Estimate("teacher", "3,000 rows", 60.0)]
     quiet = est.plan_lines(estimates, replace(RATES, load=1.5, cores=2))
     assert not any("busy" in line for line in quiet) and est.plan_lines(estimates, RATES) == quiet
     busy = est.plan_lines(estimates, replace(RATES, load=4.2, cores=2), ["teacher.epochs 5 → 2"])
@@ -120,8 +121,8 @@ def test_a_transformer_candidates_early_exits_add_its_forward_over_the_transfer_
     rates = replace(RATES, student_step_s={**RATES.student_step_s, "search.t": 0.3, "search.b": 0.01},
                     student_fixed_s={})
     batch = candidate_configs(sc)["t"].batch_size
-    with_exits = est.search_estimate("search", sc, 23_000, ROWS, rates).seconds
-    without = est.search_estimate("search", replace(sc, exit_speeds=()), 23_000, ROWS, rates).seconds
+    with_exits = search.search_estimate("search", sc, 23_000, ROWS, rates).seconds
+    without = search.search_estimate("search", replace(sc, exit_speeds=()), 23_000, ROWS, rates).seconds
     # the slower candidate (t) is counted at both rungs: its forward over the 23,000 rows once per rung
     assert with_exits - without == pytest.approx(2 * math.ceil(23_000 / batch) * 0.3 / 3)
 
@@ -131,10 +132,10 @@ def test_a_static_candidates_contextual_vectors_are_counted_at_its_first_rung_on
 
     sc = SearchConfig(budget_ms=1, rungs=(1, 2), int8=False, space={"s": {"student": "static"}})
     rates = replace(RATES, student_step_s={**RATES.student_step_s, "search.s": 0.1}, student_fixed_s={})
-    teacher_rows = est.search_estimate("search", sc, 23_000, ROWS, rates).seconds
+    teacher_rows = search.search_estimate("search", sc, 23_000, ROWS, rates).seconds
     contextual = replace(sc, space={"s": {"student": "static", "embed_init": "contextual"}})
     # the first rung reads 20,000 texts through the teacher at its scoring rate; the second reads the cached table
-    assert est.search_estimate("search", contextual, 23_000, ROWS, rates).seconds == pytest.approx(
+    assert search.search_estimate("search", contextual, 23_000, ROWS, rates).seconds == pytest.approx(
         teacher_rows + 20_000 / RATES.score_rows_s)
 
 def test_a_search_timed_by_the_plan_counts_its_variants_in_budget_each_candidate_trained_once():
@@ -152,26 +153,54 @@ def test_a_search_timed_by_the_plan_counts_its_variants_in_budget_each_candidate
         return replace(rates, probed={"search": {"variants": variants, "before": before, "seconds": 7.0}})
 
     def seconds(c, epochs, with_exits=False):
-        one = est.student_estimate("search", replace(candidate_configs(sc)[c], epochs=epochs), 23_000, ROWS, rates,
+        one = students.student_estimate("search", replace(candidate_configs(sc)[c], epochs=epochs), 23_000, ROWS, rates,
                                    key=f"search.{c}").seconds
-        return one + (est.exits_seconds(candidate_configs(sc)[c], sc, 23_000, rates, f"search.{c}")
+        return one + (search.exits_seconds(candidate_configs(sc)[c], sc, 23_000, rates, f"search.{c}")
                       if with_exits else 0.0)
 
     # b and its int8 export in budget (one training for both), s's int8 alone; t and its variants over: 3 variants,
     # 2 candidates at rung 1, then the 2 best of 3 (ceil 1.5): at most both candidates again
-    e = est.search_estimate("search", sc, 23_000, ROWS, timed(**{
+    e = search.search_estimate("search", sc, 23_000, ROWS, timed(**{
         "b": 0.9, "b+int8": 0.5, "s": 1.2, "s+int8": 0.8, "t": 5.0, "t+int8": 2.0, "t+exits@0.5": 3.0}))
     assert e.rows == "3 of 7 variants in budget (timed untrained), 2 candidates; 3 × 1 epochs, 2 × 2 epochs"
     assert e.seconds == pytest.approx(seconds("b", 1) + seconds("s", 1) + seconds("b", 2) + seconds("s", 2))
     # t's early exits alone in budget: t trains, and its exits' forward pass counts; the last rung keeps one
-    e = est.search_estimate("search", sc, 23_000, ROWS, timed(**{"t": 5.0, "t+exits@0.5": 0.9, "b": 3.0}))
+    e = search.search_estimate("search", sc, 23_000, ROWS, timed(**{"t": 5.0, "t+exits@0.5": 0.9, "b": 3.0}))
     assert e.rows.startswith("1 of 3 variants in budget (timed untrained), 1 candidate; ")
     assert e.seconds == pytest.approx(seconds("t", 1, True) + seconds("t", 2, True))
     # none in budget: the search will refuse, and nothing is counted
-    e = est.search_estimate("search", sc, 23_000, ROWS, timed(t=5.0, b=3.0))
+    e = search.search_estimate("search", sc, 23_000, ROWS, timed(t=5.0, b=3.0))
     assert (e.rows, e.seconds) == ("none of 2 variants in budget (timed untrained): the search refuses", 0.0)
     # timed before the teacher was trained: the same count, and the search's own timing later as long as the plan's
-    early = est.search_estimate("search", sc, 23_000, ROWS, timed(before="on the teacher's base model", **{
+    early = search.search_estimate("search", sc, 23_000, ROWS, timed(before="on the teacher's base model", **{
         "b": 0.9, "b+int8": 0.5, "s": 1.2, "s+int8": 0.8, "t": 5.0, "t+int8": 2.0, "t+exits@0.5": 3.0}))
     assert early.rows.startswith("3 of 7 variants in budget (timed untrained, on the teacher's base model), 2 cand")
     assert early.seconds == pytest.approx(seconds("b", 1) + seconds("s", 1) + seconds("b", 2) + seconds("s", 2) + 7.0)
+
+
+def test_each_stage_kind_estimates_its_own_stages_and_the_plan_counts_the_run_besides_them(tmp_path, sst2_dir):
+    """StageDef.estimate: the exports, the test stage and the report's timing are in the plan's minutes (they were
+    "not estimated": 1-2 minutes of a 15-minute run), and estimate.py asks each stage, naming none."""
+    import ast
+    import inspect
+
+    from transferset.app.stages import compress, heldout
+    from transferset.app.runner import plan_stages
+
+    cfg, stages = _demo(tmp_path, sst2_dir)
+    rates = replace(RATES, seconds=12.0, teacher_parameters=22_700_000, score_fixed_s=3.0)
+    rows = replace(ROWS, test=872)
+    by = {e.stage: e for e in est.estimate(cfg, stages, rows, rates, set())}
+    assert by["compress.ship.teacher"].seconds == pytest.approx(compress.EXPORT_S + compress.EXPORT_S_PER_M * 22.7)
+    assert by["compress.ship.distilled"].seconds == pytest.approx(compress.EXPORT_S)
+    # the teacher and its export over 872 rows at 100 rows/s, each loaded (3 s); four students at STUDENT_TEST_S
+    assert by["test"].seconds == pytest.approx(2 * (8.72 + 3.0) + 4 * heldout.STUDENT_TEST_S)
+    assert by["test"].rows == "6 models × 872 rows"
+    calibration, report = tb.overhead_estimates(cfg, plan_stages(cfg, resolve_data(cfg.data, cfg.test, cfg.dev)),
+                                                rows, rates)
+    assert calibration.seconds == 12.0
+    # 256 selection rows × 5 rounds timed on each model
+    assert report.seconds == pytest.approx(2 * (est.TEACHER_TIMING * 1280 / 100 + 3.0) + 4 * est.STUDENT_TIMING_S)
+    assert all(e.seconds is not None for e in by.values() if e.stage not in ("data", "dev"))
+    body = ast.parse(inspect.getsource(est.estimate)).body[0].body[1:]  # its docstring left out
+    assert {n.value for part in body for n in ast.walk(part) if isinstance(n, ast.Constant)} <= {"", 0.0, True, None}

@@ -2,11 +2,21 @@
 files kept out of it."""
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Optional
 
 from transferset.app.stages.base import RunOutputs, StageDef, StageKind, register
 from transferset.app.stages.context import Run
+from transferset.app.stages.costs import Costing, Estimate, joined_rows, pipeline_estimate
 from transferset.config import AugmentConfig
+
+
+def augment_estimate(name: str, c: Costing) -> Estimate:
+    """The transfer set's rows (before dedup) at the augment ops' rate."""
+    a, rows, joined = c.cfg.augment, c.rows, joined_rows(c.cfg, c.rows)
+    text = (f"{rows.labeled:,} labeled × {1 + a.variants_for(True)} + {rows.unlabeled:,} unlabeled × "
+            f"{1 + a.variants_for(False)}" + (f" + {joined:,} joined" if joined else "") + f" = {c.transfer:,} (before dedup)")
+    return pipeline_estimate(name, text, c.transfer, c.rates.augment_rows_s, c.rates.augment_fixed_s)
 
 
 def augment_stage(r: Run, name: str, folder: str, a: AugmentConfig, inputs: list[str], unlabeled: list[str],
@@ -20,7 +30,8 @@ def augment_stage(r: Run, name: str, folder: str, a: AugmentConfig, inputs: list
 
 def build(r: Run, out: RunOutputs) -> list[StageDef]:
     out.transfer = r.path("transfer")
-    return [augment_stage(r, "augment", out.transfer, r.augment, [r.labeled], [r.unlabeled] if r.unlabeled else [])]
+    stage = augment_stage(r, "augment", out.transfer, r.augment, [r.labeled], [r.unlabeled] if r.unlabeled else [])
+    return [replace(stage, estimate=lambda c: augment_estimate("augment", c))]
 
 
 KIND = register(StageKind("augment", build, after=("teacher",)))

@@ -13,6 +13,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from transferset import fs
 from transferset.app.outputs import Compressed, RunOutputs  # noqa: F401 (what a kind's build fills in)
+from transferset.app.stages.costs import Costing, Estimate
 from transferset.contract import schema
 from transferset.fs import remote
 from transferset.fs.output import clear as clear_output
@@ -55,6 +56,9 @@ class StageDef:
     # untrained, so the plan counts those in budget); estimate.py reads it. A result holding "refuse" (a message)
     # stops the run after the plan is printed, before its first stage (ConfigError: time_budget.plan_time)
     probe: Optional[Callable[[bool, Sequence[str]], Any]] = None
+    # estimate(costing) → the stage's rows and seconds on this machine, read from the costing's config (a budget's
+    # cut of the config the stage was built with) and rates (None: the plan says "not estimated")
+    estimate: Optional[Callable[[Costing], Estimate]] = None
 
     def key(self, upstream_keys: Sequence[str]) -> str:
         """Its key: a hash of its settings (resolved now) and its upstream stages' keys."""

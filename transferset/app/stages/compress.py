@@ -10,6 +10,19 @@ from students.compress.export import Int8Refused
 from transferset.app.outputs import SEARCH_STUDENT, SHIPPED
 from transferset.app.stages.base import Compressed, RunOutputs, StageDef, StageKind, register
 from transferset.app.stages.context import Run, StageFunctions
+from transferset.app.stages.costs import Costing, Estimate
+
+# An export's seconds on ONNX Runtime (the trace, int8's quantization and the check's runs on both graphs, writing):
+# EXPORT_S and EXPORT_S_PER_M per million of the teacher's parameters (a student's are few: EXPORT_S alone), as
+# measured on 2 cores (the MiniLM teacher's ship export 7.2 s, a BiLSTM student's 1.1-1.4 s, 2026-12-07)
+EXPORT_S, EXPORT_S_PER_M = 1.5, 0.25
+
+
+def export_estimate(stage: str, name: str, c: Costing) -> Estimate:
+    """One export: the teacher's by its parameters (measured by the calibration), a student's at EXPORT_S."""
+    params = c.rates.teacher_parameters if name == "teacher" else None
+    return Estimate(stage, f"{params / 1e6:.1f} M parameters" if params else "one export",
+                    EXPORT_S + (EXPORT_S_PER_M * params / 1e6 if params else 0.0))
 
 
 def _int8_stage(fn: StageFunctions, name: str, source: str, out: str, length: Optional[int]) -> dict:
@@ -37,7 +50,8 @@ def int8_stages(r: Run, out: RunOutputs, teacher_length: Optional[int]) -> list[
         stages.append(StageDef(f"compress.int8.{name}", folder, {"quantize": "int8", "max_length": length},
                                (upstream,), kind="compress.int8",
                                run=lambda work, source=source, length=length, name=name: _int8_stage(
-                                   r.fn, name, source, work, length)))
+                                   r.fn, name, source, work, length),
+                               estimate=lambda c, name=name: export_estimate(f"compress.int8.{name}", name, c)))
         out.compressed[f"{name} (int8)"] = Compressed(folder, None, name, "int8")
     return stages
 
@@ -65,7 +79,8 @@ def ship_stages(r: Run, out: RunOutputs, teacher_length: Optional[int]) -> list[
         folder = r.path("compressed", f"{name}-onnx")
         stages.append(StageDef(f"compress.ship.{name}", folder, {"quantize": "int8, else none", "max_length": length},
                                (upstream,), kind="compress.ship",
-                               run=lambda work, source=source, length=length: _ship_stage(r.fn, source, work, length)))
+                               run=lambda work, source=source, length=length: _ship_stage(r.fn, source, work, length),
+                               estimate=lambda c, name=name: export_estimate(f"compress.ship.{name}", name, c)))
         out.compressed[f"{name} (ONNX)"] = Compressed(folder, None, name, SHIPPED)
     return stages
 

@@ -7,6 +7,7 @@ from students.evaluate import evaluate
 from transferset import fs
 from transferset.app.stages.base import RunOutputs, StageDef, StageKind, register
 from transferset.app.stages.context import Run, fingerprint
+from transferset.app.stages.costs import Costing, Estimate
 from transferset.config import AugmentConfig
 
 TEST_RESULTS_FILE = "accuracy.json"  # in run_dir/test/: every model's accuracy on the test split
@@ -29,6 +30,20 @@ def evaluate_on_test(test: str, models: dict[str, Any], out: str, a: AugmentConf
     return doc
 
 
+STUDENT_TEST_S = 1.0  # a student's evaluation: loading it and its forward passes over a test file of ~1,000 rows
+
+
+def test_estimate(models: list[str], c: Costing) -> Estimate:
+    """Every model over the test rows: the teacher and its export at the teacher's scoring rate (each loaded as a
+    score stage loads it), a student at STUDENT_TEST_S."""
+    teachers = sum(1 for name in models if name.startswith("teacher"))
+    if c.rates.score_rows_s is None:
+        return Estimate("test", f"{len(models)} models × {c.rows.test:,} rows", None)
+    return Estimate("test", f"{len(models)} models × {c.rows.test:,} rows",
+                    teachers * (c.rows.test / c.rates.score_rows_s + c.rates.score_fixed_s)
+                    + (len(models) - teachers) * STUDENT_TEST_S)
+
+
 def build(r: Run, out: RunOutputs) -> list[StageDef]:
     if not r.test:
         return []
@@ -40,7 +55,7 @@ def build(r: Run, out: RunOutputs) -> list[StageDef]:
         "test", r.path("test"), {"test": fingerprint(r.test), "columns": columns, "models": list(models), **combine,
                                  **({"speeds": speeds} if speeds else {})}, tuple(out.model_stages),
         run=lambda folder: evaluate_on_test(r.test, models, folder, r.augment, r.fn.evaluate, speeds=speeds, **combine),
-        done_file=TEST_RESULTS_FILE)]
+        done_file=TEST_RESULTS_FILE, estimate=lambda c: test_estimate(list(models), c))]
 
 
 KIND = register(StageKind("test", build, after=("compress",)))

@@ -7,6 +7,7 @@ from dataclasses import replace
 from transferset import fs
 from transferset.app.stages.base import RunOutputs, StageDef, StageKind, register
 from transferset.app.stages.context import Run
+from transferset.app.stages.costs import pipeline_estimate
 from transferset.config import LAYER_TEXTS_REST
 from transferset.data.splits import REST_FILE
 from transferset.runtime.errors import UserError
@@ -37,7 +38,9 @@ def build(r: Run, out: RunOutputs) -> list[StageDef]:
     return [StageDef("layer_texts", r.path("layer_texts"), lambda: r.rules.augment(as_is, r.guarded_fingerprints),
                      ("data",), run=lambda folder: r.fn.augment(as_is, inputs=[rest_file(r.data_dir)], unlabeled=[],
                                                                exclude=r.guarded, output=folder,
-                                                               beam_cfg=r.beams["augment"], overwrite=True))]
+                                                               beam_cfg=r.beams["augment"], overwrite=True),
+                     estimate=lambda c: pipeline_estimate("layer_texts", f"{c.rows.rest:,} rows", c.rows.rest,
+                                                          c.rates.augment_rows_s))]
 
 
 KIND = register(StageKind("layer_texts", build, after=("score",)))

@@ -7,7 +7,15 @@ from typing import Optional
 
 from transferset.app.stages.base import RunOutputs, StageDef, StageKind, register
 from transferset.app.stages.context import Run, fingerprint
+from transferset.app.stages.costs import Costing, Estimate, pipeline_estimate
 from transferset.data.evalset import write_eval_set
+
+
+def score_estimate(name: str, c: Costing) -> Estimate:
+    """The transfer set's rows (the selection split's for dev.score), by each of the teachers, at the scoring rate."""
+    n = c.rows.selection if name == "dev.score" else c.transfer
+    text = f"{n:,} rows" + (f" × {c.members} teachers" if c.members > 1 and name != "dev.score" else "")
+    return pipeline_estimate(name, text, n * c.members, c.rates.score_rows_s, c.rates.score_fixed_s * c.members)
 
 
 def score_stage(r: Run, name: str, folder: str, source: str, source_dir: str, out: RunOutputs,
@@ -19,7 +27,8 @@ def score_stage(r: Run, name: str, folder: str, source: str, source_dir: str, ou
 
     # a killed run of this key goes on from its whole shards (score --resume checks each against this run)
     return StageDef(name, folder, r.rules.score(r.cfg.score, len(out.members)), (source, "teacher"), kind=kind,
-                    run=score, resume=lambda folder: score(folder, resume=True))
+                    run=score, resume=lambda folder: score(folder, resume=True),
+                    estimate=lambda c: score_estimate(name, c))
 
 
 def dev_stage(r: Run, folder: str) -> StageDef:

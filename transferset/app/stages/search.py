@@ -39,7 +39,8 @@ from transferset.app.stages.context import Run
 from transferset.app.stages.search_space import Space, teacher_gives
 from transferset.app.stages.search_timing import (EXITS, INT8, int8_export, probe, timed_untrained,
                                                   timing_texts)
-from transferset.app.stages.students import student_settings, with_run_teacher
+from transferset.app.stages.costs import Estimate, Rates, Rows
+from transferset.app.stages.students import student_estimate, student_settings, vectors_seconds, with_run_teacher
 from transferset.config import ExitsConfig, RunConfig, StudentConfig
 from transferset.config.search import SearchConfig
 from transferset.contract import schema
@@ -313,7 +314,58 @@ def build(r: Run, out: RunOutputs) -> list[StageDef]:
                 "candidates": {name: student_settings(r.rules, cfg) for name, cfg in space.configs.items()}}
     return [StageDef("search", folder, settings, ("score", "dev.score", "teacher"), done_file=SEARCH_FILE,
                      run=lambda work: run_search(r, out, space, work, r.log),
-                     probe=lambda ready, sample: plan_probe(r, out, space, ready, sample))]
+                     probe=lambda ready, sample: plan_probe(r, out, space, ready, sample),
+                     estimate=lambda c: search_estimate("search", c.cfg.search, c.transfer, c.rows, c.rates,
+                                                        searched(c.cfg)))]
+
+
+def search_estimate(name: str, sc, transfer: int, rows: Rows, rates: Rates, space: Optional[Space] = None) -> Estimate:
+    """Each rung's candidates × its epochs, the slowest counted: at most. With the search's untrained timing
+    (`rates.probed`, search_timing.probe) only the variants in budget count, a candidate trained once for its
+    variants (an int8 variant trains as its candidate); without it every candidate counts, the timing unknown.
+    `space`: the candidates the run's teacher can give (search.searched; None: every candidate of `sc`)."""
+    space = space or Space(candidate_configs(sc), {}, "")
+    configs = space.configs
+    note = (f"dropped before the first stage, the teacher ({space.teacher}) cannot give them: {space.said()}"
+            if space.dropped else "")
+    probed = rates.probed.get(name)
+    timed = probed and probed["variants"]
+    how = "timed untrained" + (f", {probed['before']}" if probed and probed["before"] else "")
+    alive = list(configs) if timed is None else in_budget(timed, sc)
+    if not alive:
+        return Estimate(name, f"none of {len(timed)} variants in budget ({how}): the search refuses", 0.0, note=note)
+    bases = list(dict.fromkeys(base_of(v) for v in alive))
+    sizes = rung_sizes(len(alive), sc.rungs, sc.keep)
+    kept = f"{len(bases)} candidate{'s' * (len(bases) > 1)}"
+    text = (f"{len(configs)} candidates, before the budget's timing drops any; " if timed is None else
+            f"{len(alive)} of {len(timed)} variants in budget ({how}), {kept}; ") + \
+        ", ".join(f"{n} × {e} epochs" for n, e in zip(sizes, sc.rungs))
+    cost: dict[int, list[float]] = {}
+    for c in bases:
+        dropped_exits = any(EXITS in v and base_of(v) == c for v in space.dropped)
+        exits = any(EXITS in v and base_of(v) == c for v in alive) or (timed is None and not dropped_exits)
+        for i, epochs in enumerate(sc.rungs):
+            e = student_estimate(name, replace(configs[c], epochs=epochs), transfer, rows, rates, key=f"search.{c}")
+            if e.seconds is None:
+                return Estimate(name, f"{text} ({c} not calibrated)", None, note=note)
+            # contextual vectors: made at the first rung, read from the cache at the next (students/data/vectors.py)
+            again = vectors_seconds(configs[c], transfer, rates) if i else 0.0
+            cost.setdefault(epochs, []).append(e.seconds - again + (exits_seconds(configs[c], sc, transfer, rates,
+                                                                                  f"search.{c}") if exits else 0.0))
+    # the untrained timing: each candidate built and timed; none left when the plan took it on the search's inputs,
+    # as long again when it took it before them (the search times them again on the trained teacher)
+    timing = (sum(rates.student_fixed_s.get(f"search.{c}", 0.0) for c in configs) if probed is None else
+              probed["seconds"] if probed["before"] else 0.0)
+    return Estimate(name, text, timing + sum(sum(sorted(cost[e])[-n:]) for n, e in zip(sizes, sc.rungs)), note=note)
+
+
+def exits_seconds(s_cfg, sc, transfer: int, rates: Rates, key: str) -> float:
+    """A transformer candidate's early exits (`search.exit_speeds`) at a rung: its forward over the transfer set (a
+    third of a training step per batch, as an evaluation; the branches' epochs on the cached states cost little)."""
+    step = rates.student_step_s.get(key)
+    if not sc.exit_speeds or s_cfg.student != "transformer" or step is None:
+        return 0.0
+    return math.ceil(transfer / s_cfg.batch_size) * step / 3
 
 
 KIND = register(StageKind("search", build, after=("students",), before=("test",)))

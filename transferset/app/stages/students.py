@@ -3,12 +3,16 @@ uploaded."""
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import replace
-from typing import Any
+from typing import Any, Optional
 
 from students import families
+from students.losses import LossWeights
+from students.schedules import phases
 from transferset.app.stages.base import RunOutputs, StageDef, StageKind, register
 from transferset.app.stages.context import Run, set_fingerprint
+from transferset.app.stages.costs import Estimate, Rates, Rows
 from transferset.app.stages.layer_texts import students_reading_rest
 from transferset.config import LAYER_TEXTS_REST
 
@@ -19,6 +23,38 @@ def student_settings(rules: Any, s_cfg) -> dict:
     made = not s_cfg.layer_texts or s_cfg.layer_texts == LAYER_TEXTS_REST
     # keyed as it trains: the engine its family decides is held at its value (keys.py holds every setting so)
     return rules.student(families.settled(s_cfg), None if made else set_fingerprint(s_cfg.layer_texts))
+
+
+def student_estimate(name: str, s_cfg, transfer: int, rows: Rows, rates: Rates, key: Optional[str] = None) -> Estimate:
+    """Each phase's rows (the labeled ones alone for a phase on gold labels only) × its epochs, at most; `key`: the
+    student's rates (None: the stage's name after `students.`)."""
+    plan = phases(s_cfg.phases, LossWeights.of(s_cfg), s_cfg.epochs, layer_epochs=s_cfg.layer_epochs)
+    seen = sum((rows.labeled if p.labeled_only else transfer) * p.epochs for p in plan)
+    epochs = sum(p.epochs for p in plan)
+    text = f"{seen // max(1, epochs):,} rows × {epochs} epochs = {seen:,}"
+    key = key or name.split(".", 1)[1]
+    step = rates.student_step_s.get(key)
+    if step is None:
+        return Estimate(name, text + " (not calibrated)", None)
+    steps = sum(math.ceil((rows.labeled if p.labeled_only else transfer) / s_cfg.batch_size) * p.epochs
+                for p in plan)
+    # each epoch ends with the selection split's forward passes (about a third of a training step per batch); a
+    # vocabulary made from the transfer set reads it once first
+    evaluation = epochs * math.ceil(rows.selection / s_cfg.batch_size) * step / 3
+    vocabulary = transfer / rates.tokenize_rows_s if rates.tokenize_rows_s and (
+        s_cfg.trim_vocab or s_cfg.tokens == "words") else 0.0
+    return Estimate(name, text, rates.student_fixed_s.get(key, 0.0) + vocabulary + vectors_seconds(s_cfg, transfer, rates)
+                    + steps * step + evaluation)
+
+
+def vectors_seconds(s_cfg, transfer: int, rates: Rates) -> float:
+    """`embed_init: contextual` reads the transfer set's first texts through the teacher before the student trains:
+    as many rows at the teacher's scoring rate."""
+    if s_cfg.embed_init != "contextual" or not rates.score_rows_s:
+        return 0.0
+    from students.data.vectors import CONTEXT_TEXTS
+
+    return min(transfer, CONTEXT_TEXTS) / rates.score_rows_s
 
 
 def with_run_teacher(s_cfg, out: RunOutputs):
@@ -38,7 +74,9 @@ def build(r: Run, out: RunOutputs) -> list[StageDef]:
         return StageDef(f"students.{name}", out.students[name], functools.partial(student_settings, r.rules, s_cfg),
                         ("score", "dev.score", *(("layer_texts",) if name in rest else ())),
                         run=lambda work: r.fn.student(run_cfg, out.scored, out.dev_scored, work, overwrite=True),
-                        local=True, kind="student")
+                        local=True, kind="student",
+                        estimate=lambda c: student_estimate(f"students.{name}", c.cfg.students[name], c.transfer,
+                                                            c.rows, c.rates))
 
     out.students.update({name: r.path("students", name) for name in r.cfg.students})
     stages = [one(name, s_cfg) for name, s_cfg in r.cfg.students.items()]

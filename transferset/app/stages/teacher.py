@@ -2,6 +2,7 @@
 its own stage, and an ensemble's "teacher" stage standing for them all downstream (its key made of theirs)."""
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import replace
 from typing import Optional
@@ -9,6 +10,7 @@ from typing import Optional
 from transferset import fs
 from transferset.app.stages.base import RunOutputs, StageDef, StageKind, register
 from transferset.app.stages.context import Run, fingerprint
+from transferset.app.stages.costs import Costing, Estimate
 from transferset.fs import remote
 from transferset.teacher import ensemble
 
@@ -18,6 +20,19 @@ def given_teacher(name: str, path: str) -> StageDef:
     return StageDef(name, path, {
         "path": path if fs.is_remote(path) else os.path.abspath(path),
         "weights": [fingerprint(f) for f in fs.listdir(path) if f.endswith(".safetensors")]})
+
+
+def teacher_estimate(name: str, c: Costing) -> Estimate:
+    """Its optimizer steps, each epoch's selection pass and checkpoint, and loading and saving the model."""
+    tc, rows, rates = c.cfg.teacher, c.rows, c.rates
+    per_epoch = max(1, math.ceil(rows.labeled / tc.batch_size))
+    steps = per_epoch * tc.epochs if tc.max_steps is None else min(per_epoch * tc.epochs, tc.max_steps)
+    epochs = math.ceil(steps / per_epoch)
+    text = f"{rows.labeled:,} rows × {tc.epochs} epochs = {steps:,} steps of {tc.batch_size}"
+    if rates.teacher_step_s is None or rates.score_rows_s is None:
+        return Estimate(name, text, None)
+    return Estimate(name, text, rates.teacher_fixed_s + steps * rates.teacher_step_s
+                    + epochs * (rows.selection / rates.score_rows_s + rates.teacher_epoch_s))
 
 
 def trained_teacher(r: Run, name: str, folder: str, tc, kind: Optional[str] = None) -> StageDef:
@@ -32,7 +47,7 @@ def trained_teacher(r: Run, name: str, folder: str, tc, kind: Optional[str] = No
         run=lambda out: r.fn.teacher(replace(r.split_labels(tc), resume=resumable(out)),
                                      train=remote.local_file(r.labeled),
                                      dev=remote.local_file(r.selection), output=out, overwrite=True),
-        local=True, kind=kind, resumable=resumable)
+        local=True, kind=kind, resumable=resumable, estimate=lambda c: teacher_estimate(name, c))
 
 
 def build(r: Run, out: RunOutputs) -> list[StageDef]:

@@ -1,0 +1,104 @@
+"""What a stage's estimate reads and gives (`StageDef.estimate`): the rows the run's stages read, counted before
+they run; the rates the calibration measured on this machine (transferset/app/calibrate.py); one stage's rows and
+seconds. Each stage kind estimates its own stages from a `Costing`; transferset/app/estimate.py counts the rows and
+prints the plan, transferset/app/time_budget.py cuts it.
+
+The transfer set is labeled × (1 + n_iter) + unlabeled × (1 + unlabeled_n_iter) (+ the rows the join op makes),
+before dedup: at most, as every figure here is (dedup drops copies and early stopping ends a phase sooner).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Optional
+
+from transferset.augment import join
+from transferset.config import RunConfig
+
+BEAM_START_S = 3.0  # a local Beam pipeline's start and finish (FnApiRunner, 2 workers): assumed, not measured
+
+
+@dataclass(frozen=True)
+class Rows:
+    """The rows the run's stages read, counted before they run."""
+
+    labeled: int
+    unlabeled: int
+    selection: int
+    rest: int = 0  # train rows no pool takes (a student's `layer_texts: rest`)
+    sample: tuple[str, ...] = ()  # the first train texts, for the calibration
+    test: int = 0  # the test split's rows (scored once by every model at the end)
+
+
+@dataclass(frozen=True)
+class Rates:
+    """What the calibration measured on this machine (None: not measured, the stage is not estimated)."""
+
+    teacher_step_s: Optional[float] = None  # one optimizer step at teacher.batch_size and max_length
+    score_rows_s: Optional[float] = None  # rows the teacher scores per second (scoring, its evaluation)
+    augment_rows_s: Optional[float] = None  # transfer rows made per second (contexts and variants), in process
+    student_step_s: dict[str, float] = field(default_factory=dict)  # one step at the student's batch_size
+    teacher_fixed_s: float = 0.0  # a teacher stage's own start and end: loading the model, saving it
+    teacher_epoch_s: float = 0.0  # each epoch's checkpoint (weights and optimizer state)
+    score_fixed_s: float = 0.0  # a score stage's teacher, loaded and made ready in its worker
+    augment_fixed_s: float = 0.0  # the augment ops' models (a POS tagger, an MLM), loaded
+    student_fixed_s: dict[str, float] = field(default_factory=dict)  # a student built, and its latency timed
+    tokenize_rows_s: Optional[float] = None  # rows tokenized per second (a vocabulary made from the transfer set)
+    teacher_parameters: Optional[int] = None  # the teacher's parameters (its export's size)
+    measured: str = ""  # what was measured, in words
+    load: Optional[float] = None  # the machine's 1-minute load average when the calibration began
+    cores: Optional[int] = None  # the cores this process may use
+    seconds: float = 0.0  # what the calibration itself took (spent before the first stage: the plan counts it)
+    probed: dict[str, Any] = field(default_factory=dict)  # by stage: what its probe measured (StageDef.probe)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    stage: str
+    rows: str  # the rows, as arithmetic
+    seconds: Optional[float]  # None: not estimated
+    reused: bool = False
+    note: str = ""  # what the plan says of the stage below its table (the search's candidates the teacher cannot give)
+
+
+@dataclass(frozen=True)
+class Costing:
+    """What a stage's estimate reads: the config as the budget may have cut it (a stage's estimate reads its settings
+    from here, not from the config its stage was built with), the rows under its unlabeled_limit, the rates."""
+
+    cfg: RunConfig
+    rows: Rows
+    rates: Rates
+
+    @property
+    def transfer(self) -> int:
+        return transfer_rows(self.cfg, self.rows)
+
+    @property
+    def members(self) -> int:
+        """The teachers that score each row (an ensemble's members, else 1)."""
+        return len(self.cfg.teacher_paths or self.cfg.teacher_seeds or [None])
+
+
+def pipeline_estimate(name: str, text: str, n: int, rate: Optional[float], fixed: float = 0.0) -> Estimate:
+    """A Beam pipeline's stage: its start, `fixed` seconds, and n rows at `rate` rows per second."""
+    return Estimate(name, text, None if rate is None else BEAM_START_S + fixed + n / rate)
+
+
+def transfer_rows(cfg: RunConfig, rows: Rows) -> int:
+    """The transfer set before dedup: each row and its variants, and the rows the join op makes of them."""
+    a = cfg.augment
+    return (rows.labeled * (1 + a.variants_for(True)) + rows.unlabeled * (1 + a.variants_for(False))
+            + joined_rows(cfg, rows))
+
+
+def joined_rows(cfg: RunConfig, rows: Rows) -> int:
+    """The rows the join op (transferset/augment/join.py) makes of the originals: `joins` per original."""
+    a = cfg.augment
+    return round((rows.labeled + rows.unlabeled) * a.joins) if join.OP in a.ops else 0
+
+
+def with_limit(cfg: RunConfig, rows: Rows) -> Rows:
+    """`rows` under cfg's unlabeled_limit (a cut's)."""
+    if cfg.unlabeled_limit is None or rows.unlabeled <= cfg.unlabeled_limit:
+        return rows
+    return replace(rows, unlabeled=cfg.unlabeled_limit, rest=rows.rest + rows.unlabeled - cfg.unlabeled_limit)
