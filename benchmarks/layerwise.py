@@ -38,7 +38,7 @@ from students import trainer  # noqa: E402
 from students.build import setup  # noqa: E402
 from students.families import transformer  # noqa: E402
 from students.losses import LossWeights  # noqa: E402
-from students.schedules import phases  # noqa: E402
+from students.phases import phases  # noqa: E402
 from transferset import sources  # noqa: E402
 from transferset.config import StudentConfig  # noqa: E402
 from transferset.runtime import typed  # noqa: E402

@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from students import trainer  # noqa: E402
 from students.losses import LossWeights  # noqa: E402
-from students.schedules import phases  # noqa: E402
+from students.phases import phases  # noqa: E402
 from students.build import setup  # noqa: E402
 from students.student import Student  # noqa: E402
 from transferset import sources  # noqa: E402

@@ -17,7 +17,7 @@ from students import seeds
 from students.data import ScoredSet, teacher_files
 from students.families import Context, Family
 from students.losses import online
-from students.schedules import SCHEDULES
+from students.phases import PHASE_PLANS
 from transferset.config import DEFAULT_MAX_LENGTH, StudentConfig
 from transferset.contract import schema
 from transferset.runtime.errors import UserError
@@ -56,8 +56,8 @@ def setup(cfg: StudentConfig, scored: Union[str, ScoredSet]) -> Setup:
     here, an unfinished one too)."""
     fam = family(cfg.student, "student")
     cfg = family_registry.settled(cfg)
-    if cfg.phases not in SCHEDULES:
-        raise UserError(f"unknown phases {cfg.phases!r}; known: {', '.join(SCHEDULES)}")
+    if cfg.phases not in PHASE_PLANS:
+        raise UserError(f"unknown phases {cfg.phases!r}; known: {', '.join(PHASE_PLANS)}")
     if isinstance(scored, str):
         scored = ScoredSet.open(scored, allow_incomplete=True)
     meta, label_names, hidden_width = scored.meta, scored.label_names, scored.hidden_width
@@ -77,7 +77,7 @@ def setup(cfg: StudentConfig, scored: Union[str, ScoredSet]) -> Setup:
         online_teacher = online.make(ctx, built)
     if (cfg.weight("repr") or cfg.phases == "progressive") and built.repr_width != hidden_width \
             and built.projection is None:
-        raise UserError(f"the representation loss (repr, and stage 1 of the progressive schedule) needs the "
+        raise UserError(f"the representation loss (repr, and stage 1 of the progressive phase plan) needs the "
                         f"student's head width ({built.repr_width}) to equal the teacher's hidden width "
                         f"({hidden_width}); drop the head_dim / preset override, or repr from `losses:`")
     return Setup(cfg, fam, built.model, built.config, built.tokens, label_names, meta, built.pkd_columns,

@@ -7,7 +7,7 @@ looked up in the family registry (students/build.py).
 Every random stream derives from the run's seed (students/seeds.py).
 
 The loop is the recipe the teacher trains with too (transferset/training/, on Accelerate): each
-phase of the schedule (students/schedules.py) is one run of it, with its own optimizer over the
+phase of the phase plan (students/phases.py) is one run of it, with its own optimizer over the
 parameter groups that phase trains, and its own learning-rate schedule. The engine section (device,
 precision, gradient accumulation, schedule, tracker), checkpoints and `resume` come from the StudentConfig;
 the process count from the launcher (`torchrun`), each rank streaming its own rows. The output, rank 0,
@@ -31,7 +31,7 @@ from students.families import project
 from students.losses import LossWeights, canonical, combine
 from students.losses import online
 from students.plots import plot_curves
-from students.schedules import Phase, phases
+from students.phases import Phase, phases
 from students.student import Student, accuracy
 from transferset import fs, sources
 from transferset.config import LAYER_TEXTS_REST, StudentConfig
@@ -180,7 +180,7 @@ def check_layer_texts(cfg: StudentConfig, plan: list[Phase]) -> Optional[int]:
 
 def phase_run(s: Setup, engine: Engine, phase: Phase, p_index: int, transfer_dir: str, evaluate,
               layer_rows: Optional[int] = None) -> RecipePhase:
-    """One phase of the schedule as one run of the recipe (students.schedules decides what learns).
+    """One phase of the phase plan as one run of the recipe (students.phases decides what learns).
     `layer_rows`: the rows of StudentConfig.layer_texts, which a phase on layer losses alone reads instead."""
     cfg = s.cfg
     text_only = layer_rows is not None and reads_layer_texts(phase)
@@ -293,7 +293,7 @@ def train(cfg: StudentConfig, transfer_dir: str, dev_path: str, output: str, *, 
 
 
 class StudentJob(Job):
-    """A student's training as a job of the shell (transferset.training.job): the schedule's phases."""
+    """A student's training as a job of the shell (transferset.training.job): the phase plan's phases."""
 
     command, project, card, where = "train", "transferset-train", True, "student engine"
     names = (*STUDENT_NAMES, CHECKPOINT_DIR)

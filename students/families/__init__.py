@@ -3,7 +3,7 @@
 A family (students/families/bilstm.py, students/families/transformer.py) is what differs between students: how the
 model and its tokens are built from the scored set and the teacher, its forward pass over a batch,
 its parameter groups (for progressive unfreezing) and how it is saved and loaded. Everything else
-(data, losses, schedules, the training loop, evaluation) is shared and looks a family up by name
+(data, losses, phase plans, the training loop, evaluation) is shared and looks a family up by name
 in the registry, students/build.py.
 """
 from __future__ import annotations
@@ -21,8 +21,8 @@ from transferset.runtime.registry import Registry
 Batch = dict  # str → tensor (and the batch's texts), as made by students.data.make_batch
 
 # Parameter groups, bottom-up, as every family's param_groups names them: progressive unfreezing
-# (students/schedules.py) thaws them top-down. A family may split "encoder" per layer ("encoder.1", ...:
-# the transformer does, for the pkt schedule); the other schedules fold the parts back into "encoder".
+# (students/phases.py) thaws them top-down. A family may split "encoder" per layer ("encoder.1", ...:
+# the transformer does, for the pkt phase plan); the other phase plans fold the parts back into "encoder".
 GROUPS = ("embeddings", "encoder", "head", "classifier")
 
 

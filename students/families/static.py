@@ -147,7 +147,7 @@ def build(ctx: Context) -> Built:
     config = model.config
     if cfg.embed_init != "random":
         model.init_embeddings(initial_vectors(ctx, tokens, wordpiece, config.embed_dim))
-    # repr (and the progressive schedule's stage 1) compare the MLP's output with teacher_hidden: through
+    # repr (and the progressive phase plan's stage 1) compare the MLP's output with teacher_hidden: through
     # a projection when the widths differ, as a narrow transformer's do.
     compares = bool(cfg.weight("repr") or cfg.phases == "progressive")
     proj = projection(config.hidden, ctx.hidden_width) if compares else None

@@ -217,8 +217,8 @@ def load_teacher(model: nn.Module, state: Mapping[str, torch.Tensor], layers: Se
 
 
 def param_groups(model: nn.Module) -> dict[str, list[nn.Parameter]]:
-    """Parameter groups, bottom-up: embeddings / encoder.1 ... encoder.n (one per layer, for the pkt schedule;
-    the other schedules fold them into students.families.GROUPS' "encoder") / head (the pooler and anything else
+    """Parameter groups, bottom-up: embeddings / encoder.1 ... encoder.n (one per layer, for the pkt phase plan;
+    the other phase plans fold them into students.families.GROUPS' "encoder") / head (the pooler and anything else
     of the base model) / classifier."""
     prefix = model.base_model_prefix + "."
     try:

@@ -37,7 +37,7 @@ PROBE = (["Hello, WORLD! Naïve café: 1,234 un-believable ##x [unused]", "Ünï
 
 
 def layer_weights(cfg) -> dict[str, float]:
-    """The layer losses the settings turn on (any schedule's phase may use them)."""
+    """The layer losses the settings turn on (any phase plan's phase may use them)."""
     return LossWeights.of(cfg).layer_active()
 
 
@@ -126,7 +126,7 @@ def make(ctx: Context, built: Built) -> Optional[OnlineTeacher]:
     cfg = ctx.cfg
     active = layer_weights(cfg)
     if not active:
-        return None  # the schedules refuse a two-step / pkt plan without its layer losses (students.schedules)
+        return None  # the phase plans refuse a two-step / pkt plan without its layer losses (students.phases)
     names = ", ".join(sorted(active))
     if not families.get(cfg.student).layer_losses:
         raise UserError(f"{names} compare a transformer's per-token hidden states and attention maps with the "

@@ -5,7 +5,7 @@ import torch
 from students import build, families, seeds, trainer
 from students.build import FAMILIES, setup
 from students.losses import LossWeights
-from students.schedules import phases
+from students.phases import phases
 from students.trainer import make_optimizer
 from transferset.config import OptimConfig, StudentConfig
 from transferset.contract import schema

@@ -10,7 +10,7 @@ import torch
 from students import trainer
 from students.build import setup
 from students.losses import LossWeights
-from students.schedules import phases
+from students.phases import phases
 from students.student import Predictions, Student
 from transferset import testing
 from transferset.app.cli import main

@@ -179,7 +179,7 @@ class StudentConfig:
     """`transferset train` (flags or --config YAML) and each entry of the run's `students:` section."""
 
     student: str = DEFAULT_FAMILY  # student family: bilstm | transformer | static (mean+max pooled vectors, an MLP)
-    # the phase plan: which losses and parameter groups train, phase by phase (students/schedules.py): joint |
+    # the phase plan: which losses and parameter groups train, phase by phase (students/phases.py): joint |
     # progressive | distill-then-finetune | two-step | pkt (the learning rate's curve is `engine: {schedule: ...}`)
     phases: str = "joint"
     epochs: AtLeast(1) = 5  # at most this many epochs per phase (progressive: per unfreezing step)

@@ -14,7 +14,7 @@ import builders as testing
 from students.build import setup
 from students.data.tokens import PretrainedTokens
 from students.losses import LossWeights
-from students.schedules import phases
+from students.phases import phases
 from students.student import Student
 from students.trainer import fit, set_trainable, train_batches
 from transferset.app.cli import main

@@ -14,7 +14,7 @@ from students.build import setup
 from students.evaluate import evaluate
 from students.families import bilstm, frozen_embeddings, static
 from students.losses import LossWeights
-from students.schedules import phases
+from students.phases import phases
 from students.student import OnnxStudent, Student
 from transferset.app.cli import main
 from transferset.config import StudentConfig

@@ -1,5 +1,5 @@
 """Layer-wise transfer: layer maps, the captured attention states, the narrow student, the online teacher,
-the two-step / pkt schedules and the presets, on the tiny 4-layer teacher (hidden 32, 2 heads)."""
+the two-step / pkt phase plans and the presets, on the tiny 4-layer teacher (hidden 32, 2 heads)."""
 import json
 import math
 
@@ -10,7 +10,7 @@ from students.build import setup
 from students.families import transformer
 from students.losses import LossWeights
 from students.losses.layers import LAYER_PAIRS, STUDENT_STATES, TEACHER_STATES
-from students.schedules import phases
+from students.phases import phases
 from students.trainer import fit, set_trainable, train_batches
 from transferset.config import STUDENT_PRESETS, StudentConfig
 from transferset.contract import schema
@@ -230,7 +230,7 @@ def test_two_step_trains_the_intermediate_layers_then_the_prediction_layer():
     assert first.weights.active() == {"emb_mse": 1.0, "hidden_mse": 2.0, "att_mse": 1.0}
     assert second.trainable == FINE and second.early_stop
     assert second.weights == LossWeights(kd=1.0, ce=0.5, temperature=2.0)
-    with pytest.raises(ValueError, match="two-step schedule: its first step"):
+    with pytest.raises(ValueError, match="two-step phase plan: its first step"):
         phases("two-step", LossWeights(kd=1.0), 1, FINE)
 
 

@@ -1,5 +1,5 @@
 """transferset/training/schedules.py: the learning rate at each optimizer step of a recipe's phase.
-(students/schedules.py, the students' phases, is tested in tests/students/test_schedules.py.)"""
+(students/phases.py, the students' phases, is tested in tests/students/test_schedules.py.)"""
 import pytest
 import torch
 

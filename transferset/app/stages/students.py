@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 from students import families
 from students.losses import LossWeights
-from students.schedules import phases
+from students.phases import phases
 from transferset.app.stages.base import RunOutputs, StageDef, StageKind, register
 from transferset.app.stages.context import Run, set_fingerprint
 from transferset.app.stages.costs import Estimate, Rates, Rows

@@ -1,6 +1,6 @@
-"""Training schedules: which losses and which parameter groups, phase by phase.
+"""Phase plans (`phases:`): which losses and which parameter groups train, phase by phase.
 
-Pure functions: `phases(...)` turns a schedule name, the configured loss weights and the epoch
+Pure functions: `phases(...)` turns a phase plan's name, the configured loss weights and the epoch
 budget into a list of Phase records; the trainer runs them in order and never decides on its
 own what is trainable. Parameter groups are named bottom-up, as every family names them
 (students.families.GROUPS): embeddings → encoder → head → classifier.
@@ -20,7 +20,7 @@ own what is trainable. Parameter groups are named bottom-up, as every family nam
   distillation with every parameter.
 
 A family may split a group per layer ("encoder.1", "encoder.2", ...: the transformer does, for pkt); the
-other schedules treat those as one "encoder" group.
+other phase plans treat those as one "encoder" group.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from typing import Optional, Sequence
 from students.families import GROUPS
 from students.losses import LossWeights
 
-SCHEDULES = ("joint", "progressive", "distill-then-finetune", "two-step", "pkt")
+PHASE_PLANS = ("joint", "progressive", "distill-then-finetune", "two-step", "pkt")
 PREDICTION = ("ce", "mse", "kd")                             # the prediction-layer losses
 PER_LAYER = ("hidden_mse", "att_mse", "att_kl", "value_kl")  # layer losses of each mapped layer pair
 
@@ -77,9 +77,9 @@ def _logits_only(w: LossWeights) -> LossWeights:
     return LossWeights(mse=w.mse or 1.0)
 
 
-def phases(schedule: str, weights: LossWeights, epochs: int, groups: Sequence[str] = GROUPS,
+def phases(plan: str, weights: LossWeights, epochs: int, groups: Sequence[str] = GROUPS,
            layer_epochs: Optional[int] = None) -> list[Phase]:
-    """The phases of `schedule` for a model whose parameter groups are `groups` (bottom-up).
+    """The phases of the phase plan `plan` for a model whose parameter groups are `groups` (bottom-up).
 
     `layer_epochs`: the epochs of each layer-loss phase of two-step and pkt (TinyBERT trains its
     intermediate step far longer than its prediction step); None: `epochs`.
@@ -89,15 +89,15 @@ def phases(schedule: str, weights: LossWeights, epochs: int, groups: Sequence[st
     if layer_epochs is not None and layer_epochs < 1:
         raise ValueError(f"layer_epochs must be at least 1, got {layer_epochs}")
     layer_epochs = epochs if layer_epochs is None else layer_epochs
-    if schedule not in _SCHEDULE_PHASES:
-        raise ValueError(f"unknown schedule {schedule!r}; known: {', '.join(SCHEDULES)}")
-    return _SCHEDULE_PHASES[schedule](weights, epochs, layer_epochs, tuple(groups))
+    if plan not in _PLAN_PHASES:
+        raise ValueError(f"unknown phase plan {plan!r}; known: {', '.join(PHASE_PLANS)}")
+    return _PLAN_PHASES[plan](weights, epochs, layer_epochs, tuple(groups))
 
 
-# Each schedule's phases: (weights, epochs, layer_epochs, fine groups bottom-up) -> phases.
+# Each phase plan's phases: (weights, epochs, layer_epochs, fine groups bottom-up) -> phases.
 def _joint(weights: LossWeights, epochs: int, layer_epochs: int, fine: tuple[str, ...]) -> list[Phase]:
     if not weights.active():
-        raise ValueError("joint schedule: every loss weight is zero")
+        raise ValueError("joint phase plan: every loss weight is zero")
     # With gold CE as the only loss, rows without a label add nothing: iterate the labeled ones.
     ce_only = set(weights.active()) == {"ce"}
     return [Phase(1, "joint", weights, fine, epochs, early_stop=True, labeled_only=ce_only)]
@@ -134,7 +134,7 @@ def _distill_then_finetune(weights: LossWeights, epochs: int, layer_epochs: int,
 def _two_step(weights: LossWeights, epochs: int, layer_epochs: int, fine: tuple[str, ...]) -> list[Phase]:
     kept = {k: v for k, v in weights.active().items() if k not in PREDICTION}
     if not kept:
-        raise ValueError("two-step schedule: its first step trains the intermediate layers on the layer losses "
+        raise ValueError("two-step phase plan: its first step trains the intermediate layers on the layer losses "
                          "(emb_mse, hidden_mse, att_mse, att_kl, value_kl, cos) or repr / pkd; set one of them")
     # The pooler and classifier get no gradient from the layer losses: frozen, not drifting under weight decay.
     return [Phase(1, "1 intermediate layers", LossWeights(**kept), expand(("embeddings", "encoder"), fine),
@@ -145,11 +145,11 @@ def _two_step(weights: LossWeights, epochs: int, layer_epochs: int, fine: tuple[
 def _pkt(weights: LossWeights, epochs: int, layer_epochs: int, fine: tuple[str, ...]) -> list[Phase]:
     per_layer = {k: getattr(weights, k) for k in PER_LAYER if getattr(weights, k)}
     if not per_layer:
-        raise ValueError("pkt schedule: each stage trains one layer on its per-layer losses; set hidden_mse, "
+        raise ValueError("pkt phase plan: each stage trains one layer on its per-layer losses; set hidden_mse, "
                          "att_mse, att_kl or value_kl")
     layers = [g for g in fine if g.startswith("encoder.")]
     if not layers:
-        raise ValueError("pkt schedule: it trains one encoder layer at a time, and this student has no "
+        raise ValueError("pkt phase plan: it trains one encoder layer at a time, and this student has no "
                          "per-layer parameter groups (a transformer student has)")
     out = []
     if weights.emb_mse:
@@ -163,6 +163,6 @@ def _pkt(weights: LossWeights, epochs: int, layer_epochs: int, fine: tuple[str, 
     return out
 
 
-_SCHEDULE_PHASES = {"joint": _joint, "progressive": _progressive, "distill-then-finetune": _distill_then_finetune,
+_PLAN_PHASES = {"joint": _joint, "progressive": _progressive, "distill-then-finetune": _distill_then_finetune,
                     "two-step": _two_step, "pkt": _pkt}
-assert tuple(_SCHEDULE_PHASES) == SCHEDULES  # one entry per schedule the config accepts
+assert tuple(_PLAN_PHASES) == PHASE_PLANS  # one entry per phase plan the config accepts

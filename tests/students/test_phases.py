@@ -1,4 +1,4 @@
-"""Schedules as pure functions, and the freezing they imply applied to a real student."""
+"""Phase plans (students/phases.py) as pure functions, and the freezing they imply applied to a real student."""
 from types import SimpleNamespace
 
 import pytest
@@ -11,7 +11,7 @@ from students.families import GROUPS, frozen_embeddings
 from students.families import bilstm, transformer
 from students.data import NO_LABEL
 from students.losses import LossWeights
-from students.schedules import coarse, phases, top_down
+from students.phases import coarse, phases, top_down
 from students.trainer import fit, set_trainable
 from transferset.contract import schema
 
@@ -53,8 +53,8 @@ def test_joint_and_distill_then_finetune():
     assert second.weights.active() == {"ce": 1.0} and second.labeled_only and second.trainable == GROUPS
 
 
-def test_unknown_schedule_lists_the_known_ones():
-    with pytest.raises(ValueError, match="joint, progressive, distill-then-finetune"):
+def test_an_unknown_phase_plan_lists_the_known_ones():
+    with pytest.raises(ValueError, match="unknown phase plan .cosine.; known: joint, progressive, distill-then-finetune"):
         phases("cosine", W, epochs=1)
 
 
@@ -89,7 +89,7 @@ def test_progressive_freezing_is_exact_and_frozen_params_stay_bit_identical(fami
     s = SimpleNamespace(cfg=cfg, family=FAMILIES[family], model=model,  # what the loss step needs of a Setup
                         projection=None)
     groups = s.family.param_groups(model)
-    # The transformer splits its encoder per layer (for pkt); the other schedules fold it back.
+    # The transformer splits its encoder per layer (for pkt); the other phase plans fold it back.
     assert coarse(tuple(groups)) == GROUPS
     assert tuple(groups)[1:3] == (("encoder.1", "encoder.2") if family == "transformer" else ("encoder", "head"))
     # Every parameter belongs to exactly one group.
