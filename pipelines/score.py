@@ -49,18 +49,6 @@ from transferset.scored import plan as score_plan
 from transferset.scored import shards
 from transferset.teacher import ensemble, scoring
 
-EPILOG = (
-    "Example:\n"
-    "  transferset score --input runs/transfer --teacher runs/teacher --output runs/scored \\\n"
-    "      --runner FnApiRunner --direct_num_workers 2\n\n"
-    "Writes zstd Parquet under OUT/data/ (the input columns plus teacher_label, teacher_logits and\n"
-    "teacher_hidden), rejects under OUT/rejects/, then OUT/stats.json and OUT/_COMPLETE.\n"
-    "After an interrupted run, rerun the same command with --resume: only ids not yet written are scored.\n\n"
-    "A teacher ensemble: give --teacher several times (--teacher A --teacher B ...). Each teacher\n"
-    "scores every row once; teacher_logits_0, teacher_logits_1... keep each one's logits, teacher_logits their\n"
-    "combination (--combine mean | probs | K) and the metadata names each teacher."
-)
-
 LOG = logging.getLogger("transferset.score")
 METRICS_NAMESPACE = "transferset_score"
 

@@ -7,11 +7,23 @@ import time
 from typing import Sequence
 
 from pipelines.runtime import check_beam
-from pipelines.score import EPILOG, run_score  # noqa: F401 (cli reads the module's EPILOG)
+from pipelines.score import run_score
 from transferset.app import flags
 from transferset.app.flags import add_runner_arguments
 from transferset.config import BeamConfig, ScoreConfig
 from transferset.models.loading import check_hub_model
+
+EPILOG = (
+    "Example:\n"
+    "  transferset score --input runs/transfer --teacher runs/teacher --output runs/scored \\\n"
+    "      --runner FnApiRunner --direct_num_workers 2\n\n"
+    "Writes zstd Parquet under OUT/data/ (the input columns plus teacher_label, teacher_logits and\n"
+    "teacher_hidden), rejects under OUT/rejects/, then OUT/stats.json and OUT/_COMPLETE.\n"
+    "After an interrupted run, rerun the same command with --resume: only ids not yet written are scored.\n\n"
+    "A teacher ensemble: give --teacher several times (--teacher A --teacher B ...). Each teacher\n"
+    "scores every row once; teacher_logits_0, teacher_logits_1... keep each one's logits, teacher_logits their\n"
+    "combination (--combine mean | probs | K) and the metadata names each teacher."
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
