@@ -18,7 +18,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from transferset import fs
 from transferset.config import BeamConfig
 from transferset.contract import schema
-from transferset.fs.output import Output, reject_line, write_finish
+from transferset.fs.output import Output
+from transferset.fs.written import reject_line, write_finish
 from transferset.runtime.errors import ConfigError, UserError
 from transferset.sources import Reject, read_source
 
@@ -206,7 +207,7 @@ class Finalize(beam.PTransform):
 
 class WriteRejects(beam.PTransform):
     """Rejected rows (transferset.sources.Reject, or their dicts) → OUT/rejects/rejects-*.jsonl, one JSON
-    line each (transferset.fs.output.reject_line); the output is the names of the files written."""
+    line each (transferset.fs.written.reject_line); the output is the names of the files written."""
 
     def __init__(self, out: str):
         super().__init__()

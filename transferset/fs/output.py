@@ -56,8 +56,7 @@ from transferset.contract import schema
 from transferset.fs import remote
 from transferset.fs.links import links_under, refuse_links
 from transferset.fs.lock import LOCK_FILE, output_lock
-from transferset.fs.written import (_delete_files, _names, _remove_empty_folders, _write_line,  # noqa: F401
-                                    reject_line, stats_bytes, write_finish)
+from transferset.fs.written import _delete_files, _names, _remove_empty_folders, _write_line, write_finish
 from transferset.runtime.errors import ConfigError, UserError
 
 LOG = logging.getLogger("transferset.output")

@@ -6,7 +6,8 @@ import shutil
 import pytest
 
 from transferset.contract import schema
-from transferset.fs.output import STUDENT_NAMES, Output, reject_line
+from transferset.fs.output import STUDENT_NAMES, Output
+from transferset.fs.written import reject_line
 from transferset.runtime.errors import ConfigError, UserError
 from transferset.sources import Reject
 
