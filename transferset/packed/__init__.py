@@ -31,7 +31,6 @@ Modules: `families` (what is served, and why not; probe rows), `kernels` (linear
 """
 from __future__ import annotations
 
-from transferset.packed.biases import _DisentangledBias, _MPNetBias  # noqa: F401 (tests reach them here)
 from transferset.packed.encoder import PackedEncoder
 from transferset.packed.families import (CLASSIFIERS, FAMILY_BASE, MASKED_LMS, NOT_SERVED, PROBE_ATOL, PROBE_PAIR,
                                          PROBE_TEXTS, PRUNED_BERT, family_of, probe_rows, unsupported)

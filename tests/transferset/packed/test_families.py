@@ -12,6 +12,7 @@ import torch
 
 import family_models as fm
 from transferset import packed
+from transferset.packed.biases import _DisentangledBias, _MPNetBias
 from transferset.teacher import scoring
 from tolerances import assert_reordered  # reordered sums, at most 4 layers deep
 
@@ -95,7 +96,7 @@ def test_the_probe_catches_a_wrong_relative_position_bias(family, monkeypatch):
         assert any(layer.window == 8 for layer in packed.PackedClassifier(model).layers)
         monkeypatch.setattr(packed.PackedEncoder, "_band", lambda self, length, window, like: None)
     else:
-        bias = {"mpnet": packed._MPNetBias, "deberta-v2": packed._DisentangledBias}[family]
+        bias = {"mpnet": _MPNetBias, "deberta-v2": _DisentangledBias}[family]
         assert all(isinstance(layer.bias, bias) for layer in packed.PackedClassifier(model).layers)
         monkeypatch.setattr(bias, "__call__", lambda self, q, k, length: None)
     path, why = packed.PackedClassifier.build(model)
