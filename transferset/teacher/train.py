@@ -25,14 +25,13 @@ from transferset import fs
 from transferset import sources
 from transferset.config import TeacherConfig
 from transferset.contract import schema
-from transferset.data.card import write_card
 from transferset.fs.output import MODEL_NAMES
 from transferset.models import loading
 from transferset.runtime import typed
 from transferset.runtime.errors import UserError
 from transferset.sources import Example, Reject, SourceSpec
 from transferset.training import Checkpoints, Engine, PhaseSpec, Recipe, launched_processes
-from transferset.training.job import CHECKPOINT_DIR, Job, Phase, Run, checkpoints_at, run_job  # noqa: F401
+from transferset.training.job import Job, Phase, Run, checkpoints_at, run_job
 # Settings that change how a fine-tuning runs, never what it learns: in no checkpoint's fingerprint or stage key.
 RUNTIME_SETTINGS = ("progress", "resume", "checkpoint_steps")
 
