@@ -48,7 +48,6 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from students.families.bilstm_onnx import BiLSTMGraph  # noqa: F401 (tests export it from here)
 from students.data.tokens import WordPieceTokens
 from students.student import EXPORT_KEY, ONNX_FILE, OnnxStudent, Student
 from transferset import __version__, fs

@@ -217,8 +217,8 @@ def test_a_two_layer_bilstm_graph_runs_each_layer_within_each_rows_length(tmp_pa
     import onnxruntime as ort
     import torch
 
-    from students.compress.export import BiLSTMGraph
     from students.families.bilstm import BiLSTM, BiLSTMConfig
+    from students.families.bilstm_onnx import BiLSTMGraph
 
     torch.manual_seed(0)
     model = BiLSTM(BiLSTMConfig(vocab_size=50, embed_dim=12, hidden=7, layers=2, pool=pool, head_dim=9)).eval()
