@@ -13,7 +13,6 @@ from typing import Any, Callable, Mapping, Optional
 
 import torch.nn as nn
 
-from students.data.files import RESAVE, StudentFileError  # noqa: F401 (the families import them from here)
 from transferset.config import StudentConfig
 from transferset.runtime.errors import UserError
 from transferset.runtime.registry import Registry

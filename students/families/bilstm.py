@@ -18,9 +18,9 @@ import torch.nn.functional as F
 from torch.func import functional_call
 
 from students.data import iter_texts
+from students.data.files import RESAVE, StudentFileError
 from students.data.teacher_files import no_teacher_dir
-from students.families import (RESAVE, Batch, Built, Context, Family, StudentFileError, frozen_embeddings,
-                               model_values, register)
+from students.families import Batch, Built, Context, Family, frozen_embeddings, model_values, register
 from students.families.bilstm_onnx import BiLSTMGraph
 from students.data.tokens import (WordPieceTokens, WordTokens, load_tokens, pca_project, teacher_input_embeddings,
                              teacher_wordpiece, word_vectors_from_wordpiece)
