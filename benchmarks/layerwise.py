@@ -36,7 +36,7 @@ from train import SST2, load_teacher, write_scored  # noqa: E402
 
 from students import trainer  # noqa: E402
 from students.build import setup  # noqa: E402
-from students.families import transformer  # noqa: E402
+from students.families import transformer_layers  # noqa: E402
 from students.losses import LossWeights  # noqa: E402
 from students.phases import phases  # noqa: E402
 from transferset import sources  # noqa: E402
@@ -93,7 +93,7 @@ def main(argv=None) -> int:
             t0 = time.perf_counter()
             with torch.no_grad():
                 for batch in trainer.train_batches(s, scored, seed=epoch):
-                    transformer.forward(s.online.teacher, batch["ids"], batch["mask"], batch["type_ids"],
+                    transformer_layers.forward(s.online.teacher, batch["ids"], batch["mask"], batch["type_ids"],
                                         states=[t for _, t in s.online.pairs])
             seconds["teacher only"].append(time.perf_counter() - t0)
     best = {m: min(v) for m, v in seconds.items()}

@@ -29,7 +29,7 @@ import torch
 
 from students import seeds
 from students.data import EvalData, ScoredSet, iter_train_batches, read_eval_data
-from students.families import transformer
+from students.families import transformer_layers
 from students.losses import kd_kl, logits_mse
 from students.student import OnnxStudent, Student, accuracy
 from students.trainer import require_input
@@ -132,7 +132,7 @@ class _Logits(torch.nn.Module):
         self.model = model
 
     def forward(self, batch) -> torch.Tensor:
-        return transformer.forward(self.model, batch["ids"], batch["mask"], batch["type_ids"])["logits"]
+        return transformer_layers.forward(self.model, batch["ids"], batch["mask"], batch["type_ids"])["logits"]
 
 
 def recovery_phase(cfg: PruneConfig, student: Student, scored: ScoredSet, dev: EvalData, engine: Engine) -> Phase:

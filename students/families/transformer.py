@@ -31,10 +31,8 @@ from students.families import Batch, Built, Context, Family, model_values, proje
 from students.data.teacher_files import (NO_CODE_LOAD, NO_CODE_PRETRAINED, NO_CODE_TRAIN, checkpoint, no_teacher_dir,
                                     pkd_columns, teacher_depth)
 from students.data.tokens import PretrainedTokens, WordPieceTokens, pca_basis, teacher_state, teacher_wordpiece
-# The layer maps and the layer-level forward live in their own modules; they are this family's public names too.
-from students.families.transformer_layers import (FUSED_QKV, LAYER_LISTS, QKV_NAMES, capture_attention,  # noqa: F401
-                                        encoder_layers, forward, layer_list, qkv_modules)
-from students.families.transformer_maps import INITS, LAYER_MAPS, layer_pairs, teacher_layer_map  # noqa: F401
+from students.families.transformer_layers import encoder_layers, forward, layer_list
+from students.families.transformer_maps import teacher_layer_map
 from transferset.config import STUDENT_PRESETS
 from transferset.contract import schema
 from transferset.models.loading import check_remote_code, quiet_transformers, register_ours

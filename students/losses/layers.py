@@ -107,7 +107,7 @@ class States:
 
     hidden[k]: (B, L, H) output of layer k (0: the embeddings), as `hidden_states` of a Hugging Face model;
     qkv[k]: layer k's query, key and value projections split into heads, each (B, heads, L, d_k), captured
-    on the way (students.families.transformer.capture_attention). Scores are computed only when a loss asks.
+    on the way (students.families.transformer_layers.capture_attention). Scores are computed only when a loss asks.
     """
 
     def __init__(self, hidden, qkv: dict):

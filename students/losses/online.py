@@ -25,7 +25,7 @@ import torch.nn as nn
 from students import families
 from students.data.teacher_files import NO_CODE_TRAIN, no_teacher_dir
 from students.families import Built, Context
-from students.families import transformer
+from students.families import transformer_layers, transformer_maps
 from students.losses import LossWeights
 from students.losses import layers as layer_losses
 from students.losses.layers import States
@@ -70,10 +70,10 @@ class OnlineTeacher(nn.Module):
         s_layers = sorted({s for s, _ in pairs}) if attention else []
         t_layers = sorted({t for _, t in pairs}) if attention else []
         ids, mask, types = batch["ids"], batch["mask"], batch.get("type_ids")
-        out = transformer.forward(model, ids, mask, types, states=s_layers)
+        out = transformer_layers.forward(model, ids, mask, types, states=s_layers)
         teacher = self._teacher_on(ids.device)
         with torch.no_grad():
-            t_out = transformer.forward(teacher, ids, mask, types, states=t_layers)
+            t_out = transformer_layers.forward(teacher, ids, mask, types, states=t_layers)
         batch[layer_losses.TEACHER_STATES] = States(t_out["hidden_states"], t_out["qkv"])
         hidden = list(out["hidden_states"])
         needed = ({0} if "emb_mse" in active else set()) | ({len(hidden) - 1} if "cos" in active else set())
@@ -148,8 +148,9 @@ def make(ctx: Context, built: Built) -> Optional[OnlineTeacher]:
                         "(drop `model: {pretrained: ...}` or `tokenizer:`), or set them to 0")
     try:
         teacher = load_classifier(ctx.teacher_dir, remedy=NO_CODE_TRAIN)
-        n_student, n_teacher = len(transformer.encoder_layers(model)), len(transformer.encoder_layers(teacher))
-        pairs = transformer.layer_pairs(cfg.layer_map, n_student, n_teacher)
+        n_student = len(transformer_layers.encoder_layers(model))
+        n_teacher = len(transformer_layers.encoder_layers(teacher))
+        pairs = transformer_maps.layer_pairs(cfg.layer_map, n_student, n_teacher)
     except ValueError as exc:
         raise UserError(f"{names}: {exc}") from exc
     if any(k in active for k in layer_losses.ATTENTION_LOSSES):

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from students.data.tokens import teacher_state
-from students.families import transformer
+from students.families import transformer, transformer_layers, transformer_maps
 from tolerances import assert_reordered  # tests/tolerances.py: a bound from the arithmetic
 
 
@@ -26,7 +26,7 @@ def test_student_with_all_teacher_layers_reproduces_the_teacher(tiny_teacher4):
                                                        return_tensors="pt")
     with torch.no_grad():
         ref = teacher(**enc, output_hidden_states=True)
-        out = transformer.forward(student, enc["input_ids"], enc["attention_mask"].bool(), enc["token_type_ids"])
+        out = transformer_layers.forward(student, enc["input_ids"], enc["attention_mask"].bool(), enc["token_type_ids"])
     # our forward against transformers' modules: the same sums in another order (tests/tolerances.py)
     assert_reordered(out["logits"], ref.logits, layers=4)
     assert out["cls_layers"].shape == (2, 4, 32) and out["repr"].shape == (2, 32)
@@ -39,7 +39,7 @@ def test_skip_copies_every_second_layer_and_random_copies_nothing(tiny_teacher4)
     tconf, teacher = _teacher(tiny_teacher4)
     state = teacher_state(tiny_teacher4)
     skip = transformer.make_model(tconf, transformer.TransformerConfig(n_layer=2, init="skip"), ["0", "1"])
-    transformer.load_teacher(skip, state, transformer.teacher_layer_map(2, 4, "skip"))
+    transformer.load_teacher(skip, state, transformer_maps.teacher_layer_map(2, 4, "skip"))
     assert skip.config.num_hidden_layers == 2 and skip.config.id2label == {0: "0", 1: "1"}
     for j, k in enumerate([2, 4]):
         torch.testing.assert_close(skip.bert.encoder.layer[j].intermediate.dense.weight,
@@ -88,6 +88,6 @@ def test_student_from_all_minilm_layers_reproduces_its_cls_states(minilm):
     enc = AutoTokenizer.from_pretrained(minilm)(["a gripping , funny film", "dull"], padding=True, return_tensors="pt")
     with torch.no_grad():
         ref = bert(**enc, output_hidden_states=True).hidden_states
-        out = transformer.forward(student, enc["input_ids"], enc["attention_mask"].bool(), enc["token_type_ids"])
+        out = transformer_layers.forward(student, enc["input_ids"], enc["attention_mask"].bool(), enc["token_type_ids"])
     for j in range(6):
         assert_reordered(out["cls_layers"][:, j], ref[j + 1][:, 0], layers=j + 1)

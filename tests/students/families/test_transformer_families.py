@@ -9,7 +9,7 @@ import torch
 
 import builders as testing
 from students.data.tokens import teacher_input_embeddings, teacher_state
-from students.families import transformer
+from students.families import transformer, transformer_layers, transformer_maps
 from students.losses import layers as layer_losses
 
 FAMILIES = tuple(testing.FAMILIES)
@@ -41,8 +41,8 @@ def test_a_student_with_every_layer_of_the_teacher_is_the_teacher(family, family
     student.eval()
     ids, mask, types = _inputs(tok)
     with torch.no_grad():
-        out = transformer.forward(student, ids, mask, types)
-        ref = transformer.forward(teacher, ids, mask, types)
+        out = transformer_layers.forward(student, ids, mask, types)
+        ref = transformer_layers.forward(teacher, ids, mask, types)
     torch.testing.assert_close(out["logits"], ref["logits"])
     torch.testing.assert_close(out["cls_layers"], ref["cls_layers"])
     assert out["cls_layers"].shape == (2, 4, 32)
@@ -51,10 +51,10 @@ def test_a_student_with_every_layer_of_the_teacher_is_the_teacher(family, family
 @pytest.mark.parametrize("family", FAMILIES)
 def test_skip_copies_every_second_layer_of_each_family(family, family_teacher):
     tconf, teacher, tok = _teacher(family_teacher(family))
-    layer_map = transformer.teacher_layer_map(2, 4, "skip")
+    layer_map = transformer_maps.teacher_layer_map(2, 4, "skip")
     student = transformer.make_model(tconf, transformer.TransformerConfig(n_layer=2), ["0", "1"], layers=layer_map)
     transformer.load_teacher(student, teacher_state(family_teacher(family)), layer_map)
-    ours, theirs = transformer.encoder_layers(student), transformer.encoder_layers(teacher)
+    ours, theirs = transformer_layers.encoder_layers(student), transformer_layers.encoder_layers(teacher)
     assert len(ours) == 2 and student.config.num_hidden_layers == 2
     for j, k in enumerate(layer_map):
         mine, source = ours[j].state_dict(), theirs[k - 1].state_dict()
@@ -72,7 +72,7 @@ def test_skip_copies_every_second_layer_of_each_family(family, family_teacher):
     # The cut student runs on pairs of the family's tokenizer.
     ids, mask, types = _inputs(tok)
     with torch.no_grad():
-        assert torch.isfinite(transformer.forward(student.eval(), ids, mask, types)["logits"]).all()
+        assert torch.isfinite(transformer_layers.forward(student.eval(), ids, mask, types)["logits"]).all()
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -81,7 +81,7 @@ def test_parameter_groups_hold_one_group_per_layer_in_each_family(family, family
     model = transformer.make_model(tconf, transformer.TransformerConfig(n_layer=2, init="random"), ["0", "1"])
     groups = transformer.param_groups(model)
     assert list(groups) == ["embeddings", "encoder.1", "encoder.2", "head", "classifier"]
-    layers = transformer.encoder_layers(model)
+    layers = transformer_layers.encoder_layers(model)
     for j in (1, 2):
         # Encoder-wide parameters (DeBERTa's relative embeddings, MPNet's attention bias) go with the top layer.
         assert {id(p) for p in layers[j - 1].parameters()} <= {id(p) for p in groups[f"encoder.{j}"]}
@@ -99,8 +99,8 @@ def test_attention_capture_and_the_layer_losses_work_in_each_family(family, fami
     transformer.load_teacher(student, teacher_state(family_teacher(family)), [2, 4])
     ids, mask, types = _inputs(tok)
     with torch.no_grad():
-        t = transformer.forward(teacher, ids, mask, types, states=[2, 4])
-        s = transformer.forward(student.eval(), ids, mask, types, states=[1, 2])
+        t = transformer_layers.forward(teacher, ids, mask, types, states=[2, 4])
+        s = transformer_layers.forward(student.eval(), ids, mask, types, states=[1, 2])
     assert sorted(t["qkv"]) == [2, 4] and sorted(s["qkv"]) == [1, 2]
     for q, k, v in t["qkv"].values():
         assert q.shape == k.shape == v.shape == (2, 2, ids.shape[1], 16)

@@ -2,7 +2,7 @@
 `layer_map`, are tested with the losses: tests/students/losses/test_layerwise.py)."""
 import pytest
 
-from students.families import transformer, transformer_maps
+from students.families import transformer_maps
 
 
 def test_teacher_layer_map_skip_keeps_every_mth_layer_ending_at_the_top():
@@ -15,13 +15,6 @@ def test_teacher_layer_map_skip_keeps_every_mth_layer_ending_at_the_top():
         transformer_maps.teacher_layer_map(7, 6, "skip")
     with pytest.raises(ValueError, match="init must be one of"):
         transformer_maps.teacher_layer_map(2, 6, "every")
-
-
-def test_the_family_module_still_offers_the_maps_under_its_name():
-    # `from students.families.transformer import layer_pairs` (and the like) predates this module
-    assert transformer.teacher_layer_map is transformer_maps.teacher_layer_map
-    assert transformer.layer_pairs is transformer_maps.layer_pairs
-    assert transformer.INITS == transformer_maps.INITS == ("skip", "first", "random")
 
 
 def test_init_may_name_the_teacher_layers_to_copy_one_per_student_layer():

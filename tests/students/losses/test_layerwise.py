@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from students.build import setup
-from students.families import transformer
+from students.families import transformer_layers, transformer_maps
 from students.losses import LossWeights
 from students.losses.layers import LAYER_PAIRS, STUDENT_STATES, TEACHER_STATES
 from students.phases import phases
@@ -22,15 +22,15 @@ from transferset.runtime.errors import UserError
 
 
 def test_layer_pairs_uniform_first_last_and_explicit():
-    assert transformer.layer_pairs("uniform", 2, 6) == [(1, 3), (2, 6)]  # TinyBERT's g(m) = 3m
-    assert transformer.layer_pairs("skip", 3, 6) == [(1, 2), (2, 4), (3, 6)]
-    assert transformer.layer_pairs("first", 2, 6) == [(1, 1), (2, 2)]
-    assert transformer.layer_pairs("last", 2, 6) == [(1, 5), (2, 6)]
-    assert transformer.layer_pairs("last-1", 3, 6) == [(3, 6)]           # MiniLM: the last layers only
-    assert transformer.layer_pairs("last-2", 3, 6) == [(2, 5), (3, 6)]
-    assert transformer.layer_pairs("1,3,6", 3, 6) == [(1, 1), (2, 3), (3, 6)]
-    assert transformer.layer_pairs([2, 6], 2, 6) == [(1, 2), (2, 6)]
-    assert transformer.layer_pairs("3:6, 1:2", 3, 6) == [(1, 2), (3, 6)]
+    assert transformer_maps.layer_pairs("uniform", 2, 6) == [(1, 3), (2, 6)]  # TinyBERT's g(m) = 3m
+    assert transformer_maps.layer_pairs("skip", 3, 6) == [(1, 2), (2, 4), (3, 6)]
+    assert transformer_maps.layer_pairs("first", 2, 6) == [(1, 1), (2, 2)]
+    assert transformer_maps.layer_pairs("last", 2, 6) == [(1, 5), (2, 6)]
+    assert transformer_maps.layer_pairs("last-1", 3, 6) == [(3, 6)]           # MiniLM: the last layers only
+    assert transformer_maps.layer_pairs("last-2", 3, 6) == [(2, 5), (3, 6)]
+    assert transformer_maps.layer_pairs("1,3,6", 3, 6) == [(1, 1), (2, 3), (3, 6)]
+    assert transformer_maps.layer_pairs([2, 6], 2, 6) == [(1, 2), (2, 6)]
+    assert transformer_maps.layer_pairs("3:6, 1:2", 3, 6) == [(1, 2), (3, 6)]
 
 
 @pytest.mark.parametrize("spec, message", [
@@ -43,7 +43,7 @@ def test_layer_pairs_uniform_first_last_and_explicit():
 ])
 def test_layer_pairs_refuses_maps_that_do_not_fit(spec, message):
     with pytest.raises(ValueError, match=message):
-        transformer.layer_pairs(spec, 3, 6)
+        transformer_maps.layer_pairs(spec, 3, 6)
 
 
 def test_layer_map_in_yaml_takes_a_list():
@@ -67,7 +67,7 @@ def test_captured_scores_are_q_kt_and_give_the_eager_attention_probabilities(tin
     model, enc = _tiny(tiny_teacher4)
     mask = enc["attention_mask"].bool()
     with torch.no_grad():
-        out = transformer.forward(model, enc["input_ids"], mask, enc["token_type_ids"], states=[1, 3])
+        out = transformer_layers.forward(model, enc["input_ids"], mask, enc["token_type_ids"], states=[1, 3])
         ref = model(**enc, output_attentions=True, output_hidden_states=True)
     assert sorted(out["qkv"]) == [1, 3]
     from students.losses.layers import States
@@ -89,7 +89,7 @@ def test_captured_scores_are_q_kt_and_give_the_eager_attention_probabilities(tin
     # Ours are gone afterwards (transformers installs some of its own on a first forward).
     hooks = sum(len(m._forward_hooks) for m in model.modules())
     with torch.no_grad():
-        transformer.forward(model, enc["input_ids"], mask, enc["token_type_ids"], states=[1, 2, 3, 4])
+        transformer_layers.forward(model, enc["input_ids"], mask, enc["token_type_ids"], states=[1, 2, 3, 4])
     assert sum(len(m._forward_hooks) for m in model.modules()) == hooks
 
 
@@ -97,8 +97,9 @@ def test_capture_works_with_sdpa_attention_too(tiny_teacher4):
     eager, enc = _tiny(tiny_teacher4)
     sdpa, _ = _tiny(tiny_teacher4, "sdpa")
     with torch.no_grad():
-        a = transformer.forward(eager, enc["input_ids"], enc["attention_mask"].bool(), enc["token_type_ids"], states=[2])
-        b = transformer.forward(sdpa, enc["input_ids"], enc["attention_mask"].bool(), enc["token_type_ids"], states=[2])
+        mask = enc["attention_mask"].bool()
+        a = transformer_layers.forward(eager, enc["input_ids"], mask, enc["token_type_ids"], states=[2])
+        b = transformer_layers.forward(sdpa, enc["input_ids"], mask, enc["token_type_ids"], states=[2])
     for x, y in zip(a["qkv"][2], b["qkv"][2]):
         torch.testing.assert_close(x, y)
 
