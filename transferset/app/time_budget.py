@@ -2,117 +2,40 @@
 `budget_minutes`.
 
 The cuts are made where the distilled student loses least per minute saved: each step of each lever (one epoch
-fewer, variants or unlabeled rows halved) has a cost in points of the distilled student's selection accuracy, and
-the cheapest step per second saved is taken until the plan fits (then any step the budget can give back is given
-back, the costliest first). The costs (LOSS) were measured on a newcomer's proxy, 6,000 SST-2 rows at 2 cores
-(benchmarks/levers.py; docs/results.md, "Where should a budget's minutes go?"): the teacher's epochs bought +3.7
-and +1.1 points of the teacher's selection accuracy, the distilled student's second epoch +3.1 and the next three
-+1.0 together, while 1, 2 or 4 variants per row left it level (85.3, 85.3, 84.8). Real in-domain text pays more
-than variants of it (docs/results.md, by data size). No cut leaves a distilled student seeing fewer than
-MIN_SEEN times the labeled rows (rows × epochs): below that it fell to the labels-only student's level (81.2
-against 81.7 on selection); a budget that cannot afford it is refused with the minutes it needs. Nor does a cut take
-the variants per labeled row below MIN_VARIANTS: at one variant per row (a transfer set half gold rows) the
-distilled student ended below the labels-only one on a held-back news task (issue 75's 15-minute run: 88.3 against
-88.8) and on the sst2 proxy's test split (78.4 against 80.8, 2026-12-07), where selection put it 2.5 above; the
-variants are where Tang et al.'s distillation gains came from. A cut that would change the key of a stage the run
-reuses is never made.
+fewer, variants or unlabeled rows halved), declared by the stage kind whose work it sets (StageKind.levers), has a
+cost in points of the distilled student's selection accuracy, measured on a newcomer's proxy, 6,000 SST-2 rows at
+2 cores (benchmarks/levers.py; docs/results.md, "Where should a budget's minutes go?"); the cheapest step per
+second saved is taken until the plan fits, then any step the budget can give back is given back, the costliest
+first. No cut leaves a distilled student seeing fewer than MIN_SEEN times the labeled rows (rows × epochs): below
+that it fell to the labels-only student's level (81.2 against 81.7 on selection), nor fewer variants per labeled row
+than the augment kind's MIN_VARIANTS; a budget that cannot afford them is refused with the minutes it needs. A cut
+that would change the key of a stage the run reuses is never made.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Callable, Optional, Sequence
 
 from transferset.app.chosen import learned_from_labels_only
 from transferset.app.estimate import count_rows, current, estimate, plan_lines, report_estimate, total_seconds
 from transferset.app.plan import RunPlan
-from transferset.app.stages.costs import Estimate, Rates, Rows, transfer_rows, with_limit
-from transferset.app.stages import StageDef
-from transferset.app.stages.context import DataFiles, splits_train
+from transferset.app.stages.costs import Estimate, Lever, Rates, Rows, transfer_rows, with_limit
+from transferset.app.stages import KINDS, StageDef, in_order
+from transferset.app.stages.augment import MIN_VARIANTS
+from transferset.app.stages.context import DataFiles
 from transferset.config import RunConfig
 from transferset.runtime import typed
 from transferset.runtime.errors import ConfigError
 
 
-@dataclass(frozen=True)
-class Lever:
-    """One setting a budget may cut: its values from the mildest cut to the deepest, and how a config takes one."""
-
-    name: str
-    now: Any
-    values: list[Any]
-    apply: Callable[[RunConfig, Any], RunConfig]
-    stages: tuple[str, ...]  # the stages whose keys the cut changes (theirs and every stage after them)
-    loss: Callable[[Any], float]  # the points a step costs, by the value it cuts from (the value one step milder)
-
-
 MIN_SEEN = 4  # a distilled student sees at least this many times the labeled rows (transfer rows × epochs)
-MIN_VARIANTS = 4  # a cut leaves at least this many variants per labeled row (or the config's own, when fewer)
-
-
-def epoch_loss(first: float, second: float) -> Callable[[Any], float]:
-    """The points an epoch fewer costs, cutting from `e` epochs: `first` for the second epoch (2 → 1), `second` for
-    the third, then less for each later one (second / (e - 2)): the curves of benchmarks/levers.py."""
-    return lambda e: first if e <= 2 else second / (e - 2)
-
-
-# The cost of one step of each lever, in points of the distilled student's selection accuracy (the module says where
-# each was measured): the teacher's epochs, the students' (and the search's last rung), a halving of the variants
-# per row and of the unlabeled rows.
-LOSS = {"teacher.epochs": epoch_loss(3.7, 1.1), "students' epochs": epoch_loss(3.1, 1.0),
-        "search's last rung": epoch_loss(3.1, 1.0), "augment.n_iter": lambda _: 0.3,
-        "augment.unlabeled_n_iter": lambda _: 0.3, "unlabeled rows": lambda _: 1.0}
-
-
-def halvings(value: int, floor: int) -> list[int]:
-    """value // 2, value // 4, ... down to floor (each once)."""
-    out: list[int] = []
-    while value > floor:
-        value = max(floor, value // 2)
-        out.append(value)
-    return out
-
-
-def _augment(key: str, original: Any) -> Callable[[RunConfig, Any], RunConfig]:
-    return lambda c, v: replace(c, augment=replace(c.augment, **{key: original if v is None else v}))
 
 
 def levers(cfg: RunConfig, stages: Sequence[StageDef], rows: Rows) -> list[Lever]:
-    """The settings a budget may cut, each with its values from the mildest cut to the deepest and what a step costs
-    (LOSS); a lever applied with None gives the setting back its value in `cfg`."""
-    a = cfg.augment
-    names = [s.name for s in stages]
-    trained = tuple(s.name for s in stages if s.run is not None and (s.name == "teacher" or s.kind == "teacher"))
-    students = tuple(n for n in names if n.startswith("students."))
-    given = {n: s.epochs for n, s in cfg.students.items()}
-    epochs = max(given.values(), default=1)
-
-    def student_epochs(c: RunConfig, e: Optional[int]) -> RunConfig:
-        return replace(c, students={n: replace(s, epochs=given[n] if e is None else min(given[n], e))
-                                    for n, s in c.students.items()})
-
-    out = [Lever("augment.unlabeled_n_iter", a.variants_for(False), halvings(a.variants_for(False), 0),
-                 _augment("unlabeled_n_iter", a.unlabeled_n_iter), ("augment",), LOSS["augment.unlabeled_n_iter"]),
-           Lever("augment.n_iter", a.n_iter, halvings(a.n_iter, min(a.n_iter, MIN_VARIANTS)),
-                 _augment("n_iter", a.n_iter), ("augment",),
-                 LOSS["augment.n_iter"]),
-           Lever("students' epochs", epochs, list(range(epochs - 1, 0, -1)), student_epochs, students,
-                 LOSS["students' epochs"])]
-    if cfg.search is not None and "search" in names:
-        rungs = cfg.search.rungs
-        out.append(Lever("search's last rung", rungs[-1], list(range(rungs[-1] - 1, rungs[-2] if len(rungs) > 1 else 0,
-                                                                     -1)),
-                         lambda c, v: replace(c, search=replace(c.search, rungs=(*rungs[:-1], v or rungs[-1]))),
-                         ("search",), LOSS["search's last rung"]))
-    if splits_train(cfg) and rows.unlabeled:
-        out.append(Lever("unlabeled rows", rows.unlabeled, halvings(rows.unlabeled, 0),
-                         lambda c, v: replace(c, unlabeled_limit=cfg.unlabeled_limit if v is None else v), ("data",),
-                         LOSS["unlabeled rows"]))
-    if trained:
-        out.append(Lever("teacher.epochs", cfg.teacher.epochs, list(range(cfg.teacher.epochs - 1, 0, -1)),
-                         lambda c, v: replace(c, teacher=replace(c.teacher, epochs=cfg.teacher.epochs if v is None
-                                                                 else v)), trained, LOSS["teacher.epochs"]))
-    return out
+    """The settings a budget may cut, each stage kind's own (StageKind.levers), in the kinds' order; a lever applied
+    with None gives the setting back its value in `cfg`."""
+    return [lv for kind in in_order(KINDS.values()) if kind.levers is not None for lv in kind.levers(cfg, stages, rows)]
 
 
 def downstream(stages: Sequence[StageDef], names: Sequence[str]) -> set[str]:

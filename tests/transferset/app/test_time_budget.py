@@ -33,7 +33,7 @@ def test_a_budget_cuts_where_the_student_loses_least_per_second_and_only_as_deep
     # a slow teacher: its epochs are what a second saved costs least
     slow = replace(RATES, teacher_step_s=10.0)
     budget = total(cfg, stages, rates=slow) * 0.7 / 60
-    assert tb.fit(cfg, stages, ROWS, slow, set(), budget)[1] == ["augment.unlabeled_n_iter 4 → 2", "teacher.epochs 5 → 3"]
+    assert tb.fit(cfg, stages, ROWS, slow, set(), budget)[1] == ["teacher.epochs 5 → 3", "augment.unlabeled_n_iter 4 → 2"]
 
 
 def test_a_step_a_later_cut_made_needless_is_given_back(tmp_path, sst2_dir):
@@ -41,8 +41,8 @@ def test_a_step_a_later_cut_made_needless_is_given_back(tmp_path, sst2_dir):
     cfg, stages = demo(tmp_path, sst2_dir, "augment.n_iter=16", "augment.unlabeled_n_iter=4")
     budget = total(cfg, stages) * 0.29 / 60
     cut, cuts = tb.fit(cfg, stages, ROWS, RATES, set(), budget)
-    assert cuts == ["augment.unlabeled_n_iter 4 → 1", "augment.n_iter 16 → 4", "unlabeled rows 14,000 → 3,500",
-                    "teacher.epochs 5 → 3"]
+    assert cuts == ["unlabeled rows 14,000 → 3,500", "teacher.epochs 5 → 3", "augment.unlabeled_n_iter 4 → 1",
+                    "augment.n_iter 16 → 4"]  # in the stage kinds' order
     assert total(cut, stages) <= budget * 60
     zero = replace(cut, augment=replace(cut.augment, unlabeled_n_iter=0))
     assert total(zero, stages) < total(cut, stages)  # the greedy pass had taken it to 0
@@ -69,8 +69,8 @@ def test_no_cut_leaves_a_distilled_student_seeing_fewer_than_four_times_the_labe
 
 def test_a_budget_the_smallest_plan_cannot_meet_is_refused_with_the_minimum(tmp_path, sst2_dir):
     cfg, stages = demo(tmp_path, sst2_dir)
-    with pytest.raises(ConfigError, match=r"^budget_minutes=0.5: even the smallest plan \(students' epochs 8 → 2; "
-                                          r".*teacher.epochs 5 → 1\) takes about .* give at least \d+, or fewer rows$"):
+    with pytest.raises(ConfigError, match=r"^budget_minutes=0.5: even the smallest plan \(unlabeled rows 14,000 → 0; "
+                                          r"teacher.epochs 5 → 1; students' epochs 8 → 2\) takes about .* give at least \d+, or fewer rows$"):
         tb.fit(cfg, stages, ROWS, RATES, set(), 0.5)
     # the variants stay at MIN_VARIANTS per labeled row: a budget that needs fewer is refused, saying why
     cfg, stages = demo(tmp_path, sst2_dir, "augment.n_iter=16")

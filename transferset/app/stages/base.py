@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from transferset import fs
 from transferset.app.outputs import Compressed, RunOutputs  # noqa: F401 (what a kind's build fills in)
-from transferset.app.stages.costs import Costing, Estimate
+from transferset.app.stages.costs import Costing, Estimate, Lever, Rows
 from transferset.contract import schema
 from transferset.fs import remote
 from transferset.fs.output import clear as clear_output
@@ -139,12 +139,14 @@ class StageKind:
     """A kind of stage, one module each under transferset/app/stages/ (or a package's, by the entry point group
     transferset.stages): `build(run, outputs)` declares its stages for the run (transferset.app.stages.context.Run)
     and records what they make in `outputs`. The plan places a kind after the kinds it names in `after` (whose
-    outputs it reads) and before those in `before`."""
+    outputs it reads) and before those in `before`. `levers(cfg, stages, rows)`: the settings of its work a time
+    budget may cut (transferset/app/time_budget.py), with what a step of each costs."""
 
     name: str
     build: Callable[[Any, RunOutputs], list[StageDef]]
     after: tuple[str, ...] = ()
     before: tuple[str, ...] = ()
+    levers: Optional[Callable[[Any, Sequence[StageDef], Rows], list[Lever]]] = None
 
 
 KINDS: Registry[StageKind] = Registry("run stage kind", "transferset.stages", "transferset.app.stages",

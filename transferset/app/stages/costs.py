@@ -9,7 +9,7 @@ before dedup: at most, as every figure here is (dedup drops copies and early sto
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from transferset.augment import join
 from transferset.config import RunConfig
@@ -102,3 +102,32 @@ def with_limit(cfg: RunConfig, rows: Rows) -> Rows:
     if cfg.unlabeled_limit is None or rows.unlabeled <= cfg.unlabeled_limit:
         return rows
     return replace(rows, unlabeled=cfg.unlabeled_limit, rest=rows.rest + rows.unlabeled - cfg.unlabeled_limit)
+
+
+@dataclass(frozen=True)
+class Lever:
+    """One setting a budget may cut (transferset/app/time_budget.py), declared by the stage kind whose work it sets
+    (StageKind.levers): its values from the mildest cut to the deepest, how a config takes one, and what a step
+    costs in points of the distilled student's selection accuracy."""
+
+    name: str
+    now: Any
+    values: list[Any]
+    apply: Callable[[RunConfig, Any], RunConfig]  # the config with the value; None gives back the config's own
+    stages: tuple[str, ...]  # the stages whose keys the cut changes (theirs and every stage after them)
+    loss: Callable[[Any], float]  # the points a step costs, by the value it cuts from (the value one step milder)
+
+
+def halvings(value: int, floor: int) -> list[int]:
+    """value // 2, value // 4, ... down to floor (each once)."""
+    out: list[int] = []
+    while value > floor:
+        value = max(floor, value // 2)
+        out.append(value)
+    return out
+
+
+def epoch_loss(first: float, second: float) -> Callable[[Any], float]:
+    """The points an epoch fewer costs, cutting from `e` epochs: `first` for the second epoch (2 → 1), `second` for
+    the third, then less for each later one (second / (e - 2)): the curves of benchmarks/levers.py."""
+    return lambda e: first if e <= 2 else second / (e - 2)

@@ -39,8 +39,9 @@ from transferset.app.stages.context import Run
 from transferset.app.stages.search_space import Space, teacher_gives
 from transferset.app.stages.search_timing import (EXITS, INT8, int8_export, probe, timed_untrained,
                                                   timing_texts)
-from transferset.app.stages.costs import Estimate, Rates, Rows
-from transferset.app.stages.students import student_estimate, student_settings, vectors_seconds, with_run_teacher
+from transferset.app.stages.costs import Estimate, Lever, Rates, Rows
+from transferset.app.stages.students import (EPOCH_LOSS, student_estimate, student_settings, vectors_seconds,
+                                             with_run_teacher)
 from transferset.config import ExitsConfig, RunConfig, StudentConfig
 from transferset.config.search import SearchConfig
 from transferset.contract import schema
@@ -368,4 +369,14 @@ def exits_seconds(s_cfg, sc, transfer: int, rates: Rates, key: str) -> float:
     return math.ceil(transfer / s_cfg.batch_size) * step / 3
 
 
-KIND = register(StageKind("search", build, after=("students",), before=("test",)))
+def levers(cfg: RunConfig, stages: Sequence[StageDef], rows: Rows) -> list[Lever]:
+    """The epochs of the search's last rung (down to the rung before's), at a student epoch's cost."""
+    if cfg.search is None or not any(s.name == "search" for s in stages):
+        return []
+    rungs = cfg.search.rungs
+    return [Lever("search's last rung", rungs[-1], list(range(rungs[-1] - 1, rungs[-2] if len(rungs) > 1 else 0, -1)),
+                  lambda c, v: replace(c, search=replace(c.search, rungs=(*rungs[:-1], v or rungs[-1]))),
+                  ("search",), EPOCH_LOSS)]
+
+
+KIND = register(StageKind("search", build, after=("students",), before=("test",), levers=levers))

@@ -18,7 +18,8 @@ import os
 from dataclasses import fields
 from typing import Any, NamedTuple, Optional
 
-from students.families.transformer import TransformerConfig, teacher_layer_map
+from students.families.transformer import TransformerConfig
+from students.families.transformer_maps import teacher_layer_map
 from transferset.app.stages.context import teacher_source
 from transferset.app.stages.search_timing import exits_variants
 from transferset.config import RunConfig, StudentConfig

@@ -56,3 +56,34 @@ def test_a_new_kind_runs_in_its_declared_place_and_reads_what_earlier_kinds_made
     assert set(seen["students"]) == {"labels_only", "distilled"}
     assert "extra" in plan.stages[-1].upstream  # the test stage waits for it
     assert "extra" not in [k.name for k in KINDS.values()]  # the scratch registration is gone
+
+
+def test_a_new_kind_estimates_its_stages_and_a_budget_cuts_its_lever(tmp_path, sst2_dir):
+    """A kind owns its facets: its stage's minutes in the plan (StageDef.estimate) and the setting of its work a
+    budget may cut (StageKind.levers), at the cost it declares; estimate.py and time_budget.py name neither."""
+    from dataclasses import replace
+
+    from transferset.app import estimate as est
+    from transferset.app import time_budget as tb
+    from transferset.app.runner import load_config, plan_stages, resolve_data
+    from transferset.app.stages.costs import Estimate, Lever, Rates, Rows
+
+    def build(r, out: RunOutputs) -> list[StageDef]:  # its work: a second per 10 labeled rows it takes
+        return [StageDef("extra", r.path("extra"), {"n": 1}, ("data",), run=lambda folder: None,
+                         estimate=lambda c: Estimate("extra", "its rows", c.cfg.labeled_limit / 10))]
+
+    def levers(cfg, stages, rows):  # its rows halved, each step nearly free
+        now = cfg.labeled_limit  # 3,000 in the demo
+        return [Lever("extra rows", now, [now // 2, now // 4], lambda c, v: replace(c, labeled_limit=v or now),
+                      ("extra",), lambda _: 0.01)]
+
+    cfg = load_config("configs/demo.yaml", [f"run_dir={tmp_path / 'r'}", f"data={sst2_dir}"])
+    rows = Rows(labeled=3000, unlabeled=0, selection=100)
+    with KINDS.scratch():
+        register(StageKind("extra", build, after=("data",), levers=levers))
+        stages = plan_stages(cfg, resolve_data(cfg.data, cfg.test, cfg.dev)).stages
+        by = {e.stage: e for e in est.estimate(cfg, stages, rows, Rates(), set())}
+        assert by["extra"].seconds == 300.0  # no rate measured: the extra stage and the exports alone are estimated
+        cut, cuts = tb.fit(cfg, stages, rows, Rates(), set(), 250 / 60)
+        assert cuts == ["extra rows 3,000 → 1,500"] and cut.labeled_limit == 1500
+    assert "extra" not in [k.name for k in KINDS.values()]
