@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional, Sequence
 from transferset.app.estimate import quiet
 from transferset.app.stages.costs import Rates, Rows
 from transferset.app.stages.context import teacher_source
-from transferset.app.stages.search import searched
+from transferset.app.stages import KINDS
 from transferset.augment.compose import split_words, variant_rows
 from transferset.augment.context import RowContext, contexts_for
 from transferset.config import DEFAULT_MAX_LENGTH, RunConfig
@@ -277,21 +277,29 @@ def machine_load() -> tuple[Optional[float], int]:
         return None, cores
 
 
+def wanted(cfg: RunConfig, will_run: set[str]) -> dict[str, Any]:
+    """What the stage kinds ask the calibration to time for their stages among `will_run` (StageKind.measures):
+    "teacher", "score", "augment" (True), "students" ({rates key: its settings}, the kinds' together)."""
+    needs: dict[str, Any] = {}
+    for kind in KINDS.values():
+        for what, value in (kind.measures(cfg, will_run) if kind.measures is not None else {}).items():
+            needs[what] = {**needs.get(what, {}), **value} if isinstance(value, dict) else value or needs.get(what)
+    return needs
+
+
 def measure_rates(cfg: RunConfig, rows: Rows, will_run: set[str]) -> Rates:
     """The rates of the kinds of stage in `will_run` (stage names), each from a few seconds of work, and the
     machine's load when they were measured."""
     texts, t0 = list(rows.sample), time.perf_counter()
     load, cores = machine_load()
-    teacher_runs = any(n == "teacher" or n.startswith("teacher.") for n in will_run)
-    students = {n.split(".", 1)[1]: cfg.students[n.split(".", 1)[1]] for n in will_run if n.startswith("students.")}
-    if "search" in will_run and cfg.search is not None:
-        students.update({f"search.{n}": c for n, c in searched(cfg).configs.items()})  # those the teacher can give
-    needs_model = teacher_runs or bool({"score", "dev.score"} & will_run) or bool(students)
-    if not texts or not needs_model and "augment" not in will_run:
+    needs = wanted(cfg, will_run)
+    teacher_runs, students = bool(needs.get("teacher")), needs.get("students", {})
+    needs_model = teacher_runs or bool(needs.get("score")) or bool(students)
+    if not texts or not needs_model and not needs.get("augment"):
         return Rates(measured="nothing to measure", load=load, cores=cores)
     with quiet():
         got, said = _model_rates(cfg, texts, teacher_runs, students) if needs_model else ({}, [])
-    if "augment" in will_run or "layer_texts" in will_run:
+    if needs.get("augment"):
         got["augment_rows_s"], got["augment_fixed_s"] = augment_rate(cfg, texts)
         said.append(f"augment {got['augment_rows_s']:,.0f} rows/s in process")
     said.append(f"measured in {time.perf_counter() - t0:.0f} s on {len(texts)} train rows")

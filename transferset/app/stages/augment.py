@@ -56,4 +56,5 @@ def levers(cfg: RunConfig, stages: Sequence[StageDef], rows: Rows) -> list[Lever
                   _augment("n_iter", a.n_iter), ("augment",), lambda _: HALVING_LOSS)]
 
 
-KIND = register(StageKind("augment", build, after=("teacher",), levers=levers))
+KIND = register(StageKind("augment", build, after=("teacher",), levers=levers,
+                          measures=lambda cfg, will_run: {"augment": True} if "augment" in will_run else {}))

@@ -140,13 +140,17 @@ class StageKind:
     transferset.stages): `build(run, outputs)` declares its stages for the run (transferset.app.stages.context.Run)
     and records what they make in `outputs`. The plan places a kind after the kinds it names in `after` (whose
     outputs it reads) and before those in `before`. `levers(cfg, stages, rows)`: the settings of its work a time
-    budget may cut (transferset/app/time_budget.py), with what a step of each costs."""
+    budget may cut (transferset/app/time_budget.py), with what a step of each costs. `measures(cfg, will_run)`: what
+    the calibration (transferset/app/calibrate.py) times for its stages among `will_run` (stage names): "teacher"
+    (the fine-tuning's step), "score" (the scoring rate), "augment" (the ops' rate), "students" ({rates key: its
+    StudentConfig}: each one's step)."""
 
     name: str
     build: Callable[[Any, RunOutputs], list[StageDef]]
     after: tuple[str, ...] = ()
     before: tuple[str, ...] = ()
     levers: Optional[Callable[[Any, Sequence[StageDef], Rows], list[Lever]]] = None
+    measures: Optional[Callable[[Any, set[str]], dict[str, Any]]] = None
 
 
 KINDS: Registry[StageKind] = Registry("run stage kind", "transferset.stages", "transferset.app.stages",

@@ -43,4 +43,5 @@ def build(r: Run, out: RunOutputs) -> list[StageDef]:
                                                           c.rates.augment_rows_s))]
 
 
-KIND = register(StageKind("layer_texts", build, after=("score",)))
+KIND = register(StageKind("layer_texts", build, after=("score",),
+                          measures=lambda cfg, will_run: {"augment": True} if "layer_texts" in will_run else {}))

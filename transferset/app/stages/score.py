@@ -46,4 +46,5 @@ def build(r: Run, out: RunOutputs) -> list[StageDef]:
             score_stage(r, "dev.score", out.dev_scored, "dev", dev_set, out, kind="score")]
 
 
-KIND = register(StageKind("score", build, after=("augment",)))
+KIND = register(StageKind("score", build, after=("augment",),
+                          measures=lambda cfg, will_run: {"score": True} if {"score", "dev.score"} & will_run else {}))

@@ -379,4 +379,12 @@ def levers(cfg: RunConfig, stages: Sequence[StageDef], rows: Rows) -> list[Lever
                   ("search",), EPOCH_LOSS)]
 
 
-KIND = register(StageKind("search", build, after=("students",), before=("test",), levers=levers))
+def measures(cfg: RunConfig, will_run: set[str]) -> dict:
+    """The step of each candidate the teacher can give (searched), as `search.NAME`, when the search runs."""
+    if "search" not in will_run or cfg.search is None:
+        return {}
+    return {"students": {f"search.{n}": c for n, c in searched(cfg).configs.items()}}
+
+
+KIND = register(StageKind("search", build, after=("students",), before=("test",), levers=levers,
+                          measures=measures))

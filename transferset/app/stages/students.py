@@ -103,4 +103,10 @@ def levers(cfg: RunConfig, stages: Sequence[StageDef], rows: Rows) -> list[Lever
     return [Lever("students' epochs", epochs, list(range(epochs - 1, 0, -1)), student_epochs, names, EPOCH_LOSS)]
 
 
-KIND = register(StageKind("students", build, after=("layer_texts",), levers=levers))
+def measures(cfg: RunConfig, will_run: set[str]) -> dict:
+    """The step of each student that trains, by its name."""
+    names = [n.split(".", 1)[1] for n in will_run if n.startswith("students.")]
+    return {"students": {name: cfg.students[name] for name in names}} if names else {}
+
+
+KIND = register(StageKind("students", build, after=("layer_texts",), levers=levers, measures=measures))

@@ -88,4 +88,9 @@ def levers(cfg: RunConfig, stages: Sequence[StageDef], rows: Rows) -> list[Lever
                   EPOCH_LOSS)]
 
 
-KIND = register(StageKind("teacher", build, after=("data",), levers=levers))
+def measures(cfg: RunConfig, will_run: set[str]) -> dict:
+    """The fine-tuning's step, when a teacher (or an ensemble's member) trains."""
+    return {"teacher": True} if any(n == "teacher" or n.startswith("teacher.") for n in will_run) else {}
+
+
+KIND = register(StageKind("teacher", build, after=("data",), levers=levers, measures=measures))
