@@ -23,13 +23,13 @@ from transferset.app.chosen import choose, learned_from_labels_only, line, where
 from transferset.app.latency import PYTORCH, REPORT_ROUNDS, latency_note, model_latency
 from transferset.app.outputs import SEARCH_STUDENT, SHIPPED, Compressed, RunOutputs
 from transferset.app.search_report import search_html, search_markdown, search_plot
-from transferset.config import AugmentConfig, ReportConfig
+from transferset.config import ReportConfig, RunConfig
 from transferset.contract import schema
 from transferset.data import transfer
 from transferset.data.card import text as markdown_text
 from transferset.data.splits import SPLIT_STATS_FILE
 from transferset.fs.remote import local_output
-from transferset.runtime import timing
+from transferset.runtime import timing, typed
 from transferset.sources import read_texts
 from transferset.teacher import ensemble
 
@@ -197,15 +197,14 @@ def member_rows(members: Sequence[str], lat: dict, dev_accuracy: Sequence[Option
     return rows
 
 
-def compressed_rows(compressed: dict[str, Compressed], lat: dict, tlat: dict, out: RunOutputs, cfg: dict,
+def compressed_rows(compressed: dict[str, Compressed], lat: dict, tlat: dict, out: RunOutputs, cfg: RunConfig,
                     test_accuracy, busy: bool) -> list[dict]:
     """One results row per model of the run's `compress:` section (transferset/app/stages/compress.py), its speed-up against
     the teacher. Its selection accuracy is measured here, on the split the students stopped on (nothing
     was chosen with it: the pruned teacher's heads were ranked on it, which its row says)."""
     from students.evaluate import evaluate  # the report's one evaluation: only runs with a compress: section
 
-    columns = {k: (cfg.get("augment") or {}).get(k) for k in AugmentConfig.COLUMNS}
-    columns = {k: v for k, v in columns.items() if v is not None}
+    columns = {k: v for k, v in cfg.augment.column_kwargs().items() if v is not None}
     rows = []
     for name, c in compressed.items():
         # as the test stage evaluates it (transferset/app/stages/heldout.py)
@@ -238,17 +237,17 @@ def selection_texts(dev: str, text_column: Optional[str] = None) -> list[str]:
     return list(read_texts(dev, text_column=text_column, opener=fs.open))
 
 
-def write_report(out: RunOutputs, cfg: dict, log=print) -> dict[str, Any]:
+def write_report(out: RunOutputs, cfg: RunConfig, log=print) -> dict[str, Any]:
     """report.html, results.json and results.md in the run directory (written locally, then uploaded) from what the
     run's stages made (`out`)."""
     run_dir = out.run_dir
     # A teacher ensemble: each member is timed, the ensemble is their sum
     members = list(out.members) if out.ensemble else []
     teachers = {f"teacher {k}": p for k, p in enumerate(members)} if members else {"teacher": out.teacher}
-    settings = ReportConfig(**(cfg.get("report") or {}))  # the run's report: section
+    settings = cfg.report
     rounds = settings.latency_rounds
     compressed = out.compressed  # the compress: section's models, by their row names
-    timed = _time_models(out, settings, teachers, compressed, (cfg.get("augment") or {}).get("text_column"))
+    timed = _time_models(out, settings, teachers, compressed, cfg.augment.text_column)
     lat, cond = timed["models"], timed["conditions"]
     busy = cond["busy"]
     log(f"[report] latency: median of {rounds} interleaved rounds, {timing.describe(cond)}")
@@ -328,7 +327,7 @@ def _student_rows(out: RunOutputs, lat: dict, tlat: dict, test_accuracy, busy: b
             for name, m in metrics.items()]
 
 
-def _write_files(out: RunOutputs, cfg: dict, rows: list[dict], cond: dict, rounds: int, stats: dict, table: str,
+def _write_files(out: RunOutputs, cfg: RunConfig, rows: list[dict], cond: dict, rounds: int, stats: dict, table: str,
                  first: Optional[str] = None) -> None:
     """The plots, report.html, results.json and results.md, written in a local folder then uploaded to the run."""
     run_dir = out.run_dir
@@ -357,7 +356,8 @@ def _write_files(out: RunOutputs, cfg: dict, rows: list[dict], cond: dict, round
             # results.json names the plots where they end up
             part["plot"] = fs.join(run_dir, FIGURES_DIR, os.path.basename(part["plot"]))
         results = {"rows": rows, "latency_conditions": cond, "augmentation": aug, "teacher_confidence": conf,
-                   "frontier": frontier, "stats": stats, "selection": out.selection, "test": out.test, "config": cfg,
+                   "frontier": frontier, "stats": stats, "selection": out.selection, "test": out.test,
+                   "config": typed.to_dict(cfg),
                    **({"search": search} if search else {}), "chosen": first}
         with open(os.path.join(work, RESULTS), "w", encoding="utf-8") as fh:
             json.dump(results, fh, indent=2, default=str)

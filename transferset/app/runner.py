@@ -246,7 +246,7 @@ def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=T
         fs.write_text(fs.join(cfg.run_dir, CONFIG_FILE), yaml.safe_dump(typed.to_dict(cfg), sort_keys=False))
         log(f"data: train {files.train}; selection split {plan.selection}; test split {plan.test or NO_TEST}")
         run_stages(plan.stages, log)
-        result = functions.report(plan.outputs, typed.to_dict(cfg), log=log)
+        result = functions.report(plan.outputs, cfg, log=log)
         results_file = fs.join(cfg.run_dir, RESULTS)
         if fs.exists(results_file):  # every model's card gets the report's figures (test split, latency)
             update_run_cards(run_cards(plan.outputs), results_file)
