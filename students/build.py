@@ -16,7 +16,8 @@ from students import families as family_registry
 from students import seeds
 from students.data import ScoredSet, teacher_files
 from students.families import Context, Family
-from students.losses import online
+from students import losses
+from students.losses import LossWeights, online
 from students.phases import PHASE_PLANS
 from transferset.config import DEFAULT_MAX_LENGTH, StudentConfig
 from transferset.contract import schema
@@ -51,6 +52,19 @@ class Setup:
     online: Optional[nn.Module] = None
 
 
+def check_outputs(fam: Family, cfg: StudentConfig) -> None:
+    """Refuse a loss that reads an output the family does not give (Loss.reads against Family.outputs), naming the
+    families that do; the layer losses are the online teacher's to refuse (students/losses/online.py)."""
+    for name in LossWeights.of(cfg).active():
+        loss = losses.get(name)
+        missing = [key for key in loss.reads if key not in fam.outputs]
+        if loss.role != losses.LAYER and missing:
+            givers = [f.name for f in family_registry.FAMILIES.values() if set(loss.reads) <= set(f.outputs)]
+            raise UserError(f"{name} loss needs a {' or '.join(givers) or 'other'} student"
+                            f"{f' (`--student {givers[0]}`)' if givers else ''}: it reads the student's "
+                            f"{', '.join(missing)}, which the {fam.name} student does not give")
+
+
 def setup(cfg: StudentConfig, scored: Union[str, ScoredSet]) -> Setup:
     """Build tokens and the student (initialised from the teacher if asked) for the scored set (its path: opened
     here, an unfinished one too)."""
@@ -62,6 +76,7 @@ def setup(cfg: StudentConfig, scored: Union[str, ScoredSet]) -> Setup:
         scored = ScoredSet.open(scored, allow_incomplete=True)
     meta, label_names, hidden_width = scored.meta, scored.label_names, scored.hidden_width
     set_torch_threads(cfg.threads)
+    check_outputs(fam, cfg)
 
     max_length = cfg.max_length or int(meta.get(schema.META_MAX_LENGTH) or DEFAULT_MAX_LENGTH)
     init_seed = seeds.torch_seed(seeds.stream(cfg.seed, seeds.INIT))

@@ -28,11 +28,10 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from students.families import GROUPS
-from students.losses import LossWeights
+from students import losses
+from students.losses import GOLD, PREDICTION, LossWeights
 
 PHASE_PLANS = ("joint", "progressive", "distill-then-finetune", "two-step", "pkt")
-PREDICTION = ("ce", "mse", "kd")                             # the prediction-layer losses
-PER_LAYER = ("hidden_mse", "att_mse", "att_kl", "value_kl")  # layer losses of each mapped layer pair
 
 
 @dataclass(frozen=True)
@@ -66,7 +65,7 @@ def expand(chosen: Sequence[str], groups: Sequence[str]) -> tuple[str, ...]:
 
 def _prediction(w: LossWeights) -> LossWeights:
     # The prediction layer's losses as configured; KD alone when the config sets none (TinyBERT's soft CE).
-    kept = {k: getattr(w, k) for k in PREDICTION if getattr(w, k)}
+    kept = {k: getattr(w, k) for k in losses.of_role(GOLD, PREDICTION) if getattr(w, k)}
     return LossWeights(**(kept or {"kd": 1.0}), temperature=w.temperature)
 
 
@@ -132,7 +131,7 @@ def _distill_then_finetune(weights: LossWeights, epochs: int, layer_epochs: int,
 
 
 def _two_step(weights: LossWeights, epochs: int, layer_epochs: int, fine: tuple[str, ...]) -> list[Phase]:
-    kept = {k: v for k, v in weights.active().items() if k not in PREDICTION}
+    kept = {k: v for k, v in weights.active().items() if k not in losses.of_role(GOLD, PREDICTION)}
     if not kept:
         raise ValueError("two-step phase plan: its first step trains the intermediate layers on the layer losses "
                          "(emb_mse, hidden_mse, att_mse, att_kl, value_kl, cos) or repr / pkd; set one of them")
@@ -143,7 +142,7 @@ def _two_step(weights: LossWeights, epochs: int, layer_epochs: int, fine: tuple[
 
 
 def _pkt(weights: LossWeights, epochs: int, layer_epochs: int, fine: tuple[str, ...]) -> list[Phase]:
-    per_layer = {k: getattr(weights, k) for k in PER_LAYER if getattr(weights, k)}
+    per_layer = {k: getattr(weights, k) for k in losses.per_pair() if getattr(weights, k)}
     if not per_layer:
         raise ValueError("pkt phase plan: each stage trains one layer on its per-layer losses; set hidden_mse, "
                          "att_mse, att_kl or value_kl")

@@ -72,6 +72,9 @@ class Family:
     # What it can do, which the shared code asks instead of its name:
     # per-token hidden states and attention maps, which the layer losses compare (students/losses/online.py)
     layer_losses: bool = False
+    # the outputs its forward gives, which a loss reads (students.losses: Loss.reads): a loss reading one it does
+    # not give is refused at build (the layer losses' states: by `layer_losses`, students/losses/online.py)
+    outputs: tuple[str, ...] = ("logits", "repr")
     # an embedding table built from the teacher's vectors (`embed_init`), kept fixed unless `freeze_embeddings: false`
     teacher_vectors: bool = False
     # (settings, fixed, teacher width) → the model its build makes, untrained and without data: `fixed` holds what

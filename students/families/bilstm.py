@@ -183,8 +183,6 @@ def student_tokens(ctx: Context):
 def build(ctx: Context) -> Built:
     """The BiLSTM and its tokens, its embeddings initialised from the teacher's unless `embed_init: random`."""
     cfg = ctx.cfg
-    if cfg.weight("pkd"):
-        raise UserError("pkd loss needs a transformer student (`--student transformer`)")
     tokens, wordpiece = student_tokens(ctx)
     fixed = {"vocab_size": tokens.vocab_size, "num_classes": len(ctx.label_names), "pad_id": tokens.pad_id}
     model = shaped(cfg, fixed, ctx.hidden_width)

@@ -139,8 +139,6 @@ def build(ctx: Context) -> Built:
     if cfg.preset:
         raise UserError(f"the static student has no presets; drop `preset: {cfg.preset}` (set its shape under "
                         "`model:`, e.g. {hidden: 256, pooling: mean+max})")
-    if cfg.weight("pkd"):
-        raise UserError("pkd loss needs a transformer student (`--student transformer`)")
     tokens, wordpiece = student_tokens(ctx)
     fixed = {"vocab_size": tokens.vocab_size, "num_classes": len(ctx.label_names), "pad_id": tokens.pad_id}
     model = shaped(cfg, fixed, ctx.hidden_width)

@@ -438,4 +438,5 @@ def load(model_dir: str, sidecar: dict):
 # worse than with the linear schedule (the difference inside the seeds' spread; benchmarks/README.md), so the
 # presets keep the rate every figure of theirs was measured with; their papers' schedules: docs/scaling.md.
 FAMILY = register(Family("transformer", build=build, forward=forward_batch, param_groups=param_groups, save=save,
-                         load=load, default_lr=1e-4, tokens=("wordpiece",), layer_losses=True))
+                         load=load, default_lr=1e-4, tokens=("wordpiece",), layer_losses=True,
+                         outputs=("logits", "repr", "cls_layers")))

@@ -29,6 +29,10 @@ from transferset.runtime.registry import Registry
 
 # What a loss needing the teacher run alongside declares (students/losses/online.py adds its states to the batch).
 ONLINE = layer_losses.TEACHER_STATES
+# A loss's role, which phase plans and families ask instead of its name: gold (the labels alone), prediction (the
+# teacher's logits), representation (a pooled state against the teacher's), layer (token-level states, the teacher
+# run alongside).
+GOLD, PREDICTION, REPRESENTATION, LAYER = ROLES = ("gold", "prediction", "representation", "layer")
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,9 @@ class Loss:
     fn: Callable[[Mapping[str, Any], Mapping[str, Any], "LossWeights"], torch.Tensor]  # the unweighted term
     needs: tuple[str, ...]  # batch keys it reads besides the label and mask (ONLINE: the online teacher)
     settings: type  # frozen dataclass of its own settings (`losses: {NAME: {weight: W, SETTING: V}}`)
+    role: str = PREDICTION  # one of ROLES
+    reads: tuple[str, ...] = ("logits",)  # the student's outputs it reads (a family gives them: Family.outputs)
+    per_pair: bool = False  # a layer loss computed on each mapped (student, teacher) layer pair
 
 
 # Every module of students.losses registers its losses when the registry is first read; losses of other
@@ -49,17 +56,20 @@ class Loss:
 _REGISTRY: Registry[Loss] = Registry("loss", "transferset.losses", "students.losses")
 
 
-def register(name: str, *, needs: tuple[str, ...] = (), settings: type = NoSettings):
+def register(name: str, *, needs: tuple[str, ...] = (), settings: type = NoSettings, role: str = PREDICTION,
+             reads: tuple[str, ...] = ("logits",), per_pair: bool = False):
     """Register fn(outputs, batch, weights) → its unweighted term under `name` (`weights.settings(name)`:
-    its settings)."""
+    its settings), with its role (ROLES) and the student's outputs it reads."""
     _REGISTRY.check_free(name)
+    if role not in ROLES:
+        raise ValueError(f"loss {name!r}: role {role!r} is not one of {', '.join(ROLES)}")
     if not (dataclasses.is_dataclass(settings) and settings.__dataclass_params__.frozen):
         raise ValueError(f"loss {name!r}: settings must be a frozen dataclass, got {settings!r}")
     if "weight" in {f.name for f in dataclasses.fields(settings)}:
         raise ValueError(f"loss {name!r}: `weight` is every loss's weight, not a setting of its own")
 
     def deco(fn: Callable) -> Callable:
-        _REGISTRY.add(name, Loss(name, fn, tuple(needs), settings), by=fn.__module__)
+        _REGISTRY.add(name, Loss(name, fn, tuple(needs), settings, role, tuple(reads), per_pair), by=fn.__module__)
         return fn
 
     return deco
@@ -73,6 +83,16 @@ def get(name: str) -> Loss:
 def names() -> list[str]:
     """Every registered loss, in the order combine adds them."""
     return _REGISTRY.names()
+
+
+def of_role(*roles: str) -> tuple[str, ...]:
+    """The registered losses of these roles, in the order combine adds them."""
+    return tuple(name for name in _REGISTRY.names() if _REGISTRY[name].role in roles)
+
+
+def per_pair() -> tuple[str, ...]:
+    """The layer losses computed on each mapped layer pair (a pkt stage trains one layer on them)."""
+    return tuple(name for name in _REGISTRY.names() if _REGISTRY[name].per_pair)
 
 
 class LossWeights:
@@ -225,17 +245,18 @@ class KD:
             raise ValueError(f"temperature {self.temperature!r}: a number above 0, e.g. 2.0")
 
 
-register("ce")(lambda out, batch, w: ce(out["logits"], batch[schema.LABEL]))
+register("ce", role=GOLD)(lambda out, batch, w: ce(out["logits"], batch[schema.LABEL]))
 register("mse", needs=(schema.TEACHER_LOGITS,))(
     lambda out, batch, w: logits_mse(out["logits"], batch[schema.TEACHER_LOGITS]))
 register("kd", needs=(schema.TEACHER_LOGITS,), settings=KD)(
     lambda out, batch, w: kd_kl(out["logits"], batch[schema.TEACHER_LOGITS], w.temperature))
-register("repr", needs=(schema.TEACHER_HIDDEN,))(
+register("repr", needs=(schema.TEACHER_HIDDEN,), role=REPRESENTATION, reads=("repr",))(
     lambda out, batch, w: repr_mse(out["repr"], batch[schema.TEACHER_HIDDEN]))
-register("pkd", needs=(TEACHER_LAYERS,))(
+register("pkd", needs=(TEACHER_LAYERS,), role=REPRESENTATION, reads=("cls_layers",))(
     lambda out, batch, w: pkd(out["cls_layers"], batch[TEACHER_LAYERS]))
 for _name in layer_losses.TERM_ORDER:
-    register(_name, needs=(ONLINE,))(
+    register(_name, needs=(ONLINE,), role=LAYER, reads=(layer_losses.STUDENT_STATES,),
+             per_pair=_name in layer_losses.PER_PAIR)(
         lambda out, batch, w, name=_name: layer_losses.term(
             name, out[layer_losses.STUDENT_STATES], batch[layer_losses.TEACHER_STATES],
             out[layer_losses.LAYER_PAIRS], batch["mask"], w.layers))

@@ -100,6 +100,7 @@ LAYER_PAIRS = "layer_pairs"
 # The losses on token-level states, which the teacher has to run alongside for (students/losses/online.py).
 LAYER_LOSSES = ("emb_mse", "hidden_mse", "att_mse", "att_kl", "value_kl", "cos")
 ATTENTION_LOSSES = ("att_mse", "att_kl", "value_kl")
+PER_PAIR = ("hidden_mse", "att_mse", "att_kl", "value_kl")  # computed on each mapped layer pair (_PER_LAYER's)
 
 
 class States:
@@ -154,3 +155,6 @@ def terms(student: States, teacher: States, pairs, mask: torch.Tensor, active: d
           only=None) -> dict[str, torch.Tensor]:
     """The active layer losses (names of LAYER_LOSSES → weight) of one batch, unweighted (`term` of each)."""
     return {name: term(name, student, teacher, pairs, mask, only) for name in TERM_ORDER if name in active}
+
+
+assert tuple(_PER_LAYER) == PER_PAIR  # one term per pair loss

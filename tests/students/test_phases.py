@@ -144,3 +144,20 @@ def test_embeddings_are_frozen_by_default_only_for_a_teacher_initialised_bilstm_
     assert frozen_embeddings(StudentConfig(student="transformer")) is False
     assert frozen_embeddings(StudentConfig(freeze_embeddings=False)) is False
     assert frozen_embeddings(StudentConfig(student="transformer", freeze_embeddings=True)) is True
+
+
+def test_phase_plans_ask_the_loss_registry_by_role_so_a_registered_loss_takes_its_place():
+    from students import losses
+
+    assert losses.of_role(losses.GOLD) == ("ce",)
+    assert losses.of_role(losses.PREDICTION) == ("mse", "kd")
+    assert losses.of_role(losses.REPRESENTATION) == ("repr", "pkd")
+    assert losses.per_pair() == ("hidden_mse", "att_mse", "att_kl", "value_kl")
+    with losses._REGISTRY.scratch():  # a package's loss on the teacher's logits, registered by its role
+        losses.register("soft_ce", needs=(schema.TEACHER_LOGITS,), role=losses.PREDICTION)(
+            lambda out, batch, w: out["logits"].sum())
+        plan = phases("two-step", LossWeights(hidden_mse=1.0, soft_ce=2.0), 2)
+        # the intermediate step on the layer loss, the prediction step on the registered prediction loss
+        assert [p.weights.active() for p in plan] == [{"hidden_mse": 1.0}, {"soft_ce": 2.0}]
+    with pytest.raises(ValueError, match="role 'teacher' is not one of gold, prediction, representation, layer"):
+        losses.register("odd", role="teacher")

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Optional, Sequence
 
-from students.losses import canonical, get
+from students.losses import GOLD, canonical, get
 from transferset import fs
 
 CHOSEN_DIR = "chosen"  # RUN/chosen: a copy of the chosen model's folder
@@ -42,9 +42,9 @@ class Choice:
 
 def learned_from_labels_only(config: dict) -> bool:
     """Whether a student's settings (its metrics.json `config`) trained it on the gold labels alone: one joint phase
-    on losses that read no teacher column."""
+    on losses of the gold role only (students.losses.ROLES)."""
     losses = canonical(config.get("losses") or {})
-    return config.get("phases") == "joint" and bool(losses) and not any(get(n).needs for n in losses)
+    return config.get("phases") == "joint" and bool(losses) and all(get(n).role == GOLD for n in losses)
 
 
 def speedup(row: dict, teacher: dict) -> Optional[float]:
