@@ -87,3 +87,52 @@ def test_a_new_kind_estimates_its_stages_and_a_budget_cuts_its_lever(tmp_path, s
         cut, cuts = tb.fit(cfg, stages, rows, Rates(), set(), 250 / 60)
         assert cuts == ["extra rows 3,000 → 1,500"] and cut.labeled_limit == 1500
     assert "extra" not in [k.name for k in KINDS.values()]
+
+
+PLUGIN_STAGE = '''
+from dataclasses import replace
+
+from transferset.app.stages.base import StageDef, StageKind, register
+from transferset.app.stages.costs import Estimate, Lever
+
+
+def build(r, out):  # its work: 10 s per labeled row the run takes
+    return [StageDef("extra", r.path("extra"), {"n": 1}, ("data",), run=lambda folder: None,
+                     estimate=lambda c: Estimate("extra", f"{c.cfg.labeled_limit:,} rows", c.cfg.labeled_limit * 10))]
+
+
+def levers(cfg, stages, rows):  # those rows halved, each step nearly free
+    now = cfg.labeled_limit
+    return [Lever("extra rows", now, [now // 2, now // 4], lambda c, v: replace(c, labeled_limit=v or now),
+                  ("extra",), lambda _: 0.001)]
+
+
+register(StageKind("extra", build, after=("data",), levers=levers))
+'''
+
+
+def test_a_stage_kind_of_another_package_plans_estimates_and_is_cut_through_its_entry_point(tmp_path, sst2_dir):
+    """A package installed beside transferset (a folder on the path with its dist-info, as pip leaves it) declares
+    a stage kind as an entry point: `run --plan` places its stage, counts its minutes and cuts its lever to fit
+    --budget-minutes, with no file of this repository changed."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    site = tmp_path / "site"
+    (site / "tsstage").mkdir(parents=True)
+    (site / "tsstage" / "__init__.py").write_text("")
+    (site / "tsstage" / "extra.py").write_text(PLUGIN_STAGE)
+    (site / "tsstage-0.1.dist-info").mkdir()
+    (site / "tsstage-0.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: tsstage\nVersion: 0.1\n")
+    (site / "tsstage-0.1.dist-info" / "entry_points.txt").write_text("[transferset.stages]\nextra = tsstage.extra\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)}
+    # 3,000 labeled rows (the demo's labeled_limit): 500 minutes of the extra stage; 300 leave room for half of them
+    done = subprocess.run([str(Path(sys.executable).parent / "transferset"), "run", "--config", "configs/demo.yaml",
+                           f"data={sst2_dir}", f"run_dir={tmp_path / 'run'}", "--budget-minutes", "300", "--plan"],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    extra = [line.split() for line in done.stderr.splitlines() if line.strip().startswith("extra ")]
+    assert extra == [["extra", "250.0", "min", "1,500", "rows"]], done.stderr[-3000:]
+    assert not (tmp_path / "run").exists()  # a plan alone writes nothing
