@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal, Optional
 from pydantic import AfterValidator, with_config
 
 from transferset.config.common import _STRICT, Ints, Speeds
+from transferset.config.precedence import over
 from transferset.runtime.typed import AtLeast, Positive, Probability
 
 # The smallest budget the timing can tell apart: CPU ms per example at batch 1, tokenization included, is the median
@@ -92,6 +93,8 @@ class SearchConfig:
             raise ValueError(f"search.keep={self.keep}: the fraction kept after each rung, between 0 and 1")
 
     def candidates(self) -> dict[str, dict[str, Any]]:
-        """Each candidate's settings: the base under its own."""
+        """Each candidate's settings: the base under its own, merged as a student's layers are (precedence.over: a
+        section merges key by key, so a candidate's `losses: {mse: 1.0}` adds to the base's kd, and its `model:` to
+        a base's)."""
         base = DEFAULT_BASE if self.base is None else self.base
-        return {name: {**base, **own} for name, own in (DEFAULT_SPACE if self.space is None else self.space).items()}
+        return {name: over(base, own) for name, own in (DEFAULT_SPACE if self.space is None else self.space).items()}

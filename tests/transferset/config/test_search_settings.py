@@ -24,3 +24,9 @@ def test_a_candidate_is_the_base_under_its_own_settings():
     assert sc.candidates() == {"a": {"losses": {"ce": 1.0, "mse": 1.0, "kd": 0.5}, "epochs": 2, "student": "static"}}
     assert SearchConfig(budget_mb=5).candidates()["static"] == {**DEFAULT_BASE, "student": "static",
                                                                 "embed_init": "contextual"}
+    # merged as a student's layers are (precedence.over), section by section: a candidate's own loss adds to the
+    # base's, its `model:` to the base's
+    sc = SearchConfig(budget_ms=1, space={"b": {"losses": {"mse": 1.0}, "model": {"hidden": 8}}},
+                      base={"losses": {"kd": {"weight": 1.0, "temperature": 2.0}}, "model": {"embed_dim": 8}})
+    assert sc.candidates()["b"] == {"losses": {"kd": {"weight": 1.0, "temperature": 2.0}, "mse": 1.0},
+                                    "model": {"embed_dim": 8, "hidden": 8}}
