@@ -42,8 +42,7 @@ from transferset.runtime import timing, typed
 from transferset.runtime.errors import UserError
 from transferset.runtime.progress import log_line
 from transferset.training import Engine, PhaseSpec, Recipe
-from transferset.training.job import CHECKPOINT_DIR, Job, Run, Skipped, run_job
-from transferset.training.job import Phase as RecipePhase
+from transferset.training.job import CHECKPOINT_DIR, Job, JobPhase, JobRun, Skipped, run_job
 from transferset.training.optimizers import Optimizers
 
 
@@ -179,7 +178,7 @@ def check_layer_texts(cfg: StudentConfig, plan: list[Phase]) -> Optional[int]:
 
 
 def phase_run(s: Setup, engine: Engine, phase: Phase, p_index: int, transfer_dir: str, evaluate,
-              layer_rows: Optional[int] = None) -> RecipePhase:
+              layer_rows: Optional[int] = None) -> JobPhase:
     """One phase of the phase plan as one run of the recipe (students.phases decides what learns).
     `layer_rows`: the rows of StudentConfig.layer_texts, which a phase on layer losses alone reads instead."""
     cfg = s.cfg
@@ -200,14 +199,14 @@ def phase_run(s: Setup, engine: Engine, phase: Phase, p_index: int, transfer_dir
     def new_optimizer():
         return make_optimizer(s, set_trainable(s, phase))
 
-    return RecipePhase(spec, Trained(s), lambda net, batch: loss_step(net, batch, phase.weights), batches, evaluate,
+    return JobPhase(spec, Trained(s), lambda net, batch: loss_step(net, batch, phase.weights), batches, evaluate,
                        new_optimizer, describe={"stage": phase.stage, "trainable": list(phase.trainable),
                                                 **({"rows_from": transfer_dir} if text_only else {})},
                        logged={"losses": phase.weights.active()})
 
 
 def plan_phases(s: Setup, engine: Engine, plan: list[Phase], transfer_dir: str, evaluate,
-                layer_rows: Optional[int]) -> Iterator[RecipePhase | Skipped]:
+                layer_rows: Optional[int]) -> Iterator[JobPhase | Skipped]:
     """Every phase of the plan, as the shell runs them (a phase on gold labels alone skipped without any)."""
     for p_index, phase in enumerate(plan):
         if phase.labeled_only and s.num_labeled == 0:
@@ -339,16 +338,16 @@ class StudentJob(Job):
     def module(self):
         return Trained(self.s)
 
-    def trained(self, run: Run) -> None:
+    def trained(self, run: JobRun) -> None:
         """The model ends on the CPU with every parameter learning again, as it is saved and served."""
         for p in self.s.model.parameters():
             p.requires_grad_(True)
         self.s.model.cpu()
 
-    def evaluate(self, run: Run) -> dict:
+    def evaluate(self, run: JobRun) -> dict:
         return evaluate_run(self.s, self.student, self.transfer_dir, self.dev)
 
-    def save(self, run: Run, metrics: dict) -> None:
+    def save(self, run: JobRun, metrics: dict) -> None:
         """model/ and curves.png; the metrics gain the training's figures."""
         history, engine = run.recipe.history, run.engine
         trained = sum(h["rows"] for h in history)

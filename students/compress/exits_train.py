@@ -39,7 +39,7 @@ from transferset.runtime.errors import UserError
 from transferset.runtime.progress import Progress
 from transferset.runtime.threads import set_torch_threads
 from transferset.training import Engine, PhaseSpec, Recipe
-from transferset.training.job import Job, Phase, Run, run_job
+from transferset.training.job import Job, JobPhase, JobRun, run_job
 
 EXITS_NAMES = (schema.STUDENT_MODEL_DIR, schema.METRICS_FILE, schema.COMPLETE_MARKER)
 # Rows read, length-sorted into batches and run through the frozen model at a time (the texts of one such
@@ -97,7 +97,7 @@ class _Exits(Job):
         self.student = student
         self.targets_kind = choose_targets(self.cfg.targets, scored.meta, schema.model_dir(local), self.scored_dir)
 
-    def prepare(self, run: Run) -> None:
+    def prepare(self, run: JobRun) -> None:
         self.features, self.targets = features_and_targets(self.student, self.scored, self.targets_kind, self.cfg,
                                                            self.progress_bar)
         self.features_s = time.time() - self.started
@@ -109,12 +109,12 @@ class _Exits(Job):
         phase, self.branches, self.losses = branch_phase(self.features, self.targets, self.cfg, engine)
         yield phase
 
-    def trained(self, run: Run) -> None:
+    def trained(self, run: JobRun) -> None:
         totals = run.engine.sum(*self.losses)
         self.train_loss = [round(t / len(self.features), 6) for t in totals]
         self.branches = self.branches.cpu().eval()
 
-    def evaluate(self, run: Run) -> dict:
+    def evaluate(self, run: JobRun) -> dict:
         cfg, features, branches = self.cfg, self.features, self.branches
         with torch.no_grad():
             branch_logits = torch.cat([branches(features[i:i + 4096].float())
@@ -131,7 +131,7 @@ class _Exits(Job):
                 "branch_agreement": [round(float(a), 4) for a in agreement],
                 "features_s": round(self.features_s, 1)}
 
-    def save(self, run: Run, metrics: dict) -> None:
+    def save(self, run: JobRun, metrics: dict) -> None:
         """The model as it came, the branches beside it."""
         s = self.student
         model_out = os.path.join(run.work, schema.STUDENT_MODEL_DIR)
@@ -206,7 +206,7 @@ def branch_inputs(student: Student, texts: list, texts_b: list, how: str, batch_
 
 
 def branch_phase(features: torch.Tensor, targets: torch.Tensor, cfg: ExitsConfig,
-                 engine: Engine) -> tuple[Phase, Branches, list[float]]:
+                 engine: Engine) -> tuple[JobPhase, Branches, list[float]]:
     """The branches' one phase: KL to softmax(targets) on the cached states (each rank its share of each epoch's
     batches); → (the phase, the branches it trains, each epoch's loss summed over this rank's rows)."""
     n, layers, hidden = features.shape
@@ -231,7 +231,7 @@ def branch_phase(features: torch.Tensor, targets: torch.Tensor, cfg: ExitsConfig
 
     spec = PhaseSpec("exits", cfg.epochs, keep_best=False,
                      steps_per_epoch=max(1, math.ceil(n / cfg.batch_size) // engine.world))
-    return (Phase(spec, branches, loss_step, batches, None, lambda: torch.optim.AdamW(branches.parameters(), lr=cfg.lr)),
+    return (JobPhase(spec, branches, loss_step, batches, None, lambda: torch.optim.AdamW(branches.parameters(), lr=cfg.lr)),
             branches, losses)
 
 

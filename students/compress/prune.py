@@ -42,7 +42,7 @@ from transferset.runtime.errors import UserError
 from transferset.runtime.progress import log_line
 from transferset.runtime.threads import set_torch_threads
 from transferset.training import Engine, PhaseSpec
-from transferset.training.job import Job, Phase, Run, run_job
+from transferset.training.job import Job, JobPhase, JobRun, run_job
 
 
 def prune(cfg: PruneConfig, model_path: str, selection: str, output: str, *, transfer_dir: Optional[str] = None,
@@ -135,7 +135,7 @@ class _Logits(torch.nn.Module):
         return transformer_layers.forward(self.model, batch["ids"], batch["mask"], batch["type_ids"])["logits"]
 
 
-def recovery_phase(cfg: PruneConfig, student: Student, scored: ScoredSet, dev: EvalData, engine: Engine) -> Phase:
+def recovery_phase(cfg: PruneConfig, student: Student, scored: ScoredSet, dev: EvalData, engine: Engine) -> JobPhase:
     """Distil the pruned model towards the scored set's teacher_logits; keeps the best epoch on `dev`
     (the pruned model as it starts competes)."""
     transfer_dir, rows = scored.path, scored.num_rows
@@ -163,7 +163,7 @@ def recovery_phase(cfg: PruneConfig, student: Student, scored: ScoredSet, dev: E
             p.requires_grad_(True)
         return torch.optim.AdamW(student.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
 
-    return Phase(spec, _Logits(student.model), loss_step, batches, evaluate, new_optimizer)
+    return JobPhase(spec, _Logits(student.model), loss_step, batches, evaluate, new_optimizer)
 
 
 class _Prune(Job):
@@ -186,7 +186,7 @@ class _Prune(Job):
         self.dev = read_eval_data(self.selection, self.student.label_names)
         self.scored = open_transfer(self.transfer_dir, self.student) if self.cfg.epochs else None
 
-    def prepare(self, run: Run) -> None:
+    def prepare(self, run: JobRun) -> None:
         """rank and remove (every rank removes the same heads)."""
         cfg, student, dev = self.cfg, self.student, self.dev
         self.before = accuracy(student.predict_ids(dev.texts, dev.texts_b), dev.labels)
@@ -212,7 +212,7 @@ class _Prune(Job):
     def phases(self, engine: Engine):
         yield recovery_phase(self.cfg, self.student, self.scored, self.dev, engine)
 
-    def trained(self, run: Run) -> None:
+    def trained(self, run: JobRun) -> None:
         self.student.model.cpu().eval()
         if run.engine is not None:
             cfg, engine = self.cfg, run.engine
@@ -221,7 +221,7 @@ class _Prune(Job):
                              "effective_batch_size": run.recipe.effective_batch_size,  # as it ran
                              "phase": run.entries[0], "history": run.recipe.history}
 
-    def evaluate(self, run: Run) -> dict:
+    def evaluate(self, run: JobRun) -> dict:
         student, dev = self.student, self.dev
         final = accuracy(student.predict_ids(dev.texts, dev.texts_b), dev.labels)
         importance = self.importance
@@ -241,7 +241,7 @@ class _Prune(Job):
             "config": typed.to_dict(self.cfg),
         }
 
-    def save(self, run: Run, metrics: dict) -> None:
+    def save(self, run: JobRun, metrics: dict) -> None:
         save(self.student, self.model_path, run.work)
 
 

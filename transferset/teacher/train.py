@@ -31,7 +31,7 @@ from transferset.runtime import typed
 from transferset.runtime.errors import UserError
 from transferset.sources import Example, Reject, SourceSpec
 from transferset.training import Checkpoints, Engine, PhaseSpec, Recipe, launched_processes
-from transferset.training.job import Job, Phase, Run, checkpoints_at, run_job
+from transferset.training.job import Job, JobPhase, JobRun, checkpoints_at, run_job
 # Settings that change how a fine-tuning runs, never what it learns: in no checkpoint's fingerprint or stage key.
 RUNTIME_SETTINGS = ("progress", "resume", "checkpoint_steps")
 
@@ -186,7 +186,7 @@ class _Teacher(Job):
             sources.check_readable(path)  # a broken header, an hf: split that does not load: before any output
         self.run = _prepare(self.cfg, self.train, self.dev)
 
-    def prepare(self, run: Run) -> None:
+    def prepare(self, run: JobRun) -> None:
         r = self.run
         for name, d in (("train", r.train), ("dev", r.dev)):
             if d.rejects and run.out is not None:
@@ -203,17 +203,17 @@ class _Teacher(Job):
 
     def phases(self, engine: Engine):
         cfg, r = self.cfg, self.run
-        yield Phase(phase_spec(cfg, len(r.train_feats), engine.world), r.model,
+        yield JobPhase(phase_spec(cfg, len(r.train_feats), engine.world), r.model,
                     lambda net, batch: (net(**batch).loss, {}), _batches(cfg, r, engine), _evaluator(cfg, r, engine),
                     lambda: optimizer(cfg, r.model))
 
     def module(self):
         return self.run.model
 
-    def evaluate(self, run: Run) -> dict:
+    def evaluate(self, run: JobRun) -> dict:
         return _metrics(self.cfg, self.run, run.recipe, run.engine, train=self.train, dev=self.dev)
 
-    def save(self, run: Run, metrics: dict) -> None:
+    def save(self, run: JobRun, metrics: dict) -> None:
         with loading.quiet_transformers():  # no "Writing model shards" bar
             self.run.model.cpu().save_pretrained(run.work)  # the best epoch's weights; id2label travels in config.json
         self.run.tokenizer.save_pretrained(run.work)

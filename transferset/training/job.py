@@ -43,7 +43,7 @@ CHECKPOINT_DIR = "checkpoint"  # OUTPUT/checkpoint/: what a killed training resu
 
 
 @dataclass
-class Phase:
+class JobPhase:
     """One run of the recipe (Recipe.run's arguments); `logged` is added to its log entry once it ran."""
 
     spec: PhaseSpec
@@ -64,7 +64,7 @@ class Skipped:
 
 
 @dataclass
-class Run:
+class JobRun:
     """What the shell hands a job's hooks as the job goes."""
 
     out: Optional[Output]  # rank 0's output; None on the other ranks
@@ -100,7 +100,7 @@ class Job:
     def check(self) -> None:
         """Read and check the inputs (data and model), before anything under OUTPUT changes."""
 
-    def prepare(self, run: Run) -> None:
+    def prepare(self, run: JobRun) -> None:
         """What the steps need computed once, after OUTPUT was cleared (rank 0 writes through run.out)."""
 
     def trains(self) -> bool:
@@ -115,21 +115,21 @@ class Job:
         """The settings the tracker records."""
         return {}
 
-    def phases(self, engine: Engine) -> Iterator[Union[Phase, Skipped]]:
+    def phases(self, engine: Engine) -> Iterator[Union[JobPhase, Skipped]]:
         return iter(())
 
     def module(self) -> Optional[torch.nn.Module]:
         """What a checkpoint written after the last phase restores (None: nothing to restore)."""
         return None
 
-    def trained(self, run: Run) -> None:
+    def trained(self, run: JobRun) -> None:
         """Every rank, after the steps (collectives go here: the other ranks stop after it)."""
 
-    def evaluate(self, run: Run) -> dict:
+    def evaluate(self, run: JobRun) -> dict:
         """Rank 0, after the steps: → the metrics."""
         return {}
 
-    def save(self, run: Run, metrics: dict) -> None:
+    def save(self, run: JobRun, metrics: dict) -> None:
         """Rank 0: the model into run.work (the metrics may gain what saving tells, e.g. a weights hash)."""
 
 
@@ -143,7 +143,7 @@ def run_job(job: Job, output: str, *, inputs: Sequence[Optional[str]] = (), over
     check_engine(job.engine, job.where)
     if other_rank():
         job.check()
-        return _train(job, Run(None, output))
+        return _train(job, JobRun(None, output))
     out = Output(output, job.command, names=(*job.names, TRACK_FILE, TRACK_DIR),
                  overwrite=overwrite, inputs=inputs)
     with out.writing():
@@ -152,7 +152,7 @@ def run_job(job: Job, output: str, *, inputs: Sequence[Optional[str]] = (), over
         # metrics lines written up to it)
         out.prepare(keep=[CHECKPOINT_DIR, TRACK_FILE] if job.resume else [])
         with out.local() as work:
-            metrics = _train(job, Run(out, work))
+            metrics = _train(job, JobRun(out, work))
     return metrics
 
 
@@ -161,7 +161,7 @@ def checkpoints_at(folder: str, fingerprint: dict, every_steps: Optional[int] = 
     return Checkpoints(os.path.join(folder, CHECKPOINT_DIR), fingerprint, every_steps=every_steps)
 
 
-def _train(job: Job, run: Run) -> dict:
+def _train(job: Job, run: JobRun) -> dict:
     job.prepare(run)
     if job.trains():
         run.engine = Engine.create(job.engine, output=run.work if run.main else None, log=job.log,
@@ -182,7 +182,7 @@ def _train(job: Job, run: Run) -> dict:
     return metrics
 
 
-def _steps(job: Job, run: Run) -> None:
+def _steps(job: Job, run: JobRun) -> None:
     """Every phase of the job through one recipe, under the job's seed."""
     engine, started = run.engine, time.perf_counter()
     fingerprint = job.fingerprint(engine)

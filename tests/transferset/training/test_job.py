@@ -10,7 +10,7 @@ from linear_task import CPU, Linear, _batches, _loss
 from transferset.contract import schema
 from transferset.runtime.errors import UserError
 from transferset.training import PhaseSpec
-from transferset.training.job import Job, Phase, Skipped, run_job
+from transferset.training.job import Job, JobPhase, Skipped, run_job
 
 
 class Toy(Job):
@@ -36,7 +36,7 @@ class Toy(Job):
     def phases(self, engine):
         self.calls.append("phases")
         yield Skipped({"phase": "none", "skipped": "nothing to do"})
-        yield Phase(PhaseSpec("fit", 2, keep_best=False), self.model, _loss, _batches, None,
+        yield JobPhase(PhaseSpec("fit", 2, keep_best=False), self.model, _loss, _batches, None,
                     lambda: torch.optim.SGD(self.model.parameters(), lr=0.1), logged={"losses": ["ce"]})
 
     def trained(self, run):
