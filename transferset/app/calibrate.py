@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional, Sequence
 from transferset.app.estimate import quiet
 from transferset.app.stages.costs import Rates, Rows
 from transferset.app.stages.context import teacher_source
-from transferset.app.stages import KINDS
+from transferset.app.stages.base import KINDS
 from transferset.augment.compose import split_words, variant_rows
 from transferset.augment.context import RowContext, contexts_for
 from transferset.config import DEFAULT_MAX_LENGTH, RunConfig

@@ -17,7 +17,7 @@ import logging
 from typing import Iterator, Optional, Sequence
 
 from transferset import fs
-from transferset.app.stages import Stage, StageDef
+from transferset.app.stages.base import Stage, StageDef
 from transferset.app.stages.context import DataFiles, splits_train
 from transferset.app.stages.costs import Costing, Estimate, Rates, Rows, with_limit
 from transferset.config import ReportConfig, RunConfig

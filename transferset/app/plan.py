@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from transferset.app import keys
-from transferset.app.stages import KINDS, RunOutputs, StageDef, in_order
+from transferset.app.outputs import RunOutputs
+from transferset.app.stages.base import KINDS, StageDef, in_order
 from transferset.app.stages.context import DataFiles, StageFunctions, make_run
 from transferset.config import RunConfig
 from transferset.runtime.progress import log_line

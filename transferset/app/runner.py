@@ -30,7 +30,7 @@ from transferset.app.time_budget import Measure, plan_time
 from transferset.app.plan import RunPlan, build_plan
 from transferset.app.chosen import CHOSEN_DIR, CHOSEN_FILE, ship
 from transferset.app.report import FIGURES_DIR, REPORT, RESULTS, TABLE
-from transferset.app.stages import Stage, StageDef
+from transferset.app.stages.base import Stage, StageDef
 from transferset.app.stages.context import DataFiles, StageFunctions, splits_train
 from transferset.app.stages.search import candidate_configs
 from transferset.augment import check_ops, needs

@@ -21,7 +21,7 @@ from transferset.app.chosen import learned_from_labels_only
 from transferset.app.estimate import count_rows, current, estimate, plan_lines, report_estimate, total_seconds
 from transferset.app.plan import RunPlan
 from transferset.app.stages.costs import Estimate, Lever, Rates, Rows, transfer_rows, with_limit
-from transferset.app.stages import KINDS, StageDef, in_order
+from transferset.app.stages.base import KINDS, StageDef, in_order
 from transferset.app.stages.augment import MIN_VARIANTS
 from transferset.app.stages.context import DataFiles
 from transferset.config import RunConfig

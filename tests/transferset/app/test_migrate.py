@@ -478,7 +478,7 @@ def test_migrate_refuses_what_it_cannot_convert(tmp_path):
 def test_a_student_keyed_by_an_earlier_form_and_trainers_finished_before_complete_are_converted(tmp_path):
     """Layout 1 took two more forms as the same work: a student key with the settings added later as None,
     and a teacher or student folder finished before the done file existed (metrics.json, no output record)."""
-    from transferset.app.stages import stage_key
+    from transferset.app.stages.base import stage_key
 
     cfg = layout1_folder("demo", tmp_path)
     student = {s.name: s for s in migrate.build_plan(cfg, resolve_data(cfg.data, cfg.test), migrate.StageFunctions(),

@@ -13,7 +13,7 @@ from transferset.data import transfer
 from transferset.data.card import read_front_matter
 from students.compress.export import Int8Refused
 from transferset.app.runner import STAGE_FILE, load_config, plan_stages, resolve_data, run_pipeline
-from transferset.app.stages import stage_key
+from transferset.app.stages.base import stage_key
 from transferset.app.stages.context import StageFunctions
 from transferset.config import AugmentConfig, RunConfig, ScoreConfig, StudentConfig, TeacherConfig
 from transferset.fs.output import DATA_NAMES, MODEL_NAMES, STUDENT_NAMES, Output

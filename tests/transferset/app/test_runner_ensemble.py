@@ -9,7 +9,7 @@ import builders as testing
 from test_runner import RecordingStages
 from transferset.app.cli import main
 from transferset.app.runner import STAGE_FILE, load_config, plan_stages, resolve_data, run_pipeline
-from transferset.app.stages import stage_key
+from transferset.app.stages.base import stage_key
 from transferset.runtime import typed
 from transferset.runtime.errors import UserError
 

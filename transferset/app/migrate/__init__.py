@@ -26,7 +26,7 @@ from transferset import fs
 from transferset.app import keys, runner
 from transferset.app.migrate.rules import RULES, V1, grouped_student, renamed, student_legacy
 from transferset.app.plan import build_plan
-from transferset.app.stages import stage_key
+from transferset.app.stages.base import stage_key
 from transferset.app.stages.context import StageFunctions
 from transferset.app.stages.search import CHOSEN_DIR
 from transferset.config import TeacherConfig

@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Callable, Optional, Sequence
 
-from transferset.app.stages.base import RunOutputs, StageDef, StageKind, register
+from transferset.app.outputs import RunOutputs
+
+from transferset.app.stages.base import StageDef, StageKind, register
 from transferset.app.stages.context import Run
 from transferset.app.stages.costs import Costing, Estimate, Lever, Rows, halvings, joined_rows, pipeline_estimate
 from transferset.config import AugmentConfig, RunConfig

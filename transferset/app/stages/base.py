@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 from transferset import fs
-from transferset.app.outputs import Compressed, RunOutputs  # noqa: F401 (what a kind's build fills in)
+from transferset.app.outputs import RunOutputs
 from transferset.app.stages.costs import Costing, Estimate, Lever, Rows
 from transferset.contract import schema
 from transferset.fs import remote

@@ -8,7 +8,8 @@ from typing import Optional
 
 from students.compress.export import Int8Refused
 from transferset.app.outputs import SEARCH_STUDENT, SHIPPED
-from transferset.app.stages.base import Compressed, RunOutputs, StageDef, StageKind, register
+from transferset.app.outputs import Compressed, RunOutputs
+from transferset.app.stages.base import StageDef, StageKind, register
 from transferset.app.stages.context import Run, StageFunctions
 from transferset.app.stages.costs import Costing, Estimate
 

@@ -34,7 +34,8 @@ from transferset import fs
 from transferset.app.latency import ONNX_RUNTIME, model_latency
 from transferset.app.outputs import SEARCH_STUDENT
 from transferset.app.search_report import latency_at
-from transferset.app.stages.base import RunOutputs, Stage, StageDef, StageKind, register, stage_key
+from transferset.app.outputs import RunOutputs
+from transferset.app.stages.base import Stage, StageDef, StageKind, register, stage_key
 from transferset.app.stages.context import Run
 from transferset.app.stages.search_space import Space, teacher_gives
 from transferset.app.stages.search_timing import (EXITS, INT8, int8_export, probe, timed_untrained,

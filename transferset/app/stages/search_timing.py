@@ -27,7 +27,8 @@ from students.student import Student
 from transferset import fs
 from transferset.app.latency import model_latency
 from transferset.app.report import selection_texts
-from transferset.app.stages.base import RunOutputs, stage_key
+from transferset.app.outputs import RunOutputs
+from transferset.app.stages.base import stage_key
 from transferset.app.stages.context import Run, teacher_source
 from transferset.app.stages.students import student_settings
 from transferset.config import DEFAULT_MAX_LENGTH, StudentConfig

@@ -10,7 +10,8 @@ from typing import Any, Optional, Sequence
 from students import families
 from students.losses import LossWeights
 from students.phases import phases
-from transferset.app.stages.base import RunOutputs, StageDef, StageKind, register
+from transferset.app.outputs import RunOutputs
+from transferset.app.stages.base import StageDef, StageKind, register
 from transferset.app.stages.context import Run, set_fingerprint
 from transferset.app.stages.costs import Estimate, Lever, Rates, Rows, epoch_loss
 from transferset.config import RunConfig

@@ -2,7 +2,9 @@
 registry, and its stages run in the place it declares."""
 import pytest
 
-from transferset.app.stages import KINDS, RunOutputs, StageDef, StageKind, in_order, register
+from transferset.app.outputs import RunOutputs
+
+from transferset.app.stages.base import KINDS, StageDef, StageKind, in_order, register
 from transferset.runtime.registry import RegistryError
 from stage_plans import plan_of  # noqa: F401 (a fixture)
 
