@@ -1,0 +1,35 @@
+"""transferset/app/stages/costs.py: what a stage's estimate reads and gives (the plan's arithmetic is in
+tests/transferset/app/test_estimate.py, the cuts in test_time_budget.py)."""
+from dataclasses import replace
+
+import pytest
+
+from transferset.app.runner import load_config
+from transferset.app.stages import costs
+
+
+def _cfg(tmp_path, sst2_dir, *overrides):
+    return load_config("configs/demo.yaml", [f"run_dir={tmp_path / 'r'}", f"data={sst2_dir}", *overrides])
+
+
+def test_halvings_and_epoch_losses_are_the_levers_steps(tmp_path):
+    assert costs.halvings(20, 4) == [10, 5, 4] and costs.halvings(8, 0) == [4, 2, 1, 0] and costs.halvings(4, 4) == []
+    loss = costs.epoch_loss(3.0, 1.0)
+    assert [loss(e) for e in (2, 3, 4, 5)] == [3.0, 1.0, 0.5, pytest.approx(1 / 3)]
+
+
+def test_a_costing_reads_the_cut_config_and_the_rows_under_its_limit(tmp_path, sst2_dir):
+    cfg = _cfg(tmp_path, sst2_dir, "augment.n_iter=3", "augment.unlabeled_n_iter=1", "augment.ops=[mask]")
+    rows = costs.Rows(labeled=200, unlabeled=150, selection=50, rest=10)
+    limited = costs.with_limit(replace(cfg, unlabeled_limit=100), rows)
+    assert (limited.unlabeled, limited.rest) == (100, 60)  # what the limit leaves out is the rest's
+    assert costs.with_limit(cfg, rows) is rows
+    c = costs.Costing(cfg, rows, costs.Rates())
+    assert c.transfer == 200 * (1 + 3) + 150 * (1 + 1) and c.members == 1
+    assert costs.Costing(replace(cfg, teacher_seeds=(1, 2, 3)), rows, costs.Rates()).members == 3
+
+
+def test_a_pipeline_stage_is_its_start_its_fixed_seconds_and_its_rows_at_the_rate():
+    e = costs.pipeline_estimate("score", "1,000 rows", 1000, 100.0, fixed=2.0)
+    assert e.seconds == pytest.approx(costs.BEAM_START_S + 2.0 + 10.0) and e.rows == "1,000 rows"
+    assert costs.pipeline_estimate("score", "", 1000, None).seconds is None  # not calibrated: not estimated
