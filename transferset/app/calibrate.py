@@ -283,7 +283,10 @@ def wanted(cfg: RunConfig, will_run: set[str]) -> dict[str, Any]:
     needs: dict[str, Any] = {}
     for kind in KINDS.values():
         for what, value in (kind.measures(cfg, will_run) if kind.measures is not None else {}).items():
-            needs[what] = {**needs.get(what, {}), **value} if isinstance(value, dict) else value or needs.get(what)
+            if isinstance(value, dict):  # the students' steps: every kind's students together
+                needs[what] = {**needs.get(what, {}), **value}
+            else:
+                needs[what] = needs.get(what) or value
     return needs
 
 

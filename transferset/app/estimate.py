@@ -18,7 +18,7 @@ from typing import Iterator, Optional, Sequence
 
 from transferset import fs
 from transferset.app.stages.base import Stage, StageDef
-from transferset.app.stages.context import DataFiles, splits_train
+from transferset.app.stages.context import DataFiles, splits_train, test_split
 from transferset.app.stages.costs import Costing, Estimate, Rates, Rows, with_limit
 from transferset.config import ReportConfig, RunConfig
 from transferset.data.splits import SPLIT_STATS_FILE, validation_rows
@@ -55,7 +55,7 @@ def _read(path: str, cfg: RunConfig, limit: Optional[int] = None) -> tuple[list[
 def count_rows(cfg: RunConfig, files: DataFiles, data_dir: Optional[str], data_current: bool) -> Rows:
     """The pools as splits.split_data makes them (its split.json when the data stage is current); a sentence
     carve drops a few more rows than this counts."""
-    test = files.test or (files.dev if cfg.validation is not None else None)  # the test stage's (Run.test)
+    test = test_split(cfg, files)
     tested = len(_read(test, cfg)[0]) if test else 0
     if data_current:
         s = fs.read_json(fs.join(data_dir, SPLIT_STATS_FILE))

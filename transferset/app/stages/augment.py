@@ -6,7 +6,6 @@ from dataclasses import replace
 from typing import Any, Callable, Optional, Sequence
 
 from transferset.app.outputs import RunOutputs
-
 from transferset.app.stages.base import StageDef, StageKind, register
 from transferset.app.stages.context import Run
 from transferset.app.stages.costs import Costing, Estimate, Lever, Rows, halvings, joined_rows, pipeline_estimate
@@ -39,9 +38,9 @@ def build(r: Run, out: RunOutputs) -> list[StageDef]:
 # A halving of the variants per row, in points of the distilled student's selection accuracy: 1, 2 or 4 variants
 # per row left it level on the sst2 proxy (85.3, 85.3, 84.8; benchmarks/levers.py). No cut goes below MIN_VARIANTS
 # per labeled row (or the config's own, when fewer): at one variant per row (a transfer set half gold rows) the
-# distilled student ended below the labels-only one on a held-back news task (issue 75's 15-minute run: 88.3 against
-# 88.8) and on the sst2 proxy's test split (78.4 against 80.8, 2026-12-07), where selection put it 2.5 above; the
-# variants are where Tang et al.'s distillation gains came from.
+# distilled student ended below the labels-only one on a held-back news task (88.3 against 88.8) and on the sst2
+# proxy's test split (78.4 against 80.8; docs/results.md), where selection put it 2.5 above; the variants are where
+# Tang et al.'s distillation gains came from.
 HALVING_LOSS, MIN_VARIANTS = 0.3, 4
 
 

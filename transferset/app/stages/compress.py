@@ -7,15 +7,14 @@ from dataclasses import replace
 from typing import Optional
 
 from students.compress.export import Int8Refused
-from transferset.app.outputs import SEARCH_STUDENT, SHIPPED
-from transferset.app.outputs import Compressed, RunOutputs
+from transferset.app.outputs import SEARCH_STUDENT, SHIPPED, Compressed, RunOutputs
 from transferset.app.stages.base import StageDef, StageKind, register
 from transferset.app.stages.context import Run, StageFunctions
 from transferset.app.stages.costs import Costing, Estimate
 
 # An export's seconds on ONNX Runtime (the trace, int8's quantization and the check's runs on both graphs, writing):
 # EXPORT_S and EXPORT_S_PER_M per million of the teacher's parameters (a student's are few: EXPORT_S alone), as
-# measured on 2 cores (the MiniLM teacher's ship export 7.2 s, a BiLSTM student's 1.1-1.4 s, 2026-12-07)
+# measured on 2 cores (the MiniLM teacher's ship export 7.2 s, a BiLSTM student's 1.1-1.4 s)
 EXPORT_S, EXPORT_S_PER_M = 1.5, 0.25
 
 

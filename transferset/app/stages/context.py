@@ -63,6 +63,12 @@ def splits_train(cfg: RunConfig) -> bool:
     return cfg.lowres is not None or cfg.unlabeled_rows is not None or cfg.validation is not None
 
 
+def test_split(cfg: RunConfig, files: DataFiles) -> Optional[str]:
+    """The split every model is scored on at the end: the test file, else the task's dev file when the selection
+    split is carved from train (validation), else none."""
+    return files.test or (files.dev if cfg.validation is not None else None)
+
+
 def fingerprint(path: str) -> str:
     """Content hash of an input file, local or URL (or the spec itself for hub datasets)."""
     if path.startswith("hf:") or not fs.isfile(path):
@@ -140,7 +146,7 @@ class Run:
 
     @property
     def test(self) -> Optional[str]:
-        return self.files.test or (self.files.dev if self.cfg.validation is not None else None)
+        return test_split(self.cfg, self.files)
 
     @property
     def guarded(self) -> list[str]:
