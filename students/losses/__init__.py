@@ -56,11 +56,13 @@ class Loss:
 _REGISTRY: Registry[Loss] = Registry("loss", "transferset.losses", "students.losses")
 
 
-def register(name: str, *, needs: tuple[str, ...] = (), settings: type = NoSettings, role: str = PREDICTION,
+def register(name: str, *, needs: tuple[str, ...] = (), settings: type = NoSettings, role: Optional[str] = None,
              reads: tuple[str, ...] = ("logits",), per_pair: bool = False):
     """Register fn(outputs, batch, weights) → its unweighted term under `name` (`weights.settings(name)`:
-    its settings), with its role (ROLES) and the student's outputs it reads."""
+    its settings), with its role (ROLES; None: gold when it reads no teacher column, else prediction) and the
+    student's outputs it reads."""
     _REGISTRY.check_free(name)
+    role = role or (PREDICTION if needs else GOLD)
     if role not in ROLES:
         raise ValueError(f"loss {name!r}: role {role!r} is not one of {', '.join(ROLES)}")
     if not (dataclasses.is_dataclass(settings) and settings.__dataclass_params__.frozen):

@@ -156,6 +156,8 @@ def test_phase_plans_ask_the_loss_registry_by_role_so_a_registered_loss_takes_it
     with losses._REGISTRY.scratch():  # a package's loss on the teacher's logits, registered by its role
         losses.register("soft_ce", needs=(schema.TEACHER_LOGITS,), role=losses.PREDICTION)(
             lambda out, batch, w: out["logits"].sum())
+        losses.register("plain_ce")(lambda out, batch, w: out["logits"].sum())  # reads no teacher column: gold
+        assert (losses.get("plain_ce").role, losses.get("soft_ce").role) == (losses.GOLD, losses.PREDICTION)
         plan = phases("two-step", LossWeights(hidden_mse=1.0, soft_ce=2.0), 2)
         # the intermediate step on the layer loss, the prediction step on the registered prediction loss
         assert [p.weights.active() for p in plan] == [{"hidden_mse": 1.0}, {"soft_ce": 2.0}]
