@@ -337,7 +337,7 @@ def _teacher_handler(job: ScoreJob, p: Plan) -> KeyedModelHandler:
         large_model=cfg.large_model,
         torch_threads=cfg.torch_threads,
         allow_pickle=cfg.allow_pickle, trust_remote_code=cfg.trust_remote_code,
-        sha256=p.member_sha256 or p.metadata[schema.META_TEACHER_SHA256], precision=cfg.precision,
+        sha256=p.member_sha256 or p.metadata[schema.META_TEACHER_SHA256], precision=p.precision,
         loader=job.loader))
 
 

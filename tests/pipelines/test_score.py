@@ -251,6 +251,18 @@ def test_refused_resume_leaves_a_complete_output_untouched(scored_copy, transfer
     assert snapshot(scored_copy) == before
 
 
+def test_auto_precision_is_decided_where_the_pipeline_is_launched(transfer_dir, teacher_dir, tmp_path, monkeypatch):
+    """`auto` (the default) resolves once, in the plan: what the metadata records and the workers are given."""
+    from transferset.training import engine
+
+    assert score.plan(make_job(input=transfer_dir[0], teacher=teacher_dir, output=str(tmp_path / "a"),
+                               layers=(-1, 1))).precision == "fp32"  # the suite's CPU: no bfloat16 arithmetic
+    monkeypatch.setattr(engine, "has_bf16", lambda device: True)
+    p = score.plan(make_job(input=transfer_dir[0], teacher=teacher_dir, output=str(tmp_path / "b"), layers=(-1, 1)))
+    assert (p.precision, p.metadata[schema.META_TEACHER_PRECISION], p.stats["precision"]) == ("bf16",) * 3
+    assert score._teacher_handler(p.job, p)._unkeyed.load_kwargs["precision"] == "bf16"
+
+
 def test_bf16_scoring_recorded_and_an_fp32_set_not_resumed_in_bf16(scored_copy, transfer_dir, teacher_dir, tmp_path):
     assert schema.META_TEACHER_PRECISION not in transfer.read_metadata(scored_copy, scored=True)  # fp32: absent
     before = snapshot(scored_copy)

@@ -99,14 +99,15 @@ def score_rate(model, tokenizer, cfg: RunConfig, texts: Sequence[str]) -> tuple[
 
     from pipelines.runtime import pipeline_options
     from pipelines.score import default_threads
-    from transferset.teacher.scoring import Teacher
+    from transferset.teacher.scoring import Teacher, resolved_precision
 
     s = cfg.score
     threads = s.torch_threads or default_threads(pipeline_options(cfg.beam))
+    precision = resolved_precision(s.precision, "cpu")
     t0 = time.perf_counter()
-    teacher = Teacher(model if s.precision == "fp32" else copy.deepcopy(model), tokenizer, pooling=s.hidden,
+    teacher = Teacher(model if precision == "fp32" else copy.deepcopy(model), tokenizer, pooling=s.hidden,
                       layers=s.layers, forward=s.forward, max_length=s.max_length or cfg.teacher.max_length,
-                      forward_rows=s.forward_rows, forward_tokens=s.forward_tokens, precision=s.precision)
+                      forward_rows=s.forward_rows, forward_tokens=s.forward_tokens, precision=precision)
     made = time.perf_counter() - t0
     rows = (list(texts) * (SCORE_ROWS // max(1, len(texts)) + 1))[:SCORE_ROWS]
     with torch_threads(threads):

@@ -61,11 +61,16 @@ def augment(a: Any, exclude: Sequence[str]) -> dict:
 
 def score(sc: Any, members: int) -> dict:
     """A score stage's settings: `combine` only with a teacher ensemble (one teacher's logits whatever the rule);
-    `precision` only when not the one a scored set leaves unrecorded (schema.UNRECORDED_PRECISION), so a folder
-    scored without the setting keeps its key."""
+    `precision` as it resolves here (`auto`: bf16 on a device with bfloat16 arithmetic, as the stage scores), and
+    only when not the one a scored set leaves unrecorded (schema.UNRECORDED_PRECISION), so a folder scored without
+    the setting keeps its key."""
+    from transferset.teacher.scoring import resolved_precision
+
     settings = section(sc)
     if members <= 1:
         settings.pop("combine", None)
+    if "precision" in settings:
+        settings["precision"] = resolved_precision(settings["precision"])
     if settings.get("precision") == schema.UNRECORDED_PRECISION:
         settings.pop("precision")
     return settings

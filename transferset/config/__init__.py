@@ -108,9 +108,10 @@ class ScoreConfig:
     forward_rows: Optional[int] = None  # rows per forward pass (None: 1,024 packed, 128 padded)
     forward_tokens: Optional[int] = None  # tokens per forward pass, padding included (None: 4,096 packed, 2,048 padded)
     # the teacher's weights and arithmetic when scoring: fp32 | bf16 (1.5-1.75x the rows/s of fp32 on a CPU with
-    # AVX512-BF16 or AMX, not measured on a GPU; logits within ~0.1 of fp32's, benchmarks/score.py). Each shard
-    # records it.
-    precision: Literal[SCORE_PRECISIONS] = "fp32"
+    # AVX512-BF16 or AMX, not measured on a GPU; logits within ~0.1 of fp32's, benchmarks/score.py) | auto (bf16
+    # where the scoring device has bfloat16 arithmetic, else fp32; decided where the pipeline is launched). Each
+    # shard records the precision it was scored at.
+    precision: Literal[SCORE_PRECISIONS] = "auto"
     shard_rows: AtLeast(1) = 10_000  # rows per committed output shard: the unit a resumed run can skip
     # also commit a shard once its oldest row has waited this long, so a killed run loses at most
     # about this much scoring (10,000 rows of a large teacher on CPU can take an hour)

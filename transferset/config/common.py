@@ -13,7 +13,7 @@ POOLINGS = ("cls", "mean")  # ScoreConfig.hidden
 # auto: packed on CPU for the encoder families packed.py serves (measured, benchmarks/README.md), padded elsewhere; the
 # packed path is not measured on a GPU yet, where many small attention calls may cost more than padding.
 FORWARDS = ("auto", "packed", "padded")  # ScoreConfig.forward
-SCORE_PRECISIONS = ("fp32", "bf16")  # ScoreConfig.precision: the teacher's weights when scoring
+SCORE_PRECISIONS = ("auto", "fp32", "bf16")  # ScoreConfig.precision: the teacher's weights when scoring
 # ScoreConfig.combine: with several teachers, teacher_logits is their mean logits, or the log of their mean
 # probabilities (log-probs: a softmax gives that mean back), or one member's logits by its index (from 0)
 COMBINES = ("mean", "probs")

@@ -74,6 +74,7 @@ class Plan:
     input_units: list[tuple[int, str, int, int]] = field(default_factory=list)
     # an ensemble: each member's weights hash (the workers check the copies they load), in --teacher order
     member_sha256: list[str] = field(default_factory=list)
+    precision: str = "fp32"  # the teacher's arithmetic when scoring, `auto` resolved where the pipeline is launched
 
     @property
     def data_dir(self) -> str:
@@ -281,9 +282,10 @@ def plan(job: ScoreJob) -> Plan:
     file_rows = [transfer.shard_rows(p) for p in input_files]
     identity = input_identity(job.input, input_files, file_rows)
 
+    precision = scoring.resolved_precision(cfg.precision)
     metadata = _metadata(input_meta, t, teacher_labels, tokenizer,
                          scoring.hidden_spec(cfg.hidden, layers, hidden_size, num_layers), max_length, identity,
-                         cfg.precision)
+                         precision)
     output_schema = schema.scored_schema(len(teacher_labels), hidden_size, layers[1:], metadata,
                                          members=len(t.ids))
     existing, existing_rows = _open_output(job, metadata)
@@ -292,11 +294,11 @@ def plan(job: ScoreJob) -> Plan:
     stats = {
         "input": job.input, "teacher": t.ids[t.main], "teacher_sha256": metadata[schema.META_TEACHER_SHA256],
         "input_fingerprint": identity["fingerprint"], "input_rows_in_footers": identity["rows"],
-        "hidden": cfg.hidden, "layers": layers, "max_length": max_length, "precision": cfg.precision,
+        "hidden": cfg.hidden, "layers": layers, "max_length": max_length, "precision": precision,
         "resumed": job.resume,
         "existing_shards": len(existing), "shard_prefix": prefix,
         **({"teachers": t.ids, "combine": t.combine} if t.ensemble else {}),
     }
     return Plan(job, input_files, existing, teacher_labels, len(teacher_labels), hidden_size, layers, max_length,
                 metadata, output_schema, prefix, identity["rows"], existing_rows, stats,
-                shards.input_units(input_files, file_rows), t.hashes if t.ensemble else [])
+                shards.input_units(input_files, file_rows), t.hashes if t.ensemble else [], precision)

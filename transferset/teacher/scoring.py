@@ -262,15 +262,29 @@ class Teacher:
                       num_tokens=int(sum(lengths)))
 
 
-def as_precision(model, precision: str) -> str:
-    """Cast `model` in place to the scoring precision (SCORE_PRECISIONS); a CPU without bfloat16 arithmetic
-    (AVX512-BF16 or AMX) runs bf16 emulated, slower than fp32: warned, not refused."""
+def resolved_precision(precision: str, device: Any = None) -> str:
+    """`precision` (SCORE_PRECISIONS) as scoring runs it on `device` (None: the GPU when there is one, else the CPU):
+    `auto` is bf16 where the device has bfloat16 arithmetic (training.engine.has_bf16), else fp32."""
     import torch
+
+    from transferset.training import engine
 
     if precision not in SCORE_PRECISIONS:
         raise UserError(f"--precision {precision!r}: choose one of {list(SCORE_PRECISIONS)}")
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    return engine.resolved_precision(precision, torch.device(device))
+
+
+def as_precision(model, precision: str) -> str:
+    """Cast `model` in place to the scoring precision (SCORE_PRECISIONS; `auto` resolved on the model's device) and
+    return the one it runs at; a CPU without bfloat16 arithmetic (AVX512-BF16 or AMX) runs bf16 emulated, slower
+    than fp32: warned, not refused."""
+    import torch
+
+    device = next(model.parameters()).device
+    precision = resolved_precision(precision, device)
     if precision == "bf16":
-        device = next(model.parameters()).device
         if device.type == "cpu" and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
             LOG.warning("--precision bf16: this CPU has no bfloat16 arithmetic (AVX512-BF16 or AMX); scoring "
                         "runs emulated, slower than fp32: drop --precision bf16 here")

@@ -229,6 +229,16 @@ def test_bf16_precision_on_either_path_near_fp32(tiny_teacher):
         assert np.corrcoef(margin[path], margin["fp32"])[0, 1] > 0.99
 
 
+def test_auto_precision_scores_bf16_only_where_the_device_has_bfloat16_arithmetic(tiny_teacher, monkeypatch):
+    from transferset.training import engine
+
+    assert scoring.Teacher.load(tiny_teacher, device="cpu", precision="auto").precision == "fp32"  # the suite's
+    monkeypatch.setattr(engine, "has_bf16", lambda device: device.type == "cpu")
+    teacher = scoring.Teacher.load(tiny_teacher, device="cpu", precision="auto")
+    assert teacher.precision == "bf16" and next(teacher.model.parameters()).dtype == torch.bfloat16
+    assert scoring.resolved_precision("auto", "cpu") == "bf16" and scoring.resolved_precision("fp32") == "fp32"
+
+
 def test_unknown_precision_refused(tiny_teacher):
     with pytest.raises(UserError, match="--precision 'fp16': choose one of"):
         scoring.Teacher.load(tiny_teacher, precision="fp16")
