@@ -143,6 +143,23 @@ def earlier_cut(cfg: RunConfig, earlier: Optional[RunConfig]) -> Optional[RunCon
     return e if same == e else None
 
 
+def shortfalls(cfg: RunConfig, cut: RunConfig, stages: Sequence[StageDef], rows: Rows, rates: Rates,
+               reused: set[str], overhead_s: float) -> list[str]:
+    """A warning for each lever the cut took below what its stage kind says the run needs to pay (Lever.needs),
+    with the budget that would keep that value (the other cuts as they are)."""
+    got = {lv.name: lv.now for lv in levers(cut, stages, rows)}
+    out = []
+    for lv in levers(cfg, stages, rows):
+        value = got.get(lv.name, lv.now)
+        if lv.needs is None or value >= lv.needs or lv.now < lv.needs:
+            continue
+        kept = lv.apply(cut, lv.needs)
+        minutes = (total_seconds(estimate(kept, stages, rows, rates, reused)) + overhead_s) / 60
+        out.append(f"warning: the budget cut {lv.name} to {value:,} (below {lv.needs:,}): {lv.why}; "
+                   f"--budget-minutes {math.ceil(minutes)} keeps {lv.needs:,}")
+    return out
+
+
 def overhead_estimates(cfg: RunConfig, plan: RunPlan, rows: Rows, rates: Rates) -> list[Estimate]:
     """What a run spends besides its stages, which no cut changes: the calibration just spent, and the report's
     timing of every model."""
@@ -174,6 +191,8 @@ def plan_time(cfg: RunConfig, files: DataFiles, replan: Callable[[RunConfig], Ru
     before, after = cut_settings(cfg), cut_settings(cut)
     cuts = [f"{k} {_shown(before[k])} → {_shown(after[k])}" for k in before if before[k] != after[k]]
     for line in plan_lines([overhead[0], *estimate(cut, stages, rows, rates, reused), overhead[1]], rates, cuts):
+        log(line)
+    for line in shortfalls(start, cut, stages, rows, rates, reused, total_seconds(overhead)):
         log(line)
     refused = [got["refuse"] for got in rates.probed.values() if got.get("refuse")]
     if refused:  # what a stage's probe measured says it cannot succeed (the search: no variant in budget)

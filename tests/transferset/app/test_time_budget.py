@@ -3,6 +3,7 @@ and only as deep as needed, the floor of rows a distilled student sees, the refu
 stage (or alone), a rerun keeping its cuts."""
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
@@ -22,18 +23,19 @@ def test_a_budget_cuts_where_the_student_loses_least_per_second_and_only_as_deep
     cut, cuts = tb.fit(cfg, stages, ROWS, RATES, set(), (total(one_cut, stages) + 1e-3) / 60)
     assert cuts == ["augment.unlabeled_n_iter 4 → 2"] and cut.augment == one_cut.augment
     assert tb.fit(cfg, stages, ROWS, RATES, set(), total(cfg, stages) / 60 + 1) == (cfg, [])
-    # deeper: the variants (0.3 points a halving), down to MIN_VARIANTS per labeled row and no further, before any
+    # deeper: the variants (0.3 points a halving, in steps of about a fifth: 16, 13, 10, 8, 6, 5, 4), before any
     # student's epoch (its eighth costs 0.17 points but saves seconds of both students' epochs at 0.1 s a step: more
-    # per second) and before half the unlabeled rows (1.0)
+    # per second) and before half the unlabeled rows (1.0), and only as deep as the budget needs: 8 does not fit
     budget = total(cfg, stages) * 0.5 / 60
     cut, cuts = tb.fit(cfg, stages, ROWS, RATES, set(), budget)
-    assert cuts == ["augment.unlabeled_n_iter 4 → 0", f"augment.n_iter 16 → {tb.MIN_VARIANTS}"]
+    assert cuts == ["augment.unlabeled_n_iter 4 → 0", "augment.n_iter 16 → 6"]
     assert {n: s.epochs for n, s in cut.students.items()} == {n: s.epochs for n, s in cfg.students.items()}
-    assert total(cut, stages) <= budget * 60
+    assert total(cut, stages) <= budget * 60 < total(replace(cut, augment=replace(cut.augment, n_iter=8)), stages)
     # a slow teacher: its epochs are what a second saved costs least
     slow = replace(RATES, teacher_step_s=10.0)
     budget = total(cfg, stages, rates=slow) * 0.7 / 60
-    assert tb.fit(cfg, stages, ROWS, slow, set(), budget)[1] == ["teacher.epochs 5 → 3", "augment.unlabeled_n_iter 4 → 2"]
+    assert tb.fit(cfg, stages, ROWS, slow, set(), budget)[1] == ["teacher.epochs 5 → 3", "augment.unlabeled_n_iter 4 → 3",
+                                                                  "augment.n_iter 16 → 13"]
 
 
 def test_a_step_a_later_cut_made_needless_is_given_back(tmp_path, sst2_dir):
@@ -65,6 +67,26 @@ def test_no_cut_leaves_a_distilled_student_seeing_fewer_than_four_times_the_labe
                                           r"epochs\), below which it learned no more than the labels-only student: "
                                           r"give at least 5, or fewer rows$"):
         tb.fit(cfg, stages, rows, RATES, set(), full * 0.3 / 60)
+
+
+def test_a_cut_below_what_a_kind_needs_warns_with_the_budget_that_keeps_it(tmp_path, sst2_dir):
+    """A teacher cut to 1 epoch (the teacher kind needs 2 for distillation to pay): the plan says so and names the
+    budget at which the teacher keeps 2, the other cuts as they are; a cut that keeps 2 warns nothing."""
+    rows = costs.Rows(labeled=3000, unlabeled=0, selection=1000)
+    cfg, stages = demo(tmp_path, sst2_dir, "augment.n_iter=1", "students.distilled.epochs=2",
+                       "students.labels_only.epochs=2")
+    full = est.total_seconds(est.estimate(cfg, stages, rows, RATES, set()))
+    cut, cuts = tb.fit(cfg, stages, rows, RATES, set(), full * 0.5 / 60)
+    assert cuts == ["teacher.epochs 5 → 1"]
+    [line] = tb.shortfalls(cfg, cut, stages, rows, RATES, set(), 30.0)
+    two = replace(cut, teacher=replace(cut.teacher, epochs=2))
+    minutes = (est.total_seconds(est.estimate(two, stages, rows, RATES, set())) + 30.0) / 60
+    assert line == (f"warning: the budget cut teacher.epochs to 1 (below 2): a teacher fine-tuned 1 epoch was no "
+                    f"better on selection than the labels-only student on the long proxy, so distillation is unlikely "
+                    f"to pay; --budget-minutes {math.ceil(minutes)} keeps 2")
+    assert tb.shortfalls(cfg, two, stages, rows, RATES, set(), 30.0) == []
+    one = replace(cfg, teacher=replace(cfg.teacher, epochs=1))  # asked for 1: not the budget's doing
+    assert tb.shortfalls(one, one, stages, rows, RATES, set(), 30.0) == []
 
 
 def test_a_budget_the_smallest_plan_cannot_meet_is_refused_with_the_minimum(tmp_path, sst2_dir):

@@ -8,7 +8,8 @@ from typing import Any, Callable, Optional, Sequence
 from transferset.app.outputs import RunOutputs
 from transferset.app.stages.base import StageDef, StageKind, register
 from transferset.app.stages.context import Run
-from transferset.app.stages.costs import Costing, Estimate, Lever, Rows, halvings, joined_rows, pipeline_estimate
+from transferset.app.stages.costs import (Costing, Estimate, Lever, Rows, halving_loss, joined_rows, pipeline_estimate,
+                                         steps)
 from transferset.config import AugmentConfig, RunConfig
 
 
@@ -49,12 +50,14 @@ def _augment(key: str, original: Any) -> Callable[[RunConfig, Any], RunConfig]:
 
 
 def levers(cfg: RunConfig, stages: Sequence[StageDef], rows: Rows) -> list[Lever]:
-    """The variants per unlabeled row, then per labeled row, halved."""
+    """The variants per unlabeled row, then per labeled row, in steps of about a fifth (costs.steps)."""
     a = cfg.augment
-    return [Lever("augment.unlabeled_n_iter", a.variants_for(False), halvings(a.variants_for(False), 0),
-                  _augment("unlabeled_n_iter", a.unlabeled_n_iter), ("augment",), lambda _: HALVING_LOSS),
-            Lever("augment.n_iter", a.n_iter, halvings(a.n_iter, min(a.n_iter, MIN_VARIANTS)),
-                  _augment("n_iter", a.n_iter), ("augment",), lambda _: HALVING_LOSS)]
+    unlabeled, labeled = a.variants_for(False), a.n_iter
+    unlabeled_steps, labeled_steps = steps(unlabeled, 0), steps(labeled, min(labeled, MIN_VARIANTS))
+    return [Lever("augment.unlabeled_n_iter", unlabeled, unlabeled_steps, _augment("unlabeled_n_iter",
+                  a.unlabeled_n_iter), ("augment",), halving_loss(unlabeled, unlabeled_steps, HALVING_LOSS)),
+            Lever("augment.n_iter", labeled, labeled_steps, _augment("n_iter", a.n_iter), ("augment",),
+                  halving_loss(labeled, labeled_steps, HALVING_LOSS))]
 
 
 KIND = register(StageKind("augment", build, after=("teacher",), levers=levers,

@@ -8,8 +8,9 @@ before dedup: at most, as every figure here is (dedup drops copies and early sto
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 from transferset.augment import join
 from transferset.config import RunConfig
@@ -116,6 +117,10 @@ class Lever:
     apply: Callable[[RunConfig, Any], RunConfig]  # the config with the value; None gives back the config's own
     stages: tuple[str, ...]  # the stages whose keys the cut changes (theirs and every stage after them)
     loss: Callable[[Any], float]  # the points a step costs, by the value it cuts from (the value one step milder)
+    # the least value at which the run is likely to pay, and why: a plan cut below it warns, with the budget that
+    # would keep it (time_budget.shortfalls); None: any value the cut allows
+    needs: Any = None
+    why: str = ""
 
 
 def halvings(value: int, floor: int) -> list[int]:
@@ -125,6 +130,27 @@ def halvings(value: int, floor: int) -> list[int]:
         value = max(floor, value // 2)
         out.append(value)
     return out
+
+
+def steps(value: int, floor: int, ratio: float = 0.8) -> list[int]:
+    """value cut in finer steps than halvings (20, 16, 13, 10, 8, 6, 5, 4, ...): each about `ratio` of the one
+    before and at least one less, down to floor, so a budget's cut can stop nearer what it affords."""
+    out: list[int] = []
+    while value > floor:
+        value = max(floor, min(value - 1, round(value * ratio)))
+        out.append(value)
+    return out
+
+
+def halving_loss(now: int, values: Sequence[int], points: float) -> Callable[[Any], float]:
+    """A Lever's loss for a cut through `values` (from `now`) that costs `points` per halving: a step from v to w
+    costs points × log2(v / w), a cut to 0 one halving."""
+    after = dict(zip([now, *values], values))
+
+    def loss(v: Any) -> float:
+        w = after.get(v, 0)
+        return points if w == 0 else points * math.log2(v / w)
+    return loss
 
 
 def epoch_loss(first: float, second: float) -> Callable[[Any], float]:

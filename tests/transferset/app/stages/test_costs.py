@@ -1,5 +1,6 @@
 """transferset/app/stages/costs.py: what a stage's estimate reads and gives (the plan's arithmetic is in
 tests/transferset/app/test_estimate.py, the cuts in test_time_budget.py)."""
+import math
 from dataclasses import replace
 
 import pytest
@@ -16,6 +17,17 @@ def test_halvings_and_epoch_losses_are_the_levers_steps(tmp_path):
     assert costs.halvings(20, 4) == [10, 5, 4] and costs.halvings(8, 0) == [4, 2, 1, 0] and costs.halvings(4, 4) == []
     loss = costs.epoch_loss(3.0, 1.0)
     assert [loss(e) for e in (2, 3, 4, 5)] == [3.0, 1.0, 0.5, pytest.approx(1 / 3)]
+
+
+def test_finer_steps_cost_their_share_of_a_halving():
+    assert costs.steps(20, 4) == [16, 13, 10, 8, 6, 5, 4] and costs.steps(3, 0) == [2, 1, 0]
+    assert costs.steps(4, 4) == [] and costs.steps(2, 4) == []
+    values = costs.steps(20, 4)
+    loss = costs.halving_loss(20, values, 0.3)
+    # a step from v to w costs 0.3 × log2(v / w): the steps from 20 to 4 cost what log2(5) halvings do
+    assert loss(20) == pytest.approx(0.3 * math.log2(20 / 16))
+    assert sum(loss(v) for v in [20, *values[:-1]]) == pytest.approx(0.3 * math.log2(5))
+    assert costs.halving_loss(1, [0], 0.3)(1) == 0.3  # to none: one halving
 
 
 def test_a_costing_reads_the_cut_config_and_the_rows_under_its_limit(tmp_path, sst2_dir):
