@@ -18,7 +18,7 @@ from students.data import ScoredSet, teacher_files
 from students.families import Context, Family
 from students import losses
 from students.losses import LossWeights, online
-from students.phases import PHASE_PLANS
+from students.phases import PLANS
 from transferset.config import DEFAULT_MAX_LENGTH, StudentConfig
 from transferset.contract import schema
 from transferset.runtime.errors import UserError
@@ -70,8 +70,8 @@ def setup(cfg: StudentConfig, scored: Union[str, ScoredSet]) -> Setup:
     here, an unfinished one too)."""
     fam = family(cfg.student, "student")
     cfg = family_registry.settled(cfg)
-    if cfg.phases not in PHASE_PLANS:
-        raise UserError(f"unknown phases {cfg.phases!r}; known: {', '.join(PHASE_PLANS)}")
+    if cfg.phases not in PLANS:
+        raise UserError(f"unknown phases {cfg.phases!r}; known: {', '.join(PLANS.names())}")
     if isinstance(scored, str):
         scored = ScoredSet.open(scored, allow_incomplete=True)
     meta, label_names, hidden_width = scored.meta, scored.label_names, scored.hidden_width

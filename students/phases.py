@@ -25,13 +25,12 @@ other phase plans treat those as one "encoder" group.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from students.families import GROUPS
 from students import losses
 from students.losses import GOLD, PREDICTION, LossWeights
-
-PHASE_PLANS = ("joint", "progressive", "distill-then-finetune", "two-step", "pkt")
+from transferset.runtime.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -76,6 +75,18 @@ def _logits_only(w: LossWeights) -> LossWeights:
     return LossWeights(mse=w.mse or 1.0)
 
 
+# A phase plan: (the configured loss weights, epochs, layer_epochs, the parameter groups bottom-up, a family's
+# per-layer groups as one "encoder") -> its phases. The five below, and any a package registers: its module calls
+# `register` and is named under the entry point group transferset.phase_plans.
+PhasePlan = Callable[[LossWeights, int, int, tuple[str, ...]], list[Phase]]
+PLANS: Registry[PhasePlan] = Registry("phase plan", "transferset.phase_plans")
+
+
+def register(name: str) -> Callable[[PhasePlan], PhasePlan]:
+    """Register a phase plan under `name` (what `phases:` names)."""
+    return lambda plan: PLANS.add(name, plan, by=plan.__module__)
+
+
 def phases(plan: str, weights: LossWeights, epochs: int, groups: Sequence[str] = GROUPS,
            layer_epochs: Optional[int] = None) -> list[Phase]:
     """The phases of the phase plan `plan` for a model whose parameter groups are `groups` (bottom-up).
@@ -88,12 +99,13 @@ def phases(plan: str, weights: LossWeights, epochs: int, groups: Sequence[str] =
     if layer_epochs is not None and layer_epochs < 1:
         raise ValueError(f"layer_epochs must be at least 1, got {layer_epochs}")
     layer_epochs = epochs if layer_epochs is None else layer_epochs
-    if plan not in _PLAN_PHASES:
-        raise ValueError(f"unknown phase plan {plan!r}; known: {', '.join(PHASE_PLANS)}")
-    return _PLAN_PHASES[plan](weights, epochs, layer_epochs, tuple(groups))
+    if plan not in PLANS:
+        raise ValueError(f"unknown phase plan {plan!r}; known: {', '.join(PLANS.names())}")
+    return PLANS.get(plan)(weights, epochs, layer_epochs, tuple(groups))
 
 
-# Each phase plan's phases: (weights, epochs, layer_epochs, fine groups bottom-up) -> phases.
+# The phase plans this package ships: (weights, epochs, layer_epochs, fine groups bottom-up) -> phases.
+@register("joint")
 def _joint(weights: LossWeights, epochs: int, layer_epochs: int, fine: tuple[str, ...]) -> list[Phase]:
     if not weights.active():
         raise ValueError("joint phase plan: every loss weight is zero")
@@ -102,6 +114,7 @@ def _joint(weights: LossWeights, epochs: int, layer_epochs: int, fine: tuple[str
     return [Phase(1, "joint", weights, fine, epochs, early_stop=True, labeled_only=ce_only)]
 
 
+@register("progressive")
 def _progressive(weights: LossWeights, epochs: int, layer_epochs: int, fine: tuple[str, ...]) -> list[Phase]:
     names = ["a", "b", "c", "d", "e"]
     groups = coarse(fine)
@@ -118,6 +131,7 @@ def _progressive(weights: LossWeights, epochs: int, layer_epochs: int, fine: tup
     return out
 
 
+@register("distill-then-finetune")
 def _distill_then_finetune(weights: LossWeights, epochs: int, layer_epochs: int, fine: tuple[str, ...]
                            ) -> list[Phase]:
     distill = weights.replace(ce=0.0)
@@ -130,6 +144,7 @@ def _distill_then_finetune(weights: LossWeights, epochs: int, layer_epochs: int,
     ]
 
 
+@register("two-step")
 def _two_step(weights: LossWeights, epochs: int, layer_epochs: int, fine: tuple[str, ...]) -> list[Phase]:
     kept = {k: v for k, v in weights.active().items() if k not in losses.of_role(GOLD, PREDICTION)}
     if not kept:
@@ -141,6 +156,7 @@ def _two_step(weights: LossWeights, epochs: int, layer_epochs: int, fine: tuple[
             Phase(2, "2 prediction layer", _prediction(weights), fine, epochs, early_stop=True)]
 
 
+@register("pkt")
 def _pkt(weights: LossWeights, epochs: int, layer_epochs: int, fine: tuple[str, ...]) -> list[Phase]:
     per_layer = {k: getattr(weights, k) for k in losses.per_pair() if getattr(weights, k)}
     if not per_layer:
@@ -160,8 +176,3 @@ def _pkt(weights: LossWeights, epochs: int, layer_epochs: int, fine: tuple[str, 
                          early_stop=False))
     out.append(Phase(2, "2 prediction", _prediction(weights), fine, epochs, early_stop=True))
     return out
-
-
-_PLAN_PHASES = {"joint": _joint, "progressive": _progressive, "distill-then-finetune": _distill_then_finetune,
-                    "two-step": _two_step, "pkt": _pkt}
-assert tuple(_PLAN_PHASES) == PHASE_PLANS  # one entry per phase plan the config accepts

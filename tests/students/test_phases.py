@@ -58,6 +58,44 @@ def test_an_unknown_phase_plan_lists_the_known_ones():
         phases("cosine", W, epochs=1)
 
 
+PLUGIN_PLAN = """
+from students.losses import LossWeights
+from students.phases import Phase, register
+
+
+@register("kd-then-ce")
+def kd_then_ce(weights, epochs, layer_epochs, fine):
+    kd = LossWeights(**{k: v for k, v in weights.active().items() if k != "ce"})
+    return [Phase(1, "1 kd", kd, fine, epochs, early_stop=False),
+            Phase(2, "2 ce", LossWeights(ce=1.0), fine, layer_epochs, early_stop=True, labeled_only=True)]
+"""
+
+
+def test_a_phase_plan_of_another_package_is_found_through_its_entry_point(tmp_path):
+    """A package installed beside transferset (a folder on the path with its dist-info, as pip leaves it) registers
+    a phase plan under the entry point group transferset.phase_plans: `phases()` builds its phases and the registry
+    (what the student's setup checks `phases:` against) lists it after the shipped five, no file of ours changed."""
+    import os
+    import subprocess
+    import sys
+
+    site = tmp_path / "site"
+    (site / "tsplan").mkdir(parents=True)
+    (site / "tsplan" / "__init__.py").write_text(PLUGIN_PLAN)
+    (site / "tsplan-0.1.dist-info").mkdir()
+    (site / "tsplan-0.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: tsplan\nVersion: 0.1\n")
+    (site / "tsplan-0.1.dist-info" / "entry_points.txt").write_text("[transferset.phase_plans]\nkd-then-ce = tsplan\n")
+    code = ("from students.phases import PLANS, phases; from students.losses import LossWeights; "
+            "got = phases('kd-then-ce', LossWeights(ce=1.0, kd=2.0), 3, layer_epochs=2); "
+            "print([(p.name, p.weights.active(), p.epochs, p.labeled_only) for p in got]); print(PLANS.names())")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert lines[0] == "[('1 kd', {'kd': 2.0}, 3, False), ('2 ce', {'ce': 1.0}, 2, True)]"
+    assert lines[1] == str(["joint", "progressive", "distill-then-finetune", "two-step", "pkt", "kd-then-ce"])
+
+
 def test_phases_is_pure():
     assert phases("progressive", W, 2) == phases("progressive", W, 2)
 
