@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from scale import tree_rss  # noqa: E402  benchmarks/scale.py: this script's folder is on sys.path
-from transferset.app.runner import STAGE_FILE, load_config  # noqa: E402
+from transferset.app.run.runner import STAGE_FILE, load_config  # noqa: E402
 from transferset.app.stages.heldout import TEST_RESULTS_FILE  # noqa: E402
 
 

@@ -1,6 +1,6 @@
 """What each lever of a time budget buys: on a newcomer's proxy (benchmarks/newcomer.py's), the teacher's selection
 accuracy by epoch and the distilled student's by variants per row and by epoch, with the minutes each took
-(figures, not a test; what transferset/app/time_budget.py's order rests on).
+(figures, not a test; what transferset/app/planning/time_budget.py's order rests on).
 
 Run from the repository root, alone on the machine (about an hour on 2 cores for the sst2 proxy):
 

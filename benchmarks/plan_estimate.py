@@ -7,7 +7,7 @@ Run from the repository root (about 5-10 minutes on 2 busy CPU cores):
 Options: `--run-dir DIR` (default runs/plan_estimate, cleared first), `--config YAML` (default configs/demo.yaml)
 and key=value overrides after the defaults below (a small real run: 1,000 labeled SST-2 rows, 1,000 unlabeled, a
 500-row validation split, the packaged MiniLM teacher for 2 epochs, 2 variants per labeled row, each student 2
-epochs). It prints the plan as `run` does (transferset/app/estimate.py, rates from transferset/app/calibrate.py),
+epochs). It prints the plan as `run` does (transferset/app/planning/estimate.py, rates from transferset/app/planning/calibrate.py),
 runs the whole chain, and for each stage the estimate, the actual seconds (its folder's `.stage.json`) and
 actual / estimate. The machine's load average is printed before and after: figures taken under load are noisy.
 """
@@ -22,9 +22,9 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from transferset import fs  # noqa: E402
-from transferset.app.calibrate import measure_rates  # noqa: E402
-from transferset.app.estimate import count_rows, current, estimate, plan_lines  # noqa: E402
-from transferset.app.runner import load_config, plan_stages, resolve_data, run_pipeline  # noqa: E402
+from transferset.app.planning.calibrate import measure_rates  # noqa: E402
+from transferset.app.planning.estimate import count_rows, current, estimate, plan_lines  # noqa: E402
+from transferset.app.run.runner import load_config, plan_stages, resolve_data, run_pipeline  # noqa: E402
 from transferset.contract import schema  # noqa: E402
 
 SMALL = ["validation.rows=500", "labeled_limit=1000", "unlabeled_rows=1000", "teacher.epochs=2", "augment.n_iter=2",

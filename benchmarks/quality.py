@@ -65,7 +65,7 @@ def mean_sd(values: list[float], scale: float = 100.0, digits: int = 1) -> str:
 
 def stage_seconds(run_dir: str) -> dict[str, float]:
     """Seconds each stage took in this run directory (its .stage.json), students summed."""
-    from transferset.app.runner import STAGE_FILE
+    from transferset.app.run.runner import STAGE_FILE
 
     out: dict[str, float] = {}
     for root, _, files in os.walk(run_dir):
@@ -78,7 +78,7 @@ def stage_seconds(run_dir: str) -> dict[str, float]:
 
 
 def run_setting(setting: str, seeds: int, out: str, overrides: list[str], fresh: bool) -> dict:
-    from transferset.app.runner import apply_override, run_pipeline
+    from transferset.app.run.runner import apply_override, run_pipeline
 
     raw = typed.read_yaml(os.path.join(HERE, "quality", f"{setting}.yaml"))
     run_dir = os.path.join(out, setting)

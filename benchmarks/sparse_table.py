@@ -4,7 +4,7 @@ over the rows a batch used (`model: {sparse: true}`), beside the same student wi
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/sparse_table.py               # static and BiLSTM, 7 rounds
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/sparse_table.py --rounds 3 --families static
 
-Each student is built and stepped as the run's plan times it (transferset/app/calibrate.py `training_step`: its
+Each student is built and stepped as the run's plan times it (transferset/app/planning/calibrate.py `training_step`: its
 family's `shaped` model on the packaged MiniLM's 30,522-token vocabulary, 300-d table, the optimizer training makes,
 the gradient clipped as training clips it). A timed call is one optimizer step on a batch of SST-2 train rows,
 tokenization included; the rounds are interleaved (transferset.runtime.timing.measure), so the three modes of a
@@ -22,7 +22,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from transferset.app.calibrate import training_step  # noqa: E402
+from transferset.app.planning.calibrate import training_step  # noqa: E402
 from transferset.config import StudentConfig  # noqa: E402
 from transferset.runtime.timing import measure, ratios  # noqa: E402
 

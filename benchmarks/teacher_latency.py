@@ -3,7 +3,7 @@
 The report used to time a teacher through its own forward (Student.from_pretrained on a Hugging Face classifier):
 a batch is padded to its longest row, so on rows of mixed length a batch of 64 computes every row at the length of
 the longest. The report now times a teacher on the forward pass that scored the transfer set
-(transferset.app.latency.ScoringTeacher: transferset.teacher.scoring.Teacher, padding-free on CPU for the families
+(transferset.app.report.latency.ScoringTeacher: transferset.teacher.scoring.Teacher, padding-free on CPU for the families
 packed.py serves). Both paths are timed here in the same interleaved rounds (transferset.runtime.timing, one
 thread, tokenization included) on two sets of rows:
 
@@ -27,7 +27,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from students.student import Student  # noqa: E402
-from transferset.app.latency import ScoringTeacher  # noqa: E402
+from transferset.app.report.latency import ScoringTeacher  # noqa: E402
 from transferset.config import DEFAULT_MAX_LENGTH  # noqa: E402
 from transferset.runtime.timing import describe, measure  # noqa: E402
 from transferset.sources import read_texts  # noqa: E402

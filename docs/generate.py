@@ -3,7 +3,7 @@
     python docs/generate.py            # rewrite both pages
     python docs/generate.py --check    # exit 1 when a committed page differs from the generated one
 
-commands.md comes from the argparse parsers of transferset/app/cli.py (every option of every command, its
+commands.md comes from the argparse parsers of transferset/app/cli/__init__.py (every option of every command, its
 default and help); configuration.md from the typed config dataclasses of transferset/config/ (every
 setting, its type, default, bound and comment). tests/test_docs.py runs the check, so a new flag or setting
 without its page entry fails `make test`: regenerate with this script and commit the pages.
@@ -66,7 +66,7 @@ def _option_row(parser: argparse.ArgumentParser, action: argparse.Action) -> Opt
 def commands_page() -> str:
     from transferset.app import cli
 
-    lines = ["# Commands", "", GENERATED.format(source="transferset/app/cli.py"), "",
+    lines = ["# Commands", "", GENERATED.format(source="transferset/app/cli/__init__.py"), "",
              _wrap("Every command and its options, as `transferset COMMAND --help` prints them. Settings flags map "
                    "one to one onto the run config's sections ([configuration](configuration.md))."), "",
              "| command | what it does |", "| --- | --- |"]
@@ -122,7 +122,7 @@ def _default(f: dataclasses.Field) -> str:
 
 
 def _section(cls: type, key: str) -> list[str]:
-    from transferset.app.flags import field_help
+    from transferset.app.cli.flags import field_help
     from transferset.runtime.typed import _type_name
 
     hints = typing.get_type_hints(cls, include_extras=True)

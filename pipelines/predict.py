@@ -6,7 +6,7 @@
 
 The same shape as `score`: a ModelHandler whose model object has one `predict(texts, texts_b)`
 method, wrapped in KeyedModelHandler so ids travel with rows. The model is loaded by a `loader`
-the caller injects (transferset.app.predict passes students.predict.load_predictor): pipelines
+the caller injects (transferset.app.cli.predict passes students.predict.load_predictor): pipelines
 never import the students. Rows and schema come from transferset.data.predictions, as in-process.
 """
 from __future__ import annotations

@@ -79,7 +79,7 @@ def test_every_setting_has_its_entry():
 
 def test_a_new_flag_makes_the_commands_page_stale(monkeypatch):
     """The comparison can fail: a parser with one more flag generates another page."""
-    from transferset.app import runner
+    from transferset.app.run import runner
 
     generate = _generate()
     before = generate.commands_page()

@@ -122,7 +122,8 @@ def words(line: str, inline: bool, files: dict) -> tuple[str, list[str]]:
 def settings(name: str, args, extra: list[str]) -> None:
     """The command's settings from its parsed arguments, through the settings layer its `run` uses."""
     from transferset import fs
-    from transferset.app import flags, init, runner, train
+    from transferset.app.cli import flags, train
+    from transferset.app.run import init, runner
     from transferset.augment import check_ops
     from transferset.config import (AugmentConfig, BeamConfig, ExitsConfig, PredictConfig, PruneConfig, ScoreConfig,
                                     TeacherConfig)
@@ -193,7 +194,7 @@ def files(tmp_path_factory, tmp_path, monkeypatch):
         (d / "reviews.csv").write_text("id,review,sentiment\n" + "".join(
             f'{i},"{t}",{"pos" if y else "neg"}\n' for i, (t, y) in enumerate(rows)), encoding="utf-8")
         (d / "student.yaml").write_text(yaml.safe_dump({"student": "transformer", "epochs": 1}), encoding="utf-8")
-        from transferset.app import init
+        from transferset.app.run import init
 
         (d / "run.yaml").write_text(init.starter_yaml(str(d / "reviews.csv"), str(d / "run.yaml"), "transferset init",
                                                       text_column="review", label_column="sentiment"), encoding="utf-8")

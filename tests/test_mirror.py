@@ -15,29 +15,31 @@ PACKAGES = ("transferset", "pipelines", "students")
 _COMMAND = "a command's flags and its call into the library; run by transferset.app.cli.main in "
 UNMIRRORED = {
     # the commands of transferset.app.cli: each parses its flags and calls one library function, whose own
-    # tests are at its path; the commands themselves run in tests/transferset/app/test_cli.py and in:
-    "transferset/app/augment.py": _COMMAND + "tests/pipelines/test_augment_pipeline.py",
-    "transferset/app/evaluate.py": _COMMAND + "tests/students/test_student.py and compress/test_export.py",
-    "transferset/app/exits.py": _COMMAND + "tests/students/families/test_exits.py",
-    "transferset/app/export.py": _COMMAND + "tests/students/compress/test_export.py and test_export_int8.py",
-    "transferset/app/inspect.py": _COMMAND + "tests/transferset/contract/test_schema.py and tests/test_remote_chain.py",
-    "transferset/app/predict.py": _COMMAND + "tests/students/test_predict_files.py",
-    "transferset/app/prune.py": _COMMAND + "tests/students/compress/test_prune.py",
-    "transferset/app/score.py": _COMMAND + "tests/pipelines/test_score.py and test_score_ensemble.py",
-    "transferset/app/teacher.py": _COMMAND + "tests/transferset/teacher/test_train.py",
-    "transferset/app/train.py": _COMMAND + "tests/students/test_trainer.py and test_user_errors.py",
+    # tests are at its path; the commands themselves run in tests/transferset/app/cli/test_cli.py and in:
+    "transferset/app/cli/augment.py": _COMMAND + "tests/pipelines/test_augment_pipeline.py",
+    "transferset/app/cli/evaluate.py": _COMMAND + "tests/students/test_student.py and compress/test_export.py",
+    "transferset/app/cli/exits.py": _COMMAND + "tests/students/families/test_exits.py",
+    "transferset/app/cli/export.py": _COMMAND + "tests/students/compress/test_export.py and test_export_int8.py",
+    "transferset/app/cli/inspect.py": _COMMAND + "tests/transferset/contract/test_schema.py and tests/test_remote_chain.py",
+    "transferset/app/cli/predict.py": _COMMAND + "tests/students/test_predict_files.py",
+    "transferset/app/cli/prune.py": _COMMAND + "tests/students/compress/test_prune.py",
+    "transferset/app/cli/score.py": _COMMAND + "tests/pipelines/test_score.py and test_score_ensemble.py",
+    "transferset/app/cli/teacher.py": _COMMAND + "tests/transferset/teacher/test_train.py",
+    "transferset/app/cli/train.py": _COMMAND + "tests/students/test_trainer.py and test_user_errors.py",
+    "transferset/app/cli/__main__.py": "`python -m transferset.app.cli` (what torchrun launches): run in "
+                                       "tests/students/compress/test_export_int8.py and tests/students/test_distributed.py",
     # `transferset run`'s declarations: a plan and its stage keys mean something only as a run of them
-    "transferset/app/plan.py": "the stages of a run: planned and run in tests/transferset/app/test_runner.py",
-    "transferset/app/outputs.py": "what the stage kinds make: tests/transferset/app/stages/ (each kind's part)",
+    "transferset/app/stages/plan.py": "the stages of a run: planned and run in tests/transferset/app/run/test_runner.py",
+    "transferset/app/report/outputs.py": "what the stage kinds make: tests/transferset/app/stages/ (each kind's part)",
     # parts reached only through a whole that is tested at its path
     "transferset/augment/context.py": "the contexts an op declares: tests/transferset/augment/test_registry.py",
     "transferset/config/common.py": "value checks of several sections: tests/transferset/config/test_config.py",
     "transferset/config/compress.py": "the compress sections' settings: tests/transferset/config/test_config.py "
-                                      "and tests/transferset/app/test_keys.py",
+                                      "and tests/transferset/app/stages/test_keys.py",
     "transferset/config/engine.py": "the engine section: tests/transferset/training/test_engine.py and "
-                                    "tests/transferset/app/test_keys.py (its flat form in the keys)",
+                                    "tests/transferset/app/stages/test_keys.py (its flat form in the keys)",
     "transferset/data/card.py": "a model card describes a trained model: tests/students/test_cards.py (train, export) "
-                           "and tests/transferset/app/test_init.py (a run's cards)",
+                           "and tests/transferset/app/run/test_init.py (a run's cards)",
     "transferset/runtime/errors.py": "the exception classes only; every test that expects an error raises one",
     "transferset/fs/written.py": "the output protocol's writes and deletes: tests/transferset/fs/test_output.py",
     "transferset/packed/biases.py": "the packed forward's parts, checked against each family's Hugging Face forward "

@@ -17,7 +17,7 @@ import yaml
 import fake_remote
 from transferset import fs
 from transferset.app.cli import main
-from transferset.app.runner import STAGE_FILE
+from transferset.app.run.runner import STAGE_FILE
 from transferset.contract import schema
 from transferset.data import transfer
 import builders as testing

@@ -79,7 +79,7 @@ class Family:
     teacher_vectors: bool = False
     # (settings, fixed, teacher width) → the model its build makes, untrained and without data: `fixed` holds what
     # the data would (vocab_size, num_classes, pad_id). What `run` times a training step on before any stage
-    # (transferset/app/calibrate.py); None: the family is timed otherwise (a transformer, on the teacher's layers)
+    # (transferset/app/planning/calibrate.py); None: the family is timed otherwise (a transformer, on the teacher's layers)
     shaped: Optional[Callable[[StudentConfig, dict, int], nn.Module]] = None
 
 

@@ -20,7 +20,7 @@ from pipelines.augment import build as build_augment
 from pipelines.score import ScoreJob
 from pipelines.score import build as build_score
 from transferset import fs
-from transferset.app.runner import load_config
+from transferset.app.run.runner import load_config
 from transferset.app.stages.context import stage_beam
 from transferset.config import BeamConfig
 from transferset.contract import schema

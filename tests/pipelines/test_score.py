@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipelines import score
-from transferset.app import flags
+from transferset.app.cli import flags
 from transferset.app import cli
 from transferset.config import ScoreConfig
 from transferset.contract import schema

@@ -1,6 +1,6 @@
 """Model cards (transferset/data/card.py): a student saved by `transferset train` has one written from its records,
 and `transferset export` keeps it in the export folder with what the export changed. (A run's cards carry the
-report's figures: tests/transferset/app/test_init.py.)"""
+report's figures: tests/transferset/app/run/test_init.py.)"""
 import json
 import re
 

@@ -1,7 +1,7 @@
-"""The run report's latency (transferset/app/report.py, over transferset/runtime/timing.py) with a real teacher and a
+"""The run report's latency (transferset/app/report/__init__.py, over transferset/runtime/timing.py) with a real teacher and a
 trained student: every model timed together, on one thread, with the load it ran under."""
 from shipped import scored, trained
-from transferset.app.latency import model_latency
+from transferset.app.report.latency import model_latency
 
 
 def test_the_report_times_teacher_and_students_together_on_one_thread(tmp_path_factory, sst2_dir, sst2_dev200,

@@ -8,7 +8,7 @@ composed of them), the readers' label column and row-length limit (transferset.s
 teacher's default model (transferset.models.loading, which finds it offline): config is imported by the
 augment package's neighbours, so those cannot import config. Command-line flags
 (`transferset augment --n-iter 20`) and run-YAML sections (`augment: {n_iter: 20}`) map onto
-the fields one to one: transferset/app/flags.py builds the flags and their `--help` (the comment
+the fields one to one: transferset/app/cli/flags.py builds the flags and their `--help` (the comment
 after each field) from these dataclasses, and transferset/runtime/typed.py type-checks every value with
 pydantic before any stage runs, refusing a bad one with its key, the value, the expected type and
 where it came from. Stage functions receive these objects; no argv is built in between.
@@ -338,7 +338,7 @@ class ReportConfig:
     latency_rows: AtLeast(1) = 256  # the first N rows of the selection split are timed
     latency_rounds: AtLeast(1) = 5  # interleaved rounds; the table shows each model's median
     # without a search, RUN/chosen is the most accurate model on the selection split of those at least this many
-    # times the teacher's speed at batch 1 on one thread (transferset/app/chosen.py)
+    # times the teacher's speed at batch 1 on one thread (transferset/app/report/chosen.py)
     min_speedup: Positive = 10.0
 
 
@@ -380,7 +380,7 @@ class RunConfig:
     # minutes the run may take on this machine (`run --budget-minutes`): when the plan's estimate is longer, the
     # transfer set's variants, the students' epochs, the search's last rung, the unlabeled rows and the teacher's
     # epochs are cut to fit, each step where the distilled student loses least per minute saved
-    # (transferset/app/time_budget.py); None: no limit
+    # (transferset/app/planning/time_budget.py); None: no limit
     budget_minutes: Optional[Positive] = None
 
     def __post_init__(self):

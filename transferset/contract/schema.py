@@ -102,7 +102,7 @@ STATS_FILE = "stats.json"
 COMPLETE_MARKER = "_COMPLETE"
 LOCK_FILE = ".transferset.lock"  # the run writing into a folder (transferset.fs.lock); absent when none
 MANIFEST_FILE = ".transferset-output.json"  # which command wrote the folder, and what it wrote (transferset.fs.output)
-# `transferset run`'s record of a stage in its folder: the key, and whether it is still running (app/runner.py)
+# `transferset run`'s record of a stage in its folder: the key, and whether it is still running (app/run/runner.py)
 STAGE_FILE = ".stage.json"
 
 # --- a trained student (`transferset train --output DIR`) --------------------

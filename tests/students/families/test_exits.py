@@ -289,7 +289,7 @@ def test_the_command_line(tmp_path, teacher, cached, capsys):
 
 
 def test_the_report_loads_a_model_with_exits_once_and_times_it_at_each_speed(trained, monkeypatch):
-    from transferset.app import latency as report
+    from transferset.app.report import latency as report
     from transferset.runtime import timing
 
     out, loads, seen = trained[0], [], {}

@@ -47,7 +47,7 @@ CHECKS = '''
 import contextlib, io, json, sys
 from transferset import augment
 from transferset.app.cli import main
-from transferset.app.runner import load_config
+from transferset.app.run.runner import load_config
 from transferset.contract import schema
 from transferset.data import transfer
 

@@ -1,4 +1,4 @@
-"""transferset.config: the checks on load name the section. (The flags: tests/transferset/app/test_flags.py; loading
+"""transferset.config: the checks on load name the section. (The flags: tests/transferset/app/cli/test_flags.py; loading
 and YAML: tests/transferset/runtime/test_typed.py; the nested augment settings: test_augment_settings.py.)"""
 import pytest
 

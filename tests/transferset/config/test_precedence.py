@@ -12,7 +12,9 @@ from students import trainer
 from students.families import get as family
 from students.families import settled
 from students.losses import LossWeights
-from transferset.app import cli, init, runner, train
+from transferset.app import cli
+from transferset.app.cli import train
+from transferset.app.run import init, runner
 from transferset.config import STUDENT_LAYERS, STUDENT_PRESETS, RunConfig, StudentConfig
 from transferset.runtime import typed
 

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from transferset.app.runner import load_config
+from transferset.app.run.runner import load_config
 from transferset.config.search import DEFAULT_BASE, RESOLUTION_MS, SearchConfig
 
 

@@ -21,22 +21,22 @@ from transferset.runtime.errors import UserError
 
 # name -> (module, one-line help, passes unknown args through as Beam options)
 COMMANDS = {
-    "augment": ("transferset.app.augment", "build a transfer set from labeled and unlabeled text (Apache Beam)", True),
-    "inspect": ("transferset.app.inspect", "print a JSON summary of a transfer set directory", False),
-    "teacher": ("transferset.app.teacher", "fine-tune a Hugging Face encoder as the teacher", False),
-    "score": ("transferset.app.score", "score a transfer set once with the teacher; cache logits and hidden states (Apache Beam)", True),
-    "train": ("transferset.app.train", "train a student from the cached teacher outputs", False),
-    "evaluate": ("transferset.app.evaluate", "accuracy of a trained student (and agreement with the teacher)", False),
-    "predict": ("transferset.app.predict", "label files with a student, a Hugging Face classifier or an ONNX export "
+    "augment": ("transferset.app.cli.augment", "build a transfer set from labeled and unlabeled text (Apache Beam)", True),
+    "inspect": ("transferset.app.cli.inspect", "print a JSON summary of a transfer set directory", False),
+    "teacher": ("transferset.app.cli.teacher", "fine-tune a Hugging Face encoder as the teacher", False),
+    "score": ("transferset.app.cli.score", "score a transfer set once with the teacher; cache logits and hidden states (Apache Beam)", True),
+    "train": ("transferset.app.cli.train", "train a student from the cached teacher outputs", False),
+    "evaluate": ("transferset.app.cli.evaluate", "accuracy of a trained student (and agreement with the teacher)", False),
+    "predict": ("transferset.app.cli.predict", "label files with a student, a Hugging Face classifier or an ONNX export "
                 "(in-process, or Apache Beam for large inputs)", True),
-    "export": ("transferset.app.export", "export a student (or any Hugging Face classifier) to ONNX", False),
-    "prune": ("transferset.app.prune", "remove a BERT model's least important attention heads, then recover by "
+    "export": ("transferset.app.cli.export", "export a student (or any Hugging Face classifier) to ONNX", False),
+    "prune": ("transferset.app.cli.prune", "remove a BERT model's least important attention heads, then recover by "
               "distillation from the cached logits", False),
-    "exits": ("transferset.app.exits", "train FastBERT's early exits of a frozen teacher or transformer student "
+    "exits": ("transferset.app.cli.exits", "train FastBERT's early exits of a frozen teacher or transformer student "
               "(then evaluate / predict --speed)", False),
-    "run": ("transferset.app.runner", "run the whole chain: teacher, transfer set, scores, students, report "
+    "run": ("transferset.app.run.runner", "run the whole chain: teacher, transfer set, scores, students, report "
             "(--data FILE, or a YAML config)", False),
-    "init": ("transferset.app.init", "write a commented starter run config for your own data", False),
+    "init": ("transferset.app.run.init", "write a commented starter run config for your own data", False),
     "migrate": ("transferset.app.migrate", "convert a run folder written by an earlier transferset, so `run` "
                 "reuses its finished stages", False),
 }

@@ -7,8 +7,8 @@ from typing import Sequence
 
 from pipelines.augment import run_augment
 from pipelines.runtime import beam_schemes, check_beam
-from transferset.app import flags
-from transferset.app.flags import add_runner_arguments
+from transferset.app.cli import flags
+from transferset.app.cli.flags import add_runner_arguments
 from transferset.augment import check_ops, needs
 from transferset.augment.dedup import STAT_KEYS
 from transferset.config import AugmentConfig, BeamConfig

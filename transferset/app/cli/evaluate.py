@@ -5,7 +5,7 @@ import argparse
 import json
 
 from students.evaluate import LENGTH_EDGES, check_edges, evaluate
-from transferset.app.flags import finite_float
+from transferset.app.cli.flags import finite_float
 from transferset.config import check_combine
 from transferset.models.loading import check_hub_model
 from transferset.runtime.errors import ConfigError

@@ -5,7 +5,7 @@ import argparse
 import json
 
 from students.compress.exits_train import train_exits
-from transferset.app import flags
+from transferset.app.cli import flags
 from transferset.config import ExitsConfig
 from transferset.fs.output import OVERWRITE_HELP
 from transferset.models.loading import check_hub_model

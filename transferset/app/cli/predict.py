@@ -14,8 +14,8 @@ from typing import Optional, Sequence
 
 from students.predict import load_predictor, predict_files
 from transferset import fs
-from transferset.app import flags
-from transferset.app.flags import add_runner_arguments
+from transferset.app.cli import flags
+from transferset.app.cli.flags import add_runner_arguments
 from transferset.config import BeamConfig, PredictConfig
 from transferset.contract import schema
 from transferset.data import predictions

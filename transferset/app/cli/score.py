@@ -8,8 +8,8 @@ from typing import Sequence
 
 from pipelines.runtime import check_beam
 from pipelines.score import run_score
-from transferset.app import flags
-from transferset.app.flags import add_runner_arguments
+from transferset.app.cli import flags
+from transferset.app.cli.flags import add_runner_arguments
 from transferset.config import BeamConfig, ScoreConfig
 from transferset.models.loading import check_hub_model
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from transferset.app import flags
+from transferset.app.cli import flags
 from transferset.config import DEFAULT_TEACHER_MODEL, TeacherConfig
 from transferset.fs.output import OVERWRITE_HELP
 from transferset.fs.remote import local_file

@@ -8,7 +8,7 @@ import json
 from students.data.teacher_files import check_dir_setting, refuse_student_folder
 from students.trainer import train
 from transferset import fs
-from transferset.app import flags
+from transferset.app.cli import flags
 from transferset.config import StudentConfig
 from transferset.fs.output import OVERWRITE_HELP
 from transferset.models.loading import check_hub_model

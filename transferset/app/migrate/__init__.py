@@ -1,6 +1,6 @@
 """`transferset migrate RUN_DIR`: a run folder written under earlier key rules (layouts 1 to 3) converted to today's.
 
-Today's key rules are transferset/app/keys.py's; each earlier layout's are in rules.py beside this module.
+Today's key rules are transferset/app/stages/keys.py's; each earlier layout's are in rules.py beside this module.
 Migrating computes the folder's rules and today's for the run's config (RUN/config.yaml, the last run's settings,
 their earlier names and forms read as today's, unless --config is given): a folder whose record holds its earlier
 key (or a layout-1 legacy form of it) is the same work, and its record gets today's key, so the next `transferset
@@ -23,9 +23,10 @@ from typing import Any, Optional, Sequence
 
 from students.losses import canonical
 from transferset import fs
-from transferset.app import keys, runner
+from transferset.app.run import runner
+from transferset.app.stages import keys
 from transferset.app.migrate.rules import RULES, V1, grouped_student, renamed, student_legacy
-from transferset.app.plan import build_plan
+from transferset.app.stages.plan import build_plan
 from transferset.app.stages.base import stage_key
 from transferset.app.stages.context import StageFunctions
 from transferset.app.stages.search import CHOSEN_DIR
@@ -48,7 +49,7 @@ def _finished(folder: str, done_file: str, kind: str) -> bool:
         and not fs.exists(fs.join(folder, schema.MANIFEST_FILE))
 
 
-def convert(cfg, files, log, rules: Any = V1, again: bool = False) -> dict[str, list[str]]:
+def convert(cfg, files, log, rules: keys.KeyRules = V1, again: bool = False) -> dict[str, list[str]]:
     """Each stage of `cfg`'s run converted where its folder holds the same work → {"reused": [...], "rerun":
     [...], "resumed": [...]} by stage name. Every stage is judged before any record is written, so a conversion
     that stops midway changes nothing; a record converted already (its key today's) counts as converted.
@@ -66,7 +67,7 @@ def convert(cfg, files, log, rules: Any = V1, again: bool = False) -> dict[str, 
     return done
 
 
-def judge(cfg, files, rules: Any = V1) -> list[tuple[Any, str, str, dict]]:
+def judge(cfg, files, rules: keys.KeyRules = V1) -> list[tuple[Any, str, str, dict]]:
     """Each stage of `cfg`'s run that has a folder, judged by its record (a record holding the key `rules` give it
     is the same work) → (stage, "reused" | "resumed" | "rerun", its key today, its record); nothing is written."""
     fn, field = StageFunctions(), getattr(rules, "FIELD", "key")
@@ -296,7 +297,7 @@ def converted_from(stages) -> Optional[int]:
     return None
 
 
-def patience_note(cfg, files, rules: Any, done: dict, run_dir: str, log) -> None:
+def patience_note(cfg, files, rules: keys.KeyRules, done: dict, run_dir: str, log) -> None:
     """Say it plainly when a teacher of the folder trains again only because the config stops early: every teacher
     before `teacher.patience` ran every epoch, which only `patience: null` keys as (rules.ADDED_SINCE)."""
     teachers = [name for name in done["rerun"] if name == "teacher" or name.startswith("teacher.")]

@@ -17,7 +17,7 @@ import functools
 from typing import Any, Optional, Sequence
 
 from transferset import augment as augment_ops
-from transferset.app import keys
+from transferset.app.stages import keys
 from transferset.config import OptimConfig
 from transferset.config.precedence import (DEFAULT_LOSSES, LOSS_SETTINGS, OPTIM_SETTINGS, RENAMED, STUDENT_PRESETS,
                                            loss_weight)

@@ -1,4 +1,4 @@
-"""The rates behind the plan's minutes (transferset/app/estimate.py), measured here on the run's own first train
+"""The rates behind the plan's minutes (transferset/app/planning/estimate.py), measured here on the run's own first train
 rows in a few seconds per kind, and only for the kinds of stage that will run: a few optimizer steps of the
 teacher at its batch size and max_length, a few scoring batches of it, the augment ops' contexts and variants
 in this process, a few steps of each BiLSTM or static student (a search's candidates too), and a transformer
@@ -9,7 +9,7 @@ import os
 import time
 from typing import Any, Callable, Optional, Sequence
 
-from transferset.app.estimate import quiet
+from transferset.app.planning.estimate import quiet
 from transferset.app.stages.costs import Rates, Rows
 from transferset.app.stages.context import teacher_source
 from transferset.app.stages.base import KINDS

@@ -1,6 +1,6 @@
 """The run's own time, planned before its first stage: each stage's rows and its minutes on this machine, from
-rates a few seconds of calibration measure (transferset/app/calibrate.py), each stage estimated by its own kind
-(StageDef.estimate, transferset/app/stages/costs.py); transferset/app/time_budget.py cuts the plan to fit
+rates a few seconds of calibration measure (transferset/app/planning/calibrate.py), each stage estimated by its own kind
+(StageDef.estimate, transferset/app/stages/costs.py); transferset/app/planning/time_budget.py cuts the plan to fit
 `budget_minutes`.
 
 Rows are counted before anything runs: the labeled and unlabeled pools as the data stage will make them (its

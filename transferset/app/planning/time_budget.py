@@ -1,4 +1,4 @@
-"""The run's plan printed before its first stage (transferset/app/estimate.py's minutes) and cut to fit
+"""The run's plan printed before its first stage (transferset/app/planning/estimate.py's minutes) and cut to fit
 `budget_minutes`.
 
 The cuts are made where the distilled student loses least per minute saved: each step of each lever (one epoch
@@ -17,9 +17,9 @@ import math
 from dataclasses import replace
 from typing import Any, Callable, Optional, Sequence
 
-from transferset.app.chosen import learned_from_labels_only
-from transferset.app.estimate import count_rows, current, estimate, plan_lines, report_estimate, total_seconds
-from transferset.app.plan import RunPlan
+from transferset.app.report.chosen import learned_from_labels_only
+from transferset.app.planning.estimate import count_rows, current, estimate, plan_lines, report_estimate, total_seconds
+from transferset.app.stages.plan import RunPlan
 from transferset.app.stages.costs import Estimate, Lever, Rates, Rows, transfer_rows, with_limit
 from transferset.app.stages.base import KINDS, StageDef, in_order
 from transferset.app.stages.augment import MIN_VARIANTS

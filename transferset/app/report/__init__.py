@@ -19,10 +19,10 @@ import numpy as np
 
 from students.student import EXPORT_KEY
 from transferset import fs
-from transferset.app.chosen import choose, learned_from_labels_only, line, where
-from transferset.app.latency import PYTORCH, REPORT_ROUNDS, latency_note, model_latency
-from transferset.app.outputs import SEARCH_STUDENT, SHIPPED, Compressed, RunOutputs
-from transferset.app.search_report import search_html, search_markdown, search_plot
+from transferset.app.report.chosen import choose, learned_from_labels_only, line, where
+from transferset.app.report.latency import PYTORCH, REPORT_ROUNDS, latency_note, model_latency
+from transferset.app.report.outputs import SEARCH_STUDENT, SHIPPED, Compressed, ResultRow, RunOutputs
+from transferset.app.report.search import search_html, search_markdown, search_plot
 from transferset.config import ReportConfig, RunConfig
 from transferset.contract import schema
 from transferset.data import transfer
@@ -102,7 +102,7 @@ def confidence_plot(scored_dir: str, out_dir: str) -> dict[str, Any]:
             "mean_confidence_variants": float(c[~o].mean()) if (~o).any() else None}
 
 
-def frontier_plot(rows: list[dict], out_dir: str, busy: bool = False) -> dict[str, Any]:
+def frontier_plot(rows: list[ResultRow], out_dir: str, busy: bool = False) -> dict[str, Any]:
     """Each model's accuracy (test when the run has a test split, else selection) against its batch-64 latency."""
     split = "test" if all(r.get("test_accuracy") is not None for r in rows) else "selection"
     key = "test_accuracy" if split == "test" else "dev_accuracy"
@@ -139,7 +139,7 @@ def pct(value: Optional[float]) -> str:
     return "-" if value is None else f"{100 * value:.1f}"
 
 
-def _cells(r: dict) -> list[str]:
+def _cells(r: ResultRow) -> list[str]:
     busy = r.get("latency_busy", False)
     if r["name"] == "teacher":
         speed = "1.0× / 1.0×"
@@ -154,7 +154,7 @@ def _cells(r: dict) -> list[str]:
             speed, export]
 
 
-def results_table(rows: list[dict], cond: Optional[dict] = None, rounds: int = REPORT_ROUNDS) -> str:
+def results_table(rows: list[ResultRow], cond: Optional[dict] = None, rounds: int = REPORT_ROUNDS) -> str:
     lines = ["| " + " | ".join(HEADER) + " |", "|" + " --- |" * len(HEADER)]
     # a model's name comes from the YAML (a student's key) or a folder's name: plain text, never Markdown or HTML
     lines += ["| " + " | ".join([markdown_text(cell) for cell in _cells(r)]) + " |" for r in rows]
@@ -183,7 +183,7 @@ def timed_fields(m: dict, against: dict, busy: bool) -> dict:
 
 
 def member_rows(members: Sequence[str], lat: dict, dev_accuracy: Sequence[Optional[float]],
-                tested: Optional[dict], busy: bool) -> list[dict]:
+                tested: Optional[dict], busy: bool) -> list[ResultRow]:
     """One results row per ensemble member (timed as "teacher K"), its speed-up against the whole ensemble
     ("teacher"): dev accuracy from the scored selection split, test accuracy from the ensemble's test result."""
     whole, rows = lat["teacher"], []
@@ -198,7 +198,7 @@ def member_rows(members: Sequence[str], lat: dict, dev_accuracy: Sequence[Option
 
 
 def compressed_rows(compressed: dict[str, Compressed], lat: dict, tlat: dict, out: RunOutputs, cfg: RunConfig,
-                    test_accuracy, busy: bool) -> list[dict]:
+                    test_accuracy, busy: bool) -> list[ResultRow]:
     """One results row per model of the run's `compress:` section (transferset/app/stages/compress.py), its speed-up against
     the teacher. Its selection accuracy is measured here, on the split the students stopped on (nothing
     was chosen with it: the pruned teacher's heads were ranked on it, which its row says)."""
@@ -224,7 +224,7 @@ def compressed_rows(compressed: dict[str, Compressed], lat: dict, tlat: dict, ou
     return rows
 
 
-def against_teacher_export(rows: list[dict], busy: bool) -> None:
+def against_teacher_export(rows: list[ResultRow], busy: bool) -> None:
     """Each row's speed-up at batch 1 against the teacher's own ONNX export (compress.ship or int8), which a user
     could ship without distilling: `speedup_1_export`, None without that export or on a busy machine."""
     export = next((r for r in rows if r.get("compressed", {}).get("from") == "teacher"
@@ -287,7 +287,8 @@ def _time_models(out: RunOutputs, settings: ReportConfig, teachers: dict, compre
                          speeds=out.speeds())
 
 
-def _teacher_rows(out: RunOutputs, members: list, teachers: dict, lat: dict, tested: dict, busy: bool) -> list[dict]:
+def _teacher_rows(out: RunOutputs, members: list, teachers: dict, lat: dict, tested: dict,
+                  busy: bool) -> list[ResultRow]:
     """The teacher's results row, then one per ensemble member; an ensemble's latency (lat["teacher"]) is set
     here, as the sum of its members'."""
     if members:
@@ -314,7 +315,7 @@ def _teacher_rows(out: RunOutputs, members: list, teachers: dict, lat: dict, tes
     return rows
 
 
-def _student_rows(out: RunOutputs, lat: dict, tlat: dict, test_accuracy, busy: bool) -> list[dict]:
+def _student_rows(out: RunOutputs, lat: dict, tlat: dict, test_accuracy, busy: bool) -> list[ResultRow]:
     """One results row per student, from its metrics.json, its speed-up against the teacher."""
     metrics = {name: fs.read_json(fs.join(folder, schema.METRICS_FILE)) for name, folder in out.students.items()}
     return [{"name": f"student: {name} ({m['student']}, {m['config']['phases']})", "kind": "student",
@@ -327,8 +328,8 @@ def _student_rows(out: RunOutputs, lat: dict, tlat: dict, test_accuracy, busy: b
             for name, m in metrics.items()]
 
 
-def _write_files(out: RunOutputs, cfg: RunConfig, rows: list[dict], cond: dict, rounds: int, stats: dict, table: str,
-                 first: Optional[str] = None) -> None:
+def _write_files(out: RunOutputs, cfg: RunConfig, rows: list[ResultRow], cond: dict, rounds: int, stats: dict,
+                 table: str, first: Optional[str] = None) -> None:
     """The plots, report.html, results.json and results.md, written in a local folder then uploaded to the run."""
     run_dir = out.run_dir
     busy = cond["busy"]

@@ -18,6 +18,7 @@ from typing import Optional, Sequence
 
 from students.losses import GOLD, canonical, get
 from transferset import fs
+from transferset.app.report.outputs import ResultRow
 
 CHOSEN_DIR = "chosen"  # RUN/chosen: a copy of the chosen model's folder
 CHOSEN_FILE = "chosen.json"  # RUN/chosen.json: which model, its figures and why
@@ -47,17 +48,17 @@ def learned_from_labels_only(config: dict) -> bool:
     return config.get("phases") == "joint" and bool(losses) and all(get(n).role == GOLD for n in losses)
 
 
-def speedup(row: dict, teacher: dict) -> Optional[float]:
+def speedup(row: ResultRow, teacher: ResultRow) -> Optional[float]:
     """teacher's / this model's ms per example at batch 1 (as timed in one set of interleaved rounds, busy or not)."""
     ms = row.get("latency_1")
     return teacher["latency_1"] / ms if ms else None
 
 
-def _rank(row: dict) -> tuple:
+def _rank(row: ResultRow) -> tuple:
     return (row.get("dev_accuracy") or 0.0, -(row.get("latency_1") or float("inf")))
 
 
-def choose(rows: Sequence[dict], min_speedup: float) -> Optional[Choice]:
+def choose(rows: Sequence[ResultRow], min_speedup: float) -> Optional[Choice]:
     """The chosen row among the report's results rows: those with a `path` can be shipped as they are; a row with
     `searched` is the search's choice; `labels_only` marks a student that learned from the gold labels alone."""
     teacher = next((r for r in rows if r["name"] == "teacher"), None)
@@ -76,7 +77,8 @@ def choose(rows: Sequence[dict], min_speedup: float) -> Optional[Choice]:
     return _choice(closest, teacher, False, target, rows, busy)
 
 
-def _choice(row: dict, teacher: dict, meets: bool, target: str, rows: Sequence[dict], busy: bool) -> Choice:
+def _choice(row: ResultRow, teacher: ResultRow, meets: bool, target: str, rows: Sequence[ResultRow],
+            busy: bool) -> Choice:
     plain = [r for r in rows if r.get("labels_only")]
     # the chosen model is a labels-only student (or its export): no gain over labels-only to state
     source = (row.get("compressed") or {}).get("from")

@@ -3,11 +3,42 @@ the plan is built; the report and the model cards read it."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional, Union
+from typing import Any, Optional, TypedDict, Union
 
 
 SEARCH_STUDENT = "search"  # the search's chosen student's name among the run's students
 SHIPPED = "onnx"  # a Compressed model's `how` for the ONNX export a model ships as (compress.ship)
+
+
+class ResultRow(TypedDict, total=False):
+    """One model's row of the report (results.json's `rows`, results.md, report.html, `RUN/chosen`): the teacher,
+    an ensemble's member, a student or a compressed model. Accuracies are fractions; latencies milliseconds."""
+
+    name: str  # "teacher", "teacher K", "student: NAME (family, phases)" or the compressed model's name
+    display: str  # the name as the table shows it, where it differs
+    kind: str  # teacher | student | compressed (a member: none)
+    dev_accuracy: Optional[float]  # on the selection split (what every choice was made on)
+    test_accuracy: Optional[float]  # on the test split (None: the run has none)
+    agreement: Optional[float]  # a student's agreement with the teacher's labels on the selection split
+    parameters: int
+    latency_1: float  # batch 1, one thread, on the runtime the model ships in
+    latency_64: float
+    latency_spread_1: float
+    latency_spread_64: float
+    latency_busy: bool  # the machine was busy while timing: the ratios below are left out (None)
+    runtime: str  # pytorch | onnx
+    speedup_1: Optional[float]  # against the teacher's padding-free path
+    speedup_64: Optional[float]
+    speedup_1_export: Optional[float]  # against the teacher's own ONNX export, where the run made one
+    path: Optional[str]  # the folder a user ships (None: not shippable as is)
+    compressed: dict[str, str]  # a compressed model's {"from", "how", "path"}
+    speed: float  # a model with early exits: the threshold it is timed at
+    mean_layers: Optional[float]
+    transfer_rows: int  # a student's transfer-set rows and labeled rows
+    labeled_rows: int
+    student: str  # a student's name in the run
+    labels_only: bool  # it learned from the gold labels alone
+    searched: bool  # the search's chosen student
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from transferset.sources import DEFAULT_LABEL_COLUMN, DEFAULT_TEXT_COLUMNS, HF_P
 from transferset.sources import delimited, hf, jsonl, parquet
 from transferset.sources.records import refuse_duplicate_columns
 
-# The starter's students: configs/demo.yaml's two (tests/transferset/app/test_init.py keeps them equal), each
+# The starter's students: configs/demo.yaml's two (tests/transferset/app/run/test_init.py keeps them equal), each
 # the best of its kind on SST-2's validation split (benchmarks/README.md, quality per setting).
 STARTER_STUDENTS: dict[str, dict[str, Any]] = {
     "labels_only": {"student": "bilstm", "phases": "joint", "losses": {"ce": 1.0}, "epochs": 8, "patience": 2,

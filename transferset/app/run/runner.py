@@ -24,11 +24,12 @@ from pipelines.runtime import check_beam
 from students.data.teacher_files import check_dir_setting, refuse_student_folder
 from students.losses import check as check_losses
 from transferset import fs
-from transferset.app import init as starter_init, keys, preflight
-from transferset.app.calibrate import measure_rates
-from transferset.app.time_budget import Measure, plan_time
-from transferset.app.plan import RunPlan, build_plan
-from transferset.app.chosen import CHOSEN_DIR, CHOSEN_FILE, ship
+from transferset.app.run import init as starter_init, preflight
+from transferset.app.stages import keys
+from transferset.app.planning.calibrate import measure_rates
+from transferset.app.planning.time_budget import Measure, plan_time
+from transferset.app.stages.plan import RunPlan, build_plan
+from transferset.app.report.chosen import CHOSEN_DIR, CHOSEN_FILE, ship
 from transferset.app.report import FIGURES_DIR, REPORT, RESULTS, TABLE
 from transferset.app.stages.base import Stage, StageDef
 from transferset.app.stages.context import DataFiles, StageFunctions, splits_train

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Callable, Optional, Sequence
 
-from transferset.app.outputs import RunOutputs
+from transferset.app.report.outputs import RunOutputs
 from transferset.app.stages.base import StageDef, StageKind, register
 from transferset.app.stages.context import Run
 from transferset.app.stages.costs import (Costing, Estimate, Lever, Rows, halving_loss, joined_rows, pipeline_estimate,

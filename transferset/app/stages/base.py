@@ -2,7 +2,7 @@
 `Stage` (one stage at run time: reused when its
 record holds its key, else run), `StageKind` (one module's builder of its kind's stages, registered in KINDS) and `RunOutputs`, the typed record
 of what the stages make, which each kind fills in as the plan is built and the report and model cards read.
-transferset/app/plan.py builds the plan from the kinds in their declared order; runner.run_stages runs it."""
+transferset/app/stages/plan.py builds the plan from the kinds in their declared order; runner.run_stages runs it."""
 from __future__ import annotations
 
 import hashlib
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 from transferset import fs
-from transferset.app.outputs import RunOutputs
+from transferset.app.report.outputs import RunOutputs
 from transferset.app.stages.costs import Costing, Estimate, Lever, Rows
 from transferset.contract import schema
 from transferset.fs import remote
@@ -140,8 +140,8 @@ class StageKind:
     transferset.stages): `build(run, outputs)` declares its stages for the run (transferset.app.stages.context.Run)
     and records what they make in `outputs`. The plan places a kind after the kinds it names in `after` (whose
     outputs it reads) and before those in `before`. `levers(cfg, stages, rows)`: the settings of its work a time
-    budget may cut (transferset/app/time_budget.py), with what a step of each costs. `measures(cfg, will_run)`: what
-    the calibration (transferset/app/calibrate.py) times for its stages among `will_run` (stage names): "teacher"
+    budget may cut (transferset/app/planning/time_budget.py), with what a step of each costs. `measures(cfg, will_run)`: what
+    the calibration (transferset/app/planning/calibrate.py) times for its stages among `will_run` (stage names): "teacher"
     (the fine-tuning's step), "score" (the scoring rate), "augment" (the ops' rate), "students" ({rates key: its
     StudentConfig}: each one's step)."""
 

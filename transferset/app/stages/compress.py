@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import Optional
 
 from students.compress.export import Int8Refused
-from transferset.app.outputs import SEARCH_STUDENT, SHIPPED, Compressed, RunOutputs
+from transferset.app.report.outputs import SEARCH_STUDENT, SHIPPED, Compressed, RunOutputs
 from transferset.app.stages.base import StageDef, StageKind, register
 from transferset.app.stages.context import Run, StageFunctions
 from transferset.app.stages.costs import Costing, Estimate

@@ -15,7 +15,7 @@ from students.compress.prune import prune as prune_model
 from students.evaluate import evaluate
 from students.trainer import train as train_student
 from transferset import fs
-from transferset.app import keys
+from transferset.app.stages import keys
 from transferset.app.report import write_report
 from transferset.config import AugmentConfig, BeamConfig, RunConfig
 from transferset.data import transfer
@@ -114,7 +114,7 @@ class Run:
     split: bool  # the data stage splits train
     teacher: Any  # the teacher: section, with labeled_limit as its limit when nothing is split
     augment: AugmentConfig  # likewise
-    rules: Any = keys  # the key rules (transferset/app/keys.py; `transferset migrate` passes the earlier ones)
+    rules: keys.KeyRules = keys  # the key rules (this layout's; `transferset migrate` passes an earlier one's)
     log: Callable[[str], None] = log_line  # the run's log, for a stage that runs stages of its own (the search)
 
     def path(self, *parts: str) -> str:
@@ -163,7 +163,7 @@ class Run:
         return functools.cache(lambda: transfer.label_names(self.path("transfer")))
 
 
-def make_run(cfg: RunConfig, files: DataFiles, fn: StageFunctions, rules: Any = keys,
+def make_run(cfg: RunConfig, files: DataFiles, fn: StageFunctions, rules: keys.KeyRules = keys,
              log: Callable[[str], None] = log_line) -> Run:
     split = splits_train(cfg)
     # Without a split, labeled_limit reads the first N rows of train in every stage.

@@ -1,7 +1,7 @@
 """What a stage's estimate reads and gives (`StageDef.estimate`): the rows the run's stages read, counted before
-they run; the rates the calibration measured on this machine (transferset/app/calibrate.py); one stage's rows and
-seconds. Each stage kind estimates its own stages from a `Costing`; transferset/app/estimate.py counts the rows and
-prints the plan, transferset/app/time_budget.py cuts it.
+they run; the rates the calibration measured on this machine (transferset/app/planning/calibrate.py); one stage's rows and
+seconds. Each stage kind estimates its own stages from a `Costing`; transferset/app/planning/estimate.py counts the rows and
+prints the plan, transferset/app/planning/time_budget.py cuts it.
 
 The transfer set is labeled × (1 + n_iter) + unlabeled × (1 + unlabeled_n_iter) (+ the rows the join op makes),
 before dedup: at most, as every figure here is (dedup drops copies and early stopping ends a phase sooner).
@@ -107,7 +107,7 @@ def with_limit(cfg: RunConfig, rows: Rows) -> Rows:
 
 @dataclass(frozen=True)
 class Lever:
-    """One setting a budget may cut (transferset/app/time_budget.py), declared by the stage kind whose work it sets
+    """One setting a budget may cut (transferset/app/planning/time_budget.py), declared by the stage kind whose work it sets
     (StageKind.levers): its values from the mildest cut to the deepest, how a config takes one, and what a step
     costs in points of the distilled student's selection accuracy."""
 

@@ -6,7 +6,7 @@ from dataclasses import replace
 from typing import Sequence
 
 from transferset import fs
-from transferset.app.outputs import RunOutputs
+from transferset.app.report.outputs import RunOutputs
 from transferset.app.stages.base import StageDef, StageKind, register
 from transferset.app.stages.context import Run, fingerprint, splits_train
 from transferset.app.stages.costs import Lever, Rows, halvings

@@ -5,7 +5,7 @@ from typing import Any, Callable, Optional
 
 from students.evaluate import evaluate
 from transferset import fs
-from transferset.app.outputs import RunOutputs
+from transferset.app.report.outputs import RunOutputs
 from transferset.app.stages.base import StageDef, StageKind, register
 from transferset.app.stages.context import Run, fingerprint
 from transferset.app.stages.costs import Costing, Estimate

@@ -1,4 +1,4 @@
-"""What each stage's key holds: the key rules of `transferset run` (transferset/app/runner.py).
+"""What each stage's key holds: the key rules of `transferset run` (transferset/app/run/runner.py).
 
 A stage is reused when its key is unchanged, so a key holds everything the stage's output depends on: the
 settings the stage uses, each at its value (a setting at its default included, so changing a default changes
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Protocol, Sequence, runtime_checkable
 
 from students.losses import canonical
 from transferset import augment as augment_ops
@@ -23,6 +23,19 @@ from transferset.runtime import typed
 LAYOUT = 4  # the version of these rules and of a run folder's records
 LAYOUT_FILE = ".transferset-run.json"  # RUN/LAYOUT_FILE: {"layout": LAYOUT}
 DAMAGED = -1  # read_layout: a record that names no layout (layout 1 wrote none, so one naming 1 or less is damaged)
+
+@runtime_checkable
+class KeyRules(Protocol):
+    """What a stage's key holds, by kind: this module's functions (today's rules), or an earlier layout's that
+    `transferset migrate` plans with (transferset/app/migrate/rules.py) to tell which stages a folder can reuse."""
+
+    def data(self, cfg: Any, train: str) -> dict: ...
+    def teacher(self, tc: Any) -> dict: ...
+    def augment(self, a: Any, exclude: Sequence[str]) -> dict: ...
+    def score(self, sc: Any, members: int) -> dict: ...
+    def student(self, s_cfg: Any, layer_texts_set: Optional[str] = None) -> dict: ...
+    def compressed(self, kind: str, cfg: Any) -> dict: ...
+
 
 # Settings in no key: they change how a stage runs, never what it writes. A config class may declare more in
 # its own EXECUTION tuple (the augment ops: batch sizes, threads, trust flags).

@@ -1,13 +1,13 @@
 """`transferset run`'s plan: the stages of every stage kind (one module each under transferset/app/stages/),
 in the order the kinds declare; their keys follow from the declarations and the key rules
-(transferset/app/keys.py). runner.run_stages runs them."""
+(transferset/app/stages/keys.py). runner.run_stages runs them."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
-from transferset.app import keys
-from transferset.app.outputs import RunOutputs
+from transferset.app.stages import keys
+from transferset.app.report.outputs import RunOutputs
 from transferset.app.stages.base import KINDS, StageDef, in_order
 from transferset.app.stages.context import DataFiles, StageFunctions, make_run
 from transferset.config import RunConfig
@@ -22,7 +22,7 @@ class RunPlan:
     outputs: RunOutputs  # what the stages make: the report reads it
 
 
-def build_plan(cfg: RunConfig, files: DataFiles, fn: StageFunctions = StageFunctions(), rules: Any = keys,
+def build_plan(cfg: RunConfig, files: DataFiles, fn: StageFunctions = StageFunctions(), rules: keys.KeyRules = keys,
                log: Callable[[str], None] = log_line) -> RunPlan:
     """The run's stages as data, each kind's from its module, in the kinds' order; their keys by `rules`."""
     r = make_run(cfg, files, fn, rules, log)

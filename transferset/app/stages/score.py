@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from transferset.app.outputs import RunOutputs
+from transferset.app.report.outputs import RunOutputs
 from transferset.app.stages.base import StageDef, StageKind, register
 from transferset.app.stages.context import Run, fingerprint
 from transferset.app.stages.costs import Costing, Estimate, pipeline_estimate

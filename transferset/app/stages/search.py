@@ -31,10 +31,10 @@ from typing import Optional, Sequence
 
 from students.families.exits import write_speed
 from transferset import fs
-from transferset.app.latency import ONNX_RUNTIME, model_latency
-from transferset.app.outputs import SEARCH_STUDENT
-from transferset.app.search_report import latency_at
-from transferset.app.outputs import RunOutputs
+from transferset.app.report.latency import ONNX_RUNTIME, model_latency
+from transferset.app.report.outputs import SEARCH_STUDENT
+from transferset.app.report.search import latency_at
+from transferset.app.report.outputs import RunOutputs
 from transferset.app.stages.base import Stage, StageDef, StageKind, register, stage_key
 from transferset.app.stages.context import Run
 from transferset.app.stages.search_space import Space, teacher_gives

@@ -2,7 +2,7 @@
 in a temporary folder, timed as the report times models and sized, with its int8 export and a transformer's early
 exits as variants of their own.
 
-The plan (app/time_budget.py) takes this timing too (`probe`), so that it counts only the variants in budget:
+The plan (app/planning/time_budget.py) takes this timing too (`probe`), so that it counts only the variants in budget:
 - once the search's inputs are there (every stage upstream reused), on the run's teacher and scored set, and the
   search stage that follows in the same process takes that timing instead of timing again (`timed_untrained`);
 - before them (a fresh run), on the teacher's model as the run starts from it (the teacher's base model before
@@ -25,9 +25,9 @@ from students.data import ScoredSet
 from students.families.exits import check_bert_like, first_exit_branches
 from students.student import Student
 from transferset import fs
-from transferset.app.latency import model_latency
+from transferset.app.report.latency import model_latency
 from transferset.app.report import selection_texts
-from transferset.app.outputs import RunOutputs
+from transferset.app.report.outputs import RunOutputs
 from transferset.app.stages.base import stage_key
 from transferset.app.stages.context import Run, teacher_source
 from transferset.app.stages.students import student_settings

@@ -5,22 +5,23 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import replace
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 from students import families
 from students.losses import LossWeights
 from students.phases import phases
-from transferset.app.outputs import RunOutputs
+from transferset.app.report.outputs import RunOutputs
 from transferset.app.stages.base import StageDef, StageKind, register
 from transferset.app.stages.context import Run, set_fingerprint
 from transferset.app.stages.costs import Estimate, Lever, Rates, Rows, epoch_loss
 from transferset.config import RunConfig
+from transferset.app.stages.keys import KeyRules
 from transferset.app.stages.layer_texts import students_reading_rest
 from transferset.config import LAYER_TEXTS_REST
 
 
-def student_settings(rules: Any, s_cfg) -> dict:
-    """A student stage's key settings (`rules.student`: transferset/app/keys.py), with the content of the
+def student_settings(rules: KeyRules, s_cfg) -> dict:
+    """A student stage's key settings (`rules.student`: transferset/app/stages/keys.py), with the content of the
     layer_texts set it reads (`rest`: the run's layer_texts stage, whose key is upstream)."""
     made = not s_cfg.layer_texts or s_cfg.layer_texts == LAYER_TEXTS_REST
     # keyed as it trains: the engine its family decides is held at its value (keys.py holds every setting so)

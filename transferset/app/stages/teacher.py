@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import Optional, Sequence
 
 from transferset import fs
-from transferset.app.outputs import RunOutputs
+from transferset.app.report.outputs import RunOutputs
 from transferset.app.stages.base import StageDef, StageKind, register
 from transferset.app.stages.context import Run, fingerprint
 from transferset.app.stages.costs import Costing, Estimate, Lever, Rows, epoch_loss

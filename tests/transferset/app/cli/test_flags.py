@@ -1,11 +1,11 @@
-"""transferset/app/flags.py: a flag for every setting, with its help and the dataclass default, a YAML base under
+"""transferset/app/cli/flags.py: a flag for every setting, with its help and the dataclass default, a YAML base under
 the flags, and the values it refuses."""
 import argparse
 import dataclasses
 
 import pytest
 
-from transferset.app import flags
+from transferset.app.cli import flags
 from transferset.config import (AugmentConfig, BeamConfig, ExitsConfig, PredictConfig, ScoreConfig, PruneConfig,
                                 StudentConfig, TeacherConfig)
 from transferset.runtime.errors import ConfigError

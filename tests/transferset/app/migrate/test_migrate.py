@@ -15,10 +15,11 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from transferset.app import keys, migrate
+from transferset.app import migrate
+from transferset.app.stages import keys
 from transferset.app.migrate import rules
 from transferset.app.migrate.rules import flat_student
-from transferset.app.runner import STAGE_FILE, load_config, plan_stages, resolve_data, run_pipeline
+from transferset.app.run.runner import STAGE_FILE, load_config, plan_stages, resolve_data, run_pipeline
 from transferset.config import TeacherConfig
 from transferset.contract import schema
 from transferset.data.splits import SPLIT_STATS_FILE

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from test_migrate import AS_THEN, assert_refused_then_reused, finished, recipe_then, write_inputs
-from transferset.app import keys, migrate
+from transferset.app import migrate
+from transferset.app.stages import keys
 from transferset.app.migrate.rules import flat_student
-from transferset.app.runner import load_config
+from transferset.app.run.runner import load_config
 from transferset.runtime import typed
 
 # The layout-3 keys of these shipped configs, as the code that wrote layout-3 folders computed them (before the
@@ -77,7 +78,7 @@ def test_a_killed_students_layout3_checkpoint_takes_todays_form(tmp_path):
 
 def test_a_reused_students_metrics_take_todays_form_which_the_report_reads(tmp_path):
     from transferset.app.report import _student_rows
-    from transferset.app.outputs import RunOutputs
+    from transferset.app.report.outputs import RunOutputs
 
     folder = tmp_path / "students" / "distilled"
     folder.mkdir(parents=True)

@@ -14,9 +14,9 @@ import pytest
 
 from test_migrate import assert_converted, layout1_folder
 from test_migrate_layout3 import LAYOUT3_KEYS, layout3_folder
-from transferset.app import keys
+from transferset.app.stages import keys
 from transferset.app.cli import main
-from transferset.app.runner import plan_stages, resolve_data, run_pipeline
+from transferset.app.run.runner import plan_stages, resolve_data, run_pipeline
 from transferset.runtime import typed
 from transferset.testing import tree_hashes
 

@@ -1,5 +1,5 @@
 """transferset/app/migrate/rules.py: the earlier layouts' forms of a student's settings, each way (the earlier key
-rules themselves: tests/transferset/app/test_migrate.py and test_migrate_layout3.py, folder by folder)."""
+rules themselves: tests/transferset/app/migrate/test_migrate.py and test_migrate_layout3.py, folder by folder)."""
 from students.losses import canonical
 from transferset.app.migrate.rules import flat_student, grouped_student
 from transferset.config import StudentConfig

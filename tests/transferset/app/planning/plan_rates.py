@@ -1,9 +1,9 @@
 """What the plan's tests share: given rates and rows, the demo's config and stages, a plan's total seconds."""
 from __future__ import annotations
 
-from transferset.app import estimate as est
+from transferset.app.planning import estimate as est
 from transferset.app.stages import costs
-from transferset.app.runner import load_config, plan_stages, resolve_data
+from transferset.app.run.runner import load_config, plan_stages, resolve_data
 
 RATES = costs.Rates(teacher_step_s=1.0, score_rows_s=100.0, augment_rows_s=1000.0,
                     student_step_s={"distilled": 0.1, "labels_only": 0.1}, measured="given")

@@ -1,12 +1,12 @@
-"""The rates of the plan (transferset/app/calibrate.py), measured on a tiny teacher: each kind of stage that runs
+"""The rates of the plan (transferset/app/planning/calibrate.py), measured on a tiny teacher: each kind of stage that runs
 gets its rate, the others none, and the plan says what was measured."""
 from __future__ import annotations
 
 import pytest
 
-from transferset.app.calibrate import measure_rates
+from transferset.app.planning.calibrate import measure_rates
 from transferset.app.stages.costs import Rows
-from transferset.app.runner import load_config
+from transferset.app.run.runner import load_config
 from transferset.runtime.errors import UserError
 
 TEXTS = tuple(f"the film was {'very ' * (i % 7)}good and not boring" for i in range(40))
@@ -60,7 +60,7 @@ def test_a_student_with_a_sparse_table_is_timed_with_the_optimizer_it_trains_wit
 
 
 def test_the_load_the_rates_were_measured_under_is_recorded(tiny_teacher, monkeypatch):
-    import transferset.app.calibrate as calibrate
+    import transferset.app.planning.calibrate as calibrate
 
     monkeypatch.setattr(calibrate.os, "getloadavg", lambda: (5.5, 5.0, 4.0))
     rates = measure_rates(_cfg(tiny_teacher), Rows(100, 0, 10, sample=TEXTS), set())
@@ -76,7 +76,7 @@ def test_a_bilstm_preset_that_does_not_exist_is_refused_at_the_plan(tiny_teacher
 def test_scoring_at_bf16_is_timed_in_bf16_on_a_copy_and_the_students_on_fp32(tiny_teacher, monkeypatch):
     import torch
 
-    from transferset.app import calibrate
+    from transferset.app.planning import calibrate
     from transferset.teacher import scoring
 
     seen = {}

@@ -1,4 +1,4 @@
-"""The plan's minutes (transferset/app/estimate.py): the rows it counts, each stage's minutes from given rates, a
+"""The plan's minutes (transferset/app/planning/estimate.py): the rows it counts, each stage's minutes from given rates, a
 search's rungs (counted before its timing, or as the plan's timing of its candidates keeps them), the busy note."""
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from dataclasses import replace
 
 import pytest
 
-from transferset.app import estimate as est
+from transferset.app.planning import estimate as est
 from transferset.app.stages import costs, search, students
-from transferset.app import time_budget as tb
-from transferset.app.runner import resolve_data
+from transferset.app.planning import time_budget as tb
+from transferset.app.run.runner import resolve_data
 from transferset.data.splits import split_data
 from transferset.runtime.errors import ConfigError
 
@@ -185,7 +185,7 @@ def test_each_stage_kind_estimates_its_own_stages_and_the_plan_counts_the_run_be
     import inspect
 
     from transferset.app.stages import compress, heldout
-    from transferset.app.runner import plan_stages
+    from transferset.app.run.runner import plan_stages
 
     cfg, stages = _demo(tmp_path, sst2_dir)
     rates = replace(RATES, seconds=12.0, teacher_parameters=22_700_000, score_fixed_s=3.0)

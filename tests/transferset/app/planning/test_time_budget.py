@@ -1,4 +1,4 @@
-"""The plan cut to fit `budget_minutes` (transferset/app/time_budget.py): the cheapest cuts per second saved first
+"""The plan cut to fit `budget_minutes` (transferset/app/planning/time_budget.py): the cheapest cuts per second saved first
 and only as deep as needed, the floor of rows a distilled student sees, the refusal with the minimum, no cut that changes a reused stage's key, the plan printed before the first
 stage (or alone), a rerun keeping its cuts."""
 from __future__ import annotations
@@ -8,10 +8,10 @@ from dataclasses import replace
 
 import pytest
 
-from transferset.app import estimate as est
+from transferset.app.planning import estimate as est
 from transferset.app.stages import costs
-from transferset.app import time_budget as tb
-from transferset.app.runner import load_config, plan_stages, resolve_data, run_pipeline
+from transferset.app.planning import time_budget as tb
+from transferset.app.run.runner import load_config, plan_stages, resolve_data, run_pipeline
 from transferset.runtime.errors import ConfigError
 
 from plan_rates import RATES, ROWS, demo, total  # noqa: I001 (a helper beside the tests)

@@ -1,5 +1,5 @@
-"""RUN/chosen: the most accurate model on selection among those meeting the target (transferset/app/chosen.py)."""
-from transferset.app.chosen import choose, learned_from_labels_only, line
+"""RUN/chosen: the most accurate model on selection among those meeting the target (transferset/app/report/chosen.py)."""
+from transferset.app.report.chosen import choose, learned_from_labels_only, line
 
 
 def _row(name, dev, ms, test=None, **extra):

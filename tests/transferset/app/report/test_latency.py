@@ -1,10 +1,10 @@
-"""How the report and the search time a model (transferset/app/latency.py): a teacher on the forward pass that
+"""How the report and the search time a model (transferset/app/report/latency.py): a teacher on the forward pass that
 scored the transfer set, padding-free where packed.py serves its family, not its own padded forward."""
 import numpy as np
 
 from students.student import Student
 from tolerances import tiny_bert
-from transferset.app.latency import PACKED, PYTORCH, ScoringTeacher, latency_note, model_latency, on_scoring_path
+from transferset.app.report.latency import PACKED, PYTORCH, ScoringTeacher, latency_note, model_latency, on_scoring_path
 
 TEXTS = [f"the film was {'very ' * (i % 9)}good{' and not boring at all' * (i % 3)}" for i in range(64)]
 

@@ -1,4 +1,4 @@
-"""transferset/app/report.py: what a person reads in the results table about the latency figures."""
+"""transferset/app/report/__init__.py: what a person reads in the results table about the latency figures."""
 from transferset.app.report import results_table
 from transferset.runtime import timing
 

@@ -1,4 +1,4 @@
-"""transferset/app/report.py with a teacher ensemble: its row sums its members', each member has its own row."""
+"""transferset/app/report/__init__.py with a teacher ensemble: its row sums its members', each member has its own row."""
 import pytest
 
 from transferset.app.report import ensemble_latency, member_rows, results_table
@@ -36,7 +36,7 @@ def test_the_latency_benchmark_times_an_ensemble_runs_first_member_as_the_teache
 
     from transferset.contract import schema
 
-    path = Path(__file__).resolve().parents[3] / "benchmarks" / "latency.py"
+    path = Path(__file__).resolve().parents[4] / "benchmarks" / "latency.py"
     spec = importlib.util.spec_from_file_location("latency_benchmark", path)
     latency = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(latency)

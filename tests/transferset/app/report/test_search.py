@@ -1,5 +1,5 @@
 """The search's section of results.md and report.html, from a search.json."""
-from transferset.app.search_report import search_html, search_markdown
+from transferset.app.report.search import search_html, search_markdown
 
 DOC = {"budget": {"budget_ms": 1.0, "budget_mb": None, "budget_speedup": 50.0}, "chosen": "bilstm-150",
        "candidates": {

@@ -11,11 +11,11 @@ import yaml
 
 from transferset import testing
 from transferset.app.cli import main
-from transferset.app.init import STARTER_STUDENTS, starter
-from transferset.app.runner import load_config
+from transferset.app.run.init import STARTER_STUDENTS, starter
+from transferset.app.run.runner import load_config
 from transferset.data.card import read_front_matter
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[4]
 # the chain's figures on 40 rows and 2 rounds: these runs test the data flags, not the timing
 QUICK = ["report.latency_rows=40", "report.latency_rounds=2", "students.labels_only.latency_examples=40",
          "students.distilled.latency_examples=40"]

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from transferset.app.cli import main
-from transferset.app.runner import load_config
+from transferset.app.run.runner import load_config
 from transferset.data.splits import split_data
 
 

@@ -12,7 +12,8 @@ from transferset.contract import schema
 from transferset.data import transfer
 from transferset.data.card import read_front_matter
 from students.compress.export import Int8Refused
-from transferset.app.runner import STAGE_FILE, load_config, plan_stages, resolve_data, run_pipeline
+from transferset.app.report.outputs import ResultRow
+from transferset.app.run.runner import STAGE_FILE, load_config, plan_stages, resolve_data, run_pipeline
 from transferset.app.stages.base import stage_key
 from transferset.app.stages.context import StageFunctions
 from transferset.config import AugmentConfig, RunConfig, ScoreConfig, StudentConfig, TeacherConfig
@@ -20,7 +21,7 @@ from transferset.fs.output import DATA_NAMES, MODEL_NAMES, STUDENT_NAMES, Output
 from transferset.runtime import typed
 from transferset.runtime.errors import ConfigError, UserError
 
-CONFIGS = sorted((Path(__file__).resolve().parents[3] / "configs").glob("*.yaml"))
+CONFIGS = sorted((Path(__file__).resolve().parents[4] / "configs").glob("*.yaml"))
 
 
 def test_there_are_configs():
@@ -484,6 +485,7 @@ def test_demo_config_runs_end_to_end_reduced(sst2_dir, tmp_path, head_tsv, capsy
     assert len(shipped) == 3 and all(r["display"].endswith(("(int8, ONNX)", "(float32, ONNX)")) for r in shipped)
     for r in results["rows"]:
         assert 0.0 <= r["dev_accuracy"] <= 1.0 and r["parameters"] > 0
+        assert set(r) <= set(ResultRow.__annotations__), set(r) - set(ResultRow.__annotations__)  # typed rows
     assert "| teacher |" in out.out
     # Latency on one thread, with the load it was taken under; on a busy machine no speed-up is printed.
     cond = results["latency_conditions"]
@@ -721,7 +723,7 @@ def test_a_missing_config_and_a_python_tag_in_an_override_are_one_line_usage_err
 def test_a_teacher_stage_killed_after_a_checkpoint_goes_on_from_it(tmp_path, sst2_dir, monkeypatch):
     """The run keeps a killed teacher's checkpoint (its folder is not cleared) and resumes from it,
     when the checkpoint is of the same settings; checkpoint_steps is in no key."""
-    from transferset.app import runner
+    from transferset.app.run import runner
 
     run_dir = tmp_path / "r"
     base = [f"run_dir={run_dir}", f"data={sst2_dir}", "labeled_limit=200", "unlabeled_rows=20", "validation.rows=50"]

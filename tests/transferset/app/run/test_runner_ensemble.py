@@ -8,7 +8,7 @@ import pytest
 import builders as testing
 from test_runner import RecordingStages
 from transferset.app.cli import main
-from transferset.app.runner import STAGE_FILE, load_config, plan_stages, resolve_data, run_pipeline
+from transferset.app.run.runner import STAGE_FILE, load_config, plan_stages, resolve_data, run_pipeline
 from transferset.app.stages.base import stage_key
 from transferset.runtime import typed
 from transferset.runtime.errors import UserError

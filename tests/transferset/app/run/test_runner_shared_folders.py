@@ -4,7 +4,7 @@ import pytest
 import yaml
 
 from test_runner import CONFIGS
-from transferset.app.runner import load_config, plan_stages, resolve_data
+from transferset.app.run.runner import load_config, plan_stages, resolve_data
 from transferset.runtime.errors import UserError
 
 DEMO = next(p for p in CONFIGS if p.name == "demo.yaml")

@@ -3,7 +3,7 @@ configs/demo.yaml (and overrides) on the real SST-2 folder, what each stage kind
 import pytest
 import yaml
 
-from transferset.app.runner import load_config, plan_stages, resolve_data
+from transferset.app.run.runner import load_config, plan_stages, resolve_data
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ def test_the_transfer_set_reads_the_pools_and_guards_the_evaluation_files(plan_o
     fn = replace(StageFunctions(), augment=lambda a, **kw: seen.update(kw, n_iter=a.n_iter))
     from transferset.app.stages import augment as kind
     from transferset.app.stages.context import make_run
-    from transferset.app.runner import load_config, resolve_data
+    from transferset.app.run.runner import load_config, resolve_data
     cfg = load_config("configs/demo.yaml", [f"run_dir={plan.outputs.run_dir}", f"data={sst2_dir}",
                                             "augment.labels=0,1"])
     r = make_run(cfg, resolve_data(cfg.data), fn)

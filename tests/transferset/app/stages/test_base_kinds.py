@@ -2,7 +2,7 @@
 registry, and its stages run in the place it declares."""
 import pytest
 
-from transferset.app.outputs import RunOutputs
+from transferset.app.report.outputs import RunOutputs
 
 from transferset.app.stages.base import KINDS, StageDef, StageKind, in_order, register
 from transferset.runtime.registry import RegistryError
@@ -65,9 +65,9 @@ def test_a_new_kind_estimates_its_stages_and_a_budget_cuts_its_lever(tmp_path, s
     budget may cut (StageKind.levers), at the cost it declares; estimate.py and time_budget.py name neither."""
     from dataclasses import replace
 
-    from transferset.app import estimate as est
-    from transferset.app import time_budget as tb
-    from transferset.app.runner import load_config, plan_stages, resolve_data
+    from transferset.app.planning import estimate as est
+    from transferset.app.planning import time_budget as tb
+    from transferset.app.run.runner import load_config, plan_stages, resolve_data
     from transferset.app.stages.costs import Estimate, Lever, Rates, Rows
 
     def build(r, out: RunOutputs) -> list[StageDef]:  # its work: a second per 10 labeled rows it takes

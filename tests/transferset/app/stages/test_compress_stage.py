@@ -1,7 +1,7 @@
 """The compress stages: each model exported as it ships (compress.ship, on by default) and what the `compress:`
 section sets, each from a model of the run."""
 from stage_plans import plan_of, stages  # noqa: F401 (a fixture)
-from transferset.app.outputs import Compressed
+from transferset.app.report.outputs import Compressed
 
 
 def test_no_section_no_stage_but_each_model_exported_as_it_ships(plan_of):

@@ -22,6 +22,6 @@ def test_fingerprint_is_the_content(tmp_path):
 
 
 def test_splits_train_follows_the_split_settings(plan_of):
-    from transferset.app.runner import load_config
+    from transferset.app.run.runner import load_config
     assert splits_train(load_config("configs/demo.yaml"))
     assert not splits_train(load_config("configs/demo.yaml", ["validation=null", "unlabeled_rows=null"]))

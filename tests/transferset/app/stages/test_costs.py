@@ -1,11 +1,11 @@
 """transferset/app/stages/costs.py: what a stage's estimate reads and gives (the plan's arithmetic is in
-tests/transferset/app/test_estimate.py, the cuts in test_time_budget.py)."""
+tests/transferset/app/planning/test_estimate.py, the cuts in test_time_budget.py)."""
 import math
 from dataclasses import replace
 
 import pytest
 
-from transferset.app.runner import load_config
+from transferset.app.run.runner import load_config
 from transferset.app.stages import costs
 
 

@@ -1,7 +1,7 @@
-"""transferset/app/keys.py: one test per key rule (layout-1 folders and their conversion: test_migrate.py)."""
+"""transferset/app/stages/keys.py: one test per key rule (layout-1 folders and their conversion: test_migrate.py)."""
 import dataclasses
 
-from transferset.app import keys
+from transferset.app.stages import keys
 from transferset.config import AugmentConfig, EngineConfig, ScoreConfig, StudentConfig, TeacherConfig, ValidationConfig
 
 
@@ -98,3 +98,15 @@ def test_the_layout_record(tmp_path):
     assert keys.read_layout(str(tmp_path)) == keys.LAYOUT
     (tmp_path / keys.LAYOUT_FILE).write_text("not json")
     assert keys.read_layout(str(tmp_path)) == -1
+
+
+def test_todays_rules_and_every_earlier_layouts_are_key_rules():
+    """build_plan takes any KeyRules: this module's (today's) or an earlier layout's, which migrate plans with."""
+    from transferset.app.migrate.rules import RULES
+
+    assert isinstance(keys, keys.KeyRules)
+    assert all(isinstance(rules, keys.KeyRules) for rules in RULES.values())
+
+    class NoScore:
+        data = teacher = augment = student = compressed = staticmethod(lambda *a: {})
+    assert not isinstance(NoScore, keys.KeyRules)

@@ -4,11 +4,11 @@ import json
 
 import pytest
 
-from transferset.app.calibrate import measure_rates
-from transferset.app.runner import resolve_data, run_pipeline
+from transferset.app.planning.calibrate import measure_rates
+from transferset.app.run.runner import resolve_data, run_pipeline
 from transferset.app.stages.context import StageFunctions, make_run
 from transferset.app.stages.search_timing import before_scoring
-from transferset.app.search_report import budget_line, frontier_points, search_plot
+from transferset.app.report.search import budget_line, frontier_points, search_plot
 from transferset.app.stages.search import candidate_configs, chosen_by, closest, over_budget, rank, rung_sizes, ship
 from transferset.data.card import _chosen_by
 from transferset.config.search import DEFAULT_SPACE, SearchConfig

@@ -2,8 +2,8 @@
 test_search_stage.py, the second budget of the tiny search) and, here, before them: a fresh run's plan."""
 import pytest
 
-from transferset.app.calibrate import measure_rates
-from transferset.app.runner import run_pipeline
+from transferset.app.planning.calibrate import measure_rates
+from transferset.app.run.runner import run_pipeline
 from transferset.runtime.errors import ConfigError
 from stage_plans import search_config, search_data
 

@@ -20,8 +20,8 @@ def test_a_student_naming_no_teacher_gets_the_runs_and_its_key_keeps_the_setting
     fn = replace(StageFunctions(), student=lambda cfg, scored, dev, out, **kw: got.update(
         teacher=cfg.teacher, scored=scored, dev=dev))
     # the stage's run closure reads the functions of the run it was planned with: plan again with the recorder
-    from transferset.app.plan import build_plan
-    from transferset.app.runner import load_config, resolve_data
+    from transferset.app.stages.plan import build_plan
+    from transferset.app.run.runner import load_config, resolve_data
     cfg = load_config("configs/demo.yaml", [f"run_dir={plan.outputs.run_dir}", "data=../shared/data/sst2"])
     again = {s.name: s for s in build_plan(cfg, resolve_data(cfg.data), fn).stages}["students.distilled"]
     again.run("WORK")
