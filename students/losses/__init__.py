@@ -256,12 +256,31 @@ register("repr", needs=(schema.TEACHER_HIDDEN,), role=REPRESENTATION, reads=("re
     lambda out, batch, w: repr_mse(out["repr"], batch[schema.TEACHER_HIDDEN]))
 register("pkd", needs=(TEACHER_LAYERS,), role=REPRESENTATION, reads=("cls_layers",))(
     lambda out, batch, w: pkd(out["cls_layers"], batch[TEACHER_LAYERS]))
-for _name in layer_losses.TERM_ORDER:
-    register(_name, needs=(ONLINE,), role=LAYER, reads=(layer_losses.STUDENT_STATES,),
-             per_pair=_name in layer_losses.PER_PAIR)(
-        lambda out, batch, w, name=_name: layer_losses.term(
-            name, out[layer_losses.STUDENT_STATES], batch[layer_losses.TEACHER_STATES],
-            out[layer_losses.LAYER_PAIRS], batch["mask"], w.layers))
+
+
+def _layer_loss(name: str) -> None:
+    """The loss registry's entry of LAYER_TERMS[name]: the online teacher runs alongside for it."""
+    register(name, needs=(ONLINE,), role=LAYER, reads=(layer_losses.STUDENT_STATES,),
+             per_pair=layer_losses.LAYER_TERMS[name].per_pair)(
+        lambda out, batch, w: layer_losses.term(name, out[layer_losses.STUDENT_STATES],
+                                                batch[layer_losses.TEACHER_STATES], out[layer_losses.LAYER_PAIRS],
+                                                batch["mask"], w.layers))
+
+
+def register_layer(name: str, reads: str, fn: Callable) -> Callable:
+    """Register a layer loss: `fn(student States, teacher States, s, t, mask)`, its unweighted term on one mapped
+    layer pair (reads hidden or attention: averaged over the pairs) or on the embeddings / the last layers (reads
+    embeddings or last: s and t are 0 or -1); the online teacher captures what it reads (layers.READS)."""
+    if reads not in layer_losses.READS:
+        raise ValueError(f"layer loss {name!r}: reads {reads!r} is not one of {', '.join(layer_losses.READS)}")
+    _REGISTRY.check_free(name)
+    layer_losses.LAYER_TERMS[name] = layer_losses.LayerTerm(reads, fn)
+    _layer_loss(name)
+    return fn
+
+
+for _name in list(layer_losses.LAYER_TERMS):
+    _layer_loss(_name)
 
 
 def combine(outputs: Mapping[str, torch.Tensor], batch: Mapping[str, torch.Tensor],

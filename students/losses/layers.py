@@ -12,6 +12,8 @@ Everything is computed in float32 (a half-precision bias of -1e9 would be -inf, 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -97,11 +99,10 @@ def cosine(student: torch.Tensor, teacher: torch.Tensor, mask: torch.Tensor) -> 
 TEACHER_STATES = "teacher_states"
 STUDENT_STATES = "student_states"
 LAYER_PAIRS = "layer_pairs"
-# The losses on token-level states, which the teacher has to run alongside for (students/losses/online.py).
-LAYER_LOSSES = ("emb_mse", "hidden_mse", "att_mse", "att_kl", "value_kl", "cos")
-ATTENTION_LOSSES = ("att_mse", "att_kl", "value_kl")
-PER_PAIR = ("hidden_mse", "att_mse", "att_kl", "value_kl")  # computed on each mapped layer pair (_PER_LAYER's)
-
+# What a layer loss reads of the student's and the teacher's token-level states: the embeddings (layer 0), the last
+# layer, each mapped layer pair's hidden states, or each mapped pair's attention (its q, k, v, captured on the way).
+EMBEDDINGS, LAST, HIDDEN, ATTENTION = READS = ("embeddings", "last", "hidden", "attention")
+PAIRED = (HIDDEN, ATTENTION)  # computed on each mapped (student, teacher) layer pair and averaged
 
 class States:
     """A transformer's token-level states of one batch.
@@ -124,37 +125,56 @@ class States:
         return self.qkv[k][2]
 
 
-# The order their terms are added in (students.losses registers them in it).
-TERM_ORDER = ("hidden_mse", "att_mse", "att_kl", "value_kl", "emb_mse", "cos")
-_PER_LAYER = {"hidden_mse": lambda st, te, s, t, mask: hidden_mse(st.hidden[s], te.hidden[t], mask),
-              "att_mse": lambda st, te, s, t, mask: attention_mse(st.scores(s), te.scores(t), mask),
-              "att_kl": lambda st, te, s, t, mask: dist_kl(st.scores(s), te.scores(t), mask),
-              "value_kl": lambda st, te, s, t, mask: value_kl(st.values(s), te.values(t), mask)}
+@dataclass(frozen=True)
+class LayerTerm:
+    """One layer loss: what it reads (READS) and its term on one (student layer, teacher layer) pair, unweighted;
+    a loss that reads the embeddings or the last layer gets (0, 0) or (-1, -1)."""
+
+    reads: str
+    fn: Callable[[States, States, int, int, torch.Tensor], torch.Tensor]  # (student, teacher, s, t, mask)
+
+    @property
+    def per_pair(self) -> bool:
+        return self.reads in PAIRED
+
+
+# The layer losses, in the order their terms are added (students.losses registers them in it; a package adds its
+# own with students.losses.register_layer): the one table of what each reads.
+LAYER_TERMS: dict[str, LayerTerm] = {
+    "hidden_mse": LayerTerm(HIDDEN, lambda st, te, s, t, mask: hidden_mse(st.hidden[s], te.hidden[t], mask)),
+    "att_mse": LayerTerm(ATTENTION, lambda st, te, s, t, mask: attention_mse(st.scores(s), te.scores(t), mask)),
+    "att_kl": LayerTerm(ATTENTION, lambda st, te, s, t, mask: dist_kl(st.scores(s), te.scores(t), mask)),
+    "value_kl": LayerTerm(ATTENTION, lambda st, te, s, t, mask: value_kl(st.values(s), te.values(t), mask)),
+    "emb_mse": LayerTerm(EMBEDDINGS, lambda st, te, s, t, mask: hidden_mse(st.hidden[0], te.hidden[0], mask)),
+    "cos": LayerTerm(LAST, lambda st, te, s, t, mask: cosine(st.hidden[-1], te.hidden[-1], mask)),
+}
+
+
+def reading(what: str, names) -> list[str]:
+    """The layer losses among `names` that read `what` (READS), in the table's order."""
+    return [name for name, t in LAYER_TERMS.items() if name in names and t.reads == what]
 
 
 def term(name: str, student: States, teacher: States, pairs, mask: torch.Tensor, only=None) -> torch.Tensor:
-    """One layer loss (a name of LAYER_LOSSES) of one batch, unweighted.
+    """One layer loss (a name of LAYER_TERMS) of one batch, unweighted.
 
     `pairs`: (student layer, teacher layer), 1-based, from the layer map; per-layer losses are averaged over
     them (TinyBERT sums: its weights are ours × the number of pairs). `only`: the student layers whose pairs
     count (a progressive-knowledge-transfer stage), None for all. cos compares the last layers, emb_mse the
     embeddings, whatever the map.
     """
-    if name == "emb_mse":
-        return hidden_mse(student.hidden[0], teacher.hidden[0], mask)
-    if name == "cos":
-        return cosine(student.hidden[-1], teacher.hidden[-1], mask)
+    layer = LAYER_TERMS[name]
+    if not layer.per_pair:
+        ends = (0, 0) if layer.reads == EMBEDDINGS else (-1, -1)
+        return layer.fn(student, teacher, *ends, mask)
     pairs = [(s, t) for s, t in pairs if only is None or s in only]
     if not pairs:
         raise ValueError(f"{name}: no student layer is mapped to a teacher layer"
                          + (f" among layers {sorted(only)}" if only is not None else ""))
-    return torch.stack([_PER_LAYER[name](student, teacher, s, t, mask) for s, t in pairs]).mean()
+    return torch.stack([layer.fn(student, teacher, s, t, mask) for s, t in pairs]).mean()
 
 
 def terms(student: States, teacher: States, pairs, mask: torch.Tensor, active: dict,
           only=None) -> dict[str, torch.Tensor]:
-    """The active layer losses (names of LAYER_LOSSES → weight) of one batch, unweighted (`term` of each)."""
-    return {name: term(name, student, teacher, pairs, mask, only) for name in TERM_ORDER if name in active}
-
-
-assert tuple(_PER_LAYER) == PER_PAIR  # one term per pair loss
+    """The active layer losses (names of LAYER_TERMS → weight) of one batch, unweighted (`term` of each)."""
+    return {name: term(name, student, teacher, pairs, mask, only) for name in LAYER_TERMS if name in active}

@@ -66,7 +66,7 @@ class OnlineTeacher(nn.Module):
         """The student's outputs with its token-level states; the teacher's states added to `batch`."""
         active = weights.layer_active()
         pairs = [(s, t) for s, t in self.pairs if weights.layers is None or s in weights.layers]
-        attention = any(k in active for k in layer_losses.ATTENTION_LOSSES)
+        attention = bool(layer_losses.reading(layer_losses.ATTENTION, active))
         s_layers = sorted({s for s, _ in pairs}) if attention else []
         t_layers = sorted({t for _, t in pairs}) if attention else []
         ids, mask, types = batch["ids"], batch["mask"], batch.get("type_ids")
@@ -76,8 +76,9 @@ class OnlineTeacher(nn.Module):
             t_out = transformer_layers.forward(teacher, ids, mask, types, states=t_layers)
         batch[layer_losses.TEACHER_STATES] = States(t_out["hidden_states"], t_out["qkv"])
         hidden = list(out["hidden_states"])
-        needed = ({0} if "emb_mse" in active else set()) | ({len(hidden) - 1} if "cos" in active else set())
-        needed |= {s for s, _ in pairs} if "hidden_mse" in active else set()
+        needed = ({0} if layer_losses.reading(layer_losses.EMBEDDINGS, active) else set()) \
+            | ({len(hidden) - 1} if layer_losses.reading(layer_losses.LAST, active) else set())
+        needed |= {s for s, _ in pairs} if layer_losses.reading(layer_losses.HIDDEN, active) else set()
         if self.proj is not None:
             hidden = [self.proj(h) if k in needed else None for k, h in enumerate(hidden)]
         out[layer_losses.STUDENT_STATES] = States(hidden, out["qkv"])
@@ -153,11 +154,11 @@ def make(ctx: Context, built: Built) -> Optional[OnlineTeacher]:
         pairs = transformer_maps.layer_pairs(cfg.layer_map, n_student, n_teacher)
     except ValueError as exc:
         raise UserError(f"{names}: {exc}") from exc
-    if any(k in active for k in layer_losses.ATTENTION_LOSSES):
+    if layer_losses.reading(layer_losses.ATTENTION, active):
         heads_s, heads_t = int(model.config.num_attention_heads), int(teacher.config.num_attention_heads)
         if heads_s != heads_t:
             # MiniLM v1 and TinyBERT compare head by head; MiniLM v2's relation heads are out of scope.
-            raise UserError(f"{', '.join(k for k in layer_losses.ATTENTION_LOSSES if k in active)} compare "
+            raise UserError(f"{', '.join(layer_losses.reading(layer_losses.ATTENTION, active))} compare "
                             f"attention head by head: the student has {heads_s} heads, the teacher {heads_t}; set "
                             f"model: {{num_attention_heads: {heads_t}}}, or drop the attention losses")
     if cfg.phases == "pkt" and cfg.weight("emb_mse") and families.frozen_embeddings(cfg):

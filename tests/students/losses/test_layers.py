@@ -109,3 +109,27 @@ def test_combine_weights_the_layer_terms_and_needs_the_teacher_states():
     assert parts["att_mse"] == pytest.approx(math.log(3.0) ** 2 / 4, rel=1e-6)
     with pytest.raises(ValueError, match="teacher's token-level states"):
         combine(outputs, {"mask": mask}, LossWeights(att_kl=1.0))
+
+
+def test_a_layer_loss_registered_by_a_package_reads_what_it_declares():
+    """One table says what each layer loss reads (LAYER_TERMS): a loss registered with register_layer joins it, is a
+    layer-role loss of the registry, and its term gets the states it declared (here the last layers)."""
+    from students import losses
+
+    def last_l1(st, te, s, t, mask):
+        return (st.hidden[s] - te.hidden[t]).abs().mean()
+
+    with losses._REGISTRY.scratch():
+        try:
+            losses.register_layer("last_l1", L.LAST, last_l1)
+            got = losses.get("last_l1")
+            assert (got.role, got.per_pair, got.needs) == (losses.LAYER, False, (losses.ONLINE,))
+            assert L.reading(L.LAST, {"last_l1": 1.0, "cos": 1.0, "hidden_mse": 1.0}) == ["cos", "last_l1"]
+            student = States([torch.zeros(1, 2, 3), torch.full((1, 2, 3), 2.0)], {})
+            teacher = States([torch.zeros(1, 2, 3), torch.zeros(1, 2, 3), torch.ones(1, 2, 3)], {})
+            assert L.term("last_l1", student, teacher, [], torch.ones(1, 2, dtype=torch.bool)).item() == 1.0
+            with pytest.raises(ValueError, match="reads 'logits' is not one of embeddings, last, hidden, attention"):
+                losses.register_layer("other", "logits", last_l1)
+        finally:
+            L.LAYER_TERMS.pop("last_l1", None)
+    assert "last_l1" not in L.LAYER_TERMS and "last_l1" not in losses.of_role(losses.LAYER)
