@@ -1,1 +1,2 @@
-"""A run's minutes: the calibration (rates measured on this machine), the estimate of each stage and the budget's cuts."""
+"""A run's minutes: the calibration (rates measured on this machine), each stage's estimate and the budget's
+cuts."""

@@ -13,6 +13,7 @@ import json
 import os
 import time
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 import numpy as np
@@ -182,6 +183,26 @@ def timed_fields(m: dict, against: dict, busy: bool) -> dict:
             "speedup_64": None if busy else against["latency_64"] / m["latency_64"]}
 
 
+@dataclass
+class Timed:
+    """What a kind's report rows read (StageKind.report_rows): the run's outputs and config, every model's latency
+    (`lat`, by the name model_latency timed it under), the test split's results by model and whether the machine was
+    busy while timing. The teacher's rows come first and set lat["teacher"] (an ensemble's: its members' sum)."""
+
+    out: RunOutputs
+    cfg: RunConfig
+    lat: dict
+    tested: dict
+    busy: bool
+
+    def test_accuracy(self, name: str) -> Optional[float]:
+        return self.tested[name]["accuracy"] if name in self.tested else None
+
+    @property
+    def members(self) -> list[str]:
+        return list(self.out.members) if self.out.ensemble else []
+
+
 def member_rows(members: Sequence[str], lat: dict, dev_accuracy: Sequence[Optional[float]],
                 tested: Optional[dict], busy: bool) -> list[ResultRow]:
     """One results row per ensemble member (timed as "teacher K"), its speed-up against the whole ensemble
@@ -197,13 +218,14 @@ def member_rows(members: Sequence[str], lat: dict, dev_accuracy: Sequence[Option
     return rows
 
 
-def compressed_rows(compressed: dict[str, Compressed], lat: dict, tlat: dict, out: RunOutputs, cfg: RunConfig,
-                    test_accuracy, busy: bool) -> list[ResultRow]:
+def compressed_rows(t: Timed) -> list[ResultRow]:
     """One results row per model of the run's `compress:` section (transferset/app/stages/compress.py), its speed-up against
     the teacher. Its selection accuracy is measured here, on the split the students stopped on (nothing
     was chosen with it: the pruned teacher's heads were ranked on it, which its row says)."""
     from students.evaluate import evaluate  # the report's one evaluation: only runs with a compress: section
 
+    out, cfg, lat, tlat, busy, test_accuracy = t.out, t.cfg, t.lat, t.lat["teacher"], t.busy, t.test_accuracy
+    compressed = out.compressed
     columns = {k: v for k, v in cfg.augment.column_kwargs().items() if v is not None}
     rows = []
     for name, c in compressed.items():
@@ -242,24 +264,15 @@ def write_report(out: RunOutputs, cfg: RunConfig, log=print) -> dict[str, Any]:
     run's stages made (`out`)."""
     run_dir = out.run_dir
     # A teacher ensemble: each member is timed, the ensemble is their sum
-    members = list(out.members) if out.ensemble else []
-    teachers = {f"teacher {k}": p for k, p in enumerate(members)} if members else {"teacher": out.teacher}
     settings = cfg.report
     rounds = settings.latency_rounds
-    compressed = out.compressed  # the compress: section's models, by their row names
-    timed = _time_models(out, settings, teachers, compressed, cfg.augment.text_column)
-    lat, cond = timed["models"], timed["conditions"]
+    timed = _time_models(out, settings, teachers_of(out), out.compressed, cfg.augment.text_column)
+    cond = timed["conditions"]
     busy = cond["busy"]
     log(f"[report] latency: median of {rounds} interleaved rounds, {timing.describe(cond)}")
     tested = fs.read_json(out.test_results)["models"] if out.test_results else {}
-
-    def test_accuracy(name: str) -> Optional[float]:
-        return tested[name]["accuracy"] if name in tested else None
-
-    rows = _teacher_rows(out, members, teachers, lat, tested, busy)
-    tlat = lat["teacher"]
-    rows += _student_rows(out, lat, tlat, test_accuracy, busy)
-    rows += compressed_rows(compressed, lat, tlat, out, cfg, test_accuracy, busy)
+    t = Timed(out, cfg, timed["models"], tested, busy)
+    rows = [row for make in (out.report_rows or ROWS) for row in make(t)]
     against_teacher_export(rows, busy)
     choice = choose(rows, settings.min_speedup)
     first = line(choice, where(run_dir)) if choice is not None else None
@@ -287,10 +300,17 @@ def _time_models(out: RunOutputs, settings: ReportConfig, teachers: dict, compre
                          speeds=out.speeds())
 
 
-def _teacher_rows(out: RunOutputs, members: list, teachers: dict, lat: dict, tested: dict,
-                  busy: bool) -> list[ResultRow]:
+def teachers_of(out: RunOutputs) -> dict[str, Any]:
+    """The teacher's models as the report times them: an ensemble's members as "teacher K", else "teacher"."""
+    members = list(out.members) if out.ensemble else []
+    return {f"teacher {k}": p for k, p in enumerate(members)} if members else {"teacher": out.teacher}
+
+
+def teacher_rows(t: Timed) -> list[ResultRow]:
     """The teacher's results row, then one per ensemble member; an ensemble's latency (lat["teacher"]) is set
     here, as the sum of its members'."""
+    out, members, lat, tested, busy = t.out, t.members, t.lat, t.tested, t.busy
+    teachers = teachers_of(out)
     if members:
         lat["teacher"] = ensemble_latency([lat[name] for name in teachers])
         # the ensemble's and each member's selection accuracy, read back from the scored selection split
@@ -315,8 +335,9 @@ def _teacher_rows(out: RunOutputs, members: list, teachers: dict, lat: dict, tes
     return rows
 
 
-def _student_rows(out: RunOutputs, lat: dict, tlat: dict, test_accuracy, busy: bool) -> list[ResultRow]:
+def student_rows(t: Timed) -> list[ResultRow]:
     """One results row per student, from its metrics.json, its speed-up against the teacher."""
+    out, lat, tlat, test_accuracy, busy = t.out, t.lat, t.lat["teacher"], t.test_accuracy, t.busy
     metrics = {name: fs.read_json(fs.join(folder, schema.METRICS_FILE)) for name, folder in out.students.items()}
     return [{"name": f"student: {name} ({m['student']}, {m['config']['phases']})", "kind": "student",
              "dev_accuracy": m["dev_accuracy"],
@@ -420,3 +441,7 @@ def _html(*, table_rows, aug, conf, curves, stats, run_dir, dev, test=None, fron
         parts.append(f"<h3>{html.escape(name)}</h3>" + _img(path, run_dir, f"training curves {name}"))
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+# The rows of a report written from outputs no plan made: the shipped kinds' (StageKind.report_rows)
+ROWS = (teacher_rows, student_rows, compressed_rows)

@@ -3,7 +3,7 @@ the plan is built; the report and the model cards read it."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional, TypedDict, Union
+from typing import Any, Callable, Optional, TypedDict, Union
 
 
 SEARCH_STUDENT = "search"  # the search's chosen student's name among the run's students
@@ -70,6 +70,8 @@ class RunOutputs:
     model_stages: list[str] = field(default_factory=list)  # the stages whose models the test split scores
     test_results: Optional[str] = None
     search: Optional[str] = None  # the search stage's record of its candidates (search.json)
+    # the report's rows, each kind's (StageKind.report_rows: Timed -> its rows), in the kinds' order
+    report_rows: list[Callable[[Any], list[ResultRow]]] = field(default_factory=list)
 
     @property
     def ensemble(self) -> bool:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 from transferset import fs
-from transferset.app.report.outputs import RunOutputs
+from transferset.app.report.outputs import ResultRow, RunOutputs
 from transferset.app.stages.costs import Costing, Estimate, Lever, Rows
 from transferset.contract import schema
 from transferset.fs import remote
@@ -140,10 +140,11 @@ class StageKind:
     transferset.stages): `build(run, outputs)` declares its stages for the run (transferset.app.stages.context.Run)
     and records what they make in `outputs`. The plan places a kind after the kinds it names in `after` (whose
     outputs it reads) and before those in `before`. `levers(cfg, stages, rows)`: the settings of its work a time
-    budget may cut (transferset/app/planning/time_budget.py), with what a step of each costs. `measures(cfg, will_run)`: what
-    the calibration (transferset/app/planning/calibrate.py) times for its stages among `will_run` (stage names): "teacher"
-    (the fine-tuning's step), "score" (the scoring rate), "augment" (the ops' rate), "students" ({rates key: its
-    StudentConfig}: each one's step)."""
+    budget may cut (transferset/app/planning/time_budget.py), with what a step of each costs.
+    `measures(cfg, will_run)`: what the calibration (transferset/app/planning/calibrate.py) times for its stages among
+    `will_run` (stage names): "teacher" (the fine-tuning's step), "score" (the scoring rate), "augment" (the ops'
+    rate), "students" ({rates key: its StudentConfig}: each one's step). `report_rows(timed)`: its models' rows of
+    the report (transferset/app/report/), in the kinds' order."""
 
     name: str
     build: Callable[[Any, RunOutputs], list[StageDef]]
@@ -151,6 +152,7 @@ class StageKind:
     before: tuple[str, ...] = ()
     levers: Optional[Callable[[Any, Sequence[StageDef], Rows], list[Lever]]] = None
     measures: Optional[Callable[[Any, set[str]], dict[str, Any]]] = None
+    report_rows: Optional[Callable[[Any], list[ResultRow]]] = None  # its models' rows of the report (report.Timed)
 
 
 KINDS: Registry[StageKind] = Registry("run stage kind", "transferset.stages", "transferset.app.stages",

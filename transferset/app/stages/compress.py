@@ -7,6 +7,7 @@ from dataclasses import replace
 from typing import Optional
 
 from students.compress.export import Int8Refused
+from transferset.app.report import compressed_rows
 from transferset.app.report.outputs import SEARCH_STUDENT, SHIPPED, Compressed, RunOutputs
 from transferset.app.stages.base import StageDef, StageKind, register
 from transferset.app.stages.context import Run, StageFunctions
@@ -127,4 +128,4 @@ def build(r: Run, out: RunOutputs) -> list[StageDef]:
     return stages
 
 
-KIND = register(StageKind("compress", build, after=("students",)))
+KIND = register(StageKind("compress", build, after=("students",), report_rows=compressed_rows))

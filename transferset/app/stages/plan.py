@@ -30,4 +30,6 @@ def build_plan(cfg: RunConfig, files: DataFiles, fn: StageFunctions = StageFunct
     stages: list[StageDef] = []
     for kind in in_order(KINDS.values()):
         stages += kind.build(r, out)
+        if kind.report_rows is not None:
+            out.report_rows.append(kind.report_rows)
     return RunPlan(stages, r.selection, r.test, out)

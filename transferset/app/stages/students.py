@@ -10,6 +10,7 @@ from typing import Optional, Sequence
 from students import families
 from students.losses import LossWeights
 from students.phases import phases
+from transferset.app.report import student_rows
 from transferset.app.report.outputs import RunOutputs
 from transferset.app.stages.base import StageDef, StageKind, register
 from transferset.app.stages.context import Run, set_fingerprint
@@ -111,4 +112,5 @@ def measures(cfg: RunConfig, will_run: set[str]) -> dict:
     return {"students": {name: cfg.students[name] for name in names}} if names else {}
 
 
-KIND = register(StageKind("students", build, after=("layer_texts",), levers=levers, measures=measures))
+KIND = register(StageKind("students", build, after=("layer_texts",), levers=levers, measures=measures,
+                          report_rows=student_rows))

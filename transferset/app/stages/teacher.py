@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import Optional, Sequence
 
 from transferset import fs
+from transferset.app.report import teacher_rows
 from transferset.app.report.outputs import RunOutputs
 from transferset.app.stages.base import StageDef, StageKind, register
 from transferset.app.stages.context import Run, fingerprint
@@ -99,4 +100,5 @@ def measures(cfg: RunConfig, will_run: set[str]) -> dict:
     return {"teacher": True} if any(n == "teacher" or n.startswith("teacher.") for n in will_run) else {}
 
 
-KIND = register(StageKind("teacher", build, after=("data",), levers=levers, measures=measures))
+KIND = register(StageKind("teacher", build, after=("data",), levers=levers, measures=measures,
+                          report_rows=teacher_rows))

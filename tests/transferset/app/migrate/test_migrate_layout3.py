@@ -77,7 +77,7 @@ def test_a_killed_students_layout3_checkpoint_takes_todays_form(tmp_path):
 
 
 def test_a_reused_students_metrics_take_todays_form_which_the_report_reads(tmp_path):
-    from transferset.app.report import _student_rows
+    from transferset.app.report import Timed, student_rows
     from transferset.app.report.outputs import RunOutputs
 
     folder = tmp_path / "students" / "distilled"
@@ -93,5 +93,5 @@ def test_a_reused_students_metrics_take_todays_form_which_the_report_reads(tmp_p
         "ce": 0.0, "mse": 0.0, "kd": {"weight": 1.0, "temperature": 2.0}}
     out = RunOutputs(str(tmp_path), "selection.tsv", None, students={"distilled": str(folder)})
     timed = {"latency_1": 1.0, "latency_64": 1.0, "spread_1": 0.0, "spread_64": 0.0, "parameters": 1}
-    (row,) = _student_rows(out, {"student:distilled": timed}, timed, lambda name: None, False)
+    (row,) = student_rows(Timed(out, None, {"student:distilled": timed, "teacher": timed}, {}, False))
     assert row["name"] == "student: distilled (bilstm, joint)"

@@ -138,3 +138,12 @@ def test_a_stage_kind_of_another_package_plans_estimates_and_is_cut_through_its_
     extra = [line.split() for line in done.stderr.splitlines() if line.strip().startswith("extra ")]
     assert extra == [["extra", "250.0", "min", "1,500", "rows"]], done.stderr[-3000:]
     assert not (tmp_path / "run").exists()  # a plan alone writes nothing
+
+
+def test_each_kind_gives_its_models_rows_of_the_report_in_the_kinds_order(plan_of):
+    """The report's rows come from the kinds (StageKind.report_rows), in the order the plan placed them: the
+    teacher's first (the others' speed-ups are against it), then the students', then the compressed models'."""
+    from transferset.app.report import ROWS, compressed_rows, student_rows, teacher_rows
+
+    plan = plan_of()
+    assert plan.outputs.report_rows == [teacher_rows, student_rows, compressed_rows] == list(ROWS)
