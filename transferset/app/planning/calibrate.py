@@ -23,6 +23,7 @@ from transferset.training.engine import resolved_precision
 
 STEPS = 3  # timed optimizer steps per model (a short, a middle and a long batch), after one untimed step
 SCORE_ROWS = 256  # rows timed through the teacher's scoring forward pass
+TIMED_BATCH = 64  # rows of the teacher timed on one thread, as the report times it (most of its rows at batch 64)
 LATENCY_ROWS = 16  # rows a student predicts one at a time, for the latency its metrics time
 
 
@@ -90,11 +91,13 @@ def teacher_step(model, tokenizer, texts: Sequence[str], batch_size: int, max_le
         return seconds, time.perf_counter() - t0
 
 
-def score_rate(model, tokenizer, cfg: RunConfig, texts: Sequence[str]) -> tuple[float, float]:
+def score_rate(model, tokenizer, cfg: RunConfig, texts: Sequence[str],
+               precision: Optional[str] = None) -> tuple[float, float, Any]:
     """Rows per second through transferset.teacher.scoring.Teacher, the score stage's forward pass on the threads
-    the stage gives each worker (oversubscribed threads are several times slower on a busy machine), and the
-    seconds the Teacher takes to make (its padding-free path built and checked), as each score stage does. At
-    precision bf16 on a copy of `model` (the Teacher casts the weights it gets; the students' timing uses fp32's)."""
+    the stage gives each worker (oversubscribed threads are several times slower on a busy machine), the seconds
+    the Teacher takes to make (its padding-free path built and checked), as each score stage does, and the Teacher.
+    At `precision` (None: the score stage's, `auto` resolved here); bf16 on a copy of `model` (the Teacher casts the
+    weights it gets; the students' timing uses fp32's)."""
     import copy
 
     from pipelines.runtime import pipeline_options
@@ -103,7 +106,7 @@ def score_rate(model, tokenizer, cfg: RunConfig, texts: Sequence[str]) -> tuple[
 
     s = cfg.score
     threads = s.torch_threads or default_threads(pipeline_options(cfg.beam))
-    precision = resolved_precision(s.precision, "cpu")
+    precision = resolved_precision(precision or s.precision, "cpu")
     t0 = time.perf_counter()
     teacher = Teacher(model if precision == "fp32" else copy.deepcopy(model), tokenizer, pooling=s.hidden,
                       layers=s.layers, forward=s.forward, max_length=s.max_length or cfg.teacher.max_length,
@@ -114,8 +117,18 @@ def score_rate(model, tokenizer, cfg: RunConfig, texts: Sequence[str]) -> tuple[
         teacher.predict(rows[:16])
         t0 = time.perf_counter()
         teacher.predict(rows)
-        return len(rows) / (time.perf_counter() - t0), made
+        return len(rows) / (time.perf_counter() - t0), made, teacher
 
+
+def row_seconds(teacher, texts: Sequence[str]) -> float:
+    """Seconds a row of the fp32 `teacher` takes on one thread in a batch of TIMED_BATCH, as the report times every
+    model (transferset/app/report/latency.py)."""
+    rows = (list(texts) * (TIMED_BATCH // max(1, len(texts)) + 1))[:TIMED_BATCH]
+    with torch_threads(1):
+        teacher.predict(rows[:8])
+        t0 = time.perf_counter()
+        teacher.predict(rows)
+        return (time.perf_counter() - t0) / len(rows)
 
 def augment_rate(cfg: RunConfig, texts: Sequence[str]) -> tuple[float, float]:
     """Transfer rows (originals and variants) made per second by the augment ops and their contexts, in this
@@ -250,9 +263,13 @@ def _model_rates(cfg: RunConfig, texts: list[str], teacher_runs: bool, students:
         got["teacher_epoch_s"], got["teacher_fixed_s"] = checkpoint_s, load_s + checkpoint_s
         said.append(f"teacher {got['teacher_step_s']:.2f} s/step of {tc.batch_size} rows at max_length "
                     f"{tc.max_length}, loaded in {load_s:.0f} s, its checkpoint written in {checkpoint_s:.0f} s")
-    got["score_rows_s"], made_s = score_rate(model, tokenizer, cfg, texts)
+    got["score_rows_s"], made_s, scorer = score_rate(model, tokenizer, cfg, texts)
     got["score_fixed_s"] = load_s + made_s
     said.append(f"scoring {got['score_rows_s']:,.0f} rows/s")
+    if scorer.precision != "fp32":  # the test stage and the report run the teacher at fp32
+        got["fp32_rows_s"], _, scorer = score_rate(model, tokenizer, cfg, texts, precision="fp32")
+        said.append(f"{got['fp32_rows_s']:,.0f} at fp32")
+    got["teacher_row_s"] = row_seconds(scorer, texts)
     width, teacher_steps = int(model.config.hidden_size), {}
     for name in sorted(students):
         s_cfg = students[name]

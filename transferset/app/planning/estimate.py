@@ -19,7 +19,7 @@ from typing import Iterator, Optional, Sequence
 from transferset import fs
 from transferset.app.stages.base import Stage, StageDef
 from transferset.app.stages.context import DataFiles, splits_train, test_split
-from transferset.app.stages.costs import Costing, Estimate, Rates, Rows, with_limit
+from transferset.app.stages.costs import Costing, Estimate, Rates, Rows, fp32_rate, teacher_weight, with_limit
 from transferset.config import ReportConfig, RunConfig
 from transferset.data.splits import SPLIT_STATS_FILE, validation_rows
 from transferset.runtime.errors import UserError
@@ -91,23 +91,33 @@ def estimate(cfg: RunConfig, stages: Sequence[StageDef], rows: Rows, rates: Rate
             else s.estimate(costing) if s.estimate is not None else Estimate(s.name, "", None) for s in stages]
 
 
-# The report's timing of one teacher (or its export), in units of the time the calibration's scoring took for the
-# rows it times, at batch 1 and 64, on one thread where scoring had the cores; a student's, in seconds (load,
-# both batch sizes). Measured on 2 cores: the report of a run with 6 models took ~12 s, the teacher scoring 549 rows/s.
-TEACHER_TIMING, STUDENT_TIMING_S = 1.0, 0.5
+# The report times every model in `latency_rounds` rounds of 16 rows at batch 1 and two batches of 64, after one
+# untimed call at each batch size (transferset/runtime/timing.py); a student's timing, in seconds (load, both batch
+# sizes). The models made from the teacher are evaluated on the selection split there too (report.compressed_rows).
+STUDENT_TIMING_S = 0.5
+BATCH_1_ROWS, BATCH_64_ROWS = 16, 128
+
+
+def timed_rows(rows: int, settings: ReportConfig) -> int:
+    """The rows the report's timing runs through each model, of `rows` selection rows."""
+    n = min(rows, settings.latency_rows)
+    return settings.latency_rounds * (min(n, BATCH_1_ROWS) + min(n, BATCH_64_ROWS)) + min(n, 1) + min(n, 64)
 
 
 def report_estimate(models: Sequence[str], rows: int, settings: ReportConfig, rates: Rates) -> Estimate:
-    """The report's timing of `models` (their names: a teacher's start with "teacher") on `rows` selection rows, at
-    `rates`; estimated, not measured."""
-    timed = min(rows, settings.latency_rows) * settings.latency_rounds
-    teachers = sum(1 for name in models if name.startswith("teacher"))
+    """The report's timing of `models` (their names in the run: RunOutputs.models) on `rows` selection rows, at
+    `rates` (the teacher's row on one thread, Rates.teacher_row_s), and its evaluation of the models made from the
+    teacher on the selection split; estimated, not measured."""
+    timed = timed_rows(rows, settings)
+    weights = [teacher_weight(name) for name in models]
+    teachers = sum(1 for w in weights if w)
     text = f"{len(models)} models × {timed:,} rows timed"
     if rates.score_rows_s is None:
         return Estimate("report", text, None)
-    return Estimate("report", text, teachers * (TEACHER_TIMING * timed / rates.score_rows_s + rates.score_fixed_s)
-                    + (len(models) - teachers) * STUDENT_TIMING_S)
-
+    row_s = rates.teacher_row_s or 1.0 / fp32_rate(rates)
+    exports = sum(w for name, w in zip(models, weights) if w and name != "teacher")
+    return Estimate("report", text, sum(weights) * timed * row_s + teachers * rates.score_fixed_s
+                    + exports * rows / fp32_rate(rates) + (len(models) - teachers) * STUDENT_TIMING_S)
 
 def total_seconds(estimates: Sequence[Estimate]) -> float:
     return sum(e.seconds or 0.0 for e in estimates)

@@ -164,7 +164,8 @@ def overhead_estimates(cfg: RunConfig, plan: RunPlan, rows: Rows, rates: Rates) 
     """What a run spends besides its stages, which no cut changes: the calibration just spent, and the report's
     timing of every model."""
     return [Estimate("calibration", "measured before this plan", rates.seconds),
-            report_estimate([*plan.outputs.models(), *plan.outputs.members[1:]], rows.selection, cfg.report, rates)]
+            report_estimate([*plan.outputs.models(), *(f"teacher {k}" for k in range(1, len(plan.outputs.members)))],
+                            rows.selection, cfg.report, rates)]
 
 
 def plan_time(cfg: RunConfig, files: DataFiles, replan: Callable[[RunConfig], RunPlan],

@@ -36,6 +36,10 @@ class Rates:
 
     teacher_step_s: Optional[float] = None  # one optimizer step at teacher.batch_size and max_length
     score_rows_s: Optional[float] = None  # rows the teacher scores per second (scoring, its evaluation)
+    # rows per second of the teacher at fp32, as the test stage and the report run it and its export (None: the
+    # scoring rate, where scoring runs at fp32 too)
+    fp32_rows_s: Optional[float] = None
+    teacher_row_s: Optional[float] = None  # seconds a row of the teacher at fp32 takes on one thread (the report's timing)
     augment_rows_s: Optional[float] = None  # transfer rows made per second (contexts and variants), in process
     student_step_s: dict[str, float] = field(default_factory=dict)  # one step at the student's batch_size
     teacher_fixed_s: float = 0.0  # a teacher stage's own start and end: loading the model, saving it
@@ -50,6 +54,25 @@ class Rates:
     cores: Optional[int] = None  # the cores this process may use
     seconds: float = 0.0  # what the calibration itself took (spent before the first stage: the plan counts it)
     probed: dict[str, Any] = field(default_factory=dict)  # by stage: what its probe measured (StageDef.probe)
+
+
+def fp32_rate(rates: Rates) -> Optional[float]:
+    """The teacher's rows per second at fp32 (Rates.fp32_rows_s), the scoring rate where it was not measured apart."""
+    return rates.fp32_rows_s or rates.score_rows_s
+
+
+# A teacher's export (its ONNX, int8, pruned or early-exit model) against the teacher's padding-free forward, row for
+# row, where the test stage and the report run it: the ONNX export pads each batch to its longest row (on the long
+# proxy, ~70 tokens a row: 41 against 20 ms a row at batch 64 on one thread, 17 against 20 at batch 1).
+EXPORT_TIMING = 1.9
+
+
+def teacher_weight(name: str) -> float:
+    """A model's time against the teacher's, by its name in the run (RunOutputs.models): 1 for the teacher and an
+    ensemble's members, EXPORT_TIMING for a model made from the teacher, 0 for a student (counted apart)."""
+    if name == "teacher" or name.startswith("teacher ") and name[8:].isdigit():
+        return 1.0
+    return EXPORT_TIMING if name.startswith("teacher") else 0.0
 
 
 @dataclass(frozen=True)

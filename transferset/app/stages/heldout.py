@@ -8,7 +8,7 @@ from transferset import fs
 from transferset.app.report.outputs import RunOutputs
 from transferset.app.stages.base import StageDef, StageKind, register
 from transferset.app.stages.context import Run, fingerprint
-from transferset.app.stages.costs import Costing, Estimate
+from transferset.app.stages.costs import Costing, Estimate, fp32_rate, teacher_weight
 from transferset.config import AugmentConfig
 
 TEST_RESULTS_FILE = "accuracy.json"  # in run_dir/test/: every model's accuracy on the test split
@@ -35,13 +35,15 @@ STUDENT_TEST_S = 1.0  # a student's evaluation: loading it and its forward passe
 
 
 def test_estimate(models: list[str], c: Costing) -> Estimate:
-    """Every model over the test rows: the teacher and its export at the teacher's scoring rate (each loaded as a
-    score stage loads it), a student at STUDENT_TEST_S."""
-    teachers = sum(1 for name in models if name.startswith("teacher"))
+    """Every model over the test rows: the teacher at its fp32 rate (evaluation runs at fp32 whatever the scoring's
+    precision), a model made from it at EXPORT_TIMING times that, each loaded as a score stage loads it; a student
+    at STUDENT_TEST_S."""
+    weights = [teacher_weight(name) for name in models]
+    teachers = sum(1 for w in weights if w)
     if c.rates.score_rows_s is None:
         return Estimate("test", f"{len(models)} models × {c.rows.test:,} rows", None)
     return Estimate("test", f"{len(models)} models × {c.rows.test:,} rows",
-                    teachers * (c.rows.test / c.rates.score_rows_s + c.rates.score_fixed_s)
+                    sum(weights) * c.rows.test / fp32_rate(c.rates) + teachers * c.rates.score_fixed_s
                     + (len(models) - teachers) * STUDENT_TEST_S)
 
 

@@ -374,7 +374,7 @@ def test_every_stage_of_a_shipped_configs_layout1_folder_is_converted(case, tmp_
 
 @pytest.mark.parametrize("case", ["demo", "demo_ensemble", "demo_compress"])
 def test_run_refuses_a_layout1_folder_then_reuses_every_stage_once_migrated(case, tmp_path):
-    from test_runner import RecordingStages
+    from recording_stages import RecordingStages
 
     cfg = layout1_folder(case, tmp_path)
     before = {p: p.read_bytes() for p in (tmp_path / "run").rglob("*") if p.is_file()}
@@ -405,7 +405,7 @@ def test_a_folder_of_then_under_todays_defaults_trains_its_teacher_again_and_say
     """A layout-1 folder under a config of today's defaults (not AS_THEN): its teacher ran every epoch, which is not
     the work of teacher.patience 1, so it trains again with what is downstream; `run` and `migrate` say so and how to
     keep it, which works after the conversion too; the exports (compress.ship) are new stages, nothing to convert."""
-    from test_runner import RecordingStages
+    from recording_stages import RecordingStages
 
     cfg = layout1_folder("demo", tmp_path, as_then=[])
     run = tmp_path / "run"
@@ -441,7 +441,7 @@ def test_a_folder_of_then_under_todays_defaults_trains_its_teacher_again_and_say
 def test_migrating_again_after_a_run_leaves_what_that_run_wrote(tmp_path):
     """Once a run has trained the teacher again (early stopping), teacher.patience=null keeps nothing of then: the
     teacher there is not the work of null. Records of today's keys are left as they are."""
-    from test_runner import RecordingStages
+    from recording_stages import RecordingStages
 
     cfg = layout1_folder("demo", tmp_path, as_then=[])
     run = tmp_path / "run"
@@ -592,7 +592,7 @@ def assert_refused_then_reused(cfg, run: Path, field: str, earlier: dict[str, st
     config.yaml) reuses every stage and records each one's `earlier` key under `field`; then `run` finds every stage
     up to date. The students' keys changed (their settings' names or forms are in them), and the teacher's (today's
     holds `patience`, null here, which came after), the stages of settings that kept their names and forms did not."""
-    from test_runner import RecordingStages
+    from recording_stages import RecordingStages
 
     with pytest.raises(ConfigError, match=r"transferset migrate .*run"):
         run_pipeline(cfg, log=lambda m: None, functions=RecordingStages().functions())

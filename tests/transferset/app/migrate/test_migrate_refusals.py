@@ -120,7 +120,7 @@ def test_migrate_refuses_a_folder_no_run_wrote_saying_what_it_lacks(tmp_path, ca
 def test_a_damaged_layout_record_has_one_way_out_which_works(tmp_path, capsys, record):
     """A layout-3 folder whose layout record is damaged: `run` refuses it naming a command; that command (migrate)
     tells from the stage records that they hold layout 3's keys and converts them; then `run` reuses every stage."""
-    from test_runner import RecordingStages
+    from recording_stages import RecordingStages
 
     cfg = layout3_folder("demo", tmp_path)
     run = tmp_path / "run"

@@ -83,7 +83,7 @@ def test_scoring_at_bf16_is_timed_in_bf16_on_a_copy_and_the_students_on_fp32(tin
     predict, step = scoring.Teacher.predict, calibrate.transformer_step
 
     def timed_predict(self, texts, texts_b=None):
-        seen["score"] = (self.precision, next(self.model.parameters()).dtype)
+        seen.setdefault("score", []).append((self.precision, next(self.model.parameters()).dtype))
         return predict(self, texts, texts_b)
 
     def timed_step(model, *args, **kwargs):
@@ -96,4 +96,8 @@ def test_scoring_at_bf16_is_timed_in_bf16_on_a_copy_and_the_students_on_fp32(tin
                "students.distilled.preset=null", "students.distilled.model={n_layer: 1}")
     rates = measure_rates(cfg, Rows(100, 0, 10, sample=TEXTS), {"score", "students.distilled"})
     assert rates.score_rows_s > 0 and rates.student_step_s["distilled"] > 0
-    assert seen == {"score": ("bf16", torch.bfloat16), "student": torch.float32}
+    # scoring timed in bf16; then the teacher at fp32, as the test stage and the report run it: its rate and a row on
+    # one thread
+    # one thread (each an untimed call first)
+    assert seen["student"] == torch.float32 and rates.fp32_rows_s > 0 and rates.teacher_row_s > 0
+    assert seen["score"] == [("bf16", torch.bfloat16)] * 2 + [("fp32", torch.float32)] * 4

@@ -193,14 +193,26 @@ def test_each_stage_kind_estimates_its_own_stages_and_the_plan_counts_the_run_be
     by = {e.stage: e for e in est.estimate(cfg, stages, rows, rates, set())}
     assert by["compress.ship.teacher"].seconds == pytest.approx(compress.EXPORT_S + compress.EXPORT_S_PER_M * 22.7)
     assert by["compress.ship.distilled"].seconds == pytest.approx(compress.EXPORT_S)
-    # the teacher and its export over 872 rows at 100 rows/s, each loaded (3 s); four students at STUDENT_TEST_S
-    assert by["test"].seconds == pytest.approx(2 * (8.72 + 3.0) + 4 * heldout.STUDENT_TEST_S)
+    # the teacher over 872 rows at 100 rows/s and its ONNX export at EXPORT_TIMING times that, each loaded (3 s); four
+    # students at STUDENT_TEST_S
+    export = costs.EXPORT_TIMING
+    assert by["test"].seconds == pytest.approx((1 + export) * 8.72 + 2 * 3.0 + 4 * heldout.STUDENT_TEST_S)
     assert by["test"].rows == "6 models × 872 rows"
-    calibration, report = tb.overhead_estimates(cfg, plan_stages(cfg, resolve_data(cfg.data, cfg.test, cfg.dev)),
-                                                rows, rates)
+    plan = plan_stages(cfg, resolve_data(cfg.data, cfg.test, cfg.dev))
+    calibration, report = tb.overhead_estimates(cfg, plan, rows, rates)
     assert calibration.seconds == 12.0
-    # 256 selection rows × 5 rounds timed on each model
-    assert report.seconds == pytest.approx(2 * (est.TEACHER_TIMING * 1280 / 100 + 3.0) + 4 * est.STUDENT_TIMING_S)
+    # 5 rounds of 16 rows at batch 1 and 128 at batch 64, after 1 + 64 untimed, on each model: the teacher at a row
+    # per 1 / 100 s where one thread's row was not measured, its export at EXPORT_TIMING times that and evaluated on
+    # the 1,000 selection rows too
+    assert est.timed_rows(1000, cfg.report) == 785 and est.timed_rows(20, cfg.report) == 5 * (16 + 20) + 1 + 20
+    assert report.seconds == pytest.approx((1 + export) * 785 / 100 + 2 * 3.0 + export * 1000 / 100
+                                           + 4 * est.STUDENT_TIMING_S)
+    # measured: the test stage at the teacher's fp32 rate (scoring ran at bf16), the report at its row on one thread
+    fp32 = replace(rates, fp32_rows_s=50.0, teacher_row_s=0.04)
+    tested = {e.stage: e for e in est.estimate(cfg, stages, rows, fp32, set())}["test"]
+    assert tested.seconds == pytest.approx((1 + export) * 872 / 50 + 2 * 3.0 + 4 * heldout.STUDENT_TEST_S)
+    assert tb.overhead_estimates(cfg, plan, rows, fp32)[1].seconds == pytest.approx(
+        (1 + export) * 785 * 0.04 + 2 * 3.0 + export * 1000 / 50 + 4 * est.STUDENT_TIMING_S)
     assert all(e.seconds is not None for e in by.values() if e.stage not in ("data", "dev"))
     body = ast.parse(inspect.getsource(est.estimate)).body[0].body[1:]  # its docstring left out
     assert {n.value for part in body for n in ast.walk(part) if isinstance(n, ast.Constant)} <= {"", 0.0, True, None}

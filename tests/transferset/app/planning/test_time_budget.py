@@ -112,7 +112,7 @@ def test_a_cut_never_changes_the_key_of_a_stage_the_run_reuses(tmp_path, sst2_di
 
 
 def test_run_prints_its_plan_before_its_first_stage_and_runs_the_cut_config(tmp_path, sst2_dir):
-    from test_runner import RecordingStages
+    from recording_stages import RecordingStages
 
     measured = []
 
@@ -151,7 +151,7 @@ def _budget(cfg) -> float:
 
 
 def test_a_plan_alone_is_printed_and_nothing_runs_or_is_written(tmp_path, sst2_dir):
-    from test_runner import RecordingStages
+    from recording_stages import RecordingStages
 
     rec, log = RecordingStages(), []
     cfg = load_config("configs/demo.yaml", [f"run_dir={tmp_path / 'r'}", f"data={sst2_dir}", "unlabeled_rows=50"])
@@ -164,7 +164,7 @@ def test_a_plan_alone_is_printed_and_nothing_runs_or_is_written(tmp_path, sst2_d
 
 def test_a_rerun_under_the_same_budget_keeps_the_cuts_the_last_run_made(tmp_path, sst2_dir):
     """Rates measured again differ on a busy machine: another cut would run every stage again."""
-    from test_runner import RecordingStages
+    from recording_stages import RecordingStages
 
     rates = [RATES]
     rec, log = RecordingStages(), []

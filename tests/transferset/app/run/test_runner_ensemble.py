@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 import builders as testing
-from test_runner import RecordingStages
+from recording_stages import RecordingStages
 from transferset.app.cli import main
 from transferset.app.run.runner import STAGE_FILE, load_config, plan_stages, resolve_data, run_pipeline
 from transferset.app.stages.base import stage_key
