@@ -74,17 +74,13 @@ def augment(a: Any, exclude: Sequence[str]) -> dict:
 
 def score(sc: Any, members: int) -> dict:
     """A score stage's settings: `combine` only with a teacher ensemble (one teacher's logits whatever the rule);
-    `precision` as it resolves here (`auto`: bf16 on a device with bfloat16 arithmetic, as the stage scores), and
-    only when not the one a scored set leaves unrecorded (schema.UNRECORDED_PRECISION), so a folder scored without
-    the setting keeps its key."""
-    from transferset.teacher.scoring import resolved_precision
-
+    `precision` only when not the one a scored set leaves unrecorded (schema.UNRECORDED_PRECISION) nor `auto` (the
+    default, keyed as the fp32 it replaced, as keys.teacher keys the teacher's engine), so a folder scored before
+    keeps its key and its students; the scored set's metadata records the precision it was scored at."""
     settings = section(sc)
     if members <= 1:
         settings.pop("combine", None)
-    if "precision" in settings:
-        settings["precision"] = resolved_precision(settings["precision"])
-    if settings.get("precision") == schema.UNRECORDED_PRECISION:
+    if settings.get("precision") in (schema.UNRECORDED_PRECISION, "auto"):
         settings.pop("precision")
     return settings
 

@@ -57,15 +57,16 @@ def test_score_keys_precision_only_when_not_fp32():
     assert keys.score(ScoreConfig(precision="bf16"), members=1)["precision"] == "bf16"
 
 
-def test_score_keys_auto_as_it_resolves_on_this_machine(monkeypatch):
-    """`auto` (the default) is keyed as the precision it scores at: fp32 where the CPU lacks bfloat16 arithmetic
-    (a folder scored before keeps its key), bf16 where it has it (the logits differ: another stage)."""
+def test_score_keys_auto_as_the_fp32_it_replaced_on_every_machine(monkeypatch):
+    """`auto` (the default) is keyed as fp32 was, where the CPU has bfloat16 arithmetic too: a folder scored before
+    keeps its scored set and its students (its metadata says what it was scored at); bf16 asked for is another key."""
     from transferset.training import engine
 
     assert ScoreConfig().precision == "auto"
     assert keys.score(ScoreConfig(), members=1) == keys.score(ScoreConfig(precision="fp32"), members=1)
     monkeypatch.setattr(engine, "has_bf16", lambda device: True)
-    assert keys.score(ScoreConfig(), members=1) == keys.score(ScoreConfig(precision="bf16"), members=1)
+    assert keys.score(ScoreConfig(), members=1) == keys.score(ScoreConfig(precision="fp32"), members=1)
+    assert keys.score(ScoreConfig(precision="bf16"), members=1)["precision"] == "bf16"
 
 
 def test_student_keys_its_layer_texts_set_and_its_losses_in_one_form():
