@@ -19,7 +19,8 @@ from typing import Iterator, Optional, Sequence
 from transferset import fs
 from transferset.app.stages.base import Stage, StageDef
 from transferset.app.stages.context import DataFiles, splits_train, test_split
-from transferset.app.stages.costs import Costing, Estimate, Rates, Rows, fp32_rate, teacher_weight, with_limit
+from transferset.app.stages.costs import (EXPORT_TIMING, Costing, Estimate, Rates, Rows, fp32_rate, made_from_teacher,
+                                         teacher_weight, with_limit)
 from transferset.config import ReportConfig, RunConfig
 from transferset.data.splits import SPLIT_STATS_FILE, validation_rows
 from transferset.runtime.errors import UserError
@@ -115,9 +116,10 @@ def report_estimate(models: Sequence[str], rows: int, settings: ReportConfig, ra
     if rates.score_rows_s is None:
         return Estimate("report", text, None)
     row_s = rates.teacher_row_s or 1.0 / fp32_rate(rates)
-    exports = sum(w for name, w in zip(models, weights) if w and name != "teacher")
+    exports = sum(EXPORT_TIMING for name in models if made_from_teacher(name))
     return Estimate("report", text, sum(weights) * timed * row_s + teachers * rates.score_fixed_s
                     + exports * rows / fp32_rate(rates) + (len(models) - teachers) * STUDENT_TIMING_S)
+
 
 def total_seconds(estimates: Sequence[Estimate]) -> float:
     return sum(e.seconds or 0.0 for e in estimates)

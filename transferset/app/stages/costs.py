@@ -67,12 +67,16 @@ def fp32_rate(rates: Rates) -> Optional[float]:
 EXPORT_TIMING = 1.9
 
 
+def made_from_teacher(name: str) -> bool:
+    """Whether a model, by its name in the run (RunOutputs.models), is one the run made from the teacher (its export,
+    int8, pruned or early-exit model): not the teacher, nor an ensemble's member ("teacher K")."""
+    return name.startswith("teacher") and name != "teacher" and not (name.startswith("teacher ") and name[8:].isdigit())
+
+
 def teacher_weight(name: str) -> float:
-    """A model's time against the teacher's, by its name in the run (RunOutputs.models): 1 for the teacher and an
-    ensemble's members, EXPORT_TIMING for a model made from the teacher, 0 for a student (counted apart)."""
-    if name == "teacher" or name.startswith("teacher ") and name[8:].isdigit():
-        return 1.0
-    return EXPORT_TIMING if name.startswith("teacher") else 0.0
+    """A model's time against the teacher's, by its name in the run (RunOutputs.models): EXPORT_TIMING for a model
+    made from the teacher, 1 for the teacher and an ensemble's members, 0 for a student (counted apart)."""
+    return EXPORT_TIMING if made_from_teacher(name) else 1.0 if name.startswith("teacher") else 0.0
 
 
 @dataclass(frozen=True)

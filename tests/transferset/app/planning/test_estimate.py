@@ -213,6 +213,9 @@ def test_each_stage_kind_estimates_its_own_stages_and_the_plan_counts_the_run_be
     assert tested.seconds == pytest.approx((1 + export) * 872 / 50 + 2 * 3.0 + 4 * heldout.STUDENT_TEST_S)
     assert tb.overhead_estimates(cfg, plan, rows, fp32)[1].seconds == pytest.approx(
         (1 + export) * 785 * 0.04 + 2 * 3.0 + export * 1000 / 50 + 4 * est.STUDENT_TIMING_S)
+    # an ensemble's members are timed as the teacher is, and none is evaluated on the selection split
+    members = est.report_estimate(["teacher", "teacher 1", "teacher 2"], 1000, cfg.report, fp32)
+    assert members.seconds == pytest.approx(3 * 785 * 0.04 + 3 * 3.0)
     assert all(e.seconds is not None for e in by.values() if e.stage not in ("data", "dev"))
     body = ast.parse(inspect.getsource(est.estimate)).body[0].body[1:]  # its docstring left out
     assert {n.value for part in body for n in ast.walk(part) if isinstance(n, ast.Constant)} <= {"", 0.0, True, None}

@@ -30,6 +30,12 @@ def test_finer_steps_cost_their_share_of_a_halving():
     assert costs.halving_loss(1, [0], 0.3)(1) == 0.3  # to none: one halving
 
 
+def test_a_models_time_against_the_teachers_by_its_name():
+    names = ["teacher", "teacher 1", "teacher (ONNX)", "teacher (int8)", "distilled (ONNX)", "labels_only"]
+    assert [costs.made_from_teacher(n) for n in names] == [False, False, True, True, False, False]
+    assert [costs.teacher_weight(n) for n in names] == [1.0, 1.0, costs.EXPORT_TIMING, costs.EXPORT_TIMING, 0.0, 0.0]
+
+
 def test_a_costing_reads_the_cut_config_and_the_rows_under_its_limit(tmp_path, sst2_dir):
     cfg = _cfg(tmp_path, sst2_dir, "augment.n_iter=3", "augment.unlabeled_n_iter=1", "augment.ops=[mask]")
     rows = costs.Rows(labeled=200, unlabeled=150, selection=50, rest=10)
