@@ -112,7 +112,7 @@ def score_rate(model, tokenizer, cfg: RunConfig, texts: Sequence[str],
                       layers=s.layers, forward=s.forward, max_length=s.max_length or cfg.teacher.max_length,
                       forward_rows=s.forward_rows, forward_tokens=s.forward_tokens, precision=precision)
     made = time.perf_counter() - t0
-    rows = (list(texts) * (SCORE_ROWS // max(1, len(texts)) + 1))[:SCORE_ROWS]
+    rows = _repeated(texts, SCORE_ROWS)
     with torch_threads(threads):
         teacher.predict(rows[:16])
         t0 = time.perf_counter()
@@ -123,12 +123,18 @@ def score_rate(model, tokenizer, cfg: RunConfig, texts: Sequence[str],
 def row_seconds(teacher, texts: Sequence[str]) -> float:
     """Seconds a row of the fp32 `teacher` takes on one thread in a batch of TIMED_BATCH, as the report times every
     model (transferset/app/report/latency.py)."""
-    rows = (list(texts) * (TIMED_BATCH // max(1, len(texts)) + 1))[:TIMED_BATCH]
+    rows = _repeated(texts, TIMED_BATCH)
     with torch_threads(1):
         teacher.predict(rows[:8])
         t0 = time.perf_counter()
         teacher.predict(rows)
         return (time.perf_counter() - t0) / len(rows)
+
+
+def _repeated(texts: Sequence[str], n: int) -> list[str]:
+    """n rows of the sample, repeated as often as it takes."""
+    return (list(texts) * (n // max(1, len(texts)) + 1))[:n]
+
 
 def augment_rate(cfg: RunConfig, texts: Sequence[str]) -> tuple[float, float]:
     """Transfer rows (originals and variants) made per second by the augment ops and their contexts, in this

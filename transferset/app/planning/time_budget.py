@@ -2,14 +2,14 @@
 `budget_minutes`.
 
 The cuts are made where the distilled student loses least per minute saved: each step of each lever (one epoch
-fewer, variants or unlabeled rows halved), declared by the stage kind whose work it sets (StageKind.levers), has a
-cost in points of the distilled student's selection accuracy, measured on a newcomer's proxy, 6,000 SST-2 rows at
-2 cores (benchmarks/levers.py; docs/results.md, "Where should a budget's minutes go?"); the cheapest step per
-second saved is taken until the plan fits, then any step the budget can give back is given back, the costliest
-first. No cut leaves a distilled student seeing fewer than MIN_SEEN times the labeled rows (rows × epochs): below
-that it fell to the labels-only student's level (81.2 against 81.7 on selection), nor fewer variants per labeled row
-than the augment kind's MIN_VARIANTS; a budget that cannot afford them is refused with the minutes it needs. A cut
-that would change the key of a stage the run reuses is never made.
+fewer, variants per row cut by a fifth, unlabeled rows halved), declared by the stage kind whose work it sets
+(StageKind.levers), has a cost in points of the distilled student's selection accuracy, measured on a newcomer's
+proxy, 6,000 SST-2 rows at 2 cores (benchmarks/levers.py; docs/results.md, "Where should a budget's minutes go?");
+the cheapest step per second saved is taken until the plan fits, then any step the budget can give back is given
+back, the costliest first. No cut leaves a distilled student seeing fewer than MIN_SEEN times the labeled rows (rows
+× epochs): below that it fell to the labels-only student's level (81.2 against 81.7 on selection), nor fewer
+variants per labeled row than the augment kind's MIN_VARIANTS; a budget that cannot afford them is refused with the
+minutes it needs. A cut that would change the key of a stage the run reuses is never made.
 """
 from __future__ import annotations
 

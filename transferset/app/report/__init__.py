@@ -198,10 +198,6 @@ class Timed:
     def test_accuracy(self, name: str) -> Optional[float]:
         return self.tested[name]["accuracy"] if name in self.tested else None
 
-    @property
-    def members(self) -> list[str]:
-        return list(self.out.members) if self.out.ensemble else []
-
 
 def member_rows(members: Sequence[str], lat: dict, dev_accuracy: Sequence[Optional[float]],
                 tested: Optional[dict], busy: bool) -> list[ResultRow]:
@@ -302,14 +298,14 @@ def _time_models(out: RunOutputs, settings: ReportConfig, teachers: dict, compre
 
 def teachers_of(out: RunOutputs) -> dict[str, Any]:
     """The teacher's models as the report times them: an ensemble's members as "teacher K", else "teacher"."""
-    members = list(out.members) if out.ensemble else []
+    members = out.ensemble_members
     return {f"teacher {k}": p for k, p in enumerate(members)} if members else {"teacher": out.teacher}
 
 
 def teacher_rows(t: Timed) -> list[ResultRow]:
     """The teacher's results row, then one per ensemble member; an ensemble's latency (lat["teacher"]) is set
     here, as the sum of its members'."""
-    out, members, lat, tested, busy = t.out, t.members, t.lat, t.tested, t.busy
+    out, members, lat, tested, busy = t.out, t.out.ensemble_members, t.lat, t.tested, t.busy
     teachers = teachers_of(out)
     if members:
         lat["teacher"] = ensemble_latency([lat[name] for name in teachers])

@@ -78,6 +78,11 @@ class RunOutputs:
         return len(self.members) > 1
 
     @property
+    def ensemble_members(self) -> list[str]:
+        """An ensemble's members, in score.combine's order; none for one teacher."""
+        return list(self.members) if self.ensemble else []
+
+    @property
     def scorer(self) -> Union[str, list[str], None]:
         """What scores the rows and is tested as "teacher": the teacher, or an ensemble's members."""
         return self.members if self.ensemble else (self.members[0] if self.members else self.teacher)

@@ -24,6 +24,7 @@ LAYOUT = 4  # the version of these rules and of a run folder's records
 LAYOUT_FILE = ".transferset-run.json"  # RUN/LAYOUT_FILE: {"layout": LAYOUT}
 DAMAGED = -1  # read_layout: a record that names no layout (layout 1 wrote none, so one naming 1 or less is damaged)
 
+
 @runtime_checkable
 class KeyRules(Protocol):
     """What a stage's key holds, by kind: this module's functions (today's rules), or an earlier layout's that
