@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 
 import torch
 
+from transferset.runtime import deadline
 from transferset.runtime.errors import UserError
 from transferset.runtime.progress import Progress
 from transferset.training.average import WeightAverage
@@ -107,6 +108,7 @@ class _Phase:
     stopped: bool = False  # max_steps reached
     lr: float = 0.0        # the learning rate of the last optimizer step (of the first parameter group)
     epochs_run: int = 0
+    out_of_time: bool = False  # ended before its epochs by the budget's deadline (transferset.runtime.deadline)
     average: Optional[WeightAverage] = None  # spec.ema: the moving average of each trained parameter
 
     def params(self) -> list:
@@ -239,6 +241,12 @@ class Recipe:
             sums = self.train_epoch(phase, loss_step, batches(epoch))
             stop = self.evaluate(phase, sums, evaluate, time.perf_counter() - started)
             phase.epochs_run = epoch + 1
+            if not stop and epoch + 1 < spec.epochs and not self.engine.from_main(
+                    deadline.room_for(time.perf_counter() - started)):
+                phase.out_of_time = True
+                self.engine.log(f"{spec.name}: another epoch would end past the time the budget gives this stage: "
+                                f"the phase ends after {epoch + 1} of {spec.epochs} epochs")
+                stop = True
             if stop:
                 break
             phase.state.epoch, phase.state.batches, phase.state.partial = epoch + 1, 0, None
@@ -372,6 +380,7 @@ class Recipe:
         elif phase.average is not None:
             phase.average.load()
         entry = {"phase": spec.name, **phase.describe, "epochs_run": phase.epochs_run,
+                 **({"out_of_time": True} if phase.out_of_time else {}),
                  "start_dev_accuracy": st.start_acc, "best_dev_accuracy": st.best_acc if spec.keep_best else None}
         self.state.phase_log.append(entry)
         if self.checkpoint is not None:

@@ -1,11 +1,14 @@
 """transferset/training/recipe.py on a tiny linear model (linear_task.py): early stopping, the non-finite loss
 stop, max_steps, gradient accumulation. The engine, checkpoints and schedules have their own files here."""
+import time
+
 import pytest
 import torch
 
 from linear_task import Linear, _loss, _run
 from linear_task import engine  # noqa: F401 (a fixture)
 from transferset.config import EngineConfig
+from transferset.runtime import deadline
 from transferset.runtime.errors import UserError
 from transferset.training import Engine, PhaseSpec, Recipe
 
@@ -33,6 +36,28 @@ def test_early_stopping_keeps_the_best_epoch_and_the_start_competes(engine):
     _run(Recipe(engine), PhaseSpec("q", epochs=2, start_competes=True), module,
          lambda: {"accuracy": next(scores2)})
     assert all(torch.equal(module.state_dict()[k], start[k]) for k in start)
+
+
+def test_a_phase_ends_at_an_epoch_when_another_would_end_past_the_budgets_deadline(engine):
+    """transferset.runtime.deadline: the epoch run so far is the measure of the next; the best epoch is kept."""
+    for seconds, epochs in ((None, 4), (3600.0, 4), (0.0, 1)):
+        module, recipe = Linear(), Recipe(engine)
+        scores = iter([0.6, 0.5, 0.7, 0.8])
+        with deadline.within(seconds):
+            entry = _run(recipe, PhaseSpec("p", epochs=4), module, lambda: {"accuracy": next(scores)})
+        assert entry["epochs_run"] == epochs and len(recipe.history) == epochs
+        assert entry.get("out_of_time", False) == (epochs < 4) and entry["best_dev_accuracy"] == [0.6, 0.8][epochs > 1]
+    assert deadline.seconds_left() is None  # the block's deadline ends with it
+    # a deadline set and passed mid-way: the phase ends with the epoch that crossed it
+    module, recipe, quick = Linear(), Recipe(engine), iter([True, True])
+
+    def third_slow():
+        time.sleep(0.0 if next(quick, False) else 1.05)
+        return {"accuracy": 0.5}
+
+    with deadline.within(1.0):
+        entry = _run(recipe, PhaseSpec("p", epochs=5), module, third_slow)
+    assert entry["epochs_run"] == 3 and entry["out_of_time"]
 
 
 def test_a_non_finite_loss_names_the_phase_epoch_and_step(engine):

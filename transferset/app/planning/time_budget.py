@@ -10,11 +10,17 @@ back, the costliest first. No cut leaves a distilled student seeing fewer than M
 × epochs): below that it fell to the labels-only student's level (81.2 against 81.7 on selection), nor fewer
 variants per labeled row than the augment kind's MIN_VARIANTS; a budget that cannot afford them is refused with the
 minutes it needs. A cut that would change the key of a stage the run reuses is never made.
+
+The plan is a forecast from seconds of calibration (off by a third on a busy machine) and counts every epoch early
+stopping may skip: after each stage that ran, the run re-fits the stages still to run to the minutes then left
+(Budget.refit: their levers from their values before any cut), and each stage runs within its share of them (a
+trainer ends its phase at the epoch after which another would end past it: transferset.runtime.deadline).
 """
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+import time
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional, Sequence
 
 from transferset.app.report.chosen import learned_from_labels_only
@@ -56,12 +62,12 @@ def sees_enough(cfg: RunConfig, rows: Rows) -> bool:
 
 
 def fit(cfg: RunConfig, stages: Sequence[StageDef], rows: Rows, rates: Rates, reused: set[str],
-        budget_minutes: float, overhead_s: float = 0.0) -> tuple[RunConfig, list[str]]:
+        budget_minutes: float, overhead_s: float = 0.0, strict: bool = True) -> tuple[RunConfig, list[str]]:
     """`cfg` cut to fit the budget, and the cuts in words: the step that costs the fewest points per second saved
     first (LOSS), none below MIN_SEEN (when `cfg` meets it), then each step the budget allows given back, the
     costliest first; refuses (ConfigError) when the smallest plan does not fit. A lever whose cut would change a
     reused stage's key is left as it is. `overhead_s`: what the run spends besides its stages, whatever the cuts (the
-    calibration, the report's timing)."""
+    calibration, the report's timing). Not `strict` (a run re-fitted mid-way): the smallest plan, not a refusal."""
     def seconds(c: RunConfig) -> float:
         return total_seconds(estimate(c, stages, rows, rates, reused)) + overhead_s
 
@@ -93,7 +99,7 @@ def fit(cfg: RunConfig, stages: Sequence[StageDef], rows: Rows, rates: Rates, re
         if not steps:
             break
         _, depth, now = min(steps, key=lambda t: t[0])
-    if now > budget:
+    if now > budget and strict:
         raise ConfigError(_refusal(budget_minutes, _cuts(free, depth), now, blocked))
     for lv in sorted(free, key=lambda lv: -step_cost(lv, {**depth, lv.name: depth[lv.name] - 1})):
         while depth[lv.name] >= 0 and seconds(at({**depth, lv.name: depth[lv.name] - 1})) <= budget:
@@ -120,12 +126,23 @@ def _refusal(budget_minutes: float, cuts: Sequence[str], seconds: float, blocked
 Measure = Callable[[RunConfig, Rows, set[str]], Rates]
 
 
+def clock() -> float:
+    """The seconds a budget counts (time.monotonic; the tests stop it to plan as if no time passed)."""
+    return time.monotonic()
+
+
 def cut_settings(cfg: RunConfig) -> dict[str, Any]:
     """The settings a budget may cut, by name (unlabeled_limit None: every row)."""
     return {"augment.unlabeled_n_iter": cfg.augment.variants_for(False), "augment.n_iter": cfg.augment.n_iter,
             "unlabeled_limit": cfg.unlabeled_limit, "teacher.epochs": cfg.teacher.epochs,
             **{f"students.{n}.epochs": s.epochs for n, s in cfg.students.items()},
             **({"search.rungs (the last)": cfg.search.rungs[-1]} if cfg.search is not None else {})}
+
+
+def changes(cfg: RunConfig, cut: RunConfig) -> list[str]:
+    """Each setting a budget may cut that differs between `cfg` and `cut`, in words ("teacher.epochs 3 → 1")."""
+    before, after = cut_settings(cfg), cut_settings(cut)
+    return [f"{k} {_shown(before[k])} → {_shown(after[k])}" for k in before if before[k] != after[k]]
 
 
 def earlier_cut(cfg: RunConfig, earlier: Optional[RunConfig]) -> Optional[RunConfig]:
@@ -170,11 +187,13 @@ def overhead_estimates(cfg: RunConfig, plan: RunPlan, rows: Rows, rates: Rates) 
 
 def plan_time(cfg: RunConfig, files: DataFiles, replan: Callable[[RunConfig], RunPlan],
               data_dir: Optional[str], measure: Measure, log: Callable[[str], None],
-              earlier: Optional[RunConfig] = None) -> tuple[RunConfig, list[str]]:
-    """Print the plan (rows and minutes of each stage) and return the config cut to fit `budget_minutes` with the
-    cuts made; refuse the run (ConfigError) after the plan when a stage's probe says it cannot succeed.
-    `replan(cfg)`: the run's plan (stages and outputs); `measure(cfg, rows, will_run)`: the rates of the stages that will run
-    (calibrate.measure_rates); `earlier`: the config the last run in the folder recorded (earlier_cut)."""
+              earlier: Optional[RunConfig] = None) -> tuple[RunConfig, Optional[Budget]]:
+    """Print the plan (rows and minutes of each stage) and return the config cut to fit `budget_minutes`, with what
+    the run re-fits the stages still to run by (None without a budget); refuse the run (ConfigError) after the plan
+    when a stage's probe says it cannot succeed. `replan(cfg)`: the run's plan (stages and outputs); `measure(cfg,
+    rows, will_run)`: the rates of the stages that will run (calibrate.measure_rates); `earlier`: the config the last
+    run in the folder recorded (earlier_cut)."""
+    began = clock()
     start = earlier_cut(cfg, earlier) or cfg
     plan = replan(start)
     stages = plan.stages
@@ -189,8 +208,7 @@ def plan_time(cfg: RunConfig, files: DataFiles, replan: Callable[[RunConfig], Ru
     cut = start
     if cfg.budget_minutes is not None:
         cut, _ = fit(start, stages, rows, rates, reused, cfg.budget_minutes, total_seconds(overhead))
-    before, after = cut_settings(cfg), cut_settings(cut)
-    cuts = [f"{k} {_shown(before[k])} → {_shown(after[k])}" for k in before if before[k] != after[k]]
+    cuts = changes(cfg, cut)
     for line in plan_lines([overhead[0], *estimate(cut, stages, rows, rates, reused), overhead[1]], rates, cuts):
         log(line)
     for line in shortfalls(start, cut, stages, rows, rates, reused, total_seconds(overhead)):
@@ -198,7 +216,42 @@ def plan_time(cfg: RunConfig, files: DataFiles, replan: Callable[[RunConfig], Ru
     refused = [got["refuse"] for got in rates.probed.values() if got.get("refuse")]
     if refused:  # what a stage's probe measured says it cannot succeed (the search: no variant in budget)
         raise ConfigError(refused[0])
-    return cut, cuts
+    if cfg.budget_minutes is None:
+        return cut, None
+    return cut, Budget(start, stages, rows, rates, total_seconds(overhead[1:]), cfg.budget_minutes * 60, began)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What the plan measured, kept so that the run re-fits the stages still to run to the minutes left after each
+    stage that ran (a calibration off by a third, or a stage that stopped early, moves what the rest may take), and
+    gives the stage about to run its share of them (transferset.runtime.deadline)."""
+
+    start: RunConfig  # the config before any cut: a lever still free may go back up to its value here
+    stages: Sequence[StageDef]
+    rows: Rows
+    rates: Rates
+    after_s: float  # what the run spends after its stages (the report's timing), as estimated
+    seconds: float  # the whole budget
+    began: float  # clock() when the plan began, before the calibration
+
+    def left(self) -> float:
+        """The budget's seconds not yet spent."""
+        return self.seconds - (clock() - self.began)
+
+    def refit(self, cut: RunConfig, done: set[str]) -> tuple[RunConfig, list[str]]:
+        """`cut` with the levers of the stages not yet run (none of `done` downstream) fitted afresh to the seconds
+        left, from their values before any cut; the smallest plan when even that does not fit."""
+        base = cut
+        for lv in levers(self.start, self.stages, self.rows):
+            if lv.values and not downstream(self.stages, lv.stages) & done:
+                base = lv.apply(base, None)
+        return fit(base, self.stages, self.rows, self.rates, done, self.left() / 60, self.after_s, strict=False)
+
+    def share(self, cfg: RunConfig, done: set[str], name: str) -> float:
+        """The seconds stage `name` may take: those left, less what the stages after it and the report will."""
+        rest = estimate(cfg, self.stages, self.rows, self.rates, done | {name})
+        return self.left() - total_seconds(rest) - self.after_s
 
 
 def _shown(value: Any) -> str:

@@ -16,7 +16,7 @@ import argparse
 import os
 import sys
 from dataclasses import replace
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import yaml
 
@@ -27,7 +27,7 @@ from transferset import fs
 from transferset.app.run import init as starter_init, preflight
 from transferset.app.stages import keys
 from transferset.app.planning.calibrate import measure_rates
-from transferset.app.planning.time_budget import Measure, plan_time
+from transferset.app.planning.time_budget import Budget, Measure, changes, plan_time
 from transferset.app.stages.plan import RunPlan, build_plan
 from transferset.app.report.chosen import CHOSEN_DIR, CHOSEN_FILE, ship
 from transferset.app.report import FIGURES_DIR, REPORT, RESULTS, TABLE
@@ -42,7 +42,7 @@ from transferset.data.card import update_run_cards
 from transferset.fs.links import links_on_the_way, links_under, refuse_links
 from transferset.fs.lock import output_lock
 from transferset.models import loading
-from transferset.runtime import typed
+from transferset.runtime import deadline, typed
 from transferset.runtime.errors import ConfigError, UserError
 from transferset.runtime.progress import log_line
 from transferset.sources import HF_PREFIX, check_hf_names
@@ -198,19 +198,46 @@ def resolve_data(data: Optional[str], test: Optional[str] = None, dev: Optional[
     return DataFiles(HF_SST2[0], dev or HF_SST2[1], test)
 
 
-def run_stages(stages: Sequence[StageDef], log) -> dict[str, str]:
-    """Run the declared stages in order, each reused when current; returns every stage's key by name."""
+def run_stages(stages: Sequence[StageDef], log, refit: Optional[Refit] = None) -> dict[str, str]:
+    """Run the declared stages in order, each reused when current; returns every stage's key by name. `refit` (a
+    budgeted run's Refit): each stage runs within its share of the minutes left, and after each that ran, the stages
+    still to run are re-fitted to the minutes then left."""
     keys: dict[str, str] = {}
-    for s in stages:
+    while (s := next((s for s in stages if s.name not in keys), None)) is not None:
         missing = [u for u in s.upstream if u not in keys]
         if missing:
             raise ValueError(f"stage {s.name}: upstream {missing} not declared before it")
         keys[s.name] = s.key([keys[u] for u in s.upstream])
-        if s.run is not None:
-            Stage(s.name, s.folder, keys[s.name], s.done_file, s.local, s.resumable, s.resume).run(s.run, log)
-        elif s.folder:
-            log(f"[{s.name}] reusing {s.folder}")
+        if s.run is None:
+            if s.folder:
+                log(f"[{s.name}] reusing {s.folder}")
+            continue
+        share = refit.share(set(keys) - {s.name}, s.name) if refit is not None and s.budgeted else None
+        with deadline.within(share):
+            ran = Stage(s.name, s.folder, keys[s.name], s.done_file, s.local, s.resumable, s.resume).run(s.run, log)
+        if ran and refit is not None and any(t.name not in keys for t in stages):
+            stages = refit.after(set(keys))
     return keys
+
+
+class Refit:
+    """A budgeted run's plan as it goes: the stages still to run re-fitted to the minutes left after each stage that
+    ran (time_budget.Budget.refit), the plan built again and the config recorded when that changes a setting."""
+
+    def __init__(self, cfg: RunConfig, plan: RunPlan, budget: Budget, replan: Callable[[RunConfig], RunPlan], log):
+        self.cfg, self.plan, self.budget, self.replan, self.log = cfg, plan, budget, replan, log
+
+    def share(self, done: set[str], name: str) -> float:
+        return self.budget.share(self.cfg, done, name)
+
+    def after(self, done: set[str]) -> Sequence[StageDef]:
+        cut, _ = self.budget.refit(self.cfg, done)
+        changed = changes(self.cfg, cut)
+        if changed:
+            self.log(f"re-fitted to the {self.budget.left() / 60:.1f} minutes left: {'; '.join(changed)}")
+            self.cfg, self.plan = cut, self.replan(cut)
+            record_config(self.cfg)
+        return self.plan.stages
 
 
 def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=True),
@@ -236,17 +263,22 @@ def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=T
         plan = plan_stages(cfg, files, functions, log)
         check_links(cfg.run_dir, plan.stages)
         check_layout(cfg.run_dir, plan.stages, cfg.teacher.patience)
+        budget = None
         if measure is not None or cfg.budget_minutes is not None:  # a cut changes keys, never folders
-            cfg, _ = plan_time(cfg, files, lambda c: plan_stages(c, files, functions, log), plan.outputs.data,
-                               measure or measure_rates, log, earlier=recorded_config(cfg.run_dir))
+            cfg, budget = plan_time(cfg, files, lambda c: plan_stages(c, files, functions, log), plan.outputs.data,
+                                    measure or measure_rates, log, earlier=recorded_config(cfg.run_dir))
             plan = plan_stages(cfg, files, functions, log)  # afresh: the estimate read what its settings cache
         if plan_only:
             return None
         fs.makedirs(cfg.run_dir)
         keys.write_layout(cfg.run_dir)
-        fs.write_text(fs.join(cfg.run_dir, CONFIG_FILE), yaml.safe_dump(typed.to_dict(cfg), sort_keys=False))
+        record_config(cfg)
         log(f"data: train {files.train}; selection split {plan.selection}; test split {plan.test or NO_TEST}")
-        run_stages(plan.stages, log)
+        refit = None if budget is None else Refit(cfg, plan, budget, lambda c: plan_stages(c, files, functions, log),
+                                                  log)
+        run_stages(plan.stages, log, refit)
+        if refit is not None:
+            cfg, plan = refit.cfg, refit.plan
         result = functions.report(plan.outputs, cfg, log=log)
         results_file = fs.join(cfg.run_dir, RESULTS)
         if fs.exists(results_file):  # every model's card gets the report's figures (test split, latency)
@@ -254,6 +286,11 @@ def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=T
         if result and result.get("chosen") is not None:
             ship(result["chosen"], cfg.run_dir)  # RUN/chosen: the one model to ship, its card as updated
         return result
+
+
+def record_config(cfg: RunConfig) -> None:
+    """RUN/config.yaml: the settings the run runs, its budget's cuts made (a rerun keeps them: earlier_cut)."""
+    fs.write_text(fs.join(cfg.run_dir, CONFIG_FILE), yaml.safe_dump(typed.to_dict(cfg), sort_keys=False))
 
 
 def recorded_config(run_dir: str) -> Optional[RunConfig]:

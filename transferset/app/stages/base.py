@@ -59,6 +59,9 @@ class StageDef:
     # estimate(costing) → the stage's rows and seconds on this machine, read from the costing's config (a budget's
     # cut of the config the stage was built with) and rates (None: the plan says "not estimated")
     estimate: Optional[Callable[[Costing], Estimate]] = None
+    # under a time budget the stage runs within its share of the minutes left (transferset.runtime.deadline: a
+    # trainer ends a phase early rather than run past it); False: a stage whose models must train alike (the search)
+    budgeted: bool = True
 
     def key(self, upstream_keys: Sequence[str]) -> str:
         """Its key: a hash of its settings (resolved now) and its upstream stages' keys."""

@@ -318,7 +318,7 @@ def build(r: Run, out: RunOutputs) -> list[StageDef]:
                      run=lambda work: run_search(r, out, space, work, r.log),
                      probe=lambda ready, sample: plan_probe(r, out, space, ready, sample),
                      estimate=lambda c: search_estimate("search", c.cfg.search, c.transfer, c.rows, c.rates,
-                                                        searched(c.cfg)))]
+                                                        searched(c.cfg)), budgeted=False)]
 
 
 def search_estimate(name: str, sc, transfer: int, rows: Rows, rates: Rates, space: Optional[Space] = None) -> Estimate:

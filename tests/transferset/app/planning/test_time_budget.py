@@ -111,8 +111,10 @@ def test_a_cut_never_changes_the_key_of_a_stage_the_run_reuses(tmp_path, sst2_di
     assert cut.augment == cfg.augment and cut.teacher == cfg.teacher
 
 
-def test_run_prints_its_plan_before_its_first_stage_and_runs_the_cut_config(tmp_path, sst2_dir):
+def test_run_prints_its_plan_before_its_first_stage_and_runs_the_cut_config(tmp_path, sst2_dir, monkeypatch):
     from recording_stages import RecordingStages
+
+    clock = _Clock(monkeypatch)
 
     measured = []
 
@@ -137,8 +139,67 @@ def test_run_prints_its_plan_before_its_first_stage_and_runs_the_cut_config(tmp_
     rec, log = RecordingStages(), []
     small = replace(cfg, run_dir=str(tmp_path / "b"))
     budget = _budget(replace(small, augment=replace(small.augment, n_iter=4)))
-    run_pipeline(replace(small, budget_minutes=budget), log=log.append, functions=rec.functions(), measure=measure)
+    run_pipeline(replace(small, budget_minutes=budget), log=log.append, functions=clock.timed(rec, small),
+                 measure=measure)
     assert rec.seen["augment"][0].n_iter == 4 and "cut to fit budget_minutes: augment.n_iter 8 → 4" in log
+    assert not any(m.startswith("re-fitted") for m in log)  # the teacher took the minutes it was planned to
+
+
+class _Clock:
+    """The budget's clock (time_budget.clock), stopped but for the fake teacher, which spends its planned seconds
+    and `extra`."""
+
+    def __init__(self, monkeypatch):
+        self.now = 0.0
+        monkeypatch.setattr(tb, "clock", lambda: self.now)
+
+    def timed(self, rec, cfg, extra: float = 0.0):
+        stages = plan_stages(cfg, resolve_data(cfg.data, cfg.test, cfg.dev)).stages
+        rows = costs.Rows(3000, 50, 1000, test=872)
+
+        def teacher(tc, **kwargs):
+            cut = replace(cfg, teacher=tc)
+            self.now += next(e.seconds for e in est.estimate(cut, stages, rows, RATES, set()) if e.stage == "teacher")
+            self.now += extra
+            return rec.teacher(tc, **kwargs)
+
+        return replace(rec.functions(), teacher=teacher)
+
+
+def test_after_each_stage_the_stages_still_to_run_are_refitted_to_the_minutes_left(tmp_path, sst2_dir, monkeypatch):
+    """A teacher quicker than planned gives its minutes back to the transfer set; a slower one takes them from the
+    stages after it; each stage runs within its share of what is left (transferset.runtime.deadline)."""
+    from recording_stages import RecordingStages
+
+    from transferset.runtime import deadline
+
+    cfg = load_config("configs/demo.yaml", [f"data={sst2_dir}", "unlabeled_rows=50", "augment.n_iter=8"])
+    budget = _budget(replace(cfg, augment=replace(cfg.augment, n_iter=4)))
+    seen = {}
+    for name, extra in (("quick", -600.0), ("slow", 120.0)):
+        clock, rec, log = _Clock(monkeypatch), RecordingStages(), []
+        student = rec.student
+        rec.student = lambda c, *a, **k: (seen.setdefault(name, []).append(deadline.seconds_left()), student(c, *a, **k))
+        run = replace(cfg, run_dir=str(tmp_path / name), budget_minutes=budget)
+        run_pipeline(run, log=log.append, functions=clock.timed(rec, run, extra), measure=lambda c, r, w: RATES)
+        assert "cut to fit budget_minutes: augment.n_iter 8 → 4" in log
+        refits = [m for m in log if m.startswith("re-fitted")]
+        recorded = load_config(str(tmp_path / name / "config.yaml"))
+        assert recorded.augment.n_iter == rec.seen["augment"][0].n_iter  # a rerun keeps the cuts the run made
+        if name == "quick":  # the teacher's 600 s given back: the variants come back in full
+            assert refits == [f"re-fitted to the {(budget * 60 - clock.now) / 60:.1f} minutes left: "
+                              "augment.n_iter 4 → 8"] and rec.seen["augment"][0].n_iter == 8
+        else:  # 120 s over: the stages after the teacher are cut (the students' epochs: the variants are at 4, the
+            # least a cut leaves), then each stage after it, taking no time here, gives some back
+            steps = [[(int(a.replace(",", "")), int(b.replace(",", ""))) for a, _, b in
+                      (c.split()[1:] for c in m.split(": ", 1)[1].split("; "))] for m in refits]
+            assert refits[0].startswith(f"re-fitted to the {(budget * 60 - clock.now) / 60:.1f} minutes left: "
+                                        "students.")
+            assert all(b < a for a, b in steps[0]) and all(b > a for later in steps[1:] for a, b in later)
+        assert [s.epochs for s, *_ in rec.seen["students"]] == [recorded.students[n].epochs
+                                                                for n in ("labels_only", "distilled")]
+        # each student ran within its share: the seconds left less the stages after it and the report
+        assert len(seen[name]) == 2 and all(0 < left < budget * 60 - clock.now for left in seen[name])
 
 
 def _budget(cfg) -> float:
@@ -162,19 +223,20 @@ def test_a_plan_alone_is_printed_and_nothing_runs_or_is_written(tmp_path, sst2_d
     assert not (tmp_path / "r").exists()
 
 
-def test_a_rerun_under_the_same_budget_keeps_the_cuts_the_last_run_made(tmp_path, sst2_dir):
+def test_a_rerun_under_the_same_budget_keeps_the_cuts_the_last_run_made(tmp_path, sst2_dir, monkeypatch):
     """Rates measured again differ on a busy machine: another cut would run every stage again."""
     from recording_stages import RecordingStages
 
+    clock = _Clock(monkeypatch)
     rates = [RATES]
     rec, log = RecordingStages(), []
     cfg = load_config("configs/demo.yaml", [f"run_dir={tmp_path / 'r'}", f"data={sst2_dir}", "unlabeled_rows=50",
                                             "augment.n_iter=8"])
     budget = _budget(replace(cfg, augment=replace(cfg.augment, n_iter=4)))
     cfg = replace(cfg, budget_minutes=budget)
-    run_pipeline(cfg, log=log.append, functions=rec.functions(), measure=lambda c, r, w: rates[0])
+    run_pipeline(cfg, log=log.append, functions=clock.timed(rec, cfg), measure=lambda c, r, w: rates[0])
     assert rec.seen["augment"][0].n_iter == 4
     log.clear()
     rates[0] = replace(RATES, teacher_step_s=0.5)  # faster now: a fresh fit would cut less
-    run_pipeline(cfg, log=log.append, functions=rec.functions(), measure=lambda c, r, w: rates[0])
+    run_pipeline(cfg, log=log.append, functions=clock.timed(rec, cfg), measure=lambda c, r, w: rates[0])
     assert not any("running →" in m for m in log) and "cut to fit budget_minutes: augment.n_iter 8 → 4" in log

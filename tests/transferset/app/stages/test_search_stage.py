@@ -91,6 +91,8 @@ def test_the_default_space_covers_the_families_and_the_search_sits_before_the_te
     plan = plan_of("search.budget_ms=1")
     names = [s.name for s in plan.stages]
     assert names[-2:] == ["search", "test"] and "search" in plan.stages[-1].upstream
+    # a budget's deadline would cut the later candidates short of the earlier ones' epochs: the search has none
+    assert [s.name for s in plan.stages if not s.budgeted] == ["search"]
     assert plan.outputs.students["search"].endswith("/r/search/chosen")
     with pytest.raises(ValueError, match="students.search: the search's chosen student has that name"):
         plan_of("search.budget_ms=1", "students.search={student: static}")
