@@ -58,11 +58,13 @@ def tokens(path: str) -> int:
     return sum(len(ids) for ids in tok(texts, truncation=True, max_length=128)["input_ids"])
 
 
-def one(split: tuple[str, str], test: str, out: str, precision: str, seed: int, epochs: int) -> dict:
-    folder = os.path.join(out, f"teacher-{precision}-s{seed}")
+def one(split: tuple[str, str], test: str, out: str, precision: str, seed: int, epochs: int,
+        lr: str = "") -> dict:
+    """One fine-tuning (`lr`: the teacher's learning rate, "" its default) → its times and accuracies."""
+    folder = os.path.join(out, f"teacher-{precision}{'-lr' + lr if lr else ''}-s{seed}")
     cmd = [CLI, "teacher", "--train", split[0], "--dev", split[1], "--output", folder, "--text-column", "review",
            "--label-column", "sentiment", "--precision", precision, "--seed", str(seed), "--epochs", str(epochs),
-           "--patience", "null", "--overwrite", "--no-progress"]
+           "--patience", "null", "--overwrite", "--no-progress", *(["--lr", lr] if lr else [])]
     t0 = time.time()
     subprocess.run(cmd, check=True, capture_output=True, text=True)
     wall = time.time() - t0
@@ -71,7 +73,7 @@ def one(split: tuple[str, str], test: str, out: str, precision: str, seed: int, 
                              "--label-column", "sentiment", "--json"], check=True, capture_output=True, text=True)
     history = metrics.get("history", [])
     seconds = [h["seconds"] for h in history if h.get("seconds")]
-    return {"precision": precision, "seed": seed, "wall_s": wall, "epoch_s": statistics.mean(seconds),
+    return {"precision": precision, "lr": lr or "default", "seed": seed, "wall_s": wall, "epoch_s": statistics.mean(seconds),
             "selection": max(h["dev_accuracy"] for h in history),
             "test": json.loads(tested.stdout)["accuracy"]}
 
