@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import copy
 from importlib import resources
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping
 
 import yaml
 
@@ -108,41 +108,12 @@ def loss_weight(value: Any) -> float:
     and its settings: students.losses."""
     return float(value.get("weight", 0.0) if isinstance(value, Mapping) else value)
 
-# A student setting's earlier name → its name now, for the one line that says so (`transferset migrate` converts a
-# run folder's records and config), and what that line adds about the rename (RENAME_NOTES, by earlier name).
-RENAMED = {"schedule": "phases"}
-RENAME_NOTES = {"schedule": "the phase plan; the learning rate's curve is `engine: {schedule: ...}`"}
-# Loss weights that were settings of their own names (`kd: 1.0`, `temperature: 2.0`): each is now a loss under
-# `losses:` (temperature is kd's own setting).
-LOSS_SETTINGS = ("ce", "mse", "kd", "repr", "pkd", "emb_mse", "hidden_mse", "att_mse", "att_kl", "value_kl", "cos")
-# The optimizer's settings that were settings of the student's own: each is now a field of its `optim:` section.
-OPTIM_SETTINGS = ("lr", "embed_lr", "weight_decay", "grad_clip")
-
-
-def moved(name: str, value: Any) -> Optional[str]:
-    """What a student setting under an earlier name is now written as (None: a setting of today)."""
-    if name in RENAMED:
-        note = f" ({RENAME_NOTES[name]})" if name in RENAME_NOTES else ""
-        return f"`{RENAMED[name]}: {value}`{note}"
-    if name in LOSS_SETTINGS:
-        return f"`losses: {{{name}: {value}}}` (each loss with its weight; unset: ce and mse at 1.0)"
-    if name == "temperature":
-        return f"`losses: {{kd: {{weight: W, temperature: {value}}}}}` (kd's own setting)"
-    if name in OPTIM_SETTINGS:
-        return f"`optim: {{{name}: {value}}}` (the optimizer's section; the flag keeps its name)"
-    return None
-
-
 def student_values(values: Any) -> Any:
-    """StudentConfig's validator: the mapping it is loaded from (typed.load: a file, flags, key=value) resolved; a
-    setting under its earlier name is refused with what it is now."""
+    """StudentConfig's validator: the mapping it is loaded from (typed.load: a file, flags, key=value) resolved (a
+    setting under an earlier spelling is an unknown one here: transferset/app/migrate/spellings.py says what it is
+    now)."""
     if not isinstance(values, dict):
         return values
-    for old in values:
-        now = moved(old, values[old])
-        if now is not None:
-            raise ConfigError(f"`{old}: {values[old]}` is now {now}; rewrite it in the config, "
-                              f"and run `transferset migrate RUN_DIR` on a run folder made before")
     return resolve_student(values)
 
 

@@ -194,8 +194,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except ConfigError as exc:  # a usage error: exit 2, as argparse does
-        print(f"transferset {name}: error: {exc}", file=sys.stderr)
+    except ConfigError as exc:  # a usage error: exit 2, as argparse does; a setting's earlier spelling says its own
+        from transferset.app.migrate.spellings import explain
+
+        print(f"transferset {name}: error: {explain(str(exc))}", file=sys.stderr)
         return 2
     except UserError as exc:
         print(f"transferset {name}: error: {exc}", file=sys.stderr)

@@ -31,7 +31,7 @@ from transferset.app.stages.base import stage_key
 from transferset.app.stages.context import StageFunctions
 from transferset.app.stages.search import CHOSEN_DIR
 from transferset.config import TeacherConfig
-from transferset.config.precedence import RENAMED
+from transferset.app.migrate.spellings import RENAMED
 from transferset.contract import schema
 from transferset.data.splits import SPLIT_STATS_FILE
 from transferset.runtime import typed
@@ -213,7 +213,7 @@ def convert_checkpoint(folder: str, teacher: bool, labels: Optional[Sequence[str
 
 
 def today_student(settings: dict) -> dict:
-    """A student's settings (a mapping, whole or partial) under today's names (precedence.RENAMED) and in today's
+    """A student's settings (a mapping, whole or partial) under today's names (spellings.RENAMED) and in today's
     form (its losses under `losses:`, its optimizer's settings under `optim:`: rules.grouped_student)."""
     return grouped_student(renamed(settings, RENAMED))
 

@@ -3,9 +3,9 @@
 Layout 1 keyed a stage by its settings that differ from their defaults, plus the FROZEN ones each key held
 when those rules were written, with legacy forms for settings added later and the engine section in the flat
 form of before it existed. Layout 2 held every setting at its value, as today's keys do, under the names of
-then: a student's phase plan was `schedule`, now `phases` (precedence.RENAMED). Layout 3 is layout 2 under
+then: a student's phase plan was `schedule`, now `phases` (spellings.RENAMED). Layout 3 is layout 2 under
 today's names, with each built-in loss a student setting of its own name (`kd: 1.0`, `temperature: 2.0`): today
-every loss is under `losses:` (precedence.LOSS_SETTINGS), in the canonical form of students.losses.canonical.
+every loss is under `losses:` (spellings.LOSS_SETTINGS), in the canonical form of students.losses.canonical.
 No earlier layout knew `teacher.patience`: every teacher ran every epoch, the work of `patience: null` (ADDED_SINCE).
 Each layout's rules are a class with the names build_plan calls (V1, V2, V3); `flat_student` and `grouped_student`
 turn a student's settings from one form into the other.
@@ -19,8 +19,8 @@ from typing import Any, Optional, Sequence
 from transferset import augment as augment_ops
 from transferset.app.stages import keys
 from transferset.config import OptimConfig
-from transferset.config.precedence import (DEFAULT_LOSSES, LOSS_SETTINGS, OPTIM_SETTINGS, RENAMED, STUDENT_PRESETS,
-                                           loss_weight)
+from transferset.app.migrate.spellings import LOSS_SETTINGS, OPTIM_SETTINGS, RENAMED
+from transferset.config.precedence import DEFAULT_LOSSES, STUDENT_PRESETS, loss_weight
 from transferset.runtime import typed
 
 # --- the layout-1 rules --------------------------------------------------------------------------
@@ -227,7 +227,7 @@ def renamed(settings: dict, names: dict[str, str]) -> dict:
 
 
 def earlier_names(settings: dict) -> dict:
-    """A student's settings under the names layouts 1 and 2 knew (precedence.RENAMED, backwards)."""
+    """A student's settings under the names layouts 1 and 2 knew (spellings.RENAMED, backwards)."""
     return renamed(settings, {new: old for old, new in RENAMED.items()})
 
 
