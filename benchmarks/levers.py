@@ -40,9 +40,10 @@ def history(run_dir: str, folder: str) -> list[dict]:
             for h in metrics.get("history", [])]
 
 
-def one(files: tuple[str, str], run_dir: str, n_iter: int, args, log: str) -> dict:
+def one(files: tuple[str, ...], run_dir: str, n_iter: int, args, log: str) -> dict:
     cmd = [os.path.join(REPO, ".venv", "bin", "transferset"), "run", "--data", files[0], "--text-column", "review",
-           "--label-column", "sentiment", "--test", files[1], f"run_dir={run_dir}",
+           "--label-column", "sentiment", "--test", files[1], *(["--dev", files[2]] if len(files) > 2 else []),
+           f"run_dir={run_dir}",
            f"teacher.epochs={args.teacher_epochs}", "teacher.patience=null", f"augment.n_iter={n_iter}",
            f"students.distilled.epochs={args.student_epochs}", "compress.ship=false", "report.latency_rounds=1",
            "report.latency_rows=40"]

@@ -3,8 +3,8 @@ does a higher peak rate buy a better teacher in the one or two epochs a 15-minut
 test)? A budget that leaves the teacher no better than the labels-only student on selection leaves distillation
 nothing to pass on (docs/results.md, "Where should a budget's minutes go?").
 
-For each seed, `transferset teacher` fine-tunes the default MiniLM teacher on the proxy's train rows (the selection
-split carved as benchmarks/teacher_precision.py carves it) once per learning rate, in an order that rotates with the
+For each seed, `transferset teacher` fine-tunes the default MiniLM teacher on the proxy's train rows (selection: the
+long proxy's own file, sst2's carved as benchmarks/teacher_precision.py carves it) once per learning rate, in an order that rotates with the
 seed, at the precision `run` uses (auto). Printed per run: seconds per epoch, the best selection accuracy and the
 test accuracy of the kept checkpoint (no choice sees it); then mean ± sd per rate. Choose on selection.
 
@@ -35,8 +35,9 @@ def main() -> int:
     ap.add_argument("--epochs", type=int, default=1)
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    train_csv, test = make_proxies(args.out)[args.proxy]
-    split = carve(train_csv, args.out)
+    files = make_proxies(args.out)[args.proxy]
+    test = files[1]
+    split = (files[0], files[2]) if len(files) > 2 else carve(files[0], args.out)  # long: its selection file
     lrs = args.lrs.split(",")
     print(f"load average {os.getloadavg()}", flush=True)
     runs = []

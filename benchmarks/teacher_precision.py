@@ -86,7 +86,7 @@ def main() -> int:
     ap.add_argument("--epochs", type=int, default=2)
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    train_csv, test = make_proxies(args.out)[args.proxy]
+    train_csv, test = make_proxies(args.out)[args.proxy][:2]
     split = carve(train_csv, args.out)
     import torch
 
