@@ -17,10 +17,10 @@ LOSS_SETTINGS = ("ce", "mse", "kd", "repr", "pkd", "emb_mse", "hidden_mse", "att
 OPTIM_SETTINGS = ("lr", "embed_lr", "weight_decay", "grad_clip")
 
 
-def moved(name: str, value: Optional[str] = None) -> Optional[str]:
-    """What a student setting under an earlier name is now written as, with `value` (None: a placeholder); None: a
-    setting of today."""
-    value = value if value is not None else "WEIGHT" if name in LOSS_SETTINGS else "VALUE"
+def moved(name: str) -> Optional[str]:
+    """What a student setting under an earlier name is now written as, its value a placeholder (the error line names
+    the key alone); None: a setting of today."""
+    value = "WEIGHT" if name in LOSS_SETTINGS else "VALUE"
     if name in RENAMED:
         note = f" ({RENAME_NOTES[name]})" if name in RENAME_NOTES else ""
         return f"`{RENAMED[name]}: {value}`{note}"

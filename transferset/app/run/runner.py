@@ -264,9 +264,13 @@ def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=T
         check_links(cfg.run_dir, plan.stages)
         check_layout(cfg.run_dir, plan.stages, cfg.teacher.patience)
         budget = None
+
+        def replan(c: RunConfig) -> RunPlan:
+            return plan_stages(c, files, functions, log)
+
         if measure is not None or cfg.budget_minutes is not None:  # a cut changes keys, never folders
-            cfg, budget = plan_time(cfg, files, lambda c: plan_stages(c, files, functions, log), plan.outputs.data,
-                                    measure or measure_rates, log, earlier=recorded_config(cfg.run_dir))
+            cfg, budget = plan_time(cfg, files, replan, plan.outputs.data, measure or measure_rates, log,
+                                    earlier=recorded_config(cfg.run_dir))
             plan = plan_stages(cfg, files, functions, log)  # afresh: the estimate read what its settings cache
         if plan_only:
             return None
@@ -274,8 +278,7 @@ def run_pipeline(cfg: RunConfig, log=lambda m: print(m, file=sys.stderr, flush=T
         keys.write_layout(cfg.run_dir)
         record_config(cfg)
         log(f"data: train {files.train}; selection split {plan.selection}; test split {plan.test or NO_TEST}")
-        refit = None if budget is None else Refit(cfg, plan, budget, lambda c: plan_stages(c, files, functions, log),
-                                                  log)
+        refit = None if budget is None else Refit(cfg, plan, budget, replan, log)
         run_stages(plan.stages, log, refit)
         if refit is not None:
             cfg, plan = refit.cfg, refit.plan
