@@ -14,7 +14,8 @@ minutes it needs. A cut that would change the key of a stage the run reuses is n
 The plan is a forecast from seconds of calibration (off by a third on a busy machine) and counts every epoch early
 stopping may skip: after each stage that ran, the run re-fits the stages still to run to the minutes then left
 (Budget.refit: their levers from their values before any cut), and each stage runs within its share of them (a
-trainer ends its phase at the epoch after which another would end past it: transferset.runtime.deadline).
+trainer ends its phase at the epoch after which another would end past it: transferset.runtime.deadline), the stages
+after it counted as cut by each step worth fewer points than its own last planned one (Budget.share).
 """
 from __future__ import annotations
 
@@ -62,12 +63,14 @@ def sees_enough(cfg: RunConfig, rows: Rows) -> bool:
 
 
 def fit(cfg: RunConfig, stages: Sequence[StageDef], rows: Rows, rates: Rates, reused: set[str],
-        budget_minutes: float, overhead_s: float = 0.0, strict: bool = True) -> tuple[RunConfig, list[str]]:
+        budget_minutes: float, overhead_s: float = 0.0, strict: bool = True,
+        below: float = math.inf) -> tuple[RunConfig, list[str]]:
     """`cfg` cut to fit the budget, and the cuts in words: the step that costs the fewest points per second saved
     first (LOSS), none below MIN_SEEN (when `cfg` meets it), then each step the budget allows given back, the
     costliest first; refuses (ConfigError) when the smallest plan does not fit. A lever whose cut would change a
     reused stage's key is left as it is. `overhead_s`: what the run spends besides its stages, whatever the cuts (the
-    calibration, the report's timing). Not `strict` (a run re-fitted mid-way): the smallest plan, not a refusal."""
+    calibration, the report's timing). Not `strict` (a run re-fitted mid-way): the smallest plan, not a refusal.
+    `below`: only steps costing fewer points are taken (the smallest plan is then the one they reach)."""
     def seconds(c: RunConfig) -> float:
         return total_seconds(estimate(c, stages, rows, rates, reused)) + overhead_s
 
@@ -87,7 +90,7 @@ def fit(cfg: RunConfig, stages: Sequence[StageDef], rows: Rows, rates: Rates, re
     now, blocked = seconds(cfg), False
     while now > budget:
         steps = []  # (points per second saved, the depths after the step, their seconds)
-        for lv in (lv for lv in free if depth[lv.name] + 1 < len(lv.values)):
+        for lv in (lv for lv in free if depth[lv.name] + 1 < len(lv.values) and step_cost(lv, depth) < below):
             deeper = {**depth, lv.name: depth[lv.name] + 1}
             c = at(deeper)
             if floor and not sees_enough(c, rows):
@@ -249,9 +252,20 @@ class Budget:
         return fit(base, self.stages, self.rows, self.rates, done, self.left() / 60, self.after_s, strict=False)
 
     def share(self, cfg: RunConfig, done: set[str], name: str) -> float:
-        """The seconds stage `name` may take: those left, less what the stages after it and the report will."""
-        rest = estimate(cfg, self.stages, self.rows, self.rates, done | {name})
-        return self.left() - total_seconds(rest) - self.after_s
+        """The seconds stage `name` may take: those left, less what the report and the stages after it will take once
+        cut by every step that costs fewer points than the stage's own last planned step is worth (`worth`): a
+        teacher slower than its plan still gets its second epoch (3.7 points) from the students' later epochs and
+        the variants (1.0 and less each), which the re-fit after it then cuts; a step worth no more than theirs
+        (a student's fourth epoch) does not."""
+        rest, _ = fit(cfg, self.stages, self.rows, self.rates, done | {name}, 0.0, strict=False,
+                      below=self.worth(cfg, name))
+        return self.left() - total_seconds(estimate(rest, self.stages, self.rows, self.rates, done | {name})) \
+            - self.after_s
+
+    def worth(self, cfg: RunConfig, name: str) -> float:
+        """The points the last planned step of stage `name`'s own levers is worth (LOSS of cutting it; 0: none)."""
+        return max((lv.loss(lv.now) for lv in levers(cfg, self.stages, self.rows) if lv.values and name in lv.stages),
+                   default=0.0)
 
 
 def _shown(value: Any) -> str:

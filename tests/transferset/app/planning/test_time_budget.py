@@ -240,3 +240,29 @@ def test_a_rerun_under_the_same_budget_keeps_the_cuts_the_last_run_made(tmp_path
     rates[0] = replace(RATES, teacher_step_s=0.5)  # faster now: a fresh fit would cut less
     run_pipeline(cfg, log=log.append, functions=clock.timed(rec, cfg), measure=lambda c, r, w: rates[0])
     assert not any("running →" in m for m in log) and "cut to fit budget_minutes: augment.n_iter 8 → 4" in log
+
+
+def test_a_stage_may_take_minutes_from_the_cuts_after_it_worth_fewer_points_than_its_last_step(tmp_path, sst2_dir,
+                                                                                               monkeypatch):
+    """A teacher slower than planned keeps its second epoch (3.7 points) by the seconds the students' later epochs and
+    the variants (worth less) would give; a stage with nothing cheaper after it gets what the plan leaves."""
+    monkeypatch.setattr(tb, "clock", lambda: 0.0)
+    cfg, stages = demo(tmp_path, sst2_dir, "teacher.epochs=2", "augment.n_iter=16")
+    budget = tb.Budget(cfg, stages, ROWS, RATES, 30.0, 10_000.0, 0.0)
+    assert budget.worth(cfg, "teacher") == 3.7
+    cheap = replace(cfg, augment=replace(cfg.augment, n_iter=4),
+                    students={n: replace(s, epochs=1) for n, s in cfg.students.items()})
+    assert budget.share(cfg, {"data"}, "teacher") == 10_000.0 - 30.0 - total(cheap, stages, {"data", "teacher"})
+    assert total(cheap, stages, {"data", "teacher"}) < total(cfg, stages, {"data", "teacher"}) - 100
+    # the teacher's fifth epoch (0.37 points) takes only the variants (0.3 a halving) and students' epochs after
+    # their fourth (1/6, 1/5, 1/4 and 1/3 points)
+    cfg, stages = demo(tmp_path, sst2_dir, "augment.n_iter=16")
+    cheap = replace(cfg, augment=replace(cfg.augment, n_iter=4),
+                    students={n: replace(s, epochs=min(s.epochs, 4)) for n, s in cfg.students.items()})
+    assert tb.Budget(cfg, stages, ROWS, RATES, 30.0, 10_000.0, 0.0).share(cfg, {"data"}, "teacher") == \
+        10_000.0 - 30.0 - total(cheap, stages, {"data", "teacher"})
+    # a student: the other student's epochs are its own lever, nothing after it is cut
+    done = {"data", "teacher", "augment", "score", "students.labels_only"}
+    assert budget.worth(cfg, "students.distilled") > 0
+    assert tb.Budget(cfg, stages, ROWS, RATES, 30.0, 10_000.0, 0.0).share(cfg, done, "students.distilled") == \
+        10_000.0 - 30.0 - total(cfg, stages, done | {"students.distilled"})
