@@ -136,7 +136,9 @@ def run_one(proxy: str, files: tuple[str, ...], budget: str, seed: int, out: str
         return {"proxy": proxy, "budget": budget, "seed": seed, "failed": done.stderr.strip().splitlines()[-1:]}
     plan = re.findall(r"total\s+([\d.]+) min", done.stderr)
     results = json.load(open(os.path.join(run_dir, "results.json"), encoding="utf-8"))
-    rows = {r["name"].split(" (")[0]: r for r in results["rows"]}
+    rows: dict = {}
+    for r in results["rows"]:  # each model's row as trained, before its exports' ("teacher (int8, ONNX)" after it)
+        rows.setdefault(r["name"].split(" (")[0], r)
     chosen = json.load(open(os.path.join(run_dir, "chosen.json"), encoding="utf-8"))["chosen"]
     return {"proxy": proxy, "budget": budget, "seed": seed, "wall_min": wall / 60,
             "plan_min": float(plan[-1]) if plan else None,
