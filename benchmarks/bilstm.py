@@ -5,7 +5,7 @@ batched as the trainer batches them (rows of similar length together), one train
 (forward, MSE to random logits, backward, AdamW). Both variants share the same weights and batches
 and run in alternating rounds; the best round of each is kept.
 
-    .venv/bin/python benchmarks/bilstm.py                  # default and tang presets, 2,048 rows
+    .venv/bin/python benchmarks/bilstm.py                  # default and tang shapes, 2,048 rows
     .venv/bin/python benchmarks/bilstm.py --threads 2 --rows 4096
 """
 from __future__ import annotations
@@ -72,9 +72,9 @@ def main() -> None:
     tokens = sum(int(m.sum()) for _, m in data)
     print(f"{args.rows} SST-2 rows, {tokens} real tokens, batch {args.batch_size}, {args.threads} thread(s), "
           f"load average {os.getloadavg()[0]:.1f}")
-    for preset in ("xtremedistil", "tang"):
+    for shape in ("xtremedistil", "tang"):
         torch.manual_seed(0)
-        model = bilstm.BiLSTM(bilstm.BiLSTMConfig(vocab_size=VOCAB, **bilstm.PRESETS[preset])).train()
+        model = bilstm.BiLSTM(bilstm.BiLSTMConfig(vocab_size=VOCAB, **bilstm.SHAPES[shape])).train()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         variants = {"packed (reference)": lambda ids, m: packed_forward(model, ids, m),
                     "padded directions": lambda ids, m: model(ids, m)}
@@ -90,7 +90,7 @@ def main() -> None:
                 best[name] = min(best[name], time.perf_counter() - t0)
         ref = best["packed (reference)"]
         for name, sec in best.items():
-            print(f"  {preset:<13} {name:<20} {args.rows / sec:7.0f} rows/s  {ref / sec:4.2f}x")
+            print(f"  {shape:<13} {name:<20} {args.rows / sec:7.0f} rows/s  {ref / sec:4.2f}x")
 
 
 if __name__ == "__main__":

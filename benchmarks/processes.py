@@ -7,7 +7,7 @@ Each round runs, as the real commands in subprocesses and in alternating order (
 favours neither):
 - the teacher: `transferset teacher` fine-tuning the packaged MiniLM (or --model) on the first
   --teacher-rows SST-2 train rows for one epoch, selection on --teacher-dev rows of SST-2 dev;
-- the student: `transferset train --preset tang` on the scored set for --student-epochs epochs;
+- the student: `transferset train ... model.shape=tang` on the scored set for --student-epochs epochs;
 each once as one process with 2 torch threads and once under `torchrun --nproc_per_node 2` with 1 thread per
 process (gloo; each rank trains on its own rows, rank 0 evaluates and writes).
 
@@ -70,9 +70,10 @@ def teacher_round(layout: str, args, work: Path, train: str, dev: str) -> dict:
 def student_round(layout: str, args, work: Path) -> dict:
     out = work / f"student-{layout}"
     cmd, env = command(layout, ["train", "--transfer", args.scored, "--dev", args.dev, "--output", str(out),
-                                "--overwrite", "--preset", "tang", "--epochs", str(args.student_epochs),
+                                "--overwrite", "--epochs", str(args.student_epochs),
                                 "--threads", "2" if layout == "1x2" else "1", "--latency-examples", "16",
-                                "--no-progress", *(["--teacher", args.set_teacher] if args.set_teacher else [])])
+                                "--no-progress", *(["--teacher", args.set_teacher] if args.set_teacher else []),
+                                "model.shape=tang"])
     seconds = timed(cmd, env)
     metrics = json.loads((out / "metrics.json").read_text())
     return {"seconds": seconds, "rows_per_second": metrics["train_rows_per_second"]}

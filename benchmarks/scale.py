@@ -14,7 +14,7 @@ subprocess, from the previous stage's output at that size:
 
 - augment with 1 and 2 local workers (FnApiRunner, `--workers`), the leak guard on SST-2 dev;
 - score the 1-worker transfer set with 1 and 2 workers;
-- train one epoch of Tang et al.'s BiLSTM (`--preset tang`, 1 torch thread) on the 1-worker scored set.
+- train one epoch of Tang et al.'s BiLSTM (`model.shape=tang`, 1 torch thread) on the 1-worker scored set.
 
 Peak memory is the peak of the summed resident set of the command's whole process tree (the
 command and every Beam worker it starts), sampled every 0.2 s with psutil; shared pages of forked
@@ -151,8 +151,8 @@ def main(argv=None) -> int:
             rows = stats_rows(scored, "scored") * args.train_epochs
             record(n, "train", 1, d, exe + [
                 "train", "--transfer", str(scored), "--dev", str(SST2 / "dev.tsv"), "--output", str(d),
-                "--preset", "tang", "--epochs", str(args.train_epochs), "--threads", "1", "--overwrite",
-                "--no-progress"], rows=rows)
+                "--epochs", str(args.train_epochs), "--threads", "1", "--overwrite", "--no-progress",
+                "model.shape=tang"], rows=rows)
 
     print("\n| rows (target) | stage | workers | rows | wall s | rows/s | peak RSS MB | rows/s vs smallest "
           "| peak vs 100k |")

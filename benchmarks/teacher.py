@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from transferset import sources  # noqa: E402
-from transferset.config import TeacherConfig  # noqa: E402
+from transferset.config import TeacherConfig, TrainerOptimConfig  # noqa: E402
 from transferset.contract import schema  # noqa: E402
 from transferset.fs.output import Output  # noqa: E402
 from transferset.models import loading  # noqa: E402
@@ -148,10 +148,10 @@ def loop_train(cfg: TeacherConfig, *, train: str, dev: str, output: str, log=Non
     no_decay = ("bias", "LayerNorm.weight", "layer_norm.weight", "norm.weight")
     groups = [
         {"params": [p for n, p in model.named_parameters() if not any(s in n for s in no_decay)],
-         "weight_decay": cfg.weight_decay},
+         "weight_decay": cfg.optim.weight_decay},
         {"params": [p for n, p in model.named_parameters() if any(s in n for s in no_decay)], "weight_decay": 0.0},
     ]
-    optimizer = torch.optim.AdamW(groups, lr=cfg.lr)
+    optimizer = torch.optim.AdamW(groups, lr=cfg.optim.lr)
     scheduler = get_linear_schedule_with_warmup(optimizer, int(cfg.engine.warmup * total_steps), total_steps)
     pads, side = pad_values(tokenizer), getattr(tokenizer, "padding_side", "right")
     gen = torch.Generator().manual_seed(cfg.seed)
@@ -233,8 +233,8 @@ def main(argv=None) -> int:
     if args.threads:
         set_torch_threads(args.threads)
 
-    cfg = TeacherConfig(epochs=args.epochs, batch_size=args.batch_size, max_length=args.max_length, lr=args.lr,
-                        seed=args.seed, progress=False)
+    cfg = TeacherConfig(epochs=args.epochs, batch_size=args.batch_size, max_length=args.max_length,
+                        optim=TrainerOptimConfig(lr=args.lr), seed=args.seed, progress=False)
     quiet = lambda msg: None  # noqa: E731
     versions = {
         "loop": lambda out: loop_train(cfg, train=train, dev=dev, output=out, log=quiet),

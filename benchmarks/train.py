@@ -6,7 +6,7 @@ student's step (what distillation costs without the cache). Then student vs teac
 per example (batch 1 and 64, tokenization included) and size.
 
     .venv/bin/python benchmarks/train.py                       # MiniLM teacher, 2,000 SST-2 rows
-    .venv/bin/python benchmarks/train.py --preset tang              # Tang et al.'s smaller BiLSTM
+    .venv/bin/python benchmarks/train.py --shape tang               # Tang et al.'s smaller BiLSTM
     .venv/bin/python benchmarks/train.py --teacher runs/teacher --rows 5000 --threads 2
     .venv/bin/python benchmarks/train.py --recipe-only --rounds 3   # rows/s of students.trainer.train alone
 
@@ -129,7 +129,7 @@ def main(argv=None) -> int:
     ap.add_argument("--epochs", type=int, default=2, help="epochs timed per mode")
     ap.add_argument("--threads", type=int, default=1, help="torch threads for both modes")
     ap.add_argument("--max-length", type=int, default=64)
-    ap.add_argument("--preset", default=None, help="BiLSTM preset (tang, xtremedistil); default: BiLSTMConfig's")
+    ap.add_argument("--shape", default=None, help="BiLSTM shape (tang, xtremedistil); default: BiLSTMConfig's")
     ap.add_argument("--output", default=None, help="also write the figures to this JSON file")
     ap.add_argument("--recipe-only", action="store_true",
                     help="time only whole students.trainer.train runs (no online teacher, no latency)")
@@ -147,12 +147,13 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         scored = os.path.join(tmp, "scored")
         score_seconds = write_scored(Path(scored), examples, teacher, teacher_dir)
-        cfg = StudentConfig(student="bilstm", threads=args.threads, max_length=args.max_length, preset=args.preset)
+        model = {"shape": args.shape} if args.shape else {}
+        cfg = StudentConfig(student="bilstm", threads=args.threads, max_length=args.max_length, model=model)
         dev_small = os.path.join(tmp, "dev.tsv")
         with open(dev_tsv, encoding="utf-8") as src, open(dev_small, "w", encoding="utf-8") as dst:
             dst.writelines(src.readlines()[:201])  # 200 dev rows: the per-epoch evaluation is not timed
         recipe_cfg = StudentConfig(student="bilstm", threads=args.threads, max_length=args.max_length,
-                                   preset=args.preset, epochs=args.epochs, patience=args.epochs + 1,
+                                   model=model, epochs=args.epochs, patience=args.epochs + 1,
                                    latency_examples=16)
         recipe = [recipe_rows_per_second(scored, dev_small, os.path.join(tmp, "recipe"), recipe_cfg)
                   for _ in range(args.rounds)]

@@ -94,6 +94,6 @@ def setup(cfg: StudentConfig, scored: Union[str, ScoredSet]) -> Setup:
             and built.projection is None:
         raise UserError(f"the representation loss (repr, and stage 1 of the progressive phase plan) needs the "
                         f"student's head width ({built.repr_width}) to equal the teacher's hidden width "
-                        f"({hidden_width}); drop the head_dim / preset override, or repr from `losses:`")
+                        f"({hidden_width}); drop the head_dim / shape override, or repr from `losses:`")
     return Setup(cfg, fam, built.model, built.config, built.tokens, label_names, meta, built.pkd_columns,
                  scored.num_rows, scored.num_labeled, built.projection, online_teacher)

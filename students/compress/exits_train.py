@@ -103,7 +103,7 @@ class _Exits(Job):
         self.features_s = time.time() - self.started
 
     def tracked(self) -> dict:
-        return {"epochs": self.cfg.epochs, "lr": self.cfg.lr, "batch_size": self.cfg.batch_size}
+        return {"epochs": self.cfg.epochs, "lr": self.cfg.optim.lr, "batch_size": self.cfg.batch_size}
 
     def phases(self, engine: Engine):
         phase, self.branches, self.losses = branch_phase(self.features, self.targets, self.cfg, engine)
@@ -121,7 +121,7 @@ class _Exits(Job):
                                        for i in range(0, len(features), 4096)])           # (N, L-1, C)
         agreement = (branch_logits.argmax(-1) == self.targets.argmax(-1)[:, None]).float().mean(0)
         self.info = {"model": self.model_path, "scored": self.scored_dir, "targets": self.targets_kind,
-                     "rows": len(features), "epochs": cfg.epochs, "lr": cfg.lr, "batch_size": cfg.batch_size,
+                     "rows": len(features), "epochs": cfg.epochs, "lr": cfg.optim.lr, "batch_size": cfg.batch_size,
                      "seed": cfg.seed}
         return {**self.info, "layers": len(branches) + 1, "branch_width": cfg.width, "processes": run.engine.world,
                 "effective_batch_size": run.recipe.effective_batch_size,  # as it ran (recipe.py)
@@ -229,10 +229,13 @@ def branch_phase(features: torch.Tensor, targets: torch.Tensor, cfg: ExitsConfig
         losses[batch["epoch"]] += float(loss.detach()) * len(batch["idx"])
         return loss, {}
 
-    spec = PhaseSpec("exits", cfg.epochs, keep_best=False,
+    spec = PhaseSpec("exits", cfg.epochs, keep_best=False, grad_clip=cfg.optim.grad_clip,
                      steps_per_epoch=max(1, math.ceil(n / cfg.batch_size) // engine.world))
-    return (JobPhase(spec, branches, loss_step, batches, None, lambda: torch.optim.AdamW(branches.parameters(), lr=cfg.lr)),
-            branches, losses)
+
+    def optimizer():
+        return torch.optim.AdamW(branches.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
+
+    return JobPhase(spec, branches, loss_step, batches, None, optimizer), branches, losses
 
 
 def fit_branches(features: torch.Tensor, targets: torch.Tensor, cfg: ExitsConfig,

@@ -140,7 +140,8 @@ def recovery_phase(cfg: PruneConfig, student: Student, scored: ScoredSet, dev: E
     (the pruned model as it starts competes)."""
     transfer_dir, rows = scored.path, scored.num_rows
     spec = PhaseSpec("recover", cfg.epochs, keep_best=True, start_competes=True, max_steps=cfg.max_steps,
-                     grad_clip=cfg.grad_clip, steps_per_epoch=max(1, math.ceil(rows / cfg.batch_size) // engine.world))
+                     grad_clip=cfg.optim.grad_clip,
+                     steps_per_epoch=max(1, math.ceil(rows / cfg.batch_size) // engine.world))
 
     def loss_step(module, batch):
         logits, target = module(batch), batch[schema.TEACHER_LOGITS].to(torch.float32)
@@ -161,7 +162,7 @@ def recovery_phase(cfg: PruneConfig, student: Student, scored: ScoredSet, dev: E
     def new_optimizer():
         for p in student.model.parameters():
             p.requires_grad_(True)
-        return torch.optim.AdamW(student.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        return torch.optim.AdamW(student.model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
 
     return JobPhase(spec, _Logits(student.model), loss_step, batches, evaluate, new_optimizer)
 

@@ -1,16 +1,16 @@
-"""BiLSTM student (Mukherjee & Awadallah 2019, XtremeDistil; `tang` preset: Tang et al. 2019).
+"""BiLSTM student (Mukherjee & Awadallah 2019, XtremeDistil; the `tang` shape: Tang et al. 2019).
 
 embeddings → BiLSTM returning sequences → max-pool over time → Dense + GELU to the teacher's
 hidden width (the representation head, trained against `teacher_hidden`) → classifier.
 
-The `tang` preset is the Distilled BiLSTM: 300-d embeddings, one layer of 150 units per
+The `tang` shape (`model: {shape: tang}`) is the Distilled BiLSTM: 300-d embeddings, one layer of 150 units per
 direction, the concatenated last states (no max-pool), FC 200 + ReLU, classifier.
 """
 from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import torch
 import torch.nn as nn
@@ -46,7 +46,8 @@ class BiLSTMConfig:
     sparse: bool = False      # the table's gradients sparse, learnt by lazy Adam (check_sparse)
 
 
-PRESETS = {
+# The named shapes (`model: {shape: NAME}`), under the rest of `model:`.
+SHAPES = {
     # Tang et al. 2019: 300-d, 1 BiLSTM layer of 150 per direction, FC 200 + ReLU.
     "tang": dict(embed_dim=300, hidden=150, layers=1, pool="last", head_dim=200, head_act="relu"),
     # Mukherjee & Awadallah 2019: BiLSTM(600) returning sequences, max-pool, Dense+GELU(teacher width).
@@ -193,19 +194,33 @@ def build(ctx: Context) -> Built:
 
 
 def shaped(cfg: StudentConfig, fixed: dict, hidden_width: int) -> BiLSTM:
-    """The BiLSTM of these settings, untrained (Family.shaped): the preset's shape < `model:` < `fixed`. An
-    unknown preset is refused here, so `run`'s plan, which times this model, refuses it before the teacher."""
-    if cfg.preset and cfg.preset not in PRESETS:
-        raise UserError(f"unknown bilstm preset {cfg.preset!r}; known: {', '.join(PRESETS)}"
-                        + (" (it is a transformer preset: drop `student: bilstm`)" if cfg.preset in STUDENT_PRESETS
-                           else ""))
-    defaults = {"head_dim": hidden_width, **PRESETS.get(cfg.preset or "", {})}
+    """The BiLSTM of these settings, untrained (Family.shaped): its named shape (`model: {shape: tang}`, SHAPES) <
+    the rest of `model:` < `fixed`. An unknown shape, or a preset (a transformer recipe's settings), is refused here,
+    so `run`'s plan, which times this model, refuses it before the teacher."""
+    if cfg.preset:
+        raise UserError(not_a_preset(cfg.preset))
+    model = dict(cfg.model)
+    shape = model.pop("shape", None)
+    if shape is not None and shape not in SHAPES:
+        raise UserError(f"unknown bilstm shape {shape!r} (model: {{shape: NAME}}); known: {', '.join(SHAPES)}")
+    defaults = {"head_dim": hidden_width, **SHAPES.get(shape or "", {})}
     try:
-        model = BiLSTM(BiLSTMConfig(**model_values(defaults, cfg, config_fields(), "BiLSTM", fixed)))
+        model = BiLSTM(BiLSTMConfig(**model_values(defaults, replace(cfg, model=model), config_fields(), "BiLSTM",
+                                                   fixed)))
     except ValueError as exc:
         raise UserError(f"bilstm student: {exc}") from exc
     check_sparse(model.config.sparse, cfg)
     return model
+
+
+def not_a_preset(name: str) -> str:
+    """Why a BiLSTM takes no `preset: NAME`, and what to write."""
+    if name in SHAPES:
+        return f"`preset: {name}` is a BiLSTM shape: write `model: {{shape: {name}}}` (a preset is a transformer's)"
+    if name in STUDENT_PRESETS:
+        return f"preset {name!r} is a transformer preset: drop `student: bilstm`"
+    return (f"unknown preset {name!r}: the BiLSTM takes none (its shapes, `model: {{shape: NAME}}`: "
+            f"{', '.join(SHAPES)}; the transformer's presets: {', '.join(STUDENT_PRESETS)})")
 
 
 def check_sparse(sparse: bool, cfg: StudentConfig) -> None:

@@ -250,6 +250,14 @@ def param_groups(model: nn.Module) -> dict[str, list[nn.Parameter]]:
 # --------------------------------------------------------------------------- the family: build, save, load
 
 
+def check_preset(name: Optional[str]) -> None:
+    """A transformer takes one of its presets (config/presets/NAME.yaml) or none: a BiLSTM's named shape is
+    `model: {shape: NAME}` of a BiLSTM."""
+    if name and name not in STUDENT_PRESETS:
+        raise UserError(f"preset {name!r} is not a transformer preset; the transformer takes `model:` settings or "
+                        f"one of its presets: {', '.join(STUDENT_PRESETS)}")
+
+
 def build(ctx: Context) -> Built:
     """A k-layer copy of the teacher's architecture, initialised from its layers, with its whole tokenizer;
     or, with `pretrained`, that checkpoint with its own tokenizer (build_pretrained)."""
@@ -263,9 +271,7 @@ def build(ctx: Context) -> Built:
     if cfg.embed_init not in ("teacher", "random"):
         raise UserError(f"embed_init: {cfg.embed_init} builds a BiLSTM's word vectors; a transformer student "
                         "takes embed_init: teacher or random")
-    if cfg.preset and cfg.preset not in STUDENT_PRESETS:
-        raise UserError(f"preset {cfg.preset!r} is a BiLSTM preset; the transformer takes `model:` settings or "
-                        f"one of its presets: {', '.join(STUDENT_PRESETS)}")
+    check_preset(cfg.preset)
     if ctx.teacher_dir is None:
         raise no_teacher_dir(ctx.meta, "the transformer student (built from the teacher's config.json)", "")
     # The teacher's whole vocabulary (`trim_vocab` does not apply): the saved directory stays a plain HF model.
@@ -315,9 +321,7 @@ def build_pretrained(ctx: Context) -> Built:
     if cfg.tokens == "words" or cfg.tokenizer:
         raise UserError(f"model: pretrained {name!r} tokenizes with the checkpoint's own tokenizer; drop "
                         + ("`tokens: words`" if cfg.tokens == "words" else f"`tokenizer: {cfg.tokenizer}`"))
-    if cfg.preset and cfg.preset not in STUDENT_PRESETS:
-        raise UserError(f"preset {cfg.preset!r} is a BiLSTM preset; the transformer takes `model:` settings or "
-                        f"one of its presets: {', '.join(STUDENT_PRESETS)}")
+    check_preset(cfg.preset)
     copy_only = [k for k in TEACHER_COPY if k in cfg.model]
     if copy_only:
         raise UserError(f"model: {copy_only} describe a student copied from the teacher; a pretrained student "

@@ -418,12 +418,12 @@ def test_minilm_fine_tune_then_score_end_to_end(tmp_path, sst2_dir):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from transferset import sources
-    from transferset.config import TeacherConfig
+    from transferset.config import TeacherConfig, TrainerOptimConfig
     from transferset.teacher.train import train
 
     teacher = str(tmp_path / "teacher")
-    metrics = train(TeacherConfig(limit=300, epochs=1, batch_size=32, max_steps=6, lr=5e-4, max_length=64,
-                                  progress=False),
+    metrics = train(TeacherConfig(limit=300, epochs=1, batch_size=32, max_steps=6, optim=TrainerOptimConfig(lr=5e-4),
+                                  max_length=64, progress=False),
                     train=str(sst2_dir / "train.tsv"), dev=str(sst2_dir / "dev.tsv"), output=teacher,
                     log=lambda msg: None)
     assert (metrics["train_rows"], metrics["dev_rows"], metrics["history"][0]["step"]) == (300, 300, 6)

@@ -26,7 +26,7 @@ from transferset.contract import schema
 # student (tests/students/families/test_static.py).
 STUDENTS = {
     "bilstm": {"student": "bilstm", "trim_vocab": True, "model": {"embed_dim": 24, "hidden": 16}},
-    "tang": {"student": "bilstm", "preset": "tang", "model": {"embed_dim": 24, "hidden": 12, "head_dim": 16}},
+    "tang": {"student": "bilstm", "model": {"shape": "tang", "embed_dim": 24, "hidden": 12, "head_dim": 16}},
     "transformer": {"student": "transformer", "model": {"n_layer": 2}},
     # the static family (mean+max pooled vectors, an MLP), trimmed vocabulary as the BiLSTM's
     "static": {"student": "static", "trim_vocab": True, "model": {"embed_dim": 24, "hidden": 16}},

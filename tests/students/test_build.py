@@ -97,7 +97,8 @@ def test_pkd_refuses_a_set_without_the_layers_it_needs(tiny_scored_dir):
 
 @pytest.mark.parametrize("values, message", [
     ({"student": "transformer", "tokens": "words"}, "the transformer student uses the teacher's WordPiece tokens"),
-    ({"student": "transformer", "preset": "tang"}, "preset 'tang' is a BiLSTM preset"),
+    ({"student": "transformer", "preset": "tang"}, "preset 'tang' is not a transformer preset"),
+    ({"student": "transformer", "model": {"shape": "tang"}}, "unknown transformer setting(s) ['shape']"),
     ({"student": "transformer", "model": {"n_layer": 5}}, "a 5-layer student cannot take layers from a 4-layer"),
     ({"student": "transformer", "model": {"d_model": 8}}, "unknown transformer setting(s) ['d_model']"),
     ({"student": "bilstm", "losses": {"ce": 1.0, "mse": 1.0, "pkd": 1.0}}, "pkd loss needs a transformer student"),

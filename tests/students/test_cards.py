@@ -39,8 +39,9 @@ def test_a_trained_student_has_a_card_from_its_records(student):
                               "CPU ms per example (batch 64)": metrics["latency_ms_per_example"]["batch_64"]}
     assert f"{metrics['transfer']['rows']} rows ({metrics['transfer']['labeled_rows']} with a gold label)" in text
     assert f"Student.from_pretrained({student!r})" in text and "test split: not measured" in text
-    cfg = metrics["config"]  # the training line: the family, its phase plan, its preset
-    assert f"- training: student {cfg['student']}, phases {cfg['phases']}, preset {cfg['preset']}, epochs " in text
+    cfg = metrics["config"]  # the training line: the family, its phase plan, ..., its model's settings (its shape)
+    assert f"- training: student {cfg['student']}, phases {cfg['phases']}, epochs " in text
+    assert f", model {cfg['model']}" in text and cfg["model"]["shape"] == "tang"
     # the card's three lines load and run the model they name
     code = text.split("```python\n", 1)[1].split("```", 1)[0]
     scope: dict = {}

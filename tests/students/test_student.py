@@ -30,7 +30,7 @@ def _trained_once(values: dict, scored_dir: str):
 
 @pytest.mark.parametrize("values", [
     {"student": "bilstm", "tokens": "wordpiece", "model": {"embed_dim": 32, "hidden": 16}},
-    {"student": "bilstm", "tokens": "words", "preset": "tang"},
+    {"student": "bilstm", "tokens": "words", "model": {"shape": "tang"}},
     {"student": "transformer", "model": {"n_layer": 2}},
 ])
 def test_save_load_gives_identical_predictions(tmp_path, tiny_scored_dir, sst2_dev_texts, values):

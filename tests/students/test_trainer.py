@@ -179,7 +179,7 @@ def test_refuses_unknown_settings_and_an_existing_output(tmp_path, tiny_scored_d
     cfg.write_text("epochs: abc\n")
     rc, err = _train(args, capsys)
     assert rc == 2 and f"{cfg}: epochs = 'abc'" in err and "(expected int)" in err
-    cfg.write_text("preset: tang\n")  # FC 200: no representation head of the teacher's width (32)
+    cfg.write_text("model: {shape: tang}\n")  # FC 200: no representation head of the teacher's width (32)
     rc, err = _train(args + ["--phases", "progressive"], capsys)
     assert rc == 1 and "head width (200) to equal the teacher's hidden width (32)" in err
     (tmp_path / "o" / schema.STUDENT_MODEL_DIR).mkdir(parents=True)

@@ -38,7 +38,8 @@ from transferset.config.common import (_STRICT, COMBINES, FORWARDS, POOLINGS, SC
                                        check_forward_options)
 from transferset.config.compress import EXIT_TARGETS, CompressConfig, ExitsConfig, PruneConfig  # noqa: F401
 from transferset.config.engine import (DEVICES, LR_SCHEDULES, PRECISIONS, StudentEngineConfig,  # noqa: F401
-                                       TEACHER_ENGINE, TRACKERS, EngineConfig, engine_section)
+                                       TEACHER_ENGINE, TEACHER_OPTIM, PRUNE_OPTIM, EXITS_OPTIM, TRACKERS,
+                                       EngineConfig, TrainerOptimConfig, engine_section, section_over)
 from transferset.config.precedence import (DEFAULT_FAMILY, DEFAULT_LOSSES, STUDENT_LAYERS,  # noqa: F401
                                            STUDENT_PRESETS, loss_weight, student_values)
 from transferset.config.search import SearchConfig  # noqa: F401
@@ -61,10 +62,8 @@ class TeacherConfig:
     # stop after this many epochs without a better selection accuracy (None: every epoch runs): an epoch that does
     # not improve the teacher is minutes its students never use
     patience: Optional[AtLeast(1)] = 1
-    lr: Positive = 5e-5  # peak learning rate (AdamW, linear warm-up and decay)
     batch_size: AtLeast(1) = 32
     max_length: AtLeast(2) = DEFAULT_MAX_LENGTH  # tokens per row; longer rows are truncated
-    weight_decay: float = 0.01
     max_steps: Optional[AtLeast(1)] = None  # stop after N optimizer steps in total
     seed: int = 0
     eval_batch_size: AtLeast(1) = 128
@@ -81,11 +80,13 @@ class TeacherConfig:
     checkpoint_steps: Optional[AtLeast(1)] = None
     # device, precision, processes, grad_accum, schedule (linear), warmup (0.1), tracker (transferset/training)
     engine: EngineConfig = field(default_factory=lambda: EngineConfig(**TEACHER_ENGINE))
+    # AdamW: lr (5e-5, peak of the engine's linear warm-up and decay), weight_decay (0.01), grad_clip (1.0)
+    optim: TrainerOptimConfig = field(default_factory=lambda: TrainerOptimConfig(**TEACHER_OPTIM))
 
     @model_validator(mode="before")
     @classmethod
     def _engine(cls, values: Any) -> Any:
-        return engine_section(values, TEACHER_ENGINE)
+        return section_over(engine_section(values, TEACHER_ENGINE), "optim", TEACHER_OPTIM)
 
 
 @with_config(_STRICT)
@@ -230,11 +231,11 @@ class StudentConfig:
     freeze_embeddings: Optional[bool] = None
     teacher: Optional[str] = None  # teacher directory (None: the set's teacher_id metadata when a directory)
     tokenizer: Optional[str] = None  # tokenizer directory (None: the set's tokenizer metadata, else the teacher's)
-    # bilstm presets (a model shape, under `model:`): tang | xtremedistil; transformer presets (a published recipe's
-    # settings, under the file's, the flags' and key=value's: config/precedence.py): tinybert | mobilebert | minilm
-    # | distilbert | pkd
+    # a transformer preset, a published recipe's settings (under the file's, the flags' and key=value's:
+    # config/precedence.py): tinybert | mobilebert | minilm | distilbert | pkd
     preset: Optional[str] = None
-    model: ModelSettings = field(default_factory=dict)  # the student model's own settings, e.g. {hidden: 150}
+    # the student model's own settings, e.g. {hidden: 150}; a BiLSTM's named shape: {shape: tang | xtremedistil}
+    model: ModelSettings = field(default_factory=dict)
     # reporting
     latency_examples: AtLeast(1) = 256  # dev rows timed for the latency figures
     agreement_rows: AtLeast(1) = 5000  # transfer rows used for teacher agreement when dev has no teacher columns

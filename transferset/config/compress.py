@@ -8,7 +8,8 @@ from typing import Any, Literal, Optional
 from pydantic import model_validator, with_config
 
 from transferset.config.common import _STRICT, Names, Speeds
-from transferset.config.engine import EngineConfig, engine_section
+from transferset.config.engine import (EXITS_OPTIM, PRUNE_OPTIM, EngineConfig, TrainerOptimConfig, engine_section,
+                                       section_over)
 from transferset.runtime.typed import AtLeast, NonNegative, Positive
 
 
@@ -27,7 +28,6 @@ class ExitsConfig:
     pool: Literal["mean", "cls"] = "mean"  # what a branch reads of its layer: the masked mean of its tokens, or [CLS]
     width: AtLeast(1) = 128  # the branch's inner width (pooled states → width → classes), FastBERT's 128
     epochs: AtLeast(1) = 10  # passes over the rows' cached pooled states (the frozen model runs once)
-    lr: Positive = 1e-3  # AdamW learning rate of the branches
     batch_size: AtLeast(1) = 64  # rows per step, and per forward of the frozen model
     seed: int = 0  # the branches' init and the rows' order
     max_rows: Optional[AtLeast(1)] = None  # use the set's first N rows only (None: all of them)
@@ -36,11 +36,13 @@ class ExitsConfig:
     max_length: Optional[AtLeast(1)] = None
     threads: Optional[AtLeast(1)] = None  # torch CPU threads (None: torch's setting)
     engine: EngineConfig = field(default_factory=EngineConfig)  # how the branches train (transferset/training)
+    # AdamW: lr (1e-3), weight_decay (0.01), grad_clip (0: none)
+    optim: TrainerOptimConfig = field(default_factory=lambda: TrainerOptimConfig(**EXITS_OPTIM))
 
     @model_validator(mode="before")
     @classmethod
     def _engine(cls, values: Any) -> Any:
-        return engine_section(values, {})
+        return section_over(engine_section(values, {}), "optim", EXITS_OPTIM)
 
 
 @with_config(_STRICT)
@@ -59,20 +61,19 @@ class PruneConfig:
     max_steps: Optional[AtLeast(1)] = None  # recovery: at most this many optimizer steps in all (None: whole epochs)
     loss: Literal["mse", "kd"] = "mse"  # recovery loss on teacher_logits: mse (Tang et al.) or kd (KL at temperature)
     temperature: Positive = 1.0  # kd's T
-    lr: Positive = 3e-5  # AdamW learning rate of the recovery
     batch_size: AtLeast(1) = 32  # rows per recovery step and per importance batch
-    weight_decay: NonNegative = 0.01
-    grad_clip: NonNegative = 1.0  # max gradient norm (0: no clipping)
     seed: int = 0  # shuffling and dropout of the recovery
     shuffle_rows: AtLeast(1) = 16384  # rows held in memory for shuffling
     max_length: Optional[AtLeast(2)] = None  # tokens per row (None: the model's own)
     threads: Optional[AtLeast(1)] = None  # torch CPU threads (None: leave torch's setting alone)
     engine: EngineConfig = field(default_factory=EngineConfig)  # how the recovery trains (the ranking runs on the CPU)
+    # the recovery's AdamW: lr (3e-5), weight_decay (0.01), grad_clip (1.0)
+    optim: TrainerOptimConfig = field(default_factory=lambda: TrainerOptimConfig(**PRUNE_OPTIM))
 
     @model_validator(mode="before")
     @classmethod
     def _engine(cls, values: Any) -> Any:
-        return engine_section(values, {})
+        return section_over(engine_section(values, {}), "optim", PRUNE_OPTIM)
 
 
 @with_config(_STRICT)

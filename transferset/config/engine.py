@@ -1,5 +1,6 @@
-"""The engine section every trainer runs on (transferset/training): the teacher, each student, prune's recovery
-and exits (`engine:` in YAML, `--engine-*` flags)."""
+"""The sections every trainer runs on (transferset/training): the engine of the teacher, each student, prune's
+recovery and exits (`engine:` in YAML, `--engine-*` flags), and the optimizer of the teacher, prune and exits
+(`optim:`, as a student's: config.OptimConfig)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,7 +9,7 @@ from typing import Any, Literal, Optional
 from pydantic import with_config
 
 from transferset.config.common import _STRICT
-from transferset.runtime.typed import AtLeast, Probability
+from transferset.runtime.typed import AtLeast, NonNegative, Positive, Probability
 
 DEVICES = ("auto", "cpu", "cuda")
 PRECISIONS = ("fp32", "bf16", "fp16", "auto")
@@ -44,15 +45,39 @@ class EngineConfig:
 # unless the section says otherwise. A student's engine is a StudentEngineConfig: what it does not give is its
 # family's.
 def engine_section(values: Any, defaults: dict) -> Any:
+    return section_over(values, "engine", defaults)
+
+
+def section_over(values: Any, name: str, defaults: dict) -> Any:
+    """A config's mapping with its section `name` given over `defaults` (a partial section keeps the rest)."""
     if not isinstance(values, dict):
         return values
     values = dict(values)
-    engine = values.get("engine")
-    engine = dict(engine) if isinstance(engine, dict) else ({} if engine is None else engine)
-    if not isinstance(engine, dict):
+    given = values.get(name)
+    given = dict(given) if isinstance(given, dict) else ({} if given is None else given)
+    if not isinstance(given, dict):
         return values
-    values["engine"] = {**defaults, **engine}
+    values[name] = {**defaults, **given}
     return values
+
+
+@with_config(_STRICT)
+@dataclass(frozen=True)
+class TrainerOptimConfig:
+    """The optimizer (AdamW) of the teacher, prune's recovery and exits' branches, the `optim:` section a student
+    has too (OptimConfig, which adds what only a student has): each field is a flag of its own name (`--lr 1e-3`);
+    what a section leaves out is its trainer's default (TEACHER_OPTIM, PRUNE_OPTIM, EXITS_OPTIM)."""
+
+    lr: Positive = 5e-5  # peak learning rate
+    weight_decay: NonNegative = 0.01  # AdamW's (the teacher's: none on biases and LayerNorm weights)
+    grad_clip: NonNegative = 1.0  # max gradient norm (0: no clipping)
+
+
+# Each trainer's optimizer: the teacher fine-tunes as BERT was (5e-5); prune's recovery at a smaller rate; exits'
+# branches, small and trained from scratch, at 1e-3 without clipping.
+TEACHER_OPTIM = {"lr": 5e-5, "weight_decay": 0.01, "grad_clip": 1.0}
+PRUNE_OPTIM = {"lr": 3e-5, "weight_decay": 0.01, "grad_clip": 1.0}
+EXITS_OPTIM = {"lr": 1e-3, "weight_decay": 0.01, "grad_clip": 0.0}
 
 
 # The teacher fine-tunes as BERT was: linear warm-up over 10 % of the steps, then linear decay; at bf16 where the

@@ -14,8 +14,8 @@ A family's defaults are declared by the family (students/families/: this layer s
 does not know them) and read where they are used, each left unset (None) in the settings until then: the
 learning rate (`optim: {lr: null}`: the family's `default_lr`, where the optimizer is made), the learning
 rate's curve (`engine: {schedule: null, warmup: null}`: the family's `engine`, `students.families.settled`,
-which every training and every student's stage key goes through) and the shape of its model (a BiLSTM preset is
-a model shape too, and both stand under `model:` where the model is built, students.families.model_values).
+which every training and every student's stage key goes through) and the shape of its model (`model:`, a BiLSTM's
+named shape among its settings, over the family's defaults where the model is built: students.families).
 """
 from __future__ import annotations
 
@@ -35,8 +35,8 @@ STUDENT_LAYERS: tuple[tuple[str, str], ...] = (
                 "linearly; a transformer keeps a constant rate), the learning rate (`optim: {lr: null}`: BiLSTM and "
                 "static 2e-3, transformer 1e-4) and the model's shape (`model:`)"),
     ("preset", "`preset: NAME`: a transformer preset's settings, the YAML file transferset/config/presets/NAME.yaml "
-               "(tinybert, mobilebert, minilm, distilbert, pkd; each also chooses `student: transformer`); a BiLSTM "
-               "preset (tang, xtremedistil) is a model shape, under `model:`"),
+               "(tinybert, mobilebert, minilm, distilbert, pkd; each also chooses `student: transformer`); a BiLSTM's "
+               "named shape is a model setting: `model: {shape: tang}`"),
     ("file", "the YAML: `transferset train --config FILE`, or a run config's `students.NAME:` (the starter "
              "`transferset init` writes, and `run --data` runs, is one)"),
     ("flags", "`transferset train --epochs 3`, and a section's field by its own name: `--lr 1e-3` (`optim:`), "

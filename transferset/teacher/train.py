@@ -72,7 +72,7 @@ def phase_spec(cfg: TeacherConfig, train_rows: int, world: int = 1) -> PhaseSpec
     epoch ends with the first rank's last)."""
     batches = max(1, math.ceil(train_rows / cfg.batch_size) // world)
     return PhaseSpec("fine-tuning", cfg.epochs, keep_best=True, patience=cfg.patience, start_competes=False,
-                     max_steps=cfg.max_steps, grad_clip=1.0, steps_per_epoch=batches)
+                     max_steps=cfg.max_steps, grad_clip=cfg.optim.grad_clip, steps_per_epoch=batches)
 
 
 def optimizer(cfg: TeacherConfig, model):
@@ -82,10 +82,10 @@ def optimizer(cfg: TeacherConfig, model):
     import torch
 
     params = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in params if p.ndim > 1], "weight_decay": cfg.weight_decay},
+    groups = [{"params": [p for p in params if p.ndim > 1], "weight_decay": cfg.optim.weight_decay},
               {"params": [p for p in params if p.ndim <= 1], "weight_decay": 0.0}]
     # The fused kernel: 16 against 118 ms per MiniLM step on one CPU thread (benchmarks/README.md).
-    return torch.optim.AdamW(groups, lr=cfg.lr, fused=True)
+    return torch.optim.AdamW(groups, lr=cfg.optim.lr, fused=True)
 
 
 def length_grouped(lengths: Sequence[int], batch_size: int, rng: np.random.Generator) -> list[list[int]]:

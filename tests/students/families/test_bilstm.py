@@ -21,11 +21,11 @@ def test_bilstm_prediction_does_not_depend_on_padding_or_batch(pool):
     assert not torch.allclose(both[0], both[1])
 
 
-def test_bilstm_presets_tang_and_xtremedistil():
-    tang = bilstm.BiLSTM(bilstm.BiLSTMConfig(vocab_size=100, **bilstm.PRESETS["tang"]))
+def test_bilstm_shapes_tang_and_xtremedistil():
+    tang = bilstm.BiLSTM(bilstm.BiLSTMConfig(vocab_size=100, **bilstm.SHAPES["tang"]))
     assert tang.embed.embedding_dim == 300 and tang.lstm.hidden_size == 150 and tang.lstm.num_layers == 1
     assert tang.head.out_features == 200 and tang.config.head_act == "relu" and tang.config.pool == "last"
-    xd = bilstm.BiLSTM(bilstm.BiLSTMConfig(vocab_size=100, **bilstm.PRESETS["xtremedistil"]))
+    xd = bilstm.BiLSTM(bilstm.BiLSTMConfig(vocab_size=100, **bilstm.SHAPES["xtremedistil"]))
     assert xd.config.pool == "max" and xd.config.head_act == "gelu" and xd.head.out_features == 384
 
 

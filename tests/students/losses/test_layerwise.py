@@ -294,7 +294,7 @@ def test_presets_set_their_recipe_under_the_given_settings():
     assert (cfg.student, cfg.phases) == ("transformer", "two-step")
     assert LossWeights.of(cfg).active() == {"kd": 2.0, "hidden_mse": 1.0, "att_mse": 1.0, "emb_mse": 1.0}
     assert typed.load(StudentConfig, {"preset": "minilm"}, "test").layer_map == "last-1"
-    assert typed.load(StudentConfig, {"preset": "tang"}, "test").student == "bilstm"  # BiLSTM presets as before
+    assert typed.load(StudentConfig, {"model": {"shape": "tang"}}, "test").student == "bilstm"  # a BiLSTM's shape
     assert set(STUDENT_PRESETS) == {"tinybert", "mobilebert", "minilm", "distilbert", "pkd"}
 
 

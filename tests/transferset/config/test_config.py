@@ -28,3 +28,17 @@ def test_semantic_checks_name_the_section(values, message):
     with pytest.raises(ConfigError) as exc:
         typed.load(RunConfig, values, where="run.yaml")
     assert message in str(exc.value) and str(exc.value).startswith("run.yaml: ")
+
+
+def test_the_teacher_prune_and_exits_take_an_optim_section_whose_missing_fields_are_their_trainers():
+    """One `optim:` section (lr, weight_decay, grad_clip), as a student's; a partial one keeps the rest of its
+    trainer's defaults: the teacher's and prune's clip at 1.0, exits' branches at none."""
+    from transferset.config import EXITS_OPTIM, PRUNE_OPTIM, TEACHER_OPTIM, ExitsConfig, PruneConfig, TeacherConfig
+
+    for cls, defaults in ((TeacherConfig, TEACHER_OPTIM), (PruneConfig, PRUNE_OPTIM), (ExitsConfig, EXITS_OPTIM)):
+        assert typed.to_dict(cls().optim) == defaults == typed.to_dict(typed.load(cls, {}, "x").optim)
+        partial = typed.load(cls, {"optim": {"lr": 0.5}}, "x").optim
+        assert typed.to_dict(partial) == {**defaults, "lr": 0.5}
+    assert (TEACHER_OPTIM["lr"], PRUNE_OPTIM["lr"], EXITS_OPTIM["lr"], EXITS_OPTIM["grad_clip"]) == (5e-5, 3e-5, 1e-3, 0.0)
+    with pytest.raises(ConfigError, match=r"teacher.optim.weight_decay = -1"):
+        typed.load(RunConfig, {"students": {"s": {}}, "teacher": {"optim": {"weight_decay": -1}}}, "run.yaml")

@@ -126,6 +126,6 @@ def test_the_starter_is_a_file_layer_of_the_same_order(tmp_path):
     written = settled(typed.load(RunConfig, init.starter(str(data)), where="starter").students["distilled"])
     weights = LossWeights.of(written)
     assert (weights.active(), weights.temperature, written.engine.schedule) == ({"kd": 1.0}, 2.0, "linear")  # file, default
-    assert (written.preset, written.model) == ("tang", {})  # a BiLSTM preset: a model shape, applied at build
+    assert (written.preset, written.model) == (None, {"shape": "tang"})  # a BiLSTM's named shape, applied at build
     ran = runner.load_config(None, ["students.distilled.losses.kd=0.5"], data={"data": str(data)}).students["distilled"]
     assert LossWeights.of(ran).active() == {"kd": 0.5} and LossWeights.of(ran).temperature == 2.0  # its weight alone

@@ -56,10 +56,10 @@ def test_typed_values_refuse_nan_and_inf_anywhere_in_a_run_config():
     # A bounded value fails its bound, and is said to be no number; then the unbounded ones, all of them.
     with pytest.raises(ConfigError, match=r"^run.yaml: augment.p_mask = nan: not a number \(expected float\)$"):
         typed.load(RunConfig, {"students": {"s": {}}, "augment": {"p_mask": float("nan")}}, where="run.yaml")
-    values = {"teacher": {"lr": float("inf")}, "students": {"s": {"model": {"dropout": float("nan")}}}}
+    values = {"teacher": {"optim": {"lr": float("inf")}}, "students": {"s": {"model": {"dropout": float("nan")}}}}
     with pytest.raises(ConfigError) as exc:
         typed.load(RunConfig, values, where="run.yaml")
-    assert str(exc.value).splitlines() == ["run.yaml: teacher.lr = inf: not a number (expected float)",
+    assert str(exc.value).splitlines() == ["run.yaml: teacher.optim.lr = inf: not a number (expected float)",
                                            "run.yaml: students.s.model.dropout = nan: not a number"]
     # A text setting that reads "nan" is text, not a number.
     assert typed.load(RunConfig, {"students": {"s": {}}, "teacher": {"model": "nan"}}, "x").teacher.model == "nan"

@@ -9,7 +9,7 @@ import pytest
 from transferset.app import cli
 from transferset.runtime.errors import UserError
 import builders as testing
-from transferset.config import TeacherConfig
+from transferset.config import TeacherConfig, TrainerOptimConfig
 from transferset.contract import schema
 from transferset.contract.schema import METRICS_FILE
 from transferset.models import loading
@@ -51,8 +51,8 @@ def trained(tmp_path_factory):
     train_tsv = _write_tsv(tmp / "train.tsv", _rows(96, 0))
     # Two bad dev rows: an empty sentence and a label outside the train file's label set.
     dev_tsv = _write_tsv(tmp / "dev.tsv", _rows(40, 1), extra_lines=["\t1", "great film\t7"])
-    cfg = TeacherConfig(model=base, epochs=5, lr=1e-2, batch_size=16, max_length=32, seed=0, progress=False,
-                        patience=None)
+    cfg = TeacherConfig(model=base, epochs=5, optim=TrainerOptimConfig(lr=1e-2), batch_size=16, max_length=32, seed=0,
+                        progress=False, patience=None)
     out = str(tmp / "teacher")
     messages = []
     with pytest.MonkeyPatch.context() as mp:
@@ -200,10 +200,10 @@ def test_every_setting_reaches_the_recipe():
     from transferset.runtime import typed
     from transferset.training import schedules
 
-    cfg = typed.load(TeacherConfig, {"epochs": 3, "lr": 2e-5, "batch_size": 8, "engine": {"warmup": 0.25}, "weight_decay": 0.05,
-                                     "seed": 7, "eval_batch_size": 64}, "test")
-    # a partial engine section keeps the rest of the teacher's engine
-    assert (cfg.engine.schedule, cfg.engine.warmup) == ("linear", 0.25)
+    cfg = typed.load(TeacherConfig, {"epochs": 3, "optim": {"lr": 2e-5, "weight_decay": 0.05}, "batch_size": 8,
+                                     "engine": {"warmup": 0.25}, "seed": 7, "eval_batch_size": 64}, "test")
+    # a partial engine or optim section keeps the rest of the teacher's
+    assert (cfg.engine.schedule, cfg.engine.warmup, cfg.optim.grad_clip) == ("linear", 0.25, 1.0)
     spec = phase_spec(cfg, 100)
     steps = spec.optimizer_steps(cfg.engine.grad_accum)
     assert steps == 13 * 3  # ceil(100 / 8) per epoch
@@ -262,7 +262,8 @@ def test_a_killed_fine_tuning_resumes_from_its_checkpoint(tmp_path, tiny_teacher
 
     train_tsv = _write_tsv(tmp_path / "train.tsv", _rows(48, 4))
     dev_tsv = _write_tsv(tmp_path / "dev.tsv", _rows(16, 5))
-    cfg = TeacherConfig(model=tiny_teacher, epochs=2, lr=1e-3, batch_size=8, max_length=32, seed=1, progress=False)
+    cfg = TeacherConfig(model=tiny_teacher, epochs=2, optim=TrainerOptimConfig(lr=1e-3), batch_size=8, max_length=32,
+                        seed=1, progress=False)
     whole = train(cfg, train=train_tsv, dev=dev_tsv, output=str(tmp_path / "whole"), log=lambda msg: None)
 
     out = tmp_path / "killed"
@@ -290,7 +291,8 @@ def test_a_fine_tuning_killed_mid_epoch_resumes_from_its_step_checkpoint(tmp_pat
 
     train_tsv = _write_tsv(tmp_path / "train.tsv", _rows(48, 4))
     dev_tsv = _write_tsv(tmp_path / "dev.tsv", _rows(16, 5))
-    cfg = TeacherConfig(model=tiny_teacher, epochs=1, lr=1e-3, batch_size=8, max_length=32, seed=1, progress=False)
+    cfg = TeacherConfig(model=tiny_teacher, epochs=1, optim=TrainerOptimConfig(lr=1e-3), batch_size=8, max_length=32,
+                        seed=1, progress=False)
     whole = train(cfg, train=train_tsv, dev=dev_tsv, output=str(tmp_path / "whole"), log=lambda msg: None)
     out = tmp_path / "killed"
     every4 = replace(cfg, checkpoint_steps=4)
@@ -303,7 +305,7 @@ def test_a_fine_tuning_killed_mid_epoch_resumes_from_its_step_checkpoint(tmp_pat
     assert (out / "checkpoint" / "state.pt").exists() and not (out / "config.json").exists()
     # the checkpoint is this fine-tuning's whatever checkpoint_steps is, and another's when the lr differs
     assert can_resume(cfg, train=train_tsv, dev=dev_tsv, output=str(out))
-    assert not can_resume(replace(cfg, lr=2e-3), train=train_tsv, dev=dev_tsv, output=str(out))
+    assert not can_resume(replace(cfg, optim=TrainerOptimConfig(lr=2e-3)), train=train_tsv, dev=dev_tsv, output=str(out))
     messages = []
     resumed = train(replace(every4, resume=True), train=train_tsv, dev=dev_tsv, output=str(out), log=messages.append)
     assert any("resuming from" in m for m in messages)
@@ -326,8 +328,8 @@ def test_a_checkpoint_of_the_flat_state_form_resumes_once_migrated(tmp_path, tin
 
     train_tsv = _write_tsv(tmp_path / "train.tsv", _rows(48, 4))
     dev_tsv = _write_tsv(tmp_path / "dev.tsv", _rows(16, 5))
-    cfg = TeacherConfig(model=tiny_teacher, epochs=1, lr=1e-3, batch_size=8, max_length=32, seed=1, progress=False,
-                        checkpoint_steps=4)
+    cfg = TeacherConfig(model=tiny_teacher, epochs=1, optim=TrainerOptimConfig(lr=1e-3), batch_size=8, max_length=32,
+                        seed=1, progress=False, checkpoint_steps=4)
     whole = train(cfg, train=train_tsv, dev=dev_tsv, output=str(tmp_path / "whole"), log=lambda msg: None)
     out = tmp_path / "killed"
     with monkeypatch.context() as mp:

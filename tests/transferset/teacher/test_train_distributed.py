@@ -23,7 +23,7 @@ ROWS, BATCH = 96, 8  # 12 batches an epoch: 6 on each rank
 def _launch(tmp_path, name, data, config: dict, kill_at=None):
     record = tmp_path / f"{name}-record"
     record.mkdir(exist_ok=True)
-    spec = {"config": {"epochs": 2, "lr": 1e-3, "batch_size": BATCH, "max_length": 32, "seed": 1,
+    spec = {"config": {"epochs": 2, "optim": {"lr": 1e-3}, "batch_size": BATCH, "max_length": 32, "seed": 1,
                        "progress": False, **config},
             "train": data[0], "dev": data[1], "output": str(tmp_path / name), "record": str(record),
             "kill_at": kill_at}

@@ -10,7 +10,7 @@ import random
 import pytest
 
 import builders as testing
-from transferset.config import TeacherConfig
+from transferset.config import TeacherConfig, TrainerOptimConfig
 from transferset.teacher.train import train
 from transferset.training.engine import TRACK_FILE
 
@@ -39,8 +39,8 @@ def test_the_teacher_fine_tuning_follows_its_pinned_trajectory(tmp_path):
     base = testing.tiny_classifier(str(tmp_path / "base"), label_names=("LABEL_0", "LABEL_1"),
                                   initializer_range=0.02)
     # 96 rows, batch 16: 6 steps an epoch, 5 epochs (the loss leaves ln 2 near step 18).
-    cfg = TeacherConfig(model=base, epochs=5, lr=1e-2, batch_size=16, max_length=32, seed=0, progress=False,
-                        patience=None)  # every epoch: the pinned trajectory is five epochs' steps
+    cfg = TeacherConfig(model=base, epochs=5, optim=TrainerOptimConfig(lr=1e-2), batch_size=16, max_length=32, seed=0,
+                        progress=False, patience=None)  # every epoch: the pinned trajectory is five epochs' steps
     out = str(tmp_path / "teacher")
     train(cfg, train=_tsv(tmp_path / "train.tsv", 96, 0), dev=_tsv(tmp_path / "dev.tsv", 32, 1), output=out,
           log=lambda msg: None)

@@ -17,9 +17,9 @@ from transferset.sources import check_hf_names
 
 EPILOG = """\
 --config takes a YAML mapping of StudentConfig settings (transferset/config/; the same keys as an
-entry of a run config's `students:` section), e.g. `preset: tang`, `losses:` for the losses it trains on
+entry of a run config's `students:` section), e.g. `preset: tinybert`, `losses:` for the losses it trains on
 (e.g. losses: {kd: {weight: 1.0, temperature: 2.0}}; unset: ce and mse at 1.0) and `model:` for the
-student's own settings (e.g. model: {hidden: 150, n_layer: 3, init: first}).
+student's own settings (e.g. model: {shape: tang}, a BiLSTM's named shape; model: {hidden: 150, n_layer: 3}).
 Each setting takes its value in one order (docs/configuration.md): default (the family's) < preset
 < --config < flags < key=value.
 

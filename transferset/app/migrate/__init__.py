@@ -1,4 +1,4 @@
-"""`transferset migrate RUN_DIR`: a run folder written under earlier key rules (layouts 1 to 3) converted to today's.
+"""`transferset migrate RUN_DIR`: a run folder written under earlier key rules (layouts 1 to 4) converted to today's.
 
 Today's key rules are transferset/app/stages/keys.py's; each earlier layout's are in rules.py beside this module.
 Migrating computes the folder's rules and today's for the run's config (RUN/config.yaml, the last run's settings,
@@ -25,13 +25,14 @@ from students.losses import canonical
 from transferset import fs
 from transferset.app.run import runner
 from transferset.app.stages import keys
-from transferset.app.migrate.rules import RULES, V1, grouped_student, renamed, student_legacy
+from transferset.app.migrate.rules import (OPTIM_ADDED, RULES, V1, grouped_optim, grouped_student, renamed,
+                                           student_legacy)
 from transferset.app.stages.plan import build_plan
 from transferset.app.stages.base import stage_key
 from transferset.app.stages.context import StageFunctions
 from transferset.app.stages.search import CHOSEN_DIR
 from transferset.config import TeacherConfig
-from transferset.app.migrate.spellings import RENAMED
+from transferset.app.migrate.spellings import RENAMED, TRAINER_OPTIM
 from transferset.contract import schema
 from transferset.data.splits import SPLIT_STATS_FILE
 from transferset.runtime import typed
@@ -160,12 +161,16 @@ def convert_metrics(path: str) -> bool:
 
 
 def teacher_fingerprint(old: dict, labels: Optional[Sequence[str]] = None) -> dict:
-    """An earlier teacher checkpoint's fingerprint in today's form (teacher.train._checkpoints): `patience` null where
-    it has none (it ran every epoch); a layout-1 one's engine section whole, the flat warm-up and the fields that
+    """An earlier teacher checkpoint's fingerprint in today's form (teacher.train._checkpoints): its lr and weight
+    decay under `optim:` with the gradient clipping every earlier teacher had (1.0); `patience` null where it has
+    none (it ran every epoch); a layout-1 one's engine section whole, the flat warm-up and the fields that
     differed from the teacher's default engine put back into one section, and, when the run splits train (`labels`:
     split.json's), the label set the run now gives a teacher that names none (the one the labeled rows gave it
     then, unless a class had no labeled row)."""
     settings = json.loads(old["settings"])
+    if "optim" not in settings:  # its optimizer's settings at the top, as they were before the section
+        settings = grouped_optim(settings, TRAINER_OPTIM["teacher"])
+        settings["optim"] = {**settings.get("optim", {}), "grad_clip": OPTIM_ADDED["teacher"]["grad_clip"]}
     if "patience" not in settings:  # a teacher of before the setting ran every epoch (rules.ADDED_SINCE)
         settings["patience"] = None
     if "warmup" in settings:  # else its engine section is whole already
@@ -220,10 +225,16 @@ def today_student(settings: dict) -> dict:
 
 def today_names(raw: dict) -> dict:
     """A run config's mapping with each student's settings (a search's candidates too) under today's names and in
-    today's form (`today_student`): the config of a run folder made before, as RUN/config.yaml holds it."""
+    today's form (`today_student`), and the teacher's, prune's and exits' optimizer settings under `optim:`
+    (`grouped_optim`): the config of a run folder made before, as RUN/config.yaml holds it."""
     def today(section):
         return today_student(section) if isinstance(section, dict) else section
 
+    for place in TRAINER_OPTIM:
+        *outer, name = place.split(".")
+        holder = raw.get(outer[0]) if outer else raw
+        if isinstance(holder, dict) and isinstance(holder.get(name), dict):
+            holder[name] = grouped_optim(holder[name], TRAINER_OPTIM[place])
     if isinstance(raw.get("students"), dict):
         raw["students"] = {name: today(s) for name, s in raw["students"].items()}
     search = raw.get("search")
@@ -245,7 +256,7 @@ def migrate(run_dir: str, config: Optional[str] = None, overrides: Sequence[str]
     layout = keys.read_layout(run_dir)
     if layout is not None and layout > keys.LAYOUT:
         raise ConfigError(f"{run_dir} records layout {layout}, written by a newer transferset (this one writes layout "
-                          f"{keys.LAYOUT}): run it with that transferset; this one converts layouts 1 to 3 only")
+                          f"{keys.LAYOUT}): run it with that transferset; this one converts layouts 1 to 4 only")
     config = config or fs.join(run_dir, runner.CONFIG_FILE)
     nothing = {"reused": [], "resumed": [], "rerun": []}
     if layout == keys.LAYOUT and not fs.exists(config):
@@ -288,7 +299,7 @@ def migrate(run_dir: str, config: Optional[str] = None, overrides: Sequence[str]
 def converted_from(stages) -> Optional[int]:
     """The earlier layout a folder of today's layout was converted from: the one whose key a converted record keeps
     (rules.V1.FIELD, …); None: no conversion made it."""
-    fields = {CANDIDATES[layout].FIELD: layout for layout in (3, 2, 1)}
+    fields = {CANDIDATES[layout].FIELD: layout for layout in (4, 3, 2, 1)}
     for s in stages:
         record = _record(s.folder)
         for field, layout in fields.items():
@@ -330,14 +341,15 @@ def _inside(run_dir: str, folder: str) -> str:
 
 
 # The key rules a run folder's records may follow by layout, today's first (it wins a tie, then the later layouts).
-CANDIDATES: dict[Any, Any] = {keys.LAYOUT: keys, 3: RULES[3], 2: RULES[2], 1: RULES[None], None: RULES[None]}
+CANDIDATES: dict[Any, Any] = {keys.LAYOUT: keys, 4: RULES[4], 3: RULES[3], 2: RULES[2], 1: RULES[None],
+                              None: RULES[None]}
 
 
 def detect(cfg, files, recorded: int, record: str, log) -> int:
     """The layout whose keys most stage records of `cfg`'s run hold, for a folder whose layout `record` is damaged:
     a record holding the key a layout's rules give its stage proves that stage's work, whatever the record says."""
     kept = {layout: sum(verdict != "rerun" for _, verdict, _, _ in judge(cfg, files, CANDIDATES[layout]))
-            for layout in (keys.LAYOUT, 3, 2, 1)}
+            for layout in (keys.LAYOUT, 4, 3, 2, 1)}
     layout = max(kept, key=kept.__getitem__)
     damaged = f"{record} is damaged (it names no layout)"
     if not kept[layout]:

@@ -7,8 +7,12 @@ then: a student's phase plan was `schedule`, now `phases` (spellings.RENAMED). L
 today's names, with each built-in loss a student setting of its own name (`kd: 1.0`, `temperature: 2.0`): today
 every loss is under `losses:` (spellings.LOSS_SETTINGS), in the canonical form of students.losses.canonical.
 No earlier layout knew `teacher.patience`: every teacher ran every epoch, the work of `patience: null` (ADDED_SINCE).
-Each layout's rules are a class with the names build_plan calls (V1, V2, V3); `flat_student` and `grouped_student`
-turn a student's settings from one form into the other.
+Layout 4 is today's but for three forms: it keyed a teacher's engine precision `auto` as `fp32` and left a score
+stage's precision out at `auto` or `fp32` (so that folders made before `auto` kept their keys; today each is keyed
+at its value), held the teacher's, prune's and exits' optimizer settings at the top of their sections (today under
+`optim:`), and a BiLSTM's named shape as `preset: tang` (today `model: {shape: tang}`); every earlier layout held
+those two as layout 4 did. Each layout's rules are a class with the names build_plan calls (V1 to V4);
+`flat_student` and `grouped_student` turn a student's settings from one form into the other.
 """
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ from typing import Any, Optional, Sequence
 from transferset import augment as augment_ops
 from transferset.app.stages import keys
 from transferset.config import OptimConfig
-from transferset.app.migrate.spellings import LOSS_SETTINGS, OPTIM_SETTINGS, RENAMED
+from transferset.app.migrate.spellings import LOSS_SETTINGS, OPTIM_SETTINGS, RENAMED, SHAPE_PRESETS
 from transferset.config.precedence import DEFAULT_LOSSES, STUDENT_PRESETS, loss_weight
 from transferset.runtime import typed
 
@@ -78,8 +82,8 @@ def _defaults(cls: type) -> dict[str, Any]:
 def section(kind: str, cfg: Any) -> dict[str, Any]:
     """A section's settings as its key holds them: FROZEN ones always, any other only when it differs from its
     default, EXECUTION ones (and the config's own EXECUTION tuple) never; a trainer's engine section as
-    `engine` says."""
-    values, defaults = typed.to_dict(cfg), _defaults(type(cfg))
+    `engine` says, its `optim:` section as `flat_optim` does."""
+    values, defaults = flat_optim(kind, typed.to_dict(cfg)), flat_optim(kind, _defaults(type(cfg)))
     if kind == "student":
         values, defaults = earlier_names(flat_student(values)), earlier_names(flat_student(defaults))
     engine_values = values.pop("engine", None)
@@ -113,6 +117,36 @@ def engine(kind: str, values: dict, default: dict) -> dict:
 
 
 # --- the compatibility rules, one per function --------------------------------------------------
+
+# The fields of the teacher's, prune's and exits' `optim:` section (config.TrainerOptimConfig) that came with it, at
+# the value every earlier run of that trainer had (the teacher clipped its gradients at 1.0; exits' AdamW decayed
+# its weights at torch's 0.01 and clipped nothing); the others (lr, weight_decay; prune's grad_clip too) were
+# settings of the trainer's own.
+OPTIM_ADDED: dict[str, dict[str, Any]] = {"teacher": {"grad_clip": 1.0}, "prune": {},
+                                          "exits": {"weight_decay": 0.01, "grad_clip": 0.0}}
+
+
+def flat_optim(kind: str, values: dict) -> dict:
+    """A teacher's, prune's or exits' settings (`kind`) with its `optim:` fields at the top, as layouts 1 to 4 held
+    them: a field the section brought (OPTIM_ADDED) out at the value every earlier run had, in at any other (then
+    no earlier key holds it: the stage runs again). Any other kind's settings as they are."""
+    if kind not in OPTIM_ADDED or not isinstance(values.get("optim"), dict):
+        return values
+    added = OPTIM_ADDED[kind]
+    flat = {k: v for k, v in values.items() if k != "optim"}
+    flat.update({k: v for k, v in values["optim"].items() if k not in added or added[k] != v})
+    return flat
+
+
+def grouped_optim(values: dict, names: Sequence[str]) -> dict:
+    """A teacher's, prune's or exits' settings (a mapping, whole or partial) with `names` (those the trainer had of
+    its own: spellings.TRAINER_OPTIM) under `optim:`, over what the section gives already."""
+    moved = {k: values[k] for k in names if k in values}
+    if not moved:
+        return values
+    given = values.get("optim") if isinstance(values.get("optim"), dict) else {}
+    return {**{k: v for k, v in values.items() if k not in moved}, "optim": {**moved, **given}}
+
 
 # Settings added after the earlier layouts, with the value every stage those layouts keyed ran at, which is not
 # always today's default: out of an earlier key at that value, in it at any other (no earlier record holds one
@@ -231,17 +265,52 @@ def earlier_names(settings: dict) -> dict:
     return renamed(settings, {new: old for old, new in RENAMED.items()})
 
 
-class V3:
-    """The layout-3 key rules: today's, with a student's settings in the flat form (`flat_student`)."""
+# --- the layout-4 rules: today's, with precision `auto` keyed as fp32 and two settings in their earlier places ---
 
-    data, augment, score = staticmethod(keys.data), staticmethod(keys.augment), staticmethod(keys.score)
-    compressed = staticmethod(keys.compressed)
+class V4:
+    """The layout-4 key rules: today's, but a teacher's engine precision `auto` (the default) keyed as `fp32`, and a
+    score stage's precision out of its key at `auto` or `fp32` (a scored set's metadata leaves fp32 unrecorded):
+    `auto` came after folders trained and scored at fp32 existed, and layout 4 kept their keys; the teacher's,
+    prune's and exits' optimizer settings at the top of their sections (`flat_optim`); a BiLSTM's named shape its
+    `preset` (`preset_shape`)."""
+
+    data, augment = staticmethod(keys.data), staticmethod(keys.augment)
+    FIELD = "layout4_key"
+
+    @staticmethod
+    def student(s_cfg: Any, layer_texts_set: Optional[str] = None) -> dict:
+        return preset_shape(keys.student(s_cfg, layer_texts_set))
+
+    @staticmethod
+    def compressed(kind: str, cfg: Any) -> dict:
+        return flat_optim(kind, keys.compressed(kind, cfg))
+
+    @staticmethod
+    def teacher(tc: Any) -> dict:
+        settings = flat_optim("teacher", keys.teacher(tc))
+        engine = settings.get("engine")
+        if isinstance(engine, dict) and engine.get("precision") == "auto":
+            settings["engine"] = {**engine, "precision": "fp32"}
+        return settings
+
+    @staticmethod
+    def score(sc: Any, members: int) -> dict:
+        settings = keys.score(sc, members)
+        if settings.get("precision") in ("fp32", "auto"):
+            settings.pop("precision")
+        return settings
+
+
+class V3:
+    """The layout-3 key rules: layout 4's, with a student's settings in the flat form (`flat_student`)."""
+
+    data, augment, score, compressed = V4.data, V4.augment, V4.score, V4.compressed
     FIELD = "layout3_key"
 
     @staticmethod
     def teacher(tc: Any) -> dict:
-        """A trained teacher's key settings as layouts 2 and 3 held them: today's, patience as ADDED_SINCE says."""
-        return as_then("teacher", keys.teacher(tc), tc)
+        """A trained teacher's key settings as layouts 2 and 3 held them: layout 4's, patience as ADDED_SINCE says."""
+        return as_then("teacher", V4.teacher(tc), tc)
 
     @staticmethod
     def student(s_cfg: Any, layer_texts_set: Optional[str] = None) -> dict:
@@ -267,7 +336,7 @@ class V2:
 
 
 # a run folder's layout (None: no record, layout 1) → the rules its keys were made by
-RULES = {None: V1, 2: V2, 3: V3}
+RULES = {None: V1, 2: V2, 3: V3, 4: V4}
 
 
 # --- a student's settings in the two forms ------------------------------------------------------------
@@ -276,7 +345,8 @@ def flat_student(values: dict) -> dict:
     """A student's settings (today's, as typed.to_dict gives them) in the form of layouts 1-3: the `optim:` section's
     fields settings of the student's own; each loss of LOSS_SETTINGS a setting of its own name (0.0 where `losses:`
     names none), kd's temperature the setting `temperature`, `losses` the other losses (those a package
-    registers)."""
+    registers); a BiLSTM's named shape its `preset` (`preset_shape`)."""
+    values = preset_shape(values)
     out = {k: v for k, v in values.items() if k not in ("losses", "optim")}
     # the optimizer's settings added after layout 3 (ema) were in no earlier record: out at their default
     later = {f.name: f.default for f in dataclasses.fields(OptimConfig) if f.name not in OPTIM_SETTINGS}
@@ -294,7 +364,9 @@ def grouped_student(values: dict) -> dict:
     """A student's settings in the form of layouts 1-3 (a mapping, whole or partial) in today's: the optimizer's
     settings it names under `optim:`; the losses of LOSS_SETTINGS it names (zero weights too: they override a
     preset's) and kd's temperature under `losses:` with the others it held there. A mapping that names a loss but
-    not ce or mse, and no preset that sets losses, gets them at their earlier default, 1.0, which it trained with."""
+    not ce or mse, and no preset that sets losses, gets them at their earlier default, 1.0, which it trained with. A
+    BiLSTM's `preset: NAME` its named shape (`shape_of_preset`)."""
+    values = shape_of_preset(values)
     out = {k: v for k, v in values.items() if k not in OPTIM_SETTINGS}
     optim = {k: values[k] for k in OPTIM_SETTINGS if k in values}
     if optim:
@@ -309,3 +381,21 @@ def grouped_student(values: dict) -> dict:
     out = {k: v for k, v in out.items() if k not in LOSS_SETTINGS and k != "temperature"}
     out["losses"] = {**losses, **(values.get("losses") or {})}
     return out
+
+
+def preset_shape(values: dict) -> dict:
+    """A student's settings (today's) with a BiLSTM's named shape (`model: {shape: NAME}`) as layouts 1 to 4 held
+    it: `preset: NAME`, `model:` without it."""
+    model = values.get("model")
+    if not isinstance(model, dict) or "shape" not in model:
+        return values
+    return {**values, "preset": model["shape"], "model": {k: v for k, v in model.items() if k != "shape"}}
+
+
+def shape_of_preset(values: dict) -> dict:
+    """A student's settings of before (a mapping, whole or partial) with `preset: NAME` of a BiLSTM's named shape
+    (spellings.SHAPE_PRESETS) as today's `model: {shape: NAME}`."""
+    if values.get("preset") not in SHAPE_PRESETS:
+        return values
+    model = values.get("model") if isinstance(values.get("model"), dict) else {}
+    return {**{k: v for k, v in values.items() if k != "preset"}, "model": {"shape": values["preset"], **model}}

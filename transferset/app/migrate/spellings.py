@@ -15,11 +15,20 @@ RENAME_NOTES = {"schedule": "the phase plan; the learning rate's curve is `engin
 LOSS_SETTINGS = ("ce", "mse", "kd", "repr", "pkd", "emb_mse", "hidden_mse", "att_mse", "att_kl", "value_kl", "cos")
 # The optimizer's settings that were settings of the student's own: each is now a field of its `optim:` section.
 OPTIM_SETTINGS = ("lr", "embed_lr", "weight_decay", "grad_clip")
+# A BiLSTM's named shapes, which were presets (`preset: tang`): today `model: {shape: tang}` (students/families/
+# bilstm.py, SHAPES); a preset is a transformer recipe's settings.
+SHAPE_PRESETS = ("tang", "xtremedistil")
+# The teacher's, prune's and exits' settings that are now fields of their `optim:` section (config.TrainerOptimConfig),
+# by the section's place in a run config (a command's own file holds them at its top, as a student's file does).
+TRAINER_OPTIM = {"teacher": ("lr", "weight_decay"), "compress.prune": ("lr", "weight_decay", "grad_clip"),
+                 "compress.exits": ("lr",)}
 
 
-def moved(name: str) -> Optional[str]:
-    """What a student setting under an earlier name is now written as, its value a placeholder (the error line names
-    the key alone); None: a setting of today."""
+def moved(name: str, section: str = "students") -> Optional[str]:
+    """What a setting under an earlier name is now written as, its value a placeholder (the error line names the key
+    alone): a student's (`section` "students"), or one of a TRAINER_OPTIM section; None: a setting of today."""
+    if section in TRAINER_OPTIM:
+        return f"`optim: {{{name}: VALUE}}` (the optimizer's section)" if name in TRAINER_OPTIM[section] else None
     value = "WEIGHT" if name in LOSS_SETTINGS else "VALUE"
     if name in RENAMED:
         note = f" ({RENAME_NOTES[name]})" if name in RENAME_NOTES else ""
@@ -34,18 +43,22 @@ def moved(name: str) -> Optional[str]:
 
 
 # "WHERE: students.old.schedule: unknown setting; known: ..." (transferset.runtime.typed's line for a key no
-# section has), the key as the config wrote it: students.NAME.KEY, or KEY alone in a student's own file
-_UNKNOWN = re.compile(r"(?:^|: )((?:students\.[^.\s:]+\.)?)([A-Za-z_]+): unknown setting")
+# section has), the key as the config wrote it: students.NAME.KEY, teacher.KEY, compress.prune.KEY, or KEY alone in
+# a command's own file
+_UNKNOWN = re.compile(r"(?:^|: )((?:students\.[^.\s:]+\.|teacher\.|compress\.(?:prune|exits)\.)?)([A-Za-z_]+): "
+                      r"unknown setting")
 
 
 def explain(message: str) -> str:
-    """A config error's message with a line after each unknown student setting that is an earlier spelling: what it
-    is written as now, and that `transferset migrate` converts a run folder made before."""
+    """A config error's message with a line after each unknown setting that is an earlier spelling: what it is
+    written as now, and that `transferset migrate` converts a run folder made before."""
     out = []
     for line in message.splitlines():
         out.append(line)
         found = _UNKNOWN.search(line)
-        now = moved(found.group(2)) if found else None
+        section = found.group(1).rstrip(".") if found else ""
+        now = moved(found.group(2), "students" if not section or section.startswith("students.") else section) \
+            if found else None
         if now is not None:
             out.append(f"  `{found.group(1)}{found.group(2)}` is an earlier spelling: it is now {now}; rewrite it in "
                        "the config, and run `transferset migrate RUN_DIR` on a run folder made before")

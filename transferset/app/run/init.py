@@ -29,7 +29,7 @@ from transferset.sources.records import refuse_duplicate_columns
 STARTER_STUDENTS: dict[str, dict[str, Any]] = {
     "labels_only": {"student": "bilstm", "phases": "joint", "losses": {"ce": 1.0}, "epochs": 8, "patience": 2,
                     "trim_vocab": True, "freeze_embeddings": False},
-    "distilled": {"student": "bilstm", "preset": "tang", "phases": "joint",
+    "distilled": {"student": "bilstm", "model": {"shape": "tang"}, "phases": "joint",
                   "losses": {"kd": {"weight": 1.0, "temperature": 2.0}}, "epochs": 5, "patience": 2},
 }
 

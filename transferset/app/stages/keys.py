@@ -17,10 +17,9 @@ from typing import Any, Optional, Protocol, Sequence, runtime_checkable
 from students.losses import canonical
 from transferset import augment as augment_ops
 from transferset import fs
-from transferset.contract import schema
 from transferset.runtime import typed
 
-LAYOUT = 4  # the version of these rules and of a run folder's records
+LAYOUT = 5  # the version of these rules and of a run folder's records
 LAYOUT_FILE = ".transferset-run.json"  # RUN/LAYOUT_FILE: {"layout": LAYOUT}
 DAMAGED = -1  # read_layout: a record that names no layout (layout 1 wrote none, so one naming 1 or less is damaged)
 
@@ -55,14 +54,8 @@ def compressed(kind: str, cfg: Any) -> dict:
 
 
 def teacher(tc: Any) -> dict:
-    """A trained teacher's settings; its engine's precision `auto` (the default) keyed as fp32, the default it
-    replaced, so a folder trained at fp32 before keeps its key (a teacher `auto` trained at bf16 is reused under fp32
-    too: both are the teacher the run asked for at its default arithmetic)."""
-    settings = section(tc)
-    engine = settings.get("engine")
-    if isinstance(engine, dict) and engine.get("precision") == "auto":
-        settings["engine"] = {**engine, "precision": "fp32"}
-    return settings
+    """A trained teacher's settings (its engine's precision at its value: `auto` is not `fp32`)."""
+    return section(tc)
 
 
 def augment(a: Any, exclude: Sequence[str]) -> dict:
@@ -74,15 +67,10 @@ def augment(a: Any, exclude: Sequence[str]) -> dict:
 
 
 def score(sc: Any, members: int) -> dict:
-    """A score stage's settings: `combine` only with a teacher ensemble (one teacher's logits whatever the rule);
-    `precision` only when not the one a scored set leaves unrecorded (schema.UNRECORDED_PRECISION) nor `auto` (the
-    default, keyed as the fp32 it replaced, as keys.teacher keys the teacher's engine), so a folder scored before
-    keeps its key and its students; the scored set's metadata records the precision it was scored at."""
+    """A score stage's settings: `combine` only with a teacher ensemble (one teacher's logits whatever the rule)."""
     settings = section(sc)
     if members <= 1:
         settings.pop("combine", None)
-    if settings.get("precision") in (schema.UNRECORDED_PRECISION, "auto"):
-        settings.pop("precision")
     return settings
 
 

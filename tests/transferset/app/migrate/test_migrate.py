@@ -499,8 +499,8 @@ def test_a_student_keyed_by_an_earlier_form_and_trainers_finished_before_complet
 
 
 def test_a_killed_teachers_layout1_checkpoint_is_converted_so_it_resumes(tmp_path):
-    """Layout 1 fingerprinted a teacher's checkpoint with its engine section in the flat form, and an older
-    checkpoint held the recipe's state as one flat mapping: both are rewritten in today's form."""
+    """Layout 1 fingerprinted a teacher's checkpoint with its engine and optimizer settings in the flat form, and an
+    older checkpoint held the recipe's state as one flat mapping: both are rewritten in today's form."""
     import torch
 
     from transferset.runtime.typed import to_dict
@@ -512,6 +512,8 @@ def test_a_killed_teachers_layout1_checkpoint_is_converted_so_it_resumes(tmp_pat
     paths = dict(train="t.tsv", dev="d.tsv", output=str(tmp_path / "teacher"))
     today = teacher_train._checkpoints(cfg, paths["train"], paths["dev"], paths["output"])
     settings = {k: v for k, v in to_dict(cfg).items() if k not in teacher_train.RUNTIME_SETTINGS and k != "patience"}
+    settings = rules.flat_optim("teacher", settings)  # its lr and weight decay at the top, as before `optim:`
+    assert "optim" not in settings and settings["lr"] == 5e-5
     settings.update(rules.flat_form(settings.pop("engine"), to_dict(TeacherConfig().engine), legacy=("warmup",),
                                       ignore=("tracker",)))
     layout1 = {**today.fingerprint, "settings": json.dumps(settings, sort_keys=True, default=str)}
@@ -599,7 +601,7 @@ def assert_refused_then_reused(cfg, run: Path, field: str, earlier: dict[str, st
     done = migrate.migrate(str(run), log=lambda m: None)
     ran = [s for s in plan_stages(cfg, resolve_data(cfg.data, cfg.test)).stages if s.run is not None]
     assert done == {"reused": [s.name for s in ran], "resumed": [], "rerun": []}
-    assert keys.read_layout(str(run)) == keys.LAYOUT == 4
+    assert keys.read_layout(str(run)) == keys.LAYOUT == 5
     new = assert_converted(cfg, field, earlier)
     assert new["data"] == earlier["data"] and new["augment"] == earlier["augment"]
     assert new["teacher"] != earlier["teacher"]

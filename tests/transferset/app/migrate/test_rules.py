@@ -20,6 +20,12 @@ def test_the_flat_form_and_todays_convert_into_each_other():
     assert grouped_student({"kd": 1.0, "temperature": 2.0, "epochs": 3}) == {
         "epochs": 3, "losses": {"ce": 1.0, "mse": 1.0, "kd": {"weight": 1.0, "temperature": 2.0}}}
     assert grouped_student({"preset": "tinybert", "kd": 2.0}) == {"preset": "tinybert", "losses": {"kd": 2.0}}
-    assert grouped_student({"preset": "tang", "ce": 0.0, "mse": 0.0, "kd": 1.0})["losses"] == {
-        "ce": 0.0, "mse": 0.0, "kd": 1.0}  # a BiLSTM preset is a model shape; the zero weights as written
+    # a BiLSTM preset is its named shape now; the zero weights as written
+    assert grouped_student({"preset": "tang", "ce": 0.0, "mse": 0.0, "kd": 1.0}) == {
+        "model": {"shape": "tang"}, "losses": {"ce": 0.0, "mse": 0.0, "kd": 1.0}}
+    # and back: the shape a preset again, beside the rest of `model:`
+    flat = flat_student(typed.to_dict(typed.load(StudentConfig, {"model": {"shape": "tang", "layers": 2}}, "test")))
+    assert (flat["preset"], flat["model"]) == ("tang", {"layers": 2})
+    assert grouped_student({"preset": "xtremedistil", "model": {"layers": 2}})["model"] == {"shape": "xtremedistil",
+                                                                                          "layers": 2}
     assert grouped_student({"epochs": 3}) == {"epochs": 3}  # nothing to convert

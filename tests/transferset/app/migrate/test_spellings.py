@@ -32,9 +32,37 @@ def test_an_earlier_spelling_is_refused_as_unknown_and_the_command_says_its_spel
 
 
 def test_a_setting_of_today_or_of_another_section_gets_no_line(monkeypatch):
-    message = "run.yaml: teacher.lr: unknown setting; known: epochs\nrun.yaml: students.a.nonsense: unknown setting"
-    assert spellings.explain(message) == message  # the teacher's lr was never a student's; nonsense was never a name
+    message = "run.yaml: teacher.kd: unknown setting; known: epochs\nrun.yaml: students.a.nonsense: unknown setting"
+    assert spellings.explain(message) == message  # kd was never the teacher's; nonsense was never a name
     monkeypatch.setitem(spellings.RENAMED, "rate", "lr")  # a rename with no note: said in its own words
     said = spellings.explain("student.yaml: rate: unknown setting; known: lr")
     assert said.splitlines()[1] == ("  `rate` is an earlier spelling: it is now `lr: VALUE`; rewrite it in the config, "
                                     "and run `transferset migrate RUN_DIR` on a run folder made before")
+
+
+def test_the_teacher_prune_and_exits_optimizer_settings_are_under_optim_now(tmp_path, capsys):
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump({"data": str(tmp_path), "teacher": {"lr": 1e-4},
+                                    "compress": {"prune": {"grad_clip": 0.5}, "exits": {"weight_decay": 0.1}},
+                                    "students": {"s": {}}}))
+    assert cli.main(["run", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert ("`teacher.lr` is an earlier spelling: it is now `optim: {lr: VALUE}` (the optimizer's section); rewrite "
+            "it in the config") in err
+    assert "`compress.prune.grad_clip` is an earlier spelling: it is now `optim: {grad_clip: VALUE}`" in err
+    # exits never had a weight decay of its own: an unknown setting, no earlier spelling
+    assert "compress.exits.weight_decay: unknown setting" in err and "`compress.exits.weight_decay`" not in err
+
+
+def test_a_run_folders_config_of_before_reads_with_the_optimizer_settings_under_optim():
+    from transferset.app.migrate import teacher_fingerprint, today_names
+
+    raw = today_names({"teacher": {"epochs": 2, "lr": 1e-4, "weight_decay": 0.0},
+                       "compress": {"prune": {"lr": 1e-5, "grad_clip": 0.5}, "exits": {"lr": 1e-2, "epochs": 3}}})
+    assert raw == {"teacher": {"epochs": 2, "optim": {"lr": 1e-4, "weight_decay": 0.0}},
+                   "compress": {"prune": {"optim": {"lr": 1e-5, "grad_clip": 0.5}},
+                                "exits": {"epochs": 3, "optim": {"lr": 1e-2}}}}
+    import json
+    old = {"settings": json.dumps({"epochs": 2, "lr": 1e-4, "weight_decay": 0.01, "patience": 1}), "train": "t"}
+    settings = json.loads(teacher_fingerprint(old)["settings"])
+    assert settings["optim"] == {"lr": 1e-4, "weight_decay": 0.01, "grad_clip": 1.0} and "lr" not in settings

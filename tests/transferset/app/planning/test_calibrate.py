@@ -67,9 +67,13 @@ def test_the_load_the_rates_were_measured_under_is_recorded(tiny_teacher, monkey
     assert rates.load == 5.5 and rates.cores == calibrate.machine_load()[1] >= 1
 
 
-def test_a_bilstm_preset_that_does_not_exist_is_refused_at_the_plan(tiny_teacher):
-    cfg = _cfg(tiny_teacher, "students.distilled.preset=tnag")
-    with pytest.raises(UserError, match="unknown bilstm preset 'tnag'; known: "):
+def test_a_bilstm_shape_that_does_not_exist_is_refused_at_the_plan(tiny_teacher):
+    cfg = _cfg(tiny_teacher, "students.distilled.model.shape=tnag")
+    with pytest.raises(UserError, match=r"unknown bilstm shape 'tnag' \(model: \{shape: NAME\}\); known: tang, "):
+        measure_rates(cfg, Rows(100, 0, 10, sample=TEXTS), {"students.distilled"})
+    # a preset that was a shape says what to write instead
+    cfg = _cfg(tiny_teacher, "students.distilled.model={}", "students.distilled.preset=tang")
+    with pytest.raises(UserError, match=r"`preset: tang` is a BiLSTM shape: write `model: \{shape: tang\}`"):
         measure_rates(cfg, Rows(100, 0, 10, sample=TEXTS), {"students.distilled"})
 
 

@@ -43,7 +43,7 @@ def test_overrides_and_defaults_written_once():
                                             "augment.p_mask=0.3", "score.batch_size=64", "score.layers=-1,2"])
     assert (cfg.teacher.epochs, cfg.students["distilled"].epochs, cfg.data) == (1, 3, "/x")
     assert (cfg.augment.p_mask, cfg.score.batch_size, cfg.score.layers) == (0.3, 64, (-1, 2))
-    assert cfg.teacher.lr == 5e-5  # untouched settings keep the file's values
+    assert cfg.teacher.optim.lr == 5e-5  # untouched settings keep the file's values
     # What the YAML leaves out comes from the stage's dataclass: the one place a default is written.
     assert cfg.score.hidden == ScoreConfig().hidden and cfg.augment.p_ng == AugmentConfig().p_ng
     assert cfg.students["distilled"].optim.weight_decay == StudentConfig().optim.weight_decay
@@ -53,7 +53,7 @@ def test_overrides_and_defaults_written_once():
     ("students.distilled.epochs=abc", "students.distilled.epochs=abc: input should be a valid integer"),
     ("augment.n_iter=abc", "augment.n_iter=abc: input should be a valid integer"),
     ("teacher.epochs=abc", "teacher.epochs=abc: input should be a valid integer"),
-    ("teacher.lr=fast", "teacher.lr=fast: input should be a valid number"),
+    ("teacher.optim.lr=fast", "teacher.optim.lr=fast: input should be a valid number"),
     ("augment.p_mask=1.5", "augment.p_mask=1.5: input should be less than or equal to 1 (expected float)"),
     ("students.distilled.epochz=3", "students.distilled.epochz=3: students.distilled.epochz: unknown setting; known: student, phases, epochs"),
     ("teachr.epochs=3", "teachr.epochs=3: teachr: unknown setting; known: run_dir, data"),
@@ -281,9 +281,8 @@ def test_a_rerun_reuses_every_current_stage_and_redoes_what_changed_downstream(t
     # The derived keys are the ones the hand-written chain wrote before stages were data, so the run
     # directories made then are reused, not redone.
     score = load_config("configs/demo.yaml", base).score
-    # (`combine` counts only for a teacher ensemble: one teacher's key leaves it out, as before it existed;
-    # `precision` only when not fp32, the precision of every set scored before it existed)
-    settings = {k: v for k, v in typed.to_dict(score).items() if k not in ("combine", "precision")}
+    # (`combine` counts only for a teacher ensemble: one teacher's key leaves it out, as before it existed)
+    settings = {k: v for k, v in typed.to_dict(score).items() if k != "combine"}
     assert keys["score"] == stage_key("score", settings, [keys["augment"], keys["teacher"]])
 
 
@@ -688,7 +687,7 @@ def test_a_teacher_stage_killed_after_a_checkpoint_goes_on_from_it(tmp_path, sst
     assert (run_dir / "teacher" / "checkpoint" / "state.pt").exists()  # kept, not cleared with the folder
     # a checkpoint of other settings is not resumed: the folder is cleared and the teacher starts over
     matches["value"] = False
-    run_pipeline(load_config("configs/demo.yaml", [*base, "teacher.lr=1e-4"]), log=lambda m: None,
+    run_pipeline(load_config("configs/demo.yaml", [*base, "teacher.optim.lr=1e-4"]), log=lambda m: None,
                  functions=stages.functions())
     assert stages.seen["teacher_resume"] == [False, True, False]
     # cleared by the teacher's own output protocol (overwrite=True), not by the runner deleting the folder

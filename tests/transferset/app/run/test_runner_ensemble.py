@@ -78,10 +78,9 @@ def test_one_seed_is_the_single_teacher_and_its_score_key_is_unchanged(tmp_path,
     member = str(tmp_path / "r" / "teachers" / "seed4")
     assert [teacher for _, _, teacher, _ in rec.seen["score"]] == [member, member]  # a str: the old schema
     assert not result["outputs"].ensemble and rec.seen["test"][0] == (member, str(sst2_dir / "dev.tsv"))
-    # the score key leaves out `combine` with one teacher: run directories made before ensembles are reused (and
-    # `precision` at fp32, the precision of every set scored before it existed)
+    # the score key leaves out `combine` with one teacher: run directories made before ensembles are reused
     keys = {f: json.loads((tmp_path / "r" / f / STAGE_FILE).read_text())["key"] for f in ("transfer", "scored")}
-    old_settings = {k: v for k, v in typed.to_dict(cfg.score).items() if k not in ("combine", "precision")}
+    old_settings = {k: v for k, v in typed.to_dict(cfg.score).items() if k != "combine"}
     teacher_key = stage_key("teacher", {"members": 1}, [json.loads(
         (Path(member) / STAGE_FILE).read_text())["key"]])
     assert keys["scored"] == stage_key("score", old_settings, [keys["transfer"], teacher_key])

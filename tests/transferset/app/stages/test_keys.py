@@ -1,5 +1,6 @@
 """transferset/app/stages/keys.py: one test per key rule (layout-1 folders and their conversion: test_migrate.py)."""
 import dataclasses
+import json
 
 from transferset.app.stages import keys
 from transferset.config import AugmentConfig, EngineConfig, ScoreConfig, StudentConfig, TeacherConfig, ValidationConfig
@@ -9,12 +10,12 @@ def test_every_setting_is_in_the_key_at_its_value_defaults_included():
     settings = keys.teacher(TeacherConfig())
     expected = {f.name for f in dataclasses.fields(TeacherConfig)} - set(keys.EXECUTION)
     assert set(settings) == expected and settings["epochs"] == TeacherConfig().epochs
-    # the engine section whole, its precision auto (the default) keyed as fp32, the default before (keys.teacher)
-    assert settings["engine"] == {**dataclasses.asdict(TeacherConfig().engine), "precision": "fp32"}
+    # the engine section whole, its precision at its value (`auto` is not `fp32`: layout 4 keyed it so, migrate's V4)
+    assert settings["engine"] == dataclasses.asdict(TeacherConfig().engine)
     bf16, fp32 = (dataclasses.replace(TeacherConfig(), engine=dataclasses.replace(TeacherConfig().engine, precision=p))
                   for p in ("bf16", "fp32"))
-    assert keys.teacher(bf16)["engine"]["precision"] == "bf16"
-    assert keys.teacher(fp32) == settings != keys.teacher(bf16)
+    assert keys.teacher(bf16)["engine"]["precision"] == "bf16" and keys.teacher(fp32)["engine"]["precision"] == "fp32"
+    assert len({json.dumps(k, sort_keys=True) for k in (settings, keys.teacher(fp32), keys.teacher(bf16))}) == 3
 
 
 def test_changing_a_default_changes_the_key():
@@ -50,23 +51,11 @@ def test_score_keys_combine_only_with_an_ensemble():
     assert keys.score(ScoreConfig(combine="probs"), members=3)["combine"] == "probs"
 
 
-def test_score_keys_precision_only_when_not_fp32():
-    # Every set scored before the setting is fp32: their keys stand; bf16 is another stage.
-    assert "precision" not in keys.score(ScoreConfig(precision="fp32"), members=1)
-    assert keys.score(ScoreConfig(), members=1) == keys.score(ScoreConfig(precision="fp32"), members=1)
-    assert keys.score(ScoreConfig(precision="bf16"), members=1)["precision"] == "bf16"
-
-
-def test_score_keys_auto_as_the_fp32_it_replaced_on_every_machine(monkeypatch):
-    """`auto` (the default) is keyed as fp32 was, where the CPU has bfloat16 arithmetic too: a folder scored before
-    keeps its scored set and its students (its metadata says what it was scored at); bf16 asked for is another key."""
-    from transferset.training import engine
-
+def test_score_keys_its_precision_at_its_value():
+    # auto (the default), fp32 and bf16 are three keys; layout 4 keyed auto as fp32 (migrate's rules.V4)
     assert ScoreConfig().precision == "auto"
-    assert keys.score(ScoreConfig(), members=1) == keys.score(ScoreConfig(precision="fp32"), members=1)
-    monkeypatch.setattr(engine, "has_bf16", lambda device: True)
-    assert keys.score(ScoreConfig(), members=1) == keys.score(ScoreConfig(precision="fp32"), members=1)
-    assert keys.score(ScoreConfig(precision="bf16"), members=1)["precision"] == "bf16"
+    assert [keys.score(ScoreConfig(precision=p), members=1)["precision"] for p in ("auto", "fp32", "bf16")] == \
+        ["auto", "fp32", "bf16"]
 
 
 def test_student_keys_its_layer_texts_set_and_its_losses_in_one_form():
