@@ -144,9 +144,9 @@ def project(outputs: dict, proj: Optional[nn.Module]) -> dict:
     return {k: proj(v) if k in ("repr", "cls_layers") else v for k, v in outputs.items()}
 
 
-def model_values(defaults: dict, cfg: StudentConfig, known: set[str], what: str, fixed: dict) -> dict:
-    """Model settings: defaults < the config's `model:` < what the data fixes (vocabulary, classes)."""
-    values = {**defaults, **cfg.model, **fixed}
+def model_values(defaults: dict, model: Mapping[str, Any], known: set[str], what: str, fixed: dict) -> dict:
+    """Model settings: defaults < the config's `model:` (`model`) < what the data fixes (vocabulary, classes)."""
+    values = {**defaults, **model, **fixed}
     unknown = sorted(set(values) - known)
     if unknown:
         raise UserError(f"model: unknown {what} setting(s) {unknown}; known: {sorted(known)}")

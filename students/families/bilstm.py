@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 
 import torch
 import torch.nn as nn
@@ -205,8 +205,7 @@ def shaped(cfg: StudentConfig, fixed: dict, hidden_width: int) -> BiLSTM:
         raise UserError(f"unknown bilstm shape {shape!r} (model: {{shape: NAME}}); known: {', '.join(SHAPES)}")
     defaults = {"head_dim": hidden_width, **SHAPES.get(shape or "", {})}
     try:
-        model = BiLSTM(BiLSTMConfig(**model_values(defaults, replace(cfg, model=model), config_fields(), "BiLSTM",
-                                                   fixed)))
+        model = BiLSTM(BiLSTMConfig(**model_values(defaults, model, config_fields(), "BiLSTM", fixed)))
     except ValueError as exc:
         raise UserError(f"bilstm student: {exc}") from exc
     check_sparse(model.config.sparse, cfg)

@@ -155,7 +155,7 @@ def build(ctx: Context) -> Built:
 def shaped(cfg: StudentConfig, fixed: dict, hidden_width: int) -> Static:
     """The static student of these settings, untrained (Family.shaped): `model:` < `fixed`."""
     try:
-        model = Static(StaticConfig(**model_values({}, cfg, config_fields(), "static", fixed)))
+        model = Static(StaticConfig(**model_values({}, cfg.model, config_fields(), "static", fixed)))
     except (TypeError, ValueError) as exc:
         raise UserError(f"static student: {exc}") from exc
     check_sparse(model.config.sparse, cfg)

@@ -278,7 +278,7 @@ def build(ctx: Context) -> Built:
     tokens = teacher_wordpiece(cfg, ctx.meta, ctx.max_length)
     tconf = load_config(ctx.teacher_dir, remedy=NO_CODE_TRAIN)
     fixed = {"teacher_layers": int(tconf.num_hidden_layers)}
-    config = TransformerConfig(**model_values({}, cfg, config_fields(), "transformer", fixed))
+    config = TransformerConfig(**model_values({}, cfg.model, config_fields(), "transformer", fixed))
     other = reshaped(config, tconf)
     if other:
         # Another shape than the teacher's: random weights (the teacher's architecture and vocabulary only).
@@ -341,7 +341,7 @@ def build_pretrained(ctx: Context) -> Built:
     teacher_layers = teacher_depth(ctx.meta, ctx.teacher_dir)
     # teacher_layers 0: the set records no hidden spec and names no teacher directory (only pkd needs it).
     fixed = {"n_layer": depth, "teacher_layers": teacher_layers or 0}
-    config = TransformerConfig(**model_values({}, cfg, config_fields(), "transformer", fixed))
+    config = TransformerConfig(**model_values({}, cfg.model, config_fields(), "transformer", fixed))
     columns: list[str] = []
     if cfg.weight("pkd"):
         if not teacher_layers:

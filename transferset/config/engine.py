@@ -3,7 +3,7 @@ recovery and exits (`engine:` in YAML, `--engine-*` flags), and the optimizer of
 (`optim:`, as a student's: config.OptimConfig)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Literal, Optional
 
 from pydantic import with_config
@@ -66,7 +66,7 @@ def section_over(values: Any, name: str, defaults: dict) -> Any:
 class TrainerOptimConfig:
     """The optimizer (AdamW) of the teacher, prune's recovery and exits' branches, the `optim:` section a student
     has too (OptimConfig, which adds what only a student has): each field is a flag of its own name (`--lr 1e-3`);
-    what a section leaves out is its trainer's default (TEACHER_OPTIM, PRUNE_OPTIM, EXITS_OPTIM)."""
+    what a section leaves out is its trainer's default (TEACHER_OPTIM: these fields' own; PRUNE_OPTIM, EXITS_OPTIM)."""
 
     lr: Positive = 5e-5  # peak learning rate
     weight_decay: NonNegative = 0.01  # AdamW's (the teacher's: none on biases and LayerNorm weights)
@@ -75,7 +75,7 @@ class TrainerOptimConfig:
 
 # Each trainer's optimizer: the teacher fine-tunes as BERT was (5e-5); prune's recovery at a smaller rate; exits'
 # branches, small and trained from scratch, at 1e-3 without clipping.
-TEACHER_OPTIM = {"lr": 5e-5, "weight_decay": 0.01, "grad_clip": 1.0}
+TEACHER_OPTIM = asdict(TrainerOptimConfig())
 PRUNE_OPTIM = {"lr": 3e-5, "weight_decay": 0.01, "grad_clip": 1.0}
 EXITS_OPTIM = {"lr": 1e-3, "weight_decay": 0.01, "grad_clip": 0.0}
 

@@ -23,6 +23,7 @@ from typing import Any, Optional, Sequence
 from transferset import augment as augment_ops
 from transferset.app.stages import keys
 from transferset.config import OptimConfig
+from transferset.contract import schema
 from transferset.app.migrate.spellings import LOSS_SETTINGS, OPTIM_SETTINGS, RENAMED, SHAPE_PRESETS
 from transferset.config.precedence import DEFAULT_LOSSES, STUDENT_PRESETS, loss_weight
 from transferset.runtime import typed
@@ -296,7 +297,7 @@ class V4:
     @staticmethod
     def score(sc: Any, members: int) -> dict:
         settings = keys.score(sc, members)
-        if settings.get("precision") in ("fp32", "auto"):
+        if settings.get("precision") in (schema.UNRECORDED_PRECISION, "auto"):
             settings.pop("precision")
         return settings
 
