@@ -69,7 +69,7 @@ def score_set(train: str, teacher: str, out: str) -> str:
 def student_rows_per_second(scored: str, dev: str, out: str, values: dict, engine: EngineConfig) -> float:
     from students.trainer import train
 
-    cfg = typed.load(StudentConfig, {"epochs": 1, "latency_examples": 16, **values}, "gpu_check")
+    cfg = typed.load(StudentConfig, {"epochs": 1, "report": {"latency_examples": 16}, **values}, "gpu_check")
     cfg = StudentConfig(**{**cfg.__dict__, "engine": engine})
     return float(train(cfg, scored, dev, out, progress=False)["train_rows_per_second"])
 

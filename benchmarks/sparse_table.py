@@ -23,12 +23,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from transferset.app.planning.calibrate import training_step  # noqa: E402
-from transferset.config import StudentConfig  # noqa: E402
+from transferset.config import StudentConfig, VocabConfig  # noqa: E402
 from transferset.runtime.timing import measure, ratios  # noqa: E402
 
 SST2 = ROOT.parent / "shared" / "data" / "sst2" / "train.tsv"
-MODES = {"fixed table": {}, "AdamW over the table": {"freeze_embeddings": False},
-         "lazy Adam (sparse)": {"freeze_embeddings": False, "model": {"sparse": True}}}
+MODES = {"fixed table": {}, "AdamW over the table": {"vocab": VocabConfig(freeze_embeddings=False)},
+         "lazy Adam (sparse)": {"vocab": VocabConfig(freeze_embeddings=False), "model": {"sparse": True}}}
 
 
 def stepper(family_name: str, settings: dict, tokenizer, max_length: int):

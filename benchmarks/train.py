@@ -42,7 +42,7 @@ from students.phases import phases  # noqa: E402
 from students.build import setup  # noqa: E402
 from students.student import Student  # noqa: E402
 from transferset import sources  # noqa: E402
-from transferset.config import StudentConfig  # noqa: E402
+from transferset.config import StudentConfig, StudentDataConfig, StudentReportConfig  # noqa: E402
 from transferset.contract import schema  # noqa: E402
 from transferset.runtime.threads import set_torch_threads  # noqa: E402
 from transferset.runtime.timing import measure  # noqa: E402
@@ -148,13 +148,15 @@ def main(argv=None) -> int:
         scored = os.path.join(tmp, "scored")
         score_seconds = write_scored(Path(scored), examples, teacher, teacher_dir)
         model = {"shape": args.shape} if args.shape else {}
-        cfg = StudentConfig(student="bilstm", threads=args.threads, max_length=args.max_length, model=model)
+        cfg = StudentConfig(student="bilstm", threads=args.threads, data=StudentDataConfig(max_length=args.max_length),
+                            model=model)
         dev_small = os.path.join(tmp, "dev.tsv")
         with open(dev_tsv, encoding="utf-8") as src, open(dev_small, "w", encoding="utf-8") as dst:
             dst.writelines(src.readlines()[:201])  # 200 dev rows: the per-epoch evaluation is not timed
-        recipe_cfg = StudentConfig(student="bilstm", threads=args.threads, max_length=args.max_length,
-                                   model=model, epochs=args.epochs, patience=args.epochs + 1,
-                                   latency_examples=16)
+        recipe_cfg = StudentConfig(student="bilstm", threads=args.threads,
+                                   data=StudentDataConfig(max_length=args.max_length), model=model,
+                                   epochs=args.epochs, patience=args.epochs + 1,
+                                   report=StudentReportConfig(latency_examples=16))
         recipe = [recipe_rows_per_second(scored, dev_small, os.path.join(tmp, "recipe"), recipe_cfg)
                   for _ in range(args.rounds)]
         if args.recipe_only:

@@ -78,7 +78,7 @@ def setup(cfg: StudentConfig, scored: Union[str, ScoredSet]) -> Setup:
     set_torch_threads(cfg.threads)
     check_outputs(fam, cfg)
 
-    max_length = cfg.max_length or int(meta.get(schema.META_MAX_LENGTH) or DEFAULT_MAX_LENGTH)
+    max_length = cfg.data.max_length or int(meta.get(schema.META_MAX_LENGTH) or DEFAULT_MAX_LENGTH)
     init_seed = seeds.torch_seed(seeds.stream(cfg.seed, seeds.INIT))
     ctx = Context(cfg, teacher_files.teacher_dir(cfg, meta), meta, label_names, hidden_width, scored.path,
                   scored.column_names, max_length, init_seed)
@@ -86,9 +86,9 @@ def setup(cfg: StudentConfig, scored: Union[str, ScoredSet]) -> Setup:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(init_seed)
         built = fam.build(ctx)  # a family's build may refuse other tokens with its own reason first
-        if cfg.tokens not in fam.tokens:
-            raise UserError(f"the {fam.name} student is built on `tokens: {' | '.join(fam.tokens)}`; drop "
-                            f"`tokens: {cfg.tokens}`")
+        if cfg.vocab.tokens not in fam.tokens:
+            raise UserError(f"the {fam.name} student is built on `vocab: {{tokens: {' | '.join(fam.tokens)}}}`; drop "
+                            f"`vocab: {{tokens: {cfg.vocab.tokens}}}`")
         online_teacher = online.make(ctx, built)
     if (cfg.weight("repr") or cfg.phases == "progressive") and built.repr_width != hidden_width \
             and built.projection is None:

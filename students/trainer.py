@@ -143,7 +143,7 @@ def train_batches(s: Setup, transfer_dir: str, seed, labeled_only: bool = False,
     """One epoch of the run's minibatches (students.data.iter_train_batches with its settings): with
     several processes, this rank's rows of it; `needs`: what the phase's losses read (None: every cached column)."""
     return iter_train_batches(transfer_dir, s.tokens, seed, batch_size=s.cfg.batch_size,
-                              shuffle_rows=s.cfg.shuffle_rows, pkd_columns=s.pkd_columns,
+                              shuffle_rows=s.cfg.data.shuffle_rows, pkd_columns=s.pkd_columns,
                               labeled_only=labeled_only, rank=rank, world=world, text_only=text_only, needs=needs)
 
 
@@ -238,12 +238,12 @@ TRAINING_LATENCY_NOTE = ("CPU ms per example, tokenization included, this studen
 
 def evaluate_run(s: Setup, student: Student, transfer_dir: str, dev: EvalData) -> dict:
     cfg = s.cfg
-    timed = timing.measure({"student": student.logits}, dev.texts[:cfg.latency_examples])
+    timed = timing.measure({"student": student.logits}, dev.texts[:cfg.report.latency_examples])
     dev_pred = student.predict_ids(dev.texts, dev.texts_b)
     if dev.teacher_labels is not None:
         agreement, agreement_on = float((dev_pred == dev.teacher_labels).mean()), f"dev ({len(dev.texts)} rows)"
     else:
-        agreement, n_rows = teacher_agreement_on_transfer(student, transfer_dir, cfg.agreement_rows)
+        agreement, n_rows = teacher_agreement_on_transfer(student, transfer_dir, cfg.report.agreement_rows)
         agreement_on = f"transfer set, first {n_rows} rows (training rows: dev has no teacher columns)"
     dev_counts = np.bincount(dev.labels[dev.labels != NO_LABEL], minlength=len(s.label_names))
     return {
@@ -312,8 +312,8 @@ class StudentJob(Job):
         cfg = self.cfg
         transfer.data_files(self.transfer_dir)  # a folder holding no transfer set at all says so first
         require_input(self.dev_path, "--dev")
-        scored = ScoredSet.open(self.transfer_dir, allow_incomplete=cfg.allow_incomplete)  # the one check of the set
-        self.dev = read_eval_data(self.dev_path, scored.label_names, text_b_column=cfg.dev_text_b_column)
+        scored = ScoredSet.open(self.transfer_dir, allow_incomplete=cfg.data.allow_incomplete)  # the one check of the set
+        self.dev = read_eval_data(self.dev_path, scored.label_names, text_b_column=cfg.data.dev_text_b_column)
         self.s = s = setup(cfg, scored)
         self.student = Student.from_setup(s)
         try:
@@ -366,7 +366,7 @@ class StudentJob(Job):
 def fingerprint(cfg: StudentConfig, transfer_dir: str, dev_path: str, engine: Engine) -> dict:
     """What a checkpoint must share with the run resuming it: the settings that decide the steps, the
     inputs, and the process count (each rank's rows depend on it)."""
-    ignored = {"resume", "checkpoint_steps", "threads", "latency_examples", "agreement_rows"}
+    ignored = {"resume", "checkpoint_steps", "threads", "report"}  # report: the figures after training
     settings = {k: v for k, v in typed.to_dict(cfg).items() if k not in ignored}
     settings["losses"] = canonical(cfg.losses)  # one form whatever its spelling
     # where and how it is logged decide no step; the precision and the schedule do

@@ -33,8 +33,8 @@ TRAIN_ROWS, DEV_ROWS, MAX_LENGTH = 24, 24, 32
 LAYERS = (-1, 2)  # teacher_hidden and teacher_hidden_l2: the pkd targets of a 2-layer student of a 4-layer teacher
 # The large-vocabulary kinds (byte-level BPE, Unigram: 50k-250k pieces in real checkpoints) train trimmed.
 TRIMMED = {f for f, kind in testing.FAMILIES.items() if kind != "wordpiece"}
-STUDENT = {"epochs": 1, "batch_size": 32, "threads": 1, "latency_examples": 1, "agreement_rows": 64,
-           "max_length": MAX_LENGTH}
+STUDENT = {"epochs": 1, "batch_size": 32, "threads": 1, "report": {"latency_examples": 1, "agreement_rows": 64},
+           "data": {"max_length": MAX_LENGTH}}
 BILSTM = testing.small_student(16, **STUDENT, student="bilstm", model={"head_dim": 16})
 # A 2-layer student cut from the 4-layer teacher (skip: layers 2 and 4) on every loss at once, in one phase:
 # TinyBERT's preset (embedding, hidden and attention-score MSE, KD) with MiniLM's attention and value-relation
@@ -180,7 +180,7 @@ def test_bilstm_on_each_family_score_train_evaluate_export_predict(family, data,
     scored_dir = scored(family)
     tok = _check_scores(scored_dir, teacher_dir)
     out = tmp_path / "bilstm"
-    _train(scored_dir, data["dev"], out, {**BILSTM, "trim_vocab": family in TRIMMED})
+    _train(scored_dir, data["dev"], out, {**BILSTM, "vocab": {"trim_vocab": family in TRIMMED}})
     student = Student.from_pretrained(str(out))
     tokens = student.tokens
     assert tokens.tokenizer.get_vocab() == tok.get_vocab()  # the teacher's tokenizer, whatever its kind

@@ -24,7 +24,7 @@ import builders as testing
 from tolerances import tiny_bert
 
 TRAIN_ROWS, DEV_ROWS = 120, 60
-STUDENT = {"student": "bilstm", "epochs": 1, "losses": {"ce": 1.0, "mse": 1.0}, "batch_size": 32, "latency_examples": 8,
+STUDENT = {"student": "bilstm", "epochs": 1, "losses": {"ce": 1.0, "mse": 1.0}, "batch_size": 32, "report": {"latency_examples": 8},
            "threads": 1, "model": {"embed_dim": 16, "hidden": 16, "head_dim": 32}}
 
 

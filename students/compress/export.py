@@ -128,9 +128,9 @@ def graph_of(student: Student) -> tuple[nn.Module, list[str], list[str]]:
     """→ (module to trace, the inputs it takes, the inputs the graph declares: the tokenizer's)."""
     tokens = student.tokens
     if not isinstance(tokens, WordPieceTokens):
-        raise UserError(f"export: this {student.family.name} student uses `tokens: {tokens.kind}`, which has no "
+        raise UserError(f"export: this {student.family.name} student uses `vocab: {{tokens: {tokens.kind}}}`, which has no "
                         "Hugging Face tokenizer to save beside the graph; export a student trained with "
-                        "`tokens: wordpiece` (the default)")
+                        "`vocab: {tokens: wordpiece}` (the default)")
     declared = tokenizer_inputs(tokens.tokenizer)
     if student.family.export_graph is not None:  # the family's own graph (the BiLSTM's: students/families/bilstm_onnx.py)
         return student.family.export_graph(student.model, tokens).eval(), ["input_ids", "attention_mask"], declared

@@ -16,7 +16,7 @@ from transferset.runtime.errors import ConfigError, UserError
 # Students have no opt-in to a model's own Python code (StudentConfig has no trust_remote_code field): a
 # directory with an auto_map is refused by transferset.models.loading's check, and its message ends with these.
 NO_CODE_TRAIN = ("students do not run a model's own code: use a tokenizer and teacher directory without auto_map, "
-                 "or train with `tokens: words` and `embed_init: random`, which read no file of the teacher")
+                 "or train with `vocab: {tokens: words, embed_init: random}`, which read no file of the teacher")
 NO_CODE_PRETRAINED = "students do not run a model's own code: start from a checkpoint without auto_map"
 NO_CODE_LOAD = "students do not run a model's own code: evaluate, predict and export take models without auto_map"
 
@@ -127,7 +127,7 @@ def tokenizer_dir(cfg: StudentConfig, meta: dict) -> str:
     if isinstance(meta.get(schema.META_TOKENIZER), str):
         return meta[schema.META_TOKENIZER]  # maybe a cached hub name; WordPieceTokens explains a failure
     raise UserError("the transfer set names no tokenizer directory; set `tokenizer: PATH` (the teacher's "
-                    "directory) in the --config YAML, or `tokens: words`")
+                    "directory) in the --config YAML, or `vocab: {tokens: words}`")
 
 
 def no_teacher_dir(meta: dict, what: str, instead: str) -> UserError:

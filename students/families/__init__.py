@@ -120,9 +120,9 @@ def settled(cfg: StudentConfig) -> StudentConfig:
 def frozen_embeddings(cfg: StudentConfig) -> bool:
     """Whether the embedding table stays fixed: `freeze_embeddings`, else (None) for a family built on the teacher's
     vectors whose `embed_init` is not random."""
-    if cfg.freeze_embeddings is not None:
-        return cfg.freeze_embeddings
-    return get(cfg.student).teacher_vectors and cfg.embed_init != "random"
+    if cfg.vocab.freeze_embeddings is not None:
+        return cfg.vocab.freeze_embeddings
+    return get(cfg.student).teacher_vectors and cfg.vocab.embed_init != "random"
 
 
 def projection(student_width: int, teacher_width: int) -> Optional[nn.Linear]:

@@ -170,12 +170,12 @@ def student_tokens(ctx: Context):
     Shared with the static family (students/families/static.py): both embed the same tokens."""
     cfg = ctx.cfg
     wordpiece = None
-    if cfg.tokens == "wordpiece" or cfg.embed_init != "random":
+    if cfg.vocab.tokens == "wordpiece" or cfg.vocab.embed_init != "random":
         wordpiece = teacher_wordpiece(cfg, ctx.meta, ctx.max_length)
-    if cfg.tokens == "words":
+    if cfg.vocab.tokens == "words":
         texts = (t for batch in iter_texts(ctx.transfer_dir) for t in batch)
-        return WordTokens.build(texts, ctx.max_length, cfg.min_count, cfg.max_vocab), wordpiece
-    if cfg.trim_vocab:
+        return WordTokens.build(texts, ctx.max_length, cfg.vocab.min_count, cfg.vocab.max_vocab), wordpiece
+    if cfg.vocab.trim_vocab:
         keep = wordpiece.seen_ids(iter_texts(ctx.transfer_dir))
         return WordPieceTokens(wordpiece.tokenizer, ctx.max_length, keep=keep), wordpiece
     return wordpiece, wordpiece
@@ -188,7 +188,7 @@ def build(ctx: Context) -> Built:
     fixed = {"vocab_size": tokens.vocab_size, "num_classes": len(ctx.label_names), "pad_id": tokens.pad_id}
     model = shaped(cfg, fixed, ctx.hidden_width)
     config = model.config
-    if cfg.embed_init != "random":
+    if cfg.vocab.embed_init != "random":
         model.init_embeddings(initial_vectors(ctx, tokens, wordpiece, config.embed_dim))
     return Built(model, tokens, config, config.head_dim, [])
 
@@ -228,7 +228,7 @@ def check_sparse(sparse: bool, cfg: StudentConfig) -> None:
     writes the whole table. Without weight decay on the table, and only for a table that trains."""
     if sparse and frozen_embeddings(cfg):
         raise UserError("model: {sparse: true} is for a word table that trains; this one is fixed (set "
-                        "`freeze_embeddings: false`, or drop `sparse`)")
+                        "`vocab: {freeze_embeddings: false}`, or drop `sparse`)")
 
 
 def initial_vectors(ctx: Context, tokens, wordpiece, dim: int) -> torch.Tensor:
@@ -236,8 +236,8 @@ def initial_vectors(ctx: Context, tokens, wordpiece, dim: int) -> torch.Tensor:
     WordPiece rows): the teacher's input embeddings PCA'd to `dim`, or word2vec / model2vec vectors
     (students/data/vectors.py). The static family's too."""
     if ctx.teacher_dir is None:
-        raise no_teacher_dir(ctx.meta, f"embed_init: {ctx.cfg.embed_init}", "`embed_init: random`")
-    method, started = ctx.cfg.embed_init, time.perf_counter()
+        raise no_teacher_dir(ctx.meta, f"embed_init: {ctx.cfg.vocab.embed_init}", "`vocab: {embed_init: random}`")
+    method, started = ctx.cfg.vocab.embed_init, time.perf_counter()
     # teacher and contextual: PCA after trimming / pooling into words, on the axes of the rows the student keeps
     if method == "teacher":
         table = teacher_input_embeddings(ctx.teacher_dir, len(wordpiece.tokenizer))  # (V_wp, H_t)

@@ -143,7 +143,7 @@ def build(ctx: Context) -> Built:
     fixed = {"vocab_size": tokens.vocab_size, "num_classes": len(ctx.label_names), "pad_id": tokens.pad_id}
     model = shaped(cfg, fixed, ctx.hidden_width)
     config = model.config
-    if cfg.embed_init != "random":
+    if cfg.vocab.embed_init != "random":
         model.init_embeddings(initial_vectors(ctx, tokens, wordpiece, config.embed_dim))
     # repr (and the progressive phase plan's stage 1) compare the MLP's output with teacher_hidden: through
     # a projection when the widths differ, as a narrow transformer's do.

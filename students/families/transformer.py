@@ -266,10 +266,10 @@ def build(ctx: Context) -> Built:
     cfg = ctx.cfg
     if cfg.model.get("pretrained") is not None:
         return build_pretrained(ctx)
-    if cfg.tokens == "words":
-        raise UserError("the transformer student uses the teacher's WordPiece tokens; drop `tokens: words`")
-    if cfg.embed_init not in ("teacher", "random"):
-        raise UserError(f"embed_init: {cfg.embed_init} builds a BiLSTM's word vectors; a transformer student "
+    if cfg.vocab.tokens == "words":
+        raise UserError("the transformer student uses the teacher's WordPiece tokens; drop `vocab: {tokens: words}`")
+    if cfg.vocab.embed_init not in ("teacher", "random"):
+        raise UserError(f"embed_init: {cfg.vocab.embed_init} builds a BiLSTM's word vectors; a transformer student "
                         "takes embed_init: teacher or random")
     check_preset(cfg.preset)
     if ctx.teacher_dir is None:
@@ -291,7 +291,7 @@ def build(ctx: Context) -> Built:
         model = make_model(tconf, config, ctx.label_names, layer_map)
         if config.init != "random":
             load_teacher(model, teacher_state(ctx.teacher_dir), layer_map, config.copy_classifier)
-        elif "hidden_size" in other and cfg.embed_init == "teacher":
+        elif "hidden_size" in other and cfg.vocab.embed_init == "teacher":
             project_embeddings(model, teacher_state(ctx.teacher_dir))
     except ValueError as exc:
         raise UserError(f"transformer student: {exc}") from exc
@@ -318,9 +318,9 @@ def build_pretrained(ctx: Context) -> Built:
     name = cfg.model["pretrained"]
     if not isinstance(name, str) or not name:
         raise UserError(f"model: pretrained = {name!r}: give a hub name or a checkpoint directory")
-    if cfg.tokens == "words" or cfg.tokenizer:
+    if cfg.vocab.tokens == "words" or cfg.tokenizer:
         raise UserError(f"model: pretrained {name!r} tokenizes with the checkpoint's own tokenizer; drop "
-                        + ("`tokens: words`" if cfg.tokens == "words" else f"`tokenizer: {cfg.tokenizer}`"))
+                        + ("`vocab: {tokens: words}`" if cfg.vocab.tokens == "words" else f"`tokenizer: {cfg.tokenizer}`"))
     check_preset(cfg.preset)
     copy_only = [k for k in TEACHER_COPY if k in cfg.model]
     if copy_only:

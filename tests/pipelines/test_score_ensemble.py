@@ -184,7 +184,7 @@ def test_unknown_combine_is_a_usage_error(tmp_path, transfer_dir, teachers, caps
 def test_a_student_trains_on_the_ensemble(ensemble_scored, tmp_path, capsys):
     dev = tmp_path / "dev.tsv"
     dev.write_text("sentence\tlabel\n" + "".join(f"{t}\t{i % 2}\n" for i, t in enumerate(TEXTS)))
-    testing.write_student_config(str(tmp_path / "small.yaml"), embed_init="random")
+    testing.write_student_config(str(tmp_path / "small.yaml"), vocab={"embed_init": "random"})
     out = tmp_path / "student"
     rc = cli.main(["train", "--no-progress", "--transfer", ensemble_scored, "--dev", str(dev), "--output", str(out),
                    "--epochs", "1", "--config", str(tmp_path / "small.yaml")])

@@ -199,7 +199,7 @@ def small_bilstm_config():
     """small_bilstm_config(path, **settings): a YAML config for a small, fast BiLSTM
     (transferset.testing.small_student), 96 wide."""
     def write(path: Path, **extra) -> str:
-        return testing.write_student_config(str(path), 96, **{"latency_examples": 64, **extra})
+        return testing.write_student_config(str(path), 96, **{"report": {"latency_examples": 64}, **extra})
     return write
 
 

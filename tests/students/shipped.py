@@ -25,11 +25,11 @@ from transferset.contract import schema
 # travel with it) and max-pooling, the `tang` BiLSTM (last states), a 2-layer transformer; the static
 # student (tests/students/families/test_static.py).
 STUDENTS = {
-    "bilstm": {"student": "bilstm", "trim_vocab": True, "model": {"embed_dim": 24, "hidden": 16}},
+    "bilstm": {"student": "bilstm", "vocab": {"trim_vocab": True}, "model": {"embed_dim": 24, "hidden": 16}},
     "tang": {"student": "bilstm", "model": {"shape": "tang", "embed_dim": 24, "hidden": 12, "head_dim": 16}},
     "transformer": {"student": "transformer", "model": {"n_layer": 2}},
     # the static family (mean+max pooled vectors, an MLP), trimmed vocabulary as the BiLSTM's
-    "static": {"student": "static", "trim_vocab": True, "model": {"embed_dim": 24, "hidden": 16}},
+    "static": {"student": "static", "vocab": {"trim_vocab": True}, "model": {"embed_dim": 24, "hidden": 16}},
 }
 ROWS = 128
 
@@ -67,7 +67,7 @@ def trained(tmp_path_factory, name: str, scored_dir: str, dev: str) -> Path:
         return out
     base.mkdir(parents=True, exist_ok=True)
     config = base / "cfg.yaml"
-    config.write_text(yaml.safe_dump({"threads": 1, "latency_examples": 8, **STUDENTS[name]}))
+    config.write_text(yaml.safe_dump({"threads": 1, "report": {"latency_examples": 8}, **STUDENTS[name]}))
     rc = main(["train", "--transfer", scored_dir, "--dev", dev, "--output", str(out), "--epochs", "1",
                "--no-progress", "--config", str(config)])
     assert rc == 0

@@ -26,7 +26,7 @@ def test_one_registry_knows_every_family_and_names_them_on_a_typo():
     ({"student": "bilstm", "optim": OptimConfig(lr=0.01)}, 0.01),
 ])
 def test_the_learning_rate_is_the_familys_default_unless_set(tiny_scored_dir, values, lr):
-    s = setup(StudentConfig(embed_init="random", **values), tiny_scored_dir)
+    s = setup(StudentConfig(vocab={"embed_init": "random"}, **values), tiny_scored_dir)
     assert make_optimizer(s, list(s.model.parameters())).param_groups[0]["lr"] == lr
 
 
@@ -65,14 +65,14 @@ def test_a_transformer_student_copies_the_teacher_layers_its_init_names(tiny_sco
 
 
 def test_bilstm_trims_the_vocabulary_and_random_init_differs_by_seed(tiny_scored_dir):
-    a = setup(StudentConfig(model={"embed_dim": 8, "hidden": 8}, embed_init="random", seed=0, trim_vocab=True),
+    a = setup(StudentConfig(model={"embed_dim": 8, "hidden": 8}, vocab={"embed_init": "random", "trim_vocab": True}, seed=0),
               tiny_scored_dir)
     assert a.tokens.keep is not None and a.model.embed.num_embeddings == len(a.tokens.keep) < a.tokens.tokenizer.vocab_size
-    full = setup(StudentConfig(model={"embed_dim": 8, "hidden": 8}, embed_init="random"), tiny_scored_dir)
+    full = setup(StudentConfig(model={"embed_dim": 8, "hidden": 8}, vocab={"embed_init": "random"}), tiny_scored_dir)
     assert full.tokens.keep is None and full.model.embed.num_embeddings == full.tokens.tokenizer.vocab_size
-    b = setup(StudentConfig(model={"embed_dim": 8, "hidden": 8}, embed_init="random", seed=0, trim_vocab=True),
+    b = setup(StudentConfig(model={"embed_dim": 8, "hidden": 8}, vocab={"embed_init": "random", "trim_vocab": True}, seed=0),
               tiny_scored_dir)
-    c = setup(StudentConfig(model={"embed_dim": 8, "hidden": 8}, embed_init="random", seed=1, trim_vocab=True),
+    c = setup(StudentConfig(model={"embed_dim": 8, "hidden": 8}, vocab={"embed_init": "random", "trim_vocab": True}, seed=1),
               tiny_scored_dir)
     assert torch.equal(a.model.lstm.weight_ih_l0, b.model.lstm.weight_ih_l0)
     assert not torch.equal(a.model.lstm.weight_ih_l0, c.model.lstm.weight_ih_l0)
@@ -96,14 +96,14 @@ def test_pkd_refuses_a_set_without_the_layers_it_needs(tiny_scored_dir):
 
 
 @pytest.mark.parametrize("values, message", [
-    ({"student": "transformer", "tokens": "words"}, "the transformer student uses the teacher's WordPiece tokens"),
+    ({"student": "transformer", "vocab": {"tokens": "words"}}, "the transformer student uses the teacher's WordPiece tokens"),
     ({"student": "transformer", "preset": "tang"}, "preset 'tang' is not a transformer preset"),
     ({"student": "transformer", "model": {"shape": "tang"}}, "unknown transformer setting(s) ['shape']"),
     ({"student": "transformer", "model": {"n_layer": 5}}, "a 5-layer student cannot take layers from a 4-layer"),
     ({"student": "transformer", "model": {"d_model": 8}}, "unknown transformer setting(s) ['d_model']"),
     ({"student": "bilstm", "losses": {"ce": 1.0, "mse": 1.0, "pkd": 1.0}}, "pkd loss needs a transformer student"),
     ({"student": "bilstm", "model": {"hiden": 3}}, "unknown BiLSTM setting(s) ['hiden']"),
-    ({"student": "transformer", "embed_init": "model2vec"}, "a transformer student takes embed_init: teacher or"),
+    ({"student": "transformer", "vocab": {"embed_init": "model2vec"}}, "a transformer student takes embed_init: teacher or"),
 ])
 def test_setup_refuses_settings_that_do_not_fit_the_family(tiny_scored_dir, values, message):
     with pytest.raises(UserError) as err:
@@ -117,7 +117,7 @@ def test_bilstm_word_vectors_come_from_embed_init_over_the_kept_ids_and_stay_fro
     from students.data import iter_texts
     from students.data.vectors import embedding_table
 
-    cfg = StudentConfig(model={"embed_dim": 8, "hidden": 8}, embed_init=method, trim_vocab=True, seed=2)
+    cfg = StudentConfig(model={"embed_dim": 8, "hidden": 8}, vocab={"embed_init": method, "trim_vocab": True}, seed=2)
     s = setup(cfg, tiny_scored_dir)
     init_seed = seeds.torch_seed(seeds.stream(2, seeds.INIT))  # what setup hands the family
     table = embedding_table(s.tokens.tokenizer, tiny_teacher4, 8, method, iter_texts(tiny_scored_dir), init_seed)
@@ -133,8 +133,7 @@ def test_contextual_vectors_are_pcad_after_trimming_like_the_teachers_rows(tiny_
     from students.data.tokens import pca_project
     from students.data.vectors import contextual_table
 
-    cfg = StudentConfig(student=student, model={"embed_dim": 8, "hidden": 8}, embed_init="contextual",
-                        trim_vocab=True, seed=2)
+    cfg = StudentConfig(student=student, model={"embed_dim": 8, "hidden": 8}, vocab={"embed_init": "contextual", "trim_vocab": True}, seed=2)
     s = setup(cfg, tiny_scored_dir)
     init_seed = seeds.torch_seed(seeds.stream(2, seeds.INIT))
     wide = contextual_table(s.tokens.tokenizer, tiny_teacher4, iter_texts(tiny_scored_dir), s.tokens.max_length)
@@ -147,7 +146,7 @@ def test_contextual_vectors_are_pcad_after_trimming_like_the_teachers_rows(tiny_
 
 @pytest.mark.parametrize("student", ["bilstm", "static"])
 def test_a_sparse_table_learns_by_lazy_adam_only_in_the_rows_a_batch_used(tiny_scored_dir, student):
-    cfg = StudentConfig(student=student, model={"embed_dim": 8, "hidden": 8, "sparse": True}, embed_init="random",
+    cfg = StudentConfig(student=student, model={"embed_dim": 8, "hidden": 8, "sparse": True}, vocab={"embed_init": "random"},
                         optim=OptimConfig(lr=0.01, embed_lr=0.003), threads=1)
     s = setup(cfg, tiny_scored_dir)
     opt = make_optimizer(s, list(s.model.parameters()))
@@ -172,7 +171,7 @@ def test_a_sparse_table_that_is_kept_fixed_is_refused(tiny_scored_dir, student):
 
 
 def test_embed_lr_gives_the_table_its_own_optimizer_group(tiny_scored_dir):
-    s = setup(StudentConfig(model={"embed_dim": 8, "hidden": 8}, embed_init="random",
+    s = setup(StudentConfig(model={"embed_dim": 8, "hidden": 8}, vocab={"embed_init": "random"},
                             optim=OptimConfig(lr=0.01, embed_lr=0.001)),
               tiny_scored_dir)
     groups = make_optimizer(s, list(s.model.parameters())).param_groups

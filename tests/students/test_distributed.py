@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def _launch(tmp_path, transfer, dev, config: dict, processes: int = 2, name: str = "out", kill_at=None):
     record = tmp_path / f"record-{name}"
     record.mkdir(exist_ok=True)
-    spec = {"config": {"threads": 1, "latency_examples": 16, **config}, "transfer": transfer, "dev": dev,
+    spec = {"config": {"threads": 1, "report": {"latency_examples": 16}, **config}, "transfer": transfer, "dev": dev,
             "output": str(tmp_path / name), "record": str(record), "kill_at": kill_at}
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
@@ -59,7 +59,7 @@ def _check(out, ranks, states, rows: int, epochs: int, batch_size: int):
 @pytest.mark.parametrize("sparse", [False, True])  # True: DDP all-reduces the word table's sparse gradients
 def test_two_processes_train_a_bilstm_on_disjoint_rows(tmp_path, tiny_scored_dir, sst2_dev200, sparse):
     out, ranks, states = _launch(tmp_path, tiny_scored_dir, sst2_dev200,
-                                 {"epochs": 2, "batch_size": 16, "patience": 5, "embed_init": "random",
+                                 {"epochs": 2, "batch_size": 16, "patience": 5, "vocab": {"embed_init": "random"},
                                   "model": {"embed_dim": 16, "hidden": 16, "sparse": sparse}})
     metrics = _check(out, ranks, states, rows=128, epochs=2, batch_size=16)
     assert [h["epoch"] for h in metrics["history"]] == [1, 2]
@@ -97,8 +97,8 @@ def test_a_student_trains_on_the_gpu_in_bf16(tmp_path, tiny_scored_dir, sst2_dev
 
     from transferset.config import EngineConfig
 
-    cfg = StudentConfig(engine=EngineConfig(device="cuda", precision="bf16"), epochs=1, threads=1, latency_examples=16,
-                        model={"embed_dim": 16, "hidden": 16}, embed_init="random")
+    cfg = StudentConfig(engine=EngineConfig(device="cuda", precision="bf16"), epochs=1, threads=1, report={"latency_examples": 16},
+                        model={"embed_dim": 16, "hidden": 16}, vocab={"embed_init": "random"})
     m = train(cfg, tiny_scored_dir, sst2_dev200, str(tmp_path / "out"), progress=False)
     assert m["device"].startswith("cuda") and m["history"][0]["rows"] == 128
     assert all(torch.isfinite(torch.tensor(h["train_loss"])) for h in m["history"])

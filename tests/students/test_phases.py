@@ -123,7 +123,7 @@ def test_progressive_freezing_is_exact_and_frozen_params_stay_bit_identical(fami
         teacher = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
                              intermediate_size=32, max_position_embeddings=16)
         model = transformer.make_model(teacher, transformer.TransformerConfig(n_layer=2, init="random"), ["0", "1"])
-    cfg = StudentConfig(student=family, optim=OptimConfig(lr=1e-2, weight_decay=0.1), freeze_embeddings=False)
+    cfg = StudentConfig(student=family, optim=OptimConfig(lr=1e-2, weight_decay=0.1), vocab={"freeze_embeddings": False})
     s = SimpleNamespace(cfg=cfg, family=FAMILIES[family], model=model,  # what the loss step needs of a Setup
                         projection=None)
     groups = s.family.param_groups(model)
@@ -159,7 +159,7 @@ def test_progressive_freezing_is_exact_and_frozen_params_stay_bit_identical(fami
 def test_freeze_embeddings_keeps_the_table_fixed_in_every_phase():
     torch.manual_seed(0)
     model = bilstm.BiLSTM(bilstm.BiLSTMConfig(vocab_size=50, embed_dim=8, hidden=8, head_dim=16))
-    s = SimpleNamespace(cfg=StudentConfig(optim=OptimConfig(lr=1e-2), freeze_embeddings=True), family=FAMILIES["bilstm"], model=model,
+    s = SimpleNamespace(cfg=StudentConfig(optim=OptimConfig(lr=1e-2), vocab={"freeze_embeddings": True}), family=FAMILIES["bilstm"], model=model,
                         projection=None)
     table = model.embed.weight.detach().clone()
     for phase in phases("joint", LossWeights(ce=1.0, mse=1.0), epochs=1) + \
@@ -176,12 +176,12 @@ def test_embeddings_are_frozen_by_default_only_for_a_teacher_initialised_bilstm_
     # the families built on the teacher's vectors declare it (Family.teacher_vectors)
     assert frozen_embeddings(StudentConfig()) is True
     assert frozen_embeddings(StudentConfig(student="static")) is True
-    assert frozen_embeddings(StudentConfig(student="static", embed_init="random")) is False
-    assert frozen_embeddings(StudentConfig(student="static", freeze_embeddings=False)) is False
-    assert frozen_embeddings(StudentConfig(embed_init="random")) is False
+    assert frozen_embeddings(StudentConfig(student="static", vocab={"embed_init": "random"})) is False
+    assert frozen_embeddings(StudentConfig(student="static", vocab={"freeze_embeddings": False})) is False
+    assert frozen_embeddings(StudentConfig(vocab={"embed_init": "random"})) is False
     assert frozen_embeddings(StudentConfig(student="transformer")) is False
-    assert frozen_embeddings(StudentConfig(freeze_embeddings=False)) is False
-    assert frozen_embeddings(StudentConfig(student="transformer", freeze_embeddings=True)) is True
+    assert frozen_embeddings(StudentConfig(vocab={"freeze_embeddings": False})) is False
+    assert frozen_embeddings(StudentConfig(student="transformer", vocab={"freeze_embeddings": True})) is True
 
 
 def test_phase_plans_ask_the_loss_registry_by_role_so_a_registered_loss_takes_its_place():

@@ -20,8 +20,8 @@ AUTO_MAPS = {
     "tokenizer_config.json": {"AutoTokenizer": ["tokenization.MyTokenizer", None]},
 }
 CONFIGS = {
-    "bilstm": testing.small_student(latency_examples=8),
-    "transformer": {"threads": 1, "latency_examples": 8, "model": {"n_layer": 2}},
+    "bilstm": testing.small_student(report={"latency_examples": 8}),
+    "transformer": {"threads": 1, "report": {"latency_examples": 8}, "model": {"n_layer": 2}},
 }
 
 

@@ -29,8 +29,8 @@ def _trained_once(values: dict, scored_dir: str):
 
 
 @pytest.mark.parametrize("values", [
-    {"student": "bilstm", "tokens": "wordpiece", "model": {"embed_dim": 32, "hidden": 16}},
-    {"student": "bilstm", "tokens": "words", "model": {"shape": "tang"}},
+    {"student": "bilstm", "vocab": {"tokens": "wordpiece"}, "model": {"embed_dim": 32, "hidden": 16}},
+    {"student": "bilstm", "vocab": {"tokens": "words"}, "model": {"shape": "tang"}},
     {"student": "transformer", "model": {"n_layer": 2}},
 ])
 def test_save_load_gives_identical_predictions(tmp_path, tiny_scored_dir, sst2_dev_texts, values):
@@ -277,7 +277,7 @@ class _OnDevice:
 def _small_bilstm(scored_dir):
     from students.build import setup as build_setup
 
-    return Student.from_setup(build_setup(StudentConfig(**testing.small_student(embed_init="random")), scored_dir))
+    return Student.from_setup(build_setup(StudentConfig(**testing.small_student(vocab={"embed_init": "random"})), scored_dir))
 
 
 def test_logits_are_brought_back_to_the_cpu(tiny_scored_dir, sst2_dev_texts):

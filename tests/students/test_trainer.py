@@ -14,7 +14,7 @@ from transferset.contract import schema
 
 from conftest import write_scored
 
-FAST = {"threads": 1, "latency_examples": 16}
+FAST = {"threads": 1, "report": {"latency_examples": 16}}
 
 
 def _config(path, **values):
@@ -111,7 +111,7 @@ def test_no_progress_drops_the_bar_not_the_epoch_lines(tmp_path, tiny_scored_dir
 
 
 def test_the_seed_fixes_the_run(tmp_path, tiny_scored_dir, sst2_dev200):
-    settings = dict(model={"embed_dim": 16, "hidden": 16}, embed_init="random")
+    settings = dict(model={"embed_dim": 16, "hidden": 16}, vocab={"embed_init": "random"})
     runs = [_run(tmp_path / str(i), tiny_scored_dir, sst2_dev200, "--epochs", "1", "--seed", str(seed), **settings)[1]
             for i, seed in enumerate((5, 5, 6))]
     losses = [r["history"][0]["losses"] for r in runs]
@@ -151,7 +151,7 @@ def test_refuses_an_incomplete_scored_set_unless_allowed(tmp_path, tiny_scored, 
     killed = str(write_scored(tmp_path / "killed", **{**tiny_scored, "complete": False}))
     args = ["--transfer", killed, "--dev", sst2_dev200, "--output", str(tmp_path / "o"), "--epochs", "1",
             "--config", str(tmp_path / "small.yaml"), "--no-progress"]
-    testing.write_student_config(str(tmp_path / "small.yaml"), embed_init="random")
+    testing.write_student_config(str(tmp_path / "small.yaml"), vocab={"embed_init": "random"})
     rc, err = _train(args, capsys)
     assert rc == 1 and f"{killed} is incomplete: no" in err and schema.COMPLETE_MARKER in err
     assert "--allow-incomplete" in err and not (tmp_path / "o").exists()

@@ -14,7 +14,7 @@ from transferset.config import OptimConfig, StudentConfig
 from transferset.contract import schema
 from transferset.runtime.errors import UserError
 
-SMALL = dict(threads=1, latency_examples=16, embed_init="random", model={"embed_dim": 16, "hidden": 16},
+SMALL = dict(threads=1, report={"latency_examples": 16}, vocab={"embed_init": "random"}, model={"embed_dim": 16, "hidden": 16},
              batch_size=16, patience=5)
 
 

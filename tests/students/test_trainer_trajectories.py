@@ -21,7 +21,7 @@ from transferset.config import OptimConfig, StudentConfig, StudentEngineConfig
 from transferset.training.engine import TRACK_FILE
 
 RTOL = 1e-3
-SMALL = dict(threads=1, latency_examples=16, batch_size=16, patience=5, seed=0)
+SMALL = dict(threads=1, report={"latency_examples": 16}, batch_size=16, patience=5, seed=0)
 
 
 def _losses(out: str) -> list[float]:
@@ -46,7 +46,7 @@ PINNED = {
 
 def test_a_bilstm_student_follows_its_pinned_trajectory(tmp_path, tiny_scored_dir, sst2_dev200):
     # 128 rows, batch 16: 8 steps an epoch, 2 epochs; KL and gold CE on a 16-unit BiLSTM from random vectors.
-    cfg = StudentConfig(**SMALL, epochs=2, embed_init="random", model={"embed_dim": 16, "hidden": 16},
+    cfg = StudentConfig(**SMALL, epochs=2, vocab={"embed_init": "random"}, model={"embed_dim": 16, "hidden": 16},
                         losses={"kd": 1.0, "ce": 0.5})
     out = str(tmp_path / "bilstm")
     trainer.train(cfg, tiny_scored_dir, sst2_dev200, out, progress=False)
@@ -70,7 +70,7 @@ def test_a_killed_and_resumed_bilstm_follows_the_same_pinned_trajectory(tmp_path
     once, the steps before the checkpoint kept and those after it trained again."""
     from test_trainer_recipe import Killed, _kill_after
 
-    values = dict(SMALL, epochs=2, embed_init="random", model={"embed_dim": 16, "hidden": 16}, losses={"kd": 1.0, "ce": 0.5}, checkpoint_steps=3)
+    values = dict(SMALL, epochs=2, vocab={"embed_init": "random"}, model={"embed_dim": 16, "hidden": 16}, losses={"kd": 1.0, "ce": 0.5}, checkpoint_steps=3)
     out = str(tmp_path / "bilstm")
     _kill_after(monkeypatch, 7)
     with pytest.raises(Killed):

@@ -23,7 +23,7 @@ def _call(args, capsys):
 @pytest.fixture(scope="module")
 def small_student(tmp_path_factory, tiny_scored_dir, sst2_dev200):
     d = tmp_path_factory.mktemp("small_student")
-    testing.write_student_config(str(d / "cfg.yaml"), latency_examples=8, embed_init="random")
+    testing.write_student_config(str(d / "cfg.yaml"), report={"latency_examples": 8}, vocab={"embed_init": "random"})
     assert main(["train", "--transfer", tiny_scored_dir, "--dev", sst2_dev200, "--output", str(d / "run"),
                  "--config", str(d / "cfg.yaml"), "--epochs", "1", "--no-progress"]) == 0
     return d / "run"
@@ -219,7 +219,7 @@ def test_every_reader_of_a_scored_set_refuses_non_finite_teacher_values(tmp_path
     scored, shard = _with_a_bad_value(tmp_path, tiny_scored_dir, column, 3, value)
     expected = f"{shard}, row 4 (id 'r67'): {says}; a scored set must hold finite teacher values"
     cfg = tmp_path / "cfg.yaml"
-    cfg.write_text("threads: 1\nembed_init: random\nmodel: {embed_dim: 8, hidden: 8}\n")
+    cfg.write_text("threads: 1\nvocab: {embed_init: random}\nmodel: {embed_dim: 8, hidden: 8}\n")
     train = ["train", "--config", str(cfg), "--epochs", "1", "--no-progress"]
     layer = tmp_path / "layer.yaml"
     layer.write_text(f"student: transformer\nthreads: 1\nmodel: {{n_layer: 2}}\nlosses: {{hidden_mse: 1.0}}\nphases: "

@@ -13,8 +13,8 @@ from transferset.app.cli import main
 
 @pytest.fixture(scope="module")
 def contextual_config(tmp_path_factory) -> str:
-    return testing.write_student_config(str(tmp_path_factory.mktemp("contextual") / "cfg.yaml"), latency_examples=8,
-                                        embed_init="contextual")
+    return testing.write_student_config(str(tmp_path_factory.mktemp("contextual") / "cfg.yaml"), report={"latency_examples": 8},
+                                        vocab={"embed_init": "contextual"})
 
 
 def _train(tiny_scored_dir, sst2_dev200, out, config, capsys):

@@ -24,8 +24,8 @@ def word_counts(tiny_scored_dir) -> Counter:
 
 @pytest.fixture(scope="module")
 def words_config(tmp_path_factory) -> str:
-    return testing.write_student_config(str(tmp_path_factory.mktemp("words") / "cfg.yaml"), latency_examples=8,
-                                        embed_init="random", tokens="words")
+    return testing.write_student_config(str(tmp_path_factory.mktemp("words") / "cfg.yaml"), report={"latency_examples": 8},
+                                        vocab={"embed_init": "random", "tokens": "words"})
 
 
 def _train(tiny_scored_dir, sst2_dev200, out, config, capsys, *flags):
@@ -103,22 +103,22 @@ def test_run_refuses_a_students_min_count_that_keeps_no_word_and_reuses_its_scor
     data.mkdir()
     head_tsv(sst2_dir / "train.tsv", data / "train.tsv", 80)
     head_tsv(sst2_dir / "dev.tsv", data / "dev.tsv", 40)
-    student = {"student": "bilstm", "phases": "joint", "tokens": "words", "embed_init": "random", "epochs": 1,
-               **testing.small_student(latency_examples=8)}
+    student = {"student": "bilstm", "phases": "joint", "vocab": {"tokens": "words", "embed_init": "random"}, "epochs": 1,
+               **testing.small_student(report={"latency_examples": 8})}
     config = {"run_dir": str(tmp_path / "run"), "labeled_limit": 60, "validation": {"rows": 20, "seed": 0},
               "teacher_path": tiny_teacher4, "teacher": {"max_length": 32},
               "augment": {"recipe": "tang", "n_iter": 1, "seed": 0}, "students": {"words": student}}
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(config))
     argv = ["run", "--config", str(tmp_path / "run.yaml"), f"data={data}", "report.latency_rows=8",
             "report.latency_rounds=1"]
-    assert main([*argv, "students.words.min_count=100000"]) == 2
+    assert main([*argv, "students.words.vocab.min_count=100000"]) == 2
     err = capsys.readouterr().err
     said = re.search(r"min_count 100000 keeps no word of the transfer set \('.+' is seen (\d+) times", err)
     assert said and "Traceback" not in err, err
     assert not (tmp_path / "run" / "students" / "words" / schema.STUDENT_MODEL_DIR).exists()
 
     top = said.group(1)
-    assert main([*argv, f"students.words.min_count={top}"]) == 0
+    assert main([*argv, f"students.words.vocab.min_count={top}"]) == 0
     err = capsys.readouterr().err
     assert "[score] up to date" in err and len(_warnings(err)) == 1 and f"min_count {top}," in _warnings(err)[0]
     assert len(_vocab(tmp_path / "run" / "students" / "words")) > 3

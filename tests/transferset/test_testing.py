@@ -35,6 +35,6 @@ def test_the_small_student_builder_merges_settings_and_round_trips_through_yaml(
     assert values == {"threads": 1, "epochs": 2, "model": {"embed_dim": 16, "hidden": 12, "head_dim": 4}}
     cfg = StudentConfig(**values)
     assert (cfg.threads, cfg.epochs, cfg.model) == (1, 2, {"embed_dim": 16, "hidden": 12, "head_dim": 4})
-    path = testing.write_student_config(str(tmp_path / "small.yaml"), embed_init="random")
+    path = testing.write_student_config(str(tmp_path / "small.yaml"), vocab={"embed_init": "random"})
     loaded = typed.load(StudentConfig, typed.read_yaml(path), path)
-    assert loaded == StudentConfig(**testing.small_student(embed_init="random")) and loaded.embed_init == "random"
+    assert loaded == StudentConfig(**testing.small_student(vocab={"embed_init": "random"})) and loaded.vocab.embed_init == "random"

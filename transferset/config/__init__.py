@@ -1,8 +1,8 @@
 """Typed configuration: one dataclass per stage and the run that composes them.
 
-This package is the only place a default is written (this module, and for their sections augment_settings.py
-and compress.py, whose names it imports back; common.py holds the value types they share), but for three kinds
-it takes from their owner:
+This package is the only place a default is written (this module, and for their sections augment_settings.py,
+compress.py and student.py, whose names it imports back; common.py holds the value types they share), but for
+three kinds it takes from their owner:
 each augment op's settings (a dataclass in its module, transferset/augment/OP.py: AugmentConfig is
 composed of them), the readers' label column and row-length limit (transferset.sources) and the
 teacher's default model (transferset.models.loading, which finds it offline): config is imported by the
@@ -23,15 +23,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, Optional, Union
 
-import pydantic
-from pydantic import AfterValidator, BeforeValidator, PlainValidator, model_validator, with_config
-from typing_extensions import TypedDict
+from pydantic import BeforeValidator, PlainValidator, model_validator, with_config
 
 from transferset.models.loading import DEFAULT_TEACHER_MODEL  # the packaged model loading finds offline
 from transferset.runtime.typed import AtLeast, NonNegative, Positive, Probability
 from transferset.sources import DEFAULT_MAX_CHARS
-# Shared value types and checks, and the compress section's settings: modules of this package, imported back
-# so that `from transferset.config import X` finds every setting.
+# Shared value types and checks, the compress section's settings and a student's: modules of this package,
+# imported back so that `from transferset.config import X` finds every setting.
 from transferset.config.augment_settings import RECIPES, AugmentConfig, nested_ops  # noqa: F401
 from transferset.config.common import (_STRICT, COMBINES, FORWARDS, POOLINGS, SCORE_PRECISIONS,  # noqa: F401
                                        Ints, LabelNames, Names, Speeds, _as_text, _split_commas, check_combine,
@@ -40,9 +38,10 @@ from transferset.config.compress import EXIT_TARGETS, CompressConfig, ExitsConfi
 from transferset.config.engine import (DEVICES, LR_SCHEDULES, PRECISIONS, StudentEngineConfig,  # noqa: F401
                                        TEACHER_ENGINE, TEACHER_OPTIM, PRUNE_OPTIM, EXITS_OPTIM, TRACKERS,
                                        EngineConfig, TrainerOptimConfig, engine_section, section_over)
-from transferset.config.precedence import (DEFAULT_FAMILY, DEFAULT_LOSSES, STUDENT_LAYERS,  # noqa: F401
-                                           STUDENT_PRESETS, loss_weight, student_values)
+from transferset.config.precedence import STUDENT_LAYERS, STUDENT_PRESETS  # noqa: F401
 from transferset.config.search import SearchConfig  # noqa: F401
+from transferset.config.student import (LAYER_TEXTS_REST, ModelSettings, OptimConfig, StudentConfig,  # noqa: F401
+                                        StudentDataConfig, StudentReportConfig, VocabConfig)
 
 # Values that travel through several modules but are defaults of settings, written once here.
 DEFAULT_RUNNER = "FnApiRunner"
@@ -130,133 +129,6 @@ class ScoreConfig:
     def __post_init__(self):
         check_forward_options(self.forward, self.forward_rows, self.forward_tokens)  # a ValueError too
         check_combine(self.combine)
-
-
-def _layer_map(value: Any) -> Any:
-    # YAML `layer_map: [2, 4, 6]` (or `6` for a 1-layer student) means the string "2,4,6" that flags take.
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
-    return ",".join(str(v) for v in value) if isinstance(value, (list, tuple)) else value
-
-
-class _ModelBounds(TypedDict, total=False):
-    """The bounds of a student's `model:` settings checked when the settings load (each family checks the rest when
-    it builds: students/families/), so that a bad one stops before any stage, naming the key and the bound."""
-
-    __pydantic_config__ = pydantic.ConfigDict(extra="allow")  # every other key passes as it is
-    n_layer: AtLeast(1)  # a transformer student's layers
-
-
-_MODEL_BOUNDS = pydantic.TypeAdapter(_ModelBounds)
-
-
-def _model_bounds(model: dict[str, Any]) -> dict[str, Any]:
-    # a ValidationError here keeps its key's place: the refusal names students.NAME.model.n_layer
-    return _MODEL_BOUNDS.validate_python(model)
-
-
-ModelSettings = Annotated[dict[str, Any], AfterValidator(_model_bounds)]
-
-
-LAYER_TEXTS_REST = "rest"  # a run config's students.NAME.layer_texts: the run makes the set (runner)
-
-
-@with_config(_STRICT)
-@dataclass(frozen=True)
-class OptimConfig:
-    """A student's optimizer, the `optim:` section (AdamW; a sparse word table's rows by lazy Adam): each field is a
-    flag of its own name too (`--lr 1e-3`)."""
-
-    lr: Optional[Positive] = None  # peak learning rate (None: the family's, students/: BiLSTM 2e-3, transformer 1e-4)
-    embed_lr: Optional[Positive] = None  # the embedding table's learning rate when it learns (its own group; None: lr)
-    weight_decay: NonNegative = 0.01  # AdamW's (none on a sparse table)
-    grad_clip: NonNegative = 1.0  # max gradient norm (0: no clipping)
-    # the trained weights' moving average, evaluated, kept and shipped in their place: its decay per step (0: none)
-    ema: Annotated[float, pydantic.Field(ge=0, lt=1)] = 0.0
-
-
-@with_config(_STRICT)
-@dataclass(frozen=True)
-class StudentConfig:
-    """`transferset train` (flags or --config YAML) and each entry of the run's `students:` section."""
-
-    student: str = DEFAULT_FAMILY  # student family: bilstm | transformer | static (mean+max pooled vectors, an MLP)
-    # the phase plan: which losses and parameter groups train, phase by phase (students/phases.py): joint |
-    # progressive | distill-then-finetune | two-step | pkt (the learning rate's curve is `engine: {schedule: ...}`)
-    phases: str = "joint"
-    epochs: AtLeast(1) = 5  # at most this many epochs per phase (progressive: per unfreezing step)
-    # two-step / pkt: epochs of each layer-loss phase (TinyBERT: 20 intermediate, 3 prediction); unset: epochs
-    layer_epochs: Optional[AtLeast(1)] = None
-    # a transfer set (`transferset augment`'s output; scored or not) that the phases training on layer losses
-    # alone read instead of the scored set (two-step's intermediate step, pkt's layer stages): more unlabeled
-    # text for them, as TinyBERT's general distillation; they need only text (the teacher runs alongside).
-    # In a run config, `rest` (LAYER_TEXTS_REST): the train file's rows that no pool, validation or test
-    # sentence holds, as they are (the run's layer_texts stage)
-    layer_texts: Optional[str] = None
-    batch_size: AtLeast(1) = 64  # rows per step
-    patience: AtLeast(1) = 2  # epochs without a better dev accuracy before a phase stops
-    seed: int = 0  # initialisation, shuffling and dropout all derive from it
-    max_length: Optional[AtLeast(2)] = None  # tokens per row (None: the scored set's max_length, else 128)
-    shuffle_rows: AtLeast(1) = 16384  # rows held in memory for shuffling
-    threads: Optional[AtLeast(1)] = None  # torch CPU threads (None: leave torch's setting alone)
-    dev_text_b_column: Optional[str] = None  # sentence pairs: the dev file's second text column
-    allow_incomplete: bool = False  # train on a scored set whose run did not finish (no _COMPLETE marker)
-    # the losses it trains on, each with its weight, {NAME: weight} or {NAME: {weight: W, SETTING: value}}: ce
-    # (cross-entropy on gold labels), mse (on logits, Tang et al. 2019), kd (KL at `temperature`, Hinton et al.
-    # 2015: {kd: {weight: 1.0, temperature: 2.0}}), repr (XtremeDistil's representation MSE), pkd (BERT-PKD), the
-    # layer losses with the teacher run alongside (emb_mse, hidden_mse, att_mse: TinyBERT; att_kl: MobileBERT,
-    # MiniLM; value_kl: MiniLM; cos: DistilBERT) and any loss a package registers (docs/architecture.md). Layers
-    # merge loss by loss (a preset's, the file's, key=value `losses.kd=2`); unset: ce and mse at 1.0
-    losses: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_LOSSES))
-    # student layer -> teacher layer for the layer losses: uniform | first | last | last-K | 2,4,6 | 3:6,4:12
-    layer_map: Annotated[str, BeforeValidator(_layer_map)] = "uniform"
-    # tokens and initialisation
-    tokens: Literal["wordpiece", "words"] = "wordpiece"  # wordpiece (the teacher's) | words (vocabulary from the transfer set)
-    min_count: AtLeast(1) = 1  # words: keep words seen at least this often
-    max_vocab: AtLeast(2) = 50000  # words: vocabulary size cap
-    # bilstm / static + wordpiece: embed only the WordPiece ids the transfer set uses. Off by default: with the
-    # teacher's whole vocabulary, words the transfer set never shows keep their teacher-derived
-    # (PCA) vectors instead of becoming [UNK] (+1.6 on SST-2 dev, benchmarks/README.md)
-    trim_vocab: bool = False
-    # teacher (PCA of the teacher's input embeddings: the BiLSTM's table, a narrower transformer's tables) | random;
-    # bilstm + the teacher's vocabulary also: word2vec (skip-gram on the transfer set's texts, the `vectors` extra)
-    # | model2vec (each token alone through the teacher's encoder, PCA, SIF weighting; students/data/vectors.py)
-    # | contextual (each token's output state in the teacher's encoder averaged over the transfer set's texts, PCA;
-    # kept in $TRANSFERSET_CACHE/vectors for the next student on the same teacher and texts)
-    embed_init: Literal["teacher", "random", "word2vec", "model2vec", "contextual"] = "teacher"
-    # keep the embedding table fixed in every phase ("static" embeddings): words the transfer set
-    # never shows keep teacher-derived vectors in the same space as the rest, and an epoch is ~3x
-    # faster with the whole vocabulary. None: frozen for a BiLSTM or static student whose embeddings are not
-    # random
-    freeze_embeddings: Optional[bool] = None
-    teacher: Optional[str] = None  # teacher directory (None: the set's teacher_id metadata when a directory)
-    tokenizer: Optional[str] = None  # tokenizer directory (None: the set's tokenizer metadata, else the teacher's)
-    # a transformer preset, a published recipe's settings (under the file's, the flags' and key=value's:
-    # config/precedence.py): tinybert | mobilebert | minilm | distilbert | pkd
-    preset: Optional[str] = None
-    # the student model's own settings, e.g. {hidden: 150}; a BiLSTM's named shape: {shape: tang | xtremedistil}
-    model: ModelSettings = field(default_factory=dict)
-    # reporting
-    latency_examples: AtLeast(1) = 256  # dev rows timed for the latency figures
-    agreement_rows: AtLeast(1) = 5000  # transfer rows used for teacher agreement when dev has no teacher columns
-    resume: bool = False  # go on from OUTPUT/checkpoint/ of a killed run with the same settings
-    checkpoint_steps: Optional[AtLeast(1)] = None  # also write the checkpoint every N optimizer steps (None: per epoch)
-    optim: OptimConfig = field(default_factory=OptimConfig)  # lr, embed_lr, weight_decay, grad_clip
-    # device, precision, processes (`torchrun --nproc_per_node N -m transferset.app.cli train ...`: DDP, gloo on
-    # CPU), grad_accum, schedule, warmup, tracker (transferset/training). The schedule and warm-up left unset are the
-    # family's: a BiLSTM or static student warms up over 10 % of each phase's steps, then decays linearly; a
-    # transformer keeps a constant rate (students/families/)
-    engine: StudentEngineConfig = field(default_factory=StudentEngineConfig)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _layers(cls, values: Any) -> Any:
-        # the preset and the family's defaults under what was given, however the config is made (precedence.py)
-        return student_values(values)
-
-    def weight(self, loss: str) -> float:
-        """The weight `losses:` gives a loss (0.0 when it names none; its settings and checks: students.losses)."""
-        return loss_weight(self.losses.get(loss, 0.0))
 
 
 @with_config(_STRICT)

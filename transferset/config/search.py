@@ -36,7 +36,7 @@ DEFAULT_SPACE: dict[str, dict[str, Any]] = {
     "bilstm-150": {"student": "bilstm", "model": {"shape": "tang"}},
     "bilstm-300": {"student": "bilstm", "model": {"hidden": 300}},
     "bilstm-2x150": {"student": "bilstm", "model": {"shape": "tang", "layers": 2}},
-    "static": {"student": "static", "embed_init": "contextual"},
+    "static": {"student": "static", "vocab": {"embed_init": "contextual"}},
     "transformer-2": {"student": "transformer", "optim": {"lr": 1.0e-4}, "model": {"n_layer": 2, "init": "skip"}},
     "transformer-4": {"student": "transformer", "optim": {"lr": 1.0e-4}, "model": {"n_layer": 4, "init": "skip"}},
 }

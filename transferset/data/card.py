@@ -325,6 +325,7 @@ _SETTINGS_SHOWN = ("student", "phases", "preset", "epochs", "optim", "batch_size
 
 
 def _settings(settings: dict) -> str:
+    settings = {**settings, "max_length": (settings.get("data") or {}).get("max_length")}  # the `data:` section's
     shown = {k: settings[k] for k in _SETTINGS_SHOWN if settings.get(k) not in (None, {}, "")}
     if isinstance(shown.get("losses"), dict):
         shown["losses"] = _losses(shown["losses"])

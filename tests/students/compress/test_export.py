@@ -131,7 +131,7 @@ def test_export_refuses_what_it_cannot_write_faithfully(tmp_path, tmp_path_facto
     from students.build import setup
     from transferset.config import StudentConfig
 
-    s = setup(StudentConfig(**testing.small_student(tokens="words")),
+    s = setup(StudentConfig(**testing.small_student(vocab={"tokens": "words"})),
               scored(tmp_path_factory, sst2_dir)[1])
     Student.from_setup(s).save_pretrained(str(tmp_path / "words"))
     with pytest.raises(UserError, match="tokens: words"):

@@ -100,7 +100,7 @@ def test_count_rows_refuses_ids_that_repeat(tmp_path, tiny_scored_dir):
 def test_train_refuses_a_scored_set_whose_ids_repeat(tmp_path, tiny_scored_dir, sst2_dev200, capsys):
     scored = _with_a_shard_written_again(tmp_path, tiny_scored_dir)
     cfg = tmp_path / "cfg.yaml"
-    cfg.write_text("threads: 1\nembed_init: random\nmodel: {embed_dim: 8, hidden: 8}\n")
+    cfg.write_text("threads: 1\nvocab: {embed_init: random}\nmodel: {embed_dim: 8, hidden: 8}\n")
     rc = main(["train", "--transfer", str(scored), "--dev", sst2_dev200, "--output", str(tmp_path / "run"),
                "--config", str(cfg), "--epochs", "1", "--no-progress"])
     err = capsys.readouterr().err
@@ -181,7 +181,7 @@ def test_train_refuses_nan_logits_before_its_first_step(tmp_path, tiny_scored_di
     and no dev accuracy reported for it."""
     scored, shard = _with_a_bad_value(tmp_path, tiny_scored_dir, schema.TEACHER_LOGITS, 3, float("nan"))
     cfg = tmp_path / "cfg.yaml"
-    cfg.write_text("threads: 1\nembed_init: random\nmodel: {embed_dim: 8, hidden: 8}\n")
+    cfg.write_text("threads: 1\nvocab: {embed_init: random}\nmodel: {embed_dim: 8, hidden: 8}\n")
     rc = main(["train", "--transfer", str(scored), "--dev", sst2_dev200, "--output", str(tmp_path / "run"),
                "--config", str(cfg), "--epochs", "1", "--no-progress"])
     err = capsys.readouterr().err
@@ -194,7 +194,7 @@ def test_train_refuses_a_gold_label_outside_the_set(tmp_path, tiny_scored_dir, s
     """A gold label 7 in a 2-class set is one message of `train` naming the row, not an IndexError traceback."""
     scored, shard = _with_a_bad_value(tmp_path, tiny_scored_dir, schema.LABEL, 0, 7)
     cfg = tmp_path / "cfg.yaml"
-    cfg.write_text("threads: 1\nembed_init: random\nmodel: {embed_dim: 8, hidden: 8}\n")
+    cfg.write_text("threads: 1\nvocab: {embed_init: random}\nmodel: {embed_dim: 8, hidden: 8}\n")
     rc = main(["train", "--transfer", str(scored), "--dev", sst2_dev200, "--output", str(tmp_path / "run"),
                "--config", str(cfg), "--epochs", "1", "--no-progress"])
     err = capsys.readouterr().err

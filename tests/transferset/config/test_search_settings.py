@@ -23,7 +23,7 @@ def test_a_candidate_is_the_base_under_its_own_settings():
     sc = SearchConfig(budget_ms=1, space={"a": {"student": "static", "losses": {"ce": 1.0, "mse": 1.0, "kd": 0.5}}}, base={"losses": {"ce": 1.0, "mse": 1.0, "kd": 1.0}, "epochs": 2})
     assert sc.candidates() == {"a": {"losses": {"ce": 1.0, "mse": 1.0, "kd": 0.5}, "epochs": 2, "student": "static"}}
     assert SearchConfig(budget_mb=5).candidates()["static"] == {**DEFAULT_BASE, "student": "static",
-                                                                "embed_init": "contextual"}
+                                                                "vocab": {"embed_init": "contextual"}}
     # merged as a student's layers are (precedence.over), section by section: a candidate's own loss adds to the
     # base's, its `model:` to the base's
     sc = SearchConfig(budget_ms=1, space={"b": {"losses": {"mse": 1.0}, "model": {"hidden": 8}}},

@@ -154,13 +154,17 @@ def _add_section(parser, cls: type, f: dataclasses.Field, section: type) -> None
     the section; a name the command's own settings use already gets the section's prefix (`--engine-NAME`)."""
     default = f.default_factory() if f.default_factory is not dataclasses.MISSING else section()
     group = parser.add_argument_group(f"{f.name} section ({section.__name__}; `{f.name}:` in YAML)")
-    helps = field_help(section)
+    helps, hints = field_help(section), typing.get_type_hints(section, include_extras=True)
     for g in dataclasses.fields(section):
         shown = getattr(default, g.name)
-        help_text = f"{helps.get(g.name, '')} (default: {shown})".strip()
-        group.add_argument(_section_flag(cls, f.name, g.name), dest=f"{f.name}.{g.name}", default=argparse.SUPPRESS,
-                           metavar=_metavar(typing.get_type_hints(section, include_extras=True)[g.name]),
-                           help=help_text.replace("%", "%%"))
+        help_text = f"{helps.get(g.name, '')} (default: {shown})".strip().replace("%", "%%")
+        flag, dest = _section_flag(cls, f.name, g.name), f"{f.name}.{g.name}"
+        if _is_bool(hints[g.name]):  # a switch, as the command's own (`--allow-incomplete`, `--no-trim-vocab`)
+            group.add_argument(flag, dest=dest, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
+                               help=help_text)
+        else:
+            group.add_argument(flag, dest=dest, default=argparse.SUPPRESS, metavar=_metavar(hints[g.name]),
+                               help=help_text)
 
 
 def _section_flag(cls: type, section: str, name: str) -> str:

@@ -1,4 +1,4 @@
-"""`transferset migrate RUN_DIR`: a run folder written under earlier key rules (layouts 1 to 4) converted to today's.
+"""`transferset migrate RUN_DIR`: a run folder written under earlier key rules (layouts 1 to 5) converted to today's.
 
 Today's key rules are transferset/app/stages/keys.py's; each earlier layout's are in rules.py beside this module.
 Migrating computes the folder's rules and today's for the run's config (RUN/config.yaml, the last run's settings,
@@ -6,7 +6,8 @@ their earlier names and forms read as today's, unless --config is given): a fold
 key (or a layout-1 legacy form of it) is the same work, and its record gets today's key, so the next `transferset
 run` reuses it (or resumes it, when it was killed while running: a checkpoint's settings take today's names and
 forms too). A folder whose record holds any other key is left as it is: the next run does it again. Nothing else
-is changed. A stage no earlier run had (compress.ship's exports) has nothing to convert: the next run does it.
+is changed but RUN/config.yaml, written again under today's names (a run reads the cuts its budget made there). A
+stage no earlier run had (compress.ship's exports) has nothing to convert: the next run does it.
 
 Settings added since keep the value of then in the earlier keys (rules.ADDED_SINCE): every earlier teacher ran every
 epoch, so its folder is the work of `teacher.patience: null`, and under today's default (1, early stopping) it trains
@@ -16,6 +17,7 @@ conversion left to run and no run has done since, so `teacher.patience=null` giv
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import json
 import os
@@ -256,7 +258,7 @@ def migrate(run_dir: str, config: Optional[str] = None, overrides: Sequence[str]
     layout = keys.read_layout(run_dir)
     if layout is not None and layout > keys.LAYOUT:
         raise ConfigError(f"{run_dir} records layout {layout}, written by a newer transferset (this one writes layout "
-                          f"{keys.LAYOUT}): run it with that transferset; this one converts layouts 1 to 4 only")
+                          f"{keys.LAYOUT}): run it with that transferset; this one converts layouts 1 to 5 only")
     config = config or fs.join(run_dir, runner.CONFIG_FILE)
     nothing = {"reused": [], "resumed": [], "rerun": []}
     if layout == keys.LAYOUT and not fs.exists(config):
@@ -264,7 +266,9 @@ def migrate(run_dir: str, config: Optional[str] = None, overrides: Sequence[str]
         return nothing
     if not fs.exists(config):
         raise ConfigError(f"{run_dir}: no {runner.CONFIG_FILE} (not a run folder?); give the run's --config YAML")
-    cfg = runner.load_overridden(today_names(typed.read_yaml(config)), [*overrides, f"run_dir={run_dir}"], config)
+    own = config == fs.join(run_dir, runner.CONFIG_FILE)
+    raw = today_names(typed.read_yaml(config))
+    cfg = runner.load_overridden(copy.deepcopy(raw), [*overrides, f"run_dir={run_dir}"], config)
     files = runner.resolve_data(cfg.data, cfg.test, cfg.dev)
     stages = [s for s in build_plan(cfg, files, StageFunctions()).stages if s.run is not None and s.folder]
     recorded = {s.name for s in stages if fs.exists(fs.join(s.folder, schema.STAGE_FILE))}
@@ -287,6 +291,8 @@ def migrate(run_dir: str, config: Optional[str] = None, overrides: Sequence[str]
             layout = detect(cfg, files, len(recorded), fs.join(run_dir, keys.LAYOUT_FILE), log)
         done = convert(cfg, files, log, CANDIDATES[layout], again=again)
         keys.write_layout(run_dir)
+        if own:  # the last run's settings under today's names, as a run reads them (a budget's cuts kept: earlier_cut)
+            runner.record_config(runner.load_overridden(raw, [f"run_dir={run_dir}"], config))
     patience_note(cfg, files, CANDIDATES[layout], done, run_dir, log)
     first = [name for name in done["rerun"] if name not in recorded]  # a stage of no earlier run: compress.ship
     rerun = [name for name in done["rerun"] if name in recorded]
@@ -299,7 +305,7 @@ def migrate(run_dir: str, config: Optional[str] = None, overrides: Sequence[str]
 def converted_from(stages) -> Optional[int]:
     """The earlier layout a folder of today's layout was converted from: the one whose key a converted record keeps
     (rules.V1.FIELD, …); None: no conversion made it."""
-    fields = {CANDIDATES[layout].FIELD: layout for layout in (4, 3, 2, 1)}
+    fields = {CANDIDATES[layout].FIELD: layout for layout in (5, 4, 3, 2, 1)}
     for s in stages:
         record = _record(s.folder)
         for field, layout in fields.items():
@@ -341,7 +347,7 @@ def _inside(run_dir: str, folder: str) -> str:
 
 
 # The key rules a run folder's records may follow by layout, today's first (it wins a tie, then the later layouts).
-CANDIDATES: dict[Any, Any] = {keys.LAYOUT: keys, 4: RULES[4], 3: RULES[3], 2: RULES[2], 1: RULES[None],
+CANDIDATES: dict[Any, Any] = {keys.LAYOUT: keys, 5: RULES[5], 4: RULES[4], 3: RULES[3], 2: RULES[2], 1: RULES[None],
                               None: RULES[None]}
 
 
@@ -349,7 +355,7 @@ def detect(cfg, files, recorded: int, record: str, log) -> int:
     """The layout whose keys most stage records of `cfg`'s run hold, for a folder whose layout `record` is damaged:
     a record holding the key a layout's rules give its stage proves that stage's work, whatever the record says."""
     kept = {layout: sum(verdict != "rerun" for _, verdict, _, _ in judge(cfg, files, CANDIDATES[layout]))
-            for layout in (keys.LAYOUT, 4, 3, 2, 1)}
+            for layout in (keys.LAYOUT, 5, 4, 3, 2, 1)}
     layout = max(kept, key=kept.__getitem__)
     damaged = f"{record} is damaged (it names no layout)"
     if not kept[layout]:

@@ -11,7 +11,9 @@ Layout 4 is today's but for three forms: it keyed a teacher's engine precision `
 stage's precision out at `auto` or `fp32` (so that folders made before `auto` kept their keys; today each is keyed
 at its value), held the teacher's, prune's and exits' optimizer settings at the top of their sections (today under
 `optim:`), and a BiLSTM's named shape as `preset: tang` (today `model: {shape: tang}`); every earlier layout held
-those two as layout 4 did. Each layout's rules are a class with the names build_plan calls (V1 to V4);
+those two as layout 4 did. Layout 5 is today's but for a student's tokens, data and report settings, which it held
+at the top of the student's settings (today the `vocab:`, `data:` and `report:` sections: `flat_sections`); every
+earlier layout held them so. Each layout's rules are a class with the names build_plan calls (V1 to V5);
 `flat_student` and `grouped_student` turn a student's settings from one form into the other.
 """
 from __future__ import annotations
@@ -24,7 +26,7 @@ from transferset import augment as augment_ops
 from transferset.app.stages import keys
 from transferset.config import OptimConfig
 from transferset.contract import schema
-from transferset.app.migrate.spellings import LOSS_SETTINGS, OPTIM_SETTINGS, RENAMED, SHAPE_PRESETS
+from transferset.app.migrate.spellings import LOSS_SETTINGS, OPTIM_SETTINGS, RENAMED, SHAPE_PRESETS, STUDENT_SECTIONS
 from transferset.config.precedence import DEFAULT_LOSSES, STUDENT_PRESETS, loss_weight
 from transferset.runtime import typed
 
@@ -266,7 +268,31 @@ def earlier_names(settings: dict) -> dict:
     return renamed(settings, {new: old for old, new in RENAMED.items()})
 
 
-# --- the layout-4 rules: today's, with precision `auto` keyed as fp32 and two settings in their earlier places ---
+# --- the layout-5 rules: today's, with a student's vocab:, data: and report: fields at the top of its settings ----
+
+def flat_sections(values: dict) -> dict:
+    """A student's settings (today's) with the fields of its `vocab:`, `data:` and `report:` sections at the top of
+    its settings, as layouts 1 to 5 held them (spellings.STUDENT_SECTIONS)."""
+    out = {k: v for k, v in values.items() if k not in STUDENT_SECTIONS}
+    for name in STUDENT_SECTIONS:
+        out.update(values.get(name) or {})
+    return out
+
+
+class V5:
+    """The layout-5 key rules: today's, with a student's tokens, data and report settings at the top of its settings
+    (`flat_sections`)."""
+
+    data, augment, teacher, score, compressed = staticmethod(keys.data), staticmethod(keys.augment), \
+        staticmethod(keys.teacher), staticmethod(keys.score), staticmethod(keys.compressed)
+    FIELD = "layout5_key"
+
+    @staticmethod
+    def student(s_cfg: Any, layer_texts_set: Optional[str] = None) -> dict:
+        return flat_sections(keys.student(s_cfg, layer_texts_set))
+
+
+# --- the layout-4 rules: layout 5's, with precision `auto` keyed as fp32 and two settings in their earlier places ---
 
 class V4:
     """The layout-4 key rules: today's, but a teacher's engine precision `auto` (the default) keyed as `fp32`, and a
@@ -280,7 +306,7 @@ class V4:
 
     @staticmethod
     def student(s_cfg: Any, layer_texts_set: Optional[str] = None) -> dict:
-        return preset_shape(keys.student(s_cfg, layer_texts_set))
+        return preset_shape(V5.student(s_cfg, layer_texts_set))
 
     @staticmethod
     def compressed(kind: str, cfg: Any) -> dict:
@@ -337,7 +363,7 @@ class V2:
 
 
 # a run folder's layout (None: no record, layout 1) → the rules its keys were made by
-RULES = {None: V1, 2: V2, 3: V3, 4: V4}
+RULES = {None: V1, 2: V2, 3: V3, 4: V4, 5: V5}
 
 
 # --- a student's settings in the two forms ------------------------------------------------------------
@@ -347,7 +373,7 @@ def flat_student(values: dict) -> dict:
     fields settings of the student's own; each loss of LOSS_SETTINGS a setting of its own name (0.0 where `losses:`
     names none), kd's temperature the setting `temperature`, `losses` the other losses (those a package
     registers); a BiLSTM's named shape its `preset` (`preset_shape`)."""
-    values = preset_shape(values)
+    values = preset_shape(flat_sections(values))
     out = {k: v for k, v in values.items() if k not in ("losses", "optim")}
     # the optimizer's settings added after layout 3 (ema) were in no earlier record: out at their default
     later = {f.name: f.default for f in dataclasses.fields(OptimConfig) if f.name not in OPTIM_SETTINGS}
@@ -366,12 +392,10 @@ def grouped_student(values: dict) -> dict:
     settings it names under `optim:`; the losses of LOSS_SETTINGS it names (zero weights too: they override a
     preset's) and kd's temperature under `losses:` with the others it held there. A mapping that names a loss but
     not ce or mse, and no preset that sets losses, gets them at their earlier default, 1.0, which it trained with. A
-    BiLSTM's `preset: NAME` its named shape (`shape_of_preset`)."""
-    values = shape_of_preset(values)
-    out = {k: v for k, v in values.items() if k not in OPTIM_SETTINGS}
-    optim = {k: values[k] for k in OPTIM_SETTINGS if k in values}
-    if optim:
-        out["optim"] = {**optim, **(values.get("optim") or {})}
+    BiLSTM's `preset: NAME` its named shape (`shape_of_preset`); its tokens, data and report settings under
+    `vocab:`, `data:` and `report:` (layout 5's form too: `grouped_sections`)."""
+    values = grouped_sections(shape_of_preset(values), {"optim": OPTIM_SETTINGS})
+    out = dict(values)
     if not any(n in values for n in LOSS_SETTINGS) and "temperature" not in values:
         return out
     losses = {n: values[n] for n in LOSS_SETTINGS if n in values}
@@ -381,6 +405,18 @@ def grouped_student(values: dict) -> dict:
         losses["kd"] = {"weight": losses.get("kd", 0.0), "temperature": values["temperature"]}
     out = {k: v for k, v in out.items() if k not in LOSS_SETTINGS and k != "temperature"}
     out["losses"] = {**losses, **(values.get("losses") or {})}
+    return out
+
+
+def grouped_sections(values: dict, sections: Optional[dict] = None) -> dict:
+    """A student's settings (a mapping, whole or partial) with each setting `sections` names (default:
+    spellings.STUDENT_SECTIONS) under its section, over what the section gives already."""
+    out = dict(values)
+    for name, fields in {**STUDENT_SECTIONS, **(sections or {})}.items():
+        moved = {k: out.pop(k) for k in fields if k in out}
+        if moved:
+            given = out.get(name) if isinstance(out.get(name), dict) else {}
+            out[name] = {**moved, **given}
     return out
 
 

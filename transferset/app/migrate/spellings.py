@@ -15,6 +15,11 @@ RENAME_NOTES = {"schedule": "the phase plan; the learning rate's curve is `engin
 LOSS_SETTINGS = ("ce", "mse", "kd", "repr", "pkd", "emb_mse", "hidden_mse", "att_mse", "att_kl", "value_kl", "cos")
 # The optimizer's settings that were settings of the student's own: each is now a field of its `optim:` section.
 OPTIM_SETTINGS = ("lr", "embed_lr", "weight_decay", "grad_clip")
+# A student's settings that are now fields of its `vocab:`, `data:` and `report:` sections (config/student.py), by
+# section: each flag keeps its name.
+STUDENT_SECTIONS = {"vocab": ("tokens", "min_count", "max_vocab", "trim_vocab", "embed_init", "freeze_embeddings"),
+                    "data": ("max_length", "shuffle_rows", "dev_text_b_column", "allow_incomplete"),
+                    "report": ("latency_examples", "agreement_rows")}
 # A BiLSTM's named shapes, which were presets (`preset: tang`): today `model: {shape: tang}` (students/families/
 # bilstm.py, SHAPES); a preset is a transformer recipe's settings.
 SHAPE_PRESETS = ("tang", "xtremedistil")
@@ -39,6 +44,10 @@ def moved(name: str, section: str = "students") -> Optional[str]:
         return f"`losses: {{kd: {{weight: W, temperature: {value}}}}}` (kd's own setting)"
     if name in OPTIM_SETTINGS:
         return f"`optim: {{{name}: {value}}}` (the optimizer's section; the flag keeps its name)"
+    for section_name, names in STUDENT_SECTIONS.items():
+        if name in names:
+            return f"`{section_name}: {{{name}: {value}}}` (the student's `{section_name}:` section; the flag keeps its " \
+                   "name)"
     return None
 
 

@@ -213,7 +213,7 @@ def student_step(s_cfg, tokenizer, texts: Sequence[str], hidden_width: int, max_
             enc = tokenizer([text], truncation=True, max_length=max_length, return_tensors="pt")
             model(enc["input_ids"], enc["attention_mask"])
         one = (time.perf_counter() - t0) / min(LATENCY_ROWS, len(texts))
-    return seconds, built_s + one * s_cfg.latency_examples * ROUNDS
+    return seconds, built_s + one * s_cfg.report.latency_examples * ROUNDS
 
 
 def tokenize_rate(tokenizer, texts: Sequence[str], max_length: int) -> float:
@@ -279,7 +279,7 @@ def _model_rates(cfg: RunConfig, texts: list[str], teacher_runs: bool, students:
     width, teacher_steps = int(model.config.hidden_size), {}
     for name in sorted(students):
         s_cfg = students[name]
-        length = s_cfg.max_length or cfg.score.max_length or cfg.teacher.max_length or DEFAULT_MAX_LENGTH
+        length = s_cfg.data.max_length or cfg.score.max_length or cfg.teacher.max_length or DEFAULT_MAX_LENGTH
         timed = (transformer_step(model, tokenizer, texts, s_cfg, length, teacher_steps)
                  if s_cfg.student == "transformer" else student_step(s_cfg, tokenizer, texts, width, length))
         if timed is not None:

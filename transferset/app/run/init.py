@@ -28,7 +28,7 @@ from transferset.sources.records import refuse_duplicate_columns
 # the best of its kind on SST-2's validation split (benchmarks/README.md, quality per setting).
 STARTER_STUDENTS: dict[str, dict[str, Any]] = {
     "labels_only": {"student": "bilstm", "phases": "joint", "losses": {"ce": 1.0}, "epochs": 8, "patience": 2,
-                    "trim_vocab": True, "freeze_embeddings": False},
+                    "vocab": {"trim_vocab": True, "freeze_embeddings": False}},
     "distilled": {"student": "bilstm", "model": {"shape": "tang"}, "phases": "joint",
                   "losses": {"kd": {"weight": 1.0, "temperature": 2.0}}, "epochs": 5, "patience": 2},
 }

@@ -73,7 +73,7 @@ def ship_stages(r: Run, out: RunOutputs, teacher_length: Optional[int]) -> list[
         return []
     # a student on words of its own (`tokens: words`) has no tokenizer an export can carry: it ships in PyTorch
     names = ([] if out.ensemble or "teacher" in c.int8 else ["teacher"]) + \
-        [n for n in out.students if n != SEARCH_STUDENT and n not in c.int8 and r.cfg.students[n].tokens == "wordpiece"]
+        [n for n in out.students if n != SEARCH_STUDENT and n not in c.int8 and r.cfg.students[n].vocab.tokens == "wordpiece"]
     stages = []
     for name in names:
         source, upstream, length = exported(out, name, teacher_length)

@@ -19,7 +19,7 @@ from transferset import augment as augment_ops
 from transferset import fs
 from transferset.runtime import typed
 
-LAYOUT = 5  # the version of these rules and of a run folder's records
+LAYOUT = 6  # the version of these rules and of a run folder's records
 LAYOUT_FILE = ".transferset-run.json"  # RUN/LAYOUT_FILE: {"layout": LAYOUT}
 DAMAGED = -1  # read_layout: a record that names no layout (layout 1 wrote none, so one naming 1 or less is damaged)
 

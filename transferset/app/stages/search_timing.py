@@ -93,7 +93,7 @@ def time_candidates(r: Run, configs: dict[str, StudentConfig], teacher: str, sco
         for name, cfg in configs.items():
             saved = sized[name] = fs.join(folder, "untrained", name)
             if families.get(cfg.student).shaped is not None:
-                cfg = replace(cfg, embed_init="random")
+                cfg = replace(cfg, vocab=replace(cfg.vocab, embed_init="random"))
             given = cfg if cfg.teacher is not None or members else replace(cfg, teacher=teacher)
             student = Student.from_setup(setup(given, scored))
             student.save_pretrained(saved)

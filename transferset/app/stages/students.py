@@ -46,7 +46,7 @@ def student_estimate(name: str, s_cfg, transfer: int, rows: Rows, rates: Rates, 
     # vocabulary made from the transfer set reads it once first
     evaluation = epochs * math.ceil(rows.selection / s_cfg.batch_size) * step / 3
     vocabulary = transfer / rates.tokenize_rows_s if rates.tokenize_rows_s and (
-        s_cfg.trim_vocab or s_cfg.tokens == "words") else 0.0
+        s_cfg.vocab.trim_vocab or s_cfg.vocab.tokens == "words") else 0.0
     return Estimate(name, text, rates.student_fixed_s.get(key, 0.0) + vocabulary + vectors_seconds(s_cfg, transfer, rates)
                     + steps * step + evaluation)
 
@@ -54,7 +54,7 @@ def student_estimate(name: str, s_cfg, transfer: int, rows: Rows, rates: Rates, 
 def vectors_seconds(s_cfg, transfer: int, rates: Rates) -> float:
     """`embed_init: contextual` reads the transfer set's first texts through the teacher before the student trains:
     as many rows at the teacher's scoring rate."""
-    if s_cfg.embed_init != "contextual" or not rates.score_rows_s:
+    if s_cfg.vocab.embed_init != "contextual" or not rates.score_rows_s:
         return 0.0
     from students.data.vectors import CONTEXT_TEXTS
 

@@ -7,7 +7,7 @@ import pytest
 
 from transferset.app.cli import flags
 from transferset.config import (AugmentConfig, BeamConfig, ExitsConfig, PredictConfig, ScoreConfig, PruneConfig,
-                                StudentConfig, TeacherConfig)
+                                RunConfig, StudentConfig, TeacherConfig, VocabConfig)
 from transferset.runtime.errors import ConfigError
 
 STAGES = (AugmentConfig, TeacherConfig, ScoreConfig, StudentConfig, BeamConfig, PredictConfig, ExitsConfig)
@@ -22,7 +22,7 @@ def test_every_setting_has_a_flag_with_help_and_the_dataclass_default(cls):
         if (cls, f.name) in ((StudentConfig, "model"), (StudentConfig, "losses"), (BeamConfig, "options")):  # YAML only
             assert f.name not in actions
             continue
-        if f.name in ("engine", "optim"):  # a section: a flag per field of it, showing this trainer's default
+        if f.name in ("engine", "optim", "vocab", "data", "report"):  # a section: a flag per field of it, showing this trainer's default
             default = f.default_factory()
             for g in dataclasses.fields(default):
                 action = actions[f"{f.name}.{g.name}"]
@@ -36,9 +36,10 @@ def test_every_setting_has_a_flag_with_help_and_the_dataclass_default(cls):
 
 
 def test_help_comes_from_the_field_comment_not_a_section_heading():
-    helps = flags.field_help(StudentConfig)
-    assert helps["latency_examples"] == "dev rows timed for the latency figures"  # under the heading `# reporting`
-    assert helps["tokens"].startswith("wordpiece (the teacher's) | words")
+    # under the heading `# a teacher ensemble, scored once by each member (...)`
+    assert flags.field_help(RunConfig)["teacher_seeds"] == ("fine-tune one teacher per seed with the teacher: section, "
+                                                            "e.g. [0, 1, 2]")
+    assert flags.field_help(VocabConfig)["tokens"].startswith("wordpiece (the teacher's) | words")
     assert flags.field_help(ScoreConfig)["layers"].startswith("hidden_states layers to store")
 
 
@@ -74,7 +75,7 @@ def test_flags_built_by_threads_at_once_parse_each_class_once_and_never_two_at_a
     for t in threads:
         t.join(60)
     assert len(results) == 6 and all(r == results[0] for r in results)
-    assert results[0]["latency_examples"] == "dev rows timed for the latency figures"
+    assert results[0]["layer_map"].startswith("student layer -> teacher layer for the layer losses")
     assert peak[0] == 1
     assert len(calls) == len(set(calls))  # each class read once
 
@@ -94,8 +95,8 @@ def test_a_choice_named_none_is_that_choice_and_none_elsewhere_is_unset():
     parser = argparse.ArgumentParser()
     flags.add_arguments(parser, StudentConfig)
     cfg = flags.from_args(StudentConfig, parser.parse_args(["--tracker", "none", "--max-length", "none"]),
-                          base={"engine": {"tracker": "tensorboard"}, "max_length": 64})
-    assert (cfg.engine.tracker, cfg.max_length) == ("none", None)
+                          base={"engine": {"tracker": "tensorboard"}, "data": {"max_length": 64}})
+    assert (cfg.engine.tracker, cfg.data.max_length) == ("none", None)
 
 
 def test_a_yaml_base_under_the_flags():

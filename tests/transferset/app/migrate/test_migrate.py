@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import Optional
 
 import pyarrow.parquet as pq
 import pytest
@@ -340,6 +341,16 @@ def finished(cfg, keyed: dict[str, str]) -> None:
             (folder / STAGE_FILE).write_text(json.dumps({"key": keyed[s.name]}))
 
 
+def converted_whole(cfg, earlier_rules, field: str, earlier: dict[str, str]) -> dict[str, str]:
+    """Every stage of `cfg`'s run, its folder holding the key `earlier_rules` gave it, converted and reused (each record
+    holding today's key and, under `field`, its `earlier` one); → today's keys by stage."""
+    files = resolve_data(cfg.data, cfg.test)
+    done = migrate.convert(cfg, files, log=lambda m: None, rules=earlier_rules)
+    ran = [s.name for s in plan_stages(cfg, files).stages if s.run is not None]
+    assert done == {"reused": ran, "resumed": [], "rerun": []}
+    return assert_converted(cfg, field, earlier)
+
+
 def assert_converted(cfg, field: str, earlier: dict[str, str], only=None) -> dict[str, str]:
     """Each stage record of `cfg`'s run (`only` those named there) holds the key today's plan computes, and under
     `field` its earlier key (`earlier[stage]`); → today's keys by stage."""
@@ -569,7 +580,7 @@ LAYOUT2_KEYS = {
 
 
 # What a config held when its layout-2 keys were written and has changed since (a setting, not a rule).
-LAYOUT2_THEN = {"demo_static": ["students.static_distilled.embed_init=teacher"]}
+LAYOUT2_THEN = {"demo_static": ["students.static_distilled.vocab.embed_init=teacher"]}
 
 
 def layout2_folder(case: str, root: Path):
@@ -589,11 +600,12 @@ def layout2_folder(case: str, root: Path):
     return cfg
 
 
-def assert_refused_then_reused(cfg, run: Path, field: str, earlier: dict[str, str]) -> None:
+def assert_refused_then_reused(cfg, run: Path, field: Optional[str] = None, earlier: Optional[dict] = None) -> None:
     """`run` refuses the earlier layout's folder naming `transferset migrate`; migrate (reading the folder's own
-    config.yaml) reuses every stage and records each one's `earlier` key under `field`; then `run` finds every stage
-    up to date. The students' keys changed (their settings' names or forms are in them), and the teacher's (today's
-    holds `patience`, null here, which came after), the stages of settings that kept their names and forms did not."""
+    config.yaml) reuses every stage and, for layouts 2 and 3 (`field`), records each one's `earlier` key under
+    `field`; then `run` finds every stage up to date. The students' keys changed (their settings' names or forms are
+    in them), and the teacher's (today's holds `patience`, null here, which came after), the stages of settings that
+    kept their names and forms did not."""
     from recording_stages import RecordingStages
 
     with pytest.raises(ConfigError, match=r"transferset migrate .*run"):
@@ -601,11 +613,12 @@ def assert_refused_then_reused(cfg, run: Path, field: str, earlier: dict[str, st
     done = migrate.migrate(str(run), log=lambda m: None)
     ran = [s for s in plan_stages(cfg, resolve_data(cfg.data, cfg.test)).stages if s.run is not None]
     assert done == {"reused": [s.name for s in ran], "resumed": [], "rerun": []}
-    assert keys.read_layout(str(run)) == keys.LAYOUT == 5
-    new = assert_converted(cfg, field, earlier)
-    assert new["data"] == earlier["data"] and new["augment"] == earlier["augment"]
-    assert new["teacher"] != earlier["teacher"]
-    assert all(new[s.name] != earlier[s.name] for s in ran if s.name.startswith("students."))
+    assert keys.read_layout(str(run)) == keys.LAYOUT == 6
+    if field is not None:
+        new = assert_converted(cfg, field, earlier)
+        assert new["data"] == earlier["data"] and new["augment"] == earlier["augment"]
+        assert new["teacher"] != earlier["teacher"]
+        assert all(new[s.name] != earlier[s.name] for s in ran if s.name.startswith("students."))
     log = []
     run_pipeline(cfg, log=log.append, functions=RecordingStages().functions())
     assert [m for m in log if "] running → " in m or "resuming" in m] == []

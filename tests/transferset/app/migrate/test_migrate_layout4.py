@@ -9,15 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from test_migrate import assert_converted, finished, write_inputs
-from transferset.app import migrate
+from test_migrate import assert_refused_then_reused, converted_whole, finished, write_inputs
 from transferset.app.migrate import rules
 from transferset.app.migrate.spellings import TRAINER_OPTIM
-from transferset.app.run.runner import load_config, plan_stages, resolve_data, run_pipeline
+from transferset.app.run.runner import load_config
 from transferset.app.stages import keys
 from transferset.config import EngineConfig, ScoreConfig, TeacherConfig
 from transferset.runtime import typed
-from transferset.runtime.errors import ConfigError
 
 LAYOUT4_KEYS: dict[str, dict[str, str]] = json.loads((Path(__file__).parent / "layout4_keys.json").read_text())
 
@@ -37,7 +35,7 @@ def as_then(written: dict) -> dict:
     """A run config as layout 4 wrote it: a BiLSTM's named shape as its `preset`, the teacher's, prune's and exits'
     optimizer settings at the top of their sections (spellings.TRAINER_OPTIM names those they had; the teacher's grad_clip and exits' weight decay and
     clipping came with `optim:`)."""
-    written["students"] = {name: rules.preset_shape(s) for name, s in written["students"].items()}
+    written["students"] = {name: rules.preset_shape(rules.flat_sections(s)) for name, s in written["students"].items()}
     for place, names in TRAINER_OPTIM.items():
         *outer, name = place.split(".")
         holder = written.get(outer[0]) if outer else written
@@ -53,13 +51,8 @@ def test_the_cases_cover_every_shipped_config():
 
 @pytest.mark.parametrize("case", sorted(LAYOUT4_KEYS))
 def test_every_stage_of_a_shipped_configs_layout4_folder_is_converted(case, tmp_path):
-    cfg = layout4_folder(case, tmp_path)
-    files = resolve_data(cfg.data, cfg.test)
-    done = migrate.convert(cfg, files, log=lambda m: None, rules=rules.V4)
-    ran = [s.name for s in plan_stages(cfg, files).stages if s.run is not None]
-    assert done == {"reused": ran, "resumed": [], "rerun": []}
     earlier = LAYOUT4_KEYS[case]
-    new = assert_converted(cfg, "layout4_key", earlier)
+    new = converted_whole(layout4_folder(case, tmp_path), rules.V4, "layout4_key", earlier)
     assert new["data"] == earlier["data"] and new["augment"] == earlier["augment"]
     assert new["score"] != earlier["score"]  # its precision, `auto`, in the key now
 
@@ -67,21 +60,7 @@ def test_every_stage_of_a_shipped_configs_layout4_folder_is_converted(case, tmp_
 @pytest.mark.parametrize("case", ["demo", "demo_ensemble", "demo_compress"])
 def test_run_refuses_a_layout4_folder_then_reuses_every_stage_once_migrated(case, tmp_path):
     """Its config.yaml as layout 4 wrote it (the optimizer's settings in their earlier places, `preset: tang`)."""
-    from recording_stages import RecordingStages
-
-    cfg = layout4_folder(case, tmp_path)
-    run = tmp_path / "run"
-    with pytest.raises(ConfigError, match=r"transferset migrate .*run"):
-        run_pipeline(cfg, log=lambda m: None, functions=RecordingStages().functions())
-    said: list[str] = []
-    done = migrate.migrate(str(run), log=said.append)
-    ran = [s for s in plan_stages(cfg, resolve_data(cfg.data, cfg.test)).stages if s.run is not None]
-    assert done == {"reused": [s.name for s in ran], "resumed": [], "rerun": []}, said
-    assert keys.read_layout(str(run)) == keys.LAYOUT == 5
-    log: list[str] = []
-    run_pipeline(cfg, log=log.append, functions=RecordingStages().functions())
-    assert [m for m in log if "] running → " in m or "resuming" in m] == []
-    assert sum("up to date" in m for m in log) == len(ran)
+    assert_refused_then_reused(layout4_folder(case, tmp_path), tmp_path / "run")
 
 
 def test_layout4_keyed_auto_as_fp32_and_today_keys_each_at_its_value():

@@ -66,3 +66,15 @@ def test_a_run_folders_config_of_before_reads_with_the_optimizer_settings_under_
     old = {"settings": json.dumps({"epochs": 2, "lr": 1e-4, "weight_decay": 0.01, "patience": 1}), "train": "t"}
     settings = json.loads(teacher_fingerprint(old)["settings"])
     assert settings["optim"] == {"lr": 1e-4, "weight_decay": 0.01, "grad_clip": 1.0} and "lr" not in settings
+
+
+def test_a_students_tokens_data_and_report_settings_at_the_top_are_said_as_their_sections(tmp_path, capsys):
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump({"data": str(tmp_path), "students": {"old": {
+        "trim_vocab": True, "max_length": 64, "latency_examples": 8}}}))
+    assert cli.main(["run", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    for name, section in (("trim_vocab", "vocab"), ("max_length", "data"), ("latency_examples", "report")):
+        assert f"students.old.{name}: unknown setting" in err
+        assert (f"`students.old.{name}` is an earlier spelling: it is now `{section}: {{{name}: VALUE}}` (the "
+                f"student's `{section}:` section; the flag keeps its name)") in err

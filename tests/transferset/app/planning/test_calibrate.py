@@ -50,7 +50,7 @@ def test_a_transformer_student_is_calibrated_from_the_teachers_step_and_a_search
 def test_a_student_with_a_sparse_table_is_timed_with_the_optimizer_it_trains_with(tiny_teacher):
     # built by its family's `shaped`, the table learning by lazy Adam (its sparse gradient clipped as training does)
     cfg = _cfg(tiny_teacher, "students.distilled.student=static", "students.distilled.preset=null",
-               "students.distilled.freeze_embeddings=false", "students.distilled.model={hidden: 8, sparse: true}")
+               "students.distilled.vocab.freeze_embeddings=false", "students.distilled.model={hidden: 8, sparse: true}")
     rates = measure_rates(cfg, Rows(100, 0, 10, sample=TEXTS), {"students.distilled"})
     assert set(rates.student_step_s) == {"distilled"} and rates.student_step_s["distilled"] > 0
     fixed = _cfg(tiny_teacher, "students.distilled.student=static", "students.distilled.preset=null",

@@ -64,7 +64,7 @@ def test_each_stage_gets_its_rows_and_seconds_from_the_rates(tmp_path, sst2_dir)
     assert by["data"].reused and by["data"].seconds == 0
     # contextual vectors: the transfer set's first texts (31,500 here, at most 20,000) through the teacher first
     ctx_cfg = replace(cfg, students={**cfg.students, "distilled": replace(cfg.students["distilled"],
-                                                                          embed_init="contextual")})
+                                                                          vocab={"embed_init": "contextual"})})
     by_ctx = {e.stage: e for e in est.estimate(ctx_cfg, stages, ROWS, RATES, reused={"data"})}
     assert by_ctx["students.distilled"].seconds == pytest.approx(by["students.distilled"].seconds + 20_000 / 100.0)
     lines = est.plan_lines(list(by.values()), RATES)
@@ -133,7 +133,7 @@ def test_a_static_candidates_contextual_vectors_are_counted_at_its_first_rung_on
     sc = SearchConfig(budget_ms=1, rungs=(1, 2), int8=False, space={"s": {"student": "static"}})
     rates = replace(RATES, student_step_s={**RATES.student_step_s, "search.s": 0.1}, student_fixed_s={})
     teacher_rows = search.search_estimate("search", sc, 23_000, ROWS, rates).seconds
-    contextual = replace(sc, space={"s": {"student": "static", "embed_init": "contextual"}})
+    contextual = replace(sc, space={"s": {"student": "static", "vocab": {"embed_init": "contextual"}}})
     # the first rung reads 20,000 texts through the teacher at its scoring rate; the second reads the cached table
     assert search.search_estimate("search", contextual, 23_000, ROWS, rates).seconds == pytest.approx(
         teacher_rows + 20_000 / RATES.score_rows_s)

@@ -17,8 +17,8 @@ from transferset.data.card import read_front_matter
 
 REPO = Path(__file__).resolve().parents[4]
 # the chain's figures on 40 rows and 2 rounds: these runs test the data flags, not the timing
-QUICK = ["report.latency_rows=40", "report.latency_rounds=2", "students.labels_only.latency_examples=40",
-         "students.distilled.latency_examples=40"]
+QUICK = ["report.latency_rows=40", "report.latency_rounds=2", "students.labels_only.report.latency_examples=40",
+         "students.distilled.report.latency_examples=40"]
 POSITIVE = "good great fine funny brilliant best love like".split()
 NEGATIVE = "bad awful terrible boring dull worst hate never".split()
 FILLER = "the movie film story acting plot was is very really so just one two time life world".split()

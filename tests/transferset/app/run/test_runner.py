@@ -61,7 +61,7 @@ def test_overrides_and_defaults_written_once():
     ("augment.recipe=eda", "augment: unknown recipe 'eda'; known: tang, tang_join, tinybert"),
     ("augment.ops=mask,swap", "augment: ops: unknown augmenter 'swap'; known: join, mask, mlm, ngram, pos"),
     ("augment.p_pos=0.95", "augment: word-op probabilities sum to 1.05 > 1 for ops ('mask', 'pos')"),
-    ("students.distilled.tokens=chars", "students.distilled.tokens=chars: input should be 'wordpiece' or 'words'"),
+    ("students.distilled.vocab.tokens=chars", "students.distilled.vocab.tokens=chars: input should be 'wordpiece' or 'words'"),
     ("compress.int8=teacher,nobody", "compress.int8 names ['nobody']: neither `teacher` nor a student of this run"),
     ("compress.exit_speeds=0.5,1.5", "compress.exit_speeds=0.5,1.5: input should be less than or equal to 1"),
     ("compress.exit_speeds=[]", "exit_speeds is empty: give at least one speed"),
@@ -388,7 +388,7 @@ def test_the_augment_key_holds_its_settings_at_their_values(tmp_path, sst2_dir):
 # The demo's latency figures on 40 rows and 2 rounds (report and students): the runs below test the chain,
 # not the timing.
 QUICK_LATENCY = ["report.latency_rows=40", "report.latency_rounds=2",
-                 "students.labels_only.latency_examples=40", "students.distilled.latency_examples=40"]
+                 "students.labels_only.report.latency_examples=40", "students.distilled.report.latency_examples=40"]
 
 
 @pytest.mark.integration

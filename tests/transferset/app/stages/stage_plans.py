@@ -23,7 +23,7 @@ def stages(plan, prefix: str) -> dict:
 
 def search_config(tmp_path, data, teacher, budget_mb, **search):
     """A tiny run (600 SST-2 rows, a given teacher) with a search of 4 BiLSTM and static candidates under `budget_mb`."""
-    small = {"threads": 1, "latency_examples": 8, "epochs": 1}
+    small = {"threads": 1, "report": {"latency_examples": 8}, "epochs": 1}
     cfg = {"run_dir": str(tmp_path / "run"), "data": str(data), "validation": {"rows": 60, "seed": 0},
            "labeled_limit": 200, "unlabeled_rows": 50, "teacher_path": teacher,
            "augment": {"recipe": "tang", "n_iter": 1, "seed": 0},
@@ -34,7 +34,7 @@ def search_config(tmp_path, data, teacher, budget_mb, **search):
                                 "wide": {"student": "bilstm", "model": {"embed_dim": 8, "hidden": 32}},
                                 "static": {"student": "static"},
                                 "huge": {"student": "bilstm", "model": {"embed_dim": 8, "hidden": 512}}},
-                      "base": {"threads": 1, "latency_examples": 8, "losses": {"kd": 1.0}},
+                      "base": {"threads": 1, "report": {"latency_examples": 8}, "losses": {"kd": 1.0}},
                       "int8": False, **search}}
     path = tmp_path / f"search_{budget_mb}.yaml"
     path.write_text(yaml.safe_dump(cfg))

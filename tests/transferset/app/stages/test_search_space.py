@@ -14,14 +14,14 @@ def _config(tmp_path, sst2_dir, head_tsv, teacher, **search) -> str:
     data.mkdir()
     head_tsv(sst2_dir / "train.tsv", data / "train.tsv", 300)
     head_tsv(sst2_dir / "dev.tsv", data / "dev.tsv", 40)
-    small = {"student": "bilstm", "epochs": 1, "threads": 1, "latency_examples": 8,
+    small = {"student": "bilstm", "epochs": 1, "threads": 1, "report": {"latency_examples": 8},
              "model": {"embed_dim": 8, "hidden": 8}}
     cfg = {"run_dir": str(tmp_path / "run"), "data": str(data), "validation": {"rows": 40, "seed": 0},
            "labeled_limit": 200, "unlabeled_rows": 20, "teacher_path": teacher,
            "augment": {"recipe": "tang", "n_iter": 1, "seed": 0}, "students": {"plain": small},
            "report": {"latency_rows": 8, "latency_rounds": 1},
            "search": {"rungs": [1, 2], "timing_rows": 8, "timing_rounds": 1, "int8": False,
-                      "base": {"threads": 1, "latency_examples": 8, "losses": {"kd": 1.0}}, **search}}
+                      "base": {"threads": 1, "report": {"latency_examples": 8}, "losses": {"kd": 1.0}}, **search}}
     path = tmp_path / "small.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return str(path)

@@ -40,7 +40,7 @@ def test_a_candidate_that_cannot_be_built_before_the_scoring_leaves_the_plan_cou
     data = search_data(tmp_path, sst2_dir, head_tsv)
     # its vocabulary is the transfer set's (trim_vocab): there is no set to read before the scoring
     space = {"small": {"student": "bilstm", "model": {"embed_dim": 8, "hidden": 8}},
-             "trimmed": {"student": "bilstm", "trim_vocab": True, "model": {"embed_dim": 8, "hidden": 8}}}
+             "trimmed": {"student": "bilstm", "vocab": {"trim_vocab": True}, "model": {"embed_dim": 8, "hidden": 8}}}
     log = []
     run_pipeline(search_config(tmp_path, data, tiny_teacher, 2.0, space=space), log=log.append,
                  measure=measure_rates, plan_only=True)
