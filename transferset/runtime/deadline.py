@@ -1,6 +1,6 @@
 """The time a run's budget gives the stage in progress: a trainer ends a phase at an epoch's end when another epoch
 as long as the last would end past it (transferset/training/recipe.py), keeping its best epoch as early stopping
-does. `transferset run --budget-minutes` sets it around each stage (transferset/app/run/runner.py); nothing else
+does, after training on the part of one more that the time left holds when that is at least MIN_PART of it. `transferset run --budget-minutes` sets it around each stage (transferset/app/run/runner.py); nothing else
 does, so a command without a budget trains every epoch it is given."""
 from __future__ import annotations
 
@@ -26,6 +26,21 @@ def room_for(seconds: float) -> bool:
     """Whether work taking `seconds` from now ends before the deadline (True when there is none)."""
     deadline = _DEADLINE.get()
     return deadline is None or time.monotonic() + seconds <= deadline
+
+
+# The least part of an epoch worth training when a whole one would end past the deadline (part_of_epoch), and the
+# least part of a trainer's last epoch that a re-fitted plan keeps it for (transferset/app/planning/time_budget.py).
+MIN_PART = 0.5
+
+
+def part_of_epoch(trained: float, evaluated: float) -> float:
+    """The part of an epoch whose training took `trained` seconds and its evaluation `evaluated` that ends, evaluated,
+    before the deadline: 0 when under MIN_PART (or no deadline is set), else below 1."""
+    left = seconds_left()
+    if left is None or trained <= 0:
+        return 0.0
+    part = min((left - evaluated) / trained, 0.99)
+    return part if part >= MIN_PART else 0.0
 
 
 def seconds_left() -> Optional[float]:

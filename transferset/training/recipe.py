@@ -109,6 +109,7 @@ class _Phase:
     lr: float = 0.0        # the learning rate of the last optimizer step (of the first parameter group)
     epochs_run: int = 0
     out_of_time: bool = False  # ended before its epochs by the budget's deadline (transferset.runtime.deadline)
+    limit: Optional[int] = None  # the batches of a last epoch the deadline cut short (deadline.part_of_epoch)
     average: Optional[WeightAverage] = None  # spec.ema: the moving average of each trained parameter
 
     def params(self) -> list:
@@ -236,23 +237,35 @@ class Recipe:
             return None  # finished before the kill: its weights are in the checkpoint's model state
         phase = self.setup(index, spec, module, make_optimizer, evaluate, describe)
         for epoch in range(phase.state.epoch, spec.epochs):
-            phase.state.epoch = epoch
+            phase.state.epoch, last = epoch, phase.limit is not None
             started = time.perf_counter()
             sums = self.train_epoch(phase, loss_step, batches(epoch))
-            stop = self.evaluate(phase, sums, evaluate, time.perf_counter() - started)
+            trained = time.perf_counter() - started
+            stop = self.evaluate(phase, sums, evaluate, time.perf_counter() - started) or last
             phase.epochs_run = epoch + 1
             if not stop and epoch + 1 < spec.epochs and not self.engine.from_main(
                     deadline.room_for(time.perf_counter() - started)):
-                phase.out_of_time = True
-                self.engine.log(f"{spec.name}: another epoch would end past the time the budget gives this stage: "
-                                f"the phase ends after {epoch + 1} of {spec.epochs} epochs")
-                stop = True
+                stop = self._out_of_time(phase, trained, time.perf_counter() - started - trained)
             if stop:
                 break
             phase.state.epoch, phase.state.batches, phase.state.partial = epoch + 1, 0, None
             if self.checkpoint is not None and epoch + 1 < spec.epochs:
                 self.save(phase)
         return self.end_phase(phase)
+
+    def _out_of_time(self, phase: _Phase, trained: float, evaluated: float) -> bool:
+        """Another epoch as long as the last would end past the deadline: the phase trains on the part of one that
+        the time left holds (deadline.part_of_epoch: none under half) and ends; → whether it ends now."""
+        spec, st, phase.out_of_time = phase.spec, phase.state, True
+        part = self.engine.from_main(deadline.part_of_epoch(trained, evaluated))
+        if part:
+            phase.limit = int(self.engine.from_main(max(1, int(part * st.batches))))
+            self.engine.log(f"{spec.name}: a whole epoch more would end past the time the budget gives this stage: "
+                            f"epoch {st.epoch + 2}, its last, trains on {phase.limit} of its {st.batches} batches")
+            return False
+        self.engine.log(f"{spec.name}: another epoch would end past the time the budget gives this stage: "
+                        f"the phase ends after {st.epoch + 1} of {spec.epochs} epochs")
+        return True
 
     def train_epoch(self, phase: _Phase, loss_step: LossStep, batches: Iterable[Batch]) -> Sums:
         """One epoch (from where a resumed one stopped) → this rank's sums. With `grad_accum` N, an optimizer
@@ -267,7 +280,7 @@ class Recipe:
         phase.module.train()
         batch = next(it, None)
         more, pending, pending_rows = eng.all_true(batch is not None), 0, 0
-        while more and not phase.stopped:
+        while more and not phase.stopped and (phase.limit is None or st.batches < phase.limit):
             following = next(it, None)
             more = eng.all_true(following is not None)
             pending += 1

@@ -12,3 +12,13 @@ def test_a_block_has_its_seconds_and_the_one_around_it_comes_back_after():
             assert deadline.seconds_left() is None and deadline.room_for(1e9)
         assert 3590 < deadline.seconds_left() <= 3600
     assert deadline.seconds_left() is None
+
+
+def test_the_part_of_an_epoch_is_what_the_time_left_holds_once_evaluated_and_none_under_half():
+    assert deadline.part_of_epoch(10.0, 1.0) == 0.0  # no deadline: whole epochs
+    with deadline.within(7.0):
+        assert 0.59 < deadline.part_of_epoch(10.0, 1.0) <= 0.6  # (7 - 1) / 10
+        assert deadline.part_of_epoch(10.0, 3.0) == 0.0  # (7 - 3) / 10: under MIN_PART
+        assert deadline.part_of_epoch(4.0, 1.0) == 0.99  # a whole one fits: room_for says so first
+    with deadline.within(-1.0):
+        assert deadline.part_of_epoch(10.0, 1.0) == 0.0

@@ -60,6 +60,29 @@ def test_a_phase_ends_at_an_epoch_when_another_would_end_past_the_budgets_deadli
     assert entry["epochs_run"] == 3 and entry["out_of_time"]
 
 
+def test_a_phase_trains_on_the_part_of_an_epoch_the_deadline_holds_then_ends(engine, monkeypatch):
+    """Where a whole epoch more would end past the deadline but at least half of one fits (deadline.part_of_epoch),
+    the phase trains on that part of the next epoch, evaluates it as an epoch, keeps the best and ends."""
+    asked = []
+
+    def part(trained, evaluated):
+        asked.append((trained, evaluated))
+        return 0.5
+
+    monkeypatch.setattr(deadline, "room_for", lambda seconds: False)
+    monkeypatch.setattr(deadline, "part_of_epoch", part)
+    module, recipe, scores = Linear(), Recipe(engine), iter([0.6, 0.7])
+    entry = _run(recipe, PhaseSpec("p", epochs=4), module, lambda: {"accuracy": next(scores)})
+    assert entry["epochs_run"] == 2 and entry["out_of_time"] and entry["best_dev_accuracy"] == 0.7
+    assert [h["rows"] for h in recipe.history] == [32, 16]  # 4 batches of 8, then 2
+    assert [h["step"] for h in recipe.history] == [4, 6] and len(asked) == 1 and asked[0][0] > 0
+    # under half an epoch: the phase ends with the epoch it trained
+    monkeypatch.setattr(deadline, "part_of_epoch", lambda trained, evaluated: 0.0)
+    recipe = Recipe(engine)
+    entry = _run(recipe, PhaseSpec("p", epochs=4), Linear(), lambda: {"accuracy": 0.5})
+    assert entry["epochs_run"] == 1 and [h["rows"] for h in recipe.history] == [32]
+
+
 def test_a_non_finite_loss_names_the_phase_epoch_and_step(engine):
     calls = {"n": 0}
 

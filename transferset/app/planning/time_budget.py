@@ -13,8 +13,9 @@ minutes it needs. A cut that would change the key of a stage the run reuses is n
 
 The plan is a forecast from seconds of calibration (off by a third on a busy machine) and counts every epoch early
 stopping may skip: after each stage that ran, the run re-fits the stages still to run to the minutes then left
-(Budget.refit: their levers from their values before any cut), and each stage runs within its share of them (a
-trainer ends its phase at the epoch after which another would end past it: transferset.runtime.deadline), the stages
+(Budget.refit: their levers from their values before any cut; a trainer's epoch kept when at least half of it fits),
+and each stage runs within its share of them (a trainer's last epoch trains on the part of one the time left holds,
+or the phase ends at the epoch after which another would end past it: transferset.runtime.deadline), the stages
 after it counted as cut by each step worth fewer points than its own last planned one (Budget.share).
 """
 from __future__ import annotations
@@ -32,7 +33,7 @@ from transferset.app.stages.base import KINDS, StageDef, in_order
 from transferset.app.stages.augment import MIN_VARIANTS
 from transferset.app.stages.context import DataFiles
 from transferset.config import RunConfig
-from transferset.runtime import typed
+from transferset.runtime import deadline, typed
 from transferset.runtime.errors import ConfigError
 
 
@@ -64,13 +65,15 @@ def sees_enough(cfg: RunConfig, rows: Rows) -> bool:
 
 def fit(cfg: RunConfig, stages: Sequence[StageDef], rows: Rows, rates: Rates, reused: set[str],
         budget_minutes: float, overhead_s: float = 0.0, strict: bool = True,
-        below: float = math.inf) -> tuple[RunConfig, list[str]]:
+        below: float = math.inf, part: float = 0.0) -> tuple[RunConfig, list[str]]:
     """`cfg` cut to fit the budget, and the cuts in words: the step that costs the fewest points per second saved
     first (LOSS), none below MIN_SEEN (when `cfg` meets it), then each step the budget allows given back, the
     costliest first; refuses (ConfigError) when the smallest plan does not fit. A lever whose cut would change a
     reused stage's key is left as it is. `overhead_s`: what the run spends besides its stages, whatever the cuts (the
     calibration, the report's timing). Not `strict` (a run re-fitted mid-way): the smallest plan, not a refusal.
-    `below`: only steps costing fewer points are taken (the smallest plan is then the one they reach)."""
+    `below`: only steps costing fewer points are taken (the smallest plan is then the one they reach). `part`: a
+    trainer's epoch is given back when that part of it fits (its last epoch then trains on what the deadline holds:
+    Lever.epochs)."""
     def seconds(c: RunConfig) -> float:
         return total_seconds(estimate(c, stages, rows, rates, reused)) + overhead_s
 
@@ -104,8 +107,13 @@ def fit(cfg: RunConfig, stages: Sequence[StageDef], rows: Rows, rates: Rates, re
         _, depth, now = min(steps, key=lambda t: t[0])
     if now > budget and strict:
         raise ConfigError(_refusal(budget_minutes, _cuts(free, depth), now, blocked))
+    def fits(back: dict[str, int], lv: Lever) -> bool:  # the step given back fits (an epoch's `part` of it does)
+        more = seconds(at(back))
+        over = more - budget
+        return over <= 0 or (part > 0 and lv.epochs and over <= (1 - part) * (more - seconds(at(depth))))
+
     for lv in sorted(free, key=lambda lv: -step_cost(lv, {**depth, lv.name: depth[lv.name] - 1})):
-        while depth[lv.name] >= 0 and seconds(at({**depth, lv.name: depth[lv.name] - 1})) <= budget:
+        while depth[lv.name] >= 0 and fits({**depth, lv.name: depth[lv.name] - 1}, lv):
             depth = {**depth, lv.name: depth[lv.name] - 1}
     return at(depth), _cuts(free, depth)
 
@@ -249,7 +257,8 @@ class Budget:
         for lv in levers(self.start, self.stages, self.rows):
             if lv.values and not downstream(self.stages, lv.stages) & done:
                 base = lv.apply(base, None)
-        return fit(base, self.stages, self.rows, self.rates, done, self.left() / 60, self.after_s, strict=False)
+        return fit(base, self.stages, self.rows, self.rates, done, self.left() / 60, self.after_s, strict=False,
+                   part=deadline.MIN_PART)
 
     def share(self, cfg: RunConfig, done: set[str], name: str) -> float:
         """The seconds stage `name` may take: those left, less what the report and the stages after it will take once

@@ -148,6 +148,9 @@ class Lever:
     # would keep it (time_budget.shortfalls); None: any value the cut allows
     needs: Any = None
     why: str = ""
+    # a trainer's epochs: under the budget's deadline its last epoch trains on the part of one the time left holds
+    # (transferset.runtime.deadline), so a re-fitted plan keeps an epoch of which at least MIN_PART fits
+    epochs: bool = False
 
 
 def halvings(value: int, floor: int) -> list[int]:

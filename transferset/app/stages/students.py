@@ -103,7 +103,8 @@ def levers(cfg: RunConfig, stages: Sequence[StageDef], rows: Rows) -> list[Lever
                                     for n, s in c.students.items()})
 
     names = tuple(s.name for s in stages if s.name.startswith("students."))
-    return [Lever("students' epochs", epochs, list(range(epochs - 1, 0, -1)), student_epochs, names, EPOCH_LOSS)]
+    return [Lever("students' epochs", epochs, list(range(epochs - 1, 0, -1)), student_epochs, names, EPOCH_LOSS,
+                  epochs=True)]
 
 
 def measures(cfg: RunConfig, will_run: set[str]) -> dict:

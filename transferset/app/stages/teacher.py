@@ -92,7 +92,7 @@ def levers(cfg: RunConfig, stages: Sequence[StageDef], rows: Rows) -> list[Lever
     epochs = cfg.teacher.epochs
     return [Lever("teacher.epochs", epochs, list(range(epochs - 1, 0, -1)),
                   lambda c, v: replace(c, teacher=replace(c.teacher, epochs=epochs if v is None else v)), trained,
-                  EPOCH_LOSS, NEEDS_EPOCHS, ONE_EPOCH)]
+                  EPOCH_LOSS, NEEDS_EPOCHS, ONE_EPOCH, epochs=True)]
 
 
 def measures(cfg: RunConfig, will_run: set[str]) -> dict:

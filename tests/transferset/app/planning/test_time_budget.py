@@ -266,3 +266,22 @@ def test_a_stage_may_take_minutes_from_the_cuts_after_it_worth_fewer_points_than
     assert budget.worth(cfg, "students.distilled") > 0
     assert tb.Budget(cfg, stages, ROWS, RATES, 30.0, 10_000.0, 0.0).share(cfg, done, "students.distilled") == \
         10_000.0 - 30.0 - total(cfg, stages, done | {"students.distilled"})
+
+
+@pytest.mark.parametrize("over, kept", [(0.3, 3), (0.7, 2)])
+def test_a_refit_keeps_a_trainers_epoch_of_which_at_least_half_fits(tmp_path, sst2_dir, over, kept):
+    """Under the deadline a trainer's last epoch trains on the part of one the time left holds (recipe.py), so a
+    re-fitted plan keeps an epoch of which MIN_PART fits (`part`); a plan fitted whole (part 0) takes none over."""
+    cfg, stages = demo(tmp_path, sst2_dir, "students.distilled.epochs=3", "students.labels_only.epochs=3")
+    done = {s.name for s in stages if s.name in ("data", "teacher", "augment", "score", "dev", "dev.score")}
+    two = replace(cfg, students={n: replace(s, epochs=2) for n, s in cfg.students.items()})
+    three_s, two_s = total(cfg, stages, done), total(two, stages, done)
+    budget = (three_s - over * (three_s - two_s)) / 60  # `over` of the students' third epoch past the budget
+    epochs = lambda c: {n: s.epochs for n, s in c.students.items()}  # noqa: E731
+    assert epochs(tb.fit(cfg, stages, ROWS, RATES, done, budget, strict=False)[0]) == epochs(two)
+    cut, cuts = tb.fit(cfg, stages, ROWS, RATES, done, budget, strict=False, part=tb.deadline.MIN_PART)
+    assert epochs(cut) == {"labels_only": kept, "distilled": kept} and (cuts == []) == (kept == 3)
+    # the trainers' epochs are cut in part under the deadline; the variants and the rows are given back only whole
+    whole = {lv.name: lv.epochs for lv in tb.levers(cfg, stages, ROWS)}
+    assert whole["students' epochs"] and whole["teacher.epochs"] and not whole["augment.n_iter"]
+    assert not whole["unlabeled rows"]
