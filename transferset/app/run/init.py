@@ -3,7 +3,8 @@
 The same settings are what `transferset run --data FILE` runs on when no YAML is given (`starter`):
 the run config's defaults (transferset/config/), the data and its columns, and two students, those of
 configs/demo.yaml (a BiLSTM on the gold labels only, and Tang et al.'s BiLSTM distilled from the teacher's
-logits), so the report shows what distillation adds on your data. Columns are checked against the files
+logits; on long texts, LONG_TEXT_WORDS, the distilled one max-pools as the other does), so the report shows what
+distillation adds on your data. Columns are checked against the files
 before anything is written: a missing one is refused with the list of those present.
 """
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import copy
 import os
+import statistics
 from typing import Any, Callable, Optional, Sequence
 
 import yaml
@@ -32,6 +34,14 @@ STARTER_STUDENTS: dict[str, dict[str, Any]] = {
     "distilled": {"student": "bilstm", "model": {"shape": "tang"}, "phases": "joint",
                   "losses": {"kd": {"weight": 1.0, "temperature": 2.0}}, "epochs": 5, "patience": 2},
 }
+
+# Texts of at least this many words (the median of the train file's first SAMPLE_ROWS rows) are long: there the
+# distilled student takes the BiLSTM's default shape (300 units, max-pooled over the text, as the labels-only one)
+# instead of Tang's (150, its last states): +0.5 to +1.2 on selection on the long proxy (~55 words) over 3 teachers
+# and transfer sets (Tang's with max-pooling: +1.2 and -1.5), where on SST-2's sentences (~7) max-pooling was level
+# (docs/results.md, "Where should a budget's minutes go?"; history.md, 2026-12-03)
+LONG_TEXT_WORDS = 30
+SAMPLE_ROWS = 1000
 
 EPILOG = """examples:
   transferset init --data reviews.csv --text-column review --label-column sentiment --output my.yaml
@@ -169,12 +179,37 @@ def run_dir_for(data: str) -> str:
 
 def starter(data: str, **columns_and_files: Optional[str]) -> dict[str, Any]:
     """The starter run config for `data` (a raw mapping, type-checked by load_config): what `run --data`
-    runs on without a YAML, and what `init` writes."""
-    raw = merge({"run_dir": run_dir_for(data), "students": copy.deepcopy(STARTER_STUDENTS)},
-                data_settings(data, **columns_and_files))
+    runs on without a YAML, and what `init` writes; on long texts (LONG_TEXT_WORDS) the distilled student takes the
+    BiLSTM's default, max-pooled shape."""
+    students = copy.deepcopy(STARTER_STUDENTS)
+    words = median_words(data, columns_and_files.get("text_column"))
+    if words is not None and words >= LONG_TEXT_WORDS:
+        students["distilled"]["model"] = {}
+    raw = merge({"run_dir": run_dir_for(data), "students": students}, data_settings(data, **columns_and_files))
     if raw.get("validation") == {}:  # spelled out, so the file shows what to change (the values: config.py's)
         raw["validation"] = typed.to_dict(ValidationConfig())
     return raw
+
+
+def median_words(data: str, text_column: Optional[str]) -> Optional[float]:
+    """The median words per row of the train file's first SAMPLE_ROWS rows (a data folder's train.tsv); None for a
+    hub dataset or a file with no text to count."""
+    if data.startswith(HF_PREFIX):
+        return None
+    path = fs.join(data, "train.tsv") if is_data_folder(data) else data
+    rows = _READERS[detect_format(path)](path, detect_format(path), fs.open)
+    counts = []
+    try:
+        for _, row in rows:
+            text = row.get(text_column or next((c for c in DEFAULT_TEXT_COLUMNS if c in row), "")) \
+                if isinstance(row, dict) else None
+            if isinstance(text, str):
+                counts.append(len(text.split()))
+            if len(counts) >= SAMPLE_ROWS:
+                break
+    finally:
+        getattr(rows, "close", lambda: None)()
+    return float(statistics.median(counts)) if counts else None
 
 
 def _dump(value: Any) -> str:

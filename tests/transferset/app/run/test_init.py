@@ -11,6 +11,7 @@ import yaml
 
 from transferset import testing
 from transferset.app.cli import main
+from transferset.app.run import init
 from transferset.app.run.init import STARTER_STUDENTS, starter
 from transferset.app.run.runner import load_config
 from transferset.data.card import read_front_matter
@@ -188,6 +189,23 @@ def test_run_without_config_or_data_says_what_to_give(capsys):
 def test_the_starter_students_are_the_demos():
     demo = yaml.safe_load((REPO / "configs" / "demo.yaml").read_text())
     assert STARTER_STUDENTS == demo["students"]
+
+
+@pytest.mark.parametrize("words, tang", [(29, True), (30, False), (60, False)])
+def test_on_long_texts_the_starters_distilled_student_takes_the_max_pooled_shape(tmp_path, words, tang):
+    """Texts of LONG_TEXT_WORDS words or more (the median of the first rows): the distilled student takes the
+    BiLSTM's default shape (max-pooled); on sentences Tang's (its last states, the demo's); the labels-only student
+    is the demo's either way."""
+    path = tmp_path / "texts.csv"
+    rows = [" ".join(["word"] * (words + (i % 3) - 1)) for i in range(9)]  # median `words`
+    path.write_text("review,sentiment\n" + "".join(f"{text},{'ab'[i % 2]}\n" for i, text in enumerate(rows)))
+    assert init.median_words(str(path), "review") == words
+    students = starter(str(path), text_column="review")["students"]
+    assert students["distilled"]["model"] == ({"shape": "tang"} if tang else {})
+    assert students["labels_only"] == STARTER_STUDENTS["labels_only"]
+    assert (words < init.LONG_TEXT_WORDS) == tang
+    assert {k: v for k, v in students["distilled"].items() if k != "model"} == \
+        {k: v for k, v in STARTER_STUDENTS["distilled"].items() if k != "model"}
 
 
 def test_init_refuses_a_file_that_is_not_there(tmp_path, capsys):
