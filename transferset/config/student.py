@@ -9,7 +9,7 @@ flags, key=value) are config/precedence.py's; earlier spellings (a flat `trim_vo
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from typing import Annotated, Any, Literal, Mapping, Optional
 
 import pydantic
@@ -181,6 +181,6 @@ class StudentConfig:
         return loss_weight(self.losses.get(loss, 0.0))
 
 
-# StudentConfig's sections, each its settings class
-_SECTIONS = {"optim": OptimConfig, "engine": StudentEngineConfig, "vocab": VocabConfig, "data": StudentDataConfig,
-             "report": StudentReportConfig}
+# StudentConfig's sections, each its settings class (the class of the field's default)
+_SECTIONS = {f.name: type(f.default_factory()) for f in fields(StudentConfig)
+             if f.default_factory is not MISSING and is_dataclass(f.default_factory())}

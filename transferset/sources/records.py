@@ -165,9 +165,10 @@ def _text_problem(name: str, value: str, from_bytes: bool) -> Optional[str]:
     return f"{name} is not valid Unicode (lone surrogate at char {index + 1})"
 
 
-def _resolve_text_column(spec: SourceSpec, row: dict) -> Optional[str]:
-    if spec.text_column:
-        return spec.text_column
+def text_column_of(text_column: Optional[str], row: dict) -> Optional[str]:
+    """The text column of `row`: the one given, else the first of DEFAULT_TEXT_COLUMNS it holds (None: neither)."""
+    if text_column:
+        return text_column
     for name in DEFAULT_TEXT_COLUMNS:
         if name in row:
             return name
@@ -183,7 +184,7 @@ def row_to_record(spec: SourceSpec, line: int, row: dict) -> Union[Example, Reje
             raw = raw_repr(json.dumps(row, ensure_ascii=False, default=str))
         except (ValueError, RecursionError):  # nesting too deep for JSON, circular values
             raw = raw_repr(repr(row)[:10_000])
-    text_col = _resolve_text_column(spec, row)
+    text_col = text_column_of(spec.text_column, row)
     if text_col is None or text_col not in row:
         wanted = text_col or " or ".join(DEFAULT_TEXT_COLUMNS)
         return Reject(spec.path, line, raw, f"missing text column {wanted!r} (use --text-column)")

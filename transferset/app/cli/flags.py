@@ -134,13 +134,14 @@ def add_arguments(parser, cls: type, *, title: Optional[str] = None, skip: tuple
         shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
         help_text = helps.get(f.name, "")
         help_text = f"{help_text} (default: {shown})" if help_text else f"default: {shown}"
-        flag = "--" + f.name.replace("_", "-")
-        if _is_bool(hints[f.name]):
-            group.add_argument(flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
-                               help=help_text.replace("%", "%%"))
-        else:
-            group.add_argument(flag, default=argparse.SUPPRESS, metavar=_metavar(hints[f.name]),
-                               help=help_text.replace("%", "%%"))
+        _add_flag(group, "--" + f.name.replace("_", "-"), f.name, hints[f.name], help_text)
+
+
+def _add_flag(group, flag: str, dest: str, tp: Any, help_text: str) -> None:
+    """One setting's flag, not given unless typed (argparse.SUPPRESS): a yes-or-no one a switch (`--allow-incomplete`,
+    `--no-trim-vocab`), any other taking its value."""
+    kind = dict(action=argparse.BooleanOptionalAction) if _is_bool(tp) else dict(metavar=_metavar(tp))
+    group.add_argument(flag, dest=dest, default=argparse.SUPPRESS, help=help_text.replace("%", "%%"), **kind)
 
 
 def _section(tp: Any) -> Optional[type]:
@@ -157,14 +158,8 @@ def _add_section(parser, cls: type, f: dataclasses.Field, section: type) -> None
     helps, hints = field_help(section), typing.get_type_hints(section, include_extras=True)
     for g in dataclasses.fields(section):
         shown = getattr(default, g.name)
-        help_text = f"{helps.get(g.name, '')} (default: {shown})".strip().replace("%", "%%")
-        flag, dest = _section_flag(cls, f.name, g.name), f"{f.name}.{g.name}"
-        if _is_bool(hints[g.name]):  # a switch, as the command's own (`--allow-incomplete`, `--no-trim-vocab`)
-            group.add_argument(flag, dest=dest, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
-                               help=help_text)
-        else:
-            group.add_argument(flag, dest=dest, default=argparse.SUPPRESS, metavar=_metavar(hints[g.name]),
-                               help=help_text)
+        _add_flag(group, _section_flag(cls, f.name, g.name), f"{f.name}.{g.name}", hints[g.name],
+                  f"{helps.get(g.name, '')} (default: {shown})".strip())
 
 
 def _section_flag(cls: type, section: str, name: str) -> str:

@@ -144,11 +144,7 @@ def flat_optim(kind: str, values: dict) -> dict:
 def grouped_optim(values: dict, names: Sequence[str]) -> dict:
     """A teacher's, prune's or exits' settings (a mapping, whole or partial) with `names` (those the trainer had of
     its own: spellings.TRAINER_OPTIM) under `optim:`, over what the section gives already."""
-    moved = {k: values[k] for k in names if k in values}
-    if not moved:
-        return values
-    given = values.get("optim") if isinstance(values.get("optim"), dict) else {}
-    return {**{k: v for k, v in values.items() if k not in moved}, "optim": {**moved, **given}}
+    return grouped_sections(values, {"optim": names})
 
 
 # Settings added after the earlier layouts, with the value every stage those layouts keyed ran at, which is not
@@ -394,7 +390,7 @@ def grouped_student(values: dict) -> dict:
     not ce or mse, and no preset that sets losses, gets them at their earlier default, 1.0, which it trained with. A
     BiLSTM's `preset: NAME` its named shape (`shape_of_preset`); its tokens, data and report settings under
     `vocab:`, `data:` and `report:` (layout 5's form too: `grouped_sections`)."""
-    values = grouped_sections(shape_of_preset(values), {"optim": OPTIM_SETTINGS})
+    values = grouped_sections(shape_of_preset(values), {**STUDENT_SECTIONS, "optim": OPTIM_SETTINGS})
     out = dict(values)
     if not any(n in values for n in LOSS_SETTINGS) and "temperature" not in values:
         return out
@@ -408,11 +404,11 @@ def grouped_student(values: dict) -> dict:
     return out
 
 
-def grouped_sections(values: dict, sections: Optional[dict] = None) -> dict:
-    """A student's settings (a mapping, whole or partial) with each setting `sections` names (default:
-    spellings.STUDENT_SECTIONS) under its section, over what the section gives already."""
+def grouped_sections(values: dict, sections: dict[str, Sequence[str]]) -> dict:
+    """A trainer's settings (a mapping, whole or partial) with each setting `sections` names ({section: its
+    settings}) under its section, over what the section gives already."""
     out = dict(values)
-    for name, fields in {**STUDENT_SECTIONS, **(sections or {})}.items():
+    for name, fields in sections.items():
         moved = {k: out.pop(k) for k in fields if k in out}
         if moved:
             given = out.get(name) if isinstance(out.get(name), dict) else {}

@@ -10,10 +10,12 @@ before anything is written: a missing one is refused with the list of those pres
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
+import itertools
 import os
 import statistics
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import yaml
 
@@ -24,7 +26,7 @@ from transferset.runtime import typed
 from transferset.runtime.errors import ConfigError
 from transferset.sources import DEFAULT_LABEL_COLUMN, DEFAULT_TEXT_COLUMNS, HF_PREFIX, SourceError, detect_format
 from transferset.sources import delimited, hf, jsonl, parquet
-from transferset.sources.records import refuse_duplicate_columns
+from transferset.sources.records import refuse_duplicate_columns, text_column_of
 
 # The starter's students: configs/demo.yaml's two (tests/transferset/app/run/test_init.py keeps them equal), each
 # the best of its kind on SST-2's validation split (benchmarks/README.md, quality per setting).
@@ -72,16 +74,23 @@ def columns_of(path: str) -> list[str]:
     return list(row) if row is not None else []
 
 
-def _first(path: str, fmt: str, wanted: Callable[[Any], bool]) -> Any:
-    """The first row (a dict or a Reject) the reader yields for which `wanted` holds, or None; the reader is
-    closed at once (a file of millions of rows is not read on)."""
+@contextlib.contextmanager
+def _reading(path: str, fmt: str) -> Iterator[Iterator[Any]]:
+    """The rows (a dict or a Reject each) the reader of `fmt` yields, closed when the block ends (a file of millions
+    of rows is not read on)."""
     rows = _READERS[fmt](path, fmt, fs.open)
     try:
-        return next((row for _, row in rows if wanted(row)), None)
+        yield (row for _, row in rows)
     finally:
         close = getattr(rows, "close", None)
         if close:
             close()
+
+
+def _first(path: str, fmt: str, wanted: Callable[[Any], bool]) -> Any:
+    """The first row (a dict or a Reject) the reader yields for which `wanted` holds, or None."""
+    with _reading(path, fmt) as rows:
+        return next((row for row in rows if wanted(row)), None)
 
 
 def has_rows(path: str) -> bool:
@@ -197,18 +206,10 @@ def median_words(data: str, text_column: Optional[str]) -> Optional[float]:
     if data.startswith(HF_PREFIX):
         return None
     path = fs.join(data, "train.tsv") if is_data_folder(data) else data
-    rows = _READERS[detect_format(path)](path, detect_format(path), fs.open)
-    counts = []
-    try:
-        for _, row in rows:
-            text = row.get(text_column or next((c for c in DEFAULT_TEXT_COLUMNS if c in row), "")) \
-                if isinstance(row, dict) else None
-            if isinstance(text, str):
-                counts.append(len(text.split()))
-            if len(counts) >= SAMPLE_ROWS:
-                break
-    finally:
-        getattr(rows, "close", lambda: None)()
+    with _reading(path, detect_format(path)) as rows:
+        texts = (row.get(text_column_of(text_column, row)) for row in rows if isinstance(row, dict))
+        strings = (text for text in texts if isinstance(text, str))
+        counts = [len(text.split()) for text in itertools.islice(strings, SAMPLE_ROWS)]
     return float(statistics.median(counts)) if counts else None
 
 
