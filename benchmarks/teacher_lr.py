@@ -33,6 +33,7 @@ def main() -> int:
     ap.add_argument("--lrs", default="5e-5,1e-4,2e-4", help="peak learning rates, comma-separated")
     ap.add_argument("--seeds", type=int, default=2)
     ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--first-seed", type=int, default=0)
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     files = make_proxies(args.out)[args.proxy]
@@ -41,7 +42,7 @@ def main() -> int:
     lrs = args.lrs.split(",")
     print(f"load average {os.getloadavg()}", flush=True)
     runs = []
-    for seed in range(args.seeds):
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
         for lr in lrs[seed % len(lrs):] + lrs[:seed % len(lrs)]:
             r = one(split, test, args.out, "auto", seed, args.epochs, lr)
             print(json.dumps(r), flush=True)
@@ -52,7 +53,7 @@ def main() -> int:
         print(f"lr {lr}: " + "  ".join(
             f"{k} {statistics.mean(r[k] for r in rs):.3f} ± {statistics.pstdev(r[k] for r in rs):.3f}"
             for k in ("epoch_s", "selection", "test")))
-    json.dump(runs, open(os.path.join(args.out, f"runs-{args.proxy}-{args.epochs}ep.json"), "w"), indent=2)
+    json.dump(runs, open(os.path.join(args.out, f"runs-{args.proxy}-{args.epochs}ep-s{args.first_seed}.json"), "w"), indent=2)
     return 0
 
 

@@ -31,6 +31,7 @@ from transferset.app.stages.plan import RunPlan
 from transferset.app.stages.costs import Estimate, Lever, Rates, Rows, transfer_rows, with_limit
 from transferset.app.stages.base import KINDS, StageDef, in_order
 from transferset.app.stages.augment import MIN_VARIANTS
+from transferset.app.stages.teacher import with_epochs
 from transferset.app.stages.context import DataFiles
 from transferset.config import RunConfig
 from transferset.runtime import deadline, typed
@@ -146,6 +147,7 @@ def cut_settings(cfg: RunConfig) -> dict[str, Any]:
     """The settings a budget may cut, by name (unlabeled_limit None: every row)."""
     return {"augment.unlabeled_n_iter": cfg.augment.variants_for(False), "augment.n_iter": cfg.augment.n_iter,
             "unlabeled_limit": cfg.unlabeled_limit, "teacher.epochs": cfg.teacher.epochs,
+            "teacher.optim.lr": cfg.teacher.optim.lr,
             **{f"students.{n}.epochs": s.epochs for n, s in cfg.students.items()},
             **({"search.rungs (the last)": cfg.search.rungs[-1]} if cfg.search is not None else {})}
 
@@ -165,7 +167,7 @@ def earlier_cut(cfg: RunConfig, earlier: Optional[RunConfig]) -> Optional[RunCon
         return None
     e = earlier
     same = replace(cfg, augment=replace(cfg.augment, n_iter=e.augment.n_iter, unlabeled_n_iter=e.augment.unlabeled_n_iter),
-                   unlabeled_limit=e.unlabeled_limit, teacher=replace(cfg.teacher, epochs=e.teacher.epochs),
+                   unlabeled_limit=e.unlabeled_limit, teacher=with_epochs(cfg.teacher, e.teacher.epochs, cfg.teacher),
                    students={n: replace(s, epochs=e.students[n].epochs) for n, s in cfg.students.items()},
                    search=cfg.search and e.search and replace(cfg.search, rungs=e.search.rungs))
     return e if same == e else None

@@ -34,8 +34,9 @@ def test_a_budget_cuts_where_the_student_loses_least_per_second_and_only_as_deep
     # a slow teacher: its epochs are what a second saved costs least
     slow = replace(RATES, teacher_step_s=10.0)
     budget = total(cfg, stages, rates=slow) * 0.7 / 60
-    assert tb.fit(cfg, stages, ROWS, slow, set(), budget)[1] == ["teacher.epochs 5 → 3", "augment.unlabeled_n_iter 4 → 3",
-                                                                  "augment.n_iter 16 → 13"]
+    cut, cuts = tb.fit(cfg, stages, ROWS, slow, set(), budget)
+    assert cuts == ["teacher.epochs 5 → 3", "augment.unlabeled_n_iter 4 → 3", "augment.n_iter 16 → 13"]
+    assert cut.teacher.optim == cfg.teacher.optim  # more than one epoch: the run's own rate
 
 
 def test_a_step_a_later_cut_made_needless_is_given_back(tmp_path, sst2_dir):
@@ -87,6 +88,34 @@ def test_a_cut_below_what_a_kind_needs_warns_with_the_budget_that_keeps_it(tmp_p
     assert tb.shortfalls(cfg, two, stages, rows, RATES, set(), 30.0) == []
     one = replace(cfg, teacher=replace(cfg.teacher, epochs=1))  # asked for 1: not the budget's doing
     assert tb.shortfalls(one, one, stages, rows, RATES, set(), 30.0) == []
+
+
+def test_a_teacher_the_budget_cuts_to_one_epoch_trains_at_the_one_epoch_rate_unless_the_run_set_its_own(
+        tmp_path, sst2_dir):
+    """One epoch at 1.5e-4 beat one at the default 5e-5 on both proxies' selection (benchmarks/teacher_lr.py): the
+    budget's one-epoch teacher takes it, the plan says so, a cut that keeps more epochs or a rate the run set does
+    not, and a rerun under the same budget recognises the cut (earlier_cut)."""
+    from transferset.app.stages.teacher import ONE_EPOCH_LR
+
+    rows = costs.Rows(labeled=3000, unlabeled=0, selection=1000)
+    overrides = ("augment.n_iter=1", "students.distilled.epochs=2", "students.labels_only.epochs=2")
+    cfg, stages = demo(tmp_path, sst2_dir, *overrides)
+    budget = est.total_seconds(est.estimate(cfg, stages, rows, RATES, set())) * 0.5 / 60
+    cut, cuts = tb.fit(cfg, stages, rows, RATES, set(), budget)
+    assert cuts == ["teacher.epochs 5 → 1"] and cut.teacher.optim.lr == ONE_EPOCH_LR == 1.5e-4
+    assert cut.teacher.optim.weight_decay == cfg.teacher.optim.weight_decay
+    assert tb.changes(cfg, cut) == ["teacher.epochs 5 → 1", "teacher.optim.lr 5e-05 → 0.00015"]
+    [lever] = [lv for lv in tb.levers(cfg, stages, rows) if lv.name == "teacher.epochs"]
+    assert lever.apply(cut, None).teacher == cfg.teacher and lever.apply(cut, 2).teacher.optim.lr == 5e-5
+    with_budget = replace(cfg, budget_minutes=budget)
+    assert tb.earlier_cut(with_budget, replace(cut, budget_minutes=budget)) == replace(cut, budget_minutes=budget)
+    # a rate the run set is its own at any number of epochs
+    own, stages = demo(tmp_path, sst2_dir, *overrides, "teacher.optim.lr=1e-4")
+    cut, cuts = tb.fit(own, stages, rows, RATES, set(), budget)
+    assert cuts == ["teacher.epochs 5 → 1"] and cut.teacher.optim.lr == 1e-4
+    # a teacher the run asked to fine-tune 1 epoch is not the budget's cut: the default rate
+    one, stages = demo(tmp_path, sst2_dir, *overrides, "teacher.epochs=1")
+    assert tb.fit(one, stages, rows, RATES, set(), budget)[0].teacher.optim.lr == 5e-5
 
 
 def test_a_budget_the_smallest_plan_cannot_meet_is_refused_with_the_minimum(tmp_path, sst2_dir):
