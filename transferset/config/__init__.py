@@ -253,7 +253,8 @@ class RunConfig:
     # minutes the run may take on this machine (`run --budget-minutes`): when the plan's estimate is longer, the
     # transfer set's variants, the students' epochs, the search's last rung, the unlabeled rows and the teacher's
     # epochs are cut to fit, each step where the distilled student loses least per minute saved
-    # (transferset/app/planning/time_budget.py), and re-fitted to the minutes left after each stage; None: no limit
+    # (transferset/app/planning/time_budget.py), and re-fitted to the minutes left after each stage; a teacher cut to
+    # one epoch trains at lr 1.5e-4 where its lr is the default 5e-5; None: no limit
     budget_minutes: Optional[Positive] = None
 
     def __post_init__(self):
