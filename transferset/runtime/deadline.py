@@ -1,6 +1,8 @@
 """The time a run's budget gives the stage in progress: a trainer ends a phase at an epoch's end when another epoch
 as long as the last would end past it (transferset/training/recipe.py), keeping its best epoch as early stopping
-does, after training on the part of one more that the time left holds when that is at least MIN_PART of it. `transferset run --budget-minutes` sets it around each stage (transferset/app/run/runner.py); nothing else
+does, after training on the part of one more that the time left holds when that is at least MIN_PART of it (its
+learning-rate schedule ends where end_step says the phase will: transferset/training/schedules.py). `transferset run
+--budget-minutes` sets it around each stage (transferset/app/run/runner.py); nothing else
 does, so a command without a budget trains every epoch it is given."""
 from __future__ import annotations
 
@@ -41,6 +43,19 @@ def part_of_epoch(trained: float, evaluated: float) -> float:
         return 0.0
     part = min((left - evaluated) / trained, 0.99)
     return part if part >= MIN_PART else 0.0
+
+
+def end_step(per_epoch: int, current: int, epochs: int, left: float, epoch_s: float, evaluated: float) -> int:
+    """The step at which the deadline ends a phase of `epochs` epochs of `per_epoch` steps when `current` of them are
+    trained with `left` seconds to go, each epoch trained in `epoch_s` seconds and evaluated in `evaluated`: after
+    the whole epochs more that end before it, then the part of one more (MIN_PART or more), as a trainer decides at
+    each epoch's end (room_for, part_of_epoch). Where its learning-rate schedule ends (transferset/training)."""
+    more, planned, part = 0, epochs - current, 0.0
+    while more < planned and (more + 1) * (epoch_s + evaluated) <= left:
+        more += 1
+    if more < planned and epoch_s > 0:
+        part = min((left - more * (epoch_s + evaluated) - evaluated) / epoch_s, 0.99)
+    return round((current + more + (part if part >= MIN_PART else 0.0)) * per_epoch)
 
 
 def seconds_left() -> Optional[float]:

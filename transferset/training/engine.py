@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import sys
+from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 import torch
@@ -307,3 +308,24 @@ def _flat(config: dict, prefix: str = "") -> dict:
         else:
             out[f"{prefix}{k}"] = str(v)
     return out
+
+
+@dataclass
+class Sums:
+    """An epoch's figures so far (on one rank, or over every rank after `Engine.sum`): what a Recipe's epoch record
+    sums."""
+
+    loss: float = 0.0
+    n: int = 0            # batches: the epoch's loss is the mean of theirs
+    rows: int = 0
+    seconds: float = 0.0  # in training steps alone (no evaluation)
+    parts: dict = field(default_factory=dict)
+
+    def add(self, value: float, parts: dict, rows: int, seconds: float) -> None:
+        self.loss, self.n, self.rows, self.seconds = self.loss + value, self.n + 1, self.rows + rows, self.seconds + seconds
+        for k, v in parts.items():
+            self.parts[k] = self.parts.get(k, 0.0) + v
+
+    def over_ranks(self, engine: Engine) -> "Sums":
+        loss, n, rows, *parts = engine.sum(self.loss, self.n, self.rows, *self.parts.values())
+        return Sums(loss, int(n), int(rows), self.seconds, dict(zip(self.parts, parts)))

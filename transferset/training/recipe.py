@@ -7,6 +7,7 @@ rebuilds them and skips the batches each rank had trained on, so the run goes on
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import time
@@ -20,8 +21,8 @@ from transferset.runtime.errors import UserError
 from transferset.runtime.progress import Progress
 from transferset.training.average import WeightAverage
 from transferset.training.checkpoints import Checkpoints, cpu_state, rng_state, set_rng_state
-from transferset.training.engine import Engine
-from transferset.training.schedules import scheduler as make_scheduler
+from transferset.training.engine import Engine, Sums
+from transferset.training.schedules import end_sooner, scheduler as make_scheduler
 
 Batch = dict
 LossStep = Callable[[torch.nn.Module, Batch], "tuple[torch.Tensor, dict[str, float]]"]
@@ -47,26 +48,6 @@ class PhaseSpec:
             return self.max_steps
         steps = self.epochs * math.ceil(self.steps_per_epoch / grad_accum)
         return min(steps, self.max_steps) if self.max_steps else steps
-
-
-@dataclass
-class Sums:
-    """An epoch's figures so far (on one rank, or over every rank after `Engine.sum`)."""
-
-    loss: float = 0.0
-    n: int = 0            # batches: the epoch's loss is the mean of theirs
-    rows: int = 0
-    seconds: float = 0.0  # in training steps alone (no evaluation)
-    parts: dict = field(default_factory=dict)
-
-    def add(self, value: float, parts: dict, rows: int, seconds: float) -> None:
-        self.loss, self.n, self.rows, self.seconds = self.loss + value, self.n + 1, self.rows + rows, self.seconds + seconds
-        for k, v in parts.items():
-            self.parts[k] = self.parts.get(k, 0.0) + v
-
-    def over_ranks(self, engine: Engine) -> "Sums":
-        loss, n, rows, *parts = engine.sum(self.loss, self.n, self.rows, *self.parts.values())
-        return Sums(loss, int(n), int(rows), self.seconds, dict(zip(self.parts, parts)))
 
 
 @dataclass
@@ -110,6 +91,7 @@ class _Phase:
     epochs_run: int = 0
     out_of_time: bool = False  # ended before its epochs by the budget's deadline (transferset.runtime.deadline)
     limit: Optional[int] = None  # the batches of a last epoch the deadline cut short (deadline.part_of_epoch)
+    sched_end: int = 0  # the optimizer step at which the schedule ends (the planned total, or the deadline's)
     average: Optional[WeightAverage] = None  # spec.ema: the moving average of each trained parameter
 
     def params(self) -> list:
@@ -209,6 +191,7 @@ class Recipe:
             module.to(eng.device)
         progress = Progress(spec.name, unit="steps", total=total, bar=eng.progress_bar, log=eng.log)
         phase = _Phase(spec, PhaseState(index), module, net, optimizer, sched, progress, describe or {})
+        phase.sched_end = total or 0
         # index >= the checkpoint's: phases skipped by the caller may lie in between
         resumed = self.resumed
         going_on = resumed is not None and self._restore(phase)
@@ -242,6 +225,8 @@ class Recipe:
             sums = self.train_epoch(phase, loss_step, batches(epoch))
             trained = time.perf_counter() - started
             stop = self.evaluate(phase, sums, evaluate, time.perf_counter() - started) or last
+            if not stop:
+                self._fit_schedule(phase, trained, time.perf_counter() - started - trained)
             phase.epochs_run = epoch + 1
             if not stop and epoch + 1 < spec.epochs and not self.engine.from_main(
                     deadline.room_for(time.perf_counter() - started)):
@@ -252,6 +237,19 @@ class Recipe:
             if self.checkpoint is not None and epoch + 1 < spec.epochs:
                 self.save(phase)
         return self.end_phase(phase)
+
+    def _fit_schedule(self, phase: _Phase, epoch_s: float, evaluated: float, rest: float = 0.0) -> None:
+        """The schedule ends where the budget's deadline will end the phase (deadline.end_step, as run() decides),
+        so a phase cut short decays its rate all the same; `rest`: the part of this epoch still to train."""
+        spec, accum, left = phase.spec, self.engine.cfg.grad_accum, deadline.seconds_left()
+        if phase.scheduler is not None and spec.steps_per_epoch and left is not None:
+            end = deadline.end_step(math.ceil(spec.steps_per_epoch / accum), phase.state.epoch + 1, spec.epochs,
+                                    left - rest * epoch_s, epoch_s, evaluated)
+            before, phase.sched_end = phase.sched_end, end_sooner(phase.scheduler, int(self.engine.from_main(end)),
+                                                                  phase.sched_end)
+            if phase.sched_end < before:
+                self.engine.log(f"{spec.name}: the learning-rate schedule now ends at step {phase.sched_end} of "
+                                f"{before}, where the time the budget gives this stage will end the phase")
 
     def _out_of_time(self, phase: _Phase, trained: float, evaluated: float) -> bool:
         """Another epoch as long as the last would end past the deadline: the phase trains on the part of one that
@@ -278,6 +276,7 @@ class Recipe:
         for _ in range(st.batches):  # the batches a resumed epoch had trained on before the kill
             next(it, None)
         phase.module.train()
+        began, probe = time.perf_counter(), max(1, (phase.spec.steps_per_epoch or 0) // 10)
         batch = next(it, None)
         more, pending, pending_rows = eng.all_true(batch is not None), 0, 0
         while more and not phase.stopped and (phase.limit is None or st.batches < phase.limit):
@@ -292,6 +291,10 @@ class Recipe:
                 self._optimizer_step(phase, pending, accum)
                 st.step_rows, pending, pending_rows = max(st.step_rows, pending_rows), 0, 0
             st.batches += 1
+            if st.epoch == 0 and st.batches == probe and phase.spec.steps_per_epoch:
+                # this epoch's time projected, a tenth short: a schedule ended too soon would waste the steps after it
+                per_epoch = 0.9 * (time.perf_counter() - began) * phase.spec.steps_per_epoch / st.batches
+                self._fit_schedule(phase, per_epoch, 0.0, rest=1 - st.batches / phase.spec.steps_per_epoch)
             sums.add(value, parts, rows, time.perf_counter() - t0)
             if last:
                 sums = self._after_step(phase, sums, value, parts)
@@ -301,7 +304,7 @@ class Recipe:
     def _backward(self, phase: _Phase, loss_step: LossStep, batch: Batch, accum: int, sync: bool):
         eng, spec, st = self.engine, phase.spec, phase.state
         batch = eng.to_device(batch)
-        no_sync = eng.acc.no_sync(phase.net) if eng.world > 1 and not sync else _nothing()
+        no_sync = eng.acc.no_sync(phase.net) if eng.world > 1 and not sync else contextlib.nullcontext()
         with no_sync:
             with eng.autocast():
                 loss, parts = loss_step(phase.net, batch)
@@ -357,7 +360,7 @@ class Recipe:
         eng, st, spec = self.engine, phase.state, phase.spec
         total = sums.over_ranks(eng)
         # with spec.ema, the weights' average is what is evaluated and kept
-        with phase.average.swapped_in() if phase.average is not None else _nothing():
+        with phase.average.swapped_in() if phase.average is not None else contextlib.nullcontext():
             metrics = evaluate() if evaluate is not None else {}
             dev_acc = float(eng.from_main(metrics["accuracy"])) if evaluate is not None else None
             improved = dev_acc is not None and dev_acc > st.best_acc
@@ -432,14 +435,6 @@ class Recipe:
             self.checkpoint.remove()
         self.engine.barrier()
         self.engine.end()
-
-
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def _rows(batch: Batch) -> int:

@@ -7,7 +7,9 @@ engine section existed gets the same learning rate at every step. With W = int(w
     cosine:       ½ (1 + cos(π (s - W) / (T - W)))
 
 Kept of ours: past T (a phase that runs longer than planned) the factor holds its end value, 1 or 0, where
-Hugging Face's cosine would rise again.
+Hugging Face's cosine would rise again; a phase the budget's deadline will end sooner (transferset.runtime.deadline
+.end_step, projected a tenth into its first epoch and at each epoch's end: recipe.py) has the rest of its schedule
+compressed into the steps it has left (`end_sooner`).
 """
 from __future__ import annotations
 
@@ -40,6 +42,22 @@ def scheduler(optimizer: torch.optim.Optimizer, schedule: str, total: int,
 
     sched.lr_lambdas = [factor] * len(sched.lr_lambdas)
     return sched
+
+
+def end_sooner(sched: torch.optim.lr_scheduler.LambdaLR, end: int, total: int) -> int:
+    """The schedule's steps from now (its last_epoch) to `total` compressed to end at step `end`: a phase that ends
+    sooner than planned decays its rate as far as it would have by `total` (a linear one to 0, not stopping at a
+    third of its peak); → the schedule's end now (`total` where `end` is not between now and it)."""
+    now = sched.last_epoch
+    if end >= total or end <= now:
+        return total
+    planned, scale = sched.lr_lambdas[0], (total - now) / (end - now)
+
+    def factor(step: int) -> float:
+        return planned(step if step <= now else min(total, now + (step - now) * scale))
+
+    sched.lr_lambdas = [factor] * len(sched.lr_lambdas)
+    return end
 
 
 def lr_factor(schedule: str, step: int, total: int, warmup: float) -> float:

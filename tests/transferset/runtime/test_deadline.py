@@ -22,3 +22,13 @@ def test_the_part_of_an_epoch_is_what_the_time_left_holds_once_evaluated_and_non
         assert deadline.part_of_epoch(4.0, 1.0) == 0.99  # a whole one fits: room_for says so first
     with deadline.within(-1.0):
         assert deadline.part_of_epoch(10.0, 1.0) == 0.0
+
+
+def test_the_step_a_phase_ends_at_counts_the_whole_epochs_that_fit_then_a_part_of_at_least_half():
+    """A phase of 4 epochs of 10 steps, 1 trained, epochs of 100 s evaluated in 10 s: end_step says where the trainer
+    will stop (the schedule's end), as room_for and part_of_epoch decide epoch by epoch."""
+    end = lambda left: deadline.end_step(10, 1, 4, left, 100.0, 10.0)  # noqa: E731
+    assert end(250.0) == 30  # 2 more whole (220 s), the 0.2 left of a third not trained
+    assert end(290.0) == 36  # then 0.6 of the third (60 s and its 10 s evaluation)
+    assert end(1000.0) == 40 and end(330.0) == 40  # every planned epoch
+    assert end(-5.0) == 10  # the epoch under way ends the phase

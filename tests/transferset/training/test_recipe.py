@@ -1,11 +1,12 @@
 """transferset/training/recipe.py on a tiny linear model (linear_task.py): early stopping, the non-finite loss
 stop, max_steps, gradient accumulation. The engine, checkpoints and schedules have their own files here."""
 import time
+from dataclasses import replace
 
 import pytest
 import torch
 
-from linear_task import Linear, _loss, _run
+from linear_task import Linear, _batches, _loss, _run
 from linear_task import engine  # noqa: F401 (a fixture)
 from transferset.config import EngineConfig
 from transferset.runtime import deadline
@@ -81,6 +82,43 @@ def test_a_phase_trains_on_the_part_of_an_epoch_the_deadline_holds_then_ends(eng
     recipe = Recipe(engine)
     entry = _run(recipe, PhaseSpec("p", epochs=4), Linear(), lambda: {"accuracy": 0.5})
     assert entry["epochs_run"] == 1 and [h["rows"] for h in recipe.history] == [32]
+
+
+def test_the_learning_rate_schedule_ends_where_the_budgets_deadline_will_end_the_phase(monkeypatch):
+    """A linear decay planned over 4 epochs of 4 steps, the deadline (deadline.end_step) ending the phase at step 6:
+    a tenth into the first epoch (its first step) the 15 steps of decay left are compressed into 5, and at the
+    epoch's end the schedule already ends there; the rate goes down to 0 as planned instead of stopping at 5/8 of
+    its peak, and the phase trains half of its second epoch."""
+    from linear_task import CPU
+
+    asked = []
+
+    def end_step(per_epoch, current, epochs, left, epoch_s, evaluated):
+        asked.append((per_epoch, current, epochs, left, evaluated))
+        return 6
+
+    monkeypatch.setattr(deadline, "seconds_left", lambda: 100.0)
+    monkeypatch.setattr(deadline, "end_step", end_step)
+    monkeypatch.setattr(deadline, "room_for", lambda seconds: False)
+    monkeypatch.setattr(deadline, "part_of_epoch", lambda trained, evaluated: 0.5)
+    engine = Engine.create(replace(CPU, schedule="linear"), log=lambda msg: None, progress_bar=False)
+    module, rates, held = Linear(), [], {}
+
+    def optimizer():
+        held["opt"] = torch.optim.SGD(module.parameters(), lr=0.1)
+        return held["opt"]
+
+    def loss(net, batch):
+        rates.append(held["opt"].param_groups[0]["lr"])
+        return _loss(net, batch)
+
+    recipe = Recipe(engine)
+    recipe.run(0, PhaseSpec("p", epochs=4, steps_per_epoch=4), module, loss, _batches, lambda: {"accuracy": 0.5},
+               optimizer)
+    assert rates == pytest.approx([0.1, 0.09375, 0.075, 0.05625, 0.0375, 0.01875])  # 16/16, 15/16, 12/16, ...
+    assert held["opt"].param_groups[0]["lr"] == pytest.approx(0.0)  # where the 16th step would have left it
+    (probe, after) = asked
+    assert probe[:3] == after[:3] == (4, 1, 4) and probe[3] < 100.0 == after[3] and probe[4] == 0.0 <= after[4]
 
 
 def test_a_non_finite_loss_names_the_phase_epoch_and_step(engine):

@@ -75,3 +75,24 @@ def test_the_scheduler_gives_hugging_faces_factor_at_every_step_and_holds_its_en
     assert sched.state_dict()["lr_lambdas"] == [None, None]
     with pytest.raises(ValueError, match="expected one of constant, linear, cosine"):
         lr_factor("step", 0, total, warmup)
+
+
+@pytest.mark.parametrize("schedule", ["linear", "cosine"])
+def test_a_schedule_ended_sooner_reaches_its_planned_end_at_the_new_end(schedule):
+    """end_sooner (a phase whose last epoch the budget's deadline trains in part): the 6 steps planned after step 4
+    of 10 run in 2, at the rates of steps 4, 7, then the end value; the steps before keep theirs."""
+    from transferset.training.schedules import end_sooner
+
+    opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
+    sched, rates = scheduler(opt, schedule, 10, 0.2), []
+    for step in range(7):
+        if step == 4:
+            assert end_sooner(sched, 6, 10) == 6
+        rates.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    expected = [_lr_expected(schedule, s, 10, 2) for s in (0, 1, 2, 3, 4, 7)]
+    assert rates == pytest.approx(expected + [0.0], abs=1e-12)
+    # a new end at or past the planned one, or not after now (step 7): the schedule as it was, its end `total`
+    before = sched.lr_lambdas[0]
+    assert end_sooner(sched, 10, 10) == 10 and end_sooner(sched, 7, 10) == 10 and sched.lr_lambdas[0] is before
