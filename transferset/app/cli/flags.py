@@ -3,6 +3,12 @@
 `add_arguments` builds the flags, `from_args` turns the flags the user gave (on top of a YAML
 base, under key=value overrides: transferset/config/precedence.py) into the dataclass through `typed.load`,
 so a flag and a YAML key are checked alike.
+
+Kept of ours rather than tyro, jsonargparse or OmegaConf (read in their documentation, not tried in code): the flags
+keep the names the docs and users' commands use (a section's field is `--trim-vocab`, where tyro and jsonargparse
+spell a nested field `--vocab.trim-vocab` unless told otherwise type by type), and the layers around them (a YAML
+file, key=value words, a student's family and preset defaults) merge in the one order of config/precedence.py;
+OmegaConf's dotlist merge would do the key=value layer alone, with no flags or help.
 """
 from __future__ import annotations
 
