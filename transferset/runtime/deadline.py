@@ -39,7 +39,12 @@ def part_of_epoch(trained: float, evaluated: float) -> float:
     """The part of an epoch whose training took `trained` seconds and its evaluation `evaluated` that ends, evaluated,
     before the deadline: 0 when under MIN_PART (or no deadline is set), else below 1."""
     left = seconds_left()
-    if left is None or trained <= 0:
+    return 0.0 if left is None else _part(left, trained, evaluated)
+
+
+def _part(left: float, trained: float, evaluated: float) -> float:
+    """part_of_epoch with `left` seconds to go."""
+    if trained <= 0:
         return 0.0
     part = min((left - evaluated) / trained, 0.99)
     return part if part >= MIN_PART else 0.0
@@ -50,12 +55,11 @@ def end_step(per_epoch: int, current: int, epochs: int, left: float, epoch_s: fl
     trained with `left` seconds to go, each epoch trained in `epoch_s` seconds and evaluated in `evaluated`: after
     the whole epochs more that end before it, then the part of one more (MIN_PART or more), as a trainer decides at
     each epoch's end (room_for, part_of_epoch). Where its learning-rate schedule ends (transferset/training)."""
-    more, planned, part = 0, epochs - current, 0.0
+    more, planned = 0, epochs - current
     while more < planned and (more + 1) * (epoch_s + evaluated) <= left:
         more += 1
-    if more < planned and epoch_s > 0:
-        part = min((left - more * (epoch_s + evaluated) - evaluated) / epoch_s, 0.99)
-    return round((current + more + (part if part >= MIN_PART else 0.0)) * per_epoch)
+    part = _part(left - more * (epoch_s + evaluated), epoch_s, evaluated) if more < planned else 0.0
+    return round((current + more + part) * per_epoch)
 
 
 def seconds_left() -> Optional[float]:

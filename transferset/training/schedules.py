@@ -46,8 +46,8 @@ def scheduler(optimizer: torch.optim.Optimizer, schedule: str, total: int,
 
 def end_sooner(sched: torch.optim.lr_scheduler.LambdaLR, end: int, total: int) -> int:
     """The schedule's steps from now (its last_epoch) to `total` compressed to end at step `end`: a phase that ends
-    sooner than planned decays its rate as far as it would have by `total` (a linear one to 0, not stopping at a
-    third of its peak); → the schedule's end now (`total` where `end` is not between now and it)."""
+    sooner than planned decays its rate as far as it would have by `total` (a linear one to 0, not stopping part-way
+    down); → the schedule's end now (`total` where `end` is not between now and it)."""
     now = sched.last_epoch
     if end >= total or end <= now:
         return total

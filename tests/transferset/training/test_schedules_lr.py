@@ -79,7 +79,7 @@ def test_the_scheduler_gives_hugging_faces_factor_at_every_step_and_holds_its_en
 
 @pytest.mark.parametrize("schedule", ["linear", "cosine"])
 def test_a_schedule_ended_sooner_reaches_its_planned_end_at_the_new_end(schedule):
-    """end_sooner (a phase whose last epoch the budget's deadline trains in part): the 6 steps planned after step 4
+    """end_sooner (a phase the budget's deadline will end before its planned steps): the 6 steps planned after step 4
     of 10 run in 2, at the rates of steps 4, 7, then the end value; the steps before keep theirs."""
     from transferset.training.schedules import end_sooner
 
