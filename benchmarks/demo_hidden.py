@@ -29,12 +29,12 @@ MODELS = (("teacher", "teacher"), ("labels_only", "students/labels_only"), ("dis
           ("chosen", "chosen"))
 
 
-def run_demo(out: str, data: str, seed: int) -> str:
+def run_demo(out: str, data: str, seed: int, overrides: list[str]) -> str:
     run_dir = os.path.join(out, f"s{seed}")
     seeds = [f"{k}={seed}" for k in ("teacher.seed", "augment.seed", "students.labels_only.seed",
                                      "students.distilled.seed")]
     cmd = [BIN, "run", "--config", os.path.join(REPO, "configs", "demo.yaml"), f"run_dir={run_dir}", f"data={data}",
-           *seeds]
+           *seeds, *overrides]
     with open(run_dir + ".log", "w", encoding="utf-8") as log:
         subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=True)
     return run_dir
@@ -90,10 +90,12 @@ def main() -> int:
     ap.add_argument("--rows", type=int, default=2000, help="rows of the hidden split")
     ap.add_argument("--min-words", type=int, default=10, help="the hidden split's shortest sentence, in words")
     ap.add_argument("--measure-only", action="store_true", help="score the run folders OUT/sS already there")
+    ap.add_argument("overrides", nargs="*", help="KEY=VALUE settings for every run (a lever: teacher.patience=2)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     seeds = range(args.first_seed, args.first_seed + args.seeds)
-    runs = [os.path.join(args.out, f"s{s}") if args.measure_only else run_demo(args.out, args.data, s) for s in seeds]
+    runs = [os.path.join(args.out, f"s{s}") if args.measure_only else run_demo(args.out, args.data, s, args.overrides)
+            for s in seeds]
     hidden = os.path.join(args.out, "hidden.tsv")
     eligible = hidden_split(runs[0], hidden, args.rows, args.min_words)
     print(f"hidden split: {min(args.rows, eligible)} of {eligible} eligible rows → {hidden}")
