@@ -19,9 +19,12 @@ import argparse
 import json
 import os
 import random
-import statistics
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from newcomer import pct  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(REPO, ".venv", "bin", "transferset")
@@ -64,7 +67,9 @@ def accuracy(model: str, data: str, *columns: str) -> float:
 
 def measure(run_dir: str, test: str, hidden: str) -> dict:
     rows = json.load(open(os.path.join(run_dir, "results.json"), encoding="utf-8"))["rows"]
-    selection = {r["name"].split(" (")[0].replace("student: ", ""): r.get("dev_accuracy") for r in reversed(rows)}
+    selection: dict = {}
+    for r in rows:  # each model's row as trained, before its exports' ("teacher (ONNX)" after it), as newcomer.py reads
+        selection.setdefault(r["name"].split(" (")[0].replace("student: ", ""), r.get("dev_accuracy"))
     selection["chosen"] = json.load(open(os.path.join(run_dir, "chosen.json"), encoding="utf-8"))["chosen"].get("selection")
     got = {}
     for key, sub in MODELS:
@@ -72,13 +77,6 @@ def measure(run_dir: str, test: str, hidden: str) -> dict:
         got[key] = (selection.get(key), accuracy(model, test),
                     accuracy(model, hidden, "--text-column", "sentence", "--label-column", "label"))
     return got
-
-
-def mean_sd(values: list[float]) -> str:
-    values = [100 * v for v in values if v is not None]
-    if len(values) < 2:
-        return f"{values[0]:.1f}" if values else "-"
-    return f"{statistics.mean(values):.1f} ± {statistics.stdev(values):.1f}"
 
 
 def main() -> int:
@@ -103,13 +101,13 @@ def main() -> int:
     print("| run | " + " | ".join(f"{k} sel / test / hidden" for k, _ in MODELS) + " |")
     print("|" + " --- |" * (len(MODELS) + 1))
     for run_dir, got in zip(runs, results):
-        print(f"| {os.path.basename(run_dir)} | " + " | ".join(" / ".join(mean_sd([v]) for v in got[k])
+        print(f"| {os.path.basename(run_dir)} | " + " | ".join(" / ".join(pct([v]) for v in got[k])
                                                                  for k, _ in MODELS) + " |")
-    print("| mean ± sd | " + " | ".join(" / ".join(mean_sd([g[k][i] for g in results]) for i in range(3))
+    print("| mean ± sd | " + " | ".join(" / ".join(pct([g[k][i] for g in results]) for i in range(3))
                                         for k, _ in MODELS) + " |")
     for i, split in enumerate(("selection", "test", "hidden")):
         gaps = [g["distilled"][i] - g["teacher"][i] for g in results if None not in (g["distilled"][i], g["teacher"][i])]
-        print(f"distilled − teacher on {split}: {mean_sd(gaps)}")
+        print(f"distilled − teacher on {split}: {pct(gaps)}")
     return 0
 
 
